@@ -1,0 +1,75 @@
+-- assign.lua: commit a batch of proposed (task, device) pairs. Each pair is re-validated and,
+-- if valid, committed on its own: task queued -> assigned, attempt+1, a lease (claim_ttl),
+-- the device reserved, the assignment filed in the owning host's inbox.
+-- KEYS[1]  pool prefix "dq:{POOL}:"
+-- ARGV     fence n, then task_id device_id per pair. fence is the scheduler's leader epoch
+--          ('' for a manual dispatch): when given it must be the current leader's epoch.
+-- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
+--          task_not_found task_not_queued device_not_found device_reserved device_not_idle
+--          device_quarantined host_dead host_draining driver_type_mismatch missing_tag:TAG
+-- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
+--          INVALID (bad arguments).
+local fence, n = ARGV[1], tonumber(ARGV[2])
+if not n or n < 0 or #ARGV ~= 2 + n * 2 then return fail('INVALID', 'bad argument count') end
+if fence ~= '' then
+  local cur = redis.call('GET', k('leader'))
+  if not cur or cur:match(':(%d+)$') ~= fence then
+    return fail('FENCED', 'scheduler epoch ' .. fence .. ' is not the current leader')
+  end
+end
+
+local now = now_ms()
+local claim_ms = cfg_ms('claim_ttl')
+local out, hosts_alive, woken = {}, {}, {}
+local function check(id, did)
+  if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
+  local tk, dk = k('task', id), k('device', did)
+  local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq')
+  if not t[1] then return nil, 'task_not_found' end
+  if t[1] ~= 'queued' then return nil, 'task_not_queued' end
+  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags')
+  if not d[1] then return nil, 'device_not_found' end
+  if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
+  if d[4] == '1' then return nil, 'device_quarantined' end
+  if d[2] ~= 'idle' then return nil, 'device_not_idle' end
+  local hk = k('host', d[1])
+  if hosts_alive[d[1]] == nil then
+    local h = redis.call('HGET', hk, 'draining')
+    if h == '1' then hosts_alive[d[1]] = 'host_draining'
+    elseif not host_alive(hk) then hosts_alive[d[1]] = 'host_dead'
+    else hosts_alive[d[1]] = true end
+  end
+  if hosts_alive[d[1]] ~= true then return nil, hosts_alive[d[1]] end
+  local ok, why = satisfies(t[2], t[3], d[5], d[6])
+  if not ok then return nil, why end
+  return {t = t, d = d}
+end
+
+for i = 0, n - 1 do
+  local id, did = ARGV[3 + i * 2], ARGV[4 + i * 2]
+  local v, why = check(id, did)
+  if not v then
+    out[#out + 1] = 'err:' .. why
+  else
+    local host_id = v.d[1]
+    local attempt = tonumber(v.t[5]) + 1
+    local lease = id .. '-a' .. attempt
+    local expires = now + claim_ms
+    dequeue(id, v.t[4])
+    index_status(id, 'queued', 'assigned', v.t[6])
+    redis.call('HSET', k('task', id), 'status', 'assigned', 'host_id', host_id, 'device_id', did,
+      'attempt', attempt, 'lease_id', lease, 'lease_expires_at', expires, 'assigned_at', now,
+      'updated_at', now)
+    redis.call('ZADD', k('leases'), expires, id)
+    redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at', now)
+    redis.call('ZREM', k('idle'), did)
+    redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
+      host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
+    redis.call('RPUSH', k('host', host_id, 'inbox'), id)
+    woken[host_id] = true
+    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt', attempt)
+    out[#out + 1] = 'ok:' .. lease
+  end
+end
+for host_id in pairs(woken) do wake(k('host', host_id, 'wake')) end
+return out

@@ -1,0 +1,34 @@
+-- claim.lua: the owning host takes up to `max` unexpired assigned attempts from its inbox to
+-- `dispatched`, each with a fresh run lease (now + lease_ttl). Exactly one caller gets each.
+-- KEYS[1]  pool prefix "dq:{POOL}:"
+-- ARGV     host_id token_digest max
+-- Returns  an array of claimed tasks, each a flat field/value array of the task hash.
+--          Stale inbox entries (expired, cancelled, reassigned) are dropped silently.
+-- Errors   AUTH (unknown host / wrong token), INVALID (bad max).
+local host_id, digest, max = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local hk, err = auth_host(host_id, digest)
+if not hk then return err end
+if not max or max < 1 then return fail('INVALID', 'max must be a positive integer') end
+local now = now_ms()
+local ttl = cfg_ms('lease_ttl')
+local inbox = k('host', host_id, 'inbox')
+local out = {}
+while #out < max do
+  local id = redis.call('LPOP', inbox)
+  if not id then break end
+  local tk = k('task', id)
+  local t = redis.call('HMGET', tk, 'status', 'host_id', 'lease_expires_at', 'attempt', 'seq')
+  if t[1] == 'assigned' and t[2] == host_id and tonumber(t[3]) > now then
+    local expires = now + ttl
+    redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires,
+      'dispatched_at', now, 'updated_at', now)
+    index_status(id, 'assigned', 'dispatched', t[5])
+    redis.call('ZADD', k('leases'), expires, id)
+    close_attempt(id, t[4], 'active', {dispatched_at = now})
+    local lease = redis.call('HGET', tk, 'lease_id')
+    emit('dispatched', 'task', id, 'lease', lease, 'host', host_id,
+      'device', redis.call('HGET', tk, 'device_id'), 'attempt', t[4])
+    out[#out + 1] = redis.call('HGETALL', tk)
+  end
+end
+return out

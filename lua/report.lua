@@ -1,0 +1,79 @@
+-- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
+-- (handed back: the task returns to the queue at once, keeping its place).
+-- KEYS[1]  pool prefix "dq:{POOL}:"
+-- ARGV     host_id token_digest n, then 5 fields per report:
+--          task_id lease_id outcome failure_kind('' for done/released) payload(result or error)
+-- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
+--          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
+--          of not_found superseded not_owner expired already_terminal cancel_not_requested.
+-- Errors   AUTH (unknown host / wrong token), INVALID (bad outcome, failure_kind or arguments).
+local host_id, digest, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local hk, err = auth_host(host_id, digest)
+if not hk then return err end
+if not n or n < 0 or #ARGV ~= 3 + n * 5 then return fail('INVALID', 'bad argument count') end
+local OUTCOMES = {done = true, failed = true, cancelled = true, released = true}
+local KINDS = {lease_expired = true, runner_failed = true, runner_error = true, cancelled = true,
+  timeout = true, rejected = true, unschedulable = true}
+for i = 0, n - 1 do
+  local b = 4 + i * 5
+  local outcome, kind = ARGV[b + 2], ARGV[b + 3]
+  if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be done, failed, cancelled or released') end
+  if outcome == 'failed' and not KINDS[kind] then return fail('INVALID', 'unknown failure_kind ' .. kind) end
+end
+local now = now_ms()
+local out, freed = {}, false
+for i = 0, n - 1 do
+  local b = 4 + i * 5
+  local id, lease, outcome, kind, payload = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  if outcome == 'cancelled' then kind = 'cancelled' elseif outcome ~= 'failed' then kind = '' end
+  local tk = k('task', id)
+  local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'failure_kind', 'result',
+    'error', 'device_id', 'attempt', 'seq', 'sig', 'cancel_requested')
+  local field = outcome == 'done' and 'result' or 'error'
+  if not t[1] then out[#out + 1] = 'rejected:not_found'
+  elseif t[2] ~= lease then out[#out + 1] = 'rejected:superseded'
+  elseif t[3] ~= host_id then out[#out + 1] = 'rejected:not_owner'
+  elseif TERMINAL[t[1]] then
+    local same = t[1] == outcome and (t[4] or '') == kind and
+      ((outcome == 'done' and t[5] == payload) or (outcome ~= 'done' and t[6] == payload))
+    out[#out + 1] = same and ('dup:' .. t[1]) or 'rejected:already_terminal'
+  elseif t[1] ~= 'assigned' and t[1] ~= 'dispatched' then out[#out + 1] = 'rejected:expired'
+  elseif outcome == 'cancelled' and t[11] ~= '1' then out[#out + 1] = 'rejected:cancel_not_requested'
+  else
+    local old = t[1]
+    redis.call('ZREM', k('leases'), id)
+    release_device(t[7], id)
+    freed = true
+    local dk = k('device', t[7])
+    if outcome == 'done' then
+      redis.call('HSET', dk, 'consecutive_failures', 0)
+    elseif outcome == 'failed' and kind ~= 'rejected' then
+      local fails = redis.call('HINCRBY', dk, 'consecutive_failures', 1)
+      local limit = cfg('quarantine_after')
+      if limit > 0 and fails >= limit and redis.call('HGET', dk, 'quarantined') ~= '1' then
+        redis.call('HSET', dk, 'quarantined', '1', 'quarantined_at', now)
+        redis.call('ZREM', k('idle'), t[7])
+        emit('device_quarantined', 'device', t[7], 'host', host_id, 'failures', fails)
+      end
+    end
+    if outcome == 'released' then
+      close_attempt(id, t[8], 'released', {error = payload})
+      redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '',
+        'lease_expires_at', '', 'updated_at', now)
+      enqueue(id, t[10], t[9])
+      index_status(id, old, 'queued', t[9])
+      emit('released', 'task', id, 'lease', lease, 'host', host_id, 'device', t[7], 'attempt', t[8])
+      out[#out + 1] = 'ok:queued'
+    else
+      close_attempt(id, t[8], outcome, {failure_kind = kind})
+      redis.call('HSET', tk, 'status', outcome, 'failure_kind', kind, field, payload,
+        'finished_at', now, 'updated_at', now, 'lease_expires_at', '')
+      index_status(id, old, outcome, t[9])
+      emit(outcome, 'task', id, 'lease', lease, 'host', host_id, 'device', t[7], 'attempt', t[8],
+        'failure_kind', kind)
+      out[#out + 1] = 'ok:' .. outcome
+    end
+  end
+end
+if freed then wake(k('sched', 'wake')) end
+return out

@@ -1,0 +1,233 @@
+"""The producer client: submit, inspect, cancel and wait for tasks; store workflows."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from .connection import PoolConnection
+from .errors import InvalidInput, NotFound
+from .events import Event, last_event_id, read_events
+from .models import (
+    ScheduledTask,
+    TaskSpec,
+    TaskStatus,
+    WorkflowDefinition,
+    validate_id,
+)
+
+SUBMIT_CHUNK = 500
+
+
+def new_task_id() -> str:
+    """A fresh random task id (16 hex characters)."""
+    return secrets.token_hex(8)
+
+
+def spec_from(data: TaskSpec | Mapping[str, Any]) -> TaskSpec:
+    """Validate a submission, turning pydantic's report into one clear InvalidInput."""
+    if isinstance(data, TaskSpec):
+        return data
+    try:
+        return TaskSpec.model_validate(dict(data))
+    except ValidationError as exc:
+        raise InvalidInput(_first_error(exc)) from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    msg = str(err.get("msg", "invalid input")).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where and not msg.startswith("invalid") else msg
+
+
+def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
+    return [
+        task_id,
+        "workflow" if spec.workflow else "goal",
+        spec.goal or "",
+        spec.workflow or "",
+        spec.driver_type or "",
+        ",".join(spec.tags),
+        spec.priority,
+        "" if spec.max_attempts is None else spec.max_attempts,
+        spec.idempotency_key or "",
+        spec.constraints.signature(spec.priority),
+        "" if spec.queue_timeout is None else spec.queue_timeout,
+    ]
+
+
+class Client(PoolConnection):
+    """Producer-side client of one pool.
+
+    >>> client = Client("redis://localhost:6379/0", pool="default")
+    >>> task_id = client.submit("open the settings app", driver_type="android", tags=["wifi"])
+    >>> client.wait(task_id, timeout=60).status
+    """
+
+    # -- submission -------------------------------------------------------------------------
+    def submit(
+        self,
+        goal: str | None = None,
+        *,
+        workflow: str | None = None,
+        driver_type: str | None = None,
+        tags: Iterable[str] = (),
+        priority: int = 0,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        queue_timeout: float | None = None,
+    ) -> str:
+        """Enqueue one task (a goal or a workflow name) and return its id at once.
+
+        Raises InvalidInput for bad input, NotFound for an unknown workflow, QueueFull when the
+        pool already holds ``max_queue_depth`` queued tasks. With ``idempotency_key``, a retried
+        submission returns the first task's id instead of creating a copy."""
+        spec = spec_from(
+            {
+                "goal": goal,
+                "workflow": workflow,
+                "driver_type": driver_type,
+                "tags": list(tags),
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "idempotency_key": idempotency_key,
+                "queue_timeout": queue_timeout,
+            }
+        )
+        return self.submit_many([spec])[0]
+
+    def submit_many(
+        self, specs: Iterable[TaskSpec | Mapping[str, Any]], chunk: int = SUBMIT_CHUNK
+    ) -> list[str]:
+        """Enqueue many tasks; returns their ids in order. Every spec is validated before
+        anything is written; each chunk of ``chunk`` tasks is one atomic script call, so a
+        QueueFull error leaves earlier chunks submitted and the failing chunk unwritten."""
+        validated = [spec_from(s) for s in specs]
+        ids: list[str] = []
+        for start in range(0, len(validated), chunk):
+            part = validated[start : start + chunk]
+            args: list[Any] = [len(part)]
+            for spec in part:
+                args += _submit_args(spec, new_task_id())
+            flat = self._run("submit", args)
+            ids += [flat[i] for i in range(0, len(flat), 2)]
+        return ids
+
+    # -- inspection ---------------------------------------------------------------------------
+    def get(self, task_id: str, *, attempts: bool = True) -> ScheduledTask:
+        """The task with its attempt history. Raises NotFound."""
+        validate_id(task_id, "task id")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.task(task_id))
+        if attempts:
+            pipe.lrange(self.keys.attempts(task_id), 0, -1)
+        res = pipe.execute()
+        if not res[0]:
+            raise NotFound(f"no task {task_id} in pool {self.pool}")
+        return ScheduledTask.from_hash(res[0], res[1] if attempts else None)
+
+    def get_many(self, task_ids: Iterable[str]) -> list[ScheduledTask]:
+        """Tasks by id, in order, skipping ids that no longer exist (one round trip)."""
+        ids = [validate_id(t, "task id") for t in task_ids]
+        pipe = self.redis.pipeline(transaction=False)
+        for t in ids:
+            pipe.hgetall(self.keys.task(t))
+        return [ScheduledTask.from_hash(h) for h in pipe.execute() if h]
+
+    def list(
+        self, status: TaskStatus | str | None = None, *, limit: int = 100, offset: int = 0
+    ) -> list[ScheduledTask]:
+        """Tasks of one status (all statuses when None): queued and active ones oldest first,
+        terminal ones newest first."""
+        statuses = [TaskStatus(status)] if status else list(TaskStatus)
+        ids: list[str] = []
+        for st in statuses:
+            key = self.keys.status(st.value)
+            if st.terminal:
+                ids += self.redis.zrevrange(key, offset, offset + limit - 1)
+            else:
+                ids += self.redis.zrange(key, offset, offset + limit - 1)
+            if len(ids) >= limit:
+                break
+        return self.get_many(ids[:limit])
+
+    def counts(self) -> dict[str, int]:
+        """Number of tasks per status (terminal ones within the retention window)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for st in TaskStatus:
+            pipe.zcard(self.keys.status(st.value))
+        return {st.value: int(n) for st, n in zip(TaskStatus, pipe.execute(), strict=True)}
+
+    # -- control ------------------------------------------------------------------------------
+    def cancel(self, task_id: str, reason: str = "cancelled by user") -> str:
+        """Cancel a task. Returns ``cancelled`` (ended now: it was queued or not yet claimed),
+        ``requested`` (running: its host stops it and reports) or ``already:STATUS``."""
+        validate_id(task_id, "task id")
+        return str(self._run("cancel", [task_id, reason[:500]]))
+
+    def wait(self, task_id: str, timeout: float | None = None) -> ScheduledTask:
+        """Block until the task is terminal and return it; raises TimeoutError after
+        ``timeout`` seconds. Blocks on the pool's event stream (XREAD BLOCK), never polls."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = last_event_id(self.redis, self.keys)
+        while True:
+            task = self.get(task_id)
+            if task.status.terminal:
+                return task
+            remaining = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+            if remaining <= 0:
+                raise TimeoutError(f"task {task_id} is still {task.status.value}")
+            cursor, events = read_events(
+                self.redis, self.keys, cursor, block_ms=max(1, int(remaining * 1000))
+            )
+            while events and not any(e.task == task_id for e in events):
+                cursor, events = read_events(self.redis, self.keys, cursor, block_ms=None)
+
+    def events(
+        self, since: str = "0-0", *, task: str | None = None, follow: bool = False
+    ) -> Iterator[Event]:
+        """Transitions from the pool's event stream, oldest first; ``follow`` keeps blocking
+        for new ones."""
+        cursor = since
+        while True:
+            cursor, batch = read_events(
+                self.redis, self.keys, cursor, block_ms=5000 if follow else None
+            )
+            for e in batch:
+                if task is None or e.task == task:
+                    yield e
+            if not batch and not follow:
+                return
+
+    # -- workflows ----------------------------------------------------------------------------
+    def put_workflow(self, definition: WorkflowDefinition | Mapping[str, Any]) -> str:
+        """Store (or replace) a WorkflowDefinition; returns its name."""
+        try:
+            wf = (
+                definition
+                if isinstance(definition, WorkflowDefinition)
+                else WorkflowDefinition.model_validate(dict(definition))
+            )
+        except ValidationError as exc:
+            raise InvalidInput(_first_error(exc)) from None
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(self.keys.workflow(wf.name), wf.model_dump_json())
+        pipe.sadd(self.keys.workflows, wf.name)
+        pipe.execute()
+        return wf.name
+
+    def get_workflow(self, name: str) -> WorkflowDefinition:
+        validate_id(name, "workflow name")
+        raw = self.redis.get(self.keys.workflow(name))
+        if raw is None:
+            raise NotFound(f"no workflow {name} in pool {self.pool}")
+        return WorkflowDefinition.model_validate(json.loads(raw))
+
+    def list_workflows(self) -> list[str]:
+        return sorted(self.redis.smembers(self.keys.workflows))

@@ -1,0 +1,67 @@
+"""One pool on one Redis connection: the base every client (producer, host, admin,
+scheduler) builds on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from .config import PoolConfig, Settings
+from .keys import Keys
+from .models import validate_id
+from .scripts import Scripts
+
+
+def connect(url: str) -> redis.Redis:
+    """A Redis client for deviceq: decoded responses, health checks, retry on a dropped
+    connection."""
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        health_check_interval=30,
+        socket_keepalive=True,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+class PoolConnection:
+    """A validated pool name, its key layout and its scripts on one Redis client."""
+
+    def __init__(self, redis_or_url: redis.Redis | str | None = None, pool: str | None = None):
+        settings = Settings() if redis_or_url is None or pool is None else None
+        if redis_or_url is None:
+            redis_or_url = settings.redis_url  # type: ignore[union-attr]
+        self.pool = validate_id(pool if pool is not None else settings.pool, "pool name")  # type: ignore[union-attr]
+        self.redis: redis.Redis = (
+            connect(redis_or_url) if isinstance(redis_or_url, str) else redis_or_url
+        )
+        self.keys = Keys(self.pool)
+        self.scripts = Scripts(self.redis)
+
+    def _run(self, name: str, args: list[Any]) -> Any:
+        return self.scripts.run(name, self.keys.prefix, args)
+
+    def server_time_ms(self) -> int:
+        sec, usec = self.redis.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def config(self) -> PoolConfig:
+        """The pool's settings: stored values over the defaults."""
+        stored = self.redis.hgetall(self.keys.config)
+        return PoolConfig.model_validate(
+            {k: v for k, v in stored.items() if k in PoolConfig.model_fields}
+        )
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> PoolConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,96 @@
+"""Typed errors. Every Lua error reply starts with a CODE that maps to one class here."""
+
+from __future__ import annotations
+
+
+class DeviceqError(Exception):
+    """Base class of every deviceq error."""
+
+    code = "ERROR"
+
+
+class InvalidInput(DeviceqError, ValueError):
+    """Malformed id, tag, goal or argument. Nothing was changed."""
+
+    code = "INVALID"
+
+
+class NotFound(DeviceqError, LookupError):
+    """The task, host, device or workflow does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(DeviceqError):
+    """The host (or task id) already exists."""
+
+    code = "EXISTS"
+
+
+class QueueFull(DeviceqError):
+    """The pool already holds ``max_queue_depth`` queued tasks."""
+
+    code = "QUEUE_FULL"
+
+
+class AuthError(DeviceqError, PermissionError):
+    """Unknown host or wrong token. The message never contains the token."""
+
+    code = "AUTH"
+
+
+class DeviceOwned(DeviceqError):
+    """A host reported a device id that another host registered."""
+
+    code = "DEVICE_OWNED"
+
+
+class Busy(DeviceqError):
+    """The operation would disturb running work (e.g. removing a host with reserved devices)."""
+
+    code = "BUSY"
+
+
+class Fenced(DeviceqError):
+    """A scheduler that is no longer the leader tried to commit assignments."""
+
+    code = "FENCED"
+
+
+class ConfigError(DeviceqError):
+    """Bad configuration: unknown setting, bad value, unknown strategy or runner."""
+
+    code = "CONFIG"
+
+
+class LeaseLost(DeviceqError):
+    """The lease is no longer current (superseded, expired or finished): stop the runner."""
+
+    code = "LEASE_LOST"
+
+
+_BY_CODE: dict[str, type[DeviceqError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidInput,
+        NotFound,
+        AlreadyExists,
+        QueueFull,
+        AuthError,
+        DeviceOwned,
+        Busy,
+        Fenced,
+        ConfigError,
+        LeaseLost,
+    )
+}
+
+
+def from_reply(message: str) -> DeviceqError | None:
+    """Turn a Lua ``error_reply("CODE text")`` message into a typed error, or None if foreign."""
+    # Redis may prefix script errors with context; the CODE is the first word we produced.
+    text = message.strip()
+    for code, cls in _BY_CODE.items():
+        if text.startswith(code + " "):
+            return cls(text[len(code) + 1 :])
+    return None

@@ -1,0 +1,143 @@
+"""The Redis key layout of a pool: the one place that names keys.
+
+Every key of a pool starts with ``dq:{POOL}:``. The braces are a Redis Cluster hash tag, so a
+whole pool lives in one slot and every Lua script may touch any of its keys atomically.
+The Lua scripts derive the same names from the prefix they receive (see ``lua/README.md``);
+keep both in step.
+
+=================================  =========  ==================================================
+key                                type       holds
+=================================  =========  ==================================================
+``config``                         hash       pool settings (``max_queue_depth``, ttls, ...)
+``seq``                            string     submission counter (task order, ids)
+``lease_seq``                      string     lease counter (lease ids)
+``task:ID``                        hash       one task (see ``deviceq.models.TASK_FIELDS``)
+``task:ID:attempts``               list       JSON record per attempt, expired ones included
+``queue:SIG``                      zset       queued task ids of one constraint bucket, by seq
+``queues``                         zset       non-empty bucket ids, scored by their head's seq
+``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
+``status:STATUS``                  zset       task ids by status (queued/active by seq,
+                                              terminal by finish time, trimmed by retention)
+``idem:KEY``                       string     idempotency key -> task id (expires)
+``device:ID``                      hash       one device (host, driver_type, tags, state, ...)
+``devices``                        set        every registered device id
+``idle``                           zset       idle, unreserved, assignable device ids, scored
+                                              by the time they became idle (ms)
+``host:ID``                        hash       one host (token digest, heartbeat, draining)
+``host:ID:devices``                set        device ids owned by the host
+``host:ID:inbox``                  list       task ids assigned to the host, awaiting claim
+``host:ID:wake``                   list       one-element signal list a worker BLPOPs on
+``hosts``                          set        every host id
+``leases``                         zset       task ids with an active lease, by expiry (ms)
+``events``                         stream     every transition (capped by ``event_maxlen``)
+``sched:wake``                     list       one-element signal list the scheduler BLPOPs on
+``leader``                         string     scheduler leader lease ``OWNER:EPOCH`` (PX ttl)
+``leader:epoch``                   string     fencing counter, bumped at each new leadership
+``workflow:NAME``                  string     a ``WorkflowDefinition`` as JSON
+``workflows``                      set        every workflow name
+=================================  =========  ==================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names of one pool. ``pool`` must already be validated (see ``models.validate_id``)."""
+
+    pool: str
+
+    @property
+    def prefix(self) -> str:
+        return f"dq:{{{self.pool}}}:"
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    # pool-wide
+    @property
+    def config(self) -> str:
+        return self._k("config")
+
+    @property
+    def seq(self) -> str:
+        return self._k("seq")
+
+    @property
+    def queues(self) -> str:
+        return self._k("queues")
+
+    @property
+    def devices(self) -> str:
+        return self._k("devices")
+
+    @property
+    def idle(self) -> str:
+        return self._k("idle")
+
+    @property
+    def hosts(self) -> str:
+        return self._k("hosts")
+
+    @property
+    def leases(self) -> str:
+        return self._k("leases")
+
+    @property
+    def events(self) -> str:
+        return self._k("events")
+
+    @property
+    def sched_wake(self) -> str:
+        return self._k("sched", "wake")
+
+    @property
+    def leader(self) -> str:
+        return self._k("leader")
+
+    @property
+    def leader_epoch(self) -> str:
+        return self._k("leader", "epoch")
+
+    @property
+    def workflows(self) -> str:
+        return self._k("workflows")
+
+    # per entity
+    def task(self, task_id: str) -> str:
+        return self._k("task", task_id)
+
+    def attempts(self, task_id: str) -> str:
+        return self._k("task", task_id, "attempts")
+
+    def queue(self, sig: str) -> str:
+        return self._k("queue", sig)
+
+    def sig(self, sig: str) -> str:
+        return self._k("sig", sig)
+
+    def status(self, status: str) -> str:
+        return self._k("status", status)
+
+    def idem(self, key: str) -> str:
+        return self._k("idem", key)
+
+    def device(self, device_id: str) -> str:
+        return self._k("device", device_id)
+
+    def host(self, host_id: str) -> str:
+        return self._k("host", host_id)
+
+    def host_devices(self, host_id: str) -> str:
+        return self._k("host", host_id, "devices")
+
+    def inbox(self, host_id: str) -> str:
+        return self._k("host", host_id, "inbox")
+
+    def host_wake(self, host_id: str) -> str:
+        return self._k("host", host_id, "wake")
+
+    def workflow(self, name: str) -> str:
+        return self._k("workflow", name)

@@ -1,0 +1,358 @@
+"""Typed models of deviceq and the validation every id, tag and goal passes before it becomes
+part of a Redis key or a script argument."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .errors import InvalidInput
+
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}$")
+MAX_GOAL_BYTES = 16 * 1024
+MAX_TAGS = 32
+MAX_PRIORITY = 9
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+def validate_id(value: object, what: str = "id") -> str:
+    """Return ``value`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ -``, not starting with
+    punctuation); raise InvalidInput otherwise. Ids become parts of Redis keys."""
+    if not isinstance(value, str) or not ID_RE.match(value):
+        shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
+        raise InvalidInput(
+            f"invalid {what} {shown!r}: use 1-128 characters from A-Z a-z 0-9 . _ - "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def validate_tag(value: object) -> str:
+    if not isinstance(value, str) or not TAG_RE.match(value):
+        raise InvalidInput(
+            f"invalid tag {str(value)[:40]!r}: use 1-64 characters from A-Z a-z 0-9 . _ - = / + "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def validate_tags(values: Any) -> tuple[str, ...]:
+    """Validate, deduplicate and sort a collection of tags (a comma string is accepted)."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v]
+    tags = sorted({validate_tag(v) for v in values})
+    if len(tags) > MAX_TAGS:
+        raise InvalidInput(f"at most {MAX_TAGS} tags, got {len(tags)}")
+    return tuple(tags)
+
+
+def validate_goal(goal: object) -> str:
+    if not isinstance(goal, str) or not goal.strip():
+        raise InvalidInput("goal must be a non-empty string")
+    size = len(goal.encode())
+    if size > MAX_GOAL_BYTES:
+        raise InvalidInput(f"goal is {size} bytes; the limit is {MAX_GOAL_BYTES}")
+    return goal
+
+
+class TaskStatus(StrEnum):
+    queued = "queued"
+    assigned = "assigned"
+    dispatched = "dispatched"
+    done = "done"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TaskStatus.done, TaskStatus.failed, TaskStatus.cancelled)
+
+
+class FailureKind(StrEnum):
+    lease_expired = "lease_expired"
+    runner_failed = "runner_failed"
+    runner_error = "runner_error"
+    cancelled = "cancelled"
+    timeout = "timeout"
+    rejected = "rejected"
+    unschedulable = "unschedulable"
+
+
+class DeviceState(StrEnum):
+    idle = "idle"
+    busy = "busy"
+    offline = "offline"
+
+
+class Constraints(BaseModel):
+    """What a device must offer: its ``driver_type`` (if given) and every tag in ``tags``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    driver_type: str | None = None
+    tags: tuple[str, ...] = ()
+
+    @field_validator("driver_type")
+    @classmethod
+    def _driver(cls, v: str | None) -> str | None:
+        return None if v in (None, "") else validate_id(v, "driver_type")
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, v: Any) -> tuple[str, ...]:
+        return validate_tags(v)
+
+    def signature(self, priority: int = 0) -> str:
+        """Bucket id of the queued index: tasks with equal constraints and priority share it."""
+        raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
+        return hashlib.sha1(raw.encode()).hexdigest()[:16]
+
+    def matches(self, driver_type: str, tags: tuple[str, ...] | set[str]) -> bool:
+        if self.driver_type and self.driver_type != driver_type:
+            return False
+        return set(self.tags) <= set(tags)
+
+
+class TaskSpec(BaseModel):
+    """A submission: a ``goal`` or a ``workflow`` name, with constraints and options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str | None = None
+    workflow: str | None = None
+    driver_type: str | None = None
+    tags: tuple[str, ...] = ()
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY)
+    max_attempts: int | None = Field(None, ge=1, le=1000)
+    idempotency_key: str | None = None
+    queue_timeout: float | None = Field(None, gt=0)
+
+    @field_validator("goal")
+    @classmethod
+    def _goal(cls, v: str | None) -> str | None:
+        return None if v is None else validate_goal(v)
+
+    @field_validator("workflow")
+    @classmethod
+    def _workflow(cls, v: str | None) -> str | None:
+        return None if v is None else validate_id(v, "workflow name")
+
+    @field_validator("driver_type")
+    @classmethod
+    def _driver(cls, v: str | None) -> str | None:
+        return None if v in (None, "") else validate_id(v, "driver_type")
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, v: Any) -> tuple[str, ...]:
+        return validate_tags(v)
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _idem(cls, v: str | None) -> str | None:
+        return None if v is None else validate_id(v, "idempotency key")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> TaskSpec:
+        if (self.goal is None) == (self.workflow is None):
+            raise InvalidInput("give exactly one of a goal or a workflow name")
+        return self
+
+    @property
+    def constraints(self) -> Constraints:
+        return Constraints(driver_type=self.driver_type, tags=self.tags)
+
+
+class Attempt(BaseModel):
+    """One bounded attempt of a task (its lease), kept for audit, expired ones included."""
+
+    attempt: int
+    lease_id: str
+    host_id: str
+    device_id: str
+    assigned_at: int
+    dispatched_at: int | None = None
+    ended_at: int | None = None
+    outcome: str = "active"
+    failure_kind: str | None = None
+    error: str | None = None
+    expired_in: str | None = None
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v in (None, "") else int(v)
+
+
+class ScheduledTask(BaseModel):
+    """A submitted unit of work as stored in ``dq:{POOL}:task:ID``. Times are ms since epoch."""
+
+    id: str
+    status: TaskStatus
+    kind: str
+    goal: str | None = None
+    workflow: str | None = None
+    driver_type: str | None = None
+    tags: tuple[str, ...] = ()
+    priority: int = 0
+    attempt: int = 0
+    max_attempts: int = 1
+    host_id: str | None = None
+    device_id: str | None = None
+    lease_id: str | None = None
+    lease_expires_at: int | None = None
+    failure_kind: FailureKind | None = None
+    error: str | None = None
+    result: str | None = None
+    cancel_requested: bool = False
+    idempotency_key: str | None = None
+    queue_deadline: int | None = None
+    seq: int = 0
+    submitted_at: int = 0
+    updated_at: int = 0
+    assigned_at: int | None = None
+    dispatched_at: int | None = None
+    finished_at: int | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+
+    @classmethod
+    def from_hash(cls, h: dict[str, str], attempts: list[str] | None = None) -> ScheduledTask:
+        def s(name: str) -> str | None:
+            v = h.get(name)
+            return None if v in (None, "") else v
+
+        return cls(
+            id=h["id"],
+            status=TaskStatus(h["status"]),
+            kind=h.get("kind", "goal"),
+            goal=s("goal"),
+            workflow=s("workflow"),
+            driver_type=s("driver_type"),
+            tags=tuple(t for t in (h.get("tags") or "").split(",") if t),
+            priority=int(h.get("priority") or 0),
+            attempt=int(h.get("attempt") or 0),
+            max_attempts=int(h.get("max_attempts") or 1),
+            host_id=s("host_id"),
+            device_id=s("device_id"),
+            lease_id=s("lease_id"),
+            lease_expires_at=_opt_int(h.get("lease_expires_at")),
+            failure_kind=s("failure_kind"),  # type: ignore[arg-type]
+            error=s("error"),
+            result=s("result"),
+            cancel_requested=h.get("cancel_requested") == "1",
+            idempotency_key=s("idempotency_key"),
+            queue_deadline=_opt_int(h.get("queue_deadline")),
+            seq=int(h.get("seq") or 0),
+            submitted_at=int(h.get("submitted_at") or 0),
+            updated_at=int(h.get("updated_at") or 0),
+            assigned_at=_opt_int(h.get("assigned_at")),
+            dispatched_at=_opt_int(h.get("dispatched_at")),
+            finished_at=_opt_int(h.get("finished_at")),
+            attempts=[Attempt.model_validate(json.loads(a)) for a in attempts or []],
+        )
+
+    @property
+    def constraints(self) -> Constraints:
+        return Constraints(driver_type=self.driver_type, tags=self.tags)
+
+
+class PooledDevice(BaseModel):
+    """A device owned by one host, as stored in ``dq:{POOL}:device:ID``."""
+
+    device_id: str
+    host_id: str
+    driver_type: str
+    tags: tuple[str, ...] = ()
+    state: DeviceState = DeviceState.idle
+    reserved_by: str | None = None
+    quarantined: bool = False
+    consecutive_failures: int = 0
+    released_at: int | None = None
+    last_assigned_at: int | None = None
+
+    @field_validator("device_id", "host_id")
+    @classmethod
+    def _ids(cls, v: str) -> str:
+        return validate_id(v, "device/host id")
+
+    @field_validator("driver_type")
+    @classmethod
+    def _driver(cls, v: str) -> str:
+        return validate_id(v, "driver_type")
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, v: Any) -> tuple[str, ...]:
+        return validate_tags(v)
+
+    @classmethod
+    def from_hash(cls, h: dict[str, str]) -> PooledDevice:
+        return cls(
+            device_id=h["id"],
+            host_id=h["host_id"],
+            driver_type=h.get("driver_type") or "unknown",
+            tags=h.get("tags") or "",
+            state=DeviceState(h.get("state") or "offline"),
+            reserved_by=h.get("reserved_by") or None,
+            quarantined=h.get("quarantined") == "1",
+            consecutive_failures=int(h.get("consecutive_failures") or 0),
+            released_at=_opt_int(h.get("released_at")),
+            last_assigned_at=_opt_int(h.get("last_assigned_at")),
+        )
+
+
+class Host(BaseModel):
+    """A machine running the worker daemon. The token digest is never part of this model."""
+
+    host_id: str
+    last_heartbeat: int = 0
+    draining: bool = False
+    alive: bool = False
+    devices: list[str] = Field(default_factory=list)
+
+
+class WorkflowStep(BaseModel):
+    """One step of a workflow: a goal run through the goal runner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    goal: str
+
+    @field_validator("goal")
+    @classmethod
+    def _goal(cls, v: str) -> str:
+        return validate_goal(v)
+
+
+class WorkflowDefinition(BaseModel):
+    """A named, stored list of steps. A task may reference it instead of a goal."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str | None = None
+    steps: list[WorkflowStep] = Field(min_length=1, max_length=1000)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return validate_id(v, "workflow name")
+
+
+class Assignment(BaseModel):
+    """A claimed attempt, as handed to the host worker: the task plus its current lease."""
+
+    task: ScheduledTask
+    lease_id: str
+    attempt: int
+    device_id: str
+    host_id: str
+    lease_expires_at: int
