@@ -24,7 +24,7 @@ local out, hosts_alive, woken = {}, {}, {}
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk, dk = k('task', id), k('device', did)
-  local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq')
+  local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at')
   if not t[1] then return nil, 'task_not_found' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
   local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags')
@@ -67,7 +67,8 @@ for i = 0, n - 1 do
       host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
     redis.call('RPUSH', k('host', host_id, 'inbox'), id)
     woken[host_id] = true
-    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt', attempt)
+    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt', attempt,
+      'sig', v.t[4], 'queued_ms', now - tonumber(v.t[7]))
     out[#out + 1] = 'ok:' .. lease
   end
 end

@@ -17,7 +17,8 @@ while #out < max do
   local id = redis.call('LPOP', inbox)
   if not id then break end
   local tk = k('task', id)
-  local t = redis.call('HMGET', tk, 'status', 'host_id', 'lease_expires_at', 'attempt', 'seq')
+  local t = redis.call('HMGET', tk, 'status', 'host_id', 'lease_expires_at', 'attempt', 'seq',
+    'assigned_at', 'submitted_at')
   if t[1] == 'assigned' and t[2] == host_id and tonumber(t[3]) > now then
     local expires = now + ttl
     redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires,
@@ -27,7 +28,8 @@ while #out < max do
     close_attempt(id, t[4], 'active', {dispatched_at = now})
     local lease = redis.call('HGET', tk, 'lease_id')
     emit('dispatched', 'task', id, 'lease', lease, 'host', host_id,
-      'device', redis.call('HGET', tk, 'device_id'), 'attempt', t[4])
+      'device', redis.call('HGET', tk, 'device_id'), 'attempt', t[4],
+      'claim_ms', now - tonumber(t[6]), 'since_submit_ms', now - tonumber(t[7]))
     out[#out + 1] = redis.call('HGETALL', tk)
   end
 end

@@ -18,21 +18,6 @@ from redis.commands.core import Script
 from .config import PoolConfig
 from .errors import DeviceqError, from_reply
 
-NAMES = (
-    "submit",
-    "heartbeat",
-    "assign",
-    "claim",
-    "renew",
-    "report",
-    "expire",
-    "cancel",
-    "host_add",
-    "host_drain",
-    "host_remove",
-    "device_quarantine",
-    "leader",
-)
 
 
 def lua_dir() -> Path:
@@ -48,9 +33,15 @@ def lua_dir() -> Path:
 
 
 @cache
+def names() -> tuple[str, ...]:
+    """Every transition script: each ``lua/NAME.lua`` but the ``_lib.lua`` helpers."""
+    return tuple(sorted(p.stem for p in lua_dir().glob("*.lua") if not p.stem.startswith("_")))
+
+
+@cache
 def source(name: str) -> str:
     """The full text sent to Redis for script ``name``."""
-    if name not in NAMES:
+    if name not in names():
         raise KeyError(name)
     folder = lua_dir()
     lib = (folder / "_lib.lua").read_text()
@@ -63,7 +54,7 @@ class Scripts:
 
     def __init__(self, r: redis.Redis) -> None:
         self._r = r
-        self._scripts: dict[str, Script] = {n: r.register_script(source(n)) for n in NAMES}
+        self._scripts: dict[str, Script] = {n: r.register_script(source(n)) for n in names()}
 
     def run(self, name: str, prefix: str, args: list[Any], client: Any = None) -> Any:
         """Run script ``name`` on the pool ``prefix``; raise a typed DeviceqError for its error

@@ -1,0 +1,17 @@
+"""The ``deviceq`` command line. Each ``*_cmds`` module adds its commands to the groups of
+``app``; importing them here registers them all."""
+
+from __future__ import annotations
+
+import importlib
+
+from .app import main
+
+for _module in ("core_cmds", "scheduler_cmds", "worker_cmds", "ops_cmds"):
+    try:
+        importlib.import_module(f"{__name__}.{_module}")
+    except ModuleNotFoundError as exc:  # a module not written yet
+        if exc.name != f"{__name__}.{_module}":
+            raise
+
+__all__ = ["main"]

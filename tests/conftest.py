@@ -1,0 +1,94 @@
+"""Shared fixtures. Tests talk to a private ``redis-server`` started on a free port (one per
+session, plus per-test servers for restart and fault tests). Set DEVICEQ_TEST_BACKEND=fakeredis
+to run the suites marked ``both`` on fakeredis as well (they are parametrized over backends)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+import redis
+
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from deviceq.embedded import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A server of this test's own (restart, kill and persistence tests)."""
+    with RedisServer(appendonly=True) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+def _backends() -> list[str]:
+    extra = os.environ.get("DEVICEQ_TEST_BACKEND", "redis,fakeredis")
+    return [b for b in extra.split(",") if b]
+
+
+@pytest.fixture(params=_backends())
+def r(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A decoded client to the real private server, or to fakeredis."""
+    if request.param == "fakeredis":
+        client = fakeredis.FakeRedis(decode_responses=True)
+    else:
+        client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def real_r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A decoded client to the real private server only."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def pool() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+class Fleet:
+    """A pool with producer, admin and helpers to add hosts with devices."""
+
+    def __init__(self, r: redis.Redis, pool: str) -> None:
+        self.r = r
+        self.pool = pool
+        self.client = Client(r, pool)
+        self.admin = PoolAdmin(r, pool)
+        self.tokens: dict[str, str] = {}
+
+    def add_host(self, host_id: str, *devices: tuple[str, str, tuple[str, ...]]) -> HostClient:
+        token = self.admin.add_host(host_id)
+        self.tokens[host_id] = token
+        h = HostClient(self.r, self.pool, host_id, token)
+        h.heartbeat([DeviceReport(d, drv, tags) for d, drv, tags in devices])
+        return h
+
+    def host(self, host_id: str) -> HostClient:
+        return HostClient(self.r, self.pool, host_id, self.tokens[host_id])
+
+
+@pytest.fixture
+def fleet(r: redis.Redis, pool: str) -> Fleet:
+    return Fleet(r, pool)
+
+
+@pytest.fixture
+def real_fleet(real_r: redis.Redis, pool: str) -> Fleet:
+    return Fleet(real_r, pool)
