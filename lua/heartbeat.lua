@@ -43,6 +43,13 @@ for i = 0, n - 1 do
       'consecutive_failures', 0, 'registered_at', now)
     emit('device_registered', 'device', did, 'host', host_id)
   end
+  if d[5] ~= driver or d[6] ~= tags then
+    if d[5] then
+      local old = d[5] .. '|' .. (d[6] or '')
+      if redis.call('HINCRBY', k('caps'), old, -1) <= 0 then redis.call('HDEL', k('caps'), old) end
+    end
+    redis.call('HINCRBY', k('caps'), driver .. '|' .. tags, 1)
+  end
   if d[2] ~= state or d[5] ~= driver or d[6] ~= tags then
     redis.call('HSET', dk, 'driver_type', driver, 'tags', tags, 'state', state, 'updated_at', now)
     emit('device_state', 'device', did, 'host', host_id, 'state', state)

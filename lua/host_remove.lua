@@ -16,6 +16,11 @@ for _, did in ipairs(devs) do
   end
 end
 for _, did in ipairs(devs) do
+  local d = redis.call('HMGET', k('device', did), 'driver_type', 'tags')
+  if d[1] then
+    local p = d[1] .. '|' .. (d[2] or '')
+    if redis.call('HINCRBY', k('caps'), p, -1) <= 0 then redis.call('HDEL', k('caps'), p) end
+  end
   redis.call('DEL', k('device', did))
   redis.call('SREM', k('devices'), did)
   redis.call('ZREM', k('idle'), did)

@@ -1,15 +1,34 @@
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV[1]  n, the number of tasks; then 11 fields per task:
+-- ARGV[1]  n, the number of tasks; then 12 fields per task:
 --          id kind goal workflow driver_type tags(csv, sorted) priority max_attempts('' = pool
 --          default) idempotency_key('' = none) sig queue_timeout_s('' = pool default)
+--          reject_unmatched('' = pool setting reject_unmatchable, '1' yes, '0' no)
 -- Returns  a flat array: per task, its id and 1 (created) or 0 (an earlier task with the same
 --          idempotency key, whose id is returned instead).
 -- Errors   QUEUE_FULL (the pool holds max_queue_depth queued tasks), NOT_FOUND (unknown
---          workflow), INVALID (malformed id or field), EXISTS (task id already used).
+--          workflow), INVALID (malformed id or field), EXISTS (task id already used),
+--          UNMATCHABLE (rejecting unmatched tasks and no registered device could run it; the
+--          check reads the `caps` hash of distinct device profiles, not the devices).
 local n = tonumber(ARGV[1])
-local F = 11
+local F = 12
 if not n or n < 1 or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
+
+-- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
+local profiles
+local function matchable(driver, tags)
+  if not profiles then profiles = redis.call('HKEYS', k('caps')) end
+  if #profiles == 0 then return false, 'no devices are registered' end
+  local best
+  for _, p in ipairs(profiles) do
+    local d, t = p:match('^([^|]*)|(.*)$')
+    local ok, why = satisfies(driver, tags, d, t)
+    if ok then return true end
+    if not best or why ~= 'driver_type_mismatch' then best = why end
+  end
+  if best == 'driver_type_mismatch' then return false, 'no device has driver_type ' .. driver end
+  return false, 'no matching device has tag ' .. best:sub(13)
+end
 
 -- validate everything before writing anything
 local fresh, out, seen = 0, {}, {}
@@ -22,6 +41,14 @@ for i = 0, n - 1 do
     return fail('NOT_FOUND', 'unknown workflow ' .. wf)
   end
   if not valid_id(ARGV[b + 10]) then return fail('INVALID', 'malformed signature') end
+  local rej = ARGV[b + 12]
+  if rej == '' then rej = cfg('reject_unmatchable') == 1 and '1' or '0' end
+  if rej == '1' then
+    local ok, why = matchable(ARGV[b + 5], ARGV[b + 6])
+    if not ok then
+      return fail('UNMATCHABLE', 'no registered device could run task ' .. id .. ': ' .. why)
+    end
+  end
   local existing = false
   if idem ~= '' then
     if not valid_id(idem) then return fail('INVALID', 'malformed idempotency key') end

@@ -14,6 +14,7 @@ from .errors import (
     LeaseLost,
     NotFound,
     QueueFull,
+    Unmatchable,
 )
 from .host import DeviceReport, HostClient, Renewal, Report
 from .models import (
@@ -62,6 +63,7 @@ __all__ = [
     "Settings",
     "TaskSpec",
     "TaskStatus",
+    "Unmatchable",
     "WorkflowDefinition",
     "WorkflowStep",
 ]

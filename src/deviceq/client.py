@@ -59,6 +59,7 @@ def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
         spec.idempotency_key or "",
         spec.constraints.signature(spec.priority),
         "" if spec.queue_timeout is None else spec.queue_timeout,
+        "" if spec.reject_unmatched is None else int(spec.reject_unmatched),
     ]
 
 
@@ -82,12 +83,16 @@ class Client(PoolConnection):
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         queue_timeout: float | None = None,
+        reject_unmatched: bool | None = None,
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
 
         Raises InvalidInput for bad input, NotFound for an unknown workflow, QueueFull when the
         pool already holds ``max_queue_depth`` queued tasks. With ``idempotency_key``, a retried
-        submission returns the first task's id instead of creating a copy."""
+        submission returns the first task's id instead of creating a copy. With
+        ``reject_unmatched`` (default: the pool setting ``reject_unmatchable``) a task that no
+        registered device could ever run raises Unmatchable; otherwise it waits queued
+        (``queue_timeout`` seconds at most, when given)."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -98,6 +103,7 @@ class Client(PoolConnection):
                 "max_attempts": max_attempts,
                 "idempotency_key": idempotency_key,
                 "queue_timeout": queue_timeout,
+                "reject_unmatched": reject_unmatched,
             }
         )
         return self.submit_many([spec])[0]

@@ -39,6 +39,12 @@ class AuthError(DeviceqError, PermissionError):
     code = "AUTH"
 
 
+class Unmatchable(DeviceqError):
+    """Rejecting unmatched tasks, and no registered device could ever run this one."""
+
+    code = "UNMATCHABLE"
+
+
 class DeviceOwned(DeviceqError):
     """A host reported a device id that another host registered."""
 
@@ -76,6 +82,7 @@ _BY_CODE: dict[str, type[DeviceqError]] = {
         NotFound,
         AlreadyExists,
         QueueFull,
+        Unmatchable,
         AuthError,
         DeviceOwned,
         Busy,
@@ -94,3 +101,8 @@ def from_reply(message: str) -> DeviceqError | None:
         if text.startswith(code + " "):
             return cls(text[len(code) + 1 :])
     return None
+
+
+def error_codes() -> tuple[str, ...]:
+    """Every CODE a script may return."""
+    return tuple(_BY_CODE)

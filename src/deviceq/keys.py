@@ -16,6 +16,7 @@ key                                type       holds
 ``queue:SIG``                      zset       queued task ids of one constraint bucket, by seq
 ``queues``                         zset       non-empty bucket ids, scored by their head's seq
 ``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
+``deadlines``                      zset       queued task ids with a queue timeout, by deadline
 ``status:STATUS``                  zset       task ids by status (queued/active by seq,
                                               terminal by finish time, trimmed by retention)
 ``idem:KEY``                       string     idempotency key -> task id (expires)
@@ -28,6 +29,7 @@ key                                type       holds
 ``host:ID:inbox``                  list       task ids assigned to the host, awaiting claim
 ``host:ID:wake``                   list       one-element signal list a worker BLPOPs on
 ``hosts``                          set        every host id
+``caps``                           hash       device profile ``DRIVER|TAGS`` -> device count
 ``leases``                         zset       task ids with an active lease, by expiry (ms)
 ``events``                         stream     every transition (capped by ``event_maxlen``)
 ``sched:wake``                     list       one-element signal list the scheduler BLPOPs on
@@ -64,6 +66,14 @@ class Keys:
     @property
     def seq(self) -> str:
         return self._k("seq")
+
+    @property
+    def deadlines(self) -> str:
+        return self._k("deadlines")
+
+    @property
+    def caps(self) -> str:
+        return self._k("caps")
 
     @property
     def queues(self) -> str:

@@ -134,6 +134,7 @@ class TaskSpec(BaseModel):
     max_attempts: int | None = Field(None, ge=1, le=1000)
     idempotency_key: str | None = None
     queue_timeout: float | None = Field(None, gt=0)
+    reject_unmatched: bool | None = None
 
     @field_validator("goal")
     @classmethod

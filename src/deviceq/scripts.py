@@ -16,7 +16,7 @@ import redis
 from redis.commands.core import Script
 
 from .config import PoolConfig
-from .errors import DeviceqError, from_reply
+from .errors import DeviceqError, error_codes, from_reply
 
 
 
@@ -68,10 +68,12 @@ class Scripts:
             raise
 
 
+_CODES = error_codes()
+
+
 def _strip(message: str) -> str:
     # Redis 7 returns the error_reply text verbatim; older servers/fakeredis may wrap it.
-    for code in ("INVALID", "NOT_FOUND", "EXISTS", "QUEUE_FULL", "AUTH", "DEVICE_OWNED",
-                 "BUSY", "FENCED", "CONFIG", "LEASE_LOST"):
+    for code in _CODES:
         pos = message.find(code + " ")
         if pos != -1:
             return message[pos:]

@@ -34,6 +34,8 @@ def fmt_ms(ms: int | None) -> str:
 @click.option("--idempotency-key", help="A retried submit with the same key returns the same id.")
 @click.option("--queue-timeout", type=click.FloatRange(min=0, min_open=True),
               help="Fail as unschedulable after waiting this many seconds queued.")
+@click.option("--reject-unmatched", is_flag=True, default=None,
+              help="Refuse it now if no registered device could ever run it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 @pass_ctx
 @handle_errors
@@ -47,6 +49,7 @@ def submit(
     max_attempts: int | None,
     idempotency_key: str | None,
     queue_timeout: float | None,
+    reject_unmatched: bool | None,
     as_json: bool,
 ) -> None:
     """Submit a task (a GOAL or --workflow NAME) and print its id.
@@ -65,6 +68,7 @@ def submit(
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
         queue_timeout=queue_timeout,
+        reject_unmatched=reject_unmatched,
     )
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
