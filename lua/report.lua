@@ -41,6 +41,9 @@ for i = 0, n - 1 do
   elseif outcome == 'cancelled' and t[11] ~= '1' then out[#out + 1] = 'rejected:cancel_not_requested'
   else
     local old = t[1]
+    -- a hand-back of a task whose cancel was requested ends it as cancelled
+    if outcome == 'released' and t[11] == '1' then outcome, kind = 'cancelled', 'cancelled' end
+    if old == 'assigned' then redis.call('LREM', k('host', host_id, 'inbox'), 0, id) end
     redis.call('ZREM', k('leases'), id)
     release_device(t[7], id)
     freed = true
