@@ -7,7 +7,7 @@ import importlib
 
 from .app import main
 
-for _module in ("core_cmds", "scheduler_cmds", "worker_cmds", "ops_cmds"):
+for _module in ("core_cmds", "scheduler_cmds", "worker_cmds", "ops_cmds", "demo_cmds"):
     try:
         importlib.import_module(f"{__name__}.{_module}")
     except ModuleNotFoundError as exc:  # a module not written yet
