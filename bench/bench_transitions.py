@@ -1,0 +1,227 @@
+"""Cost of each Lua transition: Redis commands run inside the script per call (from
+``INFO commandstats`` deltas on a private redis-server) and µs per call (a sequential loop from
+Python through the public API over a real TCP connection, and the server-side time of the
+EVALSHA from commandstats), next to references measured in the same run:
+
+- ``EVALSHA return 1``: a trivial script, the floor of any script call from Python;
+- ``naive HSET+ZADD+XADD``: what a non-atomic implementation of submit would send as one
+  pipeline (a 16-field HSET of the task, a ZADD to a queue, an XADD event), per task.
+
+Usage: ``python bench/bench_transitions.py [--quick] [--hosts N]``"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from common import (
+    Timer,
+    add_hosts,
+    commandstats,
+    machine,
+    preload_scripts,
+    private_redis,
+    raw_client,
+    stat_delta,
+    table,
+)
+from deviceq.client import Client
+from deviceq.host import DeviceReport, HostClient, Report
+from deviceq.pool import PoolAdmin
+
+GOAL = "open the settings app, enable wifi, check the connection: ok"  # 60 bytes
+assert len(GOAL) == 60
+BATCH = 100
+
+
+@dataclass
+class Row:
+    name: str
+    calls: int
+    items: int  # items per call
+    cmds: float  # commands inside the script per call
+    client_us: float  # per call, from Python
+    server_us: float  # per call, EVALSHA usec from commandstats (0 for non-script refs)
+    inner_us: float  # per call, usec of the commands the script ran (the rest is Lua itself)
+    breakdown: str
+
+
+def measure(
+    r: Any, name: str, items: int, calls: list[Callable[[], Any]], server_cmds: bool = False
+) -> Row:
+    """Run every callable once, sequentially; count what the server did meanwhile.
+    ``server_cmds``: the reference sends plain commands (count them, no EVALSHA)."""
+    before = commandstats(r)
+    with Timer() as t:
+        for fn in calls:
+            fn()
+    after = commandstats(r)
+    d = stat_delta(before, after)
+    n = len(calls)
+    if server_cmds:
+        return Row(name, n, items, d.inner_calls / n, t.s / n * 1e6, d.inner_usec / n,
+                   d.inner_usec / n, d.breakdown(n))
+    assert d.evalsha_calls == n, (name, d.evalsha_calls, n)
+    return Row(name, n, items, d.inner_calls / n, t.s / n * 1e6, d.evalsha_usec / n,
+               d.inner_usec / n, d.breakdown(n))
+
+
+def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
+    per_host = BATCH
+    n_dev = n_hosts * per_host
+    rows: list[Row] = []
+    with private_redis() as server:
+        r = raw_client(server.url)
+        pool = "bench"
+        preload_scripts(r)
+        admin, client = PoolAdmin(r, pool), Client(r, pool)
+        admin.set_config("max_queue_depth", 10_000_000)
+        fleet = add_hosts(admin, server.url, n_hosts, per_host)
+        hosts = {h: HostClient(r, pool, h, tok) for h, tok, _ in fleet}
+        devices = [d.device_id for _, _, devs in fleet for d in devs]
+        host_of = {d.device_id: h for h, _, devs in fleet for d in devs}
+
+        # ---- references -------------------------------------------------------------------
+        trivial = r.register_script("return 1")
+        trivial(keys=["dq:{bench}:x"], args=[])
+        k = max(200, n_dev)
+        rows.append(measure(r, "ref: EVALSHA `return 1`", 1,
+                            [lambda: trivial(keys=["dq:{bench}:x"], args=[])] * k))
+
+        def naive(n: int, base: list[int]) -> Callable[[], Any]:
+            def go() -> None:
+                p = r.pipeline(transaction=False)
+                for _ in range(n):
+                    base[0] += 1
+                    i = base[0]
+                    p.hset(f"naive:task:{i}", mapping={
+                        "id": f"t{i:015d}", "status": "queued", "kind": "goal", "goal": GOAL,
+                        "workflow": "", "driver_type": "android", "tags": "", "priority": 0,
+                        "attempt": 0, "max_attempts": 3, "seq": i, "sig": "0123456789abcdef",
+                        "submitted_at": 1764400000000, "updated_at": 1764400000000})
+                    p.zadd("naive:queue", {f"t{i:015d}": i})
+                    p.xadd("naive:events", {"type": "submitted", "task": f"t{i:015d}"},
+                           maxlen=100_000, approximate=True)
+                p.execute()
+            return go
+
+        counter = [0]
+        rows.append(measure(r, "ref: naive pipeline HSET+ZADD+XADD", 1,
+                            [naive(1, counter)] * k, server_cmds=True))
+        rows.append(measure(r, f"ref: naive pipeline x{BATCH}", BATCH,
+                            [naive(BATCH, counter)] * (k // BATCH), server_cmds=True))
+        r.delete("naive:queue", "naive:events")
+
+        # ---- heartbeat (steady state: nothing changed) --------------------------------------
+        tok = admin.add_host("hb")
+        hb = HostClient(r, pool, "hb", tok)
+        hb_devs = [DeviceReport(f"hb-d{i}", "android", ("wifi",)) for i in range(10)]
+        hb.heartbeat(hb_devs)
+        hb.set_draining(True)  # its devices must not take the bench's tasks
+        rows.append(measure(r, "heartbeat (10 devices, unchanged)", 10,
+                            [lambda: hb.heartbeat(hb_devs)] * k))
+
+        # ---- single-item calls: submit, assign, claim, renew, report ------------------------
+        ids: list[str] = []
+        rows.append(measure(r, "submit (single)", 1, [
+            lambda: ids.append(client.submit(GOAL, driver_type="android"))] * n_dev))
+        pairs = list(zip(ids, devices, strict=True))
+        rows.append(measure(r, "assign (single pair)", 1,
+                            [lambda p=p: admin.commit([p]) for p in pairs]))
+        claimed: list[tuple[str, str, str]] = []  # host, task, lease
+
+        def claim1(h: str) -> None:
+            for a in hosts[h].claim(1):
+                claimed.append((h, a.task.id, a.lease_id))
+
+        rows.append(measure(r, "claim (max=1)", 1, [lambda d=d: claim1(host_of[d])
+                                                    for d in devices]))
+        assert len(claimed) == n_dev, len(claimed)
+        rows.append(measure(r, "renew (single)", 1, [
+            lambda c=c: hosts[c[0]].renew([(c[1], c[2])]) for c in claimed]))
+        rows.append(measure(r, "report done (single)", 1, [
+            lambda c=c: hosts[c[0]].report(c[1], c[2], "done", None, "ok") for c in claimed]))
+        res = hosts[claimed[0][0]].report(claimed[0][1], claimed[0][2], "done", None, "ok")
+        assert res == "dup:done", res
+
+        # ---- batch calls ---------------------------------------------------------------------
+        ids = []
+        spec = {"goal": GOAL, "driver_type": "android"}
+        rows.append(measure(r, f"submit_many (batch {BATCH})", BATCH, [
+            lambda: ids.extend(client.submit_many([spec] * BATCH))] * (n_dev // BATCH)))
+        pairs = list(zip(ids, devices, strict=True))
+        chunks = [pairs[i:i + BATCH] for i in range(0, len(pairs), BATCH)]
+        rows.append(measure(r, f"assign (batch {BATCH} pairs)", BATCH,
+                            [lambda c=c: admin.commit(c) for c in chunks]))
+        claimed = []
+        by_host: dict[str, list[tuple[str, str]]] = {}
+
+        def claim_many(h: str) -> None:
+            for a in hosts[h].claim(BATCH):
+                claimed.append((h, a.task.id, a.lease_id))
+                by_host.setdefault(h, []).append((a.task.id, a.lease_id))
+
+        rows.append(measure(r, f"claim (max={BATCH})", BATCH,
+                            [lambda h=h: claim_many(h) for h in hosts]))
+        assert len(claimed) == n_dev, len(claimed)
+        rows.append(measure(r, f"renew (batch {BATCH})", BATCH,
+                            [lambda h=h: hosts[h].renew(by_host[h]) for h in hosts]))
+        rows.append(measure(r, f"report_many done (batch {BATCH})", BATCH, [
+            lambda h=h: hosts[h].report_many([Report(t, le, "done", None, "ok")
+                                              for t, le in by_host[h]]) for h in hosts]))
+
+        # ---- expire: assigned leases past their claim_ttl, back to the queue ------------------
+        admin.set_config("claim_ttl", 0.05)
+        ids = client.submit_many([spec] * n_dev)
+        for i in range(0, n_dev, BATCH):
+            out = admin.commit(list(zip(ids[i:i + BATCH], devices[i:i + BATCH], strict=True)))
+            assert all(o.startswith("ok:") for o in out), out[:3]
+        time.sleep(0.1)
+        results: list[dict[str, int]] = []
+        rows.append(measure(r, f"expire (limit {BATCH}, assigned, inbox {per_host})", BATCH, [
+            lambda: results.append(admin.expire(BATCH))] * (n_dev // BATCH)))
+        assert sum(x["requeued"] for x in results) == n_dev, results[-1]
+        admin.set_config("claim_ttl", 30)
+
+        # ---- cancel queued tasks (the requeued ones above) -------------------------------------
+        rows.append(measure(r, "cancel (queued)", 1, [lambda t=t: client.cancel(t) for t in ids]))
+        info = {"used_memory": r.info("memory")["used_memory_human"]}
+        r.close()
+    return rows, info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer calls (< 30 s)")
+    ap.add_argument("--hosts", type=int, default=None,
+                    help=f"hosts of {BATCH} devices; calls per single transition = hosts*100")
+    args = ap.parse_args()
+    n_hosts = args.hosts or (2 if args.quick else 10)
+    print(f"machine: {machine()}")
+    with Timer() as t:
+        rows, info = run(args.quick, n_hosts)
+    ref_eval = next(x for x in rows if x.name.startswith("ref: EVALSHA"))
+    ref_naive = next(x for x in rows if x.name == "ref: naive pipeline HSET+ZADD+XADD")
+    ref_naive_b = next(x for x in rows if x.name.startswith(f"ref: naive pipeline x{BATCH}"))
+    out = []
+    for x in rows:
+        naive = ref_naive_b if x.items == BATCH else ref_naive
+        out.append([
+            x.name, x.calls, x.cmds, x.cmds / x.items, x.client_us, x.client_us / x.items,
+            x.server_us, x.server_us / x.items, x.inner_us / x.items,
+            x.client_us / ref_eval.client_us,
+            (x.client_us / x.items) / (naive.client_us / naive.items), x.breakdown,
+        ])
+    print(table(["transition", "calls", "cmds/call", "cmds/item", "client µs/call",
+                 "client µs/item", "server µs/call", "server µs/item", "in-cmds µs/item",
+                 "x EVALSHA(1) client",
+                 "x naive/item client", "commands per call inside the script"], out))
+    print(f"\nmachine after: {machine()}; redis used_memory {info['used_memory']}; "
+          f"bench took {t.s:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
