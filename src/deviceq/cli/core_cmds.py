@@ -36,6 +36,8 @@ def fmt_ms(ms: int | None) -> str:
               help="Fail as unschedulable after waiting this many seconds queued.")
 @click.option("--reject-unmatched", is_flag=True, default=None,
               help="Refuse it now if no registered device could ever run it.")
+@click.option("--file", "tasks_file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Bulk: submit every task of a JSONL file (one TaskSpec object a line).")
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 @pass_ctx
 @handle_errors
@@ -50,15 +52,23 @@ def submit(
     idempotency_key: str | None,
     queue_timeout: float | None,
     reject_unmatched: bool | None,
+    tasks_file: str | None,
     as_json: bool,
 ) -> None:
-    """Submit a task (a GOAL or --workflow NAME) and print its id.
+    """Submit a task (a GOAL or --workflow NAME) and print its id; or, with --file, every task
+    of a JSONL file (all lines validated first) and print their ids.
 
     \b
     Example:
       deviceq submit "open the camera" --driver-type android --tag camera --tag wifi
       deviceq submit --workflow smoke-suite --max-attempts 5 --json
+      deviceq submit --file tasks.jsonl   # {"goal": "open settings", "tags": ["wifi"]} a line
     """
+    if tasks_file is not None:
+        from .ops_cmds import submit_file
+
+        submit_file(ctx, tasks_file, as_json, reject_unmatched)
+        return
     task_id = ctx.client.submit(
         goal,
         workflow=workflow_name,

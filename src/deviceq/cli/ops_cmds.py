@@ -1,0 +1,584 @@
+"""Operator commands: status (live), events, device/host/workflow listings, host remove and
+token rotation, task retry, and the bulk side of ``submit --file``."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from pydantic import ValidationError
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .. import status as st
+from ..client import spec_from
+from ..errors import DeviceqError, InvalidInput
+from ..events import Event, read_events
+from ..models import TaskSpec, TaskStatus, WorkflowDefinition
+from .app import (
+    Ctx,
+    device,
+    echo_json,
+    fail,
+    handle_errors,
+    host,
+    main,
+    pass_ctx,
+    task,
+    workflow,
+)
+from .core_cmds import fmt_ms
+
+SUBMIT_FILE_CHUNK = 500
+
+
+def fmt_age(ms: int | None) -> str:
+    """A duration in ms as a short human string (``850ms``, ``12.3s``, ``4m05s``, ``2h10m``)."""
+    if ms is None:
+        return "-"
+    neg, ms = ms < 0, abs(ms)
+    if ms < 1000:
+        text = f"{ms}ms"
+    elif ms < 60_000:
+        text = f"{ms / 1000:.1f}s"
+    elif ms < 3_600_000:
+        text = f"{ms // 60_000}m{(ms // 1000) % 60:02d}s"
+    else:
+        text = f"{ms // 3_600_000}h{(ms // 60_000) % 60:02d}m"
+    return f"-{text}" if neg else text
+
+
+def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> str:
+    return " ".join(filter(None, [driver_type or "*", *tags]))
+
+
+# -- status ------------------------------------------------------------------------------------
+def render_status(data: dict[str, Any]) -> RenderableType:
+    """The rich view of ``status.pool_status`` data."""
+    counts = data["counts"]
+    lead = data["leader"]
+    head = Text.assemble(
+        ("pool ", "dim"), (data["pool"], "bold"), ("   leader ", "dim"),
+        (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
+        "\n",
+        *[(f"{k} {v}  ", "bold red" if k == "failed" and v else "") for k, v in counts.items()],
+    )
+    parts: list[RenderableType] = [head]
+
+    q = Table(title="queued by constraints", title_justify="left")
+    for col in ("constraints", "prio", "depth", "oldest wait", "devices", "idle", "signature"):
+        numeric = col in ("prio", "depth", "devices", "idle")
+        q.add_column(col, justify="right" if numeric else "left", no_wrap=col == "signature")
+    for b in data["queues"]:
+        cons = _constraints(b["driver_type"], b["tags"])
+        devices = str(b["matching_devices"])
+        if b["unmatchable"]:
+            cons, devices = f"[bold red]{cons}[/]", "[bold red]none[/]"
+        q.add_row(cons, str(b["priority"]), str(b["depth"]), fmt_age(b["oldest_wait_ms"]),
+                  devices, str(b["idle_matching"]), b["sig"])
+    if not data["queues"]:
+        q.add_row("queue empty", "", "", "", "", "", "")
+    parts.append(q)
+
+    d = Table(title=f"devices ({data['devices']['total']})", title_justify="left")
+    by_state = data["devices"]["by_state"]
+    for name in by_state:
+        d.add_column(name, justify="right")
+    d.add_row(*[
+        f"[bold red]{n}[/]" if n and name in ("quarantined", "host_dead", "offline") else str(n)
+        for name, n in by_state.items()
+    ])
+    parts.append(d)
+
+    h = Table(title="hosts", title_justify="left")
+    for col in ("host", "alive", "draining", "last heartbeat", "devices"):
+        h.add_column(col)
+    for x in data["hosts"]:
+        h.add_row(x["host_id"], "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
+                  "[yellow]yes[/]" if x["draining"] else "no",
+                  f"{fmt_age(x['heartbeat_age_ms'])} ago" if x["heartbeat_age_ms"] else "never",
+                  str(len(x["devices"])))
+    parts.append(h)
+
+    if data["leases"]:
+        lt = Table(title="leases expiring next", title_justify="left")
+        for col in ("task", "status", "host", "device", "attempt", "expires in"):
+            lt.add_column(col)
+        for x in data["leases"]:
+            left = x["expires_in_ms"]
+            lt.add_row(x["task"], x["status"] or "-", x["host_id"] or "-", x["device_id"] or "-",
+                       f"{x['attempt']}/{x['max_attempts']}",
+                       f"[bold red]{fmt_age(left)}[/]" if left < 5000 else fmt_age(left))
+        parts.append(lt)
+
+    if data["failures"]:
+        ft = Table(title="recent failures", title_justify="left")
+        for col in ("task", "kind", "finished", "attempt", "device", "error"):
+            ft.add_column(col)
+        for x in data["failures"]:
+            ft.add_row(x["task"], x["failure_kind"] or "-", fmt_ms(x["finished_at"]),
+                       f"{x['attempt']}/{x['max_attempts']}", x["device_id"] or "-",
+                       (x["error"] or "")[:60])
+        parts.append(ft)
+    if data["unmatchable_tasks"]:
+        parts.append(Text(
+            f"{data['unmatchable_tasks']} queued task(s) match no registered device: they wait "
+            "until such a device registers (or their queue timeout). See `deviceq explain ID`.",
+            style="bold red",
+        ))
+    return Group(*parts)
+
+
+@main.command("status")
+@click.option("--watch", is_flag=True, help="Keep refreshing until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--count", type=click.IntRange(min=1), default=None,
+              help="With --watch, stop after this many refreshes.")
+@click.option("--leases", "n_leases", type=click.IntRange(0, 1000), default=10,
+              show_default=True, help="How many soonest-expiring leases to show.")
+@click.option("--failures", "n_failures", type=click.IntRange(0, 1000), default=10,
+              show_default=True, help="How many recent failures to show.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print as JSON (with --watch: one JSON document per line).")
+@pass_ctx
+@handle_errors
+def status_cmd(ctx: Ctx, watch: bool, interval: float, count: int | None, n_leases: int,
+               n_failures: int, as_json: bool) -> None:
+    """Show the pool at a glance: queue depth by constraints (flagging tasks no registered
+    device could run), devices by state, hosts and their last heartbeat, leases about to
+    expire, recent failures and the scheduler leader.
+
+    \b
+    Example:
+      deviceq status
+      deviceq status --watch --interval 1
+      deviceq status --json | jq '.queues[] | select(.unmatchable)'
+    """
+
+    def snapshot() -> dict[str, Any]:
+        return st.pool_status(ctx.admin, leases=n_leases, failures=n_failures)
+
+    if not watch:
+        data = snapshot()
+        if as_json:
+            echo_json(data)
+        else:
+            Console().print(render_status(data))
+        return
+    shown = 0
+    try:
+        if as_json:
+            while count is None or shown < count:
+                if shown:
+                    time.sleep(interval)
+                click.echo(json.dumps(snapshot(), sort_keys=True, default=str))
+                shown += 1
+            return
+        with Live(render_status(snapshot()), auto_refresh=False, console=Console()) as live:
+            shown = 1
+            while count is None or shown < count:
+                time.sleep(interval)
+                live.update(render_status(snapshot()), refresh=True)
+                shown += 1
+    except KeyboardInterrupt:
+        return
+
+
+# -- events ------------------------------------------------------------------------------------
+def event_json(e: Event) -> dict[str, Any]:
+    return {**e.as_dict(), "time_ms": e.ms}
+
+
+def event_line(e: Event) -> str:
+    fields = " ".join(f"{k}={v}" for k, v in e.fields.items() if v != "")
+    return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
+
+
+def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
+             all_after: bool) -> tuple[list[Event], str]:
+    """Past events to show first, and the stream cursor to follow from."""
+    r, keys = ctx.client.redis, ctx.client.keys
+    if since is None and task_id is None:
+        newest = r.xrevrange(keys.events, count=limit)
+        events = [Event(id=str(i), type=f.get("type", "?"),
+                        fields={k: v for k, v in f.items() if k != "type"})
+                  for i, f in reversed(newest)]
+        cursor = events[-1].id if events else (str(newest[0][0]) if newest else "0-0")
+        if not events:
+            last = r.xrevrange(keys.events, count=1)
+            cursor = str(last[0][0]) if last else "0-0"
+        return events, cursor
+    cursor = since or "0-0"
+    keep: collections.deque[Event] | list[Event]
+    keep = [] if since is not None else collections.deque(maxlen=limit)
+    while True:
+        cursor, batch = read_events(r, keys, cursor, block_ms=None)
+        if not batch:
+            return list(keep), cursor
+        for e in batch:
+            if task_id is None or e.task == task_id:
+                keep.append(e)
+                if since is not None and not all_after and len(keep) >= limit:
+                    return list(keep), e.id
+
+
+@main.command("events")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
+@click.option("--task", "task_id", help="Only events of this task.")
+@click.option("--since", help="Start after this event id (e.g. 0-0 for the whole stream).")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
+              help="Past events to print: the newest N, or the first N after --since "
+                   "(with --follow everything after --since is printed).")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON: a list, or with --follow one object per line.")
+@pass_ctx
+@handle_errors
+def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, since: str | None, limit: int,
+               as_json: bool) -> None:
+    """Print the pool's transitions (submitted, assigned, dispatched, expired, requeued, done,
+    failed, ...) oldest first, from the capped event stream.
+
+    \b
+    Example:
+      deviceq events --task 3f2a9c0d1e2b4a5f
+      deviceq events --follow --json | jq -c 'select(.type == "failed")'
+    """
+    if task_id is not None:
+        from ..models import validate_id
+
+        validate_id(task_id, "task id")
+    past, cursor = _backlog(ctx, since, task_id, limit, all_after=follow)
+    if as_json and not follow:
+        echo_json([event_json(e) for e in past])
+        return
+
+    def show(e: Event) -> None:
+        line = json.dumps(event_json(e), sort_keys=True) if as_json else event_line(e)
+        click.echo(line)
+
+    for e in past:
+        show(e)
+    if not follow:
+        return
+    try:
+        for e in ctx.client.events(since=cursor, task=task_id, follow=True):
+            show(e)
+    except KeyboardInterrupt:
+        return
+
+
+# -- devices and hosts -------------------------------------------------------------------------
+@device.command("list")
+@click.option("--host", "host_id", help="Only devices of this host.")
+@click.option("--state", type=click.Choice(st.DEVICE_STATES), help="Only devices in this state.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@pass_ctx
+@handle_errors
+def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
+    """List devices with their effective state: idle, reserved (holds a lease), busy, offline,
+    quarantined, or host_dead (its host stopped heartbeating).
+
+    \b
+    Example:
+      deviceq device list --state quarantined
+      deviceq device list --host lab-1 --json
+    """
+    _, devices = st.hosts_and_devices(ctx.admin)
+    rows = [(d, s) for d, s in devices
+            if (host_id is None or d.host_id == host_id) and (state is None or s == state)]
+    if as_json:
+        echo_json([st.device_json(d, s) for d, s in rows])
+        return
+    table = Table()
+    for col in ("device", "host", "driver", "tags", "state", "task", "failures"):
+        table.add_column(col)
+    for d, s in rows:
+        color = {"idle": "green", "reserved": "cyan", "busy": "cyan"}.get(s, "bold red")
+        table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
+                      f"[{color}]{s}[/]", d.reserved_by or "-", str(d.consecutive_failures))
+    Console().print(table)
+
+
+@host.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (never includes tokens).")
+@pass_ctx
+@handle_errors
+def host_list(ctx: Ctx, as_json: bool) -> None:
+    """List hosts: alive (heartbeat within host_timeout), draining, last heartbeat, devices.
+
+    \b
+    Example:
+      deviceq host list --json
+    """
+    now = ctx.admin.server_time_ms()
+    hosts = [st.host_json(h, now) for h in ctx.admin.hosts()]
+    if as_json:
+        echo_json(hosts)
+        return
+    table = Table()
+    for col in ("host", "alive", "draining", "last heartbeat", "devices"):
+        table.add_column(col)
+    for x in hosts:
+        table.add_row(x["host_id"], "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
+                      "[yellow]yes[/]" if x["draining"] else "no",
+                      f"{fmt_ms(x['last_heartbeat'])} ({fmt_age(x['heartbeat_age_ms'])} ago)"
+                      if x["last_heartbeat"] else "never",
+                      ", ".join(x["devices"]) or "-")
+    Console().print(table)
+
+
+@host.command("remove")
+@click.argument("host_id")
+@pass_ctx
+@handle_errors
+def host_remove(ctx: Ctx, host_id: str) -> None:
+    """Delete a host, its token and its devices. Refused while one of its devices runs a task:
+    drain it first and let the work finish.
+
+    \b
+    Example:
+      deviceq host drain lab-1 && deviceq host remove lab-1
+    """
+    n = ctx.admin.remove_host(host_id)
+    click.echo(f"removed host {host_id} and {n} device(s)")
+
+
+@host.command("rotate-token")
+@click.argument("host_id")
+@click.option("--json", "as_json", is_flag=True, help="Print {host_id, token} as JSON.")
+@pass_ctx
+@handle_errors
+def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool) -> None:
+    """Give a host a new secret token and print it once; the old token stops working at once
+    (restart the host's daemon with the new one).
+
+    \b
+    Example:
+      deviceq host rotate-token lab-1 > lab-1.token
+    """
+    token = ctx.admin.rotate_token(host_id)
+    if as_json:
+        echo_json({"host_id": host_id, "token": token})
+    else:
+        click.echo(token)
+
+
+# -- workflows ---------------------------------------------------------------------------------
+def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
+    try:
+        data = yaml.safe_load(text)  # JSON is YAML too
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0]
+        raise InvalidInput(f"{source}: not valid YAML or JSON: {first}") from None
+    items = data if isinstance(data, list) else [data]
+    if not items or not all(isinstance(x, dict) for x in items):
+        raise InvalidInput(f"{source}: expected a workflow mapping (name, steps) or a list of them")
+    return items
+
+
+@workflow.command("put")
+@click.argument("file", type=click.File("r"))
+@click.option("--json", "as_json", is_flag=True, help="Print the stored names as JSON.")
+@pass_ctx
+@handle_errors
+def workflow_put(ctx: Ctx, file: Any, as_json: bool) -> None:
+    """Store (or replace) workflow definitions from a YAML or JSON FILE ('-' for stdin): one
+    mapping with `name`, optional `description` and `steps` (each a `goal`, optional `name`), or
+    a list of them. All are validated before any is stored.
+
+    \b
+    Example:
+      deviceq workflow put smoke.yaml
+    \b
+      # smoke.yaml
+      name: smoke-suite
+      steps:
+        - {name: launch, goal: "open the app"}
+        - {name: login, goal: "log in as the test user"}
+    """
+    items = _load_definitions(file.read(), file.name)
+    defs = []
+    for i, item in enumerate(items, 1):
+        try:
+            defs.append(WorkflowDefinition.model_validate(item))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            what = f"workflow {i}" if len(items) > 1 else "workflow"
+            raise InvalidInput(f"{file.name}: {what}: {where + ': ' if where else ''}"
+                               f"{str(err['msg']).removeprefix('Value error, ')}") from None
+    names = [ctx.client.put_workflow(d) for d in defs]
+    if as_json:
+        echo_json([{"name": d.name, "steps": len(d.steps)} for d in defs])
+    else:
+        for d, name in zip(defs, names, strict=True):
+            click.echo(f"stored workflow {name} ({len(d.steps)} steps)")
+
+
+@workflow.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@pass_ctx
+@handle_errors
+def workflow_list(ctx: Ctx, as_json: bool) -> None:
+    """List stored workflows with their number of steps.
+
+    \b
+    Example:
+      deviceq workflow list --json
+    """
+    defs = [ctx.client.get_workflow(n) for n in ctx.client.list_workflows()]
+    if as_json:
+        echo_json([{"name": d.name, "description": d.description, "steps": len(d.steps)}
+                   for d in defs])
+        return
+    table = Table()
+    for col in ("name", "steps", "description"):
+        table.add_column(col)
+    for d in defs:
+        table.add_row(d.name, str(len(d.steps)), d.description or "-")
+    Console().print(table)
+
+
+@workflow.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@pass_ctx
+@handle_errors
+def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
+    """Print a stored workflow (YAML, or JSON with --json; either can be fed back to `put`).
+
+    \b
+    Example:
+      deviceq workflow show smoke-suite > smoke.yaml
+    """
+    data = ctx.client.get_workflow(name).model_dump(mode="json", exclude_none=True)
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip())
+
+
+# -- task retry --------------------------------------------------------------------------------
+@task.command("retry")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print {id, retry_of, task} as JSON.")
+@pass_ctx
+@handle_errors
+def task_retry(ctx: Ctx, task_id: str, as_json: bool) -> None:
+    """Submit a failed or cancelled task again, as a new task with the same goal or workflow,
+    constraints, priority and max_attempts. Prints the new id and the id it came from.
+
+    \b
+    Example:
+      deviceq task retry 3f2a9c0d1e2b4a5f
+      deviceq task list --status failed --json | jq -r '.[].id' | xargs -n1 deviceq task retry
+    """
+    old = ctx.client.get(task_id, attempts=False)
+    if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
+        raise InvalidInput(f"task {task_id} is {old.status.value}: only failed or cancelled "
+                           "tasks can be retried")
+    new_id = ctx.client.submit(
+        old.goal if old.kind == "goal" else None,
+        workflow=old.workflow if old.kind == "workflow" else None,
+        driver_type=old.driver_type,
+        tags=old.tags,
+        priority=old.priority,
+        max_attempts=old.max_attempts,
+    )
+    if as_json:
+        echo_json({"id": new_id, "retry_of": task_id,
+                   "task": ctx.client.get(new_id).model_dump(mode="json")})
+    else:
+        kind = old.failure_kind.value if old.failure_kind else None
+        why = f", {kind}" if kind and kind != old.status.value else ""
+        click.echo(f"{new_id} (retry of {task_id}: {old.status.value}{why})")
+
+
+# -- submit --file -----------------------------------------------------------------------------
+def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
+    """Parse and validate a JSONL file of TaskSpec objects ('-' = stdin): ``(line number,
+    spec)`` pairs. Raises InvalidInput naming the first bad line."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    specs: list[tuple[int, TaskSpec]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"line {n}: not valid JSON: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise InvalidInput(f"line {n}: expected a JSON object (a task spec)")
+        try:
+            specs.append((n, spec_from(data)))
+        except DeviceqError as exc:
+            raise InvalidInput(f"line {n}: {exc}") from None
+    if not specs:
+        raise InvalidInput(f"{path}: no tasks (one JSON object per line)")
+    return specs
+
+
+def _chunks(specs: list[TaskSpec], size: int) -> Iterator[list[TaskSpec]]:
+    for i in range(0, len(specs), size):
+        yield specs[i : i + size]
+
+
+SUBMIT_FILE_EXCLUSIVE = ("goal", "workflow_name", "driver_type", "tags", "priority",
+                         "max_attempts", "idempotency_key", "queue_timeout")
+
+
+def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | None) -> None:
+    """``submit --file``: validate every line first, then submit in chunks with a progress
+    bar. Prints the ids (or a JSON list). A refused chunk (e.g. QueueFull) stops it: the ids
+    submitted so far are printed, then the error."""
+    cctx = click.get_current_context()
+    given = [p for p in cctx.command.params
+             if p.name in SUBMIT_FILE_EXCLUSIVE and cctx.params.get(p.name) not in (None, ())
+             and cctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT]
+    if given:
+        opts = ", ".join(p.opts[0] if isinstance(p, click.Option) else p.human_readable_name
+                         for p in given)
+        raise InvalidInput(f"--file takes every task from the file; do not combine it with {opts}")
+    numbered = read_task_file(path)
+    specs = [s for _, s in numbered]
+    if any(s.workflow for s in specs):
+        known = set(ctx.client.list_workflows())
+        for n, s in numbered:
+            if s.workflow and s.workflow not in known:
+                raise InvalidInput(f"line {n}: unknown workflow {s.workflow}")
+    if reject_unmatched is not None:
+        specs = [s if s.reject_unmatched is not None
+                 else s.model_copy(update={"reject_unmatched": reject_unmatched}) for s in specs]
+    err_console = Console(stderr=True)
+    ids: list[str] = []
+    error: DeviceqError | None = None
+    with Progress(TextColumn("submitting"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as progress:
+        bar = progress.add_task("submit", total=len(specs))
+        for part in _chunks(specs, SUBMIT_FILE_CHUNK):
+            try:
+                ids += ctx.client.submit_many(part, chunk=SUBMIT_FILE_CHUNK)
+            except DeviceqError as exc:
+                error = exc
+                break
+            progress.advance(bar, len(part))
+    if as_json:
+        echo_json(ids)
+    else:
+        for i in ids:
+            click.echo(i)
+    if error is not None:
+        fail(f"{type(error).__name__}: {error} ({len(ids)} of {len(specs)} tasks submitted"
+             f"{', ids above' if ids else ''})")

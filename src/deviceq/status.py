@@ -1,0 +1,231 @@
+"""Read-only views of a pool for operators: the data behind ``deviceq status``, ``device list``,
+``host list`` and the scrape-time gauges of the metrics endpoint.
+
+Every read is bounded: queue buckets (constraint signatures) by ``max_queues``, leases and
+failures by their limits; devices and hosts are read whole (one pipeline each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .models import Constraints, Host, PooledDevice, TaskStatus
+from .pool import PoolAdmin
+
+DEVICE_STATES = ("idle", "reserved", "busy", "offline", "quarantined", "host_dead")
+"""Effective device states, in the order ``status`` shows them. ``reserved``: holds a lease
+(assigned or running); ``host_dead``: its host's heartbeat is older than ``host_timeout``."""
+
+
+def effective_state(device: PooledDevice, host_alive: bool) -> str:
+    """One word for what a device can do now (see ``DEVICE_STATES``)."""
+    if device.quarantined:
+        return "quarantined"
+    if not host_alive:
+        return "host_dead"
+    if device.reserved_by:
+        return "reserved"
+    return device.state.value
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One queue bucket: queued tasks sharing constraints and priority."""
+
+    sig: str
+    driver_type: str | None
+    tags: tuple[str, ...]
+    priority: int
+    depth: int
+    head_task: str | None
+    head_submitted_at: int | None
+
+    @property
+    def constraints(self) -> Constraints:
+        return Constraints(driver_type=self.driver_type, tags=self.tags)
+
+
+def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
+    """Non-empty queue buckets, oldest head first (at most ``max_queues``)."""
+    r, k = admin.redis, admin.keys
+    sigs = r.zrange(k.queues, 0, max_queues - 1)
+    pipe = r.pipeline(transaction=False)
+    for sig in sigs:
+        pipe.hgetall(k.sig(sig))
+        pipe.zcard(k.queue(sig))
+        pipe.zrange(k.queue(sig), 0, 0)
+    res = pipe.execute()
+    heads = [res[3 * i + 2][0] if res[3 * i + 2] else None for i in range(len(sigs))]
+    pipe = r.pipeline(transaction=False)
+    for head in heads:
+        if head:
+            pipe.hget(k.task(head), "submitted_at")
+        else:
+            pipe.echo("")
+    submitted = pipe.execute()
+    out = []
+    for i, sig in enumerate(sigs):
+        info = res[3 * i] or {}
+        out.append(
+            Bucket(
+                sig=sig,
+                driver_type=info.get("driver_type") or None,
+                tags=tuple(t for t in (info.get("tags") or "").split(",") if t),
+                priority=int(info.get("priority") or 0),
+                depth=int(res[3 * i + 1]),
+                head_task=heads[i],
+                head_submitted_at=int(submitted[i]) if submitted[i] else None,
+            )
+        )
+    return out
+
+
+def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:
+    """Distinct registered device profiles ``(driver_type, tags, count)`` (the ``caps`` hash
+    the submit script checks matchability against)."""
+    out = []
+    for profile, count in admin.redis.hgetall(admin.keys.caps).items():
+        driver, _, tags = profile.partition("|")
+        if int(count) > 0:
+            out.append((driver, tuple(t for t in tags.split(",") if t), int(count)))
+    return out
+
+
+def hosts_and_devices(admin: PoolAdmin) -> tuple[list[Host], list[tuple[PooledDevice, str]]]:
+    """Every host, and every device with its effective state."""
+    hosts = admin.hosts()
+    alive = {h.host_id: h.alive for h in hosts}
+    devices = [(d, effective_state(d, alive.get(d.host_id, False))) for d in admin.devices()]
+    return hosts, devices
+
+
+def device_counts(devices: list[tuple[PooledDevice, str]]) -> dict[str, int]:
+    counts = dict.fromkeys(DEVICE_STATES, 0)
+    for _, state in devices:
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def device_json(d: PooledDevice, state: str) -> dict[str, Any]:
+    return {**d.model_dump(mode="json"), "effective_state": state}
+
+
+def host_json(h: Host, now_ms: int) -> dict[str, Any]:
+    return {
+        **h.model_dump(mode="json"),
+        "heartbeat_age_ms": now_ms - h.last_heartbeat if h.last_heartbeat else None,
+    }
+
+
+def leader(admin: PoolAdmin) -> dict[str, Any] | None:
+    """The scheduler leader lease: owner, epoch and remaining ms, or None."""
+    pipe = admin.redis.pipeline(transaction=False)
+    pipe.get(admin.keys.leader)
+    pipe.pttl(admin.keys.leader)
+    value, ttl = pipe.execute()
+    if not value:
+        return None
+    owner, _, epoch = str(value).rpartition(":")
+    return {"owner": owner, "epoch": int(epoch or 0), "ttl_ms": int(ttl)}
+
+
+def expiring_leases(admin: PoolAdmin, now_ms: int, limit: int = 10) -> list[dict[str, Any]]:
+    """The next ``limit`` leases to expire, soonest first."""
+    r, k = admin.redis, admin.keys
+    due = r.zrange(k.leases, 0, limit - 1, withscores=True)
+    pipe = r.pipeline(transaction=False)
+    for task_id, _ in due:
+        pipe.hmget(k.task(task_id), "status", "lease_id", "host_id", "device_id", "attempt",
+                   "max_attempts")
+    out = []
+    for (task_id, score), fields in zip(due, pipe.execute(), strict=True):
+        status, lease_id, host_id, device_id, attempt, max_attempts = fields
+        out.append(
+            {
+                "task": task_id,
+                "status": status,
+                "lease_id": lease_id,
+                "host_id": host_id,
+                "device_id": device_id,
+                "attempt": int(attempt or 0),
+                "max_attempts": int(max_attempts or 0),
+                "expires_at": int(score),
+                "expires_in_ms": int(score) - now_ms,
+            }
+        )
+    return out
+
+
+def recent_failures(admin: PoolAdmin, limit: int = 10) -> list[dict[str, Any]]:
+    """The newest ``limit`` failed tasks, newest first."""
+    r, k = admin.redis, admin.keys
+    ids = r.zrevrange(k.status(TaskStatus.failed.value), 0, limit - 1)
+    pipe = r.pipeline(transaction=False)
+    for task_id in ids:
+        pipe.hmget(k.task(task_id), "failure_kind", "error", "finished_at", "attempt",
+                   "max_attempts", "host_id", "device_id", "goal", "workflow")
+    out = []
+    for task_id, f in zip(ids, pipe.execute(), strict=True):
+        kind, error, finished, attempt, max_attempts, host_id, device_id, goal, wf = f
+        out.append(
+            {
+                "task": task_id,
+                "failure_kind": kind or None,
+                "error": error or None,
+                "finished_at": int(finished) if finished else None,
+                "attempt": int(attempt or 0),
+                "max_attempts": int(max_attempts or 0),
+                "host_id": host_id or None,
+                "device_id": device_id or None,
+                "what": (f"workflow:{wf}" if wf else goal) or None,
+            }
+        )
+    return out
+
+
+def status_counts(admin: PoolAdmin) -> dict[str, int]:
+    pipe = admin.redis.pipeline(transaction=False)
+    for st in TaskStatus:
+        pipe.zcard(admin.keys.status(st.value))
+    return {st.value: int(n) for st, n in zip(TaskStatus, pipe.execute(), strict=True)}
+
+
+def pool_status(
+    admin: PoolAdmin, *, leases: int = 10, failures: int = 10, max_queues: int = 1000
+) -> dict[str, Any]:
+    """Everything ``deviceq status`` shows, as plain data (its ``--json`` output)."""
+    now = admin.server_time_ms()
+    hosts, devices = hosts_and_devices(admin)
+    profiles = device_profiles(admin)
+    idle_devices = [d for d, state in devices if state == "idle"]
+    queues = []
+    for b in buckets(admin, max_queues):
+        c = b.constraints
+        matching = sum(n for drv, tags, n in profiles if c.matches(drv, tags))
+        idle = sum(1 for d in idle_devices if c.matches(d.driver_type, d.tags))
+        queues.append(
+            {
+                "sig": b.sig,
+                "driver_type": b.driver_type,
+                "tags": list(b.tags),
+                "priority": b.priority,
+                "depth": b.depth,
+                "head_task": b.head_task,
+                "oldest_wait_ms": now - b.head_submitted_at if b.head_submitted_at else None,
+                "matching_devices": matching,
+                "idle_matching": idle,
+                "unmatchable": matching == 0,
+            }
+        )
+    return {
+        "pool": admin.pool,
+        "time_ms": now,
+        "counts": status_counts(admin),
+        "queues": queues,
+        "unmatchable_tasks": sum(q["depth"] for q in queues if q["unmatchable"]),
+        "devices": {"total": len(devices), "by_state": device_counts(devices)},
+        "hosts": [host_json(h, now) for h in hosts],
+        "leases": expiring_leases(admin, now, leases),
+        "failures": recent_failures(admin, failures),
+        "leader": leader(admin),
+    }
