@@ -1,0 +1,154 @@
+"""Scheduler commands: ``scheduler run``, ``explain``, ``dispatch``, ``host drain/undrain``."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import ConfigError
+from ..logs import configure
+from ..scheduler import DEFAULT_BATCH, DEFAULT_TICK, TaskScheduler
+from ..strategies import DEFAULT_STRATEGY, registered_strategies
+from .app import Ctx, echo_json, handle_errors, host, main, pass_ctx, scheduler
+
+
+@scheduler.command("run")
+@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True,
+              help="Registered AssignmentStrategy name (see `deviceq scheduler strategies`).")
+@click.option("--once", is_flag=True, help="Take the leader lease, run one pass, exit.")
+@click.option("--tick", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TICK,
+              show_default=True, help="Seconds between passes when nothing wakes it (expiry).")
+@click.option("--owner", help="Scheduler identity in the leader lease (default HOST-PID-RAND).")
+@click.option("--batch", type=click.IntRange(1, 10000), default=DEFAULT_BATCH,
+              show_default=True, help="Most assignments committed per pass.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="Serve Prometheus metrics on this port.")
+@pass_ctx
+@handle_errors
+def scheduler_run(
+    ctx: Ctx,
+    strategy: str,
+    once: bool,
+    tick: float,
+    owner: str | None,
+    batch: int,
+    metrics_port: int | None,
+) -> None:
+    """Run the scheduler daemon: match queued tasks to idle devices.
+
+    Several may run on one pool: one holds the leader lease and works, the others stand by and
+    take over when it dies. Woken by submissions, reports and heartbeats; every TICK seconds it
+    also expires overdue leases. SIGTERM stops it between passes and releases the lease.
+
+    \b
+    Example:
+      deviceq --pool lab scheduler run --strategy priority_match
+      deviceq --pool lab scheduler run --once     # one pass, e.g. from cron or a test
+    """
+    configure(ctx.log_format)
+    sched = TaskScheduler(ctx.admin, strategy=strategy, owner=owner, batch=batch)
+    if metrics_port is not None:
+        try:
+            from ..metrics import serve_metrics
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"--metrics-port needs the deviceq.metrics module, which is missing ({exc})"
+            ) from None
+        serve_metrics(ctx.admin, metrics_port, lambda: sched.is_leader)
+    sched.install_signal_handlers()
+    sched.run(tick=tick, once=once)
+
+
+@scheduler.command("strategies")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def scheduler_strategies(as_json: bool) -> None:
+    """List the registered assignment strategies (built-in and entry points).
+
+    \b
+    Example:
+      deviceq scheduler strategies
+    """
+    names = registered_strategies()
+    if as_json:
+        echo_json(names)
+    else:
+        for n in names:
+            click.echo(n + (" (default)" if n == DEFAULT_STRATEGY else ""))
+
+
+@main.command("explain")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@pass_ctx
+@handle_errors
+def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
+    """Say why a task is not running (or where it runs / how it ended).
+
+    For a queued task, counts the pool's devices: of its driver type, lacking its tags, and the
+    matching ones by what holds them (reserved, quarantined, dead or draining host, offline,
+    busy).
+
+    \b
+    Example:
+      deviceq explain 3f2a9c0d1e2b4a5f
+      deviceq explain 3f2a9c0d1e2b4a5f --json | jq .counts
+    """
+    from ..explain import explain
+
+    exp = explain(ctx.admin, task_id)
+    if as_json:
+        echo_json(exp.as_dict())
+        return
+    click.echo(exp.text())
+    if exp.counts:
+        click.echo("  counts: " + " ".join(f"{k}={v}" for k, v in exp.counts.items()))
+
+
+@main.command("dispatch")
+@click.argument("task_id")
+@click.option("--device", "device_id", required=True, help="Idle device to bind the task to.")
+@click.option("--json", "as_json", is_flag=True, help="Print {task_id, device_id, lease_id}.")
+@pass_ctx
+@handle_errors
+def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
+    """Manually bind a queued task to a named idle device (same atomic, validated commit as
+    the scheduler: lease, reservation and the host's inbox). Works without a scheduler.
+
+    \b
+    Example:
+      deviceq dispatch 3f2a9c0d1e2b4a5f --device pixel-7-a
+    """
+    lease = ctx.admin.dispatch(task_id, device_id)
+    if as_json:
+        echo_json({"task_id": task_id, "device_id": device_id, "lease_id": lease})
+    else:
+        click.echo(f"{task_id} assigned to {device_id} (lease {lease})")
+
+
+@host.command("drain")
+@click.argument("host_id")
+@pass_ctx
+@handle_errors
+def host_drain(ctx: Ctx, host_id: str) -> None:
+    """Stop new assignments to a host; work already assigned or running continues.
+
+    \b
+    Example:
+      deviceq host drain lab-1
+    """
+    state = ctx.admin.drain(host_id, True)
+    click.echo(f"{host_id} {state}")
+
+
+@host.command("undrain")
+@click.argument("host_id")
+@pass_ctx
+@handle_errors
+def host_undrain(ctx: Ctx, host_id: str) -> None:
+    """Resume new assignments to a drained host (wakes the scheduler).
+
+    \b
+    Example:
+      deviceq host undrain lab-1
+    """
+    state = ctx.admin.drain(host_id, False)
+    click.echo(f"{host_id} {state}")

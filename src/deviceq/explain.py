@@ -1,0 +1,266 @@
+"""``explain(task_id)``: why is a task not running (or where is it)?
+
+For a queued task every device of the pool is classified against the task's constraints:
+
+* ``no_driver_type`` — no device of the task's driver type is registered;
+* ``missing_tags`` — devices of that driver type exist but lack required tags (counted per tag);
+* the devices that do satisfy the constraints, by what keeps them from this task, in this
+  order of precedence: ``reserved`` (running or assigned another task), ``quarantined``,
+  ``host_dead`` (no heartbeat within ``host_timeout``), ``host_draining``, ``offline``,
+  ``busy`` (the host reports it busy), else ``idle`` (assignable);
+* with assignable devices: ``waiting_turn`` (older tasks are queued ahead) or ``no_scheduler``
+  (no scheduler holds the leader lease) — the scheduler assigns at its next pass.
+
+Other states are explained from the task hash: assigned (waiting for its host to claim it),
+dispatched (running on device D), or finished (done / failed with its failure kind / cancelled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .connection import PoolConnection
+from .errors import NotFound
+from .models import ScheduledTask, TaskStatus, validate_id
+from .pool import PoolAdmin
+
+BLOCKERS = (
+    "reserved",
+    "quarantined",
+    "host_dead",
+    "host_draining",
+    "offline",
+    "busy",
+)
+
+_BLOCKER_TEXT = {
+    "reserved": "reserved by other tasks",
+    "quarantined": "quarantined",
+    "host_dead": "on a host that stopped heartbeating",
+    "host_draining": "on a draining host",
+    "offline": "offline",
+    "busy": "reported busy by their host",
+}
+
+
+@dataclass
+class Reason:
+    """One reason, machine-readable ``code`` plus a sentence and a count where it applies."""
+
+    code: str
+    message: str
+    count: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Explanation:
+    """Why a task is where it is. ``summary`` is one sentence; ``reasons`` the details;
+    ``counts`` the device classification (queued tasks only)."""
+
+    task_id: str
+    status: str
+    summary: str
+    reasons: list[Reason] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    constraints: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        lines = [f"{self.task_id} {self.status}: {self.summary}"]
+        for r in self.reasons:
+            lines.append(f"  - [{r.code}] {r.message}")
+        return "\n".join(lines)
+
+
+def explain(admin_or_conn: PoolConnection | Any, task_id: str) -> Explanation:
+    """Explain task ``task_id`` of the pool ``admin_or_conn`` is connected to (a PoolAdmin,
+    Client or any PoolConnection). Raises NotFound for an unknown task."""
+    admin = (
+        admin_or_conn
+        if isinstance(admin_or_conn, PoolAdmin)
+        else PoolAdmin(admin_or_conn.redis, admin_or_conn.pool)
+    )
+    validate_id(task_id, "task id")
+    raw = admin.redis.hgetall(admin.keys.task(task_id))
+    if not raw:
+        raise NotFound(f"no task {task_id} in pool {admin.pool}")
+    task = ScheduledTask.from_hash(raw)
+    cons = {"driver_type": task.driver_type, "tags": list(task.tags), "priority": task.priority}
+    if task.status is TaskStatus.queued:
+        exp = _explain_queued(admin, task, raw)
+    else:
+        exp = _explain_other(admin, task)
+    exp.constraints = cons
+    return exp
+
+
+def _explain_other(admin: PoolAdmin, task: ScheduledTask) -> Explanation:
+    now = admin.server_time_ms()
+    where = f"device {task.device_id} on host {task.host_id}"
+    tries = f"attempt {task.attempt} of {task.max_attempts}"
+    reasons: list[Reason] = []
+    if task.status is TaskStatus.assigned:
+        left = _secs(task.lease_expires_at, now)
+        summary = f"assigned to {where} ({tries}); waiting for the host to claim it"
+        reasons.append(Reason("awaiting_claim", f"the claim window ends in {left}", 0,
+                              {"device_id": task.device_id, "host_id": task.host_id}))
+        reasons += _host_state(admin, task.host_id, now)
+    elif task.status is TaskStatus.dispatched:
+        left = _secs(task.lease_expires_at, now)
+        summary = f"it is running on {where} ({tries})"
+        reasons.append(Reason("running", f"lease {task.lease_id} expires in {left} unless renewed",
+                              0, {"device_id": task.device_id, "host_id": task.host_id}))
+        if task.cancel_requested:
+            reasons.append(Reason("cancel_requested", "cancel requested: its host will stop it"))
+        reasons += _host_state(admin, task.host_id, now)
+    else:
+        kind = f" ({task.failure_kind.value})" if task.failure_kind else ""
+        summary = f"it finished: {task.status.value}{kind} after {task.attempt} attempt(s)"
+        if task.error and task.status is not TaskStatus.done:
+            reasons.append(Reason("error", task.error[:500]))
+        if task.device_id:
+            reasons.append(Reason("last_device", f"last ran on {where}"))
+    return Explanation(task.id, task.status.value, summary, reasons)
+
+
+def _host_state(admin: PoolAdmin, host_id: str | None, now: int) -> list[Reason]:
+    if not host_id:
+        return []
+    hb, draining = admin.redis.hmget(admin.keys.host(host_id), "last_heartbeat", "draining")
+    timeout_ms = admin.config().host_timeout * 1000
+    if hb is None:
+        return [Reason("host_missing", f"host {host_id} no longer exists")]
+    age = now - int(hb or 0)
+    out = []
+    if age > timeout_ms:
+        out.append(Reason("host_dead", f"host {host_id} last heartbeat {age / 1000:.1f}s ago: "
+                          "the lease will expire and the task be retried"))
+    if draining == "1":
+        out.append(Reason("host_draining", f"host {host_id} is draining"))
+    return out
+
+
+def _explain_queued(admin: PoolAdmin, task: ScheduledTask, raw: dict[str, str]) -> Explanation:
+    k = admin.keys
+    r = admin.redis
+    now = admin.server_time_ms()
+    devices = admin.devices()
+    hosts = {h.host_id: h for h in admin.hosts()}
+    need = set(task.tags)
+    counts: dict[str, int] = {"devices": len(devices)}
+    of_type = [d for d in devices if not task.driver_type or d.driver_type == task.driver_type]
+    counts["of_driver_type"] = len(of_type)
+    missing: dict[str, int] = {}
+    matching = []
+    for d in of_type:
+        lacks = need - set(d.tags)
+        for t in lacks:
+            missing[t] = missing.get(t, 0) + 1
+        if not lacks:
+            matching.append(d)
+    counts["matching"] = len(matching)
+    cls = dict.fromkeys((*BLOCKERS, "idle"), 0)
+    for d in matching:
+        h = hosts.get(d.host_id)
+        if d.reserved_by:
+            cls["reserved"] += 1
+        elif d.quarantined:
+            cls["quarantined"] += 1
+        elif h is None or not h.alive:
+            cls["host_dead"] += 1
+        elif h.draining:
+            cls["host_draining"] += 1
+        elif d.state.value == "offline":
+            cls["offline"] += 1
+        elif d.state.value == "busy":
+            cls["busy"] += 1
+        else:
+            cls["idle"] += 1
+    counts.update(cls)
+
+    sig = raw.get("sig", "")
+    seq = int(raw.get("seq") or 0)
+    pipe = r.pipeline(transaction=False)
+    pipe.zrank(k.queue(sig), task.id)
+    pipe.zcount(k.status("queued"), "-inf", f"({seq}")
+    pipe.get(k.leader)
+    pipe.pttl(k.leader)
+    rank, older, leader, _ = pipe.execute()
+    counts["same_constraints_ahead"] = int(rank or 0)
+    counts["older_queued"] = int(older or 0)
+
+    reasons: list[Reason] = []
+    want = _describe(task)
+    if task.driver_type and not of_type:
+        types = sorted({d.driver_type for d in devices})
+        reasons.append(Reason(
+            "no_driver_type",
+            f"no device of driver type {task.driver_type} is registered"
+            + (f" (driver types present: {', '.join(types)})" if types else " (no devices)"),
+            0, {"driver_types": types}))
+        summary = f"no device of driver type {task.driver_type} exists"
+    elif not devices:
+        reasons.append(Reason("no_devices", "the pool has no devices; start a host worker"))
+        summary = "the pool has no devices"
+    elif not matching:
+        lack = ", ".join(f"{t} ({n} lack it)" for t, n in sorted(missing.items()))
+        reasons.append(Reason(
+            "missing_tags",
+            f"{len(of_type)} device(s) of {task.driver_type or 'any'} driver type, none has every "
+            f"required tag: {lack}", len(of_type), {"missing": missing}))
+        summary = f"no device offers {want}"
+    else:
+        for b in BLOCKERS:
+            if cls[b]:
+                reasons.append(Reason(b, f"{cls[b]} matching device(s) {_BLOCKER_TEXT[b]}", cls[b]))
+        if cls["idle"]:
+            if not leader:
+                reasons.append(Reason(
+                    "no_scheduler",
+                    f"{cls['idle']} matching device(s) idle, but no scheduler holds the leader "
+                    "lease: start `deviceq scheduler run`", cls["idle"]))
+                summary = "matching devices are idle but no scheduler is running"
+            else:
+                reasons.append(Reason(
+                    "waiting_turn",
+                    f"{cls['idle']} matching device(s) idle; {older} older task(s) queued "
+                    f"({rank or 0} with the same constraints ahead): it is assigned at a coming "
+                    "scheduler pass", cls["idle"], {"leader": leader}))
+                summary = "matching devices are idle; waiting for its turn"
+        else:
+            busiest = max(BLOCKERS, key=lambda b: cls[b])
+            summary = (f"all {len(matching)} device(s) offering {want} are unavailable "
+                       f"(mostly {_BLOCKER_TEXT[busiest]})")
+        if missing:
+            reasons.append(Reason(
+                "missing_tags",
+                "other devices of the driver type lack tags: "
+                + ", ".join(f"{t} ({n})" for t, n in sorted(missing.items())),
+                sum(missing.values()), {"missing": missing}))
+    if task.queue_deadline:
+        reasons.append(Reason(
+            "queue_deadline",
+            f"fails as unschedulable in {_secs(task.queue_deadline, now)} if still queued"))
+    if task.attempt:
+        reasons.append(Reason(
+            "retry", f"attempt {task.attempt} of {task.max_attempts} ended; queued again"))
+    return Explanation(task.id, task.status.value, summary, reasons, counts)
+
+
+def _describe(task: ScheduledTask) -> str:
+    parts = []
+    if task.driver_type:
+        parts.append(f"driver type {task.driver_type}")
+    if task.tags:
+        parts.append("tags " + ",".join(task.tags))
+    return " and ".join(parts) or "any device"
+
+
+def _secs(at_ms: int | None, now: int) -> str:
+    if not at_ms:
+        return "-"
+    return f"{(at_ms - now) / 1000:.1f}s"

@@ -1,0 +1,492 @@
+"""The scheduler: ``TaskScheduler.assign()`` (one pass) and the highly available daemon loop.
+
+One pass (``assign``):
+
+1. **Expire** due leases and queue deadlines with ``lua/expire.lua`` in bounded batches
+   (``expire_batch`` per call, at most ``expire_rounds`` calls per pass): stale-lease recovery.
+2. **Snapshot** (bounded, a few pipelined round trips): the assignable idle devices (the
+   ``idle`` zset, at most ``max_devices``, with their device hashes and their hosts' heartbeat
+   and drain flag), the non-empty constraint buckets (the ``queues`` zset, at most
+   ``max_buckets``), and for each bucket only as many head tasks as there are idle devices that
+   can serve it (capped by ``batch``). Buckets that no idle device matches are not read at all,
+   so a pass costs O(assignments + distinct signatures + idle devices), never O(queue length).
+3. **Plan**: the configured ``AssignmentStrategy`` proposes pairs; pairs naming a task or
+   device not in the snapshot, a device twice or a task twice, or a device that does not satisfy
+   the task's constraints are dropped as ``strategy_invalid``.
+4. **Commit** the pairs in one call of ``lua/assign.lua`` (``PoolAdmin.commit``), which
+   re-validates each pair and, when the scheduler leads, checks its fencing epoch. A stale
+   snapshot only costs rejected pairs (counted by reason), never a double booking.
+
+The daemon (``run``): several schedulers may run on one pool. Each tries to take the leader
+lease (``lua/leader.lua``, TTL = pool setting ``leader_ttl``); the leader renews it before every
+pass, works, and otherwise blocks on ``BLPOP dq:{POOL}:sched:wake`` (pushed by submit, report,
+heartbeat, undrain, requeue...) with a timeout of ``tick`` seconds for expiry. Standbys do not
+touch the wake list; they sleep until the leader lease would expire and try again, so a standby
+takes over at most ``tick`` (capped to a third of ``leader_ttl``) after the lease lapses. A
+deposed leader's commits are refused by the fence. SIGTERM stops the loop between passes and
+releases the lease. All state is in Redis: a restarted scheduler just continues.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+from .errors import ConfigError, Fenced
+from .logs import log
+from .pool import PoolAdmin
+from .strategies import (
+    DEFAULT_STRATEGY,
+    AssignmentStrategy,
+    Bucket,
+    IdleDevice,
+    Pair,
+    QueuedTask,
+    Snapshot,
+    get_strategy,
+)
+
+logger = logging.getLogger("deviceq.scheduler")
+
+DEFAULT_BATCH = 200
+DEFAULT_TICK = 2.0
+
+
+@dataclass
+class AssignResult:
+    """What one pass did."""
+
+    expired: dict[str, int] = field(default_factory=dict)
+    signatures: int = 0
+    buckets: int = 0
+    heads: int = 0
+    idle_devices: int = 0
+    proposed: int = 0
+    assigned: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    assignments: list[tuple[str, str, str]] = field(default_factory=list)
+    fenced: bool = False
+    more: bool = False
+    duration_ms: float = 0.0
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    @property
+    def busy(self) -> bool:
+        """True if this pass changed something (worth logging at INFO, worth another pass)."""
+        return bool(self.assigned or self.rejected or any(self.expired.values()) or self.more)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("assignments")
+        return d
+
+    def log_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "requeued": self.expired.get("requeued", 0),
+            "expired_failed": self.expired.get("failed", 0),
+            "expired_cancelled": self.expired.get("cancelled", 0),
+            "unschedulable": self.expired.get("unschedulable", 0),
+            "signatures": self.signatures,
+            "buckets": self.buckets,
+            "heads": self.heads,
+            "idle": self.idle_devices,
+            "proposed": self.proposed,
+            "assigned": self.assigned,
+            "rejected": self.rejected_total,
+            "ms": round(self.duration_ms, 2),
+        }
+        if self.rejected:
+            fields["reasons"] = ",".join(f"{k}:{v}" for k, v in sorted(self.rejected.items()))
+        if self.fenced:
+            fields["fenced"] = 1
+        return fields
+
+
+def default_owner() -> str:
+    """A scheduler identity unique per process: ``HOSTNAME-PID-RANDOM`` (id characters only)."""
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
+    return f"{host.strip('.-_') or 'sched'}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class TaskScheduler:
+    """Matches queued tasks to idle devices with a named ``AssignmentStrategy``.
+
+    >>> sched = TaskScheduler("redis://localhost:6379/0", "lab", strategy="fifo_match")
+    >>> result = sched.assign()          # one pass
+    >>> sched.run()                      # the daemon: leader election, wake-ups, expiry
+
+    An unknown strategy name raises ConfigError here, at construction (no fallback)."""
+
+    def __init__(
+        self,
+        redis_or_url: redis.Redis | str | PoolAdmin | None,
+        pool: str | None = None,
+        strategy: str | AssignmentStrategy = DEFAULT_STRATEGY,
+        *,
+        owner: str | None = None,
+        batch: int = DEFAULT_BATCH,
+        max_devices: int = 20_000,
+        max_buckets: int = 10_000,
+        expire_batch: int = 500,
+        expire_rounds: int = 10,
+    ) -> None:
+        if isinstance(redis_or_url, PoolAdmin):
+            self.admin = redis_or_url
+        else:
+            self.admin = PoolAdmin(redis_or_url, pool)
+        if batch < 1 or max_devices < 1 or max_buckets < 1 or expire_batch < 1:
+            raise ConfigError("batch, max_devices, max_buckets and expire_batch must be >= 1")
+        if isinstance(strategy, str):
+            self.strategy_name = strategy
+            self.strategy: AssignmentStrategy = get_strategy(strategy)
+        else:
+            if not callable(getattr(strategy, "propose", None)):
+                raise ConfigError(f"{strategy!r} is not an AssignmentStrategy")
+            self.strategy = strategy
+            self.strategy_name = str(getattr(strategy, "name", type(strategy).__name__))
+        self.owner = owner or default_owner()
+        self.batch = batch
+        self.max_devices = max_devices
+        self.max_buckets = max_buckets
+        self.expire_batch = expire_batch
+        self.expire_rounds = max(1, expire_rounds)
+        self.epoch: int | None = None  # fencing token while this scheduler leads
+        self._sig_cache: dict[str, tuple[str | None, frozenset[str], int]] = {}
+        self._stop = threading.Event()
+        self.passes = 0
+
+    # -- accessors -------------------------------------------------------------------------------
+    @property
+    def redis(self) -> redis.Redis:
+        return self.admin.redis
+
+    @property
+    def keys(self) -> Any:
+        return self.admin.keys
+
+    @property
+    def pool(self) -> str:
+        return self.admin.pool
+
+    @property
+    def is_leader(self) -> bool:
+        return self.epoch is not None
+
+    # -- one pass --------------------------------------------------------------------------------
+    def assign(self, fence: int | str | None = None) -> AssignResult:
+        """One pass: expire, snapshot, plan, commit. Returns counts; never raises for "no match"
+        (tasks simply stay queued). ``fence`` defaults to this scheduler's leader epoch when it
+        leads, else none (an unfenced commit, like a manual dispatch: still fully validated).
+        Raises Fenced if the fence is stale (another scheduler leads now)."""
+        started = time.perf_counter()
+        res = AssignResult()
+        res.expired = self.expire()
+        snap = self.snapshot()
+        res.signatures = snap.signatures
+        res.buckets = len(snap.buckets)
+        res.heads = sum(len(b.heads) for b in snap.buckets)
+        res.idle_devices = len(snap.devices)
+        pairs, dropped = self.plan(snap)
+        res.proposed = len(pairs) + dropped
+        if dropped:
+            res.rejected["strategy_invalid"] = dropped
+        if pairs:
+            f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
+            outcome = self.commit(pairs, f)
+            reasons: Counter[str] = Counter()
+            for (task_id, device_id), r in zip(pairs, outcome, strict=True):
+                if r.startswith("ok:"):
+                    res.assignments.append((task_id, device_id, r[3:]))
+                else:
+                    reasons[r[4:] if r.startswith("err:") else r] += 1
+            res.assigned = len(res.assignments)
+            for k, v in reasons.items():
+                res.rejected[k] = res.rejected.get(k, 0) + v
+            # another pass at once if the batch was full, or if stale pairs were rejected while
+            # others went through (progress is made each time, so this cannot spin)
+            res.more = res.assigned >= self.batch or (bool(reasons) and res.assigned > 0)
+        res.more = res.more or bool(res.expired.get("more"))
+        res.duration_ms = (time.perf_counter() - started) * 1000
+        self.passes += 1
+        return res
+
+    def expire(self) -> dict[str, int]:
+        """Run the expiry script in bounded batches (at most ``expire_rounds`` calls)."""
+        total: Counter[str] = Counter()
+        more = 0
+        for _ in range(self.expire_rounds):
+            r = self.admin.expire(self.expire_batch)
+            more = r.pop("more", 0)
+            total.update(r)
+            if not more:
+                break
+        kinds = ("requeued", "failed", "cancelled", "unschedulable")
+        out = {k: int(total.get(k, 0)) for k in kinds}
+        out["more"] = int(more)
+        return out
+
+    def snapshot(self) -> Snapshot:
+        """Read the bounded snapshot the strategy plans on (see the module docstring)."""
+        k = self.keys
+        r = self.redis
+        pipe = r.pipeline(transaction=False)
+        pipe.time()
+        pipe.hget(k.config, "host_timeout")
+        pipe.zrange(k.idle, 0, self.max_devices - 1, withscores=True)
+        pipe.zrange(k.queues, 0, self.max_buckets - 1, withscores=True)
+        (sec, usec), host_timeout_raw, idle, queues = pipe.execute()
+        now = int(sec) * 1000 + int(usec) // 1000
+        host_timeout_ms = int(float(host_timeout_raw or self._default_host_timeout()) * 1000)
+
+        # devices, hosts and unknown bucket constraints in one round trip
+        pipe = r.pipeline(transaction=False)
+        for did, _ in idle:
+            pipe.hmget(k.device(did), "host_id", "state", "reserved_by", "quarantined",
+                       "driver_type", "tags")
+        new_sigs = [s for s, _ in queues if s not in self._sig_cache]
+        for s in new_sigs:
+            pipe.hmget(k.sig(s), "driver_type", "tags", "priority")
+        rows = pipe.execute()
+        dev_rows, sig_rows = rows[: len(idle)], rows[len(idle) :]
+        for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
+            self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0))
+
+        candidates: list[tuple[str, list[Any], int]] = []
+        host_ids: set[str] = set()
+        for (did, score), d in zip(idle, dev_rows, strict=True):
+            host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
+            if not host_id or state != "idle" or reserved or quarantined == "1":
+                continue  # a stale idle entry: reserved, busy, quarantined or removed
+            candidates.append((did, d, int(score)))
+            host_ids.add(host_id)
+        hosts = sorted(host_ids)
+        host_ok: dict[str, bool] = {}
+        if hosts:
+            pipe = r.pipeline(transaction=False)
+            for h in hosts:
+                pipe.hmget(k.host(h), "last_heartbeat", "draining")
+            for h, (hb, draining) in zip(hosts, pipe.execute(), strict=True):
+                hb_ms = int(hb or 0)
+                host_ok[h] = draining != "1" and hb_ms > 0 and now - hb_ms <= host_timeout_ms
+        devices = [
+            IdleDevice(did, d[0], d[4] or "", _tagset(d[5]), score)
+            for did, d, score in candidates
+            if host_ok.get(d[0])
+        ]
+
+        shells = [
+            Bucket(s, *self._sig_cache[s], head_seq=int(score)) for s, score in queues
+        ]
+        pre = Snapshot.build(shells, devices, self.batch, now)
+        wanted = [(b, min(len(pre.matching[b.sig]), self.batch)) for b in shells]
+        wanted = [(b, n) for b, n in wanted if n > 0]
+        buckets: list[Bucket] = []
+        if wanted:
+            pipe = r.pipeline(transaction=False)
+            for b, n in wanted:
+                pipe.zrange(k.queue(b.sig), 0, n - 1, withscores=True)
+            for (b, _), heads in zip(wanted, pipe.execute(), strict=True):
+                if not heads:
+                    continue
+                tasks = tuple(QueuedTask(t, int(seq), b.sig, b.priority) for t, seq in heads)
+                buckets.append(
+                    Bucket(b.sig, b.driver_type, b.tags, b.priority, tasks, b.head_seq)
+                )
+        return Snapshot(
+            buckets, pre.devices, self.batch, now, {b.sig: pre.matching[b.sig] for b in buckets},
+            signatures=len(queues),
+        )
+
+    def plan(self, snap: Snapshot) -> tuple[list[Pair], int]:
+        """Ask the strategy for pairs; keep the valid ones (at most ``batch``). Returns the
+        pairs and the number dropped as invalid."""
+        proposed = list(self.strategy.propose(snap)) if snap.buckets and snap.devices else []
+        tasks = {t.task_id: b for b in snap.buckets for t in b.heads}
+        devices = {d.device_id: d for d in snap.devices}
+        used_t: set[str] = set()
+        used_d: set[str] = set()
+        pairs: list[Pair] = []
+        dropped = 0
+        for pair in proposed:
+            try:
+                task_id, device_id = pair
+            except (TypeError, ValueError):
+                dropped += 1
+                continue
+            b = tasks.get(task_id)
+            d = devices.get(device_id)
+            if (
+                b is None or d is None or task_id in used_t or device_id in used_d
+                or not b.accepts(d) or len(pairs) >= snap.limit
+            ):
+                dropped += 1
+                continue
+            used_t.add(task_id)
+            used_d.add(device_id)
+            pairs.append((task_id, device_id))
+        return pairs, dropped
+
+    def commit(self, pairs: list[Pair], fence: int | str = "") -> list[str]:
+        """Commit pairs through ``lua/assign.lua``; per pair ``ok:LEASE`` or ``err:REASON``."""
+        return self.admin.commit(pairs, fence)
+
+    def _default_host_timeout(self) -> float:
+        from .config import PoolConfig
+
+        return float(PoolConfig.model_fields["host_timeout"].default)
+
+    # -- leadership ------------------------------------------------------------------------------
+    def leader_ttl_ms(self) -> int:
+        return max(100, int(self.admin.config().leader_ttl * 1000))
+
+    def try_lead(self, ttl_ms: int | None = None) -> bool:
+        """Acquire or renew the leader lease. Sets ``epoch`` (the fencing token) when this
+        scheduler leads, clears it otherwise."""
+        ttl = ttl_ms if ttl_ms is not None else self.leader_ttl_ms()
+        res = self.admin._run("leader", [self.owner, ttl, "acquire"])
+        epoch, leads = int(res[0]), int(res[1])
+        if leads:
+            if self.epoch != epoch:
+                log(logger, logging.INFO, "leader elected", pool=self.pool, owner=self.owner,
+                    epoch=epoch)
+            self.epoch = epoch
+            return True
+        if self.epoch is not None:
+            log(logger, logging.WARNING, "lost leadership", pool=self.pool, owner=self.owner,
+                epoch=self.epoch, leader=res[2] if len(res) > 2 else None)
+        self.epoch = None
+        return False
+
+    def release(self) -> bool:
+        """Step down if leading (a standby takes over at its next attempt)."""
+        was = self.epoch is not None
+        self.epoch = None
+        try:
+            return bool(int(self.admin._run("leader", [self.owner, 1, "release"]))) and was
+        except redis.RedisError:
+            return False
+
+    def leader(self) -> tuple[str, int] | None:
+        """The current leader's (owner, epoch), or None."""
+        raw = self.redis.get(self.keys.leader)
+        if not raw:
+            return None
+        owner, _, epoch = str(raw).rpartition(":")
+        return owner, int(epoch)
+
+    # -- daemon ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask ``run`` to stop after the current pass (safe from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the daemon between passes."""
+
+        def handler(signum: int, frame: Any) -> None:
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self, *, tick: float = DEFAULT_TICK, once: bool = False) -> int:
+        """The daemon loop (see the module docstring). Returns the number of passes run.
+        With ``once``: take the lease, run one pass, release it (no pass if another leads)."""
+        if tick <= 0:
+            raise ConfigError("tick must be positive")
+        log(logger, logging.INFO, "scheduler starting", pool=self.pool, owner=self.owner,
+            strategy=self.strategy_name, tick=tick)
+        passes = 0
+        backoff = 0.1
+        try:
+            while not self.stopping:
+                try:
+                    ttl_ms = self.leader_ttl_ms()
+                    if not self.try_lead(ttl_ms):
+                        if once:
+                            cur = self.leader()
+                            log(logger, logging.INFO, "standby: another scheduler leads",
+                                pool=self.pool, owner=self.owner,
+                                leader=cur[0] if cur else None)
+                            return passes
+                        self._standby_wait(ttl_ms, tick)
+                        continue
+                    res = self._pass()
+                    passes += 1
+                    backoff = 0.1
+                    if once:
+                        return passes
+                    if res is not None and res.more and not res.fenced:
+                        continue  # a full batch (or expiry backlog): renew and go again now
+                    wait = max(0.05, min(tick, ttl_ms / 3000))
+                    self._wait_wake(wait)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    log(logger, logging.WARNING, "redis unreachable", pool=self.pool,
+                        owner=self.owner, error=str(exc), retry_in=round(backoff, 2))
+                    self.epoch = None
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+        finally:
+            if self.epoch is not None:
+                self.release()
+            log(logger, logging.INFO, "scheduler stopped", pool=self.pool, owner=self.owner,
+                passes=passes)
+        return passes
+
+    def _pass(self) -> AssignResult | None:
+        try:
+            res = self.assign(fence=self.epoch if self.epoch is not None else "")
+        except Fenced:
+            log(logger, logging.WARNING, "fenced: another scheduler leads", pool=self.pool,
+                owner=self.owner, epoch=self.epoch)
+            self.epoch = None
+            return AssignResult(fenced=True)
+        level = logging.INFO if res.busy else logging.DEBUG
+        log(logger, level, "pass", pool=self.pool, owner=self.owner, epoch=self.epoch,
+            strategy=self.strategy_name, **res.log_fields())
+        return res
+
+    def _wait_wake(self, timeout: float) -> bool:
+        """Block on the wake list (leader only). Returns True if woken."""
+        secs = max(0.01, timeout)
+        # BLPOP takes fractional seconds on Redis >= 6
+        got = self.redis.blpop([self.keys.sched_wake], timeout=secs)
+        return bool(got)
+
+    def _standby_wait(self, ttl_ms: int, tick: float) -> None:
+        """Sleep until the leader lease could have lapsed (capped), then try again."""
+        try:
+            pttl = int(self.redis.pttl(self.keys.leader))
+        except redis.RedisError:
+            pttl = -2
+        cap = min(tick, ttl_ms / 3000)
+        delay = cap if pttl < 0 else min(cap, pttl / 1000 + 0.005)
+        self._sleep(max(0.01, delay))
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stopping:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+
+def _tagset(csv: str | None) -> frozenset[str]:
+    return frozenset(t for t in (csv or "").split(",") if t)

@@ -1,0 +1,313 @@
+"""Assignment strategies: named, registered policies that pair queued tasks with idle devices.
+
+A strategy is pure Python policy. It receives a bounded :class:`Snapshot` that the
+``TaskScheduler`` read from Redis (the heads of the queued buckets that some idle device can
+serve, and the assignable idle devices) and returns proposed ``(task_id, device_id)`` pairs.
+The scheduler commits them with ``lua/assign.lua``, which re-validates every pair, so a strategy
+can never cause a double booking: a wrong or stale proposal only costs a rejected pair.
+
+Registering a strategy::
+
+    from deviceq.strategies import Snapshot, register_strategy
+
+    @register_strategy("newest_first")
+    class NewestFirst:
+        name = "newest_first"
+
+        def propose(self, snapshot: Snapshot) -> list[tuple[str, str]]:
+            order = sorted(snapshot.tasks(), key=lambda t: -t.seq)
+            return snapshot.greedy(order, device_key=lambda d: d.device_id)
+
+    TaskScheduler(url, "lab", strategy="newest_first")
+
+A strategy in another installed package is found by name through the entry-point group
+``deviceq.strategies`` (``name = "package.module:Class"``); no edit to ``scheduler.py`` needed.
+
+Built-in strategies (every one assigns each device at most once per pass, never proposes a pair
+whose constraints do not hold, and never lets a task nobody can serve delay other tasks: only
+tasks with a matching idle device are considered at all):
+
+``fifo_match`` (default)
+    Tasks oldest first (submission order, the ``seq`` counter, across all constraint buckets);
+    each gets the *first* matching idle device, "first" meaning the smallest ``device_id`` in
+    plain string order. Deterministic: the same snapshot always gives the same pairs.
+``priority_match``
+    Tasks by ``priority`` (0..9, higher first), oldest first within a priority; device choice as
+    in ``fifo_match``.
+``lru_device``
+    Tasks oldest first as in ``fifo_match``; each gets the matching device that has been idle the
+    longest (smallest idle-since time in the ``idle`` zset; ties by ``device_id``). Spreads work
+    evenly over devices (and hence hosts), so no device sits unused while another is hammered.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigError
+
+ENTRY_POINT_GROUP = "deviceq.strategies"
+DEFAULT_STRATEGY = "fifo_match"
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class QueuedTask:
+    """A queued task at the head of its bucket: id, submission order, bucket and priority."""
+
+    task_id: str
+    seq: int
+    sig: str
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class IdleDevice:
+    """An assignable device: idle, unreserved, not quarantined, on a live, non-draining host.
+    ``idle_since`` is the Redis time (ms) it joined the ``idle`` index."""
+
+    device_id: str
+    host_id: str
+    driver_type: str
+    tags: frozenset[str]
+    idle_since: int = 0
+
+    @property
+    def device_class(self) -> tuple[str, frozenset[str]]:
+        return (self.driver_type, self.tags)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One constraint signature (driver type, tags, priority) and its oldest queued tasks."""
+
+    sig: str
+    driver_type: str | None
+    tags: frozenset[str]
+    priority: int
+    heads: tuple[QueuedTask, ...] = ()
+    head_seq: int = 0
+
+    def accepts(self, device: IdleDevice) -> bool:
+        """True if a device satisfies this bucket's constraints."""
+        if self.driver_type and self.driver_type != device.driver_type:
+            return False
+        return self.tags <= device.tags
+
+
+@dataclass
+class Snapshot:
+    """What a strategy sees: the buckets (only those some idle device can serve, each with at
+    most ``limit`` head tasks, oldest first) and the assignable idle devices (by device id).
+    ``matching[sig]`` lists the idle devices that satisfy bucket ``sig``, by device id.
+    At most ``limit`` pairs are committed per pass; extra proposals are dropped."""
+
+    buckets: list[Bucket]
+    devices: list[IdleDevice]
+    limit: int
+    now_ms: int = 0
+    matching: dict[str, list[IdleDevice]] = field(default_factory=dict)
+    signatures: int = 0  # non-empty buckets in the pool (read or not)
+
+    @classmethod
+    def build(
+        cls,
+        buckets: Sequence[Bucket],
+        devices: Sequence[IdleDevice],
+        limit: int,
+        now_ms: int = 0,
+    ) -> Snapshot:
+        """Build a snapshot and its ``matching`` index (matching is done per device class,
+        i.e. per distinct (driver_type, tags), so it costs buckets x classes, not x devices)."""
+        devs = sorted(devices, key=lambda d: d.device_id)
+        classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] = {}
+        for d in devs:
+            classes.setdefault(d.device_class, []).append(d)
+        matching: dict[str, list[IdleDevice]] = {}
+        for b in buckets:
+            ms = [c for key, c in classes.items() if _class_accepts(b, key)]
+            matching[b.sig] = sorted((d for c in ms for d in c), key=lambda d: d.device_id)
+        return cls(list(buckets), devs, limit, now_ms, matching)
+
+    def tasks(self) -> Iterator[QueuedTask]:
+        """Every head task, in no particular order."""
+        for b in self.buckets:
+            yield from b.heads
+
+    def tasks_by_seq(self) -> Iterator[QueuedTask]:
+        """Every head task, oldest first (a merge of the buckets, each already oldest first)."""
+        return heapq.merge(*(b.heads for b in self.buckets), key=lambda t: t.seq)
+
+    def greedy(
+        self,
+        order: Iterable[QueuedTask],
+        device_key: Callable[[IdleDevice], Any],
+    ) -> list[Pair]:
+        """Walk tasks in ``order``; give each the matching, still unused device with the
+        smallest ``device_key``. Tasks with no device left are skipped (never block others).
+        Stops at ``limit`` pairs. Cost: tasks x matching device classes x log(devices)."""
+        heaps: dict[tuple[str, frozenset[str]], list[tuple[Any, str, IdleDevice]]] = {}
+        for d in self.devices:
+            heaps.setdefault(d.device_class, []).append((device_key(d), d.device_id, d))
+        for h in heaps.values():
+            heapq.heapify(h)
+        by_sig = {b.sig: b for b in self.buckets}
+        sig_classes: dict[str, list[list[tuple[Any, str, IdleDevice]]]] = {}
+        pairs: list[Pair] = []
+        for task in order:
+            if len(pairs) >= self.limit:
+                break
+            cands = sig_classes.get(task.sig)
+            if cands is None:
+                bucket = by_sig.get(task.sig)
+                cands = [] if bucket is None else [
+                    h for key, h in heaps.items() if _class_accepts(bucket, key)
+                ]
+                sig_classes[task.sig] = cands
+            best: list[tuple[Any, str, IdleDevice]] | None = None
+            for h in cands:
+                if h and (best is None or h[0][:2] < best[0][:2]):
+                    best = h
+            if best is None:
+                continue
+            _, device_id, _ = heapq.heappop(best)
+            pairs.append((task.task_id, device_id))
+        return pairs
+
+
+def _class_accepts(bucket: Bucket, key: tuple[str, frozenset[str]]) -> bool:
+    driver, tags = key
+    if bucket.driver_type and bucket.driver_type != driver:
+        return False
+    return bucket.tags <= tags
+
+
+@runtime_checkable
+class AssignmentStrategy(Protocol):
+    """A policy that pairs queued tasks with idle devices.
+
+    ``propose`` must be a pure function of the snapshot (no Redis access): it returns
+    ``(task_id, device_id)`` pairs, each task and device at most once, every device satisfying
+    its task's constraints (``Snapshot.matching`` and ``Snapshot.greedy`` help). The scheduler
+    drops pairs that break these rules and the assign script re-validates the rest."""
+
+    name: str
+
+    def propose(self, snapshot: Snapshot) -> Sequence[Pair]: ...
+
+
+StrategyFactory = Callable[[], AssignmentStrategy]
+_REGISTRY: dict[str, StrategyFactory] = {}
+_ENTRY_POINTS_LOADED = {"done": False}
+
+
+def register_strategy(name: str) -> Callable[[Any], Any]:
+    """Class (or zero-argument factory) decorator registering a strategy under ``name``.
+    Registering a name again replaces the earlier strategy."""
+    if not name or not isinstance(name, str):
+        raise ConfigError("a strategy name must be a non-empty string")
+
+    def deco(obj: Any) -> Any:
+        _REGISTRY[name] = _factory(obj)
+        return obj
+
+    return deco
+
+
+def _factory(obj: Any) -> StrategyFactory:
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "propose")):
+        return obj  # type: ignore[no-any-return]
+    if hasattr(obj, "propose"):
+        return lambda: obj  # type: ignore[no-any-return]
+    raise ConfigError(f"{obj!r} is not an AssignmentStrategy (no propose method)")
+
+
+def _load_entry_points() -> None:
+    if _ENTRY_POINTS_LOADED["done"]:
+        return
+    _ENTRY_POINTS_LOADED["done"] = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY:
+            continue
+        try:
+            _REGISTRY[ep.name] = _factory(ep.load())
+        except Exception as exc:  # a broken plugin must not hide the others
+            _REGISTRY[ep.name] = _broken(ep.name, exc)
+
+
+def _broken(name: str, exc: Exception) -> StrategyFactory:
+    def fail() -> AssignmentStrategy:
+        raise ConfigError(f"strategy {name!r} (entry point) failed to load: {exc}")
+
+    return fail
+
+
+def registered_strategies() -> list[str]:
+    """Names of every registered strategy (built-in, decorated and entry points), sorted."""
+    _load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def get_strategy(name: str) -> AssignmentStrategy:
+    """A fresh instance of the strategy registered as ``name``. Raises ConfigError naming the
+    registered strategies for an unknown name; there is no fallback."""
+    if name not in _REGISTRY:
+        _load_entry_points()
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise ConfigError(
+            f"unknown assignment strategy {name!r}; registered: "
+            + ", ".join(registered_strategies())
+        )
+    strategy = factory()
+    if not callable(getattr(strategy, "propose", None)):
+        raise ConfigError(f"strategy {name!r} has no propose(snapshot) method")
+    return strategy
+
+
+# -- built-in strategies ---------------------------------------------------------------------
+@register_strategy("fifo_match")
+class FifoMatch:
+    """Oldest queued task that has a matching idle device first; the matching device with the
+    smallest ``device_id`` (string order)."""
+
+    name = "fifo_match"
+
+    def propose(self, snapshot: Snapshot) -> list[Pair]:
+        return snapshot.greedy(snapshot.tasks_by_seq(), device_key=lambda d: d.device_id)
+
+
+@register_strategy("priority_match")
+class PriorityMatch:
+    """Highest ``priority`` (9..0) first, oldest first within a priority; the matching device
+    with the smallest ``device_id``."""
+
+    name = "priority_match"
+
+    def propose(self, snapshot: Snapshot) -> list[Pair]:
+        by_prio: dict[int, list[Bucket]] = {}
+        for b in snapshot.buckets:
+            by_prio.setdefault(b.priority, []).append(b)
+
+        def order() -> Iterator[QueuedTask]:
+            for prio in sorted(by_prio, reverse=True):
+                yield from heapq.merge(*(b.heads for b in by_prio[prio]), key=lambda t: t.seq)
+
+        return snapshot.greedy(order(), device_key=lambda d: d.device_id)
+
+
+@register_strategy("lru_device")
+class LeastRecentlyUsedDevice:
+    """Oldest task first; the matching device idle the longest (spreads load over devices)."""
+
+    name = "lru_device"
+
+    def propose(self, snapshot: Snapshot) -> list[Pair]:
+        return snapshot.greedy(
+            snapshot.tasks_by_seq(), device_key=lambda d: (d.idle_since, d.device_id)
+        )
