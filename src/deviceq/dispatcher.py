@@ -1,0 +1,213 @@
+"""`TaskDispatcher`: runs one claimed assignment on the local device through the configured
+runners and maps what happened to a task outcome. It composes the runners; it never plans,
+executes or retries anything itself (retries are the queue's job: lease expiry and attempts).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .errors import NotFound
+from .models import Assignment, FailureKind, WorkflowDefinition
+from .runners import GoalRunner, Outcome, Task, WorkflowRunner, as_outcome, tail, task_logger
+
+_LOG = logging.getLogger("deviceq.dispatcher")
+WorkflowLoader = Callable[[str], WorkflowDefinition]
+
+
+@dataclass(frozen=True)
+class DispatchOutcome:
+    """How an attempt ended: ``status`` is ``done``, ``failed`` or ``cancelled``;
+    ``failure_kind`` is set unless done; ``payload`` is the result (done) or the error.
+    ``abandoned`` means the runner did not stop when told to and was left behind."""
+
+    status: str
+    failure_kind: FailureKind | None = None
+    payload: str = ""
+    abandoned: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "done"
+
+
+class TaskDispatcher:
+    """Run assignments through a goal runner (goal tasks) or a workflow runner (workflow tasks,
+    whose `WorkflowDefinition` ``workflow_loader`` loads, e.g. ``Client.get_workflow``).
+
+    Outcome mapping: the runner's success -> ``done``; its reported failure -> ``failed`` /
+    ``runner_failed``; an exception -> ``failed`` / ``runner_error``; past the deadline ->
+    ``failed`` / ``timeout``; stopped because ``cancel_event`` was set -> ``cancelled``; a
+    workflow that no longer exists -> ``failed`` / ``rejected`` (not the device's fault).
+    A runner still running ``stop_grace`` seconds after it was told to stop is abandoned."""
+
+    def __init__(
+        self,
+        goal_runner: GoalRunner,
+        workflow_runner: WorkflowRunner | None = None,
+        workflow_loader: WorkflowLoader | None = None,
+        *,
+        stop_grace: float = 10.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.goal_runner = goal_runner
+        self.workflow_runner = workflow_runner
+        self.workflow_loader = workflow_loader
+        self.stop_grace = stop_grace
+        self.log = logger or _LOG
+
+    def make_task(
+        self, assignment: Assignment, cancel: threading.Event, deadline: float | None
+    ) -> Task:
+        """The `Task` a runner gets for ``assignment``."""
+        t = assignment.task
+        task = Task(
+            goal=t.goal or "",
+            task_id=t.id,
+            device_id=assignment.device_id,
+            driver_type=t.driver_type or "",
+            tags=tuple(t.tags),
+            attempt=assignment.attempt,
+            deadline=deadline,
+            cancel=cancel,
+            lease_id=assignment.lease_id,
+            host_id=assignment.host_id,
+            workflow=t.workflow,
+        )
+        task.logger = task_logger(task, self.log)
+        return task
+
+    def dispatch(
+        self,
+        assignment: Assignment,
+        cancel_event: threading.Event | None = None,
+        deadline: float | None = None,
+        *,
+        driver_type: str | None = None,
+    ) -> DispatchOutcome:
+        """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
+        runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
+        ``deadline`` is a ``time.monotonic()`` value after which the runner is stopped and
+        the attempt fails with ``timeout``. ``driver_type`` is the device's (the task's
+        constraint may be empty)."""
+        cancel_event = cancel_event or threading.Event()
+        stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
+        task = self.make_task(assignment, stop, deadline)
+        if driver_type:
+            task.driver_type = driver_type
+        run: Callable[[], Any]
+        if assignment.task.kind == "workflow":
+            if self.workflow_runner is None or self.workflow_loader is None:
+                return DispatchOutcome(
+                    "failed", FailureKind.rejected, "this host runs no workflow tasks"
+                )
+            try:
+                definition = self._load(assignment.task.workflow or "", cancel_event, deadline)
+            except NotFound as exc:
+                return DispatchOutcome("failed", FailureKind.rejected, str(exc))
+            except Exception as exc:  # noqa: BLE001
+                return DispatchOutcome(
+                    "failed", FailureKind.runner_error, f"cannot load workflow: {exc}"
+                )
+            wf_runner, goal_runner = self.workflow_runner, self.goal_runner
+
+            def run() -> Any:
+                return wf_runner(definition, task, goal_runner)
+        else:
+            goal_runner = self.goal_runner
+
+            def run() -> Any:
+                return goal_runner(task)
+
+        return self._supervise(task, run, cancel_event, deadline)
+
+    def _load(
+        self, name: str, cancel_event: threading.Event, deadline: float | None
+    ) -> WorkflowDefinition:
+        """Load a workflow, riding out a briefly unreachable Redis."""
+        assert self.workflow_loader is not None
+        delay = 0.1
+        while True:
+            try:
+                return self.workflow_loader(name)
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                late = deadline is not None and time.monotonic() + delay > deadline
+                if cancel_event.wait(delay) or late:
+                    raise
+                delay = min(2.0, delay * 2)
+
+    def _supervise(
+        self,
+        task: Task,
+        run: Callable[[], Any],
+        cancel_event: threading.Event,
+        deadline: float | None,
+    ) -> DispatchOutcome:
+        box: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def target() -> None:
+            try:
+                box["out"] = as_outcome(run())
+            except BaseException as exc:  # noqa: BLE001 - any runner exception is runner_error
+                box["exc"] = exc
+                box["tb"] = traceback.format_exc()
+            finally:
+                finished.set()
+
+        thread = threading.Thread(target=target, name=f"runner-{task.task_id}", daemon=True)
+        started = time.monotonic()
+        task.logger.info("runner started", fields={"goal": task.goal[:80] or None})
+        thread.start()
+        cause: str | None = None
+        told_at = 0.0
+        while not finished.wait(0.05):
+            now = time.monotonic()
+            if cause is None:
+                if cancel_event.is_set():
+                    cause = "cancelled"
+                elif deadline is not None and now >= deadline:
+                    cause = "timeout"
+                if cause is not None:
+                    told_at = now
+                    task.cancel.set()
+                    task.logger.info(f"stopping runner ({cause})")
+            elif now - told_at > self.stop_grace:
+                task.logger.error(
+                    f"runner did not stop {self.stop_grace:.1f}s after {cause}; abandoned"
+                )
+                return self._stopped(cause, "runner did not stop; abandoned", abandoned=True)
+        elapsed = time.monotonic() - started
+        if "exc" in box:
+            exc = box["exc"]
+            task.logger.warning(f"runner raised {type(exc).__name__}: {exc}")
+            text = f"{type(exc).__name__}: {exc}\n{box.get('tb', '')}"
+            return DispatchOutcome("failed", FailureKind.runner_error, tail(text))
+        out: Outcome = box["out"]
+        fields = {"ok": out.ok, "seconds": round(elapsed, 3)}
+        task.logger.info("runner finished", fields=fields)
+        if out.ok:
+            return DispatchOutcome("done", None, out.text)
+        if cause is None and cancel_event.is_set():
+            cause = "cancelled"
+        if cause is None and deadline is not None and time.monotonic() >= deadline:
+            cause = "timeout"
+        if cause is not None:
+            return self._stopped(cause, out.text)
+        return DispatchOutcome("failed", FailureKind.runner_failed, out.text)
+
+    @staticmethod
+    def _stopped(cause: str, text: str, abandoned: bool = False) -> DispatchOutcome:
+        if cause == "timeout":
+            return DispatchOutcome(
+                "failed", FailureKind.timeout, tail(f"deadline passed; {text}"), abandoned
+            )
+        return DispatchOutcome("cancelled", FailureKind.cancelled, text, abandoned)

@@ -1,0 +1,569 @@
+"""`HostWorker`: the daemon a host runs. It heartbeats its device snapshot, waits on its inbox
+with a blocking call, claims only as many assignments as it has free devices, runs each one
+through the `TaskDispatcher` (one per device, concurrently), renews the leases from a thread of
+its own, and reports outcomes, retrying while Redis is unreachable.
+
+Lifecycle of one attempt on the host::
+
+    claim -> run (renewed every lease_ttl/3) -> report done | failed | cancelled
+                 renew says ``cancel`` -> stop the runner, report ``cancelled``
+                 renew says ``lost``   -> stop the runner, report nothing
+                 SIGTERM grace over    -> stop the runner, release (requeued at once)
+
+SIGTERM (or SIGINT): stop claiming, mark the host draining, hand back assignments not yet
+started, let running tasks finish within the grace period, release what cannot finish, exit 0.
+A second signal skips the rest of the grace period. SIGKILL loses nothing: the leases expire
+and the scheduler requeues the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from .client import Client
+from .dispatcher import DispatchOutcome, TaskDispatcher
+from .errors import AuthError, ConfigError, DeviceqError, InvalidInput
+from .host import DeviceReport, HostClient, Report
+from .logs import log
+from .models import Assignment, DeviceState, validate_id, validate_tags
+from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
+
+_LOG = logging.getLogger("deviceq.worker")
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+RENEW_CHUNK = 200
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """A device this host serves: ``ID:DRIVER[:TAG,TAG]`` on the command line."""
+
+    device_id: str
+    driver_type: str
+    tags: tuple[str, ...] = ()
+    state: DeviceState = DeviceState.idle
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceConfig:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise InvalidInput(f"bad device {text!r}: use ID:DRIVER or ID:DRIVER:TAG,TAG")
+        tags = validate_tags(parts[2]) if len(parts) == 3 else ()
+        return cls(validate_id(parts[0], "device id"), validate_id(parts[1], "driver_type"), tags)
+
+    @classmethod
+    def coerce(cls, value: Any) -> DeviceConfig:
+        """From ``ID:DRIVER[:TAGS]`` text or a mapping (``id``/``device_id``, ``driver_type``,
+        ``tags``, optional ``state``)."""
+        if isinstance(value, DeviceConfig):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, dict):
+            did = value.get("device_id", value.get("id"))
+            return cls(
+                validate_id(did, "device id"),
+                validate_id(value.get("driver_type"), "driver_type"),
+                validate_tags(value.get("tags") or ()),
+                DeviceState(value.get("state", "idle")),
+            )
+        raise InvalidInput(f"bad device {value!r}")
+
+    def report(self) -> DeviceReport:
+        return DeviceReport(self.device_id, self.driver_type, self.tags, self.state)
+
+
+@dataclass
+class WorkerSettings:
+    """How a host worker behaves. Intervals left at None follow the pool's settings:
+    heartbeat every ``host_timeout``/3 and renew every ``lease_ttl``/3."""
+
+    host_id: str
+    devices: list[DeviceConfig]
+    goal_runner: RunnerSpec = field(default_factory=lambda: RunnerSpec("sim"))
+    workflow_runner: RunnerSpec = field(default_factory=lambda: RunnerSpec("steps"))
+    isolation: str = "auto"
+    grace: float = 30.0
+    task_timeout: float = 0.0
+    stop_grace: float = 5.0
+    poll_interval: float = 2.0
+    heartbeat_interval: float | None = None
+    renew_interval: float | None = None
+    socket_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        validate_id(self.host_id, "host id")
+        self.devices = [DeviceConfig.coerce(d) for d in self.devices]
+        if not self.devices:
+            raise ConfigError("a host needs at least one --device ID:DRIVER[:TAG,TAG]")
+        ids = [d.device_id for d in self.devices]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("device ids must be unique")
+        for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if self.task_timeout < 0:
+            raise ConfigError("task_timeout must be >= 0 (0 = no limit)")
+
+
+@dataclass(eq=False)
+class Run:
+    """One claimed attempt running (or about to run) on one device."""
+
+    assignment: Assignment
+    cancel: threading.Event = field(default_factory=threading.Event)
+    reason: str | None = None  # why it was stopped: cancel | lost | drain
+    after: Run | None = None  # a previous run on the same device still stopping
+    ended: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    @property
+    def task_id(self) -> str:
+        return self.assignment.task.id
+
+    @property
+    def device_id(self) -> str:
+        return self.assignment.device_id
+
+    def fields(self) -> dict[str, Any]:
+        a = self.assignment
+        return {"task": a.task.id, "lease": a.lease_id, "host": a.host_id,
+                "device": a.device_id, "attempt": a.attempt}  # fmt: skip
+
+    def stop(self, reason: str) -> None:
+        """Ask the runner to stop; ``lost`` overrides any earlier reason."""
+        if self.reason is None or reason == "lost":
+            self.reason = reason
+        self.cancel.set()
+
+
+def worker_redis(url: str, socket_timeout: float | None) -> redis.Redis:
+    """A Redis client for the worker: bounded socket timeouts and a short reconnect retry."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=2.0,
+        socket_keepalive=True,
+        health_check_interval=15,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+class HostWorker:
+    """The host worker daemon. ``run()`` blocks until stopped (``stop()`` or SIGTERM) and
+    returns the exit code.
+
+    >>> w = HostWorker("redis://localhost:6379/0", "default", settings, token)
+    >>> sys.exit(w.run())
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        pool: str,
+        settings: WorkerSettings,
+        token: str,
+        *,
+        dispatcher: TaskDispatcher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.log = _LOG
+        self.devices = {d.device_id: d for d in settings.devices}
+        self.host = HostClient(worker_redis(redis_url, settings.socket_timeout), pool,
+                               settings.host_id, token)  # fmt: skip
+        self.waiter = HostClient(
+            worker_redis(redis_url, settings.poll_interval * 1.25 + settings.socket_timeout),
+            pool, settings.host_id, token,
+        )  # fmt: skip
+        self.producer = Client(self.host.redis, pool)
+        if dispatcher is None:
+            goal = build_goal_runner(settings.goal_runner, settings.isolation,
+                                     kill_grace=settings.stop_grace)  # fmt: skip
+            wf = build_workflow_runner(settings.workflow_runner, settings.goal_runner,
+                                       settings.isolation, kill_grace=settings.stop_grace)
+            dispatcher = TaskDispatcher(goal, wf, self.producer.get_workflow,
+                                        stop_grace=settings.stop_grace + 2.0)  # fmt: skip
+        self.dispatcher = dispatcher
+        self.lock = threading.Lock()
+        self.runs: dict[str, Run] = {}  # task id -> run (until its report is answered)
+        self.by_device: dict[str, Run] = {}  # device id -> newest run on it
+        self.quarantined: set[str] = set()
+        self.remote_draining = False
+        self.stopping = threading.Event()  # stop claiming and drain
+        self.hurry = threading.Event()  # second signal: skip the rest of the grace period
+        self.closed = threading.Event()  # upkeep threads stop
+        self.changed = threading.Event()  # a device slot freed or the run set changed
+        self.lease_ttl = 60.0
+        self.host_timeout = 30.0
+        self.abandon_reports_at: float | None = None
+        self._threads: list[threading.Thread] = []
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _log(self, level: int, msg: str, **fields: Any) -> None:
+        log(self.log, level, msg, host=self.settings.host_id, **fields)
+
+    def _hb_interval(self) -> float:
+        return self.settings.heartbeat_interval or max(0.05, self.host_timeout / 3)
+
+    def _renew_interval(self) -> float:
+        return self.settings.renew_interval or max(0.05, self.lease_ttl / 3)
+
+    def free_devices(self) -> list[str]:
+        """Devices with no run and not quarantined."""
+        with self.lock:
+            return [d for d in self.devices if d not in self.by_device and
+                    d not in self.quarantined]  # fmt: skip
+
+    def active_runs(self) -> list[Run]:
+        with self.lock:
+            return list(self.runs.values())
+
+    def _retry(self, what: str, fn: Callable[[], Any], until: Callable[[], bool]) -> Any:
+        """Call ``fn`` until it answers (transient Redis errors are retried with backoff) or
+        ``until()`` says give up (returns None then)."""
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except TRANSIENT as exc:
+                if until():
+                    return None
+                self._log(logging.WARNING, f"{what}: Redis unreachable, retrying",
+                          error=type(exc).__name__)  # fmt: skip
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run the daemon until stopped; returns the process exit code (0 after a drain)."""
+        if threading.current_thread() is threading.main_thread():
+            self._install_signals()
+        code = self._startup()
+        if code:
+            return code
+        for name, target in (("heartbeat", self._heartbeat_loop), ("renew", self._renew_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        try:
+            self._main_loop()
+            self._drain()
+        finally:
+            self.closed.set()
+            for t in self._threads:
+                t.join(self.settings.socket_timeout + 1)
+            self.host.close()
+            self.waiter.close()
+        self._log(logging.INFO, "host worker stopped")
+        return 0
+
+    def stop(self) -> None:
+        """Begin a drain (what SIGTERM does); a second call skips the grace period."""
+        if self.stopping.is_set():
+            self.hurry.set()
+        self.stopping.set()
+        self.changed.set()
+        threading.Thread(target=self._nudge, daemon=True).start()
+
+    def _install_signals(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            self._log(logging.INFO, f"received {signal.Signals(signum).name}: draining")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def _nudge(self) -> None:
+        """Wake our own blocking inbox wait (best effort)."""
+        with contextlib.suppress(Exception):
+            r = self.host.redis
+            r.lpush(self.host.keys.host_wake(self.host.host_id), "stop")
+
+    def _startup(self) -> int:
+        def first() -> Any:
+            self._refresh_config()
+            hb = self.host.heartbeat(self._snapshot())
+            if hb.draining:
+                self.host.set_draining(False)
+            self._refresh_quarantine()
+            return hb
+
+        try:
+            hb = self._retry("start", first, self.stopping.is_set)
+        except AuthError as exc:
+            self._log(logging.ERROR, f"cannot start: {exc}")
+            return 2
+        except DeviceqError as exc:
+            self._log(logging.ERROR, f"cannot start: {type(exc).__name__}: {exc}")
+            return 2
+        if hb is None:
+            return 0
+        self._log(logging.INFO, "host worker started", devices=len(self.devices),
+                  goal_runner=str(self.settings.goal_runner), lease_ttl=self.lease_ttl,
+                  workflow_runner=str(self.settings.workflow_runner))  # fmt: skip
+        return 0
+
+    def _snapshot(self) -> list[DeviceReport]:
+        # Devices running deviceq tasks are reported idle: their reservation protects them.
+        return [d.report() for d in self.devices.values()]
+
+    def _refresh_config(self) -> None:
+        cfg = self.host.config()
+        self.lease_ttl, self.host_timeout = cfg.lease_ttl, cfg.host_timeout
+
+    def _refresh_quarantine(self, only: Iterable[str] | None = None) -> None:
+        ids = list(only) if only is not None else list(self.devices)
+        pipe = self.host.redis.pipeline(transaction=False)
+        for d in ids:
+            pipe.hmget(self.host.keys.device(d), "quarantined", "consecutive_failures")
+        for d, (flag, fails) in zip(ids, pipe.execute(), strict=True):
+            with self.lock:
+                was = d in self.quarantined
+                if flag == "1":
+                    self.quarantined.add(d)
+                else:
+                    self.quarantined.discard(d)
+            if (flag == "1") != was:
+                self.changed.set()
+                if flag == "1":
+                    self._log(logging.WARNING, "device quarantined: no work until released "
+                              "(deviceq device unquarantine)", device=d, failures=fails)
+                else:
+                    self._log(logging.INFO, "device back in service", device=d)
+
+    # -- upkeep threads ----------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        next_cfg = time.monotonic() + 10.0
+        while not self.closed.is_set():
+            try:
+                hb = self.host.heartbeat(self._snapshot())
+                if hb.draining != self.remote_draining:
+                    self.remote_draining = hb.draining
+                    self.changed.set()
+                    if not self.stopping.is_set():
+                        self._log(logging.INFO, "host draining" if hb.draining else "host active")
+                self._refresh_quarantine()
+                if time.monotonic() >= next_cfg:
+                    self._refresh_config()
+                    next_cfg = time.monotonic() + 10.0
+                wait = self._hb_interval()
+            except TRANSIENT as exc:
+                self._log(logging.WARNING, "heartbeat: Redis unreachable",
+                          error=type(exc).__name__)  # fmt: skip
+                wait = min(0.5, self._hb_interval())
+            except DeviceqError as exc:
+                self._log(logging.ERROR, f"heartbeat refused: {type(exc).__name__}: {exc}")
+                wait = max(1.0, self._hb_interval())
+            except Exception:  # noqa: BLE001 - the heartbeat must survive anything
+                self.log.exception("heartbeat failed")
+                wait = 1.0
+            self.closed.wait(wait)
+
+    def _renew_loop(self) -> None:
+        while not self.closed.is_set():
+            wait = self._renew_interval()
+            try:
+                self.renew_once()
+            except TRANSIENT as exc:
+                self._log(logging.WARNING, "renew: Redis unreachable", error=type(exc).__name__)
+                wait = min(0.2, wait)
+            except DeviceqError as exc:
+                self._log(logging.ERROR, f"renew refused: {type(exc).__name__}: {exc}")
+                wait = min(0.5, wait)
+            except Exception:  # noqa: BLE001 - renewals must survive anything
+                self.log.exception("renew failed")
+                wait = min(0.5, wait)
+            self.closed.wait(wait)
+
+    def renew_once(self) -> None:
+        """Renew every active lease (batched); act on ``cancel`` and ``lost`` answers."""
+        runs = [r for r in self.active_runs() if r.reason != "lost"]
+        for start in range(0, len(runs), RENEW_CHUNK):
+            chunk = runs[start : start + RENEW_CHUNK]
+            answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
+            for run, ans in zip(chunk, answers, strict=True):
+                if run.ended.is_set():
+                    continue
+                if ans.status == "cancel" and run.reason is None:
+                    self._log(logging.INFO, "cancel requested: stopping runner", **run.fields())
+                    run.stop("cancel")
+                elif ans.lost:
+                    self._log(logging.WARNING, f"lease lost ({ans.reason}): stopping runner, "
+                              "reporting nothing", **run.fields())  # fmt: skip
+                    run.stop("lost")
+
+    # -- main loop ---------------------------------------------------------------------------
+    def _main_loop(self) -> None:
+        delay = 0.05
+        while not self.stopping.is_set():
+            free = self.free_devices()
+            if not free or self.remote_draining:
+                self.changed.wait(self.settings.poll_interval)
+                self.changed.clear()
+                continue
+            try:
+                claimed = self.host.claim(len(free))
+                delay = 0.05
+            except TRANSIENT as exc:
+                self._log(logging.WARNING, "claim: Redis unreachable", error=type(exc).__name__)
+                self.stopping.wait(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            except DeviceqError as exc:
+                self._log(logging.ERROR, f"claim refused: {type(exc).__name__}: {exc}")
+                self.stopping.wait(max(1.0, delay))
+                delay = min(5.0, delay * 2)
+                continue
+            for a in claimed:
+                self._start(a)
+            if claimed:
+                continue
+            self._wait_for_work()
+
+    def _wait_for_work(self) -> None:
+        timeout = self.settings.poll_interval * random.uniform(0.75, 1.25)
+        try:
+            self.waiter.wait_for_work(timeout)
+        except TRANSIENT as exc:
+            self._log(logging.WARNING, "inbox wait: Redis unreachable", error=type(exc).__name__)
+            self.stopping.wait(random.uniform(0.1, 0.3))
+
+    def _start(self, a: Assignment) -> None:
+        run = Run(a)
+        f = run.fields()
+        if a.device_id not in self.devices or a.host_id != self.settings.host_id:
+            self._log(logging.WARNING, "assignment for a device this worker does not serve: "
+                      "handing it back", **f)  # fmt: skip
+            self._release(run, "device not served by this worker")
+            return
+        with self.lock:
+            quarantined = a.device_id in self.quarantined
+        if quarantined or self.stopping.is_set():
+            why = "device quarantined" if quarantined else "host draining"
+            self._log(logging.INFO, f"{why}: handing the assignment back", **f)
+            self._release(run, why)
+            return
+        with self.lock:
+            run.after = self.by_device.get(a.device_id)
+            self.by_device[a.device_id] = run
+            self.runs[run.task_id] = run
+        self._log(logging.INFO, "claimed", goal=(a.task.goal or "")[:80] or None,
+                  workflow=a.task.workflow, **f)  # fmt: skip
+        run.thread = threading.Thread(target=self._execute, args=(run,),
+                                      name=f"task-{run.task_id}", daemon=True)  # fmt: skip
+        run.thread.start()
+
+    def _execute(self, run: Run) -> None:
+        try:
+            if run.after is not None:
+                run.after.ended.wait()
+            timeout = self.settings.task_timeout
+            deadline = time.monotonic() + timeout if timeout > 0 else None
+            device = self.devices[run.device_id]
+            if run.reason is None:
+                outcome = self.dispatcher.dispatch(run.assignment, run.cancel, deadline,
+                                                   driver_type=device.driver_type)
+            else:  # stopped before it started
+                outcome = DispatchOutcome("cancelled", None, "stopped before start")
+            self._finish(run, outcome)
+        except Exception:  # noqa: BLE001 - never lose the slot
+            self.log.exception("run failed", extra={"fields": run.fields()})
+            with contextlib.suppress(Exception):
+                self._release(run, "worker error")
+        finally:
+            run.ended.set()
+            with self.lock:
+                self.runs.pop(run.task_id, None)
+                if self.by_device.get(run.device_id) is run:
+                    del self.by_device[run.device_id]
+            self.changed.set()
+
+    def _finish(self, run: Run, out: DispatchOutcome) -> None:
+        f = run.fields()
+        if run.reason == "lost":
+            self._log(logging.INFO, "runner stopped after losing the lease; not reported",
+                      status=out.status, **f)  # fmt: skip
+            return
+        if run.reason == "drain" and not out.ok:
+            self._release(run, "host shut down before the task finished")
+            return
+        if run.reason == "cancel" and not out.ok:
+            report = Report(run.task_id, run.assignment.lease_id, "cancelled", "cancelled",
+                            out.payload or "cancelled")  # fmt: skip
+        elif out.ok:
+            report = Report(run.task_id, run.assignment.lease_id, "done", None, out.payload)
+        elif out.status == "cancelled":  # cancelled without a request: hand it back
+            self._release(run, out.payload or "stopped")
+            return
+        else:
+            report = Report(run.task_id, run.assignment.lease_id, "failed",
+                            out.failure_kind, out.payload)  # fmt: skip
+        answer = self._report(run, report)
+        if answer is not None and report.outcome == "failed":
+            with contextlib.suppress(*TRANSIENT):
+                self._refresh_quarantine([run.device_id])
+
+    def _give_up(self) -> bool:
+        return self.abandon_reports_at is not None and time.monotonic() > self.abandon_reports_at
+
+    def _report(self, run: Run, report: Report) -> str | None:
+        f = run.fields()
+        try:
+            answer = self._retry("report", lambda: self.host.report_many([report])[0],
+                                 self._give_up)  # fmt: skip
+        except DeviceqError as exc:
+            self._log(logging.ERROR, f"report refused: {type(exc).__name__}: {exc}", **f)
+            return None
+        if answer is None:
+            self._log(logging.ERROR, "report not delivered before shutdown; the lease will "
+                      "expire and the task be retried", outcome=report.outcome, **f)
+            return None
+        level = logging.WARNING if answer.startswith("rejected") else logging.INFO
+        self._log(level, f"reported {report.outcome}", answer=answer,
+                  failure_kind=report.failure_kind, **f)  # fmt: skip
+        return str(answer)
+
+    def _release(self, run: Run, why: str) -> None:
+        self._report(run, Report(run.task_id, run.assignment.lease_id, "released", None, why))
+
+    # -- drain -------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        s = self.settings
+        grace_end = time.monotonic() + s.grace
+        self._log(logging.INFO, "draining: no new work", running=len(self.active_runs()),
+                  grace=s.grace)  # fmt: skip
+        past_grace = lambda: time.monotonic() > grace_end or self.hurry.is_set()  # noqa: E731
+        self._retry("set draining", lambda: self.host.set_draining(True), past_grace)
+        # hand back what was assigned to us but not started
+        claimed = self._retry("drain inbox", lambda: self.host.claim(len(self.devices)),
+                              past_grace) or []  # fmt: skip
+        for a in claimed:
+            self._start(a)  # stopping is set: released at once
+        while self.active_runs() and not past_grace():
+            self.changed.wait(0.1)
+            self.changed.clear()
+        left = self.active_runs()
+        if left:
+            self._log(logging.INFO, "grace period over: stopping and handing back",
+                      running=len(left))  # fmt: skip
+            for run in left:
+                run.stop("drain")
+        # runners get stop_grace to stop (the dispatcher abandons them after that), then the
+        # reports a few seconds to get through
+        self.abandon_reports_at = time.monotonic() + s.stop_grace + 5.0 + 2 * s.socket_timeout
+        for run in left:
+            if run.thread is not None:
+                run.thread.join(max(0.0, self.abandon_reports_at + 1.0 - time.monotonic()))
