@@ -90,7 +90,8 @@ def check_fleet_summary(summary: dict[str, Any], tasks: int) -> None:
     assert summary["tasks_on_killed_host"] >= 1
     assert summary["lease_expiries"] >= 1
     assert summary["retried"] >= 1
-    assert summary["latency_ms"]["n"] == tasks
+    # first attempts only: a task whose first assignment expired unclaimed has none
+    assert tasks - summary["retried"] <= summary["latency_ms"]["n"] <= tasks
     assert 0 <= summary["latency_ms"]["p50"] <= summary["latency_ms"]["p95"]
     assert summary["retry_latency_ms"]["n"] >= summary["retried"]
     assert summary["wall_s"] < 60

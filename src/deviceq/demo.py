@@ -55,11 +55,13 @@ DEMO_HOSTS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
         ("a-pixel-2", "android", ("wifi",)),
         ("a-chrome-1", "browser", ("headless",)),
         ("a-chrome-2", "browser", ("headless", "gpu")),
+        ("a-chrome-3", "browser", ("headless",)),
     ],
     "lab-b": [
         ("b-pixel-1", "android", ("wifi", "camera")),
-        ("b-pixel-2", "android", ("wifi",)),
+        ("b-pixel-2", "android", ("wifi", "nfc")),
         ("b-chrome-1", "browser", ("headless", "gpu")),
+        ("b-chrome-2", "browser", ("headless",)),
     ],
 }
 KILLED_HOST = "lab-b"
@@ -94,9 +96,8 @@ DEMO_WORKFLOW = WorkflowDefinition(
 )
 WORKFLOW_EVERY = 4  # every 4th task is a workflow task (browser, headless)
 
-#: simulated run time of one goal (seconds, uniform), passed to the ``sim`` runner
-SIM_MIN_S = 0.4
-SIM_MAX_S = 1.4
+#: simulated run time of one goal (a workflow step too), for the ``sim`` runner
+SIM_DURATION = "uniform:0.2,0.8"
 
 EMBEDDED_CHOICES = ("auto", "redis-server", "fakeredis")
 
@@ -285,7 +286,7 @@ def host_argv(base: list[str], host_id: str, token_file: Path) -> list[str]:
     for device_id, driver, tags in DEMO_HOSTS[host_id]:
         argv += ["--device", f"{device_id}:{driver}:{','.join(tags)}"]
     argv += ["--goal-runner", "sim", "--heartbeat-interval", "0.5"]
-    argv += ["--sim-min", str(SIM_MIN_S), "--sim-max", str(SIM_MAX_S), "--sim-fail-rate", "0"]
+    argv += ["--sim-duration", SIM_DURATION]
     return argv
 
 
@@ -468,7 +469,13 @@ class Demo:
             host_text = Text(d.host_id, style="green" if h and h.alive else "bold red")
             if h and not h.alive:
                 host_text.append(" (dead)")
-            state = "quarantined" if d.quarantined else d.state.value
+            state = d.state.value
+            if d.quarantined:
+                state = "quarantined"
+            elif h and not h.alive:
+                state = "offline"
+            elif d.reserved_by and d.state.value == "idle":
+                state = "reserved"
             devices.add_row(
                 d.device_id, host_text, d.driver_type, ",".join(d.tags), state, d.reserved_by or "-"
             )
@@ -502,6 +509,7 @@ class Demo:
                 self.console.print(
                     f"deviceq demo: {backend.description} ({backend.url}), pool {self.pool}",
                     highlight=False,
+                    soft_wrap=True,
                 )
                 client = Client(backend.url, self.pool)
                 admin = PoolAdmin(client.redis, self.pool)
@@ -546,7 +554,7 @@ class Demo:
                     elapsed >= kill_latest
                     or (elapsed >= kill_earliest and self._busy_on(admin, KILLED_HOST))
                 ):
-                    self._kill(KILLED_HOST, result, elapsed)
+                    self._kill(KILLED_HOST, result)
                 self._check_daemons()
                 counts = client.counts()
                 finished = sum(counts[s.value] for s in TaskStatus if s.terminal)
@@ -568,7 +576,7 @@ class Demo:
                     live.update(self._render(backend, client, admin))
                 elif now - last_line >= 2.0:
                     last_line = now
-                    self.console.print(self._progress_line(client), highlight=False)
+                    self.console.print(self._progress_line(client), highlight=False, soft_wrap=True)
                 time.sleep(0.25)
             self._poll_events(client.redis, client)
             if live is not None:
@@ -581,9 +589,10 @@ class Demo:
     def _busy_on(self, admin: PoolAdmin, host_id: str) -> bool:
         return any(d.host_id == host_id and d.reserved_by for d in admin.devices())
 
-    def _kill(self, host_id: str, result: DemoResult, elapsed: float) -> None:
+    def _kill(self, host_id: str, result: DemoResult) -> None:
         self.daemons[host_id].kill()
-        result.killed_host, result.killed_at_s = host_id, round(elapsed, 1)
+        result.killed_host = host_id
+        result.killed_at_s = round(time.monotonic() - self.t0, 1)
         self.recent.append(Text.assemble(
             (time.strftime("%H:%M:%S "), "dim"), (f"{'host_killed':<18}", "bold red"),
             f"host={host_id} SIGKILL: its leases will expire and its tasks be retried",
@@ -593,6 +602,7 @@ class Demo:
                 f"[{time.monotonic() - self.t0:5.1f}s] killed {host_id} "
                 "(SIGKILL): its leases will expire and its tasks be retried",
                 highlight=False,
+                soft_wrap=True,
             )
 
     def _summarise(self, client: Client, result: DemoResult) -> None:
