@@ -34,15 +34,15 @@ def snapshot(fleet: Any) -> tuple[int, dict[str, Any]]:
     keys: dict[str, Any] = {}
     for key in r.scan_iter(match=f"dq:{{{fleet.pool}}}:*", count=1000):
         kind = r.type(key)
-        value: Any = {
-            "hash": lambda k: r.hgetall(k),
-            "string": lambda k: r.get(k),
+        readers: dict[str, Callable[[str], Any]] = {
+            "hash": r.hgetall,
+            "string": r.get,
             "list": lambda k: r.lrange(k, 0, -1),
             "set": lambda k: sorted(r.smembers(k)),
             "zset": lambda k: r.zrange(k, 0, -1, withscores=True),
-            "stream": lambda k: r.xrange(k),
-        }.get(kind, lambda k: kind)(key)
-        keys[key] = value
+            "stream": r.xrange,
+        }
+        keys[key] = readers[kind](key) if kind in readers else kind
     return int(r.dbsize()), keys
 
 
@@ -135,7 +135,8 @@ def test_tags_with_special_characters(ready: Any, bad: str) -> None:
 
 
 def test_too_many_tags(ready: Any) -> None:
-    refused(ready, InvalidInput, lambda: ready.client.submit("g", tags=[f"t{i}" for i in range(33)]))
+    many = [f"t{i}" for i in range(33)]
+    refused(ready, InvalidInput, lambda: ready.client.submit("g", tags=many))
     assert ready.client.get(ready.client.submit("g", tags=[f"t{i}" for i in range(32)])).tags
 
 
