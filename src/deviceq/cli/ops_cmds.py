@@ -214,11 +214,7 @@ def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
         events = [Event(id=str(i), type=f.get("type", "?"),
                         fields={k: v for k, v in f.items() if k != "type"})
                   for i, f in reversed(newest)]
-        cursor = events[-1].id if events else (str(newest[0][0]) if newest else "0-0")
-        if not events:
-            last = r.xrevrange(keys.events, count=1)
-            cursor = str(last[0][0]) if last else "0-0"
-        return events, cursor
+        return events, events[-1].id if events else "0-0"
     cursor = since or "0-0"
     keep: collections.deque[Event] | list[Event]
     keep = [] if since is not None else collections.deque(maxlen=limit)
