@@ -8,8 +8,9 @@ One pass (``assign``):
    ``idle`` zset, at most ``max_devices``, with their device hashes and their hosts' heartbeat
    and drain flag), the non-empty constraint buckets (the ``queues`` zset, at most
    ``max_buckets``), and for each bucket only as many head tasks as there are idle devices that
-   can serve it (capped by ``batch``). Buckets that no idle device matches are not read at all,
-   so a pass costs O(assignments + distinct signatures + idle devices), never O(queue length).
+   can serve it (capped by ``batch``; plus the strategy's optional ``lookahead``). Buckets that
+   no idle device matches are not read at all, so a pass costs O(assignments + distinct
+   signatures + idle devices), never O(queue length).
 3. **Plan**: the configured ``AssignmentStrategy`` proposes pairs; pairs naming a task or
    device not in the snapshot, a device twice or a task twice, or a device that does not satisfy
    the task's constraints are dropped as ``strategy_invalid``.
@@ -60,6 +61,8 @@ logger = logging.getLogger("deviceq.scheduler")
 
 DEFAULT_BATCH = 200
 DEFAULT_TICK = 2.0
+MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
+MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
 
 
 @dataclass
@@ -291,8 +294,12 @@ class TaskScheduler:
             Bucket(s, *self._sig_cache[s], head_seq=int(score)) for s, score in queues
         ]
         pre = Snapshot.build(shells, devices, self.batch, now)
-        wanted = [(b, min(len(pre.matching[b.sig]), self.batch)) for b in shells]
-        wanted = [(b, n) for b, n in wanted if n > 0]
+        extra = min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
+        wanted = [
+            (b, min(len(pre.matching[b.sig]), self.batch) + extra)
+            for b in shells
+            if pre.matching[b.sig]
+        ]
         buckets: list[Bucket] = []
         if wanted:
             pipe = r.pipeline(transaction=False)
@@ -388,9 +395,19 @@ class TaskScheduler:
         return owner, int(epoch)
 
     # -- daemon ----------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask ``run`` to stop after the current pass (safe from a signal handler)."""
+    def stop(self, wake: bool = False) -> None:
+        """Ask ``run`` to stop after the current pass. From a signal handler call it with
+        ``wake=False`` (the loop notices within ``MAX_BLOCK`` seconds); from another thread
+        ``wake=True`` also pushes the wake list so a blocked leader returns at once."""
         self._stop.set()
+        if wake:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.lpush(self.keys.sched_wake, "1")
+                pipe.ltrim(self.keys.sched_wake, 0, 0)
+                pipe.execute()
+            except redis.RedisError:
+                pass
 
     @property
     def stopping(self) -> bool:
@@ -407,13 +424,20 @@ class TaskScheduler:
 
     def run(self, *, tick: float = DEFAULT_TICK, once: bool = False) -> int:
         """The daemon loop (see the module docstring). Returns the number of passes run.
-        With ``once``: take the lease, run one pass, release it (no pass if another leads)."""
+        With ``once``: take the lease, run one pass, release it (no pass if another leads).
+
+        The leader runs a pass when woken (``sched:wake``), when ``tick`` seconds passed since
+        the last one, or at once after a pass that filled its batch. It blocks on the wake list
+        in slices of at most ``MAX_BLOCK`` seconds (and a third of ``leader_ttl``), renewing
+        its lease in between, so a stop request is honoured within a slice."""
         if tick <= 0:
             raise ConfigError("tick must be positive")
         log(logger, logging.INFO, "scheduler starting", pool=self.pool, owner=self.owner,
             strategy=self.strategy_name, tick=tick)
         passes = 0
         backoff = 0.1
+        last_pass = float("-inf")
+        due = True
         try:
             while not self.stopping:
                 try:
@@ -426,20 +450,25 @@ class TaskScheduler:
                                 leader=cur[0] if cur else None)
                             return passes
                         self._standby_wait(ttl_ms, tick)
+                        due = True  # on taking over, work at once
                         continue
-                    res = self._pass()
-                    passes += 1
-                    backoff = 0.1
-                    if once:
-                        return passes
-                    if res is not None and res.more and not res.fenced:
-                        continue  # a full batch (or expiry backlog): renew and go again now
-                    wait = max(0.05, min(tick, ttl_ms / 3000))
-                    self._wait_wake(wait)
+                    if due or time.monotonic() - last_pass >= tick:
+                        res = self._pass()
+                        passes += 1
+                        last_pass = time.monotonic()
+                        backoff = 0.1
+                        if once:
+                            return passes
+                        if res.more and not res.fenced:
+                            continue  # a full batch (or expiry backlog): renew, go again now
+                    left = tick - (time.monotonic() - last_pass)
+                    wait = max(0.01, min(left, MAX_BLOCK, ttl_ms / 3000))
+                    due = self._wait_wake(wait)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     log(logger, logging.WARNING, "redis unreachable", pool=self.pool,
                         owner=self.owner, error=str(exc), retry_in=round(backoff, 2))
                     self.epoch = None
+                    due = True
                     self._sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
@@ -449,7 +478,7 @@ class TaskScheduler:
                 passes=passes)
         return passes
 
-    def _pass(self) -> AssignResult | None:
+    def _pass(self) -> AssignResult:
         try:
             res = self.assign(fence=self.epoch if self.epoch is not None else "")
         except Fenced:

@@ -13,6 +13,7 @@ Registering a strategy::
     @register_strategy("newest_first")
     class NewestFirst:
         name = "newest_first"
+        lookahead = 50  # see up to 50 more tasks per bucket than there are devices
 
         def propose(self, snapshot: Snapshot) -> list[tuple[str, str]]:
             order = sorted(snapshot.tasks(), key=lambda t: -t.seq)
@@ -58,7 +59,7 @@ Pair = tuple[str, str]
 
 @dataclass(frozen=True)
 class QueuedTask:
-    """A queued task at the head of its bucket: id, submission order, bucket and priority."""
+    """A queued task near the head of its bucket: id, submission order, bucket, priority."""
 
     task_id: str
     seq: int
@@ -194,7 +195,12 @@ class AssignmentStrategy(Protocol):
     ``propose`` must be a pure function of the snapshot (no Redis access): it returns
     ``(task_id, device_id)`` pairs, each task and device at most once, every device satisfying
     its task's constraints (``Snapshot.matching`` and ``Snapshot.greedy`` help). The scheduler
-    drops pairs that break these rules and the assign script re-validates the rest."""
+    drops pairs that break these rules and the assign script re-validates the rest.
+
+    By default a bucket's snapshot holds as many head tasks as there are idle devices able to
+    serve it (enough for any policy that keeps submission order within a bucket). A strategy
+    that wants to look deeper may define an int attribute ``lookahead``: that many more heads
+    per servable bucket (capped at 1000; each pass then costs that much more)."""
 
     name: str
 
