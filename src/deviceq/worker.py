@@ -213,7 +213,7 @@ class HostWorker:
 
     # -- helpers -----------------------------------------------------------------------------
     def _log(self, level: int, msg: str, **fields: Any) -> None:
-        log(self.log, level, msg, host=self.settings.host_id, **fields)
+        log(self.log, level, msg, **{"host": self.settings.host_id, **fields})
 
     def _hb_interval(self) -> float:
         return self.settings.heartbeat_interval or max(0.05, self.host_timeout / 3)
@@ -407,6 +407,14 @@ class HostWorker:
 
     # -- main loop ---------------------------------------------------------------------------
     def _main_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self._main_loop_inner()
+            except Exception:  # noqa: BLE001 - the daemon must survive a bug in one pass
+                self.log.exception("main loop failed; continuing")
+                self.stopping.wait(1.0)
+
+    def _main_loop_inner(self) -> None:
         delay = 0.05
         while not self.stopping.is_set():
             free = self.free_devices()

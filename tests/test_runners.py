@@ -1,0 +1,360 @@
+"""Runners: the command runner (quoting, environment, output tail, process-group kill), the sim
+runner, resolution by name / import path / entry point, the reference workflow runner, and
+process isolation (a GIL-holding or cancel-ignoring Python runner). Real processes throughout.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from deviceq.errors import ConfigError
+from deviceq.models import WorkflowDefinition
+from deviceq.runners import (
+    CommandRunner,
+    IsolatedRunner,
+    Outcome,
+    RunnerCrashed,
+    RunnerSpec,
+    SimRunner,
+    Task,
+    as_outcome,
+    build_goal_runner,
+    build_workflow_runner,
+    load_runner,
+    parse_duration,
+    run_steps,
+)
+
+# -- runners used by the tests (importable as test_runners:NAME) -------------------------------
+
+
+def echo_runner(task: Task) -> Outcome:
+    return Outcome.success(f"{task.goal}@{task.device_id}#{task.attempt}")
+
+
+def failing_runner(task: Task) -> Outcome:
+    return Outcome.failure(f"cannot {task.goal}")
+
+
+def raising_runner(task: Task) -> Outcome:
+    raise ValueError(f"broken on {task.device_id}")
+
+
+def pid_runner(task: Task) -> str:
+    return str(os.getpid())
+
+
+def gil_hog(task: Task) -> str:
+    """Holds the GIL for float(goal) seconds: libc sleep called through PyDLL keeps it."""
+    ctypes.PyDLL(None).sleep(int(float(task.goal)))
+    return "hogged"
+
+
+def stubborn(task: Task) -> str:
+    """Ignores its cancellation signal."""
+    while True:
+        time.sleep(0.05)
+
+
+class Greeter:
+    def __init__(self, greeting: str = "hello") -> None:
+        self.greeting = greeting
+
+    def __call__(self, task: Task) -> str:
+        return f"{self.greeting} {task.goal}"
+
+
+def make_task(goal: str = "g", **kw: object) -> Task:
+    base: dict[str, object] = {"task_id": "t1", "device_id": "d1", "driver_type": "android",
+                               "tags": ("wifi", "cam"), "attempt": 2}  # fmt: skip
+    base.update(kw)
+    return Task(goal=goal, **base)  # type: ignore[arg-type]
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Pids of non-zombie processes in process group ``pgid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+# -- command runner --------------------------------------------------------------------------
+
+
+def test_command_success_result_is_output_tail_and_env_is_set(tmp_path: Path) -> None:
+    r = CommandRunner("sh -c 'echo $DEVICEQ_GOAL/$DEVICEQ_DEVICE_ID/$DEVICEQ_DRIVER_TYPE/"
+                      "$DEVICEQ_TAGS/$DEVICEQ_TASK_ID/$DEVICEQ_ATTEMPT; echo err >&2'")
+    out = r(make_task("open settings"))
+    assert out.ok
+    assert out.text == "open settings/d1/android/wifi,cam/t1/2\nerr\n"
+
+
+def test_command_placeholders_are_shell_quoted_and_goal_is_not_run_by_a_shell(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "pwned"
+    goal = f"x; touch {marker}; echo $HOME"
+    out = CommandRunner("echo {goal} {device_id} {task_id} {attempt} {driver_type}")(
+        make_task(goal)
+    )
+    assert out.ok and out.text == f"{goal} d1 t1 2 android\n"
+    assert not marker.exists()
+    # the template may choose a shell explicitly
+    out = CommandRunner("sh -c {goal}")(make_task(f"touch {marker} && echo made"))
+    assert out.ok and out.text == "made\n" and marker.exists()
+
+
+def test_command_failure_gives_exit_code_and_bounded_tail() -> None:
+    r = CommandRunner("sh -c 'head -c 200000 /dev/zero | tr \"\\0\" a; echo END; exit 3'",
+                      tail_bytes=1000)
+    out = r(make_task())
+    assert not out.ok
+    assert out.text.startswith("exit code 3\n")
+    assert out.text.endswith("aEND")
+    assert len(out.text.encode()) <= 1000 + len("exit code 3\n")
+
+
+def test_command_missing_binary_is_a_failure_not_a_crash() -> None:
+    out = CommandRunner("/nonexistent/binary {goal}")(make_task())
+    assert not out.ok and "cannot start" in out.text
+
+
+def test_command_does_not_leak_the_host_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVICEQ_HOST_TOKEN", "s3cret-token")
+    out = CommandRunner("sh -c 'echo token=${DEVICEQ_HOST_TOKEN:-none}'")(make_task())
+    assert out.text == "token=none\n"
+
+
+def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    script = f"echo $$ > {pidfile}; sleep 60 & sleep 60; wait"
+    task = make_task(script)
+    runner = CommandRunner("sh -c {goal}", term_grace=1.0)
+    box: dict[str, Outcome] = {}
+    t = threading.Thread(target=lambda: box.setdefault("out", runner(task)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    pgid = int(pidfile.read_text())
+    time.sleep(0.1)
+    assert len(live_group_members(pgid)) >= 2  # the shell and its background sleep
+    started = time.monotonic()
+    task.cancel.set()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - started < 5
+    assert not box["out"].ok and box["out"].text.startswith("stopped")
+    deadline = time.monotonic() + 5
+    while live_group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_group_members(pgid) == []
+
+
+def test_command_that_ignores_sigterm_is_killed_after_grace(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    script = f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done"
+    task = make_task(script)
+    runner = CommandRunner("sh -c {goal}", term_grace=0.3)
+    t = threading.Thread(target=runner, args=(task,))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    task.cancel.set()
+    t.join(5)
+    assert not t.is_alive()
+    pgid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while live_group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_group_members(pgid) == []
+
+
+def test_command_template_is_validated() -> None:
+    with pytest.raises(ConfigError):
+        CommandRunner("")
+    with pytest.raises(ConfigError):
+        CommandRunner("echo 'unterminated")
+
+
+# -- sim -------------------------------------------------------------------------------------
+
+
+def test_sim_runner_success_failure_error_and_cancel() -> None:
+    assert SimRunner("0.01", seed=1)(make_task("x")).ok
+    assert not SimRunner("0", fail_rate=1.0)(make_task()).ok
+    with pytest.raises(RuntimeError):
+        SimRunner("0", error_rate=1.0)(make_task())
+    task = make_task()
+    threading.Timer(0.1, task.cancel.set).start()
+    started = time.monotonic()
+    out = SimRunner("30")(task)
+    assert not out.ok and time.monotonic() - started < 5
+
+
+def test_sim_duration_distributions() -> None:
+    import random
+
+    rng = random.Random(7)
+    assert parse_duration("0.5")(rng) == 0.5
+    assert all(0.1 <= parse_duration("uniform:0.1,0.2")(rng) <= 0.2 for _ in range(100))
+    assert all(parse_duration("exp:0.1")(rng) >= 0 for _ in range(100))
+    assert all(parse_duration("normal:0.1,1")(rng) >= 0 for _ in range(100))
+    assert all(parse_duration("lognormal:0.2,0.1")(rng) > 0 for _ in range(100))
+    for bad in ("x", "uniform:1", "exp:0", "-1"):
+        with pytest.raises(ConfigError):
+            parse_duration(bad)
+    with pytest.raises(ConfigError):
+        SimRunner("0.1", fail_rate=2)
+
+
+# -- resolution ------------------------------------------------------------------------------
+
+
+def test_load_runner_by_builtin_name_import_path_and_class_with_options() -> None:
+    assert isinstance(load_runner(RunnerSpec("sim", {"duration": "0"})), SimRunner)
+    assert load_runner(RunnerSpec("steps"), "workflow") is run_steps
+    assert load_runner(RunnerSpec("test_runners:echo_runner")) is echo_runner
+    greeter = load_runner(RunnerSpec("test_runners:Greeter", {"greeting": "hi"}))
+    assert as_outcome(greeter(make_task("bob"))) == Outcome.success("hi bob")
+
+
+@pytest.mark.parametrize(
+    "spec, kind, message",
+    [
+        ("no_such_module_xyz:run", "goal", "cannot import"),
+        ("test_runners:nope", "goal", "has no"),
+        ("not-a-runner-anywhere", "goal", "unknown runner"),
+        ("steps", "goal", "not a goal runner"),
+        ("command", "workflow", "not a workflow runner"),
+    ],
+)
+def test_load_runner_errors_name_the_problem(spec: str, kind: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_runner(RunnerSpec(spec), kind)
+
+
+def test_load_runner_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    import deviceq.runners as runners
+
+    ep = EntryPoint("echo", "test_runners:echo_runner", runners.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(runners, "entry_points", lambda group: [ep] if
+                        group == runners.ENTRY_POINT_GROUP else [])  # fmt: skip
+    assert load_runner(RunnerSpec("echo")) is echo_runner
+
+
+def test_as_outcome_normalises_return_values() -> None:
+    assert as_outcome(None) == Outcome(True, "")
+    assert as_outcome("r") == Outcome(True, "r")
+    assert as_outcome(False) == Outcome(False, "runner reported failure")
+    assert as_outcome({"ok": False, "error": "e"}) == Outcome(False, "e")
+    assert as_outcome({"success": True, "result": "r"}) == Outcome(True, "r")
+    with pytest.raises(TypeError):
+        as_outcome(42)
+
+
+# -- reference workflow runner ---------------------------------------------------------------
+
+
+def test_run_steps_runs_in_order_and_stops_at_first_failure(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    wf = WorkflowDefinition(name="wf", steps=[
+        {"name": "one", "goal": f"echo one >> {log}"},
+        {"goal": f"echo two >> {log}; exit 4"},
+        {"name": "three", "goal": f"echo three >> {log}"},
+    ])  # fmt: skip
+    goal_runner = CommandRunner("sh -c {goal}")
+    out = run_steps(wf, make_task(), goal_runner)
+    assert not out.ok
+    assert out.text.startswith("step 2/3 failed: exit code 4")
+    assert log.read_text() == "one\ntwo\n"
+    ok = WorkflowDefinition(name="ok", steps=[{"goal": "a"}, {"name": "b", "goal": "b"}])
+    out = run_steps(ok, make_task(), echo_runner)
+    assert out.ok and out.text == "step 1/2: a@d1#2\nstep 2/2 (b): b@d1#2"
+
+
+def test_run_steps_gives_each_step_its_workflow_and_step_in_env() -> None:
+    wf = WorkflowDefinition(name="flow", steps=[{"goal": "x"}, {"goal": "y"}])
+    out = run_steps(wf, make_task(), CommandRunner("sh -c 'echo $DEVICEQ_WORKFLOW:$DEVICEQ_STEP'"))
+    assert out.ok and out.text == "step 1/2: flow:1\nstep 2/2: flow:2"
+
+
+# -- isolation -------------------------------------------------------------------------------
+
+
+def test_isolated_runner_runs_in_another_process_and_maps_exceptions() -> None:
+    runner = build_goal_runner(RunnerSpec("test_runners:pid_runner"))
+    assert isinstance(runner, IsolatedRunner)
+    out = runner(make_task())
+    assert out.ok and int(out.text) != os.getpid()
+    with pytest.raises(RunnerCrashed, match="ValueError: broken on d1"):
+        build_goal_runner(RunnerSpec("test_runners:raising_runner"))(make_task())
+    # built-ins stay in-process unless asked
+    assert isinstance(build_goal_runner(RunnerSpec("sim")), SimRunner)
+    assert isinstance(build_goal_runner(RunnerSpec("sim"), "process"), IsolatedRunner)
+    assert build_goal_runner(RunnerSpec("test_runners:echo_runner"), "thread") is echo_runner
+    with pytest.raises(ConfigError):
+        build_goal_runner(RunnerSpec("sim"), "fibers")
+
+
+def test_isolated_gil_holding_runner_does_not_starve_the_parent() -> None:
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.05)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        out = build_goal_runner(RunnerSpec("test_runners:gil_hog"))(make_task("2"))
+    finally:
+        stop.set()
+        t.join()
+    assert out == Outcome.success("hogged")
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert len(ticks) > 20 and max(gaps) < 1.0
+
+
+def test_isolated_runner_ignoring_cancel_is_killed() -> None:
+    runner = IsolatedRunner(RunnerSpec("test_runners:stubborn"), kill_grace=0.5)
+    task = make_task()
+    threading.Timer(0.5, task.cancel.set).start()
+    started = time.monotonic()
+    out = runner(task)
+    assert not out.ok and "killed" in out.text
+    assert time.monotonic() - started < 6
+
+
+def test_isolated_workflow_runner_runs_steps_in_the_child() -> None:
+    wf = WorkflowDefinition(name="w", steps=[{"goal": "a"}, {"goal": "b"}])
+    runner = build_workflow_runner(RunnerSpec("test_runners:steps_in_child"),
+                                   RunnerSpec("test_runners:pid_runner"))  # fmt: skip
+    out = runner(wf, make_task(), echo_runner)
+    pids = {line.split(": ")[1] for line in out.text.splitlines()}
+    assert out.ok and len(pids) == 1 and str(os.getpid()) not in pids
+
+
+def steps_in_child(workflow: WorkflowDefinition, task: Task, goal_runner: object) -> Outcome:
+    return run_steps(workflow, task, goal_runner)  # type: ignore[arg-type]
