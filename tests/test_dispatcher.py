@@ -1,0 +1,141 @@
+"""TaskDispatcher: outcome mapping (done, runner_failed, runner_error, timeout, cancelled),
+workflow tasks loaded from Redis, abandoned runners. Assignments are real ones: submitted,
+committed and claimed on the private Redis server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from deviceq import Assignment, FailureKind
+from deviceq.dispatcher import TaskDispatcher
+from deviceq.runners import CommandRunner, Outcome, Task, run_steps
+
+
+def claim_one(fleet, *, goal: str | None = None, workflow: str | None = None) -> Assignment:
+    h = fleet.add_host("h1", ("d1", "android", ("wifi",)))
+    tid = fleet.client.submit(goal, workflow=workflow, driver_type="android", max_attempts=2)
+    assert fleet.admin.commit([(tid, "d1")])[0].startswith("ok:")
+    (a,) = h.claim(1)
+    return a
+
+
+def test_goal_done_with_runner_result_and_task_fields(real_fleet) -> None:
+    a = claim_one(real_fleet, goal="say hi")
+    seen: list[Task] = []
+
+    def runner(task: Task) -> Outcome:
+        seen.append(task)
+        return Outcome.success(f"said {task.goal}")
+
+    deadline = time.monotonic() + 30
+    out = TaskDispatcher(runner).dispatch(a, threading.Event(), deadline)
+    assert (out.status, out.failure_kind, out.payload) == ("done", None, "said say hi")
+    (t,) = seen
+    assert (t.task_id, t.device_id, t.driver_type, t.attempt, t.lease_id, t.host_id) == (
+        a.task.id, "d1", "android", 1, a.lease_id, "h1")  # fmt: skip
+    assert t.deadline == deadline and 29 < (t.time_left() or 0) <= 30
+    assert t.logger.extra["task"] == a.task.id and t.logger.extra["lease"] == a.lease_id
+
+
+def test_reported_failure_is_runner_failed_and_exception_is_runner_error(real_fleet) -> None:
+    a = claim_one(real_fleet, goal="x")
+    out = TaskDispatcher(lambda t: Outcome.failure("no wifi")).dispatch(a)
+    assert (out.status, out.failure_kind, out.payload) == (
+        "failed", FailureKind.runner_failed, "no wifi")  # fmt: skip
+
+    def boom(task: Task) -> Outcome:
+        raise KeyError("device vanished")
+
+    out = TaskDispatcher(boom).dispatch(a)
+    assert out.status == "failed" and out.failure_kind is FailureKind.runner_error
+    assert out.payload.startswith("KeyError: 'device vanished'")
+
+
+def test_deadline_stops_the_runner_and_fails_with_timeout(real_fleet) -> None:
+    a = claim_one(real_fleet, goal="sleep 30")
+    started = time.monotonic()
+    out = TaskDispatcher(CommandRunner("sh -c {goal}", term_grace=1)).dispatch(
+        a, threading.Event(), time.monotonic() + 0.5
+    )
+    assert out.status == "failed" and out.failure_kind is FailureKind.timeout
+    assert 0.4 < time.monotonic() - started < 5
+
+
+def test_cancel_event_stops_the_runner_and_gives_cancelled(real_fleet) -> None:
+    a = claim_one(real_fleet, goal="sleep 30")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    out = TaskDispatcher(CommandRunner("sh -c {goal}")).dispatch(a, cancel)
+    assert out.status == "cancelled" and out.failure_kind is FailureKind.cancelled
+
+
+def test_runner_that_succeeds_despite_cancel_is_done(real_fleet) -> None:
+    a = claim_one(real_fleet, goal="x")
+    cancel = threading.Event()
+    cancel.set()
+    out = TaskDispatcher(lambda t: "finished anyway").dispatch(a, cancel)
+    assert out.status == "done"
+
+
+def test_runner_ignoring_stop_is_abandoned_after_grace(real_fleet) -> None:
+    a = claim_one(real_fleet, goal="x")
+    release = threading.Event()
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    started = time.monotonic()
+    out = TaskDispatcher(lambda t: release.wait(30), stop_grace=0.5).dispatch(a, cancel)
+    release.set()
+    assert out.abandoned and out.status == "cancelled"
+    assert time.monotonic() - started < 5
+
+
+def test_workflow_task_loads_definition_from_redis_and_runs_steps(real_fleet, tmp_path) -> None:
+    log = tmp_path / "log"
+    real_fleet.client.put_workflow({"name": "smoke", "steps": [
+        {"name": "boot", "goal": f"echo boot-$DEVICEQ_DEVICE_ID >> {log}; echo booted"},
+        {"goal": f"echo test >> {log}; echo tested"},
+    ]})  # fmt: skip
+    a = claim_one(real_fleet, workflow="smoke")
+    d = TaskDispatcher(CommandRunner("sh -c {goal}"), run_steps, real_fleet.client.get_workflow)
+    out = d.dispatch(a)
+    assert out.status == "done"
+    assert out.payload == "step 1/2 (boot): booted\nstep 2/2: tested"
+    assert log.read_text() == "boot-d1\ntest\n"
+
+
+def test_workflow_first_failing_step_fails_the_task(real_fleet, tmp_path) -> None:
+    log = tmp_path / "log"
+    real_fleet.client.put_workflow({"name": "bad", "steps": [
+        {"goal": "exit 7"}, {"goal": f"touch {log}"}]})  # fmt: skip
+    a = claim_one(real_fleet, workflow="bad")
+    d = TaskDispatcher(CommandRunner("sh -c {goal}"), run_steps, real_fleet.client.get_workflow)
+    out = d.dispatch(a)
+    assert out.status == "failed" and out.failure_kind is FailureKind.runner_failed
+    assert out.payload.startswith("step 1/2 failed: exit code 7")
+    assert not log.exists()
+
+
+def test_missing_workflow_is_rejected_not_blamed_on_the_device(real_fleet) -> None:
+    real_fleet.client.put_workflow({"name": "gone", "steps": [{"goal": "x"}]})
+    a = claim_one(real_fleet, workflow="gone")
+    real_fleet.r.delete(real_fleet.client.keys.workflow("gone"))
+    d = TaskDispatcher(lambda t: "x", run_steps, real_fleet.client.get_workflow)
+    out = d.dispatch(a)
+    assert out.status == "failed" and out.failure_kind is FailureKind.rejected
+    assert "no workflow gone" in out.payload
+    # a host without a workflow runner refuses workflow tasks the same way
+    assert TaskDispatcher(lambda t: "x").dispatch(a).failure_kind is FailureKind.rejected
+
+
+@pytest.mark.parametrize("outcome, kind", [("done", None), ("failed", "runner_failed")])
+def test_outcome_reported_through_host_client(real_fleet, outcome: str, kind: str | None) -> None:
+    a = claim_one(real_fleet, goal="exit 0" if outcome == "done" else "exit 1")
+    out = TaskDispatcher(CommandRunner("sh -c {goal}")).dispatch(a)
+    h = real_fleet.host("h1")
+    assert h.report(a.task.id, a.lease_id, out.status, out.failure_kind, out.payload) == (
+        f"ok:{outcome}")  # fmt: skip
+    t = real_fleet.client.get(a.task.id)
+    assert t.status.value == outcome and (t.failure_kind or None) == kind
