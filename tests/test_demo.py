@@ -24,7 +24,7 @@ from deviceq.demo import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile
 
 pytestmark = pytest.mark.slow
 
-DEMO_ARGS = ["--tasks", "16", "--duration", "8", "--json"]
+DEMO_ARGS = ["--tasks", "16", "--duration", "10", "--json"]
 
 
 def deviceq_cmd() -> list[str]:

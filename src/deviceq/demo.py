@@ -97,7 +97,11 @@ DEMO_WORKFLOW = WorkflowDefinition(
 WORKFLOW_EVERY = 4  # every 4th task is a workflow task (browser, headless)
 
 #: simulated run time of one goal (a workflow step too), for the ``sim`` runner
-SIM_DURATION = "uniform:0.2,0.8"
+SIM_MIN_S, SIM_MAX_S = 0.2, 0.8
+SIM_DURATION = f"uniform:{SIM_MIN_S},{SIM_MAX_S}"
+#: the host is killed while a run it claimed is surely still going: at most this long after
+#: the claim, minus this margin for the time the kill takes
+KILL_MARGIN_MS = 100
 
 EMBEDDED_CHOICES = ("auto", "redis-server", "fakeredis")
 
@@ -121,12 +125,13 @@ class DemoResult:
     requeued: int = 0
     killed_host: str | None = None
     killed_at_s: float | None = None
-    tasks_on_killed_host: int = 0
+    tasks_on_killed_host: int = 0  # runs the killed host had claimed and not finished
     latency_ms: dict[str, float | int | None] = field(default_factory=dict)
     retry_latency_ms: dict[str, float | int | None] = field(default_factory=dict)
     wall_s: float = 0.0
     ok: bool = False
     problem: str | None = None
+    detail: str = ""  # e.g. the log tail of a daemon that died
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -285,8 +290,8 @@ def host_argv(base: list[str], host_id: str, token_file: Path) -> list[str]:
     argv = [*base, "host", "run", "--host-id", host_id, "--token-file", str(token_file)]
     for device_id, driver, tags in DEMO_HOSTS[host_id]:
         argv += ["--device", f"{device_id}:{driver}:{','.join(tags)}"]
-    argv += ["--goal-runner", "sim", "--heartbeat-interval", "0.5"]
-    argv += ["--sim-duration", SIM_DURATION]
+    argv += ["--goal-runner", "sim", "--sim-duration", SIM_DURATION, "--workflow-runner", "steps"]
+    argv += ["--heartbeat-interval", "0.5", "--grace", "2"]
     return argv
 
 
@@ -359,7 +364,8 @@ class Demo:
         self.first_dispatch_ms: dict[str, int] = {}
         self.retry_dispatch_ms: list[int] = []
         self.task_ids: list[str] = []
-        self.hosts_of_task: dict[str, set[str]] = {}
+        self.kind_of: dict[str, str] = {}
+        self.running: dict[str, dict[str, int]] = {h: {} for h in DEMO_HOSTS}  # task -> ms
         self.cursor = "0-0"
         self.t0 = time.monotonic()
 
@@ -394,9 +400,7 @@ class Demo:
         for d in self.daemons.values():
             if not d.killed and not d.running:
                 code = d.proc.returncode if d.proc else None
-                raise DemoError(
-                    f"{d.name} exited early (code {code}); its log ends with:\n{d.tail()}"
-                )
+                raise DemoError(f"{d.name} exited early (code {code})", d.tail())
 
     def _wait_ready(self, admin: PoolAdmin, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -420,7 +424,11 @@ class Demo:
         due = min(self.opt.tasks, math.ceil(self.opt.tasks * min(1.0, elapsed / window)))
         start = len(self.task_ids)
         if due > start:
-            self.task_ids += client.submit_many([self._spec(i) for i in range(start, due)])
+            specs = [self._spec(i) for i in range(start, due)]
+            ids = client.submit_many(specs)
+            self.task_ids += ids
+            for task_id, spec in zip(ids, specs, strict=True):
+                self.kind_of[task_id] = "workflow" if spec.get("workflow") else "goal"
 
     def _poll_events(self, r: redis.Redis, client: Client) -> None:
         while True:
@@ -433,8 +441,11 @@ class Demo:
     def _on_event(self, e: Event) -> None:
         self.event_counts[e.type] += 1
         f = e.fields
+        if e.task and e.type in ("done", "failed", "cancelled", "released", "expired"):
+            for running in self.running.values():
+                running.pop(e.task, None)
         if e.type == "dispatched" and e.task:
-            self.hosts_of_task.setdefault(e.task, set()).add(f.get("host", ""))
+            self.running.setdefault(f.get("host", ""), {})[e.task] = e.ms
             waited = int(f.get("since_submit_ms") or 0)
             if f.get("attempt") == "1":
                 self.first_dispatch_ms.setdefault(e.task, waited)
@@ -520,7 +531,7 @@ class Demo:
                 self._wait_ready(admin, timeout=30)
                 self._scenario(backend, client, admin, result)
             except DemoError as exc:
-                result.problem = str(exc)
+                result.problem, result.detail = str(exc), exc.detail
             except KeyboardInterrupt:
                 result.problem = "interrupted"
             except (redis.RedisError, OSError, RuntimeError, ValueError) as exc:
@@ -552,7 +563,7 @@ class Demo:
                 self._poll_events(client.redis, client)
                 if result.killed_host is None and (
                     elapsed >= kill_latest
-                    or (elapsed >= kill_earliest and self._busy_on(admin, KILLED_HOST))
+                    or (elapsed >= kill_earliest and self._surely_running(admin, KILLED_HOST))
                 ):
                     self._kill(KILLED_HOST, result)
                 self._check_daemons()
@@ -572,12 +583,15 @@ class Demo:
                         f"the fleet did not finish within {dur + 25:.0f}s: "
                         + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
                     )
-                if live is not None:
-                    live.update(self._render(backend, client, admin))
-                elif now - last_line >= 2.0:
+                if now - last_line >= (0.25 if live is not None else 2.0):
                     last_line = now
-                    self.console.print(self._progress_line(client), highlight=False, soft_wrap=True)
-                time.sleep(0.25)
+                    if live is not None:
+                        live.update(self._render(backend, client, admin))
+                    else:
+                        self.console.print(
+                            self._progress_line(client), highlight=False, soft_wrap=True
+                        )
+                time.sleep(0.05 if result.killed_host is None else 0.25)
             self._poll_events(client.redis, client)
             if live is not None:
                 live.update(self._render(backend, client, admin))
@@ -586,11 +600,23 @@ class Demo:
                 live.stop()
         self._summarise(client, result)
 
-    def _busy_on(self, admin: PoolAdmin, host_id: str) -> bool:
-        return any(d.host_id == host_id and d.reserved_by for d in admin.devices())
+    def _surely_running(self, admin: PoolAdmin, host_id: str) -> bool:
+        """True when the host runs a task claimed so recently that it cannot have finished
+        (the shortest simulated run is SIM_MIN_S per goal or workflow step), so a kill now is
+        sure to leave a lease to expire."""
+        running = self.running.get(host_id)
+        if not running:
+            return False
+        now = admin.server_time_ms()
+        for task_id, dispatched_ms in running.items():
+            steps = len(DEMO_WORKFLOW.steps) if self.kind_of.get(task_id) == "workflow" else 1
+            if now - dispatched_ms < steps * SIM_MIN_S * 1000 - KILL_MARGIN_MS:
+                return True
+        return False
 
     def _kill(self, host_id: str, result: DemoResult) -> None:
         self.daemons[host_id].kill()
+        result.tasks_on_killed_host = len(self.running.get(host_id, {}))
         result.killed_host = host_id
         result.killed_at_s = round(time.monotonic() - self.t0, 1)
         self.recent.append(Text.assemble(
@@ -614,9 +640,6 @@ class Demo:
         result.retried = sum(1 for t in tasks if t.attempt > 1)
         result.lease_expiries = self.event_counts["expired"]
         result.requeued = self.event_counts["requeued"]
-        result.tasks_on_killed_host = sum(
-            1 for hosts in self.hosts_of_task.values() if result.killed_host in hosts
-        )
         result.latency_ms = latency_stats(list(self.first_dispatch_ms.values()))
         result.retry_latency_ms = latency_stats(self.retry_dispatch_ms)
         not_done = [t for t in tasks if t.status is not TaskStatus.done]
@@ -644,7 +667,11 @@ class Demo:
 
 
 class DemoError(Exception):
-    """The demo could not complete (the reason is shown to the user)."""
+    """The demo could not complete: a one-line reason, and optional detail (a log tail)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 def delete_pool(r: redis.Redis, pool: str) -> int:
@@ -680,7 +707,7 @@ def summary_table(result: DemoResult) -> Table:
         t.add_row(
             "host killed",
             f"{result.killed_host} (SIGKILL at {result.killed_at_s}s, "
-            f"it had run {result.tasks_on_killed_host} task(s))",
+            f"running {result.tasks_on_killed_host} task(s))",
         )
     t.add_row("lease expiries / retried tasks", f"{result.lease_expiries} / {result.retried}")
 

@@ -92,5 +92,7 @@ def demo(
     else:
         console.print(summary_table(result))
     if not result.ok:
+        if result.detail:
+            click.echo(result.detail, err=True)
         click.echo(f"error: demo failed: {result.problem}", err=True)
     sys.exit(0 if result.ok else 1)
