@@ -370,6 +370,16 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool) -> None:
         click.echo(token)
 
 
+def read_text(path: str) -> str:
+    """A file's text ('-' = stdin); InvalidInput when it cannot be read."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
 # -- workflows ---------------------------------------------------------------------------------
 def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
     try:
@@ -384,11 +394,11 @@ def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
 
 
 @workflow.command("put")
-@click.argument("file", type=click.File("r"))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the stored names as JSON.")
 @pass_ctx
 @handle_errors
-def workflow_put(ctx: Ctx, file: Any, as_json: bool) -> None:
+def workflow_put(ctx: Ctx, file: str, as_json: bool) -> None:
     """Store (or replace) workflow definitions from a YAML or JSON FILE ('-' for stdin): one
     mapping with `name`, optional `description` and `steps` (each a `goal`, optional `name`), or
     a list of them. All are validated before any is stored.
@@ -403,7 +413,7 @@ def workflow_put(ctx: Ctx, file: Any, as_json: bool) -> None:
         - {name: launch, goal: "open the app"}
         - {name: login, goal: "log in as the test user"}
     """
-    items = _load_definitions(file.read(), file.name)
+    items = _load_definitions(read_text(file), "<stdin>" if file == "-" else file)
     defs = []
     for i, item in enumerate(items, 1):
         try:
@@ -412,7 +422,7 @@ def workflow_put(ctx: Ctx, file: Any, as_json: bool) -> None:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ()))
             what = f"workflow {i}" if len(items) > 1 else "workflow"
-            raise InvalidInput(f"{file.name}: {what}: {where + ': ' if where else ''}"
+            raise InvalidInput(f"{file}: {what}: {where + ': ' if where else ''}"
                                f"{str(err['msg']).removeprefix('Value error, ')}") from None
     names = [ctx.client.put_workflow(d) for d in defs]
     if as_json:
@@ -505,7 +515,7 @@ def task_retry(ctx: Ctx, task_id: str, as_json: bool) -> None:
 def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
     """Parse and validate a JSONL file of TaskSpec objects ('-' = stdin): ``(line number,
     spec)`` pairs. Raises InvalidInput naming the first bad line."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    text = read_text(path)
     specs: list[tuple[int, TaskSpec]] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
