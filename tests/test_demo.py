@@ -24,7 +24,7 @@ from deviceq.demo import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile
 
 pytestmark = pytest.mark.slow
 
-DEMO_ARGS = ["--tasks", "16", "--duration", "10", "--json"]
+DEMO_ARGS = ["--tasks", "12", "--duration", "8", "--json"]
 
 
 def deviceq_cmd() -> list[str]:
@@ -102,7 +102,7 @@ def test_demo_completes_and_cleans_up(tmp_path: Path, embedded: str) -> None:
     code, summary, stderr = run_demo(tmp_path, "--embedded", embedded, *DEMO_ARGS)
     assert code == 0, stderr[-3000:]
     assert summary["backend"] == embedded
-    check_fleet_summary(summary, 16)
+    check_fleet_summary(summary, 12)
     assert not port_open(summary["redis_url"]), "the embedded Redis still listens"
 
 
@@ -110,7 +110,7 @@ def test_demo_against_given_redis_deletes_its_pool(tmp_path: Path, redis_url: st
     code, summary, stderr = run_demo(tmp_path, "--redis-url", redis_url, *DEMO_ARGS)
     assert code == 0, stderr[-3000:]
     assert summary["backend"] == "external" and summary["pool"].startswith("demo-")
-    check_fleet_summary(summary, 16)
+    check_fleet_summary(summary, 12)
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         assert r.ping()  # the given server is left running ...
