@@ -48,7 +48,7 @@ class Bucket:
 def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
     """Non-empty queue buckets, oldest head first (at most ``max_queues``)."""
     r, k = admin.redis, admin.keys
-    sigs = r.zrange(k.queues, 0, max_queues - 1)
+    sigs: list[str] = r.zrange(k.queues, 0, max_queues - 1)  # type: ignore[assignment]
     pipe = r.pipeline(transaction=False)
     for sig in sigs:
         pipe.hgetall(k.sig(sig))
@@ -84,7 +84,8 @@ def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:
     """Distinct registered device profiles ``(driver_type, tags, count)`` (the ``caps`` hash
     the submit script checks matchability against)."""
     out = []
-    for profile, count in admin.redis.hgetall(admin.keys.caps).items():
+    caps: dict[str, str] = admin.redis.hgetall(admin.keys.caps)  # type: ignore[assignment]
+    for profile, count in caps.items():
         driver, _, tags = profile.partition("|")
         if int(count) > 0:
             out.append((driver, tuple(t for t in tags.split(",") if t), int(count)))
@@ -132,7 +133,8 @@ def leader(admin: PoolAdmin) -> dict[str, Any] | None:
 def expiring_leases(admin: PoolAdmin, now_ms: int, limit: int = 10) -> list[dict[str, Any]]:
     """The next ``limit`` leases to expire, soonest first."""
     r, k = admin.redis, admin.keys
-    due = r.zrange(k.leases, 0, limit - 1, withscores=True)
+    due: list[tuple[str, float]] = r.zrange(  # type: ignore[assignment]
+        k.leases, 0, limit - 1, withscores=True)
     pipe = r.pipeline(transaction=False)
     for task_id, _ in due:
         pipe.hmget(k.task(task_id), "status", "lease_id", "host_id", "device_id", "attempt",
@@ -159,7 +161,8 @@ def expiring_leases(admin: PoolAdmin, now_ms: int, limit: int = 10) -> list[dict
 def recent_failures(admin: PoolAdmin, limit: int = 10) -> list[dict[str, Any]]:
     """The newest ``limit`` failed tasks, newest first."""
     r, k = admin.redis, admin.keys
-    ids = r.zrevrange(k.status(TaskStatus.failed.value), 0, limit - 1)
+    ids: list[str] = r.zrevrange(  # type: ignore[assignment]
+        k.status(TaskStatus.failed.value), 0, limit - 1)
     pipe = r.pipeline(transaction=False)
     for task_id in ids:
         pipe.hmget(k.task(task_id), "failure_kind", "error", "finished_at", "attempt",

@@ -210,7 +210,8 @@ def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
     """Past events to show first, and the stream cursor to follow from."""
     r, keys = ctx.client.redis, ctx.client.keys
     if since is None and task_id is None:
-        newest = r.xrevrange(keys.events, count=limit)
+        newest: list[tuple[str, dict[str, str]]] = r.xrevrange(  # type: ignore[assignment]
+            keys.events, count=limit)
         events = [Event(id=str(i), type=f.get("type", "?"),
                         fields={k: v for k, v in f.items() if k != "type"})
                   for i, f in reversed(newest)]
@@ -443,7 +444,8 @@ def workflow_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq workflow list --json
     """
-    defs = [ctx.client.get_workflow(n) for n in ctx.client.list_workflows()]
+    names: list[str] = ctx.client.list_workflows()
+    defs = [ctx.client.get_workflow(n) for n in names]
     if as_json:
         echo_json([{"name": d.name, "description": d.description, "steps": len(d.steps)}
                    for d in defs])
@@ -559,7 +561,7 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
     numbered = read_task_file(path)
     specs = [s for _, s in numbered]
     if any(s.workflow for s in specs):
-        known = set(ctx.client.list_workflows())
+        known: set[str] = set(ctx.client.list_workflows())
         for n, s in numbered:
             if s.workflow and s.workflow not in known:
                 raise InvalidInput(f"line {n}: unknown workflow {s.workflow}")
