@@ -178,11 +178,11 @@ class MetricsServer:
         self._stop = threading.Event()
         self.cursor = last_event_id(admin.redis, admin.keys)
         self.events_read = 0
+        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        self.port = int(self._server.server_port)
         self._tail = threading.Thread(target=self._run, name="deviceq-metrics-events",
                                       daemon=True)
         self._tail.start()
-        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
-        self.port = int(self._server.server_port)
 
     def _run(self) -> None:
         backoff = 0.1
