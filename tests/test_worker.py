@@ -1,0 +1,418 @@
+"""The host worker daemon end to end, as real processes: `deviceq host run` hosts and the
+`deviceq scheduler run` daemon on a private Redis server. Faults are real: SIGKILL, SIGTERM,
+a Redis server restart, a runner holding the GIL."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from deviceq import Client, FailureKind, PoolAdmin, TaskStatus
+from deviceq.cli import main
+from deviceq.cli.worker_cmds import build_settings, load_config_file
+from deviceq.errors import ConfigError
+from deviceq.runners import Task
+
+CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
+TESTS_DIR = str(Path(__file__).resolve().parent)
+
+
+# -- runners the daemons load by import path (PYTHONPATH includes tests/) ----------------------
+
+
+def gil_or_hang(task: Task) -> str:
+    """``hog N``: hold the GIL N seconds (libc sleep through PyDLL); ``hang``: never return,
+    ignoring the cancellation signal."""
+    if task.goal.startswith("hog"):
+        ctypes.PyDLL(None).sleep(int(task.goal.split()[1]))
+        return "hogged"
+    while True:
+        time.sleep(0.05)
+
+
+# -- harness ---------------------------------------------------------------------------------
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Processes whose environment carries ``DQTEST_MARK=mark`` (daemons and their commands)."""
+    out = []
+    needle = f"DQTEST_MARK={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    out.append(int(entry.name))
+    return out
+
+
+def live_group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] != "Z" and int(fields[2]) == pgid:
+                    out.append(int(entry.name))
+    return out
+
+
+class Deployment:
+    """Daemons of one pool as processes; everything they started is killed at the end."""
+
+    def __init__(self, url: str, pool: str, tmp: Path) -> None:
+        self.url, self.pool, self.tmp = url, pool, tmp
+        self.mark = uuid.uuid4().hex
+        # Client.wait blocks up to 5 s on XREAD: keep the socket timeout above that (redis-py
+        # 8 defaults to 5 s)
+        self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
+        self.client = Client(self.r, pool)
+        self.admin = PoolAdmin(self.r, pool)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def configure(self, **settings: float) -> None:
+        for k, v in settings.items():
+            self.admin.set_config(k, v)
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Any:
+        full_env = {**os.environ, "DEVICEQ_REDIS_URL": self.url, "DEVICEQ_POOL": self.pool,
+                    "DQTEST_MARK": self.mark, "PYTHONPATH": TESTS_DIR, **(env or {})}
+        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([*CLI, *args], env=full_env, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def scheduler(self) -> Any:
+        return self.spawn("scheduler", "scheduler", "run", "--tick", "0.2")
+
+    def host(self, host_id: str, *devices: str, extra: tuple[str, ...] = (),
+             env: dict[str, str] | None = None) -> Any:  # fmt: skip
+        token_file = self.tmp / f"{host_id}.token"
+        if not token_file.exists():
+            token_file.write_text(self.admin.add_host(host_id))
+        args = ["host", "run", "--host-id", host_id, "--token-file", str(token_file)]
+        for d in devices:
+            args += ["--device", d]
+        return self.spawn(host_id, *args, *extra, env=env)
+
+    def command_host(self, host_id: str, *devices: str, extra: tuple[str, ...] = (),
+                     env: dict[str, str] | None = None) -> Any:  # fmt: skip
+        return self.host(host_id, *devices, env=env, extra=(
+            "--goal-runner", "command", "--command", "sh -c {goal}", *extra))
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()
+
+    def alive(self, host_id: str) -> bool:
+        return bool(self.admin.host(host_id).alive)
+
+    def status(self, task_id: str) -> TaskStatus:
+        return self.client.get(task_id, attempts=False).status
+
+    def wait_all(self, ids: list[str], timeout: float) -> list[Any]:
+        return [self.client.wait(t, timeout=timeout) for t in ids]
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.wait(5)
+        for pid in marked_pids(self.mark):  # commands orphaned by a SIGKILLed host
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.r.close()
+
+
+@pytest.fixture
+def deploy(redis_server: Any, pool: str, tmp_path: Path) -> Iterator[Deployment]:
+    d = Deployment(redis_server.url, pool, tmp_path)
+    d.configure(lease_ttl=2.0, claim_ttl=2.0, host_timeout=2.0, quarantine_after=10)
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployment) -> None:
+    marker = deploy.tmp / "never"
+    deploy.client.put_workflow({"name": "smoke", "steps": [
+        {"name": "boot", "goal": "echo booted $DEVICEQ_WORKFLOW"},
+        {"name": "check", "goal": "echo checked step $DEVICEQ_STEP on $DEVICEQ_DEVICE_ID"}]})
+    deploy.client.put_workflow({"name": "broken", "steps": [
+        {"goal": "echo step one fails >&2; exit 5"}, {"goal": f"touch {marker}"}]})  # fmt: skip
+    deploy.scheduler()
+    deploy.command_host("h1", "d1:android:wifi", "d2:android")
+    ok = deploy.client.submit("echo hello from $DEVICEQ_DEVICE_ID", driver_type="android",
+                              tags=["wifi"])  # fmt: skip
+    bad = deploy.client.submit("echo broken >&2; exit 3")
+    wf = deploy.client.submit(workflow="smoke", tags=["wifi"])
+    wf_bad = deploy.client.submit(workflow="broken")
+    t_ok, t_bad, t_wf, t_wf_bad = deploy.wait_all([ok, bad, wf, wf_bad], timeout=30)
+
+    assert (t_ok.status, t_ok.result, t_ok.device_id) == (
+        TaskStatus.done, "hello from d1\n", "d1")  # fmt: skip
+    assert (t_bad.status, t_bad.failure_kind) == (TaskStatus.failed, FailureKind.runner_failed)
+    assert t_bad.error == "exit code 3\nbroken"
+    assert t_bad.attempt == 1  # a reported failure is final: no retry by the worker
+    assert t_wf.status is TaskStatus.done
+    assert t_wf.result == "step 1/2 (boot): booted smoke\nstep 2/2 (check): checked step 2 on d1"
+    assert (t_wf_bad.status, t_wf_bad.failure_kind) == (
+        TaskStatus.failed, FailureKind.runner_failed)  # fmt: skip
+    assert t_wf_bad.error.startswith("step 1/2 failed: exit code 5\nstep one fails")
+    assert not marker.exists()
+    log = deploy.log("h1")
+    assert f"task={ok}" in log and f"lease={ok}-a1" in log and "device=d1" in log
+    assert deploy.admin.host("h1").alive
+
+
+def test_sigkill_host_its_tasks_finish_on_another_host_after_lease_expiry(
+    deploy: Deployment,
+) -> None:
+    deploy.configure(lease_ttl=1.5, claim_ttl=1.5, host_timeout=0.6)
+    deploy.scheduler()
+    goal = "sleep $DQ_SLEEP; echo ran on $DEVICEQ_DEVICE_ID"
+    a = deploy.command_host("hA", "a1:android", "a2:android", env={"DQ_SLEEP": "20"})
+    ids = [deploy.client.submit(goal, max_attempts=3) for _ in range(2)]
+    wait_for(lambda: all(deploy.status(t) is TaskStatus.dispatched for t in ids), 20,
+             "both tasks running on hA")  # fmt: skip
+    deploy.command_host("hB", "b1:android", "b2:android", env={"DQ_SLEEP": "0.2"})
+    wait_for(lambda: deploy.alive("hB"), 20, "hB alive")
+    a.send_signal(signal.SIGKILL)
+    a.wait(5)
+    for t in deploy.wait_all(ids, timeout=30):
+        assert t.status is TaskStatus.done, t
+        assert t.attempt <= t.max_attempts
+        assert t.host_id == "hB" and t.result == f"ran on {t.device_id}\n"
+        first, last = t.attempts[0], t.attempts[-1]
+        assert (first.host_id, first.outcome, first.failure_kind) == (
+            "hA", "expired", "lease_expired")  # fmt: skip
+        assert first.expired_in == "dispatched"
+        assert (last.host_id, last.outcome) == ("hB", "done")
+
+
+def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(deploy: Deployment) -> None:
+    deploy.scheduler()
+    h = deploy.command_host("h1", "d1:android", "d2:android", extra=("--grace", "20"))
+    running = [deploy.client.submit("sleep 1.5; echo finished") for _ in range(2)]
+    wait_for(lambda: all(deploy.status(t) is TaskStatus.dispatched for t in running), 20,
+             "tasks running")  # fmt: skip
+    waiting = [deploy.client.submit("echo should not run here") for _ in range(2)]
+    h.send_signal(signal.SIGTERM)
+    assert h.wait(20) == 0
+    for t in deploy.client.get_many(running):
+        assert (t.status, t.result, t.host_id) == (TaskStatus.done, "finished\n", "h1")
+    time.sleep(0.5)  # a scheduler pass or two
+    for t in (deploy.client.get(x) for x in waiting):
+        assert t.status is TaskStatus.queued and t.attempt == 0 and t.attempts == []
+    assert deploy.admin.host("h1").draining
+    assert "draining" in deploy.log("h1")
+
+
+def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) -> None:
+    pidfile = deploy.tmp / "pid"
+    deploy.configure(lease_ttl=30, claim_ttl=30)  # a release, not an expiry, must requeue
+    deploy.scheduler()
+    h = deploy.command_host("h1", "d1:android", extra=("--grace", "0.5", "--stop-grace", "1"))
+    tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "command started")
+    pgid = int(pidfile.read_text())
+    started = time.monotonic()
+    h.send_signal(signal.SIGTERM)
+    assert h.wait(20) == 0
+    assert time.monotonic() - started < 10
+    t = deploy.client.get(tid)
+    assert (t.status, t.attempt) == (TaskStatus.queued, 1)
+    assert [a.outcome for a in t.attempts] == ["released"]
+    assert live_group_members(pgid) == []
+
+
+def test_cancel_running_task_kills_its_process_group(deploy: Deployment) -> None:
+    pidfile = deploy.tmp / "pid"
+    deploy.scheduler()
+    deploy.command_host("h1", "d1:android")
+    tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60 & sleep 60; wait")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "command started")
+    pgid = int(pidfile.read_text())
+    wait_for(lambda: len(live_group_members(pgid)) >= 2, 5, "shell and background sleep")
+    assert deploy.client.cancel(tid) == "requested"
+    t = deploy.client.wait(tid, timeout=15)
+    assert (t.status, t.failure_kind) == (TaskStatus.cancelled, FailureKind.cancelled)
+    assert [a.outcome for a in t.attempts] == ["cancelled"]
+    wait_for(lambda: live_group_members(pgid) == [], 5, "process group gone")
+    # the device is free again: the next task runs
+    nxt = deploy.client.submit("echo next")
+    assert deploy.client.wait(nxt, timeout=15).status is TaskStatus.done
+
+
+def test_gil_holding_or_hanging_runner_keeps_its_lease_while_host_lives(
+    deploy: Deployment,
+) -> None:
+    deploy.configure(lease_ttl=1.0, claim_ttl=2.0)
+    deploy.scheduler()
+    deploy.host("h1", "d1:android", "d2:android",
+                extra=("--goal-runner", "test_worker:gil_or_hang", "--stop-grace", "1"))
+    hog = deploy.client.submit("hog 4", max_attempts=1)
+    hang = deploy.client.submit("hang", max_attempts=1)
+    t = deploy.client.wait(hog, timeout=30)
+    assert (t.status, t.result, t.attempt) == (TaskStatus.done, "hogged", 1)
+    assert [a.outcome for a in t.attempts] == ["done"]
+    time.sleep(1.5)  # > lease_ttl more: the hanging runner's lease is still renewed
+    h = deploy.client.get(hang)
+    assert (h.status, h.attempt) == (TaskStatus.dispatched, 1)
+    assert [a.outcome for a in h.attempts] == ["active"]
+    assert deploy.client.cancel(hang) == "requested"
+    h = deploy.client.wait(hang, timeout=15)
+    assert h.status is TaskStatus.cancelled and [a.outcome for a in h.attempts] == ["cancelled"]
+    assert not any(e.type == "expired" for e in deploy.client.events())
+
+
+def test_lost_lease_stops_the_runner_and_reports_nothing(deploy: Deployment) -> None:
+    pidfile = deploy.tmp / "pid"
+    h = deploy.command_host("h1", "d1:android")  # no scheduler: dispatch by hand
+    wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
+    tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60", max_attempts=3)
+    deploy.admin.dispatch(tid, "d1")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "command started")
+    pgid = int(pidfile.read_text())
+    # the lease runs out (as if the host had been cut off): force its expiry now
+    deploy.r.hset(deploy.client.keys.task(tid), "lease_expires_at", 1)
+    deploy.r.zadd(deploy.client.keys.leases, {tid: 1})
+    assert deploy.admin.expire()["requeued"] == 1
+    wait_for(lambda: live_group_members(pgid) == [], 10, "runner stopped")
+    wait_for(lambda: "lease lost" in deploy.log("h1"), 5, "lease lost logged")
+    time.sleep(0.5)
+    t = deploy.client.get(tid)
+    assert (t.status, t.attempt) == (TaskStatus.queued, 1)
+    assert [a.outcome for a in t.attempts] == ["expired"]
+    assert 'msg="reported' not in deploy.log("h1")
+    kinds = {e.type for e in deploy.client.events(task=tid)}
+    assert "expired" in kinds and not kinds & {"done", "failed", "cancelled", "released"}
+    assert h.poll() is None
+
+
+def test_hosts_survive_a_redis_restart(private_redis: Any, pool: str, tmp_path: Path) -> None:
+    deploy = Deployment(private_redis.url, pool, tmp_path)
+    try:
+        deploy.configure(lease_ttl=4.0, claim_ttl=4.0, host_timeout=4.0)
+        deploy.scheduler()
+        sim = ("--goal-runner", "sim", "--sim-duration", "0.2")
+        hosts = [deploy.host("h1", "d1:sim", "d2:sim", extra=sim),
+                 deploy.host("h2", "d3:sim", "d4:sim", extra=sim)]  # fmt: skip
+        ids = deploy.client.submit_many([{"goal": f"job {i}"} for i in range(40)])
+        wait_for(lambda: deploy.client.counts()["done"] >= 6, 30, "first tasks done")
+        time.sleep(1.1)  # the AOF is fsynced every second
+        done_before = deploy.client.counts()["done"]
+        private_redis.restart(down_for=1.0)
+        deploy.r.connection_pool.disconnect()
+        for t in deploy.wait_all(ids, timeout=60):
+            assert t.status is TaskStatus.done, t
+        assert done_before < 40
+        for h in hosts:
+            assert h.poll() is None
+        wait_for(lambda: deploy.alive("h1") and deploy.alive("h2"), 10, "hosts heartbeating")
+        by_host = {t.host_id for t in deploy.client.get_many(ids)}
+        assert by_host == {"h1", "h2"}
+        assert "Redis unreachable" in deploy.log("h1") + deploy.log("h2")
+    finally:
+        deploy.close()
+
+
+def test_failing_device_is_quarantined_and_released_with_the_cli(deploy: Deployment) -> None:
+    deploy.configure(quarantine_after=2)
+    deploy.scheduler()
+    deploy.command_host("h1", "d1:android")
+    first = [deploy.client.submit("exit 1", max_attempts=1) for _ in range(2)]
+    for t in deploy.wait_all(first, timeout=30):
+        assert t.failure_kind is FailureKind.runner_failed
+    wait_for(lambda: deploy.admin.device("d1").quarantined, 5, "d1 quarantined")
+    third = deploy.client.submit("echo fine")
+    time.sleep(1.0)
+    assert deploy.status(third) is TaskStatus.queued
+    wait_for(lambda: "device quarantined" in deploy.log("h1"), 10, "worker noticed")
+    cli = CliRunner()
+    base = ["--redis-url", deploy.url, "--pool", deploy.pool]
+    res = cli.invoke(main, [*base, "device", "unquarantine", "d1"])
+    assert res.exit_code == 0 and "released" in res.output
+    assert deploy.client.wait(third, timeout=15).status is TaskStatus.done
+    res = cli.invoke(main, [*base, "device", "quarantine", "d1", "--json"])
+    assert res.exit_code == 0 and '"quarantined"' in res.output
+    assert deploy.admin.device("d1").quarantined
+    res = cli.invoke(main, [*base, "device", "quarantine", "nope"])
+    assert res.exit_code == 1 and "NotFound" in res.output
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def test_host_run_with_a_wrong_token_fails_in_one_line(deploy: Deployment) -> None:
+    deploy.admin.add_host("h1")
+    secret = "wrong-token-value-123"
+    proc = subprocess.run([*CLI, "host", "run", "--host-id", "h1", "--device", "d1:x"],
+                          env={**os.environ, "DEVICEQ_REDIS_URL": deploy.url,
+                               "DEVICEQ_POOL": deploy.pool, "DEVICEQ_HOST_TOKEN": secret},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 2
+    assert "unknown host or wrong token" in proc.stderr and secret not in proc.stderr
+    proc = subprocess.run([*CLI, "host", "run", "--host-id", "h1", "--device", "d1:x"],
+                          env={k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 1 and "a host token is required" in proc.stderr
+
+
+def test_host_run_config_file_merges_under_options(tmp_path: Path) -> None:
+    cfg = tmp_path / "host.yaml"
+    (tmp_path / "tok").write_text("t0ken\n")
+    cfg.write_text(
+        "host_id: lab-1\n"
+        f"token_file: {tmp_path / 'tok'}\n"
+        "devices: ['p7:android:wifi,cam', {id: e1, driver_type: emu}]\n"
+        "goal_runner: sim\n"
+        "sim: {duration: 'exp:0.2', fail_rate: 0.1}\n"
+        "grace: 12\n"
+    )
+    settings, token = build_settings({"grace": 3.0, "sim_seed": 5}, load_config_file(str(cfg)))
+    assert token == "t0ken" and settings.host_id == "lab-1" and settings.grace == 3.0
+    assert [(d.device_id, d.driver_type, d.tags) for d in settings.devices] == [
+        ("p7", "android", ("cam", "wifi")), ("e1", "emu", ())]  # fmt: skip
+    assert settings.goal_runner.name == "sim"
+    assert dict(settings.goal_runner.options) == {
+        "duration": "exp:0.2", "fail_rate": 0.1, "seed": 5}  # fmt: skip
+    s2, _ = build_settings({"host_id": "h", "token": "t", "devices": ("d:x",),
+                            "command": "adb -s {device_id} {goal}"}, {})  # fmt: skip
+    assert (s2.goal_runner.name, s2.goal_runner.options["template"]) == (
+        "command", "adb -s {device_id} {goal}")  # fmt: skip
+    for bad in ({"host_id": "h", "token": "t"},  # no device
+                {"host_id": "h", "token": "t", "devices": ("d:x",), "goal_runner": "command"},
+                {"host_id": "h", "token": "t", "devices": ("nocolon",)},
+                {"host_id": "h", "token": "t", "devices": ("d:x",), "bogus": 1}):
+        with pytest.raises((ConfigError, ValueError)):
+            build_settings(bad, {})
