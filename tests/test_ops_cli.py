@@ -196,6 +196,9 @@ def test_events_json_by_task_since_and_limit(real_fleet: Any, cli: Any) -> None:
     assert [e["id"] for e in first2] == [e["id"] for e in after[:2]]
     last2 = ok_json(cli("events", "--limit", "2", "--json"))
     assert [e["id"] for e in last2] == [e["id"] for e in after[-2:]]
+    typed = ok_json(cli("events", "--type", "assigned", "--type", "done", "--json"))
+    assert [(e["type"], e["task"]) for e in typed] == [("assigned", tid), ("done", tid)]
+    assert ok_json(cli("events", "--task", other, "--type", "done", "--json")) == []
     text = cli("events", "--task", tid)
     assert text.exit_code == 0 and len(text.stdout.splitlines()) == 4
     assert "dispatched" in text.stdout and f"lease={tid}-a1" in text.stdout

@@ -7,7 +7,7 @@ import collections
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,11 +205,11 @@ def event_line(e: Event) -> str:
     return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
 
 
-def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
+def _backlog(ctx: Ctx, since: str | None, wanted: Callable[[Event], bool] | None, limit: int,
              all_after: bool) -> tuple[list[Event], str]:
     """Past events to show first, and the stream cursor to follow from."""
     r, keys = ctx.client.redis, ctx.client.keys
-    if since is None and task_id is None:
+    if since is None and wanted is None:
         newest: list[tuple[str, dict[str, str]]] = r.xrevrange(  # type: ignore[assignment]
             keys.events, count=limit)
         events = [Event(id=str(i), type=f.get("type", "?"),
@@ -224,7 +224,7 @@ def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
         if not batch:
             return list(keep), cursor
         for e in batch:
-            if task_id is None or e.task == task_id:
+            if wanted is None or wanted(e):
                 keep.append(e)
                 if since is not None and not all_after and len(keep) >= limit:
                     return list(keep), e.id
@@ -233,6 +233,8 @@ def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
 @main.command("events")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--task", "task_id", help="Only events of this task.")
+@click.option("--type", "types", multiple=True, metavar="TYPE",
+              help="Only events of this type (repeatable), e.g. failed, expired, assigned.")
 @click.option("--since", help="Start after this event id (e.g. 0-0 for the whole stream).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
               help="Past events to print: the newest N, or the first N after --since "
@@ -241,21 +243,27 @@ def _backlog(ctx: Ctx, since: str | None, task_id: str | None, limit: int,
               help="JSON: a list, or with --follow one object per line.")
 @pass_ctx
 @handle_errors
-def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, since: str | None, limit: int,
-               as_json: bool) -> None:
+def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, types: tuple[str, ...],
+               since: str | None, limit: int, as_json: bool) -> None:
     """Print the pool's transitions (submitted, assigned, dispatched, expired, requeued, done,
     failed, ...) oldest first, from the capped event stream.
 
     \b
     Example:
       deviceq events --task 3f2a9c0d1e2b4a5f
+      deviceq events --type failed --type expired --limit 20
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
     if task_id is not None:
         from ..models import validate_id
 
         validate_id(task_id, "task id")
-    past, cursor = _backlog(ctx, since, task_id, limit, all_after=follow)
+    wanted: Callable[[Event], bool] | None = None
+    if task_id is not None or types:
+        def wanted(e: Event) -> bool:
+            return (task_id is None or e.task == task_id) and (not types or e.type in types)
+
+    past, cursor = _backlog(ctx, since, wanted, limit, all_after=follow)
     if as_json and not follow:
         echo_json([event_json(e) for e in past])
         return
@@ -270,7 +278,8 @@ def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, since: str | None, l
         return
     try:
         for e in ctx.client.events(since=cursor, task=task_id, follow=True):
-            show(e)
+            if wanted is None or wanted(e):
+                show(e)
     except KeyboardInterrupt:
         return
 
