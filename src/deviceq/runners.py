@@ -40,7 +40,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .errors import ConfigError
 from .models import MAX_PAYLOAD_BYTES, WorkflowDefinition
@@ -53,7 +53,7 @@ _LOG = logging.getLogger("deviceq.runner")
 # -- task and outcome ------------------------------------------------------------------------
 
 
-class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class TaskLogger(logging.LoggerAdapter):
     """A logger whose every line carries the task's structured fields (task, lease, host,
     device, attempt) for ``deviceq.logs``; extra keyword fields may be given as ``fields=``."""
 
@@ -80,7 +80,7 @@ class Task:
     attempt: int = 1
     deadline: float | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
-    logger: logging.LoggerAdapter = field(  # type: ignore[type-arg]
+    logger: logging.LoggerAdapter = field(
         default_factory=lambda: TaskLogger(_LOG, {})
     )
     lease_id: str = ""
@@ -285,7 +285,8 @@ class CommandRunner:
 
         def read() -> None:
             assert proc.stdout is not None
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            fd = proc.stdout.fileno()
+            for chunk in iter(lambda: os.read(fd, 65536), b""):
                 buf.extend(chunk)
                 if len(buf) > 4 * limit:
                     del buf[: len(buf) - limit]
@@ -477,7 +478,7 @@ def load_runner(spec: RunnerSpec, kind: str = "goal") -> Callable[..., Any]:
         except TypeError as exc:
             raise ConfigError(f"bad options for runner {spec.name!r}: {exc}") from None
     if kind == "workflow" and spec.name in BUILTIN_WORKFLOW:
-        return BUILTIN_WORKFLOW[spec.name]  # type: ignore[no-any-return]
+        return BUILTIN_WORKFLOW[spec.name]
     if spec.name in BUILTIN_GOAL or spec.name in BUILTIN_WORKFLOW:
         raise ConfigError(f"{spec.name!r} is not a {kind} runner")
     obj = _import(spec.name) if ":" in spec.name else _entry_point(spec.name)
@@ -488,7 +489,7 @@ def load_runner(spec: RunnerSpec, kind: str = "goal") -> Callable[..., Any]:
             raise ConfigError(f"cannot create runner {spec.name!r}: {exc}") from None
     if not callable(obj):
         raise ConfigError(f"runner {spec.name!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 # -- process isolation -----------------------------------------------------------------------
@@ -642,7 +643,7 @@ def build_goal_runner(
     if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
         return load_runner(spec, "goal")
     load_runner(spec, "goal")  # fail fast on a bad spec, in the parent
-    return IsolatedRunner(spec, "goal", kill_grace=kill_grace)
+    return cast(GoalRunner, IsolatedRunner(spec, "goal", kill_grace=kill_grace))
 
 
 def build_workflow_runner(
@@ -658,7 +659,7 @@ def build_workflow_runner(
     if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
         return load_runner(spec, "workflow")
     load_runner(spec, "workflow")
-    return IsolatedRunner(spec, "workflow", goal_spec, kill_grace=kill_grace)
+    return cast(WorkflowRunner, IsolatedRunner(spec, "workflow", goal_spec, kill_grace=kill_grace))
 
 
 def _check_isolation(isolation: str) -> None:

@@ -14,6 +14,11 @@ SIGTERM (or SIGINT): stop claiming, mark the host draining, hand back assignment
 started, let running tasks finish within the grace period, release what cannot finish, exit 0.
 A second signal skips the rest of the grace period. SIGKILL loses nothing: the leases expire
 and the scheduler requeues the work.
+
+Commands and isolated runners run in sessions of their own, so a terminal's Ctrl-C or a signal
+to the daemon's process group reaches only the daemon. Under systemd use ``KillMode=mixed`` (the
+default ``control-group`` would SIGTERM the running commands too instead of letting them finish
+within the grace period) and ``TimeoutStopSec`` above ``--grace``.
 """
 
 from __future__ import annotations
@@ -190,7 +195,10 @@ class HostWorker:
         )  # fmt: skip
         self.producer = Client(self.host.redis, pool)
         if dispatcher is None:
-            goal = build_goal_runner(settings.goal_runner, settings.isolation,
+            spec = settings.goal_runner
+            if spec.name == "command" and "term_grace" not in spec.options:
+                spec = RunnerSpec(spec.name, {**spec.options, "term_grace": settings.stop_grace})
+            goal = build_goal_runner(spec, settings.isolation,
                                      kill_grace=settings.stop_grace)  # fmt: skip
             wf = build_workflow_runner(settings.workflow_runner, settings.goal_runner,
                                        settings.isolation, kill_grace=settings.stop_grace)
@@ -418,7 +426,8 @@ class HostWorker:
         delay = 0.05
         while not self.stopping.is_set():
             free = self.free_devices()
-            if not free or self.remote_draining:
+            # an operator's drain stops new assignments; what was assigned before still runs
+            if not free:
                 self.changed.wait(self.settings.poll_interval)
                 self.changed.clear()
                 continue
