@@ -159,6 +159,7 @@ def host_worker(url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_
     devs = {h: d for h, _, d in hosts}
     wake = {Keys(POOL).host_wake(h): h for h in clients}
     lat: list[int] = []
+    lat_assign: list[int] = []  # submitted -> assigned (the scheduler's share)
     claims = reports = 0
     last_hb = time.monotonic()
     idle_rounds = 0
@@ -181,9 +182,11 @@ def host_worker(url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_
             if not got:
                 break
             lat += [a.task.dispatched_at - a.task.submitted_at for a in got]  # type: ignore[operator]
+            lat_assign += [a.task.assigned_at - a.task.submitted_at for a in got]  # type: ignore[operator]
             hc.report_many([Report(a.task.id, a.lease_id, "done", None, "ok") for a in got])
             reports += 1
-    out.put(("host", {"lat": lat, "claims": claims, "reports": reports, "cpu_s": cpu_s()}))
+    out.put(("host", {"lat": lat, "lat_assign": lat_assign, "claims": claims,
+                      "reports": reports, "cpu_s": cpu_s()}))
 
 
 def redis_cpu(r: Any) -> float:
@@ -247,7 +250,9 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
     asg = next(v for k, v in results if k == "assigner")
     hosts = [v for k, v in results if k == "host"]
     lat = [x for h in hosts for x in h["lat"]]
+    lat_a = [x for h in hosts for x in h["lat_assign"]]
     return {
+        "p50_assign": percentile(lat_a, 50), "p99_assign": percentile(lat_a, 99),
         "rate": rate, "submitted": prod["submitted"], "done": done, "wall_s": t_end,
         "per_s": done / t_end, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
         "p99": percentile(lat, 99), "max": max(lat) if lat else float("nan"),
@@ -338,6 +343,7 @@ def run_listq(rate: float | None, duration: float, workers: int, batch: int) -> 
         "rate": rate, "submitted": prod["submitted"], "done": done, "wall_s": t_end,
         "per_s": done / t_end, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
         "p99": percentile(lat, 99), "max": max(lat) if lat else float("nan"),
+        "p50_assign": float("nan"), "p99_assign": float("nan"),
         "lag_ms": prod["max_lag_ms"], "redis_cpu_us": redis_cpu_s / max(done, 1) * 1e6,
         "client_cpu_us": (prod["cpu_s"] + sum(c["cpu_s"] for c in cons)) / max(done, 1) * 1e6,
         "assigner": "-", "submit_calls": prod["calls"], "load": load,
@@ -394,11 +400,14 @@ def main() -> None:
             kind + ("" if kind != "deviceq" else f" ({res['assigner']})"),
             "max" if res["rate"] is None else int(res["rate"]), res["submitted"], res["done"],
             res["wall_s"], res["per_s"], res["p50"], res["p95"], res["p99"], res["max"],
+            "-" if res["p50_assign"] != res["p50_assign"]
+            else f"{res['p50_assign']:.0f} / {res['p99_assign']:.0f}",
             res["lag_ms"], res["redis_cpu_us"], res["client_cpu_us"],
             res["per_s"] / base["per_s"] if base else float("nan"), res["load"],
         ])
     print(table(["system", "offered/s", "submitted", "done", "wall s", "lifecycles/s",
-                 "p50 ms", "p95 ms", "p99 ms", "max ms", "producer lag ms",
+                 "p50 ms", "p95 ms", "p99 ms", "max ms", "submit->assigned p50/p99 ms",
+                 "producer lag ms",
                  "redis CPU µs/task", "client CPU µs/task", "x list queue /s", "load 1m"],
                 rows))
     print("latency: submit->dispatched (deviceq, Redis server ms) or LPUSH->RPOP (list queue, "

@@ -60,10 +60,12 @@ def fill(r: Any, client: Client, spec: TaskSpec, n: int) -> float:
     return d.evalsha_usec / (tail * CHUNK)
 
 
-def assign_cost(r: Any, admin: PoolAdmin, client: Client, hosts: list[HostClient],
+def assign_cost(r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[Any],
                 devices: list[str]) -> tuple[float, float]:
     """Commit ROUNDS batches of len(devices) pairs from the queue head; server µs per pair of
     the assign script and of the whole lifecycle tail (assign+claim+report)."""
+    for h, (_, _, devs) in zip(hosts, fleet, strict=True):
+        h.heartbeat(devs)  # a long fill outlives host_timeout
     assign_us = total_us = 0.0
     pairs_done = 0
     for _ in range(ROUNDS):
@@ -112,7 +114,7 @@ def measure(depth: int, shape: str) -> dict[str, Any]:
         events = r.memory_usage(keys.events, samples=0) or 0
         n_events = r.xlen(keys.events)
         encoding = r.object("encoding", keys.task(sample[0]))
-        assign_us, lifecycle_tail_us = assign_cost(r, admin, client, hosts, devices)
+        assign_us, lifecycle_tail_us = assign_cost(r, admin, hosts, fleet, devices)
         queued = r.zcard(keys.status("queued"))
         r.close()
     return {

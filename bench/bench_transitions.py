@@ -25,6 +25,7 @@ from common import (
     preload_scripts,
     private_redis,
     raw_client,
+    redis_cpu_s,
     stat_delta,
     table,
 )
@@ -46,6 +47,7 @@ class Row:
     client_us: float  # per call, from Python
     server_us: float  # per call, EVALSHA usec from commandstats (0 for non-script refs)
     inner_us: float  # per call, usec of the commands the script ran (the rest is Lua itself)
+    cpu_us: float  # per call, redis-server CPU time (user+sys)
     breakdown: str
 
 
@@ -54,19 +56,21 @@ def measure(
 ) -> Row:
     """Run every callable once, sequentially; count what the server did meanwhile.
     ``server_cmds``: the reference sends plain commands (count them, no EVALSHA)."""
+    cpu0 = redis_cpu_s(r)
     before = commandstats(r)
     with Timer() as t:
         for fn in calls:
             fn()
     after = commandstats(r)
+    cpu = (redis_cpu_s(r) - cpu0) * 1e6 / len(calls)
     d = stat_delta(before, after)
     n = len(calls)
     if server_cmds:
         return Row(name, n, items, d.inner_calls / n, t.s / n * 1e6, d.inner_usec / n,
-                   d.inner_usec / n, d.breakdown(n))
+                   d.inner_usec / n, cpu, d.breakdown(n))
     assert d.evalsha_calls == n, (name, d.evalsha_calls, n)
     return Row(name, n, items, d.inner_calls / n, t.s / n * 1e6, d.evalsha_usec / n,
-               d.inner_usec / n, d.breakdown(n))
+               d.inner_usec / n, cpu, d.breakdown(n))
 
 
 def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
@@ -211,12 +215,13 @@ def main() -> None:
         naive = ref_naive_b if x.items == BATCH else ref_naive
         out.append([
             x.name, x.calls, x.cmds, x.cmds / x.items, x.client_us, x.client_us / x.items,
-            x.server_us, x.server_us / x.items, x.inner_us / x.items,
+            x.server_us, x.server_us / x.items, x.inner_us / x.items, x.cpu_us / x.items,
             x.client_us / ref_eval.client_us,
             (x.client_us / x.items) / (naive.client_us / naive.items), x.breakdown,
         ])
     print(table(["transition", "calls", "cmds/call", "cmds/item", "client µs/call",
                  "client µs/item", "server µs/call", "server µs/item", "in-cmds µs/item",
+                 "redis CPU µs/item",
                  "x EVALSHA(1) client",
                  "x naive/item client", "commands per call inside the script"], out))
     print(f"\nmachine after: {machine()}; redis used_memory {info['used_memory']}; "

@@ -104,6 +104,13 @@ def stat_delta(
     )
 
 
+def redis_cpu_s(r: redis.Redis) -> float:
+    """CPU seconds the redis-server process used so far (user + sys): unlike commandstats'
+    wall-clock usec, not inflated when other processes preempt the server."""
+    c = r.info("cpu")
+    return float(c["used_cpu_user"]) + float(c["used_cpu_sys"])
+
+
 def machine() -> str:
     """One line: cores, load averages, Python, redis-server version."""
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
