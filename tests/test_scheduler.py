@@ -86,6 +86,23 @@ def test_seed_stale_idle_snapshot_excluded(fleet):
     assert fleet.client.get(others[1]).status is TaskStatus.queued
 
 
+def test_stale_entry_in_idle_index_is_excluded(real_fleet, real_r):
+    fleet = real_fleet
+    fleet.add_host("h1", ("d1", "x", ()), ("d2", "x", ()))
+    first = fleet.client.submit("first")
+    fleet.admin.dispatch(first, "d1")
+    sched = TaskScheduler(fleet.admin)
+    sched.assign()  # d2's attributes are now cached
+    # a foreign writer puts the reserved d1 back into the idle index: the state check drops it
+    real_r.zadd(fleet.admin.keys.idle, {"d1": 1})
+    assert [d.device_id for d in sched.snapshot().devices] == ["d2"]
+    second, third = fleet.client.submit_many([{"goal": "2"}, {"goal": "3"}])
+    res = sched.assign()
+    assert res.assigned == 1 and res.rejected == {}
+    assert fleet.client.get(second).device_id == "d2"
+    assert fleet.client.get(third).status is TaskStatus.queued
+
+
 def test_stale_snapshot_costs_a_rejected_pair_never_a_double_booking(fleet):
     fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     t1, t2 = fleet.client.submit_many([{"goal": "1"}, {"goal": "2"}])
@@ -179,6 +196,22 @@ def test_pass_cost_does_not_grow_with_queue_length(real_fleet, real_r):
 def _calls(r) -> int:
     stats = r.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_fifo_exact_when_one_bucket_holds_the_oldest_tasks(fleet):
+    # 40 buckets: the fair share of heads read first is small, so the scheduler must read
+    # deeper into the bucket that holds the 30 oldest tasks to stay exactly FIFO
+    fleet.add_host("h1", *[(f"d{i:02d}", "x", ("a", "b", "c")) for i in range(30)])
+    old = fleet.client.submit_many([{"goal": "old"}] * 30)
+    subsets = [[t for j, t in enumerate("abc") if m >> j & 1] for m in range(8)]
+    young = [{"goal": "young", "tags": tags, "priority": p} for tags in subsets for p in range(5)]
+    fleet.client.submit_many(young * 3)
+    sched = TaskScheduler(fleet.admin, batch=200)
+    assert sched.snapshot().signatures == 40
+    assert len(sched.snapshot().buckets[0].heads) < 30  # the first read is shallow
+    res = sched.assign()
+    assert res.assigned == 30
+    assert all(t.status is TaskStatus.assigned for t in fleet.client.get_many(old))
 
 
 def test_batch_limits_one_pass(fleet):

@@ -63,6 +63,9 @@ DEFAULT_BATCH = 200
 DEFAULT_TICK = 2.0
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
 MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
+MIN_HEADS = 8  # heads first read per servable bucket (at least)
+MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
+DEVICE_REASONS = ("device_", "driver_type_mismatch", "missing_tag")
 
 
 @dataclass
@@ -118,6 +121,17 @@ class AssignResult:
         return fields
 
 
+@dataclass
+class _Base:
+    """The part of a snapshot read before any heads: devices, hosts, bucket constraints."""
+
+    now: int
+    shells: list[Bucket]
+    devices: list[IdleDevice]
+    matching: dict[str, list[IdleDevice]]
+    signatures: int
+
+
 def default_owner() -> str:
     """A scheduler identity unique per process: ``HOSTNAME-PID-RANDOM`` (id characters only)."""
     host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
@@ -145,6 +159,7 @@ class TaskScheduler:
         max_buckets: int = 10_000,
         expire_batch: int = 500,
         expire_rounds: int = 10,
+        device_refresh: float = 5.0,
     ) -> None:
         if isinstance(redis_or_url, PoolAdmin):
             self.admin = redis_or_url
@@ -167,7 +182,11 @@ class TaskScheduler:
         self.expire_batch = expire_batch
         self.expire_rounds = max(1, expire_rounds)
         self.epoch: int | None = None  # fencing token while this scheduler leads
+        self.device_refresh = device_refresh
         self._sig_cache: dict[str, tuple[str | None, frozenset[str], int]] = {}
+        # device id -> (idle score, read at (monotonic), host_id, driver_type, tags)
+        self._dev_cache: dict[str, tuple[float, float, str, str, frozenset[str]]] = {}
+        self._suspect: set[str] = set()
         self._stop = threading.Event()
         self.passes = 0
 
@@ -197,12 +216,21 @@ class TaskScheduler:
         started = time.perf_counter()
         res = AssignResult()
         res.expired = self.expire()
-        snap = self.snapshot()
+        base = self._read_base()
+        want = self._initial_want(base)
+        heads = self._read_heads(want, {})
+        for _ in range(MAX_ROUNDS):
+            snap = self._make_snapshot(base, want, heads)
+            pairs, dropped = self.plan(snap)
+            grow = self._grow(base, snap, pairs, want)
+            if not grow:
+                break
+            want.update(grow)
+            heads = self._read_heads(want, heads)
         res.signatures = snap.signatures
         res.buckets = len(snap.buckets)
         res.heads = sum(len(b.heads) for b in snap.buckets)
         res.idle_devices = len(snap.devices)
-        pairs, dropped = self.plan(snap)
         res.proposed = len(pairs) + dropped
         if dropped:
             res.rejected["strategy_invalid"] = dropped
@@ -214,7 +242,10 @@ class TaskScheduler:
                 if r.startswith("ok:"):
                     res.assignments.append((task_id, device_id, r[3:]))
                 else:
-                    reasons[r[4:] if r.startswith("err:") else r] += 1
+                    why = r[4:] if r.startswith("err:") else r
+                    reasons[why] += 1
+                    if why.startswith(DEVICE_REASONS):
+                        self._suspect.add(device_id)  # re-read its state next pass
             res.assigned = len(res.assignments)
             for k, v in reasons.items():
                 res.rejected[k] = res.rejected.get(k, 0) + v
@@ -242,7 +273,15 @@ class TaskScheduler:
         return out
 
     def snapshot(self) -> Snapshot:
-        """Read the bounded snapshot the strategy plans on (see the module docstring)."""
+        """Read the bounded snapshot the strategy plans on (see the module docstring), with
+        the initial number of heads per bucket (``assign`` may read deeper, see ``_grow``)."""
+        base = self._read_base()
+        want = self._initial_want(base)
+        return self._make_snapshot(base, want, self._read_heads(want, {}))
+
+    def _read_base(self) -> _Base:
+        """Idle devices (attributes cached, see ``_device_rows``), their hosts' health and the
+        non-empty buckets' constraints: three pipelined round trips, no queue scan."""
         k = self.keys
         r = self.redis
         pipe = r.pipeline(transaction=False)
@@ -254,28 +293,13 @@ class TaskScheduler:
         now = int(sec) * 1000 + int(usec) // 1000
         host_timeout_ms = int(float(host_timeout_raw or self._default_host_timeout()) * 1000)
 
-        # devices, hosts and unknown bucket constraints in one round trip
-        pipe = r.pipeline(transaction=False)
-        for did, _ in idle:
-            pipe.hmget(k.device(did), "host_id", "state", "reserved_by", "quarantined",
-                       "driver_type", "tags")
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
-        for s in new_sigs:
-            pipe.hmget(k.sig(s), "driver_type", "tags", "priority")
-        rows = pipe.execute()
-        dev_rows, sig_rows = rows[: len(idle)], rows[len(idle) :]
+        rows = self._device_rows(idle, [k.sig(s) for s in new_sigs])
+        sig_rows = rows.pop("__sigs__")
         for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
             self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0))
 
-        candidates: list[tuple[str, list[Any], int]] = []
-        host_ids: set[str] = set()
-        for (did, score), d in zip(idle, dev_rows, strict=True):
-            host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
-            if not host_id or state != "idle" or reserved or quarantined == "1":
-                continue  # a stale idle entry: reserved, busy, quarantined or removed
-            candidates.append((did, d, int(score)))
-            host_ids.add(host_id)
-        hosts = sorted(host_ids)
+        hosts = sorted({row[0] for row in rows.values()})
         host_ok: dict[str, bool] = {}
         if hosts:
             pipe = r.pipeline(transaction=False)
@@ -285,37 +309,133 @@ class TaskScheduler:
                 hb_ms = int(hb or 0)
                 host_ok[h] = draining != "1" and hb_ms > 0 and now - hb_ms <= host_timeout_ms
         devices = [
-            IdleDevice(did, d[0], d[4] or "", _tagset(d[5]), score)
-            for did, d, score in candidates
-            if host_ok.get(d[0])
+            IdleDevice(did, row[0], row[1], row[2], int(score))
+            for did, score in idle
+            if (row := rows.get(did)) is not None and host_ok.get(row[0])
         ]
-
-        shells = [
-            Bucket(s, *self._sig_cache[s], head_seq=int(score)) for s, score in queues
-        ]
+        shells = [Bucket(s, *self._sig_cache[s], head_seq=int(score)) for s, score in queues]
         pre = Snapshot.build(shells, devices, self.batch, now)
-        extra = min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
-        wanted = [
-            (b, min(len(pre.matching[b.sig]), self.batch) + extra)
-            for b in shells
-            if pre.matching[b.sig]
+        return _Base(now, shells, pre.devices, pre.matching, len(queues))
+
+    def _device_rows(
+        self, idle: list[tuple[str, float]], sig_keys: list[str]
+    ) -> dict[str, Any]:
+        """Static attributes (host, driver type, tags) of the assignable idle devices.
+
+        The ``idle`` zset is maintained by the scripts (a device is in it only while idle,
+        unreserved and not quarantined; its score is the time it became idle), so a device
+        hash is read only when the device is new to this scheduler, re-entered the index
+        (new score), was last read more than ``device_refresh`` seconds ago, or was named in a
+        rejected pair (then its state is checked too). Per pass that is O(devices freed since
+        the last pass), not O(idle devices). Also reads ``sig_keys`` (returned as
+        ``"__sigs__"``) in the same round trip."""
+        k = self.keys
+        mono = time.monotonic()
+        cache = self._dev_cache
+        fetch = [
+            did for did, score in idle
+            if (c := cache.get(did)) is None or c[0] != score or mono - c[1] > self.device_refresh
+            or did in self._suspect
         ]
-        buckets: list[Bucket] = []
-        if wanted:
-            pipe = r.pipeline(transaction=False)
-            for b, n in wanted:
-                pipe.zrange(k.queue(b.sig), 0, n - 1, withscores=True)
-            for (b, _), heads in zip(wanted, pipe.execute(), strict=True):
-                if not heads:
-                    continue
-                tasks = tuple(QueuedTask(t, int(seq), b.sig, b.priority) for t, seq in heads)
-                buckets.append(
-                    Bucket(b.sig, b.driver_type, b.tags, b.priority, tasks, b.head_seq)
-                )
+        pipe = self.redis.pipeline(transaction=False)
+        for did in fetch:
+            pipe.hmget(k.device(did), "host_id", "state", "reserved_by", "quarantined",
+                       "driver_type", "tags")
+        for sk in sig_keys:
+            pipe.hmget(sk, "driver_type", "tags", "priority")
+        res = pipe.execute() if fetch or sig_keys else []
+        scores = dict(idle)
+        for did, d in zip(fetch, res[: len(fetch)], strict=True):
+            host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
+            if not host_id or state != "idle" or reserved or quarantined == "1":
+                cache.pop(did, None)  # a stale idle entry: excluded, re-checked next pass
+                self._suspect.add(did)
+                continue
+            self._suspect.discard(did)
+            cache[did] = (scores[did], mono, host_id, d[4] or "", _tagset(d[5]))
+        if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
+            for did in set(cache) - set(scores):
+                del cache[did]
+        out: dict[str, Any] = {
+            did: c[2:] for did, _ in idle if (c := cache.get(did)) is not None
+        }
+        out["__sigs__"] = res[len(fetch) :]
+        return out
+
+    def _initial_want(self, base: _Base) -> dict[str, int]:
+        """Heads to read per servable bucket: a fair share of the batch (at least
+        ``MIN_HEADS``), never more than its matching idle devices; plus ``lookahead``."""
+        servable = [b for b in base.shells if base.matching[b.sig]]
+        if not servable:
+            return {}
+        share = max(MIN_HEADS, -(-2 * self.batch // len(servable)))
+        extra = self._lookahead()
+        return {
+            b.sig: min(len(base.matching[b.sig]), self.batch, share) + extra for b in servable
+        }
+
+    def _cap(self, base: _Base, sig: str) -> int:
+        return min(len(base.matching[sig]), self.batch) + self._lookahead()
+
+    def _lookahead(self) -> int:
+        return min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
+
+    def _read_heads(
+        self, want: dict[str, int], have: dict[str, tuple[QueuedTask, ...]]
+    ) -> dict[str, tuple[QueuedTask, ...]]:
+        """Read each bucket's heads up to ``want`` (only the part not in ``have``)."""
+        out = dict(have)
+        todo = [(s, len(have.get(s, ())), n) for s, n in want.items() if n > len(have.get(s, ()))]
+        if not todo:
+            return out
+        pipe = self.redis.pipeline(transaction=False)
+        for s, start, n in todo:
+            pipe.zrange(self.keys.queue(s), start, n - 1, withscores=True)
+        for (s, _, _), rows in zip(todo, pipe.execute(), strict=True):
+            prio = self._sig_cache[s][2]
+            seen = {t.task_id for t in out.get(s, ())}
+            more = tuple(
+                QueuedTask(t, int(seq), s, prio) for t, seq in rows if t not in seen
+            )
+            out[s] = out.get(s, ()) + more
+        return out
+
+    def _make_snapshot(
+        self, base: _Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+    ) -> Snapshot:
+        buckets = [
+            Bucket(b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq)
+            for b in base.shells
+            if heads.get(b.sig)
+        ]
         return Snapshot(
-            buckets, pre.devices, self.batch, now, {b.sig: pre.matching[b.sig] for b in buckets},
-            signatures=len(queues),
+            buckets, base.devices, self.batch, base.now,
+            {b.sig: base.matching[b.sig] for b in buckets}, signatures=base.signatures,
         )
+
+    def _grow(
+        self, base: _Base, snap: Snapshot, pairs: list[Pair], want: dict[str, int]
+    ) -> dict[str, int]:
+        """Buckets the strategy used up: every head read was paired and the bucket may hold
+        more, while a device that could serve it is unused or went to another bucket's task
+        (which a deeper, maybe older, task of this bucket might deserve). Returns their new
+        (larger) head counts; empty when the plan is final. For any policy that keeps
+        submission order within a bucket, the final plan equals the plan on unbounded heads.
+        With interleaved buckets a strategy rarely uses up a bucket, so this seldom reads
+        more (a bucket whose heads are not all paired never grows)."""
+        task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
+        dev_sig = {d: task_sig.get(t) for t, d in pairs}
+        taken = Counter(task_sig.get(t) for t, _ in pairs)
+        grow: dict[str, int] = {}
+        for b in snap.buckets:
+            n = want.get(b.sig, 0)
+            if len(b.heads) < n or n >= self._cap(base, b.sig):
+                continue  # bucket exhausted, or already read as deep as useful
+            if taken[b.sig] < len(b.heads):
+                continue  # some head left unpaired: deeper tasks would not be chosen either
+            if any(dev_sig.get(d.device_id, "") != b.sig for d in snap.matching[b.sig]):
+                grow[b.sig] = min(self._cap(base, b.sig), n * 4)
+        return grow
 
     def plan(self, snap: Snapshot) -> tuple[list[Pair], int]:
         """Ask the strategy for pairs; keep the valid ones (at most ``batch``). Returns the
