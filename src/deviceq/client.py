@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import secrets
 import time
@@ -156,9 +157,9 @@ class Client(PoolConnection):
         for st in statuses:
             key = self.keys.status(st.value)
             if st.terminal:
-                ids += self.redis.zrevrange(key, offset, offset + limit - 1)
+                ids += [str(x) for x in self.redis.zrevrange(key, offset, offset + limit - 1)]
             else:
-                ids += self.redis.zrange(key, offset, offset + limit - 1)
+                ids += [str(x) for x in self.redis.zrange(key, offset, offset + limit - 1)]
             if len(ids) >= limit:
                 break
         return self.get_many(ids[:limit])
@@ -235,5 +236,5 @@ class Client(PoolConnection):
             raise NotFound(f"no workflow {name} in pool {self.pool}")
         return WorkflowDefinition.model_validate(json.loads(raw))
 
-    def list_workflows(self) -> list[str]:
-        return sorted(self.redis.smembers(self.keys.workflows))
+    def list_workflows(self) -> builtins.list[str]:
+        return sorted(str(n) for n in self.redis.smembers(self.keys.workflows))

@@ -47,7 +47,8 @@ class PoolConfig(BaseModel):
         except Exception as exc:  # pydantic.ValidationError
             first = getattr(exc, "errors", lambda: [{"msg": str(exc)}])()[0]["msg"]
             raise ConfigError(f"bad value for {key}: {value!r} ({first})") from None
-        return getattr(cfg, key)  # type: ignore[no-any-return]
+        parsed: int | float = getattr(cfg, key)
+        return parsed
 
     @classmethod
     def lua_defaults(cls) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -42,7 +43,7 @@ def read_events(
 ) -> tuple[str, list[Event]]:
     """Events after ``cursor`` (at most ``count``), blocking up to ``block_ms`` when there are
     none. Returns the new cursor and the events."""
-    resp = r.xread({keys.events: cursor}, count=count, block=block_ms)
+    resp: Any = r.xread({keys.events: cursor}, count=count, block=block_ms)
     if not resp:
         return cursor, []
     entries = resp[0][1]

@@ -155,7 +155,9 @@ class HostClient(PoolConnection):
         """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``."""
         args: list[str] = [self.host_id, self._digest, str(len(reports))]
         for r in reports:
-            kind = r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
+            kind = (
+                r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
+            )
             args += [r.task_id, r.lease_id, r.outcome, kind or "", _tail(r.payload or "")]
         return [str(x) for x in self._run("report", args)]
 
@@ -176,6 +178,4 @@ class HostClient(PoolConnection):
 
     def set_draining(self, draining: bool = True) -> str:
         """Mark this host draining (no new assignments) or active again."""
-        return str(
-            self._run("host_drain", [self.host_id, "1" if draining else "0", self._digest])
-        )
+        return str(self._run("host_drain", [self.host_id, "1" if draining else "0", self._digest]))

@@ -16,8 +16,13 @@ class _Formatter(logging.Formatter):
         fields: dict[str, Any] = getattr(record, "fields", {})
         ts = self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}"
         if _FORMAT["value"] == "json":
-            data = {"ts": ts, "level": record.levelname.lower(), "logger": record.name,
-                    "msg": record.getMessage(), **fields}
+            data = {
+                "ts": ts,
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "msg": record.getMessage(),
+                **fields,
+            }
             if record.exc_info:
                 data["exc"] = self.formatException(record.exc_info)
             return json.dumps(data, default=str)

@@ -299,7 +299,7 @@ class PooledDevice(BaseModel):
             device_id=h["id"],
             host_id=h["host_id"],
             driver_type=h.get("driver_type") or "unknown",
-            tags=h.get("tags") or "",
+            tags=validate_tags(h.get("tags") or ""),
             state=DeviceState(h.get("state") or "offline"),
             reserved_by=h.get("reserved_by") or None,
             quarantined=h.get("quarantined") == "1",

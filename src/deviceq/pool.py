@@ -43,7 +43,7 @@ class PoolAdmin(PoolConnection):
         )
 
     def hosts(self) -> list[Host]:
-        ids = sorted(self.redis.smembers(self.keys.hosts))
+        ids = sorted(str(h) for h in self.redis.smembers(self.keys.hosts))
         now = self.server_time_ms()
         timeout_ms = self.config().host_timeout * 1000
         pipe = self.redis.pipeline(transaction=False)
@@ -75,14 +75,16 @@ class PoolAdmin(PoolConnection):
 
     # -- devices -------------------------------------------------------------------------------
     def devices(self) -> list[PooledDevice]:
-        ids = sorted(self.redis.smembers(self.keys.devices))
+        ids = sorted(str(d) for d in self.redis.smembers(self.keys.devices))
         pipe = self.redis.pipeline(transaction=False)
         for d in ids:
             pipe.hgetall(self.keys.device(d))
         return [PooledDevice.from_hash(h) for h in pipe.execute() if h]
 
     def device(self, device_id: str) -> PooledDevice:
-        h = self.redis.hgetall(self.keys.device(validate_id(device_id, "device id")))
+        h: dict[str, str] = self.redis.hgetall(  # type: ignore[assignment]
+            self.keys.device(validate_id(device_id, "device id"))
+        )
         if not h:
             raise NotFound(f"no device {device_id} in pool {self.pool}")
         return PooledDevice.from_hash(h)

@@ -19,7 +19,6 @@ from .config import PoolConfig
 from .errors import DeviceqError, error_codes, from_reply
 
 
-
 def lua_dir() -> Path:
     """The folder holding the ``.lua`` files: inside the installed package (wheel) or, for an
     editable install / source checkout, ``lua/`` at the repository root."""
