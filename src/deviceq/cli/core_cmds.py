@@ -28,16 +28,32 @@ def fmt_ms(ms: int | None) -> str:
 @click.option("--workflow", "workflow_name", help="Run this stored workflow instead of a goal.")
 @click.option("--driver-type", help="Only devices of this driver type may run it.")
 @click.option("--tag", "tags", multiple=True, help="Required device capability (repeatable).")
-@click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True,
-              help="Higher runs first under the priority_match strategy.")
+@click.option(
+    "--priority",
+    type=click.IntRange(0, 9),
+    default=0,
+    show_default=True,
+    help="Higher runs first under the priority_match strategy.",
+)
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="Attempts before failing.")
 @click.option("--idempotency-key", help="A retried submit with the same key returns the same id.")
-@click.option("--queue-timeout", type=click.FloatRange(min=0, min_open=True),
-              help="Fail as unschedulable after waiting this many seconds queued.")
-@click.option("--reject-unmatched", is_flag=True, default=None,
-              help="Refuse it now if no registered device could ever run it.")
-@click.option("--file", "tasks_file", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Bulk: submit every task of a JSONL file (one TaskSpec object a line).")
+@click.option(
+    "--queue-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Fail as unschedulable after waiting this many seconds queued.",
+)
+@click.option(
+    "--reject-unmatched",
+    is_flag=True,
+    default=None,
+    help="Refuse it now if no registered device could ever run it.",
+)
+@click.option(
+    "--file",
+    "tasks_file",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Bulk: submit every task of a JSONL file (one TaskSpec object a line).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 @pass_ctx
 @handle_errors
@@ -114,14 +130,23 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
         for col in ("#", "lease", "host", "device", "assigned", "ended", "outcome", "kind"):
             table.add_column(col)
         for a in t.attempts:
-            table.add_row(str(a.attempt), a.lease_id, a.host_id, a.device_id,
-                          fmt_ms(a.assigned_at), fmt_ms(a.ended_at), a.outcome,
-                          a.failure_kind or "-")
+            table.add_row(
+                str(a.attempt),
+                a.lease_id,
+                a.host_id,
+                a.device_id,
+                fmt_ms(a.assigned_at),
+                fmt_ms(a.ended_at),
+                a.outcome,
+                a.failure_kind or "-",
+            )
         console.print(table)
 
 
 @task.command("list")
-@click.option("--status", type=click.Choice([s.value for s in TaskStatus]), help="Only this status.")
+@click.option(
+    "--status", type=click.Choice([s.value for s in TaskStatus]), help="Only this status."
+)
 @click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
@@ -138,14 +163,30 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
         echo_json([task_json(t) for t in tasks])
         return
     table = Table()
-    for col in ("id", "status", "kind", "goal/workflow", "constraints", "attempt", "device", "failure"):
+    for col in (
+        "id",
+        "status",
+        "kind",
+        "goal/workflow",
+        "constraints",
+        "attempt",
+        "device",
+        "failure",
+    ):
         table.add_column(col)
     for t in tasks:
         what = t.goal if t.kind == "goal" else f"workflow:{t.workflow}"
         cons = " ".join(filter(None, [t.driver_type or "", *t.tags])) or "-"
-        table.add_row(t.id, t.status.value, t.kind, (what or "")[:40], cons,
-                      f"{t.attempt}/{t.max_attempts}", t.device_id or "-",
-                      t.failure_kind.value if t.failure_kind else "-")
+        table.add_row(
+            t.id,
+            t.status.value,
+            t.kind,
+            (what or "")[:40],
+            cons,
+            f"{t.attempt}/{t.max_attempts}",
+            t.device_id or "-",
+            t.failure_kind.value if t.failure_kind else "-",
+        )
     Console().print(table)
 
 
@@ -251,5 +292,3 @@ def config_set(ctx: Ctx, key: str, value: str) -> None:
     """
     stored = ctx.admin.set_config(key, value)
     click.echo(f"{key} {stored}")
-
-
