@@ -346,6 +346,36 @@ def test_hosts_survive_a_redis_restart(private_redis: Any, pool: str, tmp_path: 
         deploy.close()
 
 
+def test_report_during_a_redis_outage_is_retried_until_accepted(
+    private_redis: Any, pool: str, tmp_path: Path
+) -> None:
+    deploy = Deployment(private_redis.url, pool, tmp_path)
+    try:
+        deploy.configure(lease_ttl=8.0, claim_ttl=8.0, host_timeout=8.0)
+        h = deploy.command_host("h1", "d1:android")  # no scheduler: dispatch by hand
+        wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
+        started, go = deploy.tmp / "started", deploy.tmp / "go"
+        tid = deploy.client.submit(
+            f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; echo survived")
+        deploy.admin.dispatch(tid, "d1")
+        wait_for(started.exists, 20, "command started")
+        time.sleep(2.1)  # the claim is in the AOF (fsynced every second)
+        private_redis.kill()
+        go.touch()  # the command ends while Redis is down: its report cannot get through
+        wait_for(lambda: "report: Redis unreachable" in deploy.log("h1"), 10, "report retried")
+        time.sleep(0.5)
+        private_redis.start()
+        deploy.r.connection_pool.disconnect()
+        t = deploy.client.wait(tid, timeout=20)
+        assert (t.status, t.result, t.attempt) == (TaskStatus.done, "survived\n", 1)
+        assert [a.outcome for a in t.attempts] == ["done"]
+        log = deploy.log("h1")
+        assert "report: Redis unreachable, retrying" in log and "answer=ok:done" in log
+        assert h.poll() is None
+    finally:
+        deploy.close()
+
+
 def test_failing_device_is_quarantined_and_released_with_the_cli(deploy: Deployment) -> None:
     deploy.configure(quarantine_after=2)
     deploy.scheduler()
