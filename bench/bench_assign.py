@@ -1,0 +1,261 @@
+"""Scheduler assignment cost vs queue length, fleet size and constraint signatures.
+
+For every cell of the grid (queued tasks x devices x signatures) on a private redis-server
+(``deviceq.embedded.RedisServer``, one per (queued, signatures) pair, loaded once with
+``Client.submit_many`` in chunks):
+
+1. register the devices (hosts of at most 100 devices, one heartbeat each);
+2. run one unmeasured warm-up pass of ``TaskScheduler.assign()``;
+3. repeat: finish every assigned task (hosts claim + report done) and top the queue back up to
+   its size (``submit_many``) -- both unmeasured -- then run one measured ``assign()`` pass;
+4. remove the hosts (next device count).
+
+Measured per pass, around the ``assign()`` call only:
+- wall time of the pass in this process (planning in Python included) -> assignments/s;
+- Redis CPU from ``INFO cpu`` (``used_cpu_user_main_thread + used_cpu_sys_main_thread``);
+- Redis command time from ``INFO commandstats`` (sum of ``usec`` over all commands but INFO,
+  scripts included: the server-side cost of exactly what the pass sent).
+The cost of the INFO calls themselves is measured (back-to-back pairs) and subtracted.
+Costs are reported per assignment; the ratio column divides by the 1k-queued cell with the same
+devices and signatures.
+
+Signatures: 1 = no constraints; 100 = driver type d0..d3 x one required tag t0..t24, every
+device of type dX has all 25 tags (so a device serves 25 signatures); tasks pick a signature at
+random.
+
+Usage: ``python bench/bench_assign.py [--quick] [--queued 1000,100000,1000000]
+[--devices 10,1000,10000] [--sigs 1,100] [--assignments N] [--out bench/RESULTS.md]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from deviceq.embedded import RedisServer
+from deviceq.host import Report
+from deviceq.scheduler import DEFAULT_BATCH, TaskScheduler
+
+POOL = "bench"
+GOAL = "open the settings app, enable wifi, check the connection"
+DEVICES_PER_HOST = 100
+CHUNK = 1000
+
+
+@dataclass
+class Cell:
+    queued: int
+    devices: int
+    sigs: int
+    passes: int = 0
+    assigned: int = 0
+    wall_s: float = 0.0
+    cpu_us: float = 0.0
+    cmd_us: float = 0.0
+    cmd_calls: int = 0
+    load_s: float = 0.0
+    rejected: int = 0
+
+    @property
+    def per_s(self) -> float:
+        return self.assigned / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_per(self) -> float:
+        return self.cpu_us / self.assigned if self.assigned else float("nan")
+
+    @property
+    def cmd_per(self) -> float:
+        return self.cmd_us / self.assigned if self.assigned else float("nan")
+
+    @property
+    def calls_per(self) -> float:
+        return self.cmd_calls / self.assigned if self.assigned else float("nan")
+
+
+def signatures(n: int) -> list[dict[str, Any]]:
+    if n == 1:
+        return [{}]
+    return [{"driver_type": f"d{i % 4}", "tags": [f"t{i // 4}"]} for i in range(n)]
+
+
+def device_kind(i: int, sigs: int) -> tuple[str, tuple[str, ...]]:
+    if sigs == 1:
+        return ("d0", ())
+    return (f"d{i % 4}", tuple(f"t{j}" for j in range(max(1, sigs // 4))))
+
+
+def specs(n: int, sigs: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    return [{"goal": GOAL, **rng.choice(sigs)} for _ in range(n)]
+
+
+def stats(r: redis.Redis) -> tuple[float, float, int]:
+    info = r.execute_command("INFO", "cpu", "commandstats")
+    cpu = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+    usec = sum(int(v["usec"]) for k, v in info.items()
+               if k.startswith("cmdstat_") and k != "cmdstat_info")
+    calls = sum(int(v["calls"]) for k, v in info.items()
+                if k.startswith("cmdstat_") and k != "cmdstat_info")
+    return cpu * 1e6, float(usec), calls
+
+
+def stats_overhead(r: redis.Redis, n: int = 30) -> tuple[float, float]:
+    """Redis CPU and command time that one stats() pair adds by itself (subtracted)."""
+    cpu = us = 0.0
+    for _ in range(n):
+        c0, u0, _ = stats(r)
+        c1, u1, _ = stats(r)
+        cpu += c1 - c0
+        us += u1 - u0
+    return cpu / n, us / n
+
+
+def add_fleet(url: str, admin: PoolAdmin, n: int, sigs: int, tag: str) -> list[HostClient]:
+    hosts = []
+    for h in range(0, n, DEVICES_PER_HOST):
+        host_id = f"{tag}-h{h // DEVICES_PER_HOST}"
+        token = admin.add_host(host_id)
+        hc = HostClient(url, POOL, host_id, token)
+        devs = []
+        for i in range(h, min(n, h + DEVICES_PER_HOST)):
+            drv, tags = device_kind(i, sigs)
+            devs.append(DeviceReport(f"{tag}-dev{i}", drv, tags))
+        hc.heartbeat(devs)
+        hosts.append(hc)
+    return hosts
+
+
+def finish_all(hosts: list[HostClient]) -> int:
+    n = 0
+    for h in hosts:
+        while True:
+            got = h.claim(1000)
+            if not got:
+                break
+            h.report_many([Report(a.task.id, a.lease_id, "done") for a in got])
+            n += len(got)
+    return n
+
+
+def run_cells(queued: int, sigs: int, devices: list[int], target: int, max_passes: int,
+              rng: random.Random, log: Any) -> list[Cell]:
+    out: list[Cell] = []
+    with RedisServer() as srv:
+        r = redis.Redis.from_url(srv.url, decode_responses=True)
+        client = Client(srv.url, POOL)
+        admin = PoolAdmin(srv.url, POOL)
+        for k, v in {"max_queue_depth": queued * 2 + 100_000, "claim_ttl": 3600,
+                     "lease_ttl": 3600, "host_timeout": 3600}.items():
+            admin.set_config(k, v)
+        sig_list = signatures(sigs)
+        t0 = time.perf_counter()
+        for start in range(0, queued, 50_000):
+            client.submit_many(specs(min(50_000, queued - start), sig_list, rng), chunk=CHUNK)
+        load_s = time.perf_counter() - t0
+        mem = r.info("memory")["used_memory_human"]
+        log(f"  loaded {queued} tasks / {sigs} sigs in {load_s:.1f}s (redis {mem})")
+        for d in devices:
+            cell = Cell(queued, d, sigs, load_s=load_s)
+            hosts = add_fleet(srv.url, admin, d, sigs, f"f{d}")
+            sched = TaskScheduler(admin)
+            sched.assign()  # warm-up: device and signature caches
+            cpu_oh, us_oh = stats_overhead(r)
+            while cell.assigned < target and cell.passes < max_passes:
+                done = finish_all(hosts)
+                if done:
+                    client.submit_many(specs(done, sig_list, rng), chunk=CHUNK)
+                cpu0, us0, calls0 = stats(r)
+                t = time.perf_counter()
+                res = sched.assign()
+                wall = time.perf_counter() - t
+                cpu1, us1, calls1 = stats(r)
+                cell.passes += 1
+                cell.assigned += res.assigned
+                cell.rejected += res.rejected_total
+                cell.wall_s += wall
+                cell.cpu_us += max(0.0, cpu1 - cpu0 - cpu_oh)
+                cell.cmd_us += max(0.0, us1 - us0 - us_oh)
+                cell.cmd_calls += calls1 - calls0 - 1  # minus the first INFO's own call
+            finish_all(hosts)
+            depth = client.counts()["queued"]
+            for h in hosts:
+                admin.remove_host(h.host_id)
+            log(f"  queued={queued:>8} devices={d:>6} sigs={sigs:>3}: {cell.assigned} "
+                f"assignments in {cell.passes} passes, {cell.per_s:,.0f}/s, "
+                f"redis cpu {cell.cpu_per:.1f} us, cmd {cell.cmd_per:.1f} us / assignment "
+                f"(depth now {depth})")
+            out.append(cell)
+        r.close()
+    return out
+
+
+def table(cells: list[Cell]) -> str:
+    base = {(c.devices, c.sigs): c for c in cells if c.queued == min(x.queued for x in cells)}
+    lines = [
+        "| queued | devices | sigs | passes | assigned | assign/s | Redis CPU us/assign "
+        "| ratio | cmd us/assign | ratio | calls/assign |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in sorted(cells, key=lambda c: (c.sigs, c.devices, c.queued)):
+        b = base.get((c.devices, c.sigs))
+        rc = c.cpu_per / b.cpu_per if b and b.cpu_per else float("nan")
+        rm = c.cmd_per / b.cmd_per if b and b.cmd_per else float("nan")
+        lines.append(
+            f"| {c.queued:,} | {c.devices:,} | {c.sigs} | {c.passes} | {c.assigned:,} "
+            f"| {c.per_s:,.0f} | {c.cpu_per:.1f} | {rc:.2f} | {c.cmd_per:.1f} | {rm:.2f} "
+            f"| {c.calls_per:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small grid, a few seconds")
+    ap.add_argument("--queued", default="1000,100000,1000000")
+    ap.add_argument("--devices", default="10,1000,10000")
+    ap.add_argument("--sigs", default="1,100")
+    ap.add_argument("--assignments", type=int, default=3000,
+                    help="measured assignments per cell (at most --max-passes passes)")
+    ap.add_argument("--max-passes", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", help="also write the markdown table to this file")
+    args = ap.parse_args()
+    if args.quick:
+        args.queued, args.devices, args.sigs = "1000,20000", "10,500", "1,100"
+        args.assignments, args.max_passes = 400, 60
+    queued = [int(x) for x in args.queued.split(",")]
+    devices = [int(x) for x in args.devices.split(",")]
+    sigs = [int(x) for x in args.sigs.split(",")]
+    rng = random.Random(args.seed)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    log(f"bench_assign: queued={queued} devices={devices} sigs={sigs} batch={DEFAULT_BATCH} "
+        f"load={os.getloadavg()[0]:.1f}")
+    started = time.time()
+    cells: list[Cell] = []
+    for s in sigs:
+        for q in queued:
+            cells += run_cells(q, s, devices, args.assignments, args.max_passes, rng, log)
+    text = table(cells)
+    meta = (f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cpus, "
+            f"load average at end {os.getloadavg()[0]:.1f}, took {time.time() - started:.0f}s")
+    print(text)
+    print(meta)
+    if args.out:
+        Path(args.out).write_text(text + "\n\n" + meta + "\n")
+
+
+if __name__ == "__main__":
+    main()
