@@ -58,6 +58,8 @@ def fresh_copy(dest: Path) -> Path:
         shutil.copytree(ROOT, dest, ignore=skip, dirs_exist_ok=True)
         return dest
     for rel in files:
+        if any("venv" in part for part in Path(rel).parts[:-1]):  # a stray environment
+            continue
         src = ROOT / rel
         if src.is_file():
             target = dest / rel

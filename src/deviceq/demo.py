@@ -264,15 +264,7 @@ class Daemon:
 
     def stop(self, grace: float) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the group."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.signal_group(signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):
-                self.proc.wait(grace)
-        self.signal_group(signal.SIGKILL)  # and anything the daemon left in its group
-        with suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
+        stop_all([self], grace)
 
     def tail(self, lines: int = 15) -> str:
         try:
@@ -280,6 +272,23 @@ class Daemon:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_all(daemons: list[Daemon], grace: float) -> None:
+    """SIGTERM every daemon at once (hosts drain, the scheduler lets go of its lease), wait up
+    to ``grace`` seconds for all of them, then SIGKILL each process group (the daemon and
+    anything it left in its group) and reap."""
+    for d in daemons:
+        if d.running:
+            d.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(d.running for d in daemons) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for d in daemons:
+        d.signal_group(signal.SIGKILL)
+        if d.proc is not None:
+            with suppress(subprocess.TimeoutExpired):
+                d.proc.wait(10)
 
 
 def scheduler_argv(base: list[str]) -> list[str]:
@@ -303,6 +312,7 @@ def _terminate_as_interrupt() -> Iterator[None]:
         return
 
     def _raise(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not stop the cleanup
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, _raise)
@@ -513,6 +523,8 @@ class Demo:
         backend: Backend | None = None
         result = DemoResult(backend="?", redis_url="", pool=self.pool)
         r: redis.Redis | None = None
+        client: Client | None = None
+        verdict: str | None = "not run"
         with _terminate_as_interrupt():
             try:
                 backend = start_backend(self.opt.embedded, self.opt.redis_url)
@@ -537,7 +549,11 @@ class Demo:
             except (redis.RedisError, OSError, RuntimeError, ValueError) as exc:
                 result.problem = f"{type(exc).__name__}: {exc}"
             finally:
+                if client is not None:
+                    with suppress(redis.RedisError, OSError):
+                        verdict = self._summarise(client, result)
                 self._cleanup(backend, r, tmp)
+        result.problem = result.problem or verdict
         result.wall_s = round(time.monotonic() - self.t0, 1)
         result.ok = result.problem is None
         return result
@@ -598,7 +614,6 @@ class Demo:
         finally:
             if live is not None:
                 live.stop()
-        self._summarise(client, result)
 
     def _surely_running(self, admin: PoolAdmin, host_id: str) -> bool:
         """True when the host runs a task claimed so recently that it cannot have finished
@@ -631,7 +646,8 @@ class Demo:
                 soft_wrap=True,
             )
 
-    def _summarise(self, client: Client, result: DemoResult) -> None:
+    def _summarise(self, client: Client, result: DemoResult) -> str | None:
+        """Fill in the result's figures; return what went wrong, if anything."""
         tasks = client.get_many(self.task_ids)
         result.submitted = len(self.task_ids)
         result.workflow_tasks = sum(1 for t in tasks if t.kind == "workflow")
@@ -644,17 +660,17 @@ class Demo:
         result.retry_latency_ms = latency_stats(self.retry_dispatch_ms)
         not_done = [t for t in tasks if t.status is not TaskStatus.done]
         if len(tasks) != self.opt.tasks:
-            raise DemoError(f"{self.opt.tasks - len(tasks)} submitted tasks are missing")
+            return f"{self.opt.tasks - len(tasks)} of {self.opt.tasks} tasks were not submitted"
         if not_done:
             t = not_done[0]
-            raise DemoError(
+            return (
                 f"{len(not_done)} task(s) did not end done, e.g. {t.id} "
                 f"{t.status.value} ({t.failure_kind or '-'}: {t.error or '-'})"
             )
+        return None
 
     def _cleanup(self, backend: Backend | None, r: redis.Redis | None, tmp: Path) -> None:
-        for name, d in self.daemons.items():  # hosts first would be nicer, any order is safe
-            d.stop(grace=0.5 if name == "scheduler" else 3.0)
+        stop_all(list(self.daemons.values()), grace=3.0)
         external = backend is not None and backend.kind == "external"
         if external and r is not None and not self.opt.keep_pool:
             with suppress(redis.RedisError):
