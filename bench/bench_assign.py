@@ -102,10 +102,12 @@ def specs(n: int, sigs: list[dict[str, Any]], rng: random.Random) -> list[dict[s
 def stats(r: redis.Redis) -> tuple[float, float, int]:
     info = r.execute_command("INFO", "cpu", "commandstats")
     cpu = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
-    usec = sum(int(v["usec"]) for k, v in info.items()
-               if k.startswith("cmdstat_") and k != "cmdstat_info")
-    calls = sum(int(v["calls"]) for k, v in info.items()
-                if k.startswith("cmdstat_") and k != "cmdstat_info")
+    usec = sum(
+        int(v["usec"]) for k, v in info.items() if k.startswith("cmdstat_") and k != "cmdstat_info"
+    )
+    calls = sum(
+        int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_") and k != "cmdstat_info"
+    )
     return cpu * 1e6, float(usec), calls
 
 
@@ -147,15 +149,26 @@ def finish_all(hosts: list[HostClient]) -> int:
     return n
 
 
-def run_cells(queued: int, sigs: int, devices: list[int], target: int, max_passes: int,
-              rng: random.Random, log: Any) -> list[Cell]:
+def run_cells(
+    queued: int,
+    sigs: int,
+    devices: list[int],
+    target: int,
+    max_passes: int,
+    rng: random.Random,
+    log: Any,
+) -> list[Cell]:
     out: list[Cell] = []
     with RedisServer() as srv:
         r = redis.Redis.from_url(srv.url, decode_responses=True)
         client = Client(srv.url, POOL)
         admin = PoolAdmin(srv.url, POOL)
-        for k, v in {"max_queue_depth": queued * 2 + 100_000, "claim_ttl": 3600,
-                     "lease_ttl": 3600, "host_timeout": 3600}.items():
+        for k, v in {
+            "max_queue_depth": queued * 2 + 100_000,
+            "claim_ttl": 3600,
+            "lease_ttl": 3600,
+            "host_timeout": 3600,
+        }.items():
             admin.set_config(k, v)
         sig_list = signatures(sigs)
         t0 = time.perf_counter()
@@ -190,10 +203,12 @@ def run_cells(queued: int, sigs: int, devices: list[int], target: int, max_passe
             depth = client.counts()["queued"]
             for h in hosts:
                 admin.remove_host(h.host_id)
-            log(f"  queued={queued:>8} devices={d:>6} sigs={sigs:>3}: {cell.assigned} "
+            log(
+                f"  queued={queued:>8} devices={d:>6} sigs={sigs:>3}: {cell.assigned} "
                 f"assignments in {cell.passes} passes, {cell.per_s:,.0f}/s, "
                 f"redis cpu {cell.cpu_per:.1f} us, cmd {cell.cmd_per:.1f} us / assignment "
-                f"(depth now {depth})")
+                f"(depth now {depth})"
+            )
             out.append(cell)
         r.close()
     return out
@@ -224,8 +239,12 @@ def main() -> None:
     ap.add_argument("--queued", default="1000,100000,1000000")
     ap.add_argument("--devices", default="10,1000,10000")
     ap.add_argument("--sigs", default="1,100")
-    ap.add_argument("--assignments", type=int, default=3000,
-                    help="measured assignments per cell (at most --max-passes passes)")
+    ap.add_argument(
+        "--assignments",
+        type=int,
+        default=3000,
+        help="measured assignments per cell (at most --max-passes passes)",
+    )
     ap.add_argument("--max-passes", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", help="also write the markdown table to this file")
@@ -241,16 +260,20 @@ def main() -> None:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    log(f"bench_assign: queued={queued} devices={devices} sigs={sigs} batch={DEFAULT_BATCH} "
-        f"load={os.getloadavg()[0]:.1f}")
+    log(
+        f"bench_assign: queued={queued} devices={devices} sigs={sigs} batch={DEFAULT_BATCH} "
+        f"load={os.getloadavg()[0]:.1f}"
+    )
     started = time.time()
     cells: list[Cell] = []
     for s in sigs:
         for q in queued:
             cells += run_cells(q, s, devices, args.assignments, args.max_passes, rng, log)
     text = table(cells)
-    meta = (f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cpus, "
-            f"load average at end {os.getloadavg()[0]:.1f}, took {time.time() - started:.0f}s")
+    meta = (
+        f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cpus, "
+        f"load average at end {os.getloadavg()[0]:.1f}, took {time.time() - started:.0f}s"
+    )
     print(text)
     print(meta)
     if args.out:

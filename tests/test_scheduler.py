@@ -147,8 +147,12 @@ def test_mixed_constraints_twenty_signatures_unrunnable_never_delays_others(real
     fleet.add_host("h2", *devs[6:])
     # the oldest tasks of all are unrunnable (no such driver type)
     stuck = fleet.client.submit_many([{"goal": "gpu job", "driver_type": "gpu"}] * 50)
-    specs = [{"goal": f"g{n}", "driver_type": drv, "tags": list(tg)}
-             for n in range(6) for drv in drivers for tg in tags]
+    specs = [
+        {"goal": f"g{n}", "driver_type": drv, "tags": list(tg)}
+        for n in range(6)
+        for drv in drivers
+        for tg in tags
+    ]
     ids = fleet.client.submit_many(specs)
     assert len({(s["driver_type"], tuple(s["tags"])) for s in specs}) == 20
     sched = TaskScheduler(fleet.admin)
@@ -330,8 +334,17 @@ def test_cli_run_once_assigns_and_logs_one_line(real_fleet, redis_url):
     fleet = real_fleet
     fleet.add_host("h1", ("d1", "x", ()))
     tid = fleet.client.submit("g")
-    res = cli(redis_url, fleet.pool, "--log-format", "json", "scheduler", "run", "--once",
-              "--owner", "once-1")
+    res = cli(
+        redis_url,
+        fleet.pool,
+        "--log-format",
+        "json",
+        "scheduler",
+        "run",
+        "--once",
+        "--owner",
+        "once-1",
+    )
     assert res.exit_code == 0, res.output
     assert fleet.client.get(tid).status is TaskStatus.assigned
     assert '"msg": "pass"' in res.output and '"assigned": 1' in res.output
@@ -395,16 +408,29 @@ def test_explain_counts_why_matching_devices_are_unavailable(fleet):
     fleet.admin.drain("h2")
     fleet.admin.set_config("host_timeout", 0.2)
     time.sleep(0.25)
-    h1.heartbeat([DeviceReport("r1", "x"), DeviceReport("q1", "x"),
-                  DeviceReport("b1", "x", state="busy")])
+    h1.heartbeat(
+        [DeviceReport("r1", "x"), DeviceReport("q1", "x"), DeviceReport("b1", "x", state="busy")]
+    )
     fleet.host("h2").heartbeat([DeviceReport("dr1", "x"), DeviceReport("dr2", "x")])
     tid = fleet.client.submit("waiting", driver_type="x")
     e = explain(fleet.admin, tid)
     c = e.counts
-    assert (c["matching"], c["reserved"], c["quarantined"], c["busy"], c["host_draining"],
-            c["host_dead"], c["idle"]) == (6, 1, 1, 1, 2, 1, 0)
-    assert {r.code for r in e.reasons} >= {"reserved", "quarantined", "busy", "host_draining",
-                                            "host_dead"}
+    assert (
+        c["matching"],
+        c["reserved"],
+        c["quarantined"],
+        c["busy"],
+        c["host_draining"],
+        c["host_dead"],
+        c["idle"],
+    ) == (6, 1, 1, 1, 2, 1, 0)
+    assert {r.code for r in e.reasons} >= {
+        "reserved",
+        "quarantined",
+        "busy",
+        "host_draining",
+        "host_dead",
+    }
     assert "unavailable" in e.summary
 
 

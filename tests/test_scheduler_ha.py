@@ -46,8 +46,15 @@ class HostSim(threading.Thread):
     A ``deaf_for`` host ignores its inbox for that long after its first assignment arrives
     (those assignments expire and are retried elsewhere)."""
 
-    def __init__(self, url: str, pool: str, host_id: str, token: str,
-                 devices: list[DeviceReport], deaf_for: float = 0.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool: str,
+        host_id: str,
+        token: str,
+        devices: list[DeviceReport],
+        deaf_for: float = 0.0,
+    ) -> None:
         super().__init__(daemon=True, name=host_id)
         self.client = HostClient(url, pool, host_id, token)
         self.devices = devices
@@ -87,11 +94,26 @@ class HostSim(threading.Thread):
 
 def start_scheduler(url: str, pool: str, owner: str, logdir: Path) -> subprocess.Popen[bytes]:
     log = open(logdir / f"{owner}.log", "wb")  # noqa: SIM115 (closed with the process)
-    cmd = [sys.executable, "-c", "from deviceq.cli import main; main()",
-           "--redis-url", url, "--pool", pool, "--log-format", "json",
-           "scheduler", "run", "--owner", owner, "--tick", "0.5"]
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        sys.executable,
+        "-c",
+        "from deviceq.cli import main; main()",
+        "--redis-url",
+        url,
+        "--pool",
+        pool,
+        "--log-format",
+        "json",
+        "scheduler",
+        "run",
+        "--owner",
+        owner,
+        "--tick",
+        "0.5",
+    ]
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
 
 
 def leader_owner(r: redis.Redis, keys: Keys) -> str | None:
@@ -150,20 +172,31 @@ def test_schedulers_race_leader_dies_nothing_double_booked(
     keys = Keys(pool)
     admin = PoolAdmin(url, pool)
     client = Client(url, pool)
-    for k, v in {"leader_ttl": LEADER_TTL, "claim_ttl": 1.0, "max_attempts": 20,
-                 "host_timeout": 10}.items():
+    for k, v in {
+        "leader_ttl": LEADER_TTL,
+        "claim_ttl": 1.0,
+        "max_attempts": 20,
+        "host_timeout": 10,
+    }.items():
         admin.set_config(k, v)
 
     # 6 hosts x 6 devices = 36 devices over 3 driver types; every tag set is servable
     hosts: list[HostSim] = []
     for h in range(6):
-        devs = [DeviceReport(f"h{h}-d{i}", DRIVERS[(h + i) % 3], ("wifi", "camera"))
-                for i in range(6)]
+        devs = [
+            DeviceReport(f"h{h}-d{i}", DRIVERS[(h + i) % 3], ("wifi", "camera")) for i in range(6)
+        ]
         token = admin.add_host(f"h{h}")
         hosts.append(HostSim(url, pool, f"h{h}", token, devs, deaf_for=2.0 if h == 5 else 0.0))
     rng = random.Random(7)
-    specs = [{"goal": f"t{i}", "driver_type": rng.choice([None, *DRIVERS]),
-              "tags": list(rng.choice(TAGSETS))} for i in range(n_tasks)]
+    specs = [
+        {
+            "goal": f"t{i}",
+            "driver_type": rng.choice([None, *DRIVERS]),
+            "tags": list(rng.choice(TAGSETS)),
+        }
+        for i in range(n_tasks)
+    ]
     ids = client.submit_many(specs)
 
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -183,8 +216,9 @@ def test_schedulers_race_leader_dies_nothing_double_booked(
         procs[first].send_signal(signal.SIGKILL)
         t_kill = time.monotonic()
         procs[first].wait(10)
-        second = wait_for(lambda: (o := leader_owner(r, keys)) not in (None, first) and o,
-                          LEADER_TTL + 3.0)
+        second = wait_for(
+            lambda: (o := leader_owner(r, keys)) not in (None, first) and o, LEADER_TTL + 3.0
+        )
         takeover = time.monotonic() - t_kill
         assert second in procs, f"no standby took over after {takeover:.1f}s"
         # within one lease TTL of the lease lapsing (plus the standby's poll and CI slack)
@@ -196,8 +230,9 @@ def test_schedulers_race_leader_dies_nothing_double_booked(
             leader = leader_owner(r, keys)
             procs[leader].send_signal(signal.SIGTERM)
             assert procs[leader].wait(10) == 0  # clean stop between passes
-            third = wait_for(lambda: (o := leader_owner(r, keys)) not in (None, leader) and o,
-                             LEADER_TTL + 3.0)
+            third = wait_for(
+                lambda: (o := leader_owner(r, keys)) not in (None, leader) and o, LEADER_TTL + 3.0
+            )
             assert third in procs and third not in (first, leader)
 
         assert wait_for(lambda: finished() >= n_tasks, 90, step=0.1), (

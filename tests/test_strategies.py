@@ -30,8 +30,9 @@ BUILTINS = ("fifo_match", "priority_match", "lru_device")
 
 def bucket(sig: str, driver: str | None, tags: str, seqs: list[int], prio: int = 0) -> Bucket:
     heads = tuple(QueuedTask(f"{sig}-{s}", s, sig, prio) for s in seqs)
-    return Bucket(sig, driver, frozenset(t for t in tags.split(",") if t), prio, heads,
-                  seqs[0] if seqs else 0)
+    return Bucket(
+        sig, driver, frozenset(t for t in tags.split(",") if t), prio, heads, seqs[0] if seqs else 0
+    )
 
 
 def dev(did: str, driver: str, tags: str = "", idle_since: int = 0, host: str = "h1") -> IdleDevice:
@@ -128,15 +129,21 @@ def test_priority_unservable_high_priority_does_not_block_low():
 # -- lru_device ----------------------------------------------------------------------------------
 def test_lru_gives_the_longest_idle_device():
     b = bucket("s", None, "", [1, 2, 3])
-    devices = [dev("a", "x", idle_since=300), dev("b", "x", idle_since=100),
-               dev("c", "x", idle_since=200)]
+    devices = [
+        dev("a", "x", idle_since=300),
+        dev("b", "x", idle_since=100),
+        dev("c", "x", idle_since=200),
+    ]
     assert plan("lru_device", [b], devices) == [("s-1", "b"), ("s-2", "c"), ("s-3", "a")]
 
 
 def test_lru_spreads_over_hosts_when_hosts_free_devices_in_turn():
     # devices became idle alternately on two hosts: LRU alternates hosts too
-    devices = [dev(f"h{h}-d{i}", "x", idle_since=10 * i + h, host=f"h{h}")
-               for i in range(3) for h in (1, 2)]
+    devices = [
+        dev(f"h{h}-d{i}", "x", idle_since=10 * i + h, host=f"h{h}")
+        for i in range(3)
+        for h in (1, 2)
+    ]
     pairs = plan("lru_device", [bucket("s", None, "", [1, 2, 3, 4])], devices)
     hosts = [d.split("-")[0] for _, d in pairs]
     assert hosts == ["h1", "h2", "h1", "h2"]
@@ -161,8 +168,12 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         buckets.append(bucket(f"b{i}", drv, ",".join(tags), seqs, prio=draw(st.integers(0, 9))))
     nd = draw(st.integers(0, 8))
     devices = [
-        dev(f"d{j}", draw(st.sampled_from(DRIVERS)),
-            ",".join(draw(st.sets(st.sampled_from(TAGS)))), draw(st.integers(0, 50)))
+        dev(
+            f"d{j}",
+            draw(st.sampled_from(DRIVERS)),
+            ",".join(draw(st.sets(st.sampled_from(TAGS)))),
+            draw(st.integers(0, 50)),
+        )
         for j in range(nd)
     ]
     return Snapshot.build(buckets, devices, draw(st.integers(1, 10)))
@@ -257,7 +268,10 @@ def test_entry_point_strategy_listed_by_the_cli(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run(
         [sys.executable, "-c", "from deviceq.cli import main; main()", "scheduler", "strategies"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     listed = out.stdout.split("\n")

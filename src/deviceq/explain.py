@@ -85,7 +85,7 @@ def explain(admin_or_conn: PoolConnection | Any, task_id: str) -> Explanation:
         else PoolAdmin(admin_or_conn.redis, admin_or_conn.pool)
     )
     validate_id(task_id, "task id")
-    raw = admin.redis.hgetall(admin.keys.task(task_id))
+    raw: dict[str, str] = admin.redis.hgetall(admin.keys.task(task_id))  # type: ignore[assignment]
     if not raw:
         raise NotFound(f"no task {task_id} in pool {admin.pool}")
     task = ScheduledTask.from_hash(raw)
@@ -106,14 +106,26 @@ def _explain_other(admin: PoolAdmin, task: ScheduledTask) -> Explanation:
     if task.status is TaskStatus.assigned:
         left = _secs(task.lease_expires_at, now)
         summary = f"assigned to {where} ({tries}); waiting for the host to claim it"
-        reasons.append(Reason("awaiting_claim", f"the claim window ends in {left}", 0,
-                              {"device_id": task.device_id, "host_id": task.host_id}))
+        reasons.append(
+            Reason(
+                "awaiting_claim",
+                f"the claim window ends in {left}",
+                0,
+                {"device_id": task.device_id, "host_id": task.host_id},
+            )
+        )
         reasons += _host_state(admin, task.host_id, now)
     elif task.status is TaskStatus.dispatched:
         left = _secs(task.lease_expires_at, now)
         summary = f"it is running on {where} ({tries})"
-        reasons.append(Reason("running", f"lease {task.lease_id} expires in {left} unless renewed",
-                              0, {"device_id": task.device_id, "host_id": task.host_id}))
+        reasons.append(
+            Reason(
+                "running",
+                f"lease {task.lease_id} expires in {left} unless renewed",
+                0,
+                {"device_id": task.device_id, "host_id": task.host_id},
+            )
+        )
         if task.cancel_requested:
             reasons.append(Reason("cancel_requested", "cancel requested: its host will stop it"))
         reasons += _host_state(admin, task.host_id, now)
@@ -137,8 +149,13 @@ def _host_state(admin: PoolAdmin, host_id: str | None, now: int) -> list[Reason]
     age = now - int(hb or 0)
     out = []
     if age > timeout_ms:
-        out.append(Reason("host_dead", f"host {host_id} last heartbeat {age / 1000:.1f}s ago: "
-                          "the lease will expire and the task be retried"))
+        out.append(
+            Reason(
+                "host_dead",
+                f"host {host_id} last heartbeat {age / 1000:.1f}s ago: "
+                "the lease will expire and the task be retried",
+            )
+        )
     if draining == "1":
         out.append(Reason("host_draining", f"host {host_id} is draining"))
     return out
@@ -197,21 +214,30 @@ def _explain_queued(admin: PoolAdmin, task: ScheduledTask, raw: dict[str, str]) 
     want = _describe(task)
     if task.driver_type and not of_type:
         types = sorted({d.driver_type for d in devices})
-        reasons.append(Reason(
-            "no_driver_type",
-            f"no device of driver type {task.driver_type} is registered"
-            + (f" (driver types present: {', '.join(types)})" if types else " (no devices)"),
-            0, {"driver_types": types}))
+        reasons.append(
+            Reason(
+                "no_driver_type",
+                f"no device of driver type {task.driver_type} is registered"
+                + (f" (driver types present: {', '.join(types)})" if types else " (no devices)"),
+                0,
+                {"driver_types": types},
+            )
+        )
         summary = f"no device of driver type {task.driver_type} exists"
     elif not devices:
         reasons.append(Reason("no_devices", "the pool has no devices; start a host worker"))
         summary = "the pool has no devices"
     elif not matching:
         lack = ", ".join(f"{t} ({n} lack it)" for t, n in sorted(missing.items()))
-        reasons.append(Reason(
-            "missing_tags",
-            f"{len(of_type)} device(s) of {task.driver_type or 'any'} driver type, none has every "
-            f"required tag: {lack}", len(of_type), {"missing": missing}))
+        reasons.append(
+            Reason(
+                "missing_tags",
+                f"{len(of_type)} device(s) of {task.driver_type or 'any'} driver type, "
+                f"none has every required tag: {lack}",
+                len(of_type),
+                {"missing": missing},
+            )
+        )
         summary = f"no device offers {want}"
     else:
         for b in BLOCKERS:
@@ -219,35 +245,54 @@ def _explain_queued(admin: PoolAdmin, task: ScheduledTask, raw: dict[str, str]) 
                 reasons.append(Reason(b, f"{cls[b]} matching device(s) {_BLOCKER_TEXT[b]}", cls[b]))
         if cls["idle"]:
             if not leader:
-                reasons.append(Reason(
-                    "no_scheduler",
-                    f"{cls['idle']} matching device(s) idle, but no scheduler holds the leader "
-                    "lease: start `deviceq scheduler run`", cls["idle"]))
+                reasons.append(
+                    Reason(
+                        "no_scheduler",
+                        f"{cls['idle']} matching device(s) idle, but no scheduler holds the leader "
+                        "lease: start `deviceq scheduler run`",
+                        cls["idle"],
+                    )
+                )
                 summary = "matching devices are idle but no scheduler is running"
             else:
-                reasons.append(Reason(
-                    "waiting_turn",
-                    f"{cls['idle']} matching device(s) idle; {older} older task(s) queued "
-                    f"({rank or 0} with the same constraints ahead): it is assigned at a coming "
-                    "scheduler pass", cls["idle"], {"leader": leader}))
+                reasons.append(
+                    Reason(
+                        "waiting_turn",
+                        f"{cls['idle']} matching device(s) idle; {older} older task(s) queued "
+                        f"({rank or 0} with the same constraints ahead): it is assigned at a "
+                        "coming scheduler pass",
+                        cls["idle"],
+                        {"leader": leader},
+                    )
+                )
                 summary = "matching devices are idle; waiting for its turn"
         else:
             busiest = max(BLOCKERS, key=lambda b: cls[b])
-            summary = (f"all {len(matching)} device(s) offering {want} are unavailable "
-                       f"(mostly {_BLOCKER_TEXT[busiest]})")
+            summary = (
+                f"all {len(matching)} device(s) offering {want} are unavailable "
+                f"(mostly {_BLOCKER_TEXT[busiest]})"
+            )
         if missing:
-            reasons.append(Reason(
-                "missing_tags",
-                "other devices of the driver type lack tags: "
-                + ", ".join(f"{t} ({n})" for t, n in sorted(missing.items())),
-                sum(missing.values()), {"missing": missing}))
+            reasons.append(
+                Reason(
+                    "missing_tags",
+                    "other devices of the driver type lack tags: "
+                    + ", ".join(f"{t} ({n})" for t, n in sorted(missing.items())),
+                    sum(missing.values()),
+                    {"missing": missing},
+                )
+            )
     if task.queue_deadline:
-        reasons.append(Reason(
-            "queue_deadline",
-            f"fails as unschedulable in {_secs(task.queue_deadline, now)} if still queued"))
+        reasons.append(
+            Reason(
+                "queue_deadline",
+                f"fails as unschedulable in {_secs(task.queue_deadline, now)} if still queued",
+            )
+        )
     if task.attempt:
-        reasons.append(Reason(
-            "retry", f"attempt {task.attempt} of {task.max_attempts} ended; queued again"))
+        reasons.append(
+            Reason("retry", f"attempt {task.attempt} of {task.max_attempts} ended; queued again")
+        )
     return Explanation(task.id, task.status.value, summary, reasons, counts)
 
 

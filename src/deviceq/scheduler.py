@@ -317,9 +317,7 @@ class TaskScheduler:
         pre = Snapshot.build(shells, devices, self.batch, now)
         return _Base(now, shells, pre.devices, pre.matching, len(queues))
 
-    def _device_rows(
-        self, idle: list[tuple[str, float]], sig_keys: list[str]
-    ) -> dict[str, Any]:
+    def _device_rows(self, idle: list[tuple[str, float]], sig_keys: list[str]) -> dict[str, Any]:
         """Static attributes (host, driver type, tags) of the assignable idle devices.
 
         The ``idle`` zset is maintained by the scripts (a device is in it only while idle,
@@ -333,14 +331,24 @@ class TaskScheduler:
         mono = time.monotonic()
         cache = self._dev_cache
         fetch = [
-            did for did, score in idle
-            if (c := cache.get(did)) is None or c[0] != score or mono - c[1] > self.device_refresh
+            did
+            for did, score in idle
+            if (c := cache.get(did)) is None
+            or c[0] != score
+            or mono - c[1] > self.device_refresh
             or did in self._suspect
         ]
         pipe = self.redis.pipeline(transaction=False)
         for did in fetch:
-            pipe.hmget(k.device(did), "host_id", "state", "reserved_by", "quarantined",
-                       "driver_type", "tags")
+            pipe.hmget(
+                k.device(did),
+                "host_id",
+                "state",
+                "reserved_by",
+                "quarantined",
+                "driver_type",
+                "tags",
+            )
         for sk in sig_keys:
             pipe.hmget(sk, "driver_type", "tags", "priority")
         res = pipe.execute() if fetch or sig_keys else []
@@ -356,9 +364,7 @@ class TaskScheduler:
         if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
             for did in set(cache) - set(scores):
                 del cache[did]
-        out: dict[str, Any] = {
-            did: c[2:] for did, _ in idle if (c := cache.get(did)) is not None
-        }
+        out: dict[str, Any] = {did: c[2:] for did, _ in idle if (c := cache.get(did)) is not None}
         out["__sigs__"] = res[len(fetch) :]
         return out
 
@@ -370,9 +376,7 @@ class TaskScheduler:
             return {}
         share = max(MIN_HEADS, -(-2 * self.batch // len(servable)))
         extra = self._lookahead()
-        return {
-            b.sig: min(len(base.matching[b.sig]), self.batch, share) + extra for b in servable
-        }
+        return {b.sig: min(len(base.matching[b.sig]), self.batch, share) + extra for b in servable}
 
     def _cap(self, base: _Base, sig: str) -> int:
         return min(len(base.matching[sig]), self.batch) + self._lookahead()
@@ -394,9 +398,7 @@ class TaskScheduler:
         for (s, _, _), rows in zip(todo, pipe.execute(), strict=True):
             prio = self._sig_cache[s][2]
             seen = {t.task_id for t in out.get(s, ())}
-            more = tuple(
-                QueuedTask(t, int(seq), s, prio) for t, seq in rows if t not in seen
-            )
+            more = tuple(QueuedTask(t, int(seq), s, prio) for t, seq in rows if t not in seen)
             out[s] = out.get(s, ()) + more
         return out
 
@@ -409,8 +411,12 @@ class TaskScheduler:
             if heads.get(b.sig)
         ]
         return Snapshot(
-            buckets, base.devices, self.batch, base.now,
-            {b.sig: base.matching[b.sig] for b in buckets}, signatures=base.signatures,
+            buckets,
+            base.devices,
+            self.batch,
+            base.now,
+            {b.sig: base.matching[b.sig] for b in buckets},
+            signatures=base.signatures,
         )
 
     def _grow(
@@ -456,8 +462,12 @@ class TaskScheduler:
             b = tasks.get(task_id)
             d = devices.get(device_id)
             if (
-                b is None or d is None or task_id in used_t or device_id in used_d
-                or not b.accepts(d) or len(pairs) >= snap.limit
+                b is None
+                or d is None
+                or task_id in used_t
+                or device_id in used_d
+                or not b.accepts(d)
+                or len(pairs) >= snap.limit
             ):
                 dropped += 1
                 continue
@@ -487,13 +497,26 @@ class TaskScheduler:
         epoch, leads = int(res[0]), int(res[1])
         if leads:
             if self.epoch != epoch:
-                log(logger, logging.INFO, "leader elected", pool=self.pool, owner=self.owner,
-                    epoch=epoch)
+                log(
+                    logger,
+                    logging.INFO,
+                    "leader elected",
+                    pool=self.pool,
+                    owner=self.owner,
+                    epoch=epoch,
+                )
             self.epoch = epoch
             return True
         if self.epoch is not None:
-            log(logger, logging.WARNING, "lost leadership", pool=self.pool, owner=self.owner,
-                epoch=self.epoch, leader=res[2] if len(res) > 2 else None)
+            log(
+                logger,
+                logging.WARNING,
+                "lost leadership",
+                pool=self.pool,
+                owner=self.owner,
+                epoch=self.epoch,
+                leader=res[2] if len(res) > 2 else None,
+            )
         self.epoch = None
         return False
 
@@ -552,8 +575,15 @@ class TaskScheduler:
         its lease in between, so a stop request is honoured within a slice."""
         if tick <= 0:
             raise ConfigError("tick must be positive")
-        log(logger, logging.INFO, "scheduler starting", pool=self.pool, owner=self.owner,
-            strategy=self.strategy_name, tick=tick)
+        log(
+            logger,
+            logging.INFO,
+            "scheduler starting",
+            pool=self.pool,
+            owner=self.owner,
+            strategy=self.strategy_name,
+            tick=tick,
+        )
         passes = 0
         backoff = 0.1
         last_pass = float("-inf")
@@ -565,9 +595,14 @@ class TaskScheduler:
                     if not self.try_lead(ttl_ms):
                         if once:
                             cur = self.leader()
-                            log(logger, logging.INFO, "standby: another scheduler leads",
-                                pool=self.pool, owner=self.owner,
-                                leader=cur[0] if cur else None)
+                            log(
+                                logger,
+                                logging.INFO,
+                                "standby: another scheduler leads",
+                                pool=self.pool,
+                                owner=self.owner,
+                                leader=cur[0] if cur else None,
+                            )
                             return passes
                         self._standby_wait(ttl_ms, tick)
                         due = True  # on taking over, work at once
@@ -585,8 +620,15 @@ class TaskScheduler:
                     wait = max(0.01, min(left, MAX_BLOCK, ttl_ms / 3000))
                     due = self._wait_wake(wait)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    log(logger, logging.WARNING, "redis unreachable", pool=self.pool,
-                        owner=self.owner, error=str(exc), retry_in=round(backoff, 2))
+                    log(
+                        logger,
+                        logging.WARNING,
+                        "redis unreachable",
+                        pool=self.pool,
+                        owner=self.owner,
+                        error=str(exc),
+                        retry_in=round(backoff, 2),
+                    )
                     self.epoch = None
                     due = True
                     self._sleep(backoff)
@@ -594,21 +636,41 @@ class TaskScheduler:
         finally:
             if self.epoch is not None:
                 self.release()
-            log(logger, logging.INFO, "scheduler stopped", pool=self.pool, owner=self.owner,
-                passes=passes)
+            log(
+                logger,
+                logging.INFO,
+                "scheduler stopped",
+                pool=self.pool,
+                owner=self.owner,
+                passes=passes,
+            )
         return passes
 
     def _pass(self) -> AssignResult:
         try:
             res = self.assign(fence=self.epoch if self.epoch is not None else "")
         except Fenced:
-            log(logger, logging.WARNING, "fenced: another scheduler leads", pool=self.pool,
-                owner=self.owner, epoch=self.epoch)
+            log(
+                logger,
+                logging.WARNING,
+                "fenced: another scheduler leads",
+                pool=self.pool,
+                owner=self.owner,
+                epoch=self.epoch,
+            )
             self.epoch = None
             return AssignResult(fenced=True)
         level = logging.INFO if res.busy else logging.DEBUG
-        log(logger, level, "pass", pool=self.pool, owner=self.owner, epoch=self.epoch,
-            strategy=self.strategy_name, **res.log_fields())
+        log(
+            logger,
+            level,
+            "pass",
+            pool=self.pool,
+            owner=self.owner,
+            epoch=self.epoch,
+            strategy=self.strategy_name,
+            **res.log_fields(),
+        )
         return res
 
     def _wait_wake(self, timeout: float) -> bool:

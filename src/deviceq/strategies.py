@@ -166,9 +166,11 @@ class Snapshot:
             cands = sig_classes.get(task.sig)
             if cands is None:
                 bucket = by_sig.get(task.sig)
-                cands = [] if bucket is None else [
-                    h for key, h in heaps.items() if _class_accepts(bucket, key)
-                ]
+                cands = (
+                    []
+                    if bucket is None
+                    else [h for key, h in heaps.items() if _class_accepts(bucket, key)]
+                )
                 sig_classes[task.sig] = cands
             best: list[tuple[Any, str, IdleDevice]] | None = None
             for h in cands:
@@ -227,9 +229,9 @@ def register_strategy(name: str) -> Callable[[Any], Any]:
 
 def _factory(obj: Any) -> StrategyFactory:
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "propose")):
-        return obj  # type: ignore[no-any-return]
+        return obj  # type: ignore[no-any-return,unused-ignore]
     if hasattr(obj, "propose"):
-        return lambda: obj  # type: ignore[no-any-return]
+        return lambda: obj
     raise ConfigError(f"{obj!r} is not an AssignmentStrategy (no propose method)")
 
 

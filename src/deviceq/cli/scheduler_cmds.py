@@ -12,16 +12,31 @@ from .app import Ctx, echo_json, handle_errors, host, main, pass_ctx, scheduler
 
 
 @scheduler.command("run")
-@click.option("--strategy", default=DEFAULT_STRATEGY, show_default=True,
-              help="Registered AssignmentStrategy name (see `deviceq scheduler strategies`).")
+@click.option(
+    "--strategy",
+    default=DEFAULT_STRATEGY,
+    show_default=True,
+    help="Registered AssignmentStrategy name (see `deviceq scheduler strategies`).",
+)
 @click.option("--once", is_flag=True, help="Take the leader lease, run one pass, exit.")
-@click.option("--tick", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TICK,
-              show_default=True, help="Seconds between passes when nothing wakes it (expiry).")
+@click.option(
+    "--tick",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TICK,
+    show_default=True,
+    help="Seconds between passes when nothing wakes it (expiry).",
+)
 @click.option("--owner", help="Scheduler identity in the leader lease (default HOST-PID-RAND).")
-@click.option("--batch", type=click.IntRange(1, 10000), default=DEFAULT_BATCH,
-              show_default=True, help="Most assignments committed per pass.")
-@click.option("--metrics-port", type=click.IntRange(1, 65535),
-              help="Serve Prometheus metrics on this port.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10000),
+    default=DEFAULT_BATCH,
+    show_default=True,
+    help="Most assignments committed per pass.",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus metrics on this port."
+)
 @pass_ctx
 @handle_errors
 def scheduler_run(
