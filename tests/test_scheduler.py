@@ -465,3 +465,54 @@ def test_cli_explain_text_and_json(real_fleet, redis_url):
     assert res.exit_code == 0 and '"code": "no_driver_type"' in res.output
     res = cli(redis_url, fleet.pool, "explain", "nosuchtask")
     assert res.exit_code == 1 and res.output.count("\n") == 1
+
+
+def test_daemon_survives_a_redis_restart(private_redis, pool):
+    """State lives only in Redis: after a server restart the daemon reconnects, keeps (or
+    retakes) the lease and assigns what is submitted afterwards."""
+    import redis as redis_lib
+
+    from deviceq import Client, HostClient, PoolAdmin
+
+    r = redis_lib.Redis.from_url(private_redis.url, decode_responses=True)
+    admin = PoolAdmin(r, pool)
+    client = Client(r, pool)
+    token = admin.add_host("h1")
+    host = HostClient(r, pool, "h1", token)
+    host.heartbeat([DeviceReport("d1", "x"), DeviceReport("d2", "x")])
+    sched = TaskScheduler(PoolAdmin(private_redis.url, pool), owner="survivor")
+    th = threading.Thread(target=sched.run, kwargs={"tick": 0.2}, daemon=True)
+    th.start()
+    try:
+        first = client.submit("before")
+        deadline = time.monotonic() + 5
+        while client.get(first).status is TaskStatus.queued:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(1.2)  # let the AOF (fsync every second) hold the writes
+        private_redis.restart(down_for=0.5)
+        host.heartbeat([DeviceReport("d1", "x"), DeviceReport("d2", "x")])
+        second = client.submit("after")
+        deadline = time.monotonic() + 10
+        while client.get(second).status is TaskStatus.queued:
+            assert time.monotonic() < deadline, "not assigned after the restart"
+            time.sleep(0.05)
+        assert client.get(second).device_id == "d2"  # d1 still holds the first task
+        assert sched.leader() == ("survivor", sched.epoch)
+    finally:
+        sched.stop(wake=True)
+        th.join(10)
+        r.close()
+    assert not th.is_alive()
+
+
+def test_cli_run_once_with_metrics_port(real_fleet, redis_url):
+    from deviceq.embedded import free_port
+
+    fleet = real_fleet
+    fleet.add_host("h1", ("d1", "x", ()))
+    tid = fleet.client.submit("g")
+    port = free_port()
+    res = cli(redis_url, fleet.pool, "scheduler", "run", "--once", "--metrics-port", str(port))
+    assert res.exit_code == 0, res.output
+    assert fleet.client.get(tid).status is TaskStatus.assigned
