@@ -400,6 +400,31 @@ def test_failing_device_is_quarantined_and_released_with_the_cli(deploy: Deploym
     assert res.exit_code == 1 and "NotFound" in res.output
 
 
+def test_device_check_reports_busy_and_offline_devices_and_they_get_no_work(
+    deploy: Deployment,
+) -> None:
+    states = deploy.tmp / "states"
+    states.mkdir()
+    (states / "d1").write_text("0")
+    (states / "d2").write_text("1")  # broken
+    deploy.scheduler()
+    deploy.command_host("h1", "d1:android", "d2:android", extra=(
+        "--device-check", f"sh -c 'exit $(cat {states}/$0)' {{device_id}}",
+        "--device-check-interval", "0.2"))  # fmt: skip
+    wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
+    assert (deploy.admin.device("d1").state.value, deploy.admin.device("d2").state.value) == (
+        "idle", "offline")  # fmt: skip
+    ids = [deploy.client.submit("echo $DEVICEQ_DEVICE_ID") for _ in range(3)]
+    assert {t.result for t in deploy.wait_all(ids, timeout=30)} == {"d1\n"}
+    (states / "d1").write_text("3")  # in use outside deviceq
+    (states / "d2").write_text("0")  # repaired
+    wait_for(lambda: deploy.admin.device("d1").state.value == "busy", 10, "d1 busy")
+    wait_for(lambda: deploy.admin.device("d2").state.value == "idle", 10, "d2 idle")
+    ids = [deploy.client.submit("echo $DEVICEQ_DEVICE_ID") for _ in range(2)]
+    assert {t.result for t in deploy.wait_all(ids, timeout=30)} == {"d2\n"}
+    assert "device now offline" in deploy.log("h1")
+
+
 # -- command line ----------------------------------------------------------------------------
 
 

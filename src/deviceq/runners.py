@@ -207,6 +207,16 @@ _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 SECRET_ENV = ("DEVICEQ_HOST_TOKEN",)
 
 
+def render_argv(template: str, values: Mapping[str, str]) -> list[str]:
+    """Substitute ``{name}`` placeholders (those in ``values`` only) shell-quoted, then split
+    the line like a shell would: each value stays one argument, never shell syntax."""
+    line = _PLACEHOLDER_RE.sub(
+        lambda m: shlex.quote(values[m.group(1)]) if m.group(1) in values else m.group(0),
+        template,
+    )
+    return shlex.split(line)
+
+
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
     """Signal a whole process group; False if it no longer exists."""
     try:
@@ -264,8 +274,7 @@ class CommandRunner:
             "goal": task.goal, "device_id": task.device_id, "driver_type": task.driver_type,
             "task_id": task.task_id, "attempt": str(task.attempt), "tags": ",".join(task.tags),
         }  # fmt: skip
-        line = _PLACEHOLDER_RE.sub(lambda m: shlex.quote(values[m.group(1)]), self.template)
-        return shlex.split(line)
+        return render_argv(self.template, values)
 
     def __call__(self, task: Task) -> Outcome:
         argv = self.argv(task)

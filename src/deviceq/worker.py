@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
+import shlex
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -43,11 +46,12 @@ from .errors import AuthError, ConfigError, DeviceqError, InvalidInput
 from .host import DeviceReport, HostClient, Report
 from .logs import log
 from .models import Assignment, DeviceState, validate_id, validate_tags
-from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
+from .runners import RunnerSpec, build_goal_runner, build_workflow_runner, kill_group, render_argv
 
 _LOG = logging.getLogger("deviceq.worker")
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 RENEW_CHUNK = 200
+CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ class WorkerSettings:
     heartbeat_interval: float | None = None
     renew_interval: float | None = None
     socket_timeout: float = 5.0
+    device_check: str | None = None
+    device_check_interval: float = 30.0
+    device_check_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
@@ -120,6 +127,14 @@ class WorkerSettings:
                 raise ConfigError(f"{name} must be positive")
         if self.task_timeout < 0:
             raise ConfigError("task_timeout must be >= 0 (0 = no limit)")
+        if self.device_check is not None:
+            try:
+                if not shlex.split(self.device_check):
+                    raise ValueError("empty")
+            except ValueError as exc:
+                raise ConfigError(f"bad device check {self.device_check!r}: {exc}") from None
+            if self.device_check_interval <= 0 or self.device_check_timeout <= 0:
+                raise ConfigError("device check interval and timeout must be positive")
 
 
 @dataclass(eq=False)
@@ -217,6 +232,8 @@ class HostWorker:
         self.lease_ttl = 60.0
         self.host_timeout = 30.0
         self.abandon_reports_at: float | None = None
+        self.states: dict[str, DeviceState] = {d.device_id: d.state for d in settings.devices}
+        self.beat_now = threading.Event()  # heartbeat at once (a device state changed)
         self._threads: list[threading.Thread] = []
 
     # -- helpers -----------------------------------------------------------------------------
@@ -233,7 +250,8 @@ class HostWorker:
         """Devices with no run and not quarantined."""
         with self.lock:
             return [d for d in self.devices if d not in self.by_device and
-                    d not in self.quarantined]  # fmt: skip
+                    d not in self.quarantined and
+                    self.states[d] is DeviceState.idle]  # fmt: skip
 
     def active_runs(self) -> list[Run]:
         with self.lock:
@@ -262,7 +280,10 @@ class HostWorker:
         code = self._startup()
         if code:
             return code
-        for name, target in (("heartbeat", self._heartbeat_loop), ("renew", self._renew_loop)):
+        loops = [("heartbeat", self._heartbeat_loop), ("renew", self._renew_loop)]
+        if self.settings.device_check:
+            loops.append(("device-check", self._check_loop))
+        for name, target in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -271,6 +292,7 @@ class HostWorker:
             self._drain()
         finally:
             self.closed.set()
+            self.beat_now.set()
             for t in self._threads:
                 t.join(self.settings.socket_timeout + 1)
             self.host.close()
@@ -301,6 +323,9 @@ class HostWorker:
             r.lpush(self.host.keys.host_wake(self.host.host_id), "stop")
 
     def _startup(self) -> int:
+        if self.settings.device_check:
+            self.check_devices()
+
         def first() -> Any:
             self._refresh_config()
             hb = self.host.heartbeat(self._snapshot())
@@ -326,7 +351,9 @@ class HostWorker:
 
     def _snapshot(self) -> list[DeviceReport]:
         # Devices running deviceq tasks are reported idle: their reservation protects them.
-        return [d.report() for d in self.devices.values()]
+        # busy = in use outside deviceq, offline = broken (from the device check).
+        return [DeviceReport(d.device_id, d.driver_type, d.tags, self.states[d.device_id])
+                for d in self.devices.values()]  # fmt: skip
 
     def _refresh_config(self) -> None:
         cfg = self.host.config()
@@ -378,7 +405,8 @@ class HostWorker:
             except Exception:  # noqa: BLE001 - the heartbeat must survive anything
                 self.log.exception("heartbeat failed")
                 wait = 1.0
-            self.closed.wait(wait)
+            self.beat_now.wait(wait)
+            self.beat_now.clear()
 
     def _renew_loop(self) -> None:
         while not self.closed.is_set():
@@ -395,6 +423,54 @@ class HostWorker:
                 self.log.exception("renew failed")
                 wait = min(0.5, wait)
             self.closed.wait(wait)
+
+    def _check_loop(self) -> None:
+        while not self.closed.wait(self.settings.device_check_interval):
+            try:
+                self.check_devices()
+            except Exception:  # noqa: BLE001 - keep checking
+                self.log.exception("device check failed")
+
+    def check_devices(self) -> None:
+        """Run the device check for every device not running a deviceq task: exit 0 -> idle,
+        exit 3 -> busy (in use outside deviceq), anything else or a timeout -> offline."""
+        for dev in self.devices.values():
+            with self.lock:
+                running = dev.device_id in self.by_device
+            if running or self.closed.is_set():
+                continue
+            state = self._check(dev)
+            if state is not self.states[dev.device_id]:
+                self._log(logging.WARNING if state is not DeviceState.idle else logging.INFO,
+                          f"device now {state.value}", device=dev.device_id)  # fmt: skip
+                self.states[dev.device_id] = state
+                self.beat_now.set()
+                self.changed.set()
+
+    def _check(self, dev: DeviceConfig) -> DeviceState:
+        assert self.settings.device_check is not None
+        argv = render_argv(self.settings.device_check, {"device_id": dev.device_id,
+                           "driver_type": dev.driver_type, "tags": ",".join(dev.tags)})
+        env = {k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"}
+        env.update(DEVICEQ_DEVICE_ID=dev.device_id, DEVICEQ_DRIVER_TYPE=dev.driver_type,
+                   DEVICEQ_TAGS=",".join(dev.tags))  # fmt: skip
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as exc:
+            self._log(logging.ERROR, f"device check cannot start: {exc}", device=dev.device_id)
+            return DeviceState.offline
+        try:
+            rc = proc.wait(self.settings.device_check_timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.wait()
+            return DeviceState.offline
+        finally:
+            kill_group(proc.pid)
+        if rc == 0:
+            return DeviceState.idle
+        return DeviceState.busy if rc == CHECK_BUSY_EXIT else DeviceState.offline
 
     def renew_once(self) -> None:
         """Renew every active lease (batched); act on ``cancel`` and ``lost`` answers."""
@@ -468,8 +544,10 @@ class HostWorker:
             return
         with self.lock:
             quarantined = a.device_id in self.quarantined
-        if quarantined or self.stopping.is_set():
-            why = "device quarantined" if quarantined else "host draining"
+        state = self.states[a.device_id]
+        if quarantined or self.stopping.is_set() or state is not DeviceState.idle:
+            why = ("device quarantined" if quarantined else "host draining"
+                   if self.stopping.is_set() else f"device {state.value}")  # fmt: skip
             self._log(logging.INFO, f"{why}: handing the assignment back", **f)
             self._release(run, why)
             return

@@ -161,6 +161,11 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
               help="[default: host_timeout/3 of the pool]")
 @click.option("--renew-interval", type=click.FloatRange(min=0, min_open=True),
               help="[default: lease_ttl/3 of the pool]")
+@click.option("--device-check", metavar="TEMPLATE",
+              help="Health check per idle device ({device_id} {driver_type} {tags}): exit 0 "
+                   "idle, 3 busy (in use outside deviceq), else offline.")
+@click.option("--device-check-interval", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between device checks [default: 30].")
 @pass_ctx
 @handle_errors
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
