@@ -78,8 +78,10 @@ def assigner_minimal(url: str, stop: Any, out: Any) -> None:
     dev_info: dict[str, tuple[str, frozenset[str]]] = {}
     sig_info: dict[str, tuple[str, frozenset[str]]] = {}
     ok = rejected = commits = 0
+    busy_s = 0.0
     while not stop.is_set():
         r.blpop([keys.sched_wake], timeout=0.05)
+        t0 = time.perf_counter()
         while True:
             p = r.pipeline(transaction=False)
             p.zrange(keys.idle, 0, 999)
@@ -126,8 +128,9 @@ def assigner_minimal(url: str, stop: Any, out: Any) -> None:
             rejected += len(res) - n_ok
             if n_ok == 0:
                 break
+        busy_s += time.perf_counter() - t0
     out.put(("assigner", {"assigned": ok, "rejected": rejected, "commits": commits,
-                          "cpu_s": cpu_s(), "kind": "minimal matcher (bench)"}))
+                          "busy_s": busy_s, "cpu_s": cpu_s(), "kind": "minimal matcher (bench)"}))
 
 
 def assigner_scheduler(url: str, stop: Any, out: Any) -> None:
@@ -138,17 +141,20 @@ def assigner_scheduler(url: str, stop: Any, out: Any) -> None:
     sched = TaskScheduler(r, POOL)
     keys = Keys(POOL)
     passes = assigned = rejected = 0
+    busy_s = 0.0
     while not stop.is_set():
         r.blpop([keys.sched_wake], timeout=0.05)
         while True:
+            t0 = time.perf_counter()
             res = sched.assign()
+            busy_s += time.perf_counter() - t0
             passes += 1
             assigned += res.assigned
             rejected += res.rejected_total
             if not (res.assigned or res.more):
                 break
     out.put(("assigner", {"assigned": assigned, "rejected": rejected, "commits": passes,
-                          "cpu_s": cpu_s(), "kind": "TaskScheduler"}))
+                          "busy_s": busy_s, "cpu_s": cpu_s(), "kind": "TaskScheduler"}))
 
 
 def host_worker(url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_host: int,
@@ -215,22 +221,29 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
                                                         stop, out)) for w in range(workers)]
         keys = admin.keys
         cpu0 = redis_cpu(r)
-        samples: list[tuple[float, int]] = []
+        samples: list[list[int]] = []  # idle devices, queued, assigned, dispatched
+
+        def sample() -> list[int]:
+            p = r.pipeline(transaction=False)
+            p.zcard(keys.idle)
+            for st in ("queued", "assigned", "dispatched"):
+                p.zcard(keys.status(st))
+            row = [int(x) for x in p.execute()]
+            samples.append(row)
+            return row
+
         try:
             t0 = time.perf_counter()
             for p in procs:
                 p.start()
             while procs[0].is_alive():  # the producer ends after `duration`
                 check_alive(procs)
-                procs[0].join(0.2)
+                procs[0].join(0.1)
+                sample()
             while True:
                 check_alive(procs)
                 el = time.perf_counter() - t0
-                done = int(r.zcard(keys.status("done")))
-                samples.append((el, done))
-                queued = r.zcard(keys.status("queued")) + r.zcard(keys.status("assigned")) + \
-                    r.zcard(keys.status("dispatched"))
-                if queued == 0 or el > duration + 60:
+                if sum(sample()[1:]) == 0 or el > duration + 60:
                     break
                 time.sleep(0.05)
             t_end = time.perf_counter() - t0
@@ -251,7 +264,9 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
     hosts = [v for k, v in results if k == "host"]
     lat = [x for h in hosts for x in h["lat"]]
     lat_a = [x for h in hosts for x in h["lat_assign"]]
+    avg = [sum(c) / max(1, len(samples)) for c in zip(*samples, strict=True)] or [0.0] * 4
     return {
+        "avg_idle": avg[0], "avg_queued": avg[1], "avg_active": avg[2] + avg[3],
         "p50_assign": percentile(lat_a, 50), "p99_assign": percentile(lat_a, 99),
         "rate": rate, "submitted": prod["submitted"], "done": done, "wall_s": t_end,
         "per_s": done / t_end, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
@@ -261,6 +276,8 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
         / max(done, 1) * 1e6,
         "assigner": asg.get("kind", "?"), "submit_calls": prod["calls"], "load": load,
         "commits": asg["commits"], "rejected": asg["rejected"],
+        "pass": f"{asg['commits']:,} / {asg['assigned'] / max(1, asg['commits']):.0f} / "
+                f"{asg['busy_s'] * 1000 / max(1, asg['commits']):.1f}",
         "claims": sum(h["claims"] for h in hosts), "reports": sum(h["reports"] for h in hosts),
     }
 
@@ -344,6 +361,7 @@ def run_listq(rate: float | None, duration: float, workers: int, batch: int) -> 
         "per_s": done / t_end, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
         "p99": percentile(lat, 99), "max": max(lat) if lat else float("nan"),
         "p50_assign": float("nan"), "p99_assign": float("nan"),
+        "avg_idle": float("nan"), "avg_queued": float("nan"), "avg_active": float("nan"),
         "lag_ms": prod["max_lag_ms"], "redis_cpu_us": redis_cpu_s / max(done, 1) * 1e6,
         "client_cpu_us": (prod["cpu_s"] + sum(c["cpu_s"] for c in cons)) / max(done, 1) * 1e6,
         "assigner": "-", "submit_calls": prod["calls"], "load": load,
@@ -402,17 +420,24 @@ def main() -> None:
             res["wall_s"], res["per_s"], res["p50"], res["p95"], res["p99"], res["max"],
             "-" if res["p50_assign"] != res["p50_assign"]
             else f"{res['p50_assign']:.0f} / {res['p99_assign']:.0f}",
-            res["lag_ms"], res["redis_cpu_us"], res["client_cpu_us"],
+            "-" if res["avg_idle"] != res["avg_idle"]
+            else f"{res['avg_idle']:.0f} / {res['avg_queued']:.0f} / {res['avg_active']:.0f}",
+            res.get("pass", "-"), res["lag_ms"], res["redis_cpu_us"], res["client_cpu_us"],
+            min(1e6 / res["redis_cpu_us"], 2e6 / (res["redis_cpu_us"] + res["client_cpu_us"])),
             res["per_s"] / base["per_s"] if base else float("nan"), res["load"],
         ])
     print(table(["system", "offered/s", "submitted", "done", "wall s", "lifecycles/s",
                  "p50 ms", "p95 ms", "p99 ms", "max ms", "submit->assigned p50/p99 ms",
-                 "producer lag ms",
-                 "redis CPU µs/task", "client CPU µs/task", "x list queue /s", "load 1m"],
+                 "avg idle dev / queued / active",
+                 "assign passes / pairs per pass / ms per pass", "producer lag ms",
+                 "redis CPU µs/task", "client CPU µs/task", "CPU ceiling/s",
+                 "x list queue /s", "load 1m"],
                 rows))
     print("latency: submit->dispatched (deviceq, Redis server ms) or LPUSH->RPOP (list queue, "
           "client clock); x list queue compares with the list run at the same offered rate "
-          f"(max with max)\nmachine after: {machine()}; bench took {t.s:.1f} s")
+          "(max with max); CPU ceiling = min(1e6/redis CPU, 2e6/(redis+client CPU)): the rate "
+          "2 dedicated cores would allow at the measured CPU cost per lifecycle"
+          f"\nmachine after: {machine()}; bench took {t.s:.1f} s")
 
 
 if __name__ == "__main__":

@@ -85,10 +85,12 @@ def assign_cost(r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[A
     return assign_us / pairs_done, total_us / pairs_done
 
 
-def measure(depth: int, shape: str) -> dict[str, Any]:
+def measure(depth: int, shape: str, listpack_value: int | None = None) -> dict[str, Any]:
     spec = TaskSpec.model_validate(SHAPES[shape])
     with private_redis() as server:
         r = raw_client(server.url)
+        if listpack_value:
+            r.config_set("hash-max-listpack-value", listpack_value)
         preload_scripts(r)
         admin, client = PoolAdmin(r, "bench"), Client(r, "bench")
         admin.set_config("max_queue_depth", 10_000_000)
@@ -118,7 +120,9 @@ def measure(depth: int, shape: str) -> dict[str, Any]:
         queued = r.zcard(keys.status("queued"))
         r.close()
     return {
-        "depth": depth, "shape": shape, "per_task": (mem1 - mem0) / depth,
+        "depth": depth,
+        "shape": shape + (f" (hash-max-listpack-value {listpack_value})" if listpack_value else ""),
+        "per_task": (mem1 - mem0) / depth,
         "used_mb": (mem1 - mem0) / 2**20, "task_hash": task_avg, "encoding": encoding,
         "status_idx": status / queued, "bucket_idx": bucket / queued,
         "events": events / depth, "n_events": n_events, "submit_us": submit_us,
@@ -132,6 +136,8 @@ def main() -> None:
     ap.add_argument("--depths", default=None, help="queue depths (comma list)")
     ap.add_argument("--shapes", default=None,
                     help="indexes into the shapes (0 plain, 1 tags, 2 long goal), comma list")
+    ap.add_argument("--listpack-value", type=int, default=None,
+                    help="also run the long-goal shape with this hash-max-listpack-value")
     args = ap.parse_args()
     depths = [int(x) for x in (args.depths or ("10000,50000" if args.quick
                                                else "10000,100000,1000000")).split(",")]
@@ -147,6 +153,10 @@ def main() -> None:
                 res = measure(depth, shape)
                 print(f"  {depth:>9,} {shape}: {res['per_task']:.0f} B/task, submit "
                       f"{res['submit_s']:.1f} s", flush=True)
+                rows.append(res)
+            if args.listpack_value:
+                res = measure(depth, names[2], args.listpack_value)
+                print(f"  {depth:>9,} {res['shape']}: {res['per_task']:.0f} B/task", flush=True)
                 rows.append(res)
     print(table(
         ["queued N", "task shape", "used_memory Δ MB", "bytes/task (Δ/N)", "task hash B",

@@ -192,6 +192,32 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
 
         # ---- cancel queued tasks (the requeued ones above) -------------------------------------
         rows.append(measure(r, "cancel (queued)", 1, [lambda t=t: client.cancel(t) for t in ids]))
+        # ---- the scheduler's pass (when deviceq.scheduler exists): snapshot + plan + commit ----
+        try:
+            from deviceq.scheduler import TaskScheduler  # type: ignore[import-not-found]
+        except ImportError:
+            TaskScheduler = None  # noqa: N806
+        if TaskScheduler is not None:
+            client.submit_many([spec] * n_dev)
+            sched = TaskScheduler(r, pool)
+            passes: list[int] = []
+
+            def one_pass() -> None:
+                passes.append(sched.assign().assigned)
+
+            cpu0 = redis_cpu_s(r)
+            before = commandstats(r)
+            with Timer() as t:
+                while not passes or passes[-1]:
+                    one_pass()
+            d = stat_delta(before, commandstats(r))
+            cpu = (redis_cpu_s(r) - cpu0) * 1e6
+            n, items = len(passes), sum(passes)
+            total_cmds = sum(v for c, v in d.per_command.items() if c != "info")
+            rows.append(Row(f"TaskScheduler.assign() pass ({items / max(1, n - 1):.0f} pairs)",
+                            n, max(1, items // max(1, n)), total_cmds / n, t.s / n * 1e6,
+                            cpu / n, d.inner_usec / n, cpu / n,
+                            "all commands, client reads + scripts: " + d.breakdown(n)))
         info = {"used_memory": r.info("memory")["used_memory_human"]}
         r.close()
     return rows, info
