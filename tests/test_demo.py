@@ -147,3 +147,11 @@ def test_killed_host_work_can_always_run_on_the_other_host() -> None:
     wanted.append(Constraints(driver_type="browser", tags=("headless",)))  # workflow tasks
     for c in wanted:
         assert any(c.matches(drv, set(tags)) for _, drv, tags in survivors), c
+
+
+def test_redis_url_password_is_never_shown() -> None:
+    from deviceq.demo import redact_url
+
+    assert redact_url("redis://:s3cret@db:6380/0") == "redis://:***@db:6380/0"
+    assert redact_url("rediss://app:s3cret@[::1]:7000/1") == "rediss://app:***@[::1]:7000/1"
+    assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"

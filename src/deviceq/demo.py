@@ -32,6 +32,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from rich.console import Console, Group
@@ -197,12 +198,23 @@ class FakeRedisTcp:
         self.thread.join(5)
 
 
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for output)."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
+
+
 def start_backend(embedded: str, redis_url: str | None) -> Backend:
     """Start the demo's Redis: ``redis_url`` if given, else by ``embedded``: ``auto`` (a
     private redis-server when the binary exists, else fakeredis), ``redis-server`` or
     ``fakeredis``."""
     if redis_url:
-        return Backend("external", redis_url, f"Redis at {redis_url}", lambda: None)
+        shown = redact_url(redis_url)
+        return Backend("external", redis_url, f"Redis at {shown}", lambda: None)
     if embedded not in EMBEDDED_CHOICES:
         raise ValueError(f"embedded must be one of {', '.join(EMBEDDED_CHOICES)}")
     if embedded == "redis-server" or (embedded == "auto" and shutil.which("redis-server")):
@@ -394,10 +406,10 @@ class Demo:
         return tokens
 
     def _start_daemons(self, url: str, tokens: dict[str, Path], tmp: Path) -> None:
-        base = [*deviceq_argv(), "--redis-url", url, "--pool", self.pool]
+        base = [*deviceq_argv(), "--pool", self.pool]
+        # the URL goes by environment, not argv: a password in it must not show in `ps`
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "DEVICEQ_LOG_FORMAT": "text"}
-        env.pop("DEVICEQ_REDIS_URL", None)
-        env.pop("DEVICEQ_POOL", None)
+        env["DEVICEQ_REDIS_URL"] = url
         self.daemons["scheduler"] = Daemon("scheduler", scheduler_argv(base), tmp / "scheduler.log")
         for host_id, token in tokens.items():
             self.daemons[host_id] = Daemon(
@@ -528,9 +540,9 @@ class Demo:
         with _terminate_as_interrupt():
             try:
                 backend = start_backend(self.opt.embedded, self.opt.redis_url)
-                result.backend, result.redis_url = backend.kind, backend.url
+                result.backend, result.redis_url = backend.kind, redact_url(backend.url)
                 self.console.print(
-                    f"deviceq demo: {backend.description} ({backend.url}), pool {self.pool}",
+                    f"deviceq demo: {backend.description}, pool {self.pool}",
                     highlight=False,
                     soft_wrap=True,
                 )
