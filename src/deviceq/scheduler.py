@@ -184,8 +184,8 @@ class TaskScheduler:
         self.epoch: int | None = None  # fencing token while this scheduler leads
         self.device_refresh = device_refresh
         self._sig_cache: dict[str, tuple[str | None, frozenset[str], int]] = {}
-        # device id -> (idle score, read at (monotonic), host_id, driver_type, tags)
-        self._dev_cache: dict[str, tuple[float, float, str, str, frozenset[str]]] = {}
+        # device id -> (idle score as read, read at (monotonic), the device)
+        self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
         self._suspect: set[str] = set()
         self._stop = threading.Event()
         self.passes = 0
@@ -287,19 +287,21 @@ class TaskScheduler:
         pipe = r.pipeline(transaction=False)
         pipe.time()
         pipe.hget(k.config, "host_timeout")
-        pipe.zrange(k.idle, 0, self.max_devices - 1, withscores=True)
-        pipe.zrange(k.queues, 0, self.max_buckets - 1, withscores=True)
-        (sec, usec), host_timeout_raw, idle, queues = pipe.execute()
+        # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
+        pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
+        pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
+        (sec, usec), host_timeout_raw, idle_raw, queues_raw = pipe.execute()
         now = int(sec) * 1000 + int(usec) // 1000
         host_timeout_ms = int(float(host_timeout_raw or self._default_host_timeout()) * 1000)
+        idle = _pairs(idle_raw)
+        queues = _pairs(queues_raw)
 
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
-        rows = self._device_rows(idle, [k.sig(s) for s in new_sigs])
-        sig_rows = rows.pop("__sigs__")
+        cached, sig_rows = self._device_rows(idle, [k.sig(s) for s in new_sigs])
         for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
             self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0))
 
-        hosts = sorted({row[0] for row in rows.values()})
+        hosts = sorted({d.host_id for d in cached})
         host_ok: dict[str, bool] = {}
         if hosts:
             pipe = r.pipeline(transaction=False)
@@ -308,47 +310,42 @@ class TaskScheduler:
             for h, (hb, draining) in zip(hosts, pipe.execute(), strict=True):
                 hb_ms = int(hb or 0)
                 host_ok[h] = draining != "1" and hb_ms > 0 and now - hb_ms <= host_timeout_ms
-        devices = [
-            IdleDevice(did, row[0], row[1], row[2], int(score))
-            for did, score in idle
-            if (row := rows.get(did)) is not None and host_ok.get(row[0])
-        ]
-        shells = [Bucket(s, *self._sig_cache[s], head_seq=int(score)) for s, score in queues]
+        devices = [d for d in cached if host_ok.get(d.host_id)]
+        shells = [Bucket(s, *self._sig_cache[s], head_seq=int(float(score))) for s, score in queues]
         pre = Snapshot.build(shells, devices, self.batch, now)
         return _Base(now, shells, pre.devices, pre.matching, len(queues))
 
-    def _device_rows(self, idle: list[tuple[str, float]], sig_keys: list[str]) -> dict[str, Any]:
-        """Static attributes (host, driver type, tags) of the assignable idle devices.
+    def _device_rows(
+        self, idle: list[Any], sig_keys: list[str]
+    ) -> tuple[list[IdleDevice], list[Any]]:
+        """The assignable idle devices with their static attributes (host, driver type, tags),
+        and the rows of ``sig_keys`` (read in the same round trip).
 
         The ``idle`` zset is maintained by the scripts (a device is in it only while idle,
         unreserved and not quarantined; its score is the time it became idle), so a device
         hash is read only when the device is new to this scheduler, re-entered the index
-        (new score), was last read more than ``device_refresh`` seconds ago, or was named in a
-        rejected pair (then its state is checked too). Per pass that is O(devices freed since
-        the last pass), not O(idle devices). Also reads ``sig_keys`` (returned as
-        ``"__sigs__"``) in the same round trip."""
+        (new score) or was named in a rejected pair (then its state is checked too): per pass
+        that is O(devices freed since the last pass), not O(idle devices). To notice tags or
+        driver types changed while a device stayed idle, entries older than
+        ``device_refresh`` seconds are re-read too, at most ``max(64, batch)`` per pass."""
         k = self.keys
         mono = time.monotonic()
         cache = self._dev_cache
-        fetch = [
-            did
-            for did, score in idle
-            if (c := cache.get(did)) is None
-            or c[0] != score
-            or mono - c[1] > self.device_refresh
-            or did in self._suspect
-        ]
+        fetch: list[str] = []
+        stale: list[str] = []
+        for did, score in idle:
+            c = cache.get(did)
+            if c is None or c[0] != score or did in self._suspect:
+                fetch.append(did)
+            elif mono - c[1] > self.device_refresh:
+                stale.append(did)
+        fetch += stale[: max(64, self.batch)]
         pipe = self.redis.pipeline(transaction=False)
         for did in fetch:
             pipe.hmget(
-                k.device(did),
-                "host_id",
-                "state",
-                "reserved_by",
-                "quarantined",
-                "driver_type",
+                k.device(did), "host_id", "state", "reserved_by", "quarantined", "driver_type",
                 "tags",
-            )
+            )  # fmt: skip
         for sk in sig_keys:
             pipe.hmget(sk, "driver_type", "tags", "priority")
         res = pipe.execute() if fetch or sig_keys else []
@@ -360,13 +357,14 @@ class TaskScheduler:
                 self._suspect.add(did)
                 continue
             self._suspect.discard(did)
-            cache[did] = (scores[did], mono, host_id, d[4] or "", _tagset(d[5]))
+            score = scores[did]
+            dev = IdleDevice(did, host_id, d[4] or "", _tagset(d[5]), int(float(score)))
+            cache[did] = (score, mono, dev)
         if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
             for did in set(cache) - set(scores):
                 del cache[did]
-        out: dict[str, Any] = {did: c[2:] for did, _ in idle if (c := cache.get(did)) is not None}
-        out["__sigs__"] = res[len(fetch) :]
-        return out
+        devices = [c[2] for did, _ in idle if (c := cache.get(did)) is not None]
+        return devices, res[len(fetch) :]
 
     def _initial_want(self, base: _Base) -> dict[str, int]:
         """Heads to read per servable bucket: a fair share of the batch (at least
@@ -394,11 +392,13 @@ class TaskScheduler:
             return out
         pipe = self.redis.pipeline(transaction=False)
         for s, start, n in todo:
-            pipe.zrange(self.keys.queue(s), start, n - 1, withscores=True)
-        for (s, _, _), rows in zip(todo, pipe.execute(), strict=True):
+            pipe.execute_command("ZRANGE", self.keys.queue(s), start, n - 1, "WITHSCORES")
+        for (s, _, _), raw in zip(todo, pipe.execute(), strict=True):
             prio = self._sig_cache[s][2]
             seen = {t.task_id for t in out.get(s, ())}
-            more = tuple(QueuedTask(t, int(seq), s, prio) for t, seq in rows if t not in seen)
+            more = tuple(
+                QueuedTask(t, int(float(seq)), s, prio) for t, seq in _pairs(raw) if t not in seen
+            )
             out[s] = out.get(s, ()) + more
         return out
 
@@ -697,6 +697,15 @@ class TaskScheduler:
             if left <= 0:
                 return
             time.sleep(min(left, 0.1))
+
+
+def _pairs(raw: list[Any]) -> list[Any]:
+    """(member, score) pairs of a raw ZRANGE WITHSCORES reply: RESP3 pairs them already
+    (float scores); a RESP2 reply is flat (string scores) and is paired here."""
+    if not raw or isinstance(raw[0], (list, tuple)):
+        return raw
+    it = iter(raw)
+    return list(zip(it, it, strict=True))
 
 
 def _tagset(csv: str | None) -> frozenset[str]:

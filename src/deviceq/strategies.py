@@ -47,6 +47,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
@@ -125,14 +126,16 @@ class Snapshot:
     ) -> Snapshot:
         """Build a snapshot and its ``matching`` index (matching is done per device class,
         i.e. per distinct (driver_type, tags), so it costs buckets x classes, not x devices)."""
-        devs = sorted(devices, key=lambda d: d.device_id)
+        devs = sorted(devices, key=attrgetter("device_id"))
         classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] = {}
         for d in devs:
             classes.setdefault(d.device_class, []).append(d)
         matching: dict[str, list[IdleDevice]] = {}
         for b in buckets:
             ms = [c for key, c in classes.items() if _class_accepts(b, key)]
-            matching[b.sig] = sorted((d for c in ms for d in c), key=lambda d: d.device_id)
+            matching[b.sig] = (
+                ms[0] if len(ms) == 1 else sorted((d for c in ms for d in c), key=_by_id)
+            )
         return cls(list(buckets), devs, limit, now_ms, matching)
 
     def tasks(self) -> Iterator[QueuedTask]:
@@ -150,15 +153,20 @@ class Snapshot:
         device_key: Callable[[IdleDevice], Any],
     ) -> list[Pair]:
         """Walk tasks in ``order``; give each the matching, still unused device with the
-        smallest ``device_key``. Tasks with no device left are skipped (never block others).
-        Stops at ``limit`` pairs. Cost: tasks x matching device classes x log(devices)."""
-        heaps: dict[tuple[str, frozenset[str]], list[tuple[Any, str, IdleDevice]]] = {}
+        smallest ``(device_key, device_id)``. Tasks with no device left are skipped (never
+        block others). Stops at ``limit`` pairs. Devices are grouped by class (driver type and
+        tags); each class is ordered once (only its ``limit`` best can ever be used), so the
+        cost is devices + tasks x matching classes."""
+        ranked: dict[tuple[str, frozenset[str]], list[tuple[Any, str]]] = {}
         for d in self.devices:
-            heaps.setdefault(d.device_class, []).append((device_key(d), d.device_id, d))
-        for h in heaps.values():
-            heapq.heapify(h)
+            ranked.setdefault(d.device_class, []).append((device_key(d), d.device_id))
+        for key, devs in ranked.items():
+            ranked[key] = (
+                heapq.nsmallest(self.limit, devs) if len(devs) > 4 * self.limit else sorted(devs)
+            )
+        pos = dict.fromkeys(ranked, 0)
         by_sig = {b.sig: b for b in self.buckets}
-        sig_classes: dict[str, list[list[tuple[Any, str, IdleDevice]]]] = {}
+        sig_classes: dict[str, list[tuple[str, frozenset[str]]]] = {}
         pairs: list[Pair] = []
         for task in order:
             if len(pairs) >= self.limit:
@@ -166,21 +174,22 @@ class Snapshot:
             cands = sig_classes.get(task.sig)
             if cands is None:
                 bucket = by_sig.get(task.sig)
-                cands = (
-                    []
-                    if bucket is None
-                    else [h for key, h in heaps.items() if _class_accepts(bucket, key)]
-                )
+                cands = [] if bucket is None else [c for c in ranked if _class_accepts(bucket, c)]
                 sig_classes[task.sig] = cands
-            best: list[tuple[Any, str, IdleDevice]] | None = None
-            for h in cands:
-                if h and (best is None or h[0][:2] < best[0][:2]):
-                    best = h
-            if best is None:
+            best: tuple[str, frozenset[str]] | None = None
+            best_item: tuple[Any, str] | None = None
+            for c in cands:
+                i = pos[c]
+                if i < len(ranked[c]) and (best_item is None or ranked[c][i] < best_item):
+                    best, best_item = c, ranked[c][i]
+            if best is None or best_item is None:
                 continue
-            _, device_id, _ = heapq.heappop(best)
-            pairs.append((task.task_id, device_id))
+            pos[best] += 1
+            pairs.append((task.task_id, best_item[1]))
         return pairs
+
+
+_by_id = attrgetter("device_id")
 
 
 def _class_accepts(bucket: Bucket, key: tuple[str, frozenset[str]]) -> bool:
