@@ -104,6 +104,10 @@ SIM_DURATION = f"uniform:{SIM_MIN_S},{SIM_MAX_S}"
 #: the claim, minus this margin for the time the kill takes
 KILL_MARGIN_MS = 100
 
+#: events the live view keeps in view longer than the rest
+INCIDENTS = frozenset({"expired", "requeued", "failed", "released", "device_quarantined",
+                       "leader_elected", "host_killed"})  # fmt: skip
+
 EMBEDDED_CHOICES = ("auto", "redis-server", "fakeredis")
 
 
@@ -360,8 +364,10 @@ def event_line(e: Event) -> Text:
         "host_killed": "bold red",
         "dispatched": "cyan",
         "assigned": "blue",
+        "released": "yellow",
+        "leader_elected": "magenta",
     }.get(e.type, "dim")
-    keys = ("task", "host", "device", "attempt", "failure_kind")
+    keys = ("task", "host", "device", "attempt", "failure_kind", "owner")
     parts = [f"{k}={f[k]}" for k in keys if f.get(k)]
     if e.type == "dispatched" and f.get("since_submit_ms"):
         parts.append(f"waited={f['since_submit_ms']}ms")
@@ -381,7 +387,8 @@ class Demo:
         self.console = console or Console()
         self.pool = "demo" if not options.redis_url else f"demo-{secrets.token_hex(4)}"
         self.daemons: dict[str, Daemon] = {}
-        self.recent: deque[Text] = deque(maxlen=10)
+        self.recent: deque[Text] = deque(maxlen=8)
+        self.incidents: deque[Text] = deque(maxlen=6)  # kills, expiries, retries, failures
         self.event_counts: Counter[str] = Counter()
         self.first_dispatch_ms: dict[str, int] = {}
         self.retry_dispatch_ms: list[int] = []
@@ -473,9 +480,12 @@ class Demo:
                 self.first_dispatch_ms.setdefault(e.task, waited)
             else:
                 self.retry_dispatch_ms.append(waited)
-        if e.type in ("submitted", "device_state", "heartbeat", "leader_elected"):
+        if e.type in ("submitted", "device_state", "heartbeat"):
             return
-        self.recent.append(event_line(e))
+        line = event_line(e)
+        self.recent.append(line)
+        if e.type in INCIDENTS:
+            self.incidents.append(line)
 
     # -- live view ---------------------------------------------------------------------------
     def _render(self, backend: Backend, client: Client, admin: PoolAdmin) -> Group:
@@ -507,16 +517,20 @@ class Demo:
                 state = "quarantined"
             elif h and not h.alive:
                 state = "offline"
-            elif d.reserved_by and d.state.value == "idle":
-                state = "reserved"
+            elif d.reserved_by:
+                running = any(d.reserved_by in r for r in self.running.values())
+                state = "running" if running else "assigned"
             devices.add_row(
                 d.device_id, host_text, d.driver_type, ",".join(d.tags), state, d.reserved_by or "-"
             )
-        events = Table(title="recent events", title_justify="left", show_header=False, box=None)
-        events.add_column("event")
-        for line in self.recent:
-            events.add_row(line)
-        return Group(head, status, devices, events)
+        parts: list[Any] = [head, status, devices]
+        for title, lines in (("incidents", self.incidents), ("recent events", self.recent)):
+            table = Table(title=title, title_justify="left", show_header=False, box=None)
+            table.add_column("event")
+            for line in lines:
+                table.add_row(line)
+            parts.append(table)
+        return Group(*parts)
 
     def _progress_line(self, client: Client) -> str:
         c = client.counts()
@@ -646,10 +660,12 @@ class Demo:
         result.tasks_on_killed_host = len(self.running.get(host_id, {}))
         result.killed_host = host_id
         result.killed_at_s = round(time.monotonic() - self.t0, 1)
-        self.recent.append(Text.assemble(
+        line = Text.assemble(
             (time.strftime("%H:%M:%S "), "dim"), (f"{'host_killed':<18}", "bold red"),
             f"host={host_id} SIGKILL: its leases will expire and its tasks be retried",
-        ))  # fmt: skip
+        )  # fmt: skip
+        self.recent.append(line)
+        self.incidents.append(line)
         if not (self.opt.live and self.console.is_terminal):
             self.console.print(
                 f"[{time.monotonic() - self.t0:5.1f}s] killed {host_id} "
