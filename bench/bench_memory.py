@@ -27,6 +27,7 @@ from common import (
     preload_scripts,
     private_redis,
     raw_client,
+    redis_cpu_s,
     stat_delta,
     table,
 )
@@ -44,7 +45,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "goal 236 B, driver_type": {"goal": LONG_GOAL, "driver_type": "android"},
 }
 CHUNK = 1000
-ROUNDS = 5  # assign batches measured at each depth
+ROUNDS = 10  # assign batches measured at each depth
 
 
 def fill(r: Any, client: Client, spec: TaskSpec, n: int) -> float:
@@ -61,19 +62,22 @@ def fill(r: Any, client: Client, spec: TaskSpec, n: int) -> float:
 
 
 def assign_cost(r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[Any],
-                devices: list[str]) -> tuple[float, float]:
+                devices: list[str]) -> tuple[float, float, float]:
     """Commit ROUNDS batches of len(devices) pairs from the queue head; server µs per pair of
-    the assign script and of the whole lifecycle tail (assign+claim+report)."""
+    the assign script (EVALSHA usec and redis CPU) and of the whole lifecycle tail
+    (assign+claim+report, EVALSHA usec)."""
     for h, (_, _, devs) in zip(hosts, fleet, strict=True):
         h.heartbeat(devs)  # a long fill outlives host_timeout
-    assign_us = total_us = 0.0
+    assign_us = total_us = cpu_s = 0.0
     pairs_done = 0
     for _ in range(ROUNDS):
         ids = r.zrange(admin.keys.status("queued"), 0, len(devices) - 1)
         pairs = list(zip(ids, devices, strict=False))
+        cpu0 = redis_cpu_s(r)
         before = commandstats(r)
         res = admin.commit(pairs)
         mid = commandstats(r)
+        cpu_s += redis_cpu_s(r) - cpu0
         assert all(x.startswith("ok:") for x in res), res[:3]
         for h in hosts:
             got = h.claim(len(devices))
@@ -82,7 +86,7 @@ def assign_cost(r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[A
         assign_us += stat_delta(before, mid).evalsha_usec
         total_us += stat_delta(before, after).evalsha_usec
         pairs_done += len(pairs)
-    return assign_us / pairs_done, total_us / pairs_done
+    return assign_us / pairs_done, cpu_s * 1e6 / pairs_done, total_us / pairs_done
 
 
 def measure(depth: int, shape: str, listpack_value: int | None = None) -> dict[str, Any]:
@@ -116,7 +120,7 @@ def measure(depth: int, shape: str, listpack_value: int | None = None) -> dict[s
         events = r.memory_usage(keys.events, samples=0) or 0
         n_events = r.xlen(keys.events)
         encoding = r.object("encoding", keys.task(sample[0]))
-        assign_us, lifecycle_tail_us = assign_cost(r, admin, hosts, fleet, devices)
+        assign_us, assign_cpu, lifecycle_tail_us = assign_cost(r, admin, hosts, fleet, devices)
         queued = r.zcard(keys.status("queued"))
         r.close()
     return {
@@ -126,7 +130,8 @@ def measure(depth: int, shape: str, listpack_value: int | None = None) -> dict[s
         "used_mb": (mem1 - mem0) / 2**20, "task_hash": task_avg, "encoding": encoding,
         "status_idx": status / queued, "bucket_idx": bucket / queued,
         "events": events / depth, "n_events": n_events, "submit_us": submit_us,
-        "submit_s": t.s, "assign_us": assign_us, "tail_us": lifecycle_tail_us,
+        "submit_s": t.s, "assign_us": assign_us, "assign_cpu": assign_cpu,
+        "tail_us": lifecycle_tail_us,
     }
 
 
@@ -162,10 +167,11 @@ def main() -> None:
         ["queued N", "task shape", "used_memory Δ MB", "bytes/task (Δ/N)", "task hash B",
          "hash encoding", "status:queued B/task", "queue:SIG B/task", "events B/task",
          "events kept", "submit µs/task (server)", "assign µs/pair (server)",
+         "assign redis CPU µs/pair",
          "assign+claim+report µs/pair (server)"],
         [[x["depth"], x["shape"], x["used_mb"], x["per_task"], x["task_hash"], x["encoding"],
           x["status_idx"], x["bucket_idx"], x["events"], x["n_events"], x["submit_us"],
-          x["assign_us"], x["tail_us"]] for x in rows]))
+          x["assign_us"], x["assign_cpu"], x["tail_us"]] for x in rows]))
     print(f"target: <= 1024 bytes per queued task; per-pair cost flat across depths\n"
           f"machine after: {machine()}; bench took {t.s:.1f} s")
 

@@ -22,6 +22,7 @@ from common import (
     add_hosts,
     commandstats,
     machine,
+    median,
     preload_scripts,
     private_redis,
     raw_client,
@@ -223,34 +224,97 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
     return rows, info
 
 
+# Lua building blocks the transitions are made of: each script runs its body LOOP times
+LOOP = 1000
+MICRO = {
+    "empty loop": "for i = 1, LOOP do end",
+    "redis.call EXISTS (cheapest command)": "for i = 1, LOOP do redis.call('EXISTS', KEYS[1]) end",
+    "redis.call HGET on a listpack hash": "for i = 1, LOOP do redis.call('HGET', KEYS[1], 'a') end",
+    "k('task', id) key (table.concat of varargs)":
+        "local P = KEYS[1] local function k(...) return P .. table.concat({...}, ':') end "
+        "for i = 1, LOOP do local x = k('task', 'abcdef0123456789') end",
+    "key by plain concatenation":
+        "local P = KEYS[1] for i = 1, LOOP do local x = P .. 'task' .. ':' .. 'abcdef01' end",
+    "cjson decode + encode of an attempt record":
+        "local s = cjson.encode({attempt = 1, lease_id = 'abcdef0123456789-a1', host_id = 'h001',"
+        " device_id = 'h001-d001', assigned_at = 1764400000000, outcome = 'active'}) "
+        "for i = 1, LOOP do local t = cjson.decode(s) t.outcome = 'done' s = cjson.encode(t) end",
+    "XADD MAXLEN ~ 100000 (an event)":
+        "for i = 1, LOOP do redis.call('XADD', KEYS[1] .. 's', 'MAXLEN', '~', 100000, '*', "
+        "'type', 'done', 'task', 'abcdef0123456789', 'lease', 'abcdef0123456789-a1') end",
+}
+
+
+def lua_micro(repeat: int) -> list[list[Any]]:
+    """µs per iteration of each building block (server EVALSHA usec and redis CPU), median."""
+    out = []
+    with private_redis() as server:
+        r = raw_client(server.url)
+        r.hset("dq:{m}:h", mapping={"a": "1", "b": "2"})
+        for name, body in MICRO.items():
+            sha = r.script_load(f"local LOOP = {LOOP} " + body + " return 1")
+            usec, cpu = [], []
+            for _ in range(max(3, repeat)):
+                c0, b = redis_cpu_s(r), commandstats(r)
+                r.evalsha(sha, 1, "dq:{m}:h")
+                d = stat_delta(b, commandstats(r))
+                cpu.append((redis_cpu_s(r) - c0) * 1e6 / LOOP)
+                usec.append(d.evalsha_usec / LOOP)
+            out.append([name, median(usec), median(cpu)])
+        r.close()
+    return out
+
+
+def combine(rows: list[Row]) -> Row:
+    """The median of each number over repeated runs of the same row."""
+    def med(f: str) -> float:
+        return median(getattr(x, f) for x in rows)
+
+    first = rows[0]
+    return Row(first.name, first.calls, first.items, med("cmds"), med("client_us"),
+               med("server_us"), med("inner_us"), med("cpu_us"), first.breakdown)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls (< 30 s)")
     ap.add_argument("--hosts", type=int, default=None,
                     help=f"hosts of {BATCH} devices; calls per single transition = hosts*100")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="runs on fresh servers; each number is the median over runs "
+                         "(default 3, 1 with --quick)")
     args = ap.parse_args()
     n_hosts = args.hosts or (2 if args.quick else 10)
+    repeat = args.repeat or (1 if args.quick else 3)
     print(f"machine: {machine()}")
     with Timer() as t:
-        rows, info = run(args.quick, n_hosts)
+        runs = [run(args.quick, n_hosts) for _ in range(repeat)]
+    info = runs[-1][1]
+    rows = [combine([rs[0][i] for rs in runs]) for i in range(len(runs[0][0]))]
     ref_eval = next(x for x in rows if x.name.startswith("ref: EVALSHA"))
     ref_naive = next(x for x in rows if x.name == "ref: naive pipeline HSET+ZADD+XADD")
     ref_naive_b = next(x for x in rows if x.name.startswith(f"ref: naive pipeline x{BATCH}"))
     out = []
     for x in rows:
-        naive = ref_naive_b if x.items == BATCH else ref_naive
+        naive = ref_naive_b if x.items > 1 else ref_naive
         out.append([
             x.name, x.calls, x.cmds, x.cmds / x.items, x.client_us, x.client_us / x.items,
             x.server_us, x.server_us / x.items, x.inner_us / x.items, x.cpu_us / x.items,
             x.client_us / ref_eval.client_us,
-            (x.client_us / x.items) / (naive.client_us / naive.items), x.breakdown,
+            (x.client_us / x.items) / (naive.client_us / naive.items),
+            (x.cpu_us / x.items) / (naive.cpu_us / naive.items), x.breakdown,
         ])
     print(table(["transition", "calls", "cmds/call", "cmds/item", "client µs/call",
                  "client µs/item", "server µs/call", "server µs/item", "in-cmds µs/item",
                  "redis CPU µs/item",
                  "x EVALSHA(1) client",
-                 "x naive/item client", "commands per call inside the script"], out))
-    print(f"\nmachine after: {machine()}; redis used_memory {info['used_memory']}; "
+                 "x naive/item client", "x naive/item redis CPU",
+                 "commands per call inside the script"], out))
+    print("\nLua building blocks (per iteration, inside one EVALSHA):")
+    print(table(["block", "server µs", "redis CPU µs"], lua_micro(repeat)))
+    print(f"\n{repeat} run(s), medians; x naive compares per item with the naive pipeline of "
+          f"the same batch size (1 or {BATCH})")
+    print(f"machine after: {machine()}; redis used_memory {info['used_memory']}; "
           f"bench took {t.s:.1f} s")
 
 
