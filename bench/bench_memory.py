@@ -120,8 +120,8 @@ def measure(depth: int, shape: str, listpack_value: int | None = None) -> dict[s
         events = r.memory_usage(keys.events, samples=0) or 0
         n_events = r.xlen(keys.events)
         encoding = r.object("encoding", keys.task(sample[0]))
-        assign_us, assign_cpu, lifecycle_tail_us = assign_cost(r, admin, hosts, fleet, devices)
         queued = r.zcard(keys.status("queued"))
+        assign_us, assign_cpu, lifecycle_tail_us = assign_cost(r, admin, hosts, fleet, devices)
         r.close()
     return {
         "depth": depth,
