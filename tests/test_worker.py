@@ -369,8 +369,8 @@ def test_report_during_a_redis_outage_is_retried_until_accepted(
         t = deploy.client.wait(tid, timeout=20)
         assert (t.status, t.result, t.attempt) == (TaskStatus.done, "survived\n", 1)
         assert [a.outcome for a in t.attempts] == ["done"]
-        log = deploy.log("h1")
-        assert "report: Redis unreachable, retrying" in log and "answer=ok:done" in log
+        wait_for(lambda: "answer=ok:done" in deploy.log("h1"), 5, "report answer logged")
+        assert "report: Redis unreachable, retrying" in deploy.log("h1")
         assert h.poll() is None
     finally:
         deploy.close()

@@ -29,6 +29,7 @@ import os
 import random
 import shlex
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -235,6 +236,7 @@ class HostWorker:
         self.states: dict[str, DeviceState] = {d.device_id: d.state for d in settings.devices}
         self.beat_now = threading.Event()  # heartbeat at once (a device state changed)
         self._threads: list[threading.Thread] = []
+        self.signalled: str | None = None
 
     # -- helpers -----------------------------------------------------------------------------
     def _log(self, level: int, msg: str, **fields: Any) -> None:
@@ -309,12 +311,34 @@ class HostWorker:
         threading.Thread(target=self._nudge, daemon=True).start()
 
     def _install_signals(self) -> None:
+        """SIGTERM/SIGINT start a drain. The Python handler does nothing itself (logging or
+        taking a lock from a handler that interrupted the same thread could raise or deadlock):
+        the signal number arrives through the wakeup fd at a watcher thread, which acts."""
+        rsock, wsock = socket.socketpair()
+        wsock.setblocking(False)
+        signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+        self._signal_socks = (rsock, wsock)
+        wanted = {int(signal.SIGTERM), int(signal.SIGINT)}
+
         def handler(signum: int, frame: Any) -> None:
-            self._log(logging.INFO, f"received {signal.Signals(signum).name}: draining")
-            self.stop()
+            return None
+
+        def watch() -> None:
+            while True:
+                try:
+                    data = rsock.recv(64)
+                except OSError:
+                    return
+                if not data:
+                    return
+                for signum in data:
+                    if signum in wanted:
+                        self.signalled = signal.Signals(signum).name
+                        self.stop()
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        threading.Thread(target=watch, name="signals", daemon=True).start()
 
     def _nudge(self) -> None:
         """Wake our own blocking inbox wait (best effort)."""
@@ -639,7 +663,7 @@ class HostWorker:
         s = self.settings
         grace_end = time.monotonic() + s.grace
         self._log(logging.INFO, "draining: no new work", running=len(self.active_runs()),
-                  grace=s.grace)  # fmt: skip
+                  grace=s.grace, signal=self.signalled)  # fmt: skip
         past_grace = lambda: time.monotonic() > grace_end or self.hurry.is_set()  # noqa: E731
         self._retry("set draining", lambda: self.host.set_draining(True), past_grace)
         # hand back what was assigned to us but not started
