@@ -5,11 +5,14 @@ One pass (``assign``):
 1. **Expire** due leases and queue deadlines with ``lua/expire.lua`` in bounded batches
    (``expire_batch`` per call, at most ``expire_rounds`` calls per pass): stale-lease recovery.
 2. **Snapshot** (bounded, a few pipelined round trips): the assignable idle devices (the
-   ``idle`` zset, at most ``max_devices``, with their device hashes and their hosts' heartbeat
-   and drain flag), the non-empty constraint buckets (the ``queues`` zset, at most
-   ``max_buckets``), and for each bucket only as many head tasks as there are idle devices that
-   can serve it (capped by ``batch``; plus the strategy's optional ``lookahead``). Buckets that
-   no idle device matches are not read at all, so a pass costs O(assignments + distinct
+   ``idle`` zset, at most ``max_devices``; a device's hash is read only when it is new to this
+   scheduler or re-entered the index, so that part costs O(devices freed since the last pass)),
+   their hosts' heartbeat and drain flag, the non-empty constraint buckets (the ``queues``
+   zset, at most ``max_buckets``), and for each bucket that some idle device can serve only a
+   few head tasks: a fair share of ``batch`` (at least ``MIN_HEADS``), never more than its
+   matching idle devices, read deeper (x4 per round) only where the strategy used up every head
+   it was given (see ``_grow``); plus the strategy's optional ``lookahead``. Buckets that no
+   idle device matches are not read at all. A pass therefore costs O(assignments + distinct
    signatures + idle devices), never O(queue length).
 3. **Plan**: the configured ``AssignmentStrategy`` proposes pairs; pairs naming a task or
    device not in the snapshot, a device twice or a task twice, or a device that does not satisfy
@@ -21,11 +24,15 @@ One pass (``assign``):
 The daemon (``run``): several schedulers may run on one pool. Each tries to take the leader
 lease (``lua/leader.lua``, TTL = pool setting ``leader_ttl``); the leader renews it before every
 pass, works, and otherwise blocks on ``BLPOP dq:{POOL}:sched:wake`` (pushed by submit, report,
-heartbeat, undrain, requeue...) with a timeout of ``tick`` seconds for expiry. Standbys do not
-touch the wake list; they sleep until the leader lease would expire and try again, so a standby
-takes over at most ``tick`` (capped to a third of ``leader_ttl``) after the lease lapses. A
-deposed leader's commits are refused by the fence. SIGTERM stops the loop between passes and
-releases the lease. All state is in Redis: a restarted scheduler just continues.
+heartbeat, undrain, requeue...) in slices of at most ``MAX_BLOCK`` seconds, running a pass when
+woken or every ``tick`` seconds (expiry), and at once again after a pass that filled its batch.
+Standbys do not touch the wake list; they sleep until the leader lease would lapse (polling at
+most every ``tick`` seconds, capped to a third of ``leader_ttl``) and try again, so a standby
+takes over right after a dead leader's lease lapses, i.e. within one ``leader_ttl``. A deposed
+leader's commits are refused by the fence (``Fenced``: it steps down). SIGTERM stops the loop
+between passes and releases the lease. Each pass logs one structured line with its counts
+(INFO when it did something, DEBUG for an idle tick). All state is in Redis: a restarted
+scheduler just continues.
 """
 
 from __future__ import annotations
@@ -91,7 +98,7 @@ class AssignResult:
 
     @property
     def busy(self) -> bool:
-        """True if this pass changed something (worth logging at INFO, worth another pass)."""
+        """True if this pass changed something (its log line is INFO, else DEBUG)."""
         return bool(self.assigned or self.rejected or any(self.expired.values()) or self.more)
 
     def as_dict(self) -> dict[str, Any]:
@@ -682,12 +689,17 @@ class TaskScheduler:
 
     def _standby_wait(self, ttl_ms: int, tick: float) -> None:
         """Sleep until the leader lease could have lapsed (capped), then try again."""
+        cap = min(tick, ttl_ms / 3000)
         try:
             pttl = int(self.redis.pttl(self.keys.leader))
         except redis.RedisError:
-            pttl = -2
-        cap = min(tick, ttl_ms / 3000)
-        delay = cap if pttl < 0 else min(cap, pttl / 1000 + 0.005)
+            pttl = -1
+        if pttl == -2:  # the leader stepped down meanwhile: try again at once
+            delay = 0.0
+        elif pttl < 0:
+            delay = cap
+        else:
+            delay = min(cap, pttl / 1000 + 0.005)
         self._sleep(max(0.01, delay))
 
     def _sleep(self, seconds: float) -> None:
