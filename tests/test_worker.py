@@ -219,6 +219,26 @@ def test_sigkill_host_its_tasks_finish_on_another_host_after_lease_expiry(
         assert (last.host_id, last.outcome) == ("hB", "done")
 
 
+def test_restarted_host_hands_back_what_its_killed_run_left_without_waiting_for_expiry(
+    deploy: Deployment,
+) -> None:
+    deploy.configure(lease_ttl=60, claim_ttl=60)  # expiry would take a minute
+    started = deploy.tmp / "started"
+    deploy.scheduler()
+    h = deploy.command_host("h1", "d1:android")
+    tid = deploy.client.submit(f"[ -e {started} ] || {{ touch {started}; sleep 30; }}; echo ok")
+    wait_for(started.exists, 20, "first attempt running")
+    h.send_signal(signal.SIGKILL)
+    h.wait(5)
+    begun = time.monotonic()
+    deploy.command_host("h1", "d1:android")
+    t = deploy.client.wait(tid, timeout=20)
+    assert time.monotonic() - begun < 15
+    assert (t.status, t.result, t.attempt) == (TaskStatus.done, "ok\n", 2)
+    assert [a.outcome for a in t.attempts] == ["released", "done"]
+    assert "handed back an attempt left by a previous run" in deploy.log("h1")
+
+
 def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(deploy: Deployment) -> None:
     deploy.scheduler()
     h = deploy.command_host("h1", "d1:android", "d2:android", extra=("--grace", "20"))

@@ -114,6 +114,7 @@ class WorkerSettings:
     device_check: str | None = None
     device_check_interval: float = 30.0
     device_check_timeout: float = 10.0
+    recover: bool = True
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
@@ -368,10 +369,34 @@ class HostWorker:
             return 2
         if hb is None:
             return 0
+        if self.settings.recover:
+            self._retry("recover", self.recover_orphans, self.stopping.is_set)
         self._log(logging.INFO, "host worker started", devices=len(self.devices),
                   goal_runner=str(self.settings.goal_runner), lease_ttl=self.lease_ttl,
                   workflow_runner=str(self.settings.workflow_runner))  # fmt: skip
         return 0
+
+    def recover_orphans(self) -> int:
+        """Hand back attempts a previous run of this host claimed and never finished (it was
+        killed): they are requeued now instead of waiting for their leases to expire.
+        Assignments not yet claimed stay in the inbox and are claimed as usual."""
+        keys = self.host.keys
+        pipe = self.host.redis.pipeline(transaction=False)
+        for d in self.devices:
+            pipe.hmget(keys.device(d), "reserved_by", "host_id")
+        held = [(d, tid) for d, (tid, owner) in zip(self.devices, pipe.execute(), strict=True)
+                if tid and owner == self.settings.host_id]  # fmt: skip
+        count = 0
+        for device_id, tid in held:
+            status, host_id, lease = self.host.redis.hmget(keys.task(tid), "status", "host_id",
+                                                            "lease_id")  # fmt: skip
+            if status != "dispatched" or host_id != self.settings.host_id or not lease:
+                continue
+            answer = self.host.release(tid, str(lease), "host restarted: attempt handed back")
+            self._log(logging.INFO, "handed back an attempt left by a previous run", task=tid,
+                      lease=lease, device=device_id, answer=answer)  # fmt: skip
+            count += answer.startswith("ok:")
+        return count
 
     def _snapshot(self) -> list[DeviceReport]:
         # Devices running deviceq tasks are reported idle: their reservation protects them.

@@ -166,6 +166,9 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
                    "idle, 3 busy (in use outside deviceq), else offline.")
 @click.option("--device-check-interval", type=click.FloatRange(min=0, min_open=True),
               help="Seconds between device checks [default: 30].")
+@click.option("--recover/--no-recover", default=None,
+              help="At start, hand back attempts a killed previous run of this host left "
+                   "(requeued at once instead of after lease expiry) [default: recover].")
 @pass_ctx
 @handle_errors
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
