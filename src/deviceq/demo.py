@@ -98,7 +98,7 @@ DEMO_WORKFLOW = WorkflowDefinition(
 WORKFLOW_EVERY = 4  # every 4th task is a workflow task (browser, headless)
 
 #: simulated run time of one goal (a workflow step too), for the ``sim`` runner
-SIM_MIN_S, SIM_MAX_S = 0.2, 0.8
+SIM_MIN_S, SIM_MAX_S = 0.3, 0.9
 SIM_DURATION = f"uniform:{SIM_MIN_S},{SIM_MAX_S}"
 #: the host is killed while a run it claimed is surely still going: at most this long after
 #: the claim, minus this margin for the time the kill takes
@@ -308,7 +308,8 @@ def stop_all(daemons: list[Daemon], grace: float) -> None:
 
 
 def scheduler_argv(base: list[str]) -> list[str]:
-    return [*base, "scheduler", "run", "--tick", "0.5"]
+    # lru_device spreads the work over both hosts (fifo_match would favour the first by id)
+    return [*base, "scheduler", "run", "--tick", "0.5", "--strategy", "lru_device"]
 
 
 def host_argv(base: list[str], host_id: str, token_file: Path) -> list[str]:
@@ -590,7 +591,7 @@ class Demo:
         dur = self.opt.duration
         start = time.monotonic()
         window = dur * 0.5  # tasks are submitted over the first half
-        kill_earliest, kill_latest = dur * 0.25, dur * 0.5
+        kill_earliest, kill_latest = dur * 0.25, dur * 0.6
         deadline = start + dur + 25.0
         live: Live | None = None
         if self.opt.live and self.console.is_terminal:
