@@ -690,10 +690,14 @@ class HostWorker:
         self._log(logging.INFO, "draining: no new work", running=len(self.active_runs()),
                   grace=s.grace, signal=self.signalled)  # fmt: skip
         past_grace = lambda: time.monotonic() > grace_end or self.hurry.is_set()  # noqa: E731
-        self._retry("set draining", lambda: self.host.set_draining(True), past_grace)
-        # hand back what was assigned to us but not started
-        claimed = self._retry("drain inbox", lambda: self.host.claim(len(self.devices)),
-                              past_grace) or []  # fmt: skip
+        claimed: list[Assignment] = []
+        try:
+            self._retry("set draining", lambda: self.host.set_draining(True), past_grace)
+            # hand back what was assigned to us but not started
+            claimed = self._retry("drain inbox", lambda: self.host.claim(len(self.devices)),
+                                  past_grace) or []  # fmt: skip
+        except DeviceqError as exc:
+            self._log(logging.ERROR, f"drain refused: {type(exc).__name__}: {exc}")
         for a in claimed:
             self._start(a)  # stopping is set: released at once
         while self.active_runs() and not past_grace():
