@@ -1,4 +1,4 @@
-"""``deviceq demo``: a whole fleet on one machine, in about half a minute.
+"""``deviceq demo``: a whole fleet on one machine, in well under a minute.
 
 The demo starts an embedded Redis (a private ``redis-server`` on a free port in a temporary
 directory, or an in-process fakeredis TCP server when no ``redis-server`` binary exists), then
