@@ -182,6 +182,16 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
         --device pixel-7:android:wifi,camera --device emu-1:android \\
         --goal-runner command --command 'adb -s {device_id} shell am start -a {goal}'
       deviceq host run --config lab-1.yaml
+
+    \b
+    Config file (YAML or JSON; keys as the options, with underscores):
+      host_id: lab-1
+      token_file: /etc/deviceq/lab-1.token
+      devices: ["pixel-7:android:wifi,camera", "emu-1:android"]
+      goal_runner: command
+      command: "adb -s {device_id} shell am start -a {goal}"
+      sim: {duration: "exp:0.5", fail_rate: 0.05}      # for goal_runner: sim
+      grace: 60
     """
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None
