@@ -1,0 +1,330 @@
+"""A hypothesis state machine on the real private redis-server: it interleaves submit,
+heartbeat, assign (commits of random pairs), claim, renew, report (current and stale leases),
+expire (with leases shortened through the pool config and short sleeps), cancel and quarantine,
+and checks the design brief's invariants after every step:
+
+1. a device is reserved by at most one active lease, and every active task's lease agrees with
+   its device's reservation (and with the lease index);
+2. only the current lease's holder may renew or end an attempt; each lease is claimed once;
+3. a terminal state is reached once and never changes afterwards;
+4. nothing is lost: every submitted id exists, in exactly the one status index its hash names;
+   the attempt history has one record per attempt;
+5. queued depth == ZCARD status:queued == total of the bucket sizes, buckets ordered by seq.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
+
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+
+ACTIVE = {"assigned", "dispatched"}
+TERMINAL = {"done", "failed", "cancelled"}
+STATUSES = ["queued", "assigned", "dispatched", "done", "failed", "cancelled"]
+DEVICES = {
+    "h1": [("d1", "android", ("wifi",)), ("d2", "android", ())],
+    "h2": [("d3", "ios", ("wifi",)), ("d4", "android", ("camera", "wifi"))],
+}
+ALL_DEVICES = [d for devs in DEVICES.values() for d, _, _ in devs]
+CONSTRAINTS = [{}, {"driver_type": "android"}, {"tags": ["wifi"]},
+               {"driver_type": "ios"}, {"driver_type": "android", "tags": ["camera"]}]
+
+
+class DeviceqMachine(RuleBasedStateMachine):
+    url: str = ""
+
+    tasks = Bundle("tasks")
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = "s" + uuid.uuid4().hex[:12]
+        self.r = redis.Redis.from_url(self.url, decode_responses=True)
+        self.client = Client(self.r, self.pool)
+        self.admin = PoolAdmin(self.r, self.pool)
+        self.admin.set_config("claim_ttl", 30)
+        self.admin.set_config("lease_ttl", 30)
+        self.admin.set_config("quarantine_after", 2)
+        self.hosts: dict[str, HostClient] = {}
+        for host_id, devs in DEVICES.items():
+            token = self.admin.add_host(host_id)
+            self.hosts[host_id] = HostClient(self.r, self.pool, host_id, token)
+            self.hosts[host_id].heartbeat([DeviceReport(*d) for d in devs])
+        self.submitted: set[str] = set()
+        self.terminal: dict[str, dict[str, str]] = {}
+        self.claimed_leases: set[str] = set()
+        self.committed_leases: set[str] = set()
+
+    def teardown(self) -> None:
+        self.r.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def task(self, tid: str) -> dict[str, str]:
+        return self.r.hgetall(self.admin.keys.task(tid))
+
+    def now(self) -> int:
+        return self.admin.server_time_ms()
+
+    # -- rules -------------------------------------------------------------------------------------
+    @rule(target=tasks, n=st.integers(1, 3), cons=st.sampled_from(CONSTRAINTS),
+          max_attempts=st.integers(1, 3), idem=st.sampled_from([None, None, "k1", "k2"]))
+    def submit(self, n: int, cons: dict[str, Any], max_attempts: int, idem: str | None) -> Any:
+        specs = [{"goal": f"g{i}", "max_attempts": max_attempts, **cons} for i in range(n)]
+        if idem:
+            specs[0]["idempotency_key"] = idem
+        ids = self.client.submit_many(specs)
+        assert len(ids) == n
+        self.submitted.update(ids)
+        return multiple(*ids)
+
+    @rule(host=st.sampled_from(sorted(DEVICES)),
+          states=st.lists(st.sampled_from(["idle"] * 5 + ["busy", "offline", None]),
+                          min_size=2, max_size=2),
+          retag=st.sampled_from([False, False, False, True]))
+    def heartbeat(self, host: str, states: list[str | None], retag: bool) -> None:
+        """A snapshot; devices left out go offline; ``retag`` adds a capability (new profile)."""
+        snap = [DeviceReport(d, drv, (*tags, "extra") if retag else tags, s)
+                for (d, drv, tags), s in zip(DEVICES[host], states, strict=True) if s]
+        self.hosts[host].heartbeat(snap)
+
+    @rule(pairs=st.lists(st.tuples(tasks, st.sampled_from(ALL_DEVICES)), min_size=1,
+                         max_size=4))
+    def commit(self, pairs: list[tuple[str, str]]) -> None:
+        before = {d: self.r.hget(self.admin.keys.device(d), "reserved_by") for d in ALL_DEVICES}
+        res = self.admin.commit(pairs)
+        booked: set[str] = set()
+        for (_tid, did), out in zip(pairs, res, strict=True):
+            if out.startswith("ok:"):
+                lease = out[3:]
+                assert not before[did] and did not in booked, f"{did} double booked"
+                assert lease not in self.committed_leases
+                self.committed_leases.add(lease)
+                booked.add(did)
+            else:
+                assert out.startswith("err:"), out
+
+    @rule(seed=st.integers(0, 2**16))
+    def schedule(self, seed: int) -> None:
+        """What a scheduler does: propose queued tasks x idle devices (a stale, shuffled
+        snapshot, some pairs not matching) and commit them."""
+        queued = self.r.zrange(self.admin.keys.status("queued"), 0, 5)
+        idle = self.r.zrange(self.admin.keys.idle, 0, -1)
+        pairs = [(t, d) for t in queued for d in idle]
+        random.Random(seed).shuffle(pairs)
+        if pairs:
+            self.commit(pairs[:6])
+
+    @rule(target=leases, seed=st.integers(0, 2**16))
+    def schedule_and_claim(self, seed: int) -> Any:
+        """A scheduler pass followed at once by both hosts' workers claiming."""
+        self.schedule(seed)
+        return multiple(*(lease for host in sorted(DEVICES) for lease in self._claim(host, 4)))
+
+    @rule(target=leases, seed=st.integers(0, 2**16),
+          outcome=st.sampled_from(["done", "done", "failed", "released"]))
+    def run_to_completion(self, seed: int, outcome: str) -> Any:
+        """Schedule, claim and end at once what was claimed (a fast worker)."""
+        got = self.schedule_and_claim(seed)
+        for lease in got.values:
+            self.report(lease, outcome, False)
+        return got
+
+    @rule(target=leases, host=st.sampled_from(sorted(DEVICES)), n=st.integers(1, 3))
+    def claim(self, host: str, n: int) -> Any:
+        return multiple(*self._claim(host, n))
+
+    def _claim(self, host: str, n: int) -> list[tuple[str, str, str]]:
+        got = self.hosts[host].claim(n)
+        out = []
+        for a in got:
+            assert a.lease_id not in self.claimed_leases, "a lease is claimed once"
+            self.claimed_leases.add(a.lease_id)
+            t = self.task(a.task.id)
+            assert (t["status"], t["host_id"], t["lease_id"]) == ("dispatched", host, a.lease_id)
+            out.append((a.task.id, host, a.lease_id))
+        return out
+
+    @rule(lease=leases)
+    def renew(self, lease: tuple[str, str, str]) -> None:
+        tid, host, lease_id = lease
+        before = self.task(tid)
+        (rn,) = self.hosts[host].renew([(tid, lease_id)])
+        if rn.lost:
+            assert self.task(tid) == before, "a lost lease changes nothing"
+        else:
+            assert before["status"] in ACTIVE and before["lease_id"] == lease_id
+            assert before["host_id"] == host
+            assert (rn.status == "cancel") == (before.get("cancel_requested") == "1")
+
+    @rule(lease=leases, outcome=st.sampled_from(["done", "failed", "released", "cancelled"]),
+          other_host=st.sampled_from([False, False, False, True]))
+    def report(self, lease: tuple[str, str, str], outcome: str, other_host: bool) -> None:
+        tid, host, lease_id = lease
+        if other_host:
+            host = "h2" if host == "h1" else "h1"
+        before = self.task(tid)
+        kind = "runner_failed" if outcome == "failed" else None
+        res = self.hosts[host].report(tid, lease_id, outcome, kind, "p")
+        current = (before["status"] in ACTIVE and before["lease_id"] == lease_id
+                   and before["host_id"] == host)
+        if outcome == "cancelled":
+            current = current and before.get("cancel_requested") == "1"
+        if res.startswith("ok:"):
+            assert current, (res, before)
+            want = outcome
+            if outcome == "released":  # a hand-back of a task whose cancel was requested ends it
+                want = "cancelled" if before.get("cancel_requested") == "1" else "queued"
+            assert res == f"ok:{want}" and self.task(tid)["status"] == want, (res, before)
+        else:
+            assert not current, (res, before)
+            assert res.startswith(("dup:", "rejected:")), res
+            assert self.task(tid) == before, "a rejected or repeated report changes nothing"
+
+    @rule(short=st.booleans())
+    def set_ttls(self, short: bool) -> None:
+        ttl = 0.03 if short else 30
+        self.admin.set_config("claim_ttl", ttl)
+        self.admin.set_config("lease_ttl", ttl)
+
+    @rule(wait=st.booleans(), limit=st.integers(1, 5))
+    def expire(self, wait: bool, limit: int) -> None:
+        if wait:
+            time.sleep(0.04)
+        due_before = self.r.zcount(self.admin.keys.leases, "-inf", self.now())
+        res = self.admin.expire(limit)
+        ended = res["requeued"] + res["failed"] + res["cancelled"]
+        # every due lease belongs to an active task (see the invariants), so each one ends
+        assert min(due_before, limit) <= ended <= limit, (due_before, res)
+        assert res["more"] == (1 if ended == limit else 0), res
+
+    @rule(tid=tasks)
+    def cancel(self, tid: str) -> None:
+        before = self.task(tid)["status"]
+        res = self.client.cancel(tid)
+        if before in TERMINAL:
+            assert res == f"already:{before}"
+        elif before == "dispatched":
+            assert res == "requested"
+            assert self.task(tid)["status"] == "dispatched"
+        else:
+            assert res == "cancelled"
+            assert self.task(tid)["status"] == "cancelled"
+
+    @rule(device=st.sampled_from(ALL_DEVICES), on=st.sampled_from([False, False, False, True]))
+    def quarantine(self, device: str, on: bool) -> None:
+        """Mostly releases devices that consecutive failures quarantined."""
+        self.admin.quarantine(device, on)
+
+    @rule(tid=consumes(tasks))
+    def forget(self, tid: str) -> None:
+        """Drop a task from the bundle (keeps later draws on fresher tasks)."""
+
+    # -- invariants ----------------------------------------------------------------------------
+    @invariant()
+    def devices_and_leases_agree(self) -> None:
+        keys = self.admin.keys
+        holders: dict[str, str] = {}
+        idle = set(self.r.zrange(keys.idle, 0, -1))
+        for did in ALL_DEVICES:
+            d = self.r.hgetall(keys.device(did))
+            tid = d.get("reserved_by") or ""
+            if did in idle:
+                assert not tid and d.get("quarantined") != "1" and d.get("state") == "idle"
+            if not tid:
+                continue
+            assert tid not in holders, f"{tid} holds {holders.get(tid)} and {did}"
+            holders[tid] = did
+            t = self.task(tid)
+            assert t["status"] in ACTIVE, (did, t)
+            assert (t["device_id"], t["lease_id"]) == (did, d["lease_id"])
+        active = set(self.r.zrange(keys.status("assigned"), 0, -1)) | set(
+            self.r.zrange(keys.status("dispatched"), 0, -1))
+        assert set(holders) == active, "every active task holds exactly its device"
+        leased = {m: s for m, s in self.r.zrange(keys.leases, 0, -1, withscores=True)}
+        assert set(leased) == active
+        for tid in active:
+            assert leased[tid] == float(self.task(tid)["lease_expires_at"])
+
+    @invariant()
+    def nothing_lost_and_history_complete(self) -> None:
+        keys = self.admin.keys
+        index: dict[str, list[str]] = {}
+        for s in STATUSES:
+            for tid in self.r.zrange(keys.status(s), 0, -1):
+                index.setdefault(tid, []).append(s)
+        assert set(index) == self.submitted
+        for tid in self.submitted:
+            t = self.task(tid)
+            assert t, f"{tid} lost"
+            assert index[tid] == [t["status"]], (tid, index[tid], t["status"])
+            n = self.r.llen(keys.attempts(tid))
+            assert n == int(t["attempt"]), (tid, n, t["attempt"])
+            if t["status"] in TERMINAL:
+                fixed = {k: t.get(k) for k in ("status", "finished_at", "result", "error",
+                                               "failure_kind", "attempt")}
+                assert self.terminal.setdefault(tid, fixed) == fixed, "terminal exactly once"
+            else:
+                assert tid not in self.terminal, f"{tid} left a terminal state"
+        ends = {}
+        for e in self.client.events():
+            if e.type in TERMINAL and e.task:
+                assert e.task not in ends, f"{e.task} ended twice"
+                ends[e.task] = e.type
+        assert ends == {tid: v["status"] for tid, v in self.terminal.items()}
+
+    @invariant()
+    def capability_profiles_counted(self) -> None:
+        """``caps`` (what reject_unmatchable reads) counts the registered devices' profiles."""
+        want: dict[str, int] = {}
+        for did in self.r.smembers(self.admin.keys.devices):
+            d = self.r.hgetall(self.admin.keys.device(did))
+            p = f"{d['driver_type']}|{d.get('tags', '')}"
+            want[p] = want.get(p, 0) + 1
+        got = {p: int(n) for p, n in self.r.hgetall(self.admin.keys.caps).items()}
+        assert got == want
+
+    @invariant()
+    def queued_depth_is_consistent(self) -> None:
+        keys = self.admin.keys
+        queued = self.r.zrange(keys.status("queued"), 0, -1, withscores=True)
+        buckets = self.r.zrange(keys.queues, 0, -1, withscores=True)
+        total = 0
+        members: set[str] = set()
+        for sig, head in buckets:
+            q = self.r.zrange(keys.queue(sig), 0, -1, withscores=True)
+            assert q and q[0][1] == head, "a bucket is indexed by its head's seq"
+            total += len(q)
+            members |= {m for m, _ in q}
+            for m, _ in q:
+                assert self.task(m)["sig"] == sig
+        assert len(queued) == total == len(members)
+        assert {m for m, _ in queued} == members
+        for tid, seq in queued:
+            assert float(self.task(tid)["seq"]) == seq
+
+
+@pytest.mark.slow
+def test_state_machine_keeps_invariants(redis_server: Any) -> None:
+    DeviceqMachine.url = redis_server.url
+    run_state_machine_as_test(
+        DeviceqMachine,
+        settings=settings(max_examples=50, stateful_step_count=50, deadline=None,
+                          database=None, suppress_health_check=list(HealthCheck)),
+    )
