@@ -296,7 +296,7 @@ def test_cancel_running_task_kills_its_process_group(deploy: Deployment) -> None
 def test_gil_holding_or_hanging_runner_keeps_its_lease_while_host_lives(
     deploy: Deployment,
 ) -> None:
-    deploy.configure(lease_ttl=1.0, claim_ttl=2.0)
+    deploy.configure(lease_ttl=1.5, claim_ttl=2.0)
     deploy.scheduler()
     deploy.host("h1", "d1:android", "d2:android",
                 extra=("--goal-runner", "test_worker:gil_or_hang", "--stop-grace", "1"))
@@ -305,7 +305,7 @@ def test_gil_holding_or_hanging_runner_keeps_its_lease_while_host_lives(
     t = deploy.client.wait(hog, timeout=30)
     assert (t.status, t.result, t.attempt) == (TaskStatus.done, "hogged", 1)
     assert [a.outcome for a in t.attempts] == ["done"]
-    time.sleep(1.5)  # > lease_ttl more: the hanging runner's lease is still renewed
+    time.sleep(2.0)  # > lease_ttl more: the hanging runner's lease is still renewed
     h = deploy.client.get(hang)
     assert (h.status, h.attempt) == (TaskStatus.dispatched, 1)
     assert [a.outcome for a in h.attempts] == ["active"]

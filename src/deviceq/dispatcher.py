@@ -169,7 +169,7 @@ class TaskDispatcher:
         thread.start()
         cause: str | None = None
         told_at = 0.0
-        while not finished.wait(0.05):
+        while not finished.wait(0.1):
             now = time.monotonic()
             if cause is None:
                 if cancel_event.is_set():
