@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from urllib.parse import urlparse
 import pytest
 import redis
 
-from deviceq.demo import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile
+from deviceq.demo import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile, start_backend
 
 pytestmark = pytest.mark.slow
 
@@ -56,13 +57,17 @@ def port_open(url: str) -> bool:
         return s.connect_ex((u.hostname or "127.0.0.1", u.port or 6379)) == 0
 
 
-def run_demo(tmp_path: Path, *args: str, timeout: float = 90) -> tuple[int, dict[str, Any], str]:
+def run_demo(
+    tmp_path: Path, *args: str, timeout: float = 90, path: str | None = None
+) -> tuple[int, dict[str, Any], str]:
     """Run ``deviceq demo`` with a private TMPDIR; return (exit code, JSON summary, stderr),
     after checking it left no process and no temporary file behind."""
     private_tmp = tmp_path / "tmpdir"
     private_tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEQ_")}
     env["TMPDIR"] = str(private_tmp)
+    if path is not None:
+        env["PATH"] = path
     proc = subprocess.run(
         [*deviceq_cmd(), "demo", *args], env=env, stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=timeout,
@@ -97,13 +102,41 @@ def check_fleet_summary(summary: dict[str, Any], tasks: int) -> None:
     assert summary["wall_s"] < 60
 
 
-@pytest.mark.parametrize("embedded", ["redis-server", "fakeredis"])
-def test_demo_completes_and_cleans_up(tmp_path: Path, embedded: str) -> None:
-    code, summary, stderr = run_demo(tmp_path, "--embedded", embedded, *DEMO_ARGS)
+def test_demo_completes_on_a_private_redis_server(tmp_path: Path) -> None:
+    code, summary, stderr = run_demo(tmp_path, "--embedded", "redis-server", *DEMO_ARGS)
     assert code == 0, stderr[-3000:]
-    assert summary["backend"] == embedded
+    assert summary["backend"] == "redis-server"
     check_fleet_summary(summary, 12)
     assert not port_open(summary["redis_url"]), "the embedded Redis still listens"
+
+
+def test_demo_falls_back_to_fakeredis_without_redis_server(tmp_path: Path) -> None:
+    """The default (auto) on a machine without the redis-server binary: an empty PATH (the
+    demo runs its daemons by absolute path, beside its own Python)."""
+    empty_bin = tmp_path / "empty-bin"
+    empty_bin.mkdir()
+    assert shutil.which("redis-server", path=str(empty_bin)) is None
+    code, summary, stderr = run_demo(tmp_path, *DEMO_ARGS, path=str(empty_bin))
+    assert code == 0, stderr[-3000:]
+    assert summary["backend"] == "fakeredis"
+    check_fleet_summary(summary, 12)
+    assert not port_open(summary["redis_url"]), "the embedded Redis still listens"
+
+
+def test_forced_fakeredis_backend_serves_tcp_and_stops(tmp_path: Path) -> None:
+    """``--embedded fakeredis`` (or DEVICEQ_DEMO_EMBEDDED=fakeredis): a server other
+    processes reach over TCP, gone after stop()."""
+    backend = start_backend("fakeredis", None)
+    try:
+        assert backend.kind == "fakeredis"
+        code = f"import redis; print(redis.Redis.from_url({backend.url!r}).ping())"
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+        )
+        assert out.stdout.strip() == "True", out.stderr
+    finally:
+        backend.stop()
+    assert not port_open(backend.url)
 
 
 def test_demo_against_given_redis_deletes_its_pool(tmp_path: Path, redis_url: str) -> None:

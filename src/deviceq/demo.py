@@ -276,7 +276,8 @@ class Daemon:
         self.killed = True
         self.signal_group(signal.SIGKILL)
         if self.proc is not None:
-            self.proc.wait(10)
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
 
     def stop(self, grace: float) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the group."""
