@@ -181,7 +181,7 @@ class FakeRedisTcp:
             from fakeredis import TcpFakeServer
         except ImportError as exc:  # fakeredis too old
             raise RuntimeError(
-                "the fakeredis fallback needs fakeredis with TcpFakeServer (>= 2.26); "
+                "the fakeredis fallback needs fakeredis with TcpFakeServer (>= 2.34); "
                 "install redis-server or upgrade fakeredis"
             ) from exc
         self.server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")

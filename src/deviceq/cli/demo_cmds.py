@@ -62,7 +62,7 @@ def demo(
     keep_pool: bool,
     as_json: bool,
 ) -> None:
-    """Run a whole fleet on this machine for about half a minute and summarise it.
+    """Run a whole fleet on this machine (about 15 s) and summarise it.
 
     Starts a private redis-server on a free port (or an in-process fakeredis server when
     redis-server is not installed), a scheduler and two hosts with simulated devices as real
