@@ -166,6 +166,45 @@ def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert live_group_members(pgid) == []
 
 
+def test_command_leftovers_are_killed_when_it_exits(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    out = CommandRunner("sh -c {goal}")(make_task(f"echo $$ > {pidfile}; sleep 60 & echo bye"))
+    assert out.ok and out.text == "bye\n"
+    pgid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while live_group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_group_members(pgid) == []
+
+
+def spawner(task: Task) -> str:
+    """Leaves a background process behind in its own process group."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "60"])
+    Path(task.goal).write_text(str(proc.pid))
+    return "spawned"
+
+
+def test_isolated_runner_leftovers_die_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    out = build_goal_runner(RunnerSpec("test_runners:spawner"))(make_task(str(pidfile)))
+    assert out == Outcome.success("spawned")
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pid)
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_command_that_ignores_sigterm_is_killed_after_grace(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     script = f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done"

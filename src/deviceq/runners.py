@@ -226,6 +226,21 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
         return False
 
 
+def exited(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for child ``pid`` to exit, without reaping it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(0.02, left))
+
+
 def group_alive(pgid: int) -> bool:
     """True while any process of the group exists (zombies included)."""
     try:
@@ -303,13 +318,15 @@ class CommandRunner:
         reader = threading.Thread(target=read, name=f"out-{task.task_id}", daemon=True)
         reader.start()
         stopped = False
-        while proc.poll() is None:
-            if task.cancel.wait(0.05):
+        # The leader is never reaped before its group is killed: while it is a zombie its pid
+        # (= the group id) cannot be reused, so killing the group never hits a stranger.
+        while not exited(proc.pid, 0.05):
+            if task.cancel.is_set():
                 stopped = True
                 self._stop(proc, task)
                 break
-        rc = proc.wait()
         kill_group(proc.pid)  # leftovers (background children) of the command's group
+        rc = proc.wait()
         reader.join(2.0)
         text = tail(bytes(buf), limit)
         if stopped:
@@ -321,11 +338,10 @@ class CommandRunner:
 
     def _stop(self, proc: subprocess.Popen[bytes], task: Task) -> None:
         kill_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(self.term_grace)
-        except subprocess.TimeoutExpired:
+        if not exited(proc.pid, self.term_grace):
             task.logger.warning("command ignored SIGTERM; killing its process group")
         kill_group(proc.pid, signal.SIGKILL)
+        exited(proc.pid, 10.0)
 
 
 # -- built-in: sim ---------------------------------------------------------------------------
@@ -550,6 +566,9 @@ def _child_main(
         result_w.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     finally:
         result_w.close()
+        if os.getpgrp() == os.getpid():  # leftovers of the runner die with it
+            logging.shutdown()
+            os.killpg(os.getpid(), signal.SIGKILL)
 
 
 class RunnerCrashed(RuntimeError):
@@ -624,20 +643,20 @@ class IsolatedRunner:
             pid = proc.pid
             if pid is not None:
                 if killed:
-                    kill_group(pid)
+                    kill_group(pid)  # it is alive (it ignored the cancel): the group is its own
                 proc.join(1.0 if not killed else 5.0)
                 if proc.is_alive():
                     kill_group(pid)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                     proc.join(5.0)
-                kill_group(pid)  # leftovers of the runner's group
             for conn in (result_r, cancel_w):
                 conn.close()
         if killed:
             return Outcome.failure("runner did not stop after cancel; process group killed")
         if answer is None:
             raise RunnerCrashed(f"runner process exited with code {proc.exitcode} and no answer")
+        # (a child that answered ends itself and its group with SIGKILL: exit code -9 is fine)
         if answer[0] == "error":
             raise RunnerCrashed(f"{answer[1]}\n{tail(answer[2], 4096)}")
         return Outcome(bool(answer[1]), str(answer[2]))
