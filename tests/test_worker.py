@@ -125,6 +125,9 @@ class Deployment:
         return self.host(host_id, *devices, env=env, extra=(
             "--goal-runner", "command", "--command", "sh -c {goal}", *extra))
 
+    def tokens_in(self, text: str) -> bool:
+        return any(tok.read_text().strip() in text for tok in self.tmp.glob("*.token"))
+
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()
 
@@ -255,6 +258,51 @@ def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(deploy: Depl
         assert t.status is TaskStatus.queued and t.attempt == 0 and t.attempts == []
     assert deploy.admin.host("h1").draining
     assert "draining" in deploy.log("h1")
+
+
+def test_json_logs_carry_task_lease_host_device_on_every_task_line(deploy: Deployment) -> None:
+    import json
+
+    deploy.scheduler()
+    h = deploy.command_host("h1", "d1:android", env={"DEVICEQ_LOG_FORMAT": "json"})
+    tid = deploy.client.submit("echo hi")
+    assert deploy.client.wait(tid, timeout=20).status is TaskStatus.done
+    h.send_signal(signal.SIGTERM)
+    assert h.wait(20) == 0
+    lines = [json.loads(x) for x in deploy.log("h1").splitlines()]
+    about_task = [x for x in lines if x.get("task") == tid]
+    assert {x["msg"] for x in about_task} >= {"claimed", "runner started", "reported done"}
+    for x in about_task:
+        assert (x["lease"], x["host"], x["device"]) == (f"{tid}-a1", "h1", "d1"), x
+    assert deploy.admin.host("h1").draining
+    assert not any(deploy.tokens_in(line) for line in deploy.log("h1").splitlines())
+
+
+def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment) -> None:
+    import threading
+
+    from deviceq.worker import HostWorker, WorkerSettings
+
+    token = deploy.admin.add_host("h1")
+    settings = WorkerSettings("h1", ["d1:sim", "d2:sim:fast"], grace=5, poll_interval=0.5)
+    worker = HostWorker(deploy.url, deploy.pool, settings, token)
+    codes: list[int] = []
+    t = threading.Thread(target=lambda: codes.append(worker.run()))
+    t.start()
+    try:
+        ids = deploy.client.submit_many([{"goal": f"g{i}"} for i in range(6)])
+        wait_for(lambda: deploy.alive("h1"), 10, "h1 alive")
+
+        def dispatch(tid: str) -> bool:  # to whichever device is free (no scheduler here)
+            return any(deploy.admin.commit([(tid, d)])[0].startswith("ok:") for d in ("d1", "d2"))
+
+        for tid in ids:
+            wait_for(lambda tid=tid: dispatch(tid), 20, "a free device")
+        assert all(x.status is TaskStatus.done for x in deploy.wait_all(ids, timeout=20))
+    finally:
+        worker.stop()
+        t.join(20)
+    assert codes == [0] and deploy.admin.host("h1").draining
 
 
 def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) -> None:
