@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import Any
 
+import fakeredis
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
@@ -56,7 +57,8 @@ class DeviceqMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pool = "s" + uuid.uuid4().hex[:12]
-        self.r = redis.Redis.from_url(self.url, decode_responses=True)
+        self.r = (fakeredis.FakeRedis(decode_responses=True) if self.url == "fakeredis"
+                  else redis.Redis.from_url(self.url, decode_responses=True))
         self.client = Client(self.r, self.pool)
         self.admin = PoolAdmin(self.r, self.pool)
         self.admin.set_config("claim_ttl", 30)
@@ -325,6 +327,17 @@ def test_state_machine_keeps_invariants(redis_server: Any) -> None:
     DeviceqMachine.url = redis_server.url
     run_state_machine_as_test(
         DeviceqMachine,
-        settings=settings(max_examples=50, stateful_step_count=50, deadline=None,
+        settings=settings(max_examples=45, stateful_step_count=50, deadline=None,
+                          database=None, suppress_health_check=list(HealthCheck)),
+    )
+
+
+@pytest.mark.slow
+def test_state_machine_on_fakeredis() -> None:
+    """The same machine on fakeredis, fewer examples: the scripts behave the same there."""
+    DeviceqMachine.url = "fakeredis"
+    run_state_machine_as_test(
+        DeviceqMachine,
+        settings=settings(max_examples=15, stateful_step_count=50, deadline=None,
                           database=None, suppress_health_check=list(HealthCheck)),
     )
