@@ -516,3 +516,17 @@ def test_cli_run_once_with_metrics_port(real_fleet, redis_url):
     res = cli(redis_url, fleet.pool, "scheduler", "run", "--once", "--metrics-port", str(port))
     assert res.exit_code == 0, res.output
     assert fleet.client.get(tid).status is TaskStatus.assigned
+
+
+def test_expiry_runs_in_bounded_batches(fleet):
+    fleet.admin.set_config("claim_ttl", 0.05)
+    fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(25)])
+    fleet.client.submit_many([{"goal": "g"}] * 25)
+    sched = TaskScheduler(fleet.admin, expire_batch=10, expire_rounds=2)
+    assert sched.assign().assigned == 25
+    time.sleep(0.1)  # 25 assignments expire unclaimed
+    fleet.admin.set_config("claim_ttl", 30)  # the re-assignments below do not expire
+    res = sched.assign()
+    assert res.expired["requeued"] == 20 and res.expired["more"] == 1 and res.more
+    res = sched.assign()
+    assert res.expired["requeued"] == 5 and res.expired["more"] == 0
