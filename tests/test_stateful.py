@@ -9,7 +9,9 @@ and checks the design brief's invariants after every step:
 3. a terminal state is reached once and never changes afterwards;
 4. nothing is lost: every submitted id exists, in exactly the one status index its hash names;
    the attempt history has one record per attempt;
-5. queued depth == ZCARD status:queued == total of the bucket sizes, buckets ordered by seq.
+5. queued depth == ZCARD status:queued == total of the bucket sizes, buckets ordered by seq;
+6. the ``caps`` profile counts match the registered devices.
+The same machine also runs (fewer examples) on fakeredis.
 """
 
 from __future__ import annotations
