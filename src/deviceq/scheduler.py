@@ -31,8 +31,8 @@ most every ``tick`` seconds, capped to a third of ``leader_ttl``) and try again,
 takes over right after a dead leader's lease lapses, i.e. within one ``leader_ttl``. A deposed
 leader's commits are refused by the fence (``Fenced``: it steps down). SIGTERM stops the loop
 between passes and releases the lease. Each pass logs one structured line with its counts
-(INFO when it did something, DEBUG for an idle tick). All state is in Redis: a restarted
-scheduler just continues.
+(INFO when it did something or with ``once``, DEBUG for an idle tick). All state is in Redis:
+a restarted scheduler just continues.
 """
 
 from __future__ import annotations
@@ -615,7 +615,7 @@ class TaskScheduler:
                         due = True  # on taking over, work at once
                         continue
                     if due or time.monotonic() - last_pass >= tick:
-                        res = self._pass()
+                        res = self._pass(always_info=once)
                         passes += 1
                         last_pass = time.monotonic()
                         backoff = 0.1
@@ -653,7 +653,7 @@ class TaskScheduler:
             )
         return passes
 
-    def _pass(self) -> AssignResult:
+    def _pass(self, always_info: bool = False) -> AssignResult:
         try:
             res = self.assign(fence=self.epoch if self.epoch is not None else "")
         except Fenced:
@@ -667,7 +667,7 @@ class TaskScheduler:
             )
             self.epoch = None
             return AssignResult(fenced=True)
-        level = logging.INFO if res.busy else logging.DEBUG
+        level = logging.INFO if res.busy or always_info else logging.DEBUG
         log(
             logger,
             level,
