@@ -6,8 +6,11 @@
 
 local P = KEYS[1]
 
-local function k(...)
-  return P .. table.concat({...}, ':')
+-- a pool key from 1-3 name parts (plain concatenation: no table per key)
+local function k(a, b, c)
+  if c then return P .. a .. ':' .. b .. ':' .. c end
+  if b then return P .. a .. ':' .. b end
+  return P .. a
 end
 
 local function fail(code, msg)
@@ -89,17 +92,17 @@ local function satisfies(t_driver, t_tags, d_driver, d_tags)
   return true
 end
 
--- move a task between status indexes; terminal sets are scored by finish time and trimmed
+-- move a task between status indexes; terminal sets are scored by finish time (expire.lua
+-- trims them to the retention window) and a finished task's keys expire after `retention`
 local TERMINAL = {done = true, failed = true, cancelled = true}
 local function index_status(id, old, new, seq)
   if old then redis.call('ZREM', k('status', old), id) end
   if TERMINAL[new] then
-    local now = now_ms()
     local keep = cfg_ms('retention')
-    redis.call('ZADD', k('status', new), now, id)
-    redis.call('ZREMRANGEBYSCORE', k('status', new), '-inf', now - keep)
+    redis.call('ZADD', k('status', new), now_ms(), id)
     redis.call('PEXPIRE', k('task', id), keep)
     redis.call('PEXPIRE', k('task', id, 'attempts'), keep)
+    redis.call('PEXPIRE', k('task', id, 'goal'), keep)
   else
     redis.call('ZADD', k('status', new), seq, id)
   end
@@ -111,11 +114,9 @@ local function enqueue(id, sig, seq)
   redis.call('ZADD', k('queues'), 'LT', seq, sig)
 end
 
--- take a task out of its bucket, keeping the bucket index's head score right
-local function dequeue(id, sig)
-  local qk = k('queue', sig)
-  redis.call('ZREM', qk, id)
-  local head = redis.call('ZRANGE', qk, 0, 0, 'WITHSCORES')
+-- after tasks left bucket `sig`: drop it from the bucket index or fix its head score
+local function fix_head(sig)
+  local head = redis.call('ZRANGE', k('queue', sig), 0, 0, 'WITHSCORES')
   if #head == 0 then
     redis.call('ZREM', k('queues'), sig)
   else
@@ -123,16 +124,36 @@ local function dequeue(id, sig)
   end
 end
 
+-- take a task out of its bucket, keeping the bucket index's head score right
+local function dequeue(id, sig)
+  redis.call('ZREM', k('queue', sig), id)
+  fix_head(sig)
+end
+
+-- a task hash as a flat field/value array, with a long goal (kept in task:ID:goal so that the
+-- hash stays a compact listpack) put back in place
+local function task_flat(id)
+  local flat = redis.call('HGETALL', k('task', id))
+  for i = 1, #flat, 2 do
+    if flat[i] == 'goal' and flat[i + 1] == '' then
+      flat[i + 1] = redis.call('GET', k('task', id, 'goal')) or ''
+    end
+  end
+  return flat
+end
+
 -- release the device reserved by task id; back among idle candidates if it is idle and healthy
+-- returns the device's consecutive failure count (nil when it was not reserved by id)
 local function release_device(device_id, id)
   if not device_id or device_id == '' then return end
   local dk = k('device', device_id)
-  if redis.call('HGET', dk, 'reserved_by') ~= id then return end
+  local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures')
+  if d[1] ~= id then return end
   redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_ms())
-  local d = redis.call('HMGET', dk, 'state', 'quarantined')
-  if d[1] == 'idle' and d[2] ~= '1' then
+  if d[2] == 'idle' and d[3] ~= '1' then
     redis.call('ZADD', k('idle'), now_ms(), device_id)
   end
+  return tonumber(d[4] or '0')
 end
 
 -- close the current attempt record (list index attempt-1) with an outcome

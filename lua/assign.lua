@@ -20,7 +20,7 @@ end
 
 local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')
-local out, hosts_alive, woken = {}, {}, {}
+local out, hosts_alive, inboxes, touched = {}, {}, {}, {}
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk, dk = k('task', id), k('device', did)
@@ -55,7 +55,8 @@ for i = 0, n - 1 do
     local attempt = tonumber(v.t[5]) + 1
     local lease = id .. '-a' .. attempt
     local expires = now + claim_ms
-    dequeue(id, v.t[4])
+    redis.call('ZREM', k('queue', v.t[4]), id)
+    touched[v.t[4]] = true
     index_status(id, 'queued', 'assigned', v.t[6])
     redis.call('HSET', k('task', id), 'status', 'assigned', 'host_id', host_id, 'device_id', did,
       'attempt', attempt, 'lease_id', lease, 'lease_expires_at', expires, 'assigned_at', now,
@@ -65,12 +66,18 @@ for i = 0, n - 1 do
     redis.call('ZREM', k('idle'), did)
     redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
       host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
-    redis.call('RPUSH', k('host', host_id, 'inbox'), id)
-    woken[host_id] = true
+    inboxes[host_id] = inboxes[host_id] or {}
+    table.insert(inboxes[host_id], id)
     emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt', attempt,
       'sig', v.t[4], 'queued_ms', now - tonumber(v.t[7]))
     out[#out + 1] = 'ok:' .. lease
   end
 end
-for host_id in pairs(woken) do wake(k('host', host_id, 'wake')) end
+for sig in pairs(touched) do fix_head(sig) end
+for host_id, ids in pairs(inboxes) do
+  for i = 1, #ids, 500 do
+    redis.call('RPUSH', k('host', host_id, 'inbox'), unpack(ids, i, math.min(i + 499, #ids)))
+  end
+  wake(k('host', host_id, 'wake'))
+end
 return out

@@ -18,19 +18,16 @@ while #out < max do
   if not id then break end
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'host_id', 'lease_expires_at', 'attempt', 'seq',
-    'assigned_at', 'submitted_at')
+    'assigned_at', 'submitted_at', 'lease_id', 'device_id')
   if t[1] == 'assigned' and t[2] == host_id and tonumber(t[3]) > now then
     local expires = now + ttl
     redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires,
       'dispatched_at', now, 'updated_at', now)
     index_status(id, 'assigned', 'dispatched', t[5])
     redis.call('ZADD', k('leases'), expires, id)
-    close_attempt(id, t[4], 'active', {dispatched_at = now})
-    local lease = redis.call('HGET', tk, 'lease_id')
-    emit('dispatched', 'task', id, 'lease', lease, 'host', host_id,
-      'device', redis.call('HGET', tk, 'device_id'), 'attempt', t[4],
+    emit('dispatched', 'task', id, 'lease', t[8], 'host', host_id, 'device', t[9], 'attempt', t[4],
       'claim_ms', now - tonumber(t[6]), 'since_submit_ms', now - tonumber(t[7]))
-    out[#out + 1] = redis.call('HGETALL', tk)
+    out[#out + 1] = task_flat(id)
   end
 end
 return out

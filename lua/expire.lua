@@ -4,6 +4,7 @@
 -- at the limit it becomes `failed` with failure_kind=lease_expired; a task whose cancel was
 -- requested becomes `cancelled`. The device reservation is released either way and the expired
 -- attempt stays in task:ID:attempts.
+-- Also trims the terminal status indexes to the `retention` window.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     limit
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1)}
@@ -16,12 +17,13 @@ for _, id in ipairs(due) do
   redis.call('ZREM', k('leases'), id)
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'lease_expires_at', 'attempt',
-    'max_attempts', 'device_id', 'host_id', 'seq', 'sig', 'cancel_requested')
+    'max_attempts', 'device_id', 'host_id', 'seq', 'sig', 'cancel_requested', 'dispatched_at')
   if (t[1] == 'assigned' or t[1] == 'dispatched') and tonumber(t[3]) <= now then
     local old, lease, did, host = t[1], t[2], t[6], t[7]
     release_device(did, id)
     if old == 'assigned' then redis.call('LREM', k('host', host, 'inbox'), 0, id) end
-    close_attempt(id, t[4], 'expired', {failure_kind = 'lease_expired', expired_in = old})
+    close_attempt(id, t[4], 'expired', {failure_kind = 'lease_expired', expired_in = old,
+      dispatched_at = old == 'dispatched' and tonumber(t[11]) or nil})
     emit('expired', 'task', id, 'lease', lease, 'host', host, 'device', did, 'attempt', t[4])
     if t[10] == '1' then
       redis.call('HSET', tk, 'status', 'cancelled', 'failure_kind', 'cancelled',
@@ -37,7 +39,7 @@ for _, id in ipairs(due) do
       emit('failed', 'task', id, 'lease', lease, 'failure_kind', 'lease_expired', 'attempt', t[4])
       failed = failed + 1
     else
-      redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '',
+      redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
         'lease_expires_at', '', 'updated_at', now)
       enqueue(id, t[9], t[8])
       index_status(id, old, 'queued', t[8])
@@ -59,6 +61,10 @@ for _, id in ipairs(late) do
     emit('failed', 'task', id, 'failure_kind', 'unschedulable')
     unsched = unsched + 1
   end
+end
+-- terminal status indexes keep the retention window (their tasks' keys expire with it)
+for st in pairs(TERMINAL) do
+  redis.call('ZREMRANGEBYSCORE', k('status', st), '-inf', now - cfg_ms('retention'))
 end
 local more = (#due == limit or #late == limit) and 1 or 0
 if requeued > 0 then wake(k('sched', 'wake')) end

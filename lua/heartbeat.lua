@@ -12,14 +12,16 @@ local hk, err = auth_host(host_id, digest)
 if not hk then return err end
 if not n or n < 0 or #ARGV ~= 3 + n * 4 then return fail('INVALID', 'bad argument count') end
 local STATES = {idle = true, busy = true, offline = true}
-local listed = {}
+local listed, owners = {}, {}
 for i = 0, n - 1 do
   local b = 4 + i * 4
   local did, state = ARGV[b], ARGV[b + 3]
   if not valid_id(did) then return fail('INVALID', 'malformed device id') end
+  if listed[did] then return fail('INVALID', 'device ' .. did .. ' is listed twice') end
   if not valid_id(ARGV[b + 1]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
   if not STATES[state] then return fail('INVALID', 'device state must be idle, busy or offline') end
   local owner = redis.call('HGET', k('device', did), 'host_id')
+  owners[did] = owner
   if owner and owner ~= host_id then
     return fail('DEVICE_OWNED', 'device ' .. did .. ' belongs to another host')
   end
@@ -35,26 +37,26 @@ for i = 0, n - 1 do
   local b = 4 + i * 4
   local did, driver, tags, state = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local dk = k('device', did)
-  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags')
-  if not d[1] then
+  local d = redis.call('HMGET', dk, 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags')
+  if not owners[did] then
     redis.call('SADD', k('devices'), did)
     redis.call('SADD', k('host', host_id, 'devices'), did)
     redis.call('HSET', dk, 'id', did, 'host_id', host_id, 'reserved_by', '', 'quarantined', '0',
       'consecutive_failures', 0, 'registered_at', now)
     emit('device_registered', 'device', did, 'host', host_id)
   end
-  if d[5] ~= driver or d[6] ~= tags then
-    if d[5] then
-      local old = d[5] .. '|' .. (d[6] or '')
+  if d[4] ~= driver or d[5] ~= tags then
+    if d[4] then
+      local old = d[4] .. '|' .. (d[5] or '')
       if redis.call('HINCRBY', k('caps'), old, -1) <= 0 then redis.call('HDEL', k('caps'), old) end
     end
     redis.call('HINCRBY', k('caps'), driver .. '|' .. tags, 1)
   end
-  if d[2] ~= state or d[5] ~= driver or d[6] ~= tags then
+  if d[1] ~= state or d[4] ~= driver or d[5] ~= tags then
     redis.call('HSET', dk, 'driver_type', driver, 'tags', tags, 'state', state, 'updated_at', now)
     emit('device_state', 'device', did, 'host', host_id, 'state', state)
   end
-  if state == 'idle' and (d[3] == nil or d[3] == false or d[3] == '') and d[4] ~= '1' then
+  if state == 'idle' and (not d[2] or d[2] == '') and d[3] ~= '1' then
     if redis.call('ZADD', k('idle'), 'NX', now, did) == 1 then woke = true end
     idle_count = idle_count + 1
   else

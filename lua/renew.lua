@@ -10,6 +10,11 @@ local host_id, digest, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local hk, err = auth_host(host_id, digest)
 if not hk then return err end
 if not n or n < 0 or #ARGV ~= 3 + n * 2 then return fail('INVALID', 'bad argument count') end
+for i = 0, n - 1 do
+  if not valid_id(ARGV[4 + i * 2]) or not valid_id(ARGV[5 + i * 2]) then
+    return fail('INVALID', 'malformed task or lease id')
+  end
+end
 local now = now_ms()
 local ttl = cfg_ms('lease_ttl')
 local out = {}
@@ -19,10 +24,10 @@ for i = 0, n - 1 do
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'lease_expires_at', 'cancel_requested')
   local reason
   if not t[1] then reason = 'not_found'
+  elseif TERMINAL[t[1]] then reason = t[2] == lease and 'finished' or 'superseded'
+  elseif t[1] == 'queued' then reason = 'expired'  -- its lease expired (or was handed back)
   elseif t[2] ~= lease then reason = 'superseded'
   elseif t[3] ~= host_id then reason = 'not_owner'
-  elseif TERMINAL[t[1]] then reason = 'finished'
-  elseif t[1] ~= 'dispatched' and t[1] ~= 'assigned' then reason = 'expired'
   elseif tonumber(t[4]) <= now then reason = 'expired'
   end
   if reason then

@@ -19,6 +19,9 @@ for i = 0, n - 1 do
   local outcome, kind = ARGV[b + 2], ARGV[b + 3]
   if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be done, failed, cancelled or released') end
   if outcome == 'failed' and not KINDS[kind] then return fail('INVALID', 'unknown failure_kind ' .. kind) end
+  if not valid_id(ARGV[b]) or not valid_id(ARGV[b + 1]) then
+    return fail('INVALID', 'malformed task or lease id')
+  end
 end
 local now = now_ms()
 local out, freed = {}, false
@@ -28,16 +31,18 @@ for i = 0, n - 1 do
   if outcome == 'cancelled' then kind = 'cancelled' elseif outcome ~= 'failed' then kind = '' end
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'failure_kind', 'result',
-    'error', 'device_id', 'attempt', 'seq', 'sig', 'cancel_requested')
+    'error', 'device_id', 'attempt', 'seq', 'sig', 'cancel_requested', 'dispatched_at')
   local field = outcome == 'done' and 'result' or 'error'
   if not t[1] then out[#out + 1] = 'rejected:not_found'
+  elseif TERMINAL[t[1]] then
+    local same = t[2] == lease and t[3] == host_id and t[1] == outcome and (t[4] or '') == kind
+      and ((outcome == 'done' and t[5] == payload) or (outcome ~= 'done' and t[6] == payload))
+    if same then out[#out + 1] = 'dup:' .. t[1]
+    elseif t[2] == lease then out[#out + 1] = 'rejected:already_terminal'
+    else out[#out + 1] = 'rejected:superseded' end
+  elseif t[1] == 'queued' then out[#out + 1] = 'rejected:expired'
   elseif t[2] ~= lease then out[#out + 1] = 'rejected:superseded'
   elseif t[3] ~= host_id then out[#out + 1] = 'rejected:not_owner'
-  elseif TERMINAL[t[1]] then
-    local same = t[1] == outcome and (t[4] or '') == kind and
-      ((outcome == 'done' and t[5] == payload) or (outcome ~= 'done' and t[6] == payload))
-    out[#out + 1] = same and ('dup:' .. t[1]) or 'rejected:already_terminal'
-  elseif t[1] ~= 'assigned' and t[1] ~= 'dispatched' then out[#out + 1] = 'rejected:expired'
   elseif outcome == 'cancelled' and t[11] ~= '1' then out[#out + 1] = 'rejected:cancel_not_requested'
   else
     local old = t[1]
@@ -45,11 +50,12 @@ for i = 0, n - 1 do
     if outcome == 'released' and t[11] == '1' then outcome, kind = 'cancelled', 'cancelled' end
     if old == 'assigned' then redis.call('LREM', k('host', host_id, 'inbox'), 0, id) end
     redis.call('ZREM', k('leases'), id)
-    release_device(t[7], id)
+    local fails_before = release_device(t[7], id)
     freed = true
     local dk = k('device', t[7])
+    local ran = {dispatched_at = old == 'dispatched' and tonumber(t[12]) or nil}
     if outcome == 'done' then
-      redis.call('HSET', dk, 'consecutive_failures', 0)
+      if fails_before and fails_before > 0 then redis.call('HSET', dk, 'consecutive_failures', 0) end
     elseif outcome == 'failed' and kind ~= 'rejected' then
       local fails = redis.call('HINCRBY', dk, 'consecutive_failures', 1)
       local limit = cfg('quarantine_after')
@@ -60,15 +66,17 @@ for i = 0, n - 1 do
       end
     end
     if outcome == 'released' then
-      close_attempt(id, t[8], 'released', {error = payload})
-      redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '',
+      ran.error = payload
+      close_attempt(id, t[8], 'released', ran)
+      redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
         'lease_expires_at', '', 'updated_at', now)
       enqueue(id, t[10], t[9])
       index_status(id, old, 'queued', t[9])
       emit('released', 'task', id, 'lease', lease, 'host', host_id, 'device', t[7], 'attempt', t[8])
       out[#out + 1] = 'ok:queued'
     else
-      close_attempt(id, t[8], outcome, {failure_kind = kind})
+      ran.failure_kind = kind ~= '' and kind or nil
+      close_attempt(id, t[8], outcome, ran)
       redis.call('HSET', tk, 'status', outcome, 'failure_kind', kind, field, payload,
         'finished_at', now, 'updated_at', now, 'lease_expires_at', '')
       index_status(id, old, outcome, t[9])

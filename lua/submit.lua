@@ -72,6 +72,8 @@ if depth + fresh > limit then
 end
 
 local now = now_ms()
+local seq = fresh > 0 and redis.call('INCRBY', k('seq'), fresh) - fresh or 0
+local sigs = {}
 for i = 0, n - 1 do
   if out[i * 2 + 2] == 1 then
     local b = 1 + i * F
@@ -79,8 +81,12 @@ for i = 0, n - 1 do
       ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6],
       ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
     if maxa == '' then maxa = cfg('max_attempts') end
-    local seq = redis.call('INCR', k('seq'))
+    seq = seq + 1
     local tk = k('task', id)
+    if #goal > 64 then  -- keep the hash a listpack: long goals live in their own key
+      redis.call('SET', k('task', id, 'goal'), goal)
+      goal = ''
+    end
     redis.call('HSET', tk, 'id', id, 'status', 'queued', 'kind', kind, 'goal', goal,
       'workflow', wf, 'driver_type', driver, 'tags', tags, 'priority', prio, 'attempt', 0,
       'max_attempts', maxa, 'seq', seq, 'sig', sig, 'submitted_at', now, 'updated_at', now)
@@ -94,8 +100,12 @@ for i = 0, n - 1 do
       redis.call('HSET', tk, 'queue_deadline', deadline)
       redis.call('ZADD', k('deadlines'), deadline, id)
     end
-    redis.call('HSET', k('sig', sig), 'driver_type', driver, 'tags', tags, 'priority', prio)
-    enqueue(id, sig, seq)
+    if not sigs[sig] then  -- first (oldest) task of its bucket in this call
+      sigs[sig] = true
+      redis.call('HSET', k('sig', sig), 'driver_type', driver, 'tags', tags, 'priority', prio)
+      redis.call('ZADD', k('queues'), 'LT', seq, sig)
+    end
+    redis.call('ZADD', k('queue', sig), seq, id)
     index_status(id, nil, 'queued', seq)
     emit('submitted', 'task', id, 'sig', sig)
   end

@@ -24,6 +24,9 @@ def connect(url: str) -> redis.Redis:
         decode_responses=True,
         health_check_interval=30,
         socket_keepalive=True,
+        # blocking reads (XREAD/BLPOP) wait up to a few seconds; redis-py's default is 5 s
+        socket_timeout=30,
+        socket_connect_timeout=5,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )

@@ -36,11 +36,17 @@ class DeviceReport:
     state: DeviceState = DeviceState.idle
 
     def args(self) -> list[str]:
+        try:
+            state = DeviceState(self.state).value
+        except ValueError:
+            raise InvalidInput(
+                f"invalid device state {str(self.state)[:20]!r}: use idle, busy or offline"
+            ) from None
         return [
             validate_id(self.device_id, "device id"),
             validate_id(self.driver_type, "driver_type"),
             ",".join(validate_tags(self.tags)),
-            DeviceState(self.state).value,
+            state,
         ]
 
 
@@ -141,7 +147,7 @@ class HostClient(PoolConnection):
             return []
         args: list[str] = [self.host_id, self._digest, str(len(leases))]
         for task_id, lease_id in leases:
-            args += [task_id, lease_id]
+            args += [validate_id(task_id, "task id"), validate_id(lease_id, "lease id")]
         flat = self._run("renew", args)
         out = []
         for (task_id, _), status, value in zip(leases, flat[::2], flat[1::2], strict=True):
@@ -158,7 +164,13 @@ class HostClient(PoolConnection):
             kind = (
                 r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
             )
-            args += [r.task_id, r.lease_id, r.outcome, kind or "", _tail(r.payload or "")]
+            args += [
+                validate_id(r.task_id, "task id"),
+                validate_id(r.lease_id, "lease id"),
+                r.outcome,
+                kind or "",
+                _tail(r.payload or ""),
+            ]
         return [str(x) for x in self._run("report", args)]
 
     def report(

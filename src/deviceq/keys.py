@@ -13,6 +13,8 @@ key                                type       holds
 ``lease_seq``                      string     lease counter (lease ids)
 ``task:ID``                        hash       one task (see ``deviceq.models.TASK_FIELDS``)
 ``task:ID:attempts``               list       JSON record per attempt, expired ones included
+``task:ID:goal``                   string     the goal when longer than 64 bytes (the hash
+                                              then holds ``goal`` empty: it stays a listpack)
 ``queue:SIG``                      zset       queued task ids of one constraint bucket, by seq
 ``queues``                         zset       non-empty bucket ids, scored by their head's seq
 ``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
@@ -118,6 +120,9 @@ class Keys:
     # per entity
     def task(self, task_id: str) -> str:
         return self._k("task", task_id)
+
+    def goal(self, task_id: str) -> str:
+        return self._k("task", task_id, "goal")
 
     def attempts(self, task_id: str) -> str:
         return self._k("task", task_id, "attempts")

@@ -133,7 +133,7 @@ class TaskSpec(BaseModel):
     priority: int = Field(0, ge=0, le=MAX_PRIORITY)
     max_attempts: int | None = Field(None, ge=1, le=1000)
     idempotency_key: str | None = None
-    queue_timeout: float | None = Field(None, gt=0)
+    queue_timeout: float | None = Field(None, gt=0, le=365 * 86400.0, allow_inf_nan=False)
     reject_unmatched: bool | None = None
 
     @field_validator("goal")
@@ -190,6 +190,14 @@ class Attempt(BaseModel):
 
 def _opt_int(v: Any) -> int | None:
     return None if v in (None, "") else int(v)
+
+
+def _attempts(raw: list[str] | None, dispatched_at: int | None) -> list[Attempt]:
+    out = [Attempt.model_validate(json.loads(a)) for a in raw or []]
+    # claim does not rewrite the attempt record; the live attempt's dispatch time is the task's
+    if out and out[-1].outcome == "active" and out[-1].dispatched_at is None:
+        out[-1].dispatched_at = dispatched_at
+    return out
 
 
 class ScheduledTask(BaseModel):
@@ -256,7 +264,7 @@ class ScheduledTask(BaseModel):
             assigned_at=_opt_int(h.get("assigned_at")),
             dispatched_at=_opt_int(h.get("dispatched_at")),
             finished_at=_opt_int(h.get("finished_at")),
-            attempts=[Attempt.model_validate(json.loads(a)) for a in attempts or []],
+            attempts=_attempts(attempts, _opt_int(h.get("dispatched_at"))),
         )
 
     @property
