@@ -128,7 +128,7 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     if t.attempts:
         table = Table(title="attempts")
         for col in ("#", "lease", "host", "device", "assigned", "ended", "outcome", "kind"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col == "lease")
         for a in t.attempts:
             table.add_row(
                 str(a.attempt),
@@ -163,24 +163,17 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
         echo_json([task_json(t) for t in tasks])
         return
     table = Table()
-    for col in (
-        "id",
-        "status",
-        "kind",
-        "goal/workflow",
-        "constraints",
-        "attempt",
-        "device",
-        "failure",
-    ):
-        table.add_column(col)
+    table.add_column("id", no_wrap=True, min_width=16)  # ids stay whole: they get copied
+    for col in ("status", "goal/workflow", "constraints", "attempt", "device", "failure"):
+        table.add_column(
+            col, overflow="ellipsis", no_wrap=True, min_width=14 if col == "goal/workflow" else None
+        )
     for t in tasks:
         what = t.goal if t.kind == "goal" else f"workflow:{t.workflow}"
         cons = " ".join(filter(None, [t.driver_type or "", *t.tags])) or "-"
         table.add_row(
             t.id,
             t.status.value,
-            t.kind,
             (what or "")[:40],
             cons,
             f"{t.attempt}/{t.max_attempts}",
