@@ -219,6 +219,12 @@ def test_bad_device_state(ready: Any) -> None:
                                                                    "exploded")]))  # type: ignore
 
 
+def test_device_listed_twice_in_a_snapshot(ready: Any) -> None:
+    h = ready.host("h1")
+    refused(ready, InvalidInput, lambda: h.heartbeat([DeviceReport("d2", "android"),
+                                                      DeviceReport("d2", "ios")]))
+
+
 def test_bad_report_and_claim_arguments(ready: Any) -> None:
     h = ready.host("h1")
     lease = ready.assignment.lease_id

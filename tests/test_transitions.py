@@ -830,3 +830,27 @@ def test_wait_times_out(fleet: Any) -> None:
     assert 0.35 <= time.monotonic() - started < 3.0
     with pytest.raises(NotFound):
         fleet.client.wait("no-such-task", timeout=0.1)
+
+
+# -- long goals (kept out of the task hash) ----------------------------------------------------
+
+
+def test_long_goal_round_trips_everywhere(fleet: Any) -> None:
+    h = fleet.add_host("h1", ("d1", "android", ()))
+    goal = "open the app and " + "tap next, " * 1500 + "é"
+    tid = fleet.client.submit(goal)
+    short = fleet.client.submit("short goal")
+    assert fleet.client.get(tid).goal == goal
+    assert [t.goal for t in fleet.client.list("queued")] == [goal, "short goal"]
+    assert [t.goal for t in fleet.client.get_many([short, tid])] == ["short goal", goal]
+    fleet.admin.commit([(tid, "d1")])
+    (a,) = h.claim(1)
+    assert a.task.goal == goal, "the worker gets the whole goal"
+    h.report(tid, a.lease_id, "done", None, "ok")
+    assert fleet.client.get(tid).goal == goal
+    keys = fleet.admin.keys
+    for key in (keys.task(tid), keys.attempts(tid)):
+        assert fleet.r.pttl(key) > 0, key
+    goal_keys = [k for k in fleet.r.scan_iter(match=keys.task(tid) + ":*") if k !=
+                 keys.attempts(tid)]
+    assert all(fleet.r.pttl(k) > 0 for k in goal_keys), "a finished task's keys all expire"
