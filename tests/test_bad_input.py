@@ -20,6 +20,7 @@ from deviceq import (
     InvalidInput,
     NotFound,
     PoolAdmin,
+    Unmatchable,
 )
 from deviceq.host import Report
 from deviceq.models import MAX_GOAL_BYTES
@@ -167,6 +168,15 @@ def test_unknown_workflow(ready: Any) -> None:
     refused(ready, NotFound, lambda: ready.client.submit_many(
         [{"goal": "fine"}, {"workflow": "nope"}]))
     refused(ready, NotFound, lambda: ready.client.get_workflow("nope"))
+
+
+def test_unmatchable_submission_when_rejecting(ready: Any) -> None:
+    err = refused(ready, Unmatchable, lambda: ready.client.submit(
+        "g", driver_type="nokia", reject_unmatched=True))
+    assert "nokia" in str(err)
+    refused(ready, Unmatchable, lambda: ready.client.submit_many(
+        [{"goal": "fine"}, {"goal": "g", "tags": ["camera"], "reject_unmatched": True}]))
+    assert ready.client.submit("g", tags=["wifi"], reject_unmatched=True)
 
 
 def test_bad_workflow_definition(ready: Any) -> None:
