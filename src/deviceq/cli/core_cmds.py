@@ -165,9 +165,8 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
     table = Table()
     table.add_column("id", no_wrap=True, min_width=16)  # ids stay whole: they get copied
     for col in ("status", "goal/workflow", "constraints", "attempt", "device", "failure"):
-        table.add_column(
-            col, overflow="ellipsis", no_wrap=True, min_width=14 if col == "goal/workflow" else None
-        )
+        goal = col == "goal/workflow"
+        table.add_column(col, overflow="ellipsis", no_wrap=not goal, min_width=12 if goal else None)
     for t in tasks:
         what = t.goal if t.kind == "goal" else f"workflow:{t.workflow}"
         cons = " ".join(filter(None, [t.driver_type or "", *t.tags])) or "-"
