@@ -45,7 +45,8 @@ for i = 0, n - 1 do
       'consecutive_failures', 0, 'registered_at', now)
     emit('device_registered', 'device', did, 'host', host_id)
   end
-  if d[4] ~= driver or d[5] ~= tags then
+  local changed = d[4] ~= driver or d[5] ~= tags
+  if changed then
     if d[4] then
       local old = d[4] .. '|' .. (d[5] or '')
       if redis.call('HINCRBY', k('caps'), old, -1) <= 0 then redis.call('HDEL', k('caps'), old) end
@@ -57,7 +58,13 @@ for i = 0, n - 1 do
     emit('device_state', 'device', did, 'host', host_id, 'state', state)
   end
   if state == 'idle' and (not d[2] or d[2] == '') and d[3] ~= '1' then
-    if redis.call('ZADD', k('idle'), 'NX', now, did) == 1 then woke = true end
+    -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
+    if changed then
+      redis.call('ZADD', k('idle'), now, did)
+      woke = true
+    elseif redis.call('ZADD', k('idle'), 'NX', now, did) == 1 then
+      woke = true
+    end
     idle_count = idle_count + 1
   else
     redis.call('ZREM', k('idle'), did)

@@ -28,7 +28,7 @@ for i = 0, n - 1 do
   elseif t[1] == 'queued' then reason = 'expired'  -- its lease expired (or was handed back)
   elseif t[2] ~= lease then reason = 'superseded'
   elseif t[3] ~= host_id then reason = 'not_owner'
-  elseif tonumber(t[4]) <= now then reason = 'expired'
+  elseif tonumber(t[4]) <= now then reason = 'expired'  -- not revived: the expiry scan ends it
   end
   if reason then
     out[#out + 1] = 'lost'; out[#out + 1] = reason

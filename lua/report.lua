@@ -1,5 +1,7 @@
 -- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
--- (handed back: the task returns to the queue at once, keeping its place).
+-- (handed back: the task returns to the queue at once, keeping its place; a hand-back does not
+-- count against max_attempts). Only the current lease of the owning host may report; a lease past
+-- its expiry that the expiry scan has not ended yet is still current (the scan decides).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token_digest n, then 5 fields per report:
 --          task_id lease_id outcome failure_kind('' for done/released) payload(result or error)
@@ -31,7 +33,8 @@ for i = 0, n - 1 do
   if outcome == 'cancelled' then kind = 'cancelled' elseif outcome ~= 'failed' then kind = '' end
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'failure_kind', 'result',
-    'error', 'device_id', 'attempt', 'seq', 'sig', 'cancel_requested', 'dispatched_at')
+    'error', 'device_id', 'attempt', 'seq', 'sig', 'cancel_requested', 'dispatched_at',
+    'queue_deadline')
   local field = outcome == 'done' and 'result' or 'error'
   if not t[1] then out[#out + 1] = 'rejected:not_found'
   elseif TERMINAL[t[1]] then
@@ -70,6 +73,8 @@ for i = 0, n - 1 do
       close_attempt(id, t[8], 'released', ran)
       redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
         'lease_expires_at', '', 'updated_at', now)
+      redis.call('HINCRBY', tk, 'handbacks', 1)  -- a hand-back does not use up an attempt
+      if t[13] and t[13] ~= '' then redis.call('ZADD', k('deadlines'), t[14], id) end
       enqueue(id, t[10], t[9])
       index_status(id, old, 'queued', t[9])
       emit('released', 'task', id, 'lease', lease, 'host', host_id, 'device', t[7], 'attempt', t[8])

@@ -221,6 +221,7 @@ class ScheduledTask(BaseModel):
     error: str | None = None
     result: str | None = None
     cancel_requested: bool = False
+    handbacks: int = 0
     idempotency_key: str | None = None
     queue_deadline: int | None = None
     seq: int = 0
@@ -256,6 +257,7 @@ class ScheduledTask(BaseModel):
             error=s("error"),
             result=s("result"),
             cancel_requested=h.get("cancel_requested") == "1",
+            handbacks=int(h.get("handbacks") or 0),
             idempotency_key=s("idempotency_key"),
             queue_deadline=_opt_int(h.get("queue_deadline")),
             seq=int(h.get("seq") or 0),
