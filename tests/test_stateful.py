@@ -54,7 +54,9 @@ class DeviceqMachine(RuleBasedStateMachine):
     url: str = ""
 
     tasks = Bundle("tasks")
-    leases = Bundle("leases")
+    # Claimed leases are kept in `self.leases`, not in a Bundle: which assignments can be
+    # claimed depends on real time (short leases expire), and Hypothesis needs the data it draws
+    # not to depend on such external state. Rules draw an index instead.
 
     def __init__(self) -> None:
         super().__init__()
@@ -75,6 +77,7 @@ class DeviceqMachine(RuleBasedStateMachine):
         self.terminal: dict[str, dict[str, str]] = {}
         self.claimed_leases: set[str] = set()
         self.committed_leases: set[str] = set()
+        self.leases: list[tuple[str, str, str]] = []
 
     def teardown(self) -> None:
         self.r.close()
@@ -135,24 +138,28 @@ class DeviceqMachine(RuleBasedStateMachine):
         if pairs:
             self.commit(pairs[:6])
 
-    @rule(target=leases, seed=st.integers(0, 2**16))
-    def schedule_and_claim(self, seed: int) -> Any:
+    @rule(seed=st.integers(0, 2**16))
+    def schedule_and_claim(self, seed: int) -> None:
         """A scheduler pass followed at once by both hosts' workers claiming."""
+        self._schedule_and_claim(seed)
+
+    def _schedule_and_claim(self, seed: int) -> list[tuple[str, str, str]]:
         self.schedule(seed)
-        return multiple(*(lease for host in sorted(DEVICES) for lease in self._claim(host, 4)))
+        return [lease for host in sorted(DEVICES) for lease in self._claim(host, 4)]
 
-    @rule(target=leases, seed=st.integers(0, 2**16),
+    @rule(seed=st.integers(0, 2**16),
           outcome=st.sampled_from(["done", "done", "failed", "released"]))
-    def run_to_completion(self, seed: int, outcome: str) -> Any:
+    def run_to_completion(self, seed: int, outcome: str) -> None:
         """Schedule, claim and end at once what was claimed (a fast worker)."""
-        got = self.schedule_and_claim(seed)
-        for lease in got.values:
-            self.report(lease, outcome, False)
-        return got
+        for lease in self._schedule_and_claim(seed):
+            self._report(lease, outcome, False)
 
-    @rule(target=leases, host=st.sampled_from(sorted(DEVICES)), n=st.integers(1, 3))
-    def claim(self, host: str, n: int) -> Any:
-        return multiple(*self._claim(host, n))
+    @rule(host=st.sampled_from(sorted(DEVICES)), n=st.integers(1, 3))
+    def claim(self, host: str, n: int) -> None:
+        self._claim(host, n)
+
+    def _lease(self, pick: int) -> tuple[str, str, str] | None:
+        return self.leases[pick % len(self.leases)] if self.leases else None
 
     def _claim(self, host: str, n: int) -> list[tuple[str, str, str]]:
         got = self.hosts[host].claim(n)
@@ -163,10 +170,14 @@ class DeviceqMachine(RuleBasedStateMachine):
             t = self.task(a.task.id)
             assert (t["status"], t["host_id"], t["lease_id"]) == ("dispatched", host, a.lease_id)
             out.append((a.task.id, host, a.lease_id))
+        self.leases += out
         return out
 
-    @rule(lease=leases)
-    def renew(self, lease: tuple[str, str, str]) -> None:
+    @rule(pick=st.integers(0, 2**16))
+    def renew(self, pick: int) -> None:
+        lease = self._lease(pick)
+        if lease is None:
+            return
         tid, host, lease_id = lease
         before = self.task(tid)
         (rn,) = self.hosts[host].renew([(tid, lease_id)])
@@ -177,9 +188,15 @@ class DeviceqMachine(RuleBasedStateMachine):
             assert before["host_id"] == host
             assert (rn.status == "cancel") == (before.get("cancel_requested") == "1")
 
-    @rule(lease=leases, outcome=st.sampled_from(["done", "failed", "released", "cancelled"]),
+    @rule(pick=st.integers(0, 2**16),
+          outcome=st.sampled_from(["done", "failed", "released", "cancelled"]),
           other_host=st.sampled_from([False, False, False, True]))
-    def report(self, lease: tuple[str, str, str], outcome: str, other_host: bool) -> None:
+    def report(self, pick: int, outcome: str, other_host: bool) -> None:
+        lease = self._lease(pick)
+        if lease is not None:
+            self._report(lease, outcome, other_host)
+
+    def _report(self, lease: tuple[str, str, str], outcome: str, other_host: bool) -> None:
         tid, host, lease_id = lease
         if other_host:
             host = "h2" if host == "h1" else "h1"
