@@ -7,9 +7,9 @@ import hashlib
 import json
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import InvalidInput
 
@@ -63,6 +63,21 @@ def validate_goal(goal: object) -> str:
     return goal
 
 
+def _named(what: str) -> Any:
+    return AfterValidator(lambda v: validate_id(v, what))
+
+
+def _opt_named(what: str) -> Any:
+    return BeforeValidator(lambda v: None if v in (None, "") else validate_id(v, what))
+
+
+Tags = Annotated[tuple[str, ...], BeforeValidator(validate_tags)]
+"""Tags: validated, deduplicated, sorted (a comma string is accepted)."""
+DriverType = Annotated[str, _named("driver_type")]
+OptDriverType = Annotated[str | None, _opt_named("driver_type")]
+Goal = Annotated[str, AfterValidator(validate_goal)]
+
+
 class TaskStatus(StrEnum):
     queued = "queued"
     assigned = "assigned"
@@ -97,18 +112,8 @@ class Constraints(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    driver_type: str | None = None
-    tags: tuple[str, ...] = ()
-
-    @field_validator("driver_type")
-    @classmethod
-    def _driver(cls, v: str | None) -> str | None:
-        return None if v in (None, "") else validate_id(v, "driver_type")
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags(cls, v: Any) -> tuple[str, ...]:
-        return validate_tags(v)
+    driver_type: OptDriverType = None
+    tags: Tags = ()
 
     def signature(self, priority: int = 0) -> str:
         """Bucket id of the queued index: tasks with equal constraints and priority share it."""
@@ -126,40 +131,15 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    goal: str | None = None
-    workflow: str | None = None
-    driver_type: str | None = None
-    tags: tuple[str, ...] = ()
+    goal: Goal | None = None
+    workflow: Annotated[str, _named("workflow name")] | None = None
+    driver_type: OptDriverType = None
+    tags: Tags = ()
     priority: int = Field(0, ge=0, le=MAX_PRIORITY)
     max_attempts: int | None = Field(None, ge=1, le=1000)
-    idempotency_key: str | None = None
+    idempotency_key: Annotated[str, _named("idempotency key")] | None = None
     queue_timeout: float | None = Field(None, gt=0, le=365 * 86400.0, allow_inf_nan=False)
     reject_unmatched: bool | None = None
-
-    @field_validator("goal")
-    @classmethod
-    def _goal(cls, v: str | None) -> str | None:
-        return None if v is None else validate_goal(v)
-
-    @field_validator("workflow")
-    @classmethod
-    def _workflow(cls, v: str | None) -> str | None:
-        return None if v is None else validate_id(v, "workflow name")
-
-    @field_validator("driver_type")
-    @classmethod
-    def _driver(cls, v: str | None) -> str | None:
-        return None if v in (None, "") else validate_id(v, "driver_type")
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags(cls, v: Any) -> tuple[str, ...]:
-        return validate_tags(v)
-
-    @field_validator("idempotency_key")
-    @classmethod
-    def _idem(cls, v: str | None) -> str | None:
-        return None if v is None else validate_id(v, "idempotency key")
 
     @model_validator(mode="after")
     def _one_of(self) -> TaskSpec:
@@ -277,31 +257,16 @@ class ScheduledTask(BaseModel):
 class PooledDevice(BaseModel):
     """A device owned by one host, as stored in ``dq:{POOL}:device:ID``."""
 
-    device_id: str
-    host_id: str
-    driver_type: str
-    tags: tuple[str, ...] = ()
+    device_id: Annotated[str, _named("device id")]
+    host_id: Annotated[str, _named("host id")]
+    driver_type: DriverType
+    tags: Tags = ()
     state: DeviceState = DeviceState.idle
     reserved_by: str | None = None
     quarantined: bool = False
     consecutive_failures: int = 0
     released_at: int | None = None
     last_assigned_at: int | None = None
-
-    @field_validator("device_id", "host_id")
-    @classmethod
-    def _ids(cls, v: str) -> str:
-        return validate_id(v, "device/host id")
-
-    @field_validator("driver_type")
-    @classmethod
-    def _driver(cls, v: str) -> str:
-        return validate_id(v, "driver_type")
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags(cls, v: Any) -> tuple[str, ...]:
-        return validate_tags(v)
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -335,12 +300,7 @@ class WorkflowStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = None
-    goal: str
-
-    @field_validator("goal")
-    @classmethod
-    def _goal(cls, v: str) -> str:
-        return validate_goal(v)
+    goal: Goal
 
 
 class WorkflowDefinition(BaseModel):
@@ -348,14 +308,9 @@ class WorkflowDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: Annotated[str, _named("workflow name")]
     description: str | None = None
     steps: list[WorkflowStep] = Field(min_length=1, max_length=1000)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return validate_id(v, "workflow name")
 
 
 class Assignment(BaseModel):
