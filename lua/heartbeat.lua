@@ -33,6 +33,7 @@ local was_alive = host_alive(hk)
 redis.call('HSET', hk, 'last_heartbeat', now)
 local woke = not was_alive
 local idle_count = 0
+local attrs_changed = false
 for i = 0, n - 1 do
   local b = 4 + i * 4
   local did, driver, tags, state = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
@@ -47,6 +48,7 @@ for i = 0, n - 1 do
   end
   local changed = d[4] ~= driver or d[5] ~= tags
   if changed then
+    attrs_changed = true
     if d[4] then
       local old = d[4] .. '|' .. (d[5] or '')
       if redis.call('HINCRBY', k('caps'), old, -1) <= 0 then redis.call('HDEL', k('caps'), old) end
@@ -82,6 +84,8 @@ for _, did in ipairs(redis.call('SMEMBERS', k('host', host_id, 'devices'))) do
   end
 end
 if not was_alive then emit('host_alive', 'host', host_id) end
+-- a device registered or its driver_type/tags changed: schedulers drop their attribute caches
+if attrs_changed then redis.call('INCR', k('devgen')) end
 if woke then wake(k('sched', 'wake')) end
 local draining = redis.call('HGET', hk, 'draining') == '1' and 1 or 0
 return {n, idle_count, draining}

@@ -27,5 +27,6 @@ for _, did in ipairs(devs) do
 end
 redis.call('DEL', hk, k('host', host_id, 'devices'), k('host', host_id, 'inbox'), k('host', host_id, 'wake'))
 redis.call('SREM', k('hosts'), host_id)
+if #devs > 0 then redis.call('INCR', k('devgen')) end  -- schedulers drop cached attributes
 emit('host_removed', 'host', host_id)
 return #devs

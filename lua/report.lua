@@ -74,7 +74,7 @@ for i = 0, n - 1 do
       redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
         'lease_expires_at', '', 'updated_at', now)
       redis.call('HINCRBY', tk, 'handbacks', 1)  -- a hand-back does not use up an attempt
-      if t[13] and t[13] ~= '' then redis.call('ZADD', k('deadlines'), t[14], id) end
+      if t[13] and t[13] ~= '' then redis.call('ZADD', k('deadlines'), t[13], id) end
       enqueue(id, t[10], t[9])
       index_status(id, old, 'queued', t[9])
       emit('released', 'task', id, 'lease', lease, 'host', host_id, 'device', t[7], 'attempt', t[8])

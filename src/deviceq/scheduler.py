@@ -73,6 +73,7 @@ MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
 DEVICE_REASONS = ("device_", "driver_type_mismatch", "missing_tag")
+EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more")
 
 
 @dataclass
@@ -166,7 +167,7 @@ class TaskScheduler:
         max_buckets: int = 10_000,
         expire_batch: int = 500,
         expire_rounds: int = 10,
-        device_refresh: float = 5.0,
+        device_refresh: float = 30.0,
     ) -> None:
         if isinstance(redis_or_url, PoolAdmin):
             self.admin = redis_or_url
@@ -194,6 +195,8 @@ class TaskScheduler:
         # device id -> (idle score as read, read at (monotonic), the device)
         self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
         self._suspect: set[str] = set()
+        self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
+        self._host_timeout_ms = 0
         self._stop = threading.Event()
         self.passes = 0
 
@@ -215,17 +218,16 @@ class TaskScheduler:
         return self.epoch is not None
 
     # -- one pass --------------------------------------------------------------------------------
-    def assign(self, fence: int | str | None = None) -> AssignResult:
+    def assign(self, fence: int | str | None = None, *, expire: bool = True) -> AssignResult:
         """One pass: expire, snapshot, plan, commit. Returns counts; never raises for "no match"
-        (tasks simply stay queued). ``fence`` defaults to this scheduler's leader epoch when it
-        leads, else none (an unfenced commit, like a manual dispatch: still fully validated).
-        Raises Fenced if the fence is stale (another scheduler leads now)."""
+        (tasks simply stay queued). ``expire=False`` skips the expiry step (the daemon runs it
+        on its tick, not on every wake-up). ``fence`` defaults to this scheduler's leader
+        epoch when it leads, else none (an unfenced commit, like a manual dispatch: still
+        fully validated). Raises Fenced if the fence is stale (another scheduler leads now)."""
         started = time.perf_counter()
         res = AssignResult()
-        res.expired = self.expire()
-        base = self._read_base()
-        want = self._initial_want(base)
-        heads = self._read_heads(want, {})
+        res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
+        base, want, heads = self._read()
         for _ in range(MAX_ROUNDS):
             snap = self._make_snapshot(base, want, heads)
             pairs, dropped = self.plan(snap)
@@ -233,7 +235,7 @@ class TaskScheduler:
             if not grow:
                 break
             want.update(grow)
-            heads = self._read_heads(want, heads)
+            heads, _ = self._read_heads(want, heads)
         res.signatures = snap.signatures
         res.buckets = len(snap.buckets)
         res.heads = sum(len(b.heads) for b in snap.buckets)
@@ -274,32 +276,35 @@ class TaskScheduler:
             total.update(r)
             if not more:
                 break
-        kinds = ("requeued", "failed", "cancelled", "unschedulable")
-        out = {k: int(total.get(k, 0)) for k in kinds}
+        out = {k: int(total.get(k, 0)) for k in EXPIRE_KINDS}
         out["more"] = int(more)
         return out
 
     def snapshot(self) -> Snapshot:
         """Read the bounded snapshot the strategy plans on (see the module docstring), with
         the initial number of heads per bucket (``assign`` may read deeper, see ``_grow``)."""
-        base = self._read_base()
-        want = self._initial_want(base)
-        return self._make_snapshot(base, want, self._read_heads(want, {}))
+        base, want, heads = self._read()
+        return self._make_snapshot(base, want, heads)
 
-    def _read_base(self) -> _Base:
-        """Idle devices (attributes cached, see ``_device_rows``), their hosts' health and the
-        non-empty buckets' constraints: three pipelined round trips, no queue scan."""
+    def _read_base(self) -> tuple[_Base, list[str]]:
+        """Idle devices (attributes cached, see ``_device_rows``) and the non-empty buckets'
+        constraints: one pipelined round trip, plus one only when device or bucket
+        attributes must be (re-)read. No queue scan. Returns the base (devices not yet
+        filtered by host health, see ``_host_filter``) and the hosts of its devices."""
         k = self.keys
-        r = self.redis
-        pipe = r.pipeline(transaction=False)
+        pipe = self.redis.pipeline(transaction=False)
         pipe.time()
         pipe.hget(k.config, "host_timeout")
+        pipe.get(k.prefix + "devgen")
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
-        (sec, usec), host_timeout_raw, idle_raw, queues_raw = pipe.execute()
+        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw = pipe.execute()
         now = int(sec) * 1000 + int(usec) // 1000
-        host_timeout_ms = int(float(host_timeout_raw or self._default_host_timeout()) * 1000)
+        self._host_timeout_ms = int(float(host_timeout_raw or self._default_host_timeout()) * 1000)
+        if devgen != self._devgen:  # a device registered, changed or was removed
+            self._dev_cache.clear()
+            self._devgen = devgen
         idle = _pairs(idle_raw)
         queues = _pairs(queues_raw)
 
@@ -307,20 +312,24 @@ class TaskScheduler:
         cached, sig_rows = self._device_rows(idle, [k.sig(s) for s in new_sigs])
         for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
             self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0))
-
-        hosts = sorted({d.host_id for d in cached})
-        host_ok: dict[str, bool] = {}
-        if hosts:
-            pipe = r.pipeline(transaction=False)
-            for h in hosts:
-                pipe.hmget(k.host(h), "last_heartbeat", "draining")
-            for h, (hb, draining) in zip(hosts, pipe.execute(), strict=True):
-                hb_ms = int(hb or 0)
-                host_ok[h] = draining != "1" and hb_ms > 0 and now - hb_ms <= host_timeout_ms
-        devices = [d for d in cached if host_ok.get(d.host_id)]
         shells = [Bucket(s, *self._sig_cache[s], head_seq=int(float(score))) for s, score in queues]
-        pre = Snapshot.build(shells, devices, self.batch, now)
-        return _Base(now, shells, pre.devices, pre.matching, len(queues))
+        pre = Snapshot.build(shells, cached, self.batch, now)
+        hosts = sorted({d.host_id for d in pre.devices})
+        return _Base(now, shells, pre.devices, pre.matching, len(queues)), hosts
+
+    def _host_filter(self, base: _Base, hosts: list[str], rows: list[Any]) -> _Base:
+        """Drop the devices of dead or draining hosts (``rows``: HMGET last_heartbeat,
+        draining per host, read together with the first heads)."""
+        bad = set()
+        for h, (hb, draining) in zip(hosts, rows, strict=True):
+            hb_ms = int(hb or 0)
+            if draining == "1" or hb_ms <= 0 or base.now - hb_ms > self._host_timeout_ms:
+                bad.add(h)
+        if not bad:
+            return base
+        devices = [d for d in base.devices if d.host_id not in bad]
+        pre = Snapshot.build(base.shells, devices, self.batch, base.now)
+        return _Base(base.now, base.shells, pre.devices, pre.matching, base.signatures)
 
     def _device_rows(
         self, idle: list[Any], sig_keys: list[str]
@@ -329,48 +338,64 @@ class TaskScheduler:
         and the rows of ``sig_keys`` (read in the same round trip).
 
         The ``idle`` zset is maintained by the scripts (a device is in it only while idle,
-        unreserved and not quarantined; its score is the time it became idle), so a device
-        hash is read only when the device is new to this scheduler, re-entered the index
-        (new score) or was named in a rejected pair (then its state is checked too): per pass
-        that is O(devices freed since the last pass), not O(idle devices). To notice tags or
-        driver types changed while a device stayed idle, entries older than
-        ``device_refresh`` seconds are re-read too, at most ``max(64, batch)`` per pass."""
+        unreserved and not quarantined; its score is the time it became idle), and the
+        ``devgen`` counter is bumped whenever a device registers, changes its driver type or
+        tags, or is removed (the whole cache is dropped then). So a device hash is read only
+        when the device is new to this scheduler, after a ``devgen`` change, or when it was
+        named in a rejected pair (then its state is checked too): in a steady pool no device
+        row is read at all, whatever the number of devices freed since the last pass. As a
+        safety net, entries older than ``device_refresh`` seconds are re-read too, at most
+        ``max(64, batch)`` per pass."""
         k = self.keys
         mono = time.monotonic()
         cache = self._dev_cache
         fetch: list[str] = []
         stale: list[str] = []
-        for did, score in idle:
+        suspect = self._suspect
+        for did, _ in idle:
             c = cache.get(did)
-            if c is None or c[0] != score or did in self._suspect:
+            if c is None or did in suspect:
                 fetch.append(did)
             elif mono - c[1] > self.device_refresh:
                 stale.append(did)
         fetch += stale[: max(64, self.batch)]
-        pipe = self.redis.pipeline(transaction=False)
-        for did in fetch:
-            pipe.hmget(
-                k.device(did), "host_id", "state", "reserved_by", "quarantined", "driver_type",
-                "tags",
-            )  # fmt: skip
-        for sk in sig_keys:
-            pipe.hmget(sk, "driver_type", "tags", "priority")
-        res = pipe.execute() if fetch or sig_keys else []
         scores = dict(idle)
+        res: list[Any] = []
+        if fetch or sig_keys:
+            pipe = self.redis.pipeline(transaction=False)
+            for did in fetch:
+                pipe.hmget(
+                    k.device(did), "host_id", "state", "reserved_by", "quarantined",
+                    "driver_type", "tags",
+                )  # fmt: skip
+            for sk in sig_keys:
+                pipe.hmget(sk, "driver_type", "tags", "priority")
+            res = pipe.execute()
         for did, d in zip(fetch, res[: len(fetch)], strict=True):
             host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
             if not host_id or state != "idle" or reserved or quarantined == "1":
                 cache.pop(did, None)  # a stale idle entry: excluded, re-checked next pass
-                self._suspect.add(did)
+                suspect.add(did)
                 continue
-            self._suspect.discard(did)
+            suspect.discard(did)
             score = scores[did]
             dev = IdleDevice(did, host_id, d[4] or "", _tagset(d[5]), int(float(score)))
             cache[did] = (score, mono, dev)
         if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
             for did in set(cache) - set(scores):
                 del cache[did]
-        devices = [c[2] for did, _ in idle if (c := cache.get(did)) is not None]
+        devices: list[IdleDevice] = []
+        for did, score in idle:
+            c = cache.get(did)
+            if c is None:
+                continue
+            if c[0] != score:  # re-entered the idle index: same attributes, new idle_since
+                dev = c[2]
+                dev = IdleDevice(did, dev.host_id, dev.driver_type, dev.tags, int(float(score)))
+                cache[did] = (score, c[1], dev)
+                devices.append(dev)
+            else:
+                devices.append(c[2])
         return devices, res[len(fetch) :]
 
     def _initial_want(self, base: _Base) -> dict[str, int]:
@@ -390,24 +415,48 @@ class TaskScheduler:
         return min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
 
     def _read_heads(
-        self, want: dict[str, int], have: dict[str, tuple[QueuedTask, ...]]
-    ) -> dict[str, tuple[QueuedTask, ...]]:
-        """Read each bucket's heads up to ``want`` (only the part not in ``have``)."""
+        self,
+        want: dict[str, int],
+        have: dict[str, tuple[QueuedTask, ...]],
+        hosts: list[str] | None = None,
+    ) -> tuple[dict[str, tuple[QueuedTask, ...]], list[Any]]:
+        """Read each bucket's heads up to ``want`` (only the part not in ``have``); in the same
+        round trip the health (last heartbeat, draining) of ``hosts``. Returns the heads and
+        the host rows."""
         out = dict(have)
         todo = [(s, len(have.get(s, ())), n) for s, n in want.items() if n > len(have.get(s, ()))]
-        if not todo:
-            return out
+        hosts = hosts or []
+        if not todo and not hosts:
+            return out, []
+        k = self.keys
         pipe = self.redis.pipeline(transaction=False)
+        for h in hosts:
+            pipe.hmget(k.host(h), "last_heartbeat", "draining")
         for s, start, n in todo:
-            pipe.execute_command("ZRANGE", self.keys.queue(s), start, n - 1, "WITHSCORES")
-        for (s, _, _), raw in zip(todo, pipe.execute(), strict=True):
+            pipe.execute_command("ZRANGE", k.queue(s), start, n - 1, "WITHSCORES")
+        res = pipe.execute()
+        for (s, _, _), raw in zip(todo, res[len(hosts) :], strict=True):
             prio = self._sig_cache[s][2]
-            seen = {t.task_id for t in out.get(s, ())}
-            more = tuple(
-                QueuedTask(t, int(float(seq)), s, prio) for t, seq in _pairs(raw) if t not in seen
+            got = _pairs(raw)
+            if s in out:
+                seen = {t.task_id for t in out[s]}
+                got = [(t, seq) for t, seq in got if t not in seen]
+            out[s] = out.get(s, ()) + tuple(
+                QueuedTask(t, int(float(seq)), s, prio) for t, seq in got
             )
-            out[s] = out.get(s, ()) + more
-        return out
+        return out, res[: len(hosts)]
+
+    def _read(self) -> tuple[_Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
+        """The base, the initial head counts and the heads: two round trips (three when
+        device or bucket attributes must be read). The heads are chosen before the hosts'
+        health is known (read in the same round trip); devices of dead or draining hosts are
+        dropped afterwards, so a few heads may be read for nothing, never too few."""
+        base, hosts = self._read_base()
+        want = self._initial_want(base)
+        heads, rows = self._read_heads(want, {}, hosts)
+        base = self._host_filter(base, hosts, rows)
+        want = {s: n for s, n in want.items() if base.matching.get(s)}
+        return base, want, heads
 
     def _make_snapshot(
         self, base: _Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
@@ -415,7 +464,7 @@ class TaskScheduler:
         buckets = [
             Bucket(b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq)
             for b in base.shells
-            if heads.get(b.sig)
+            if heads.get(b.sig) and base.matching.get(b.sig)
         ]
         return Snapshot(
             buckets,
@@ -594,35 +643,48 @@ class TaskScheduler:
         passes = 0
         backoff = 0.1
         last_pass = float("-inf")
+        last_expire = float("-inf")
+        last_lead = float("-inf")
+        ttl_ms = 0
         due = True
         try:
             while not self.stopping:
                 try:
-                    ttl_ms = self.leader_ttl_ms()
-                    if not self.try_lead(ttl_ms):
-                        if once:
-                            cur = self.leader()
-                            log(
-                                logger,
-                                logging.INFO,
-                                "standby: another scheduler leads",
-                                pool=self.pool,
-                                owner=self.owner,
-                                leader=cur[0] if cur else None,
-                            )
-                            return passes
-                        self._standby_wait(ttl_ms, tick)
-                        due = True  # on taking over, work at once
-                        continue
-                    if due or time.monotonic() - last_pass >= tick:
-                        res = self._pass(always_info=once)
+                    now = time.monotonic()
+                    # renew the lease a few times per ttl, not before every pass: a lapsed
+                    # lease only costs a fenced (refused) commit, never a double booking
+                    if not self.is_leader or now - last_lead >= ttl_ms / 3000:
+                        ttl_ms = self.leader_ttl_ms()
+                        if not self.try_lead(ttl_ms):
+                            if once:
+                                cur = self.leader()
+                                log(
+                                    logger,
+                                    logging.INFO,
+                                    "standby: another scheduler leads",
+                                    pool=self.pool,
+                                    owner=self.owner,
+                                    leader=cur[0] if cur else None,
+                                )
+                                return passes
+                            self._standby_wait(ttl_ms, tick)
+                            due = True  # on taking over, work at once
+                            continue
+                        last_lead = now
+                    if due or now - last_pass >= tick:
+                        # expiry runs on the tick (and while it has a backlog), not on every
+                        # wake-up: a steady submit stream then costs no expiry round trips
+                        expire = once or now - last_expire >= tick
+                        res = self._pass(always_info=once, expire=expire)
                         passes += 1
                         last_pass = time.monotonic()
+                        if expire:
+                            last_expire = now if not res.expired.get("more") else float("-inf")
                         backoff = 0.1
                         if once:
                             return passes
                         if res.more and not res.fenced:
-                            continue  # a full batch (or expiry backlog): renew, go again now
+                            continue  # a full batch (or expiry backlog): go again now
                     left = tick - (time.monotonic() - last_pass)
                     wait = max(0.01, min(left, MAX_BLOCK, ttl_ms / 3000))
                     due = self._wait_wake(wait)
@@ -653,9 +715,9 @@ class TaskScheduler:
             )
         return passes
 
-    def _pass(self, always_info: bool = False) -> AssignResult:
+    def _pass(self, always_info: bool = False, expire: bool = True) -> AssignResult:
         try:
-            res = self.assign(fence=self.epoch if self.epoch is not None else "")
+            res = self.assign(fence=self.epoch if self.epoch is not None else "", expire=expire)
         except Fenced:
             log(
                 logger,
