@@ -203,6 +203,8 @@ def host_worker(url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_
             lat_assign += [a.task.assigned_at - a.task.submitted_at for a in got]  # type: ignore[operator]
             hc.report_many([Report(a.task.id, a.lease_id, "done", None, "ok") for a in got])
             reports += 1
+            if len(got) < per_host:
+                break  # the inbox was empty: a new assignment pushes the wake list
     out.put(("host", {"lat": lat, "lat_assign": lat_assign, "claims": claims,
                       "reports": reports, "cpu_s": cpu_s()}))
 

@@ -26,6 +26,18 @@ local function now_ms()
   return _now
 end
 
+-- an integer as a string: numbers passed to redis.call are formatted with "%.17g" by Redis
+-- 7.0 (a slow float printf per argument); hot paths pass strings instead
+local function I(n)
+  return string.format('%d', n)
+end
+
+local _now_s
+local function now_str()
+  if not _now_s then _now_s = I(now_ms()) end
+  return _now_s
+end
+
 local _cfg
 local function cfg(name)
   if not _cfg then
@@ -47,13 +59,15 @@ local function valid_id(s)
   return type(s) == 'string' and #s >= 1 and #s <= 128 and s:match('^[A-Za-z0-9][A-Za-z0-9._-]*$') ~= nil
 end
 
+local _maxlen
 local function emit(kind, ...)
-  redis.call('XADD', k('events'), 'MAXLEN', '~', cfg('event_maxlen'), '*', 'type', kind, ...)
+  if not _maxlen then _maxlen = I(cfg('event_maxlen')) end
+  redis.call('XADD', k('events'), 'MAXLEN', '~', _maxlen, '*', 'type', kind, ...)
 end
 
 local function wake(list)
   redis.call('LPUSH', list, '1')
-  redis.call('LTRIM', list, 0, 0)
+  redis.call('LTRIM', list, '0', '0')
 end
 
 -- authenticate a host by the sha256 digest of its token; returns the host hash key or nil, err
@@ -95,11 +109,13 @@ end
 -- move a task between status indexes; terminal sets are scored by finish time (expire.lua
 -- trims them to the retention window) and a finished task's keys expire after `retention`
 local TERMINAL = {done = true, failed = true, cancelled = true}
+local _keep
 local function index_status(id, old, new, seq)
   if old then redis.call('ZREM', k('status', old), id) end
   if TERMINAL[new] then
-    local keep = cfg_ms('retention')
-    redis.call('ZADD', k('status', new), now_ms(), id)
+    if not _keep then _keep = I(cfg_ms('retention')) end
+    local keep = _keep
+    redis.call('ZADD', k('status', new), now_str(), id)
     redis.call('PEXPIRE', k('task', id), keep)
     redis.call('PEXPIRE', k('task', id, 'attempts'), keep)
     redis.call('PEXPIRE', k('task', id, 'goal'), keep)
@@ -149,9 +165,9 @@ local function release_device(device_id, id)
   local dk = k('device', device_id)
   local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures')
   if d[1] ~= id then return end
-  redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_ms())
+  redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
   if d[2] == 'idle' and d[3] ~= '1' then
-    redis.call('ZADD', k('idle'), now_ms(), device_id)
+    redis.call('ZADD', k('idle'), now_str(), device_id)
   end
   return tonumber(d[4] or '0')
 end
@@ -166,5 +182,5 @@ local function close_attempt(id, attempt, outcome, extra)
   rec.outcome = outcome
   rec.ended_at = now_ms()
   if extra then for key, v in pairs(extra) do rec[key] = v end end
-  redis.call('LSET', ak, idx, cjson.encode(rec))
+  redis.call('LSET', ak, I(idx), cjson.encode(rec))
 end

@@ -20,6 +20,7 @@ end
 
 local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')
+local now_s, expires_s = now_str(), I(now + claim_ms)
 local out, hosts_alive, inboxes, touched = {}, {}, {}, {}
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
@@ -53,23 +54,24 @@ for i = 0, n - 1 do
   else
     local host_id = v.d[1]
     local attempt = tonumber(v.t[5]) + 1
-    local lease = id .. '-a' .. attempt
-    local expires = now + claim_ms
+    local attempt_s = I(attempt)
+    local lease = id .. '-a' .. attempt_s
     redis.call('ZREM', k('queue', v.t[4]), id)
     touched[v.t[4]] = true
     index_status(id, 'queued', 'assigned', v.t[6])
     redis.call('HSET', k('task', id), 'status', 'assigned', 'host_id', host_id, 'device_id', did,
-      'attempt', attempt, 'lease_id', lease, 'lease_expires_at', expires, 'assigned_at', now,
-      'updated_at', now)
-    redis.call('ZADD', k('leases'), expires, id)
-    redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at', now)
+      'attempt', attempt_s, 'lease_id', lease, 'lease_expires_at', expires_s, 'assigned_at',
+      now_s, 'updated_at', now_s)
+    redis.call('ZADD', k('leases'), expires_s, id)
+    redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
+      now_s)
     redis.call('ZREM', k('idle'), did)
     redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
       host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
     inboxes[host_id] = inboxes[host_id] or {}
     table.insert(inboxes[host_id], id)
-    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt', attempt,
-      'sig', v.t[4], 'queued_ms', now - tonumber(v.t[7]))
+    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt',
+      attempt_s, 'sig', v.t[4], 'queued_ms', I(now - tonumber(v.t[7])))
     out[#out + 1] = 'ok:' .. lease
   end
 end

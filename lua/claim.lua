@@ -11,6 +11,7 @@ if not hk then return err end
 if not max or max < 1 then return fail('INVALID', 'max must be a positive integer') end
 local now = now_ms()
 local ttl = cfg_ms('lease_ttl')
+local now_s, expires_s = now_str(), I(now + ttl)
 local inbox = k('host', host_id, 'inbox')
 local out = {}
 while #out < max do
@@ -20,13 +21,12 @@ while #out < max do
   local t = redis.call('HMGET', tk, 'status', 'host_id', 'lease_expires_at', 'attempt', 'seq',
     'assigned_at', 'submitted_at', 'lease_id', 'device_id')
   if t[1] == 'assigned' and t[2] == host_id and tonumber(t[3]) > now then
-    local expires = now + ttl
-    redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires,
-      'dispatched_at', now, 'updated_at', now)
+    redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires_s,
+      'dispatched_at', now_s, 'updated_at', now_s)
     index_status(id, 'assigned', 'dispatched', t[5])
-    redis.call('ZADD', k('leases'), expires, id)
+    redis.call('ZADD', k('leases'), expires_s, id)
     emit('dispatched', 'task', id, 'lease', t[8], 'host', host_id, 'device', t[9], 'attempt', t[4],
-      'claim_ms', now - tonumber(t[6]), 'since_submit_ms', now - tonumber(t[7]))
+      'claim_ms', I(now - tonumber(t[6])), 'since_submit_ms', I(now - tonumber(t[7])))
     out[#out + 1] = task_flat(id)
   end
 end

@@ -26,6 +26,7 @@ for i = 0, n - 1 do
   end
 end
 local now = now_ms()
+local now_s = now_str()
 local out, freed = {}, false
 for i = 0, n - 1 do
   local b = 4 + i * 5
@@ -72,7 +73,7 @@ for i = 0, n - 1 do
       ran.error = payload
       close_attempt(id, t[8], 'released', ran)
       redis.call('HSET', tk, 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
-        'lease_expires_at', '', 'updated_at', now)
+        'lease_expires_at', '', 'updated_at', now_s)
       redis.call('HINCRBY', tk, 'handbacks', 1)  -- a hand-back does not use up an attempt
       if t[13] and t[13] ~= '' then redis.call('ZADD', k('deadlines'), t[13], id) end
       enqueue(id, t[10], t[9])
@@ -83,7 +84,7 @@ for i = 0, n - 1 do
       ran.failure_kind = kind ~= '' and kind or nil
       close_attempt(id, t[8], outcome, ran)
       redis.call('HSET', tk, 'status', outcome, 'failure_kind', kind, field, payload,
-        'finished_at', now, 'updated_at', now, 'lease_expires_at', '')
+        'finished_at', now_s, 'updated_at', now_s, 'lease_expires_at', '')
       index_status(id, old, outcome, t[9])
       emit(outcome, 'task', id, 'lease', lease, 'host', host_id, 'device', t[7], 'attempt', t[8],
         'failure_kind', kind)

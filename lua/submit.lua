@@ -72,6 +72,7 @@ if depth + fresh > limit then
 end
 
 local now = now_ms()
+local now_s = now_str()
 local seq = fresh > 0 and redis.call('INCRBY', k('seq'), fresh) - fresh or 0
 local sigs = {}
 for i = 0, n - 1 do
@@ -80,16 +81,17 @@ for i = 0, n - 1 do
     local id, kind, goal, wf, driver, tags, prio, maxa, idem, sig, qto =
       ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6],
       ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
-    if maxa == '' then maxa = cfg('max_attempts') end
+    if maxa == '' then maxa = I(cfg('max_attempts')) end
     seq = seq + 1
+    local seq_s = I(seq)
     local tk = k('task', id)
     if #goal > 64 then  -- keep the hash a listpack: long goals live in their own key
       redis.call('SET', k('task', id, 'goal'), goal)
       goal = ''
     end
     redis.call('HSET', tk, 'id', id, 'status', 'queued', 'kind', kind, 'goal', goal,
-      'workflow', wf, 'driver_type', driver, 'tags', tags, 'priority', prio, 'attempt', 0,
-      'max_attempts', maxa, 'seq', seq, 'sig', sig, 'submitted_at', now, 'updated_at', now)
+      'workflow', wf, 'driver_type', driver, 'tags', tags, 'priority', prio, 'attempt', '0',
+      'max_attempts', maxa, 'seq', seq_s, 'sig', sig, 'submitted_at', now_s, 'updated_at', now_s)
     if idem ~= '' then
       redis.call('HSET', tk, 'idempotency_key', idem)
       redis.call('SET', k('idem', idem), id, 'PX', cfg_ms('idempotency_ttl'))
@@ -103,10 +105,10 @@ for i = 0, n - 1 do
     if not sigs[sig] then  -- first (oldest) task of its bucket in this call
       sigs[sig] = true
       redis.call('HSET', k('sig', sig), 'driver_type', driver, 'tags', tags, 'priority', prio)
-      redis.call('ZADD', k('queues'), 'LT', seq, sig)
+      redis.call('ZADD', k('queues'), 'LT', seq_s, sig)
     end
-    redis.call('ZADD', k('queue', sig), seq, id)
-    index_status(id, nil, 'queued', seq)
+    redis.call('ZADD', k('queue', sig), seq_s, id)
+    index_status(id, nil, 'queued', seq_s)
     emit('submitted', 'task', id, 'sig', sig)
   end
 end

@@ -571,8 +571,11 @@ class HostWorker:
                 continue
             for a in claimed:
                 self._start(a)
-            if claimed:
-                continue
+            if len(claimed) >= len(free):
+                continue  # the inbox may hold more: claim again at once
+            # fewer than asked: the inbox was empty (claim drains it up to the max), so an
+            # immediate second claim would be an empty round trip; a later assignment pushes
+            # the wake list, which ends the wait at once
             self._wait_for_work()
 
     def _wait_for_work(self) -> None:
