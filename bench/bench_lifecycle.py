@@ -293,6 +293,9 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
         "pass": f"{asg['commits']:,} / {asg['assigned'] / max(1, asg['commits']):.0f} / "
                 f"{asg['busy_s'] * 1000 / max(1, asg['commits']):.1f}",
         "claims": sum(h["claims"] for h in hosts), "reports": sum(h["reports"] for h in hosts),
+        "cpu_pct": f"redis {redis_cpu_s / t_end:.0%}, producer {prod['cpu_s'] / t_end:.0%}, "
+                   f"scheduler {asg['cpu_s'] / t_end:.0%}, workers "
+                   + " ".join(f"{h['cpu_s'] / t_end:.0%}" for h in hosts),
     }
 
 
@@ -423,7 +426,8 @@ def main() -> None:
                 res = run_listq(rate, duration, args.workers, args.devices)
             results.append((kind, res))
             print(f"  {kind} rate={rate or 'max'}: {res['per_s']:,.0f}/s, p99 {res['p99']:.1f} ms"
-                  f" (load {res['load']:.2f})", flush=True)
+                  f" (load {res['load']:.2f})" + (f"; CPU of one core: {res['cpu_pct']}"
+                                                  if "cpu_pct" in res else ""), flush=True)
     ref = {rate: res for kind, res in ((k, r) for k, r in results if k == "list queue")
            for rate in [res["rate"]]}
     for kind, res in results:
