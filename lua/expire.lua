@@ -51,7 +51,6 @@ local function expire_lease(id)
   -- a queue timeout still applies (it fails at the next tick if it has passed meanwhile)
   if t[13] and t[13] ~= '' then redis.call('ZADD', k('deadlines'), t[13], id) end
   emit('requeued', 'task', id, 'attempt', t[4])
-  wake(k('sched', 'wake'))
   return 'requeued'
 end
 
@@ -85,5 +84,6 @@ end
 for st in pairs(TERMINAL) do
   redis.call('ZREMRANGEBYSCORE', k('status', st), '-inf', now - cfg_ms('retention'))
 end
+if requeued > 0 then wake(k('sched', 'wake')) end
 local more = (#due == limit or #late == limit) and 1 or 0
 return {requeued, failed, cancelled, unsched, more}

@@ -486,6 +486,25 @@ def test_release_requeues_at_original_place(fleet: Any) -> None:
     assert len(events(fleet, "released", first)) == 1
 
 
+def test_release_keeps_queue_deadline_and_does_not_use_an_attempt(fleet: Any) -> None:
+    h = fleet.add_host("h1", ("d1", "android", ()))
+    tid, a = running(fleet, max_attempts=1, queue_timeout=60)
+    keys = fleet.admin.keys
+    deadline = fleet.r.hget(keys.task(tid), "queue_deadline")
+    assert h.release(tid, a.lease_id, "reboot") == "ok:queued"
+    sig = fleet.r.hget(keys.task(tid), "sig")
+    assert fleet.r.zrange(keys.queue(sig), 0, -1) == [tid], "back in its bucket"
+    assert fleet.r.zscore(keys.deadlines, tid) == float(deadline), "its queue timeout holds"
+    # the hand-back did not use up the only attempt: a second attempt may run and expire
+    fleet.admin.set_config("claim_ttl", 0.05)
+    assert lease_of(fleet.admin.commit([(tid, "d1")])[0]).endswith("-a2")
+    time.sleep(0.15)
+    assert fleet.admin.expire()["failed"] == 1
+    t = fleet.client.get(tid)
+    assert (t.status, t.failure_kind, t.handbacks) == (TaskStatus.failed, "lease_expired", 1)
+    assert [x.outcome for x in t.attempts] == ["released", "expired"]
+
+
 def test_report_many_applies_each(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     t1, a1 = running(fleet, "one", "d1")

@@ -32,6 +32,8 @@ key                                type       holds
 ``host:ID:wake``                   list       one-element signal list a worker BLPOPs on
 ``hosts``                          set        every host id
 ``caps``                           hash       device profile ``DRIVER|TAGS`` -> device count
+``devgen``                         string     bumped when a device registers, changes its
+                                              driver type/tags or is removed (scheduler caches)
 ``leases``                         zset       task ids with an active lease, by expiry (ms)
 ``events``                         stream     every transition (capped by ``event_maxlen``)
 ``sched:wake``                     list       one-element signal list the scheduler BLPOPs on
@@ -72,6 +74,10 @@ class Keys:
     @property
     def deadlines(self) -> str:
         return self._k("deadlines")
+
+    @property
+    def devgen(self) -> str:
+        return self._k("devgen")
 
     @property
     def caps(self) -> str:

@@ -295,7 +295,7 @@ class TaskScheduler:
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
         pipe.hget(k.config, "host_timeout")
-        pipe.get(k.prefix + "devgen")
+        pipe.get(k.devgen)
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
