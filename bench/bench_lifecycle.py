@@ -26,13 +26,12 @@ import os
 import time
 from typing import Any
 
-from common import Timer, add_hosts, machine, percentile, private_redis, raw_client, table
+from common import GOAL, Timer, add_hosts, machine, percentile, private_redis, raw_client, table
 from deviceq.client import Client
 from deviceq.host import DeviceReport, HostClient, Report
 from deviceq.keys import Keys
 from deviceq.pool import PoolAdmin
 
-GOAL = "open the settings app, enable wifi, check the connection: ok"  # 60 bytes
 POOL = "bench"
 BACKLOG = 3000  # saturation run: the producer pauses while this many tasks are queued
 CTX = mp.get_context("fork")
@@ -220,6 +219,21 @@ def check_alive(procs: list[Any]) -> None:
             raise RuntimeError(f"bench process {p.name} died with exit code {p.exitcode}")
 
 
+def stop_and_collect(procs: list[Any], stop: Any, out: Any) -> list[Any]:
+    """Tell the processes to stop, take each one's result, and join them."""
+    stop.set()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    return results
+
+
+def kill_stragglers(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+
+
 def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int,
                 workers: int, use_scheduler: bool) -> dict[str, Any]:
     with private_redis() as server:
@@ -261,14 +275,9 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
                     break
                 time.sleep(0.05)
             t_end = time.perf_counter() - t0
-            stop.set()
-            results = [out.get(timeout=60) for _ in procs]
-            for p in procs:
-                p.join(30)
+            results = stop_and_collect(procs, stop, out)
         finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
+            kill_stragglers(procs)
         redis_cpu_s = redis_cpu(r) - cpu0
         done = int(r.zcard(keys.status("done")))
         load = os.getloadavg()[0]
@@ -358,14 +367,9 @@ def run_listq(rate: float | None, duration: float, workers: int, batch: int) -> 
             while r.llen("q") and time.perf_counter() - t0 < duration + 60:
                 time.sleep(0.02)
             t_end = time.perf_counter() - t0
-            stop.set()
-            results = [out.get(timeout=60) for _ in procs]
-            for p in procs:
-                p.join(30)
+            results = stop_and_collect(procs, stop, out)
         finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
+            kill_stragglers(procs)
         redis_cpu_s = redis_cpu(r) - cpu0
         done = int(r.get("done") or 0)
         load = os.getloadavg()[0]

@@ -20,6 +20,7 @@ import random
 from typing import Any
 
 from common import (
+    GOAL,
     Timer,
     add_hosts,
     commandstats,
@@ -36,7 +37,6 @@ from deviceq.host import HostClient, Report
 from deviceq.models import TaskSpec
 from deviceq.pool import PoolAdmin
 
-GOAL = "open the settings app, enable wifi, check the connection: ok"  # 60 bytes
 LONG_GOAL = (GOAL + " ") * 3 + "and then report the measured signal strength as JSON."
 SHAPES: dict[str, dict[str, Any]] = {
     "goal 60 B, driver_type": {"goal": GOAL, "driver_type": "android"},

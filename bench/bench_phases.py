@@ -18,13 +18,12 @@ import pstats
 import time
 from typing import Any
 
-from common import add_hosts, machine, private_redis, raw_client, redis_cpu_s, table
+from common import GOAL, add_hosts, machine, private_redis, raw_client, redis_cpu_s, table
 from deviceq.client import Client
 from deviceq.host import HostClient, Report
 from deviceq.pool import PoolAdmin
 from deviceq.scheduler import TaskScheduler
 
-GOAL = "open the settings app, enable wifi, check the connection: ok"  # 60 bytes
 POOL = "bench"
 PHASES = ("submit", "scheduler", "claim", "report")
 

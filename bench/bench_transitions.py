@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import (
+    GOAL,
     Timer,
     add_hosts,
     commandstats,
@@ -34,8 +35,6 @@ from deviceq.client import Client
 from deviceq.host import DeviceReport, HostClient, Report
 from deviceq.pool import PoolAdmin
 
-GOAL = "open the settings app, enable wifi, check the connection: ok"  # 60 bytes
-assert len(GOAL) == 60
 BATCH = 100
 
 

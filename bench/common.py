@@ -26,6 +26,10 @@ from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.host import DeviceReport, HostClient  # noqa: E402
 from deviceq.pool import PoolAdmin  # noqa: E402
 
+GOAL = "open the settings app, enable wifi, check the connection: ok"
+"""The typical goal every benchmark submits (60 bytes: the task hash stays a listpack)."""
+assert len(GOAL) == 60
+
 # commands a benchmark sends itself around the measured calls: never counted as script work
 CLIENT_SIDE = {"evalsha", "eval", "info", "config", "ping", "script", "hello", "client", "select"}
 
@@ -152,12 +156,16 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
         return str(v)
 
     body = [[fmt(v) for v in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
-              for i, h in enumerate(headers)]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
-              for r in body]
+    widths = [
+        max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)
+    ]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    lines += [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in body
+    ]
     return "\n".join(lines)
 
 
@@ -174,8 +182,9 @@ def add_hosts(
     for h in range(n_hosts):
         host_id = f"h{h:03d}"
         token = admin.add_host(host_id)
-        devs = [DeviceReport(f"{host_id}-d{d:03d}", driver_type, tags)
-                for d in range(devices_per_host)]
+        devs = [
+            DeviceReport(f"{host_id}-d{d:03d}", driver_type, tags) for d in range(devices_per_host)
+        ]
         hc = HostClient(url, admin.pool, host_id, token)
         hc.heartbeat(devs)
         hc.close()
