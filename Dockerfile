@@ -18,7 +18,8 @@ RUN pip install . \
  && mkdir -p /tokens \
  && chown deviceq:deviceq /tokens
 
-# host tokens live in /tokens (a volume shared by the init service and the hosts)
+# a host's token lives in /tokens: in docker-compose.yml a volume of that host's own, written
+# by its token-host-N one-shot (the directory is created here so the volume belongs to deviceq)
 USER deviceq
 ENTRYPOINT ["deviceq"]
 CMD ["--help"]

@@ -34,6 +34,10 @@ def spec_from(data: TaskSpec | Mapping[str, Any]) -> TaskSpec:
     """Validate a submission, turning pydantic's report into one clear InvalidInput."""
     if isinstance(data, TaskSpec):
         return data
+    if not isinstance(data, Mapping):
+        raise InvalidInput(
+            f"a task spec must be a TaskSpec or a mapping (dict), not {type(data).__name__}"
+        )
     try:
         return TaskSpec.model_validate(dict(data))
     except ValidationError as exc:
@@ -45,6 +49,11 @@ def _first_error(exc: ValidationError) -> str:
     where = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
     msg = str(err.get("msg", "invalid input")).removeprefix("Value error, ")
     return f"{where}: {msg}" if where and not msg.startswith("invalid") else msg
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
@@ -106,7 +115,7 @@ class Client(PoolConnection):
                 "goal": goal,
                 "workflow": workflow,
                 "driver_type": driver_type,
-                "tags": list(tags),
+                "tags": tags,  # a bare str is refused, not split into characters
                 "priority": priority,
                 "max_attempts": max_attempts,
                 "idempotency_key": idempotency_key,
@@ -122,6 +131,12 @@ class Client(PoolConnection):
         """Enqueue many tasks; returns their ids in order. Every spec is validated before
         anything is written; each chunk of ``chunk`` tasks is one atomic script call, so a
         QueueFull error leaves earlier chunks submitted and the failing chunk unwritten."""
+        if isinstance(specs, str | bytes | Mapping | TaskSpec):
+            raise InvalidInput(
+                f"submit_many takes a list of task specs, not one {type(specs).__name__}"
+            )
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise InvalidInput(f"chunk must be a positive int, got {chunk!r}")
         validated = [spec_from(s) for s in specs]
         ids: list[str] = []
         for start in range(0, len(validated), chunk):
@@ -149,6 +164,8 @@ class Client(PoolConnection):
 
     def get_many(self, task_ids: Iterable[str]) -> list[ScheduledTask]:
         """Tasks by id, in order, skipping ids that no longer exist (one round trip)."""
+        if isinstance(task_ids, str | bytes):
+            raise InvalidInput("get_many takes a list of task ids, not one id")
         ids = [validate_id(t, "task id") for t in task_ids]
         pipe = self.redis.pipeline(transaction=False)
         for t in ids:
@@ -165,8 +182,18 @@ class Client(PoolConnection):
         self, status: TaskStatus | str | None = None, *, limit: int = 100, offset: int = 0
     ) -> list[ScheduledTask]:
         """Tasks of one status (all statuses when None): queued and active ones oldest first,
-        terminal ones newest first."""
-        statuses = [TaskStatus(status)] if status else list(TaskStatus)
+        terminal ones newest first. ``limit`` >= 1 and ``offset`` >= 0 (else InvalidInput)."""
+        _check_int("limit", limit, 1)
+        _check_int("offset", offset, 0)
+        if status is None:
+            statuses = list(TaskStatus)
+        else:
+            try:
+                statuses = [TaskStatus(status)]
+            except ValueError:
+                raise InvalidInput(
+                    f"unknown status {status!r}; one of: " + ", ".join(TaskStatus)
+                ) from None
         ids: list[str] = []
         for st in statuses:
             key = self.keys.status(st.value)
@@ -190,6 +217,8 @@ class Client(PoolConnection):
         """Cancel a task. Returns ``cancelled`` (ended now: it was queued or not yet claimed),
         ``requested`` (running: its host stops it and reports) or ``already:STATUS``."""
         validate_id(task_id, "task id")
+        if not isinstance(reason, str):
+            raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
         return str(self._run("cancel", [task_id, reason[:500]]))
 
     def wait(self, task_id: str, timeout: float | None = None) -> ScheduledTask:

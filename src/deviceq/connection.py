@@ -4,23 +4,71 @@ scheduler) builds on."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 import redis
 
 from .config import PoolConfig, Settings
+from .errors import ConfigError
 from .keys import Keys
 from .models import validate_id
 from .scripts import Scripts
 
+URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password (everything of the user info but the user name) replaced by
+    ``***``, for messages and logs. Works on malformed URLs too (no scheme, bad port)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, hostpart = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}{sep}{shown}@{hostpart}"
+
+
+def check_redis_url(url: object) -> str:
+    """Return ``url`` if redis-py can use it (``redis://``, ``rediss://`` or ``unix://``, a
+    valid port, a numeric database); raise ConfigError with a one-line reason (the password
+    redacted) otherwise. Nothing is contacted."""
+    from redis.connection import parse_url
+
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError("the Redis URL is empty: give --redis-url or DEVICEQ_REDIS_URL")
+    shown = redact_url(url)
+    if not url.lower().startswith(URL_SCHEMES):
+        hostport = url.rpartition("@")[2].partition("/")[0] or "localhost:6379"
+        raise ConfigError(
+            f"invalid Redis URL {shown!r}: it must start with redis://, rediss:// or unix:// "
+            f"(e.g. {'redis://' + hostport + '/0'!r})"
+        )
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {shown!r}: {exc}") from None
+    if not url.lower().startswith("unix://"):
+        path = url.partition("://")[2].partition("?")[0].partition("#")[0]
+        db = unquote(path.partition("/")[2]) if "/" in path else ""
+        if db not in ("", "/") and not db.strip("/").isdigit():
+            raise ConfigError(
+                f"invalid Redis URL {shown!r}: the database after the host must be a number "
+                f"(e.g. /0), not {db!r}"
+            )
+    return url
+
 
 def connect(url: str) -> redis.Redis:
     """A Redis client for deviceq: decoded responses, health checks, retry on a dropped
-    connection."""
+    connection. A malformed ``url`` raises ConfigError (see :func:`check_redis_url`)."""
     from redis.backoff import ExponentialBackoff
     from redis.retry import Retry
 
     return redis.Redis.from_url(
-        url,
+        check_redis_url(url),
         decode_responses=True,
         health_check_interval=30,
         socket_keepalive=True,

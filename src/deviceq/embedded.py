@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
@@ -22,24 +23,34 @@ def free_port() -> int:
 class RedisServer:
     """Start with ``start()`` (or as a context manager); ``restart()`` keeps port and data
     directory (with ``appendonly=True`` the data survives); ``stop()`` kills it and removes
-    the directory."""
+    the directory. With ``password`` the server requires it (``requirepass``, given in a
+    config file, never on the command line) and ``url`` carries it."""
 
-    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, *, appendonly: bool = False, port: int | None = None, password: str | None = None
+    ) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             raise FileNotFoundError("redis-server is not installed")
         self.port = port or free_port()
         self.appendonly = appendonly
+        if password is not None and (not password or any(c in password for c in '"\\\r\n')):
+            raise ValueError("password: non-empty, without quotes, backslashes or newlines")
+        self.password = password
         self.dir = Path(tempfile.mkdtemp(prefix="deviceq-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        conf = self.dir / "redis.conf"
+        conf.write_text(f'requirepass "{self.password}"\n' if self.password else "")
+        conf.chmod(0o600)
         args = [
-            str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1",
+            str(self.binary), str(conf), "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "everysec", "--logfile", str(self.dir / "redis.log"),
@@ -47,7 +58,7 @@ class RedisServer:
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
         try:
             while True:
                 try:

@@ -1,5 +1,7 @@
 """Prometheus metrics of a pool, served by the scheduler (``deviceq scheduler run
---metrics-port PORT``).
+--metrics-port PORT [--metrics-host ADDR]``). The endpoint listens on 127.0.0.1 unless an
+address is given: metrics name hosts, devices and constraints, so exposing them on every
+interface (``0.0.0.0``, e.g. inside a container whose port is published) is a choice.
 
 Two kinds of series:
 
@@ -12,7 +14,7 @@ Two kinds of series:
   (``requeued``, ``released``), failures by kind (``failed`` by ``failure_kind``, plus
   ``cancelled``), completions by status.
 
->>> handle = serve_metrics(admin, 9108, is_leader=lambda: scheduler.is_leader)
+>>> handle = serve_metrics(admin, 9108, is_leader=lambda: scheduler.is_leader)  # 127.0.0.1
 >>> handle.stop()
 """
 
@@ -32,8 +34,27 @@ from .events import Event, last_event_id, read_events
 from .models import FailureKind
 from .pool import PoolAdmin
 
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                   120.0, 300.0, 600.0, 1800.0)
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+)
+DEFAULT_METRICS_HOST = "127.0.0.1"
+"""Where the endpoint listens unless told otherwise (loopback only)."""
 MAX_SIGNATURES = 1000
 """At most this many queue buckets are exported (oldest heads first), bounding the series."""
 
@@ -47,11 +68,14 @@ class PoolCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         pool = self.admin.pool
-        up = GaugeMetricFamily("deviceq_redis_up", "1 if the last scrape could read Redis",
-                               labels=["pool"])
-        leader = GaugeMetricFamily("deviceq_leader",
-                                   "1 while this scheduler process holds the leader lease",
-                                   labels=["pool"])
+        up = GaugeMetricFamily(
+            "deviceq_redis_up", "1 if the last scrape could read Redis", labels=["pool"]
+        )
+        leader = GaugeMetricFamily(
+            "deviceq_leader",
+            "1 while this scheduler process holds the leader lease",
+            labels=["pool"],
+        )
         try:
             leading = bool(self.is_leader())
         except Exception:  # a broken callback must not break the scrape
@@ -70,31 +94,41 @@ class PoolCollector(Collector):
 
     def _from_redis(self, pool: str) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
-            "deviceq_queue_depth", "queued tasks per constraint signature",
-            labels=["pool", "signature", "driver_type", "tags", "priority"])
+            "deviceq_queue_depth",
+            "queued tasks per constraint signature",
+            labels=["pool", "signature", "driver_type", "tags", "priority"],
+        )
         for b in st.buckets(self.admin, MAX_SIGNATURES):
-            depth.add_metric([pool, b.sig, b.driver_type or "", ",".join(b.tags),
-                              str(b.priority)], float(b.depth))
+            depth.add_metric(
+                [pool, b.sig, b.driver_type or "", ",".join(b.tags), str(b.priority)],
+                float(b.depth),
+            )
         yield depth
-        tasks = GaugeMetricFamily("deviceq_tasks", "tasks per status (terminal: within retention)",
-                                  labels=["pool", "status"])
+        tasks = GaugeMetricFamily(
+            "deviceq_tasks",
+            "tasks per status (terminal: within retention)",
+            labels=["pool", "status"],
+        )
         for name, n in st.status_counts(self.admin).items():
             tasks.add_metric([pool, name], float(n))
         yield tasks
         hosts, devices = st.hosts_and_devices(self.admin)
-        dev = GaugeMetricFamily("deviceq_devices", "devices per effective state",
-                                labels=["pool", "state"])
+        dev = GaugeMetricFamily(
+            "deviceq_devices", "devices per effective state", labels=["pool", "state"]
+        )
         for name, n in st.device_counts(devices).items():
             dev.add_metric([pool, name], float(n))
         yield dev
-        hs = GaugeMetricFamily("deviceq_hosts", "hosts: alive, dead, draining",
-                               labels=["pool", "state"])
+        hs = GaugeMetricFamily(
+            "deviceq_hosts", "hosts: alive, dead, draining", labels=["pool", "state"]
+        )
         hs.add_metric([pool, "alive"], float(sum(h.alive for h in hosts)))
         hs.add_metric([pool, "dead"], float(sum(not h.alive for h in hosts)))
         hs.add_metric([pool, "draining"], float(sum(h.draining for h in hosts)))
         yield hs
-        leases = GaugeMetricFamily("deviceq_active_leases", "tasks holding a lease",
-                                   labels=["pool"])
+        leases = GaugeMetricFamily(
+            "deviceq_active_leases", "tasks holding a lease", labels=["pool"]
+        )
         leases.add_metric([pool], float(self.admin.redis.zcard(self.admin.keys.leases)))
         yield leases
 
@@ -105,31 +139,61 @@ class EventMetrics:
     def __init__(self, registry: CollectorRegistry, pool: str) -> None:
         self.pool = pool
         lp = ["pool"]
-        self.assignments = Counter("deviceq_assignments", "tasks assigned to a device",
-                                   lp, registry=registry)
-        self.dispatches = Counter("deviceq_dispatches", "assignments claimed by their host",
-                                  lp, registry=registry)
-        self.submissions = Counter("deviceq_submissions", "tasks submitted", lp,
-                                   registry=registry)
-        self.expiries = Counter("deviceq_lease_expiries", "leases that expired", lp,
-                                registry=registry)
-        self.retries = Counter("deviceq_retries", "attempts returned to the queue",
-                               ["pool", "reason"], registry=registry)
-        self.failures = Counter("deviceq_failures", "tasks ended failed or cancelled, by kind",
-                                ["pool", "kind"], registry=registry)
-        self.completions = Counter("deviceq_completions", "tasks reaching a terminal status",
-                                   ["pool", "status"], registry=registry)
+        self.assignments = Counter(
+            "deviceq_assignments", "tasks assigned to a device", lp, registry=registry
+        )
+        self.dispatches = Counter(
+            "deviceq_dispatches", "assignments claimed by their host", lp, registry=registry
+        )
+        self.submissions = Counter("deviceq_submissions", "tasks submitted", lp, registry=registry)
+        self.expiries = Counter(
+            "deviceq_lease_expiries", "leases that expired", lp, registry=registry
+        )
+        self.retries = Counter(
+            "deviceq_retries",
+            "attempts returned to the queue",
+            ["pool", "reason"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "deviceq_failures",
+            "tasks ended failed or cancelled, by kind",
+            ["pool", "kind"],
+            registry=registry,
+        )
+        self.completions = Counter(
+            "deviceq_completions",
+            "tasks reaching a terminal status",
+            ["pool", "status"],
+            registry=registry,
+        )
         self.submit_to_assign = Histogram(
-            "deviceq_submit_to_assign_seconds", "time from submission to assignment",
-            lp, buckets=LATENCY_BUCKETS, registry=registry)
+            "deviceq_submit_to_assign_seconds",
+            "time from submission to assignment",
+            lp,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.assign_to_dispatch = Histogram(
-            "deviceq_assign_to_dispatch_seconds", "time from assignment to the host's claim",
-            lp, buckets=LATENCY_BUCKETS, registry=registry)
-        self.events_seen = Counter("deviceq_events", "events read from the stream",
-                                   lp, registry=registry)
+            "deviceq_assign_to_dispatch_seconds",
+            "time from assignment to the host's claim",
+            lp,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.events_seen = Counter(
+            "deviceq_events", "events read from the stream", lp, registry=registry
+        )
         # every series exists (at 0) from the start, so rates and alerts work at once
-        for metric in (self.assignments, self.dispatches, self.submissions, self.expiries,
-                       self.submit_to_assign, self.assign_to_dispatch, self.events_seen):
+        for metric in (
+            self.assignments,
+            self.dispatches,
+            self.submissions,
+            self.expiries,
+            self.submit_to_assign,
+            self.assign_to_dispatch,
+            self.events_seen,
+        ):
             metric.labels(pool)
         for reason in ("lease_expired", "released"):
             self.retries.labels(pool, reason)
@@ -169,8 +233,13 @@ class EventMetrics:
 class MetricsServer:
     """A running metrics endpoint: its port, its registry, and ``stop()``."""
 
-    def __init__(self, admin: PoolAdmin, port: int, is_leader: Callable[[], bool],
-                 addr: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        admin: PoolAdmin,
+        port: int,
+        is_leader: Callable[[], bool],
+        addr: str = DEFAULT_METRICS_HOST,
+    ) -> None:
         self.admin = admin
         self.registry = CollectorRegistry()
         self.registry.register(PoolCollector(admin, is_leader))
@@ -180,16 +249,17 @@ class MetricsServer:
         self.events_read = 0
         self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         self.port = int(self._server.server_port)
-        self._tail = threading.Thread(target=self._run, name="deviceq-metrics-events",
-                                      daemon=True)
+        self.addr = str(self._server.server_address[0])
+        self._tail = threading.Thread(target=self._run, name="deviceq-metrics-events", daemon=True)
         self._tail.start()
 
     def _run(self) -> None:
         backoff = 0.1
         while not self._stop.is_set():
             try:
-                cursor, batch = read_events(self.admin.redis, self.admin.keys, self.cursor,
-                                            block_ms=500)
+                cursor, batch = read_events(
+                    self.admin.redis, self.admin.keys, self.cursor, block_ms=500
+                )
             except redis.RedisError:
                 self._stop.wait(backoff)
                 backoff = min(5.0, backoff * 2)
@@ -223,9 +293,11 @@ def _id_tuple(event_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def serve_metrics(admin: PoolAdmin, port: int, is_leader: Callable[[], bool],
-                  addr: str = "0.0.0.0") -> MetricsServer:
-    """Start the Prometheus endpoint of ``admin``'s pool on ``port`` (0: any free port) in
+def serve_metrics(
+    admin: PoolAdmin, port: int, is_leader: Callable[[], bool], addr: str = DEFAULT_METRICS_HOST
+) -> MetricsServer:
+    """Start the Prometheus endpoint of ``admin``'s pool on ``addr``:``port`` (0: any free
+    port; ``addr`` 127.0.0.1 by default, ``0.0.0.0`` or ``::`` for every interface) in
     background threads and return its handle (callers may ignore it: the threads are daemons).
     ``is_leader`` is called at each scrape for the ``deviceq_leader`` gauge."""
     return MetricsServer(admin, port, is_leader, addr)

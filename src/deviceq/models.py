@@ -9,12 +9,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import InvalidInput
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}$")
+ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+TAG_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}\Z")
+"""Patterns of a whole id / tag. Anchored with ``\\A``/``\\Z`` and used with ``fullmatch``:
+``$`` also matches before a trailing newline, so ``^...$`` with ``re.match`` accepted
+``"android\\n"``."""
 MAX_GOAL_BYTES = 16 * 1024
 MAX_TAGS = 32
 MAX_PRIORITY = 9
@@ -23,41 +26,75 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 M = TypeVar("M", bound=BaseModel)
 
 
+def _shown(value: object) -> str:
+    """A short printable form of a bad value for an error message (one line, at most ~45
+    characters: repr escapes newlines)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(f"{value[:40]}...")
+    text = repr(value)
+    return text if len(text) <= 45 else f"{text[:40]}..."
+
+
 def validate_id(value: object, what: str = "id") -> str:
     """Return ``value`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ -``, not starting with
-    punctuation); raise InvalidInput otherwise. Ids become parts of Redis keys."""
-    if not isinstance(value, str) or not ID_RE.match(value):
-        shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
+    punctuation); raise InvalidInput otherwise (also for ``bytes``: ids are text). Ids become
+    parts of Redis keys."""
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
+        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
         raise InvalidInput(
-            f"invalid {what} {shown!r}: use 1-128 characters from A-Z a-z 0-9 . _ - "
+            f"invalid {what} {_shown(value)}{kind}: use 1-128 characters from A-Z a-z 0-9 . _ - "
             "starting with a letter or digit"
         )
     return value
 
 
 def validate_tag(value: object) -> str:
-    if not isinstance(value, str) or not TAG_RE.match(value):
+    if not isinstance(value, str) or not TAG_RE.fullmatch(value):
+        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
         raise InvalidInput(
-            f"invalid tag {str(value)[:40]!r}: use 1-64 characters from A-Z a-z 0-9 . _ - = / + "
-            "starting with a letter or digit"
+            f"invalid tag {_shown(value)}{kind}: use 1-64 characters from "
+            "A-Z a-z 0-9 . _ - = / + starting with a letter or digit"
         )
     return value
 
 
 def validate_tags(values: Any) -> tuple[str, ...]:
-    """Validate, deduplicate and sort a collection of tags (a comma string is accepted)."""
+    """Validate, deduplicate and sort a collection of tags. A ``str`` is read as a comma list
+    (``"wifi,camera"``): for command-line and config-file values only; the Python API and
+    ``TaskSpec`` use :func:`validate_tag_list`, which refuses a bare string."""
     if values is None:
         return ()
     if isinstance(values, str):
         values = [v for v in values.split(",") if v]
-    tags = sorted({validate_tag(v) for v in values})
+    elif isinstance(values, bytes | bytearray | memoryview):
+        raise InvalidInput(f"tags must be text, not {type(values).__name__}")
+    try:
+        items = list(values)
+    except TypeError:
+        what = type(values).__name__
+        raise InvalidInput(f"tags must be a list of strings, not {what}") from None
+    tags = sorted({validate_tag(v) for v in items})
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"at most {MAX_TAGS} tags, got {len(tags)}")
     return tuple(tags)
 
 
+def validate_tag_list(values: Any) -> tuple[str, ...]:
+    """:func:`validate_tags` for the Python API: a bare ``str`` is refused (``tags="wifi"``
+    is almost always a mistake for ``tags=["wifi"]``; iterating it would give one tag per
+    character). Give a list, tuple or set of tags (or None for no tags)."""
+    if isinstance(values, str):
+        raise InvalidInput(
+            f"tags must be a list of strings, not the str {_shown(values)}: "
+            f"write tags=[{values!r}] (or split a comma list yourself)"
+        )
+    return validate_tags(values)
+
+
 def validate_goal(goal: object) -> str:
-    if not isinstance(goal, str) or not goal.strip():
+    if not isinstance(goal, str):
+        raise InvalidInput(f"goal must be a str, not {type(goal).__name__}")
+    if not goal.strip():
         raise InvalidInput("goal must be a non-empty string")
     size = len(goal.encode())
     if size > MAX_GOAL_BYTES:
@@ -66,18 +103,19 @@ def validate_goal(goal: object) -> str:
 
 
 def _named(what: str) -> Any:
-    return AfterValidator(lambda v: validate_id(v, what))
+    # before pydantic's own str validation: in lax mode it would turn b"x" into "x"
+    return BeforeValidator(lambda v: validate_id(v, what))
 
 
 def _opt_named(what: str) -> Any:
     return BeforeValidator(lambda v: None if v in (None, "") else validate_id(v, what))
 
 
-Tags = Annotated[tuple[str, ...], BeforeValidator(validate_tags)]
-"""Tags: validated, deduplicated, sorted (a comma string is accepted)."""
+Tags = Annotated[tuple[str, ...], BeforeValidator(validate_tag_list)]
+"""Tags: a list/tuple/set of tags, validated, deduplicated, sorted (a bare str is refused)."""
 DriverType = Annotated[str, _named("driver_type")]
 OptDriverType = Annotated[str | None, _opt_named("driver_type")]
-Goal = Annotated[str, AfterValidator(validate_goal)]
+Goal = Annotated[str, BeforeValidator(validate_goal)]
 
 
 class TaskStatus(StrEnum):

@@ -10,16 +10,21 @@ Registering a strategy::
 
     from deviceq.strategies import Snapshot, register_strategy
 
-    @register_strategy("newest_first")
+    @register_strategy("newest_first")  # also sets NewestFirst.name = "newest_first"
     class NewestFirst:
-        name = "newest_first"
-        lookahead = 50  # see up to 50 more tasks per bucket than there are devices
+        lookahead = 100  # see 100 more tasks per bucket than there are idle devices for it
 
         def propose(self, snapshot: Snapshot) -> list[tuple[str, str]]:
             order = sorted(snapshot.tasks(), key=lambda t: -t.seq)
             return snapshot.greedy(order, device_key=lambda d: d.device_id)
 
     TaskScheduler(url, "lab", strategy="newest_first")
+
+Without ``lookahead`` this example would assign the *oldest* task: a snapshot holds, per
+bucket, only as many head (oldest) tasks as there are idle devices able to serve it (see
+:class:`AssignmentStrategy`). With it, it assigns the newest of a bucket's oldest
+idle-devices + 100 tasks. The README's "Writing a strategy" example is the same code, and
+``tests/test_api_hardening.py`` runs it.
 
 A strategy in another installed package is found by name through the entry-point group
 ``deviceq.strategies`` (``name = "package.module:Class"``); no edit to ``scheduler.py`` needed.
@@ -224,22 +229,51 @@ _ENTRY_POINTS_LOADED = {"done": False}
 
 
 def register_strategy(name: str) -> Callable[[Any], Any]:
-    """Class (or zero-argument factory) decorator registering a strategy under ``name``.
-    Registering a name again replaces the earlier strategy."""
+    """Class (or zero-argument factory, or ready object) decorator registering a strategy
+    under ``name``. Registering a name again replaces the earlier strategy.
+
+    The decorator also sets the strategy's ``name`` attribute to ``name`` when it is missing
+    or different (on the class, or on the object; a factory's instances get it when made),
+    so ``strategy.name`` is always the name it is registered and selected by (it appears in
+    the scheduler's log lines). A class registered under several names keeps the last one as
+    its class attribute, and each name's instances carry their own."""
     if not name or not isinstance(name, str):
         raise ConfigError("a strategy name must be a non-empty string")
 
     def deco(obj: Any) -> Any:
-        _REGISTRY[name] = _factory(obj)
+        factory = _factory(obj, name)  # sets an object's name; refuses one without propose
+        if isinstance(obj, type) and getattr(obj, "name", None) != name:
+            cls: Any = obj
+            cls.name = name
+        _REGISTRY[name] = factory
         return obj
 
     return deco
 
 
-def _factory(obj: Any) -> StrategyFactory:
+def _factory(obj: Any, name: str | None = None) -> StrategyFactory:
+    """A zero-argument factory for a class, factory function or ready strategy object; with
+    ``name``, every strategy it makes has ``name`` as its ``name`` attribute."""
+
+    def named(strategy: Any) -> Any:
+        if name is not None and getattr(strategy, "name", None) != name:
+            try:
+                strategy.name = name
+            except (AttributeError, TypeError):
+                try:  # a frozen dataclass and the like
+                    object.__setattr__(strategy, "name", name)
+                except (AttributeError, TypeError):
+                    raise ConfigError(
+                        f"strategy {name!r}: cannot set the name attribute of {strategy!r}"
+                    ) from None
+        return strategy
+
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "propose")):
-        return obj  # type: ignore[no-any-return,unused-ignore]
+        if name is None:
+            return obj  # type: ignore[no-any-return,unused-ignore]
+        return lambda: named(obj())
     if hasattr(obj, "propose"):
+        named(obj)
         return lambda: obj
     raise ConfigError(f"{obj!r} is not an AssignmentStrategy (no propose method)")
 

@@ -16,6 +16,7 @@ import click
 import redis
 
 from ..client import Client
+from ..connection import check_redis_url, redact_url
 from ..errors import DeviceqError
 from ..models import validate_id
 from ..pool import PoolAdmin
@@ -25,19 +26,43 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass
 class Ctx:
-    """What every command gets: where Redis is and which pool; clients made on first use."""
+    """What every command gets: where Redis is and which pool; clients made on first use.
 
-    redis_url: str
+    ``redis_url`` is checked when a command first uses it (a malformed URL raises ConfigError,
+    which every command reports as one line), so commands that never touch Redis (``--help``,
+    ``scheduler strategies``) work whatever ``DEVICEQ_REDIS_URL`` holds."""
+
+    raw_redis_url: str
     pool: str
     log_format: str = "text"
     _client: Client | None = field(default=None, repr=False)
     _admin: PoolAdmin | None = field(default=None, repr=False)
 
     @property
+    def redis_url(self) -> str:
+        """The ``--redis-url``/``DEVICEQ_REDIS_URL`` value, validated (ConfigError if bad)."""
+        return check_redis_url(self.raw_redis_url)
+
+    @property
     def client(self) -> Client:
         if self._client is None:
             self._client = Client(self.redis_url, self.pool)
         return self._client
+
+    def preflight(self, *, need_reachable: bool) -> None:
+        """For daemons, before their retry loops start: one PING, so that a wrong or missing
+        password (never transient) fails at once instead of being retried forever. An
+        unreachable Redis fails too when ``need_reachable`` (one-shot runs); otherwise the
+        daemon starts and waits for it. An ACL that does not allow PING is ignored."""
+        try:
+            self.client.redis.ping()
+        except redis.AuthenticationError:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):
+            if need_reachable:
+                raise
+        except redis.ResponseError:
+            pass
 
     @property
     def admin(self) -> PoolAdmin:
@@ -52,19 +77,53 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_error(exc: BaseException, redis_url: str | None = None) -> str | None:
+    """The one-line message for a deviceq or Redis error (None for any other exception).
+    Never includes a password: Redis URLs are shown redacted."""
+    where = f" at {redact_url(redis_url)}" if redis_url else ""
+    if isinstance(exc, DeviceqError):
+        return _one_line(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, redis.AuthenticationError):
+        if redis_url and "@" not in redis_url:
+            return _one_line(
+                f"Redis{where} requires a password and the URL gives none "
+                f"(redis://:PASSWORD@HOST:PORT/DB in --redis-url / DEVICEQ_REDIS_URL): {exc}"
+            )
+        return _one_line(
+            f"Redis{where} refused the credentials: check the user and password in "
+            f"--redis-url / DEVICEQ_REDIS_URL ({exc})"
+        )
+    if isinstance(exc, redis.TimeoutError):
+        return _one_line(f"Redis{where} did not answer in time: {exc}")
+    if isinstance(exc, redis.ConnectionError):
+        return _one_line(f"cannot reach Redis{where}: {exc}")
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return _one_line(f"Redis{where} refused a command (ACL): {exc}")
+    if isinstance(exc, redis.RedisError):
+        return _one_line(f"Redis error: {exc}")
+    return None
+
+
+def _current_url() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_object(Ctx) if ctx is not None else None
+    return obj.raw_redis_url if obj is not None else None
+
+
 def handle_errors(fn: F) -> F:
-    """Turn deviceq and Redis errors into one line on stderr and a non-zero exit."""
+    """Turn deviceq and Redis errors (bad URL, refused connection, wrong password, timeout,
+    error replies) into one line on stderr and a non-zero exit."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except DeviceqError as exc:
-            fail(f"{type(exc).__name__}: {exc}")
-        except redis.ConnectionError as exc:
-            fail(f"cannot reach Redis: {exc}")
-        except redis.RedisError as exc:
-            fail(f"Redis error: {exc}")
+        except (DeviceqError, redis.RedisError) as exc:
+            fail(describe_error(exc, _current_url()) or str(exc))
 
     return wrapper  # type: ignore[return-value]
 
@@ -74,13 +133,15 @@ def echo_json(data: Any) -> None:
 
 
 class _Group(click.Group):
+    """The root group: whatever command runs, a deviceq or Redis error it lets through ends
+    as one line on stderr and exit 1 (the backstop behind ``handle_errors``)."""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except DeviceqError as exc:
-            fail(f"{type(exc).__name__}: {exc}")
-        except redis.ConnectionError as exc:
-            fail(f"cannot reach Redis: {exc}")
+        except (DeviceqError, redis.RedisError) as exc:
+            obj = ctx.find_object(Ctx)
+            fail(describe_error(exc, obj.raw_redis_url if obj else None) or str(exc))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -120,7 +181,7 @@ def main(ctx: click.Context, redis_url: str, pool: str, log_format: str) -> None
         validate_id(pool, "pool name")
     except DeviceqError as exc:
         fail(str(exc))
-    ctx.obj = Ctx(redis_url=redis_url, pool=pool, log_format=log_format)
+    ctx.obj = Ctx(raw_redis_url=redis_url, pool=pool, log_format=log_format)
 
 
 @main.group()

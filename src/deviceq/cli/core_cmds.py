@@ -27,7 +27,12 @@ def fmt_ms(ms: int | None) -> str:
 @click.argument("goal", required=False)
 @click.option("--workflow", "workflow_name", help="Run this stored workflow instead of a goal.")
 @click.option("--driver-type", help="Only devices of this driver type may run it.")
-@click.option("--tag", "tags", multiple=True, help="Required device capability (repeatable).")
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    help="Required device capability (repeatable; a comma list also works: --tag wifi,camera).",
+)
 @click.option(
     "--priority",
     type=click.IntRange(0, 9),
@@ -89,7 +94,8 @@ def submit(
         goal,
         workflow=workflow_name,
         driver_type=driver_type,
-        tags=tags,
+        # the command line is where a comma list is split (the Python API refuses a bare str)
+        tags=[t for value in tags for t in value.split(",")],
         priority=priority,
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,

@@ -10,6 +10,8 @@ from ..scheduler import DEFAULT_BATCH, DEFAULT_TICK, TaskScheduler
 from ..strategies import DEFAULT_STRATEGY, registered_strategies
 from .app import Ctx, echo_json, handle_errors, host, main, pass_ctx, scheduler
 
+DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.metrics.DEFAULT_METRICS_HOST (imported lazily)
+
 
 @scheduler.command("run")
 @click.option(
@@ -37,6 +39,13 @@ from .app import Ctx, echo_json, handle_errors, host, main, pass_ctx, scheduler
 @click.option(
     "--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus metrics on this port."
 )
+@click.option(
+    "--metrics-host",
+    default=DEFAULT_METRICS_HOST,
+    show_default=True,
+    help="Address the metrics endpoint listens on (0.0.0.0: every interface, e.g. in a "
+    "container whose port is published).",
+)
 @pass_ctx
 @handle_errors
 def scheduler_run(
@@ -47,20 +56,26 @@ def scheduler_run(
     owner: str | None,
     batch: int,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run the scheduler daemon: match queued tasks to idle devices.
 
     Several may run on one pool: one holds the leader lease and works, the others stand by and
     take over when it dies. Woken by submissions, reports and heartbeats; every TICK seconds it
     also expires overdue leases. SIGTERM stops it between passes and releases the lease.
+    A wrong or missing Redis password fails at start; an unreachable Redis fails a --once
+    run and is waited for (with warnings) by the daemon. --metrics-port serves Prometheus
+    metrics on --metrics-host (127.0.0.1 unless told otherwise).
 
     \b
     Example:
       deviceq --pool lab scheduler run --strategy priority_match
       deviceq --pool lab scheduler run --once     # one pass, e.g. from cron or a test
+      deviceq --pool lab scheduler run --metrics-port 9108 --metrics-host 10.0.0.5
     """
     configure(ctx.log_format)
     sched = TaskScheduler(ctx.admin, strategy=strategy, owner=owner, batch=batch)
+    ctx.preflight(need_reachable=once)
     if metrics_port is not None:
         try:
             from ..metrics import serve_metrics
@@ -68,7 +83,12 @@ def scheduler_run(
             raise ConfigError(
                 f"--metrics-port needs the deviceq.metrics module, which is missing ({exc})"
             ) from None
-        serve_metrics(ctx.admin, metrics_port, lambda: sched.is_leader)
+        try:
+            serve_metrics(ctx.admin, metrics_port, lambda: sched.is_leader, addr=metrics_host)
+        except OSError as exc:  # address in use, unknown host, not an address of this machine
+            raise ConfigError(
+                f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc.strerror or exc}"
+            ) from None
     sched.install_signal_handlers()
     sched.run(tick=tick, once=once)
 
