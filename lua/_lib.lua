@@ -1,8 +1,9 @@
--- _lib.lua: helpers prepended to every deviceq script by deviceq/scripts.py (with the
--- pool-config DEFAULTS table generated from deviceq.config.PoolConfig).
+-- _lib.lua: helpers prepended to every deviceq script by deviceq/scripts.py (after the
+-- DEFAULTS and BOUNDS tables generated from deviceq.config.PoolConfig).
 -- KEYS[1] of every script is the pool prefix "dq:{POOL}:"; every other key is derived from it
 -- and carries the same {POOL} hash tag, so all of a pool's keys live in one cluster slot.
 -- Errors are raised as redis.error_reply("CODE message"); deviceq.errors maps CODE to a type.
+-- Every script checks all of its arguments before its first write.
 
 local P = KEYS[1]
 
@@ -38,6 +39,8 @@ local function now_str()
   return _now_s
 end
 
+-- a pool setting: the stored value, or the default when missing or not a number, clamped to
+-- its bounds (a raw HSET of garbage can never break a script half-way)
 local _cfg
 local function cfg(name)
   if not _cfg then
@@ -45,9 +48,13 @@ local function cfg(name)
     local flat = redis.call('HGETALL', k('config'))
     for i = 1, #flat, 2 do _cfg[flat[i]] = flat[i + 1] end
   end
-  local v = _cfg[name]
-  if v == nil or v == '' then v = DEFAULTS[name] end
-  return tonumber(v)
+  local v = tonumber(_cfg[name])
+  if v == nil or v ~= v then v = DEFAULTS[name] end
+  local b = BOUNDS[name]
+  if b then
+    if v < b[1] then v = b[1] elseif v > b[2] then v = b[2] end
+  end
+  return v
 end
 
 -- a duration setting (seconds in the config hash) in ms
@@ -55,8 +62,44 @@ local function cfg_ms(name)
   return math.floor(cfg(name) * 1000)
 end
 
+-- ids (task, device, host, lease, session, driver type, workflow): 1-128 of A-Z a-z 0-9 . _ -
+-- starting with a letter or digit (Lua's $ anchors at the true end: no trailing newline)
 local function valid_id(s)
   return type(s) == 'string' and #s >= 1 and #s <= 128 and s:match('^[A-Za-z0-9][A-Za-z0-9._-]*$') ~= nil
+end
+
+local function valid_tag(s)
+  return #s >= 1 and #s <= 64 and s:match('^[A-Za-z0-9][A-Za-z0-9._=/+-]*$') ~= nil
+end
+
+-- a tag list as stored: '' or comma-separated valid tags, sorted, distinct, at most 32
+local function valid_tags(csv)
+  if type(csv) ~= 'string' then return false end
+  if csv == '' then return true end
+  local prev, n = nil, 0
+  for t in string.gmatch(csv .. ',', '([^,]*),') do
+    if not valid_tag(t) or (prev and t <= prev) then return false end
+    prev, n = t, n + 1
+  end
+  return n <= 32
+end
+
+-- a whole number given as text, within [lo, hi]
+local function int_in(s, lo, hi)
+  if type(s) ~= 'string' or not s:match('^%-?%d+$') then return nil end
+  local n = tonumber(s)
+  if not n or n < lo or n > hi then return nil end
+  return n
+end
+
+-- a decimal number given as text, within [lo, hi]
+local function num_in(s, lo, hi)
+  if type(s) ~= 'string' or not s:match('^%-?%d+%.?%d*$') and not s:match('^%-?%d*%.%d+$') then
+    return nil
+  end
+  local n = tonumber(s)
+  if not n or n ~= n or n < lo or n > hi then return nil end
+  return n
 end
 
 local _maxlen
@@ -70,20 +113,58 @@ local function wake(list)
   redis.call('LTRIM', list, '0', '0')
 end
 
--- authenticate a host by the sha256 digest of its token; returns the host hash key or nil, err
-local function auth_host(host_id, digest)
-  if not valid_id(host_id) then return nil, fail('AUTH', 'unknown host or wrong token') end
+-- tell a host's daemon to act now (cancel requested, quarantine changed, session fenced, host
+-- removed): it blocks on this list between lease renewals; at most 16 pending messages
+local function ctl(host_id, msg)
+  if not host_id or host_id == '' then return end
+  local key = k('host', host_id, 'ctl')
+  redis.call('LPUSH', key, msg)
+  redis.call('LTRIM', key, '0', '15')
+  redis.call('PEXPIRE', key, '600000')
+end
+
+-- authenticate a host call: the host sends its token, Redis keeps only sha1(token), so reading
+-- Redis never yields a usable credential. `session` must be the host's current session (''
+-- only while no daemon session is active). Returns the host hash key, or nil and an error.
+local function auth_host(host_id, token, session)
+  if not valid_id(host_id) then return nil, fail('AUTH', 'malformed host id') end
+  if type(token) ~= 'string' or #token < 16 or #token > 256 then
+    return nil, fail('AUTH', 'wrong token for host ' .. host_id)
+  end
   local hk = k('host', host_id)
-  local stored = redis.call('HGET', hk, 'token_digest')
-  if not stored or stored ~= digest then
-    return nil, fail('AUTH', 'unknown host or wrong token')
+  local h = redis.call('HMGET', hk, 'token_digest', 'session')
+  if not h[1] then
+    return nil, fail('AUTH', 'host ' .. host_id .. ' is not registered in this pool (removed?)')
+  end
+  if h[1] ~= 'sha1:' .. redis.sha1hex(token) then
+    return nil, fail('AUTH', 'wrong token for host ' .. host_id .. ' (rotated?)')
+  end
+  if session == nil then return hk end
+  if (h[2] or '') ~= session then
+    if session == '' then
+      return nil, fail('SUPERSEDED', 'host ' .. host_id .. ' has a daemon session; this call carries none')
+    end
+    return nil, fail('SUPERSEDED', 'session ' .. session .. ' of host ' .. host_id ..
+      ' was superseded by a newer daemon (takeover, restart or token rotation)')
   end
   return hk
 end
 
 local function host_alive(hk)
-  local hb = tonumber(redis.call('HGET', hk, 'last_heartbeat') or '0')
+  local hb = tonumber(redis.call('HGET', hk, 'last_heartbeat') or '0') or 0
   return hb > 0 and now_ms() - hb <= cfg_ms('host_timeout')
+end
+
+-- can the host take new work? true, or the reason it cannot: host_dead (no heartbeat within
+-- host_timeout), host_suspect (one of its leases expired since its last heartbeat),
+-- host_draining (operator drain or daemon shutting down)
+local function host_placeable(hk)
+  local h = redis.call('HMGET', hk, 'last_heartbeat', 'draining', 'stopping', 'suspect')
+  local hb = tonumber(h[1] or '0') or 0
+  if hb <= 0 or now_ms() - hb > cfg_ms('host_timeout') then return 'host_dead' end
+  if h[2] == '1' or h[3] == '1' then return 'host_draining' end
+  if h[4] and h[4] ~= '' then return 'host_suspect' end
+  return true
 end
 
 local function set_of(csv)
@@ -94,7 +175,9 @@ local function set_of(csv)
   return s
 end
 
--- constraints of task hash fields vs device hash fields: true or false, reason
+-- THE constraint rule (deviceq.models.Constraints.matches mirrors it): a device satisfies a
+-- task when the task names no driver type or the same one, and the device has every tag the
+-- task requires. Returns true, or false and the reason.
 local function satisfies(t_driver, t_tags, d_driver, d_tags)
   if t_driver and t_driver ~= '' and t_driver ~= d_driver then
     return false, 'driver_type_mismatch'
@@ -104,6 +187,11 @@ local function satisfies(t_driver, t_tags, d_driver, d_tags)
     if not have[t] then return false, 'missing_tag:' .. t end
   end
   return true
+end
+
+-- the bucket id of a constraint signature (deviceq.models.Constraints.signature mirrors it)
+local function signature(driver, tags, prio)
+  return string.sub(redis.sha1hex(driver .. '|' .. tags .. '|' .. prio), 1, 16)
 end
 
 -- move a task between status indexes; terminal sets are scored by finish time (expire.lua
@@ -119,22 +207,27 @@ local function index_status(id, old, new, seq)
     redis.call('PEXPIRE', k('task', id), keep)
     redis.call('PEXPIRE', k('task', id, 'attempts'), keep)
     redis.call('PEXPIRE', k('task', id, 'goal'), keep)
+    redis.call('HDEL', k('avoid'), id)
   else
     redis.call('ZADD', k('status', new), seq, id)
   end
 end
 
--- put a task into its constraint bucket (keeps its original submission order)
-local function enqueue(id, sig, seq)
-  redis.call('ZADD', k('queue', sig), seq, id)
+-- put a task into its constraint bucket (keeps its original submission order); the bucket's
+-- constraints (sig:SIG) exist exactly while the bucket is non-empty
+local function enqueue(id, sig, seq, driver, tags, prio)
+  if redis.call('ZADD', k('queue', sig), seq, id) == 1 and redis.call('ZCARD', k('queue', sig)) == 1 then
+    redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0')
+  end
   redis.call('ZADD', k('queues'), 'LT', seq, sig)
 end
 
--- after tasks left bucket `sig`: drop it from the bucket index or fix its head score
+-- after tasks left bucket `sig`: drop it (and its constraints) or fix its head score
 local function fix_head(sig)
   local head = redis.call('ZRANGE', k('queue', sig), 0, 0, 'WITHSCORES')
   if #head == 0 then
     redis.call('ZREM', k('queues'), sig)
+    redis.call('DEL', k('sig', sig))
   else
     redis.call('ZADD', k('queues'), head[2], sig)
   end
@@ -158,24 +251,51 @@ local function task_flat(id)
   return flat
 end
 
--- release the device reserved by task id; back among idle candidates if it is idle and healthy
--- returns the device's consecutive failure count (nil when it was not reserved by id)
-local function release_device(device_id, id)
+-- named fields of a hash: {name = value} (nil for missing ones)
+local function hfields(key, names)
+  local vals = redis.call('HMGET', key, unpack(names))
+  local t = {}
+  for i, n in ipairs(names) do t[n] = vals[i] end
+  return t
+end
+
+-- the task fields the lifecycle helpers below need
+local TASK_FIELDS = {'status', 'lease_id', 'lease_expires_at', 'host_id', 'device_id', 'attempt',
+  'max_attempts', 'handbacks', 'seq', 'sig', 'driver_type', 'tags', 'priority', 'queue_deadline',
+  'cancel_requested', 'dispatched_at', 'session', 'avoid_devices', 'avoid_hosts', 'failure_kind',
+  'result', 'error', 'assigned_at', 'submitted_at'}
+
+local function load_task(id)
+  return hfields(k('task', id), TASK_FIELDS)
+end
+
+-- release the device reserved by task id. hold = nil: back among the idle candidates if it is
+-- idle, not quarantined and not held; hold = 'suspect' (its lease expired) or 'refused' (its
+-- host handed the assignment back): out of the candidates until its host's next heartbeat.
+-- Returns the device's consecutive infrastructure failure count (nil when not reserved by id).
+local function release_device(device_id, id, hold)
   if not device_id or device_id == '' then return end
   local dk = k('device', device_id)
-  local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures')
+  local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures', 'held')
   if d[1] ~= id then return end
-  redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
-  if d[2] == 'idle' and d[3] ~= '1' then
-    redis.call('ZADD', k('idle'), now_str(), device_id)
+  if hold then
+    redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str(), 'held', hold,
+      'held_at', now_str())
+    redis.call('ZREM', k('idle'), device_id)
+  else
+    redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
+    if d[2] == 'idle' and d[3] ~= '1' and (not d[5] or d[5] == '') then
+      redis.call('ZADD', k('idle'), now_str(), device_id)
+    end
   end
-  return tonumber(d[4] or '0')
+  return tonumber(d[4] or '0') or 0
 end
 
 -- close the current attempt record (list index attempt-1) with an outcome
 local function close_attempt(id, attempt, outcome, extra)
   local ak = k('task', id, 'attempts')
-  local idx = tonumber(attempt) - 1
+  local idx = (tonumber(attempt) or 0) - 1
+  if idx < 0 then return end
   local raw = redis.call('LINDEX', ak, idx)
   if not raw then return end
   local rec = cjson.decode(raw)
@@ -183,4 +303,88 @@ local function close_attempt(id, attempt, outcome, extra)
   rec.ended_at = now_ms()
   if extra then for key, v in pairs(extra) do rec[key] = v end end
   redis.call('LSET', ak, I(idx), cjson.encode(rec))
+end
+
+-- append `item` to a csv list of at most 8 (oldest dropped), without duplicates
+local function csv_add(csv, item)
+  if not item or item == '' then return csv or '' end
+  local out = {}
+  for v in string.gmatch(csv or '', '[^,]+') do
+    if v ~= item then out[#out + 1] = v end
+  end
+  out[#out + 1] = item
+  while #out > 8 do table.remove(out, 1) end
+  return table.concat(out, ',')
+end
+
+-- remember that task `id` (fields t) lost an attempt on a device and host: a retry prefers
+-- others (anti-affinity, read by the scheduler from the `avoid` hash while the task is queued)
+local function avoid(id, t, device_id, host_id)
+  t.avoid_devices = csv_add(t.avoid_devices, device_id)
+  t.avoid_hosts = csv_add(t.avoid_hosts, host_id)
+  redis.call('HSET', k('task', id), 'avoid_devices', t.avoid_devices, 'avoid_hosts', t.avoid_hosts)
+end
+
+-- the task (fields t, status `old`) returns to `queued` at its original place in submission
+-- order, without a lease; its queue deadline still applies
+local function requeue(id, t, old)
+  redis.call('HSET', k('task', id), 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
+    'lease_expires_at', '', 'session', '', 'updated_at', now_str())
+  enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority)
+  index_status(id, old, 'queued', t.seq)
+  if t.queue_deadline and t.queue_deadline ~= '' then
+    redis.call('ZADD', k('deadlines'), t.queue_deadline, id)
+  end
+  if (t.avoid_devices or '') ~= '' or (t.avoid_hosts or '') ~= '' then
+    redis.call('HSET', k('avoid'), id, (t.avoid_devices or '') .. '|' .. (t.avoid_hosts or ''))
+  end
+end
+
+-- end a task (fields t, status `old`) as done | failed | cancelled; `field` (result or error)
+-- gets `payload`
+local function finish(id, t, old, status, kind, payload, extra_event)
+  local field = status == 'done' and 'result' or 'error'
+  redis.call('HSET', k('task', id), 'status', status, 'failure_kind', kind or '', field, payload or '',
+    'finished_at', now_str(), 'updated_at', now_str(), 'lease_expires_at', '')
+  index_status(id, old, status, t.seq)
+  emit(status, 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
+    t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind or '', unpack(extra_event or {}))
+end
+
+-- end the active lease of task `id` (fields t): out of the lease index, off the host's inbox
+-- if it was not claimed yet
+local function drop_lease(id, t)
+  redis.call('ZREM', k('leases'), id)
+  if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
+    redis.call('LREM', k('host', t.host_id, 'inbox'), 0, id)
+  end
+end
+
+-- a hand-back (the host refused the assignment, shut down, or a dead daemon's attempt was
+-- recovered): the attempt is closed as released and does not use up an attempt; the device is
+-- held until its host's next heartbeat unless `free_device`; past max_handbacks the task fails
+-- as rejected (a bounded loop). A task whose cancel was requested ends cancelled instead.
+-- Returns the new status.
+local function hand_back(id, t, why, free_device)
+  local old = t.status
+  drop_lease(id, t)
+  release_device(t.device_id, id, (not free_device) and 'refused' or nil)
+  close_attempt(id, t.attempt, 'released', {error = why,
+    dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil})
+  if t.cancel_requested == '1' then
+    finish(id, t, old, 'cancelled', 'cancelled', 'cancel requested; ' .. why)
+    return 'cancelled'
+  end
+  local n = redis.call('HINCRBY', k('task', id), 'handbacks', 1)
+  local limit = cfg('max_handbacks')
+  emit('released', 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
+    t.device_id or '', 'attempt', t.attempt or '0', 'handbacks', I(n), 'reason', why)
+  if n > limit then
+    finish(id, t, old, 'failed', 'rejected', 'handed back ' .. n .. ' times (max_handbacks ' ..
+      limit .. '); last: ' .. why)
+    return 'failed'
+  end
+  avoid(id, t, t.device_id, nil)
+  requeue(id, t, old)
+  return 'queued'
 end

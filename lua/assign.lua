@@ -2,15 +2,22 @@
 -- if valid, committed on its own: task queued -> assigned, attempt+1, a lease (claim_ttl),
 -- the device reserved, the assignment filed in the owning host's inbox.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     fence n, then task_id device_id per pair. fence is the scheduler's leader epoch
---          ('' for a manual dispatch): when given it must be the current leader's epoch.
+-- ARGV     fence n(0..10000), then task_id device_id per pair. fence is the scheduler's
+--          leader epoch ('' for a manual dispatch): when given it must be the current
+--          leader's epoch.
+-- Keys     reads leader, config, host:ID, device:ID, task:ID; writes task:ID,
+--          task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
+--          avoid, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
---          task_not_found task_not_queued device_not_found device_reserved device_not_idle
---          device_quarantined host_dead host_draining driver_type_mismatch missing_tag:TAG
+--          invalid_id task_not_found task_not_queued device_not_found device_reserved
+--          device_not_idle device_quarantined device_held host_dead host_draining
+--          host_suspect driver_type_mismatch missing_tag:TAG
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
-local fence, n = ARGV[1], tonumber(ARGV[2])
-if not n or n < 0 or #ARGV ~= 2 + n * 2 then return fail('INVALID', 'bad argument count') end
+local fence = ARGV[1]
+local n = int_in(ARGV[2], 0, 10000)
+if not n or #ARGV ~= 2 + n * 2 then return fail('INVALID', 'bad argument count') end
+if fence ~= '' and not fence:match('^%d+$') then return fail('INVALID', 'fence must be an epoch') end
 if fence ~= '' then
   local cur = redis.call('GET', k('leader'))
   if not cur or cur:match(':(%d+)$') ~= fence then
@@ -21,26 +28,21 @@ end
 local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')
 local now_s, expires_s = now_str(), I(now + claim_ms)
-local out, hosts_alive, inboxes, touched = {}, {}, {}, {}
+local out, hosts_ok, inboxes, touched = {}, {}, {}, {}
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk, dk = k('task', id), k('device', did)
   local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at')
   if not t[1] then return nil, 'task_not_found' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
-  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags')
+  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags', 'held')
   if not d[1] then return nil, 'device_not_found' end
   if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
   if d[4] == '1' then return nil, 'device_quarantined' end
+  if d[7] and d[7] ~= '' then return nil, 'device_held' end
   if d[2] ~= 'idle' then return nil, 'device_not_idle' end
-  local hk = k('host', d[1])
-  if hosts_alive[d[1]] == nil then
-    local h = redis.call('HGET', hk, 'draining')
-    if h == '1' then hosts_alive[d[1]] = 'host_draining'
-    elseif not host_alive(hk) then hosts_alive[d[1]] = 'host_dead'
-    else hosts_alive[d[1]] = true end
-  end
-  if hosts_alive[d[1]] ~= true then return nil, hosts_alive[d[1]] end
+  if hosts_ok[d[1]] == nil then hosts_ok[d[1]] = host_placeable(k('host', d[1])) end
+  if hosts_ok[d[1]] ~= true then return nil, hosts_ok[d[1]] end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
   return {t = t, d = d}
@@ -62,6 +64,7 @@ for i = 0, n - 1 do
     redis.call('HSET', k('task', id), 'status', 'assigned', 'host_id', host_id, 'device_id', did,
       'attempt', attempt_s, 'lease_id', lease, 'lease_expires_at', expires_s, 'assigned_at',
       now_s, 'updated_at', now_s)
+    redis.call('HDEL', k('avoid'), id)
     redis.call('ZADD', k('leases'), expires_s, id)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)

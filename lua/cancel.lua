@@ -1,37 +1,36 @@
 -- cancel.lua: cancel a task. queued: cancelled at once. assigned (no runner started yet):
 -- cancelled at once, reservation released, inbox entry dropped. dispatched: flagged
--- (cancel_requested=1); its host stops the runner and reports `cancelled`, or expiry ends it.
+-- (cancel_requested=1) and its host told at once (host:ID:ctl); the host stops the runner and
+-- reports `cancelled`, or expiry ends it.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     task_id reason
+-- ARGV     task_id reason(at most 500 bytes)
+-- Keys     reads/writes task:ID, task:ID:attempts, queue:SIG, sig:SIG, queues, deadlines,
+--          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, status:*, events,
+--          sched:wake; reads config
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)
--- Errors   NOT_FOUND (no such task), INVALID (malformed id).
+-- Errors   NOT_FOUND (no such task), INVALID (malformed id or reason).
 local id, reason = ARGV[1], ARGV[2]
 if not valid_id(id) then return fail('INVALID', 'malformed task id') end
-local tk = k('task', id)
-local t = redis.call('HMGET', tk, 'status', 'sig', 'seq', 'device_id', 'host_id', 'attempt',
-  'lease_id', 'cancel_requested')
-if not t[1] then return fail('NOT_FOUND', 'no task ' .. id) end
-if TERMINAL[t[1]] then return 'already:' .. t[1] end
-local now = now_ms()
-if t[1] == 'dispatched' then
-  if t[8] ~= '1' then
-    redis.call('HSET', tk, 'cancel_requested', '1', 'updated_at', now)
-    emit('cancel_requested', 'task', id, 'lease', t[7], 'host', t[5], 'device', t[4])
+if #ARGV ~= 2 or #reason > 500 then return fail('INVALID', 'reason must be at most 500 bytes') end
+local t = load_task(id)
+if not t.status then return fail('NOT_FOUND', 'no task ' .. id) end
+if TERMINAL[t.status] then return 'already:' .. t.status end
+if t.status == 'dispatched' then
+  if t.cancel_requested ~= '1' then
+    redis.call('HSET', k('task', id), 'cancel_requested', '1', 'updated_at', now_str())
+    emit('cancel_requested', 'task', id, 'lease', t.lease_id, 'host', t.host_id, 'device', t.device_id)
+    ctl(t.host_id, 'cancel')
   end
   return 'requested'
 end
-if t[1] == 'queued' then
-  dequeue(id, t[2])
+if t.status == 'queued' then
+  dequeue(id, t.sig)
   redis.call('ZREM', k('deadlines'), id)
 else -- assigned: nothing runs yet
-  redis.call('ZREM', k('leases'), id)
-  redis.call('LREM', k('host', t[5], 'inbox'), 0, id)
-  release_device(t[4], id)
-  close_attempt(id, t[6], 'cancelled', {failure_kind = 'cancelled'})
+  drop_lease(id, t)
+  release_device(t.device_id, id, nil)
+  close_attempt(id, t.attempt, 'cancelled', {failure_kind = 'cancelled'})
   wake(k('sched', 'wake'))
 end
-redis.call('HSET', tk, 'status', 'cancelled', 'failure_kind', 'cancelled', 'error', reason,
-  'finished_at', now, 'updated_at', now)
-index_status(id, t[1], 'cancelled', t[3])
-emit('cancelled', 'task', id, 'lease', t[7] or '')
+finish(id, t, t.status, 'cancelled', 'cancelled', reason)
 return 'cancelled'

@@ -1,33 +1,51 @@
 -- claim.lua: the owning host takes up to `max` unexpired assigned attempts from its inbox to
--- `dispatched`, each with a fresh run lease (now + lease_ttl). Exactly one caller gets each.
+-- `dispatched`, each with a fresh run lease (now + lease_ttl, read from the pool config now),
+-- stamped with the claiming session. Exactly one caller gets each.
+-- An assignment whose device was quarantined or held since it was committed is handed back
+-- here (atomically, so the host never sees it; it counts against max_handbacks).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token_digest max
--- Returns  an array of claimed tasks, each a flat field/value array of the task hash.
---          Stale inbox entries (expired, cancelled, reassigned) are dropped silently.
--- Errors   AUTH (unknown host / wrong token), INVALID (bad max).
-local host_id, digest, max = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local hk, err = auth_host(host_id, digest)
+-- ARGV     host_id token session max(1..1000)
+-- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
+--          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
+--          deadlines, avoid, idle, sched:wake; reads config
+-- Returns  {lease_ms, task1, task2, ...}: the lease length granted and the claimed tasks, each
+--          a flat field/value array of the task hash. Stale inbox entries (expired, cancelled,
+--          reassigned) are dropped silently.
+-- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
+--          INVALID (bad max).
+local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
+local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
-if not max or max < 1 then return fail('INVALID', 'max must be a positive integer') end
+local max = int_in(ARGV[4], 1, 1000)
+if not max or #ARGV ~= 4 then return fail('INVALID', 'max must be an integer 1-1000') end
 local now = now_ms()
 local ttl = cfg_ms('lease_ttl')
 local now_s, expires_s = now_str(), I(now + ttl)
 local inbox = k('host', host_id, 'inbox')
-local out = {}
-while #out < max do
+local out = {ttl}
+local refused = false
+while #out <= max do
   local id = redis.call('LPOP', inbox)
   if not id then break end
   local tk = k('task', id)
-  local t = redis.call('HMGET', tk, 'status', 'host_id', 'lease_expires_at', 'attempt', 'seq',
-    'assigned_at', 'submitted_at', 'lease_id', 'device_id')
-  if t[1] == 'assigned' and t[2] == host_id and tonumber(t[3]) > now then
-    redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires_s,
-      'dispatched_at', now_s, 'updated_at', now_s)
-    index_status(id, 'assigned', 'dispatched', t[5])
-    redis.call('ZADD', k('leases'), expires_s, id)
-    emit('dispatched', 'task', id, 'lease', t[8], 'host', host_id, 'device', t[9], 'attempt', t[4],
-      'claim_ms', I(now - tonumber(t[6])), 'since_submit_ms', I(now - tonumber(t[7])))
-    out[#out + 1] = task_flat(id)
+  local t = load_task(id)
+  if t.status == 'assigned' and t.host_id == host_id and (tonumber(t.lease_expires_at) or 0) > now then
+    local d = redis.call('HMGET', k('device', t.device_id), 'quarantined', 'held', 'reserved_by')
+    if d[1] == '1' or (d[2] and d[2] ~= '') or d[3] ~= id then
+      local why = d[1] == '1' and 'device quarantined before the claim' or 'device held before the claim'
+      hand_back(id, t, why, false)
+      refused = true
+    else
+      redis.call('HSET', tk, 'status', 'dispatched', 'lease_expires_at', expires_s,
+        'dispatched_at', now_s, 'updated_at', now_s, 'session', session or '')
+      index_status(id, 'assigned', 'dispatched', t.seq)
+      redis.call('ZADD', k('leases'), expires_s, id)
+      emit('dispatched', 'task', id, 'lease', t.lease_id, 'host', host_id, 'device', t.device_id,
+        'attempt', t.attempt, 'claim_ms', I(now - tonumber(t.assigned_at)), 'since_submit_ms',
+        I(now - tonumber(t.submitted_at)))
+      out[#out + 1] = task_flat(id)
+    end
   end
 end
+if refused then wake(k('sched', 'wake')) end
 return out

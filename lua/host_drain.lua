@@ -1,21 +1,30 @@
--- host_drain.lua: stop (drain) or resume (undrain) new assignments to a host. Work already
--- assigned or running is untouched.
+-- host_drain.lua: stop or resume new assignments to a host. Two separate flags: `draining`
+-- (an operator's drain, kept across daemon restarts) and `stopping` (the host's own daemon is
+-- shutting down; cleared when a daemon starts a new session). Work already assigned or
+-- running is untouched.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id draining(1|0) token_digest('' = operator action, no token needed)
--- Returns  "draining" | "active"
--- Errors   NOT_FOUND (no host), AUTH (a token digest was given and is wrong), INVALID
-local host_id, flag, digest = ARGV[1], ARGV[2], ARGV[3]
+-- ARGV     host_id flag(1|0) who(operator|daemon) token session (daemon only; '' for operator)
+-- Keys     reads/writes host:ID, events, sched:wake; reads config
+-- Returns  "draining" | "active" (the operator flag) or "stopping" | "running" (the daemon's)
+-- Errors   NOT_FOUND (no host), AUTH / SUPERSEDED (daemon: wrong token or session), INVALID
+local host_id, flag, who, token, session = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if not valid_id(host_id) then return fail('INVALID', 'malformed host id') end
-if flag ~= '1' and flag ~= '0' then return fail('INVALID', 'draining must be 1 or 0') end
+if flag ~= '1' and flag ~= '0' then return fail('INVALID', 'flag must be 1 or 0') end
+if who ~= 'operator' and who ~= 'daemon' then return fail('INVALID', 'who must be operator or daemon') end
 local hk = k('host', host_id)
 if redis.call('EXISTS', hk) == 0 then return fail('NOT_FOUND', 'no host ' .. host_id) end
-if digest ~= '' then
-  local ok, err = auth_host(host_id, digest)
+local field = 'draining'
+if who == 'daemon' then
+  local ok, err = auth_host(host_id, token, session or '')
   if not ok then return err end
+  field = 'stopping'
 end
-if redis.call('HGET', hk, 'draining') ~= flag then
-  redis.call('HSET', hk, 'draining', flag)
-  emit(flag == '1' and 'host_draining' or 'host_undrained', 'host', host_id)
+if redis.call('HGET', hk, field) ~= flag then
+  redis.call('HSET', hk, field, flag)
+  local kind = who == 'operator' and (flag == '1' and 'host_draining' or 'host_undrained')
+    or (flag == '1' and 'host_stopping' or 'host_running')
+  emit(kind, 'host', host_id)
   if flag == '0' then wake(k('sched', 'wake')) end
 end
-return flag == '1' and 'draining' or 'active'
+if who == 'operator' then return flag == '1' and 'draining' or 'active' end
+return flag == '1' and 'stopping' or 'running'

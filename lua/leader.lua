@@ -4,8 +4,13 @@
 -- Returns  acquire: {epoch, 1} when `owner` leads (newly or still; epoch is the fencing token
 --          the assign commit checks), {epoch_of_leader, 0, leader_owner} when another leads.
 --          release: 1 if owner was the leader and stepped down, else 0.
-local owner, ttl, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-if not owner:match('^[A-Za-z0-9._-]+$') then return fail('INVALID', 'malformed owner') end
+-- Keys     reads/writes leader, leader:epoch, events; reads config
+-- Errors   INVALID (malformed owner, ttl_ms not 1..3600000, unknown op)
+local owner, op = ARGV[1], ARGV[3]
+local ttl = int_in(ARGV[2], 1, 3600000)
+if not valid_id(owner) or #ARGV ~= 3 then return fail('INVALID', 'malformed owner') end
+if op ~= 'acquire' and op ~= 'release' then return fail('INVALID', 'op must be acquire or release') end
+if not ttl then return fail('INVALID', 'ttl_ms must be an integer 1-3600000') end
 local lk = k('leader')
 local cur = redis.call('GET', lk)
 if op == 'release' then
@@ -16,7 +21,6 @@ if op == 'release' then
   end
   return 0
 end
-if not ttl or ttl < 1 then return fail('INVALID', 'ttl_ms must be positive') end
 if cur then
   local who, epoch = cur:match('^(.*):(%d+)$')
   if who == owner then
@@ -27,5 +31,5 @@ if cur then
 end
 local epoch = redis.call('INCR', k('leader', 'epoch'))
 redis.call('SET', lk, owner .. ':' .. epoch, 'PX', ttl)
-emit('leader_elected', 'owner', owner, 'epoch', epoch)
+emit('leader_elected', 'owner', owner, 'epoch', I(epoch))
 return {epoch, 1}

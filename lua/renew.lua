@@ -1,43 +1,51 @@
--- renew.lua: the current lease holder extends one or more leases by lease_ttl from now.
+-- renew.lua: the current lease holder extends one or more leases by lease_ttl from now (the
+-- pool setting as it is now: a settings change applies at the next renewal of every lease).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token_digest n, then task_id lease_id per lease
--- Returns  per lease a flat pair: {"ok", expires_at_ms} or {"cancel", expires_at_ms} (renewed,
---          and a cancel was requested: stop the runner and report `cancelled`), or
---          {"lost", REASON} with REASON one of not_found superseded expired finished not_owner:
---          the lease is gone and the worker must stop that runner and report nothing.
--- Errors   AUTH (unknown host / wrong token), INVALID (bad arguments).
-local host_id, digest, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local hk, err = auth_host(host_id, digest)
+-- ARGV     host_id token session n(0..10000), then task_id lease_id per lease
+-- Keys     reads host:ID, task:ID, config; writes task:ID, leases
+-- Returns  per lease a flat triple: {"ok", expires_at_ms, lease_ms} or {"cancel", expires_at_ms,
+--          lease_ms} (renewed, and a cancel was requested: stop the runner and report
+--          `cancelled`), or {"lost", REASON, 0} with REASON one of not_found superseded expired
+--          finished not_owner: the lease is gone and the worker must stop that runner and
+--          report nothing.
+-- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
+--          INVALID (bad arguments).
+local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
+local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
-if not n or n < 0 or #ARGV ~= 3 + n * 2 then return fail('INVALID', 'bad argument count') end
+local n = int_in(ARGV[4], 0, 10000)
+if not n or #ARGV ~= 4 + n * 2 then return fail('INVALID', 'bad argument count') end
 for i = 0, n - 1 do
-  if not valid_id(ARGV[4 + i * 2]) or not valid_id(ARGV[5 + i * 2]) then
+  if not valid_id(ARGV[5 + i * 2]) or not valid_id(ARGV[6 + i * 2]) then
     return fail('INVALID', 'malformed task or lease id')
   end
 end
 local now = now_ms()
 local ttl = cfg_ms('lease_ttl')
+local expires_s = I(now + ttl)
 local out = {}
 for i = 0, n - 1 do
-  local id, lease = ARGV[4 + i * 2], ARGV[5 + i * 2]
+  local id, lease = ARGV[5 + i * 2], ARGV[6 + i * 2]
   local tk = k('task', id)
-  local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'lease_expires_at', 'cancel_requested')
+  local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'lease_expires_at',
+    'cancel_requested', 'session')
   local reason
   if not t[1] then reason = 'not_found'
   elseif TERMINAL[t[1]] then reason = t[2] == lease and 'finished' or 'superseded'
   elseif t[1] == 'queued' then reason = 'expired'  -- its lease expired (or was handed back)
   elseif t[2] ~= lease then reason = 'superseded'
   elseif t[3] ~= host_id then reason = 'not_owner'
-  elseif tonumber(t[4]) <= now then reason = 'expired'  -- not revived: the expiry scan ends it
+  elseif t[1] == 'dispatched' and (t[6] or '') ~= (session or '') then reason = 'superseded'
+  elseif (tonumber(t[4]) or 0) <= now then reason = 'expired'  -- not revived: the scan ends it
   end
   if reason then
-    out[#out + 1] = 'lost'; out[#out + 1] = reason
+    out[#out + 1] = 'lost'; out[#out + 1] = reason; out[#out + 1] = 0
   else
-    local expires = now + ttl
-    redis.call('HSET', tk, 'lease_expires_at', expires, 'renewed_at', now)
-    redis.call('ZADD', k('leases'), expires, id)
+    redis.call('HSET', tk, 'lease_expires_at', expires_s, 'renewed_at', now_str())
+    redis.call('ZADD', k('leases'), expires_s, id)
     out[#out + 1] = t[5] == '1' and 'cancel' or 'ok'
-    out[#out + 1] = expires
+    out[#out + 1] = expires_s
+    out[#out + 1] = ttl
   end
 end
 return out

@@ -1,18 +1,22 @@
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV[1]  n, the number of tasks; then 12 fields per task:
---          id kind goal workflow driver_type tags(csv, sorted) priority max_attempts('' = pool
---          default) idempotency_key('' = none) sig queue_timeout_s('' = pool default)
---          reject_unmatched('' = pool setting reject_unmatchable, '1' yes, '0' no)
+-- ARGV[1]  n, the number of tasks (1..10000); then 11 fields per task:
+--          id kind(goal|workflow) goal workflow driver_type('' = any) tags(csv, sorted,
+--          distinct, at most 32) priority(0..9) max_attempts('' = pool default, else 1..1000)
+--          idempotency_key('' = none) queue_timeout_s('' = pool default, else a decimal
+--          0 < s <= 1 year) reject_unmatched('' = pool setting reject_unmatchable, '1' yes, '0' no)
+-- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
+--          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues,
+--          status:queued, events, sched:wake
 -- Returns  a flat array: per task, its id and 1 (created) or 0 (an earlier task with the same
 --          idempotency key, whose id is returned instead).
 -- Errors   QUEUE_FULL (the pool holds max_queue_depth queued tasks), NOT_FOUND (unknown
---          workflow), INVALID (malformed id or field), EXISTS (task id already used),
---          UNMATCHABLE (rejecting unmatched tasks and no registered device could run it; the
---          check reads the `caps` hash of distinct device profiles, not the devices).
-local n = tonumber(ARGV[1])
-local F = 12
-if not n or n < 1 or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
+--          workflow), INVALID (any malformed argument; nothing is written), EXISTS (task id
+--          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
+--          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
+local F = 11
+local n = int_in(ARGV[1], 1, 10000)
+if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
 
 -- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
 local profiles
@@ -30,18 +34,53 @@ local function matchable(driver, tags)
   return false, 'no matching device has tag ' .. best:sub(13)
 end
 
+-- check one task's fields; returns nil or an error reply
+local function check(b)
+  local id, kind, goal, wf, driver, tags = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4],
+    ARGV[b + 5], ARGV[b + 6]
+  if not valid_id(id) then return fail('INVALID', 'malformed task id') end
+  if kind == 'goal' then
+    if #goal < 1 or #goal > 16384 or not goal:match('%S') then
+      return fail('INVALID', 'goal must be 1-16384 bytes and not blank')
+    end
+    if wf ~= '' then return fail('INVALID', 'a goal task names no workflow') end
+  elseif kind == 'workflow' then
+    if not valid_id(wf) then return fail('INVALID', 'malformed workflow name') end
+    if goal ~= '' then return fail('INVALID', 'a workflow task has no goal') end
+  else
+    return fail('INVALID', 'kind must be goal or workflow')
+  end
+  if driver ~= '' and not valid_id(driver) then return fail('INVALID', 'malformed driver_type') end
+  if not valid_tags(tags) then
+    return fail('INVALID', 'tags must be at most 32 valid tags, sorted and distinct, comma-separated')
+  end
+  if not int_in(ARGV[b + 7], 0, 9) then return fail('INVALID', 'priority must be 0-9') end
+  if ARGV[b + 8] ~= '' and not int_in(ARGV[b + 8], 1, 1000) then
+    return fail('INVALID', 'max_attempts must be 1-1000')
+  end
+  if ARGV[b + 9] ~= '' and not valid_id(ARGV[b + 9]) then
+    return fail('INVALID', 'malformed idempotency key')
+  end
+  if ARGV[b + 10] ~= '' and not num_in(ARGV[b + 10], 0.001, 31536000) then
+    return fail('INVALID', 'queue_timeout must be a number of seconds, 0 < s <= 1 year')
+  end
+  local rej = ARGV[b + 11]
+  if rej ~= '' and rej ~= '0' and rej ~= '1' then return fail('INVALID', 'reject_unmatched must be 0 or 1') end
+end
+
 -- validate everything before writing anything
-local fresh, out, seen = 0, {}, {}
+for i = 0, n - 1 do
+  local err = check(1 + i * F)
+  if err then return err end
+end
+local fresh, out, seen, ids = 0, {}, {}, {}
 for i = 0, n - 1 do
   local b = 1 + i * F
   local id, kind, wf, idem = ARGV[b + 1], ARGV[b + 2], ARGV[b + 4], ARGV[b + 9]
-  if not valid_id(id) then return fail('INVALID', 'malformed task id') end
-  if kind ~= 'goal' and kind ~= 'workflow' then return fail('INVALID', 'kind must be goal or workflow') end
   if kind == 'workflow' and redis.call('EXISTS', k('workflow', wf)) == 0 then
     return fail('NOT_FOUND', 'unknown workflow ' .. wf)
   end
-  if not valid_id(ARGV[b + 10]) then return fail('INVALID', 'malformed signature') end
-  local rej = ARGV[b + 12]
+  local rej = ARGV[b + 11]
   if rej == '' then rej = cfg('reject_unmatchable') == 1 and '1' or '0' end
   if rej == '1' then
     local ok, why = matchable(ARGV[b + 5], ARGV[b + 6])
@@ -50,14 +89,14 @@ for i = 0, n - 1 do
     end
   end
   local existing = false
-  if idem ~= '' then
-    if not valid_id(idem) then return fail('INVALID', 'malformed idempotency key') end
-    existing = redis.call('GET', k('idem', idem)) or seen[idem]
-  end
+  if idem ~= '' then existing = redis.call('GET', k('idem', idem)) or seen[idem] end
   if existing then
     out[#out + 1] = existing; out[#out + 1] = 0
   else
-    if redis.call('EXISTS', k('task', id)) == 1 then return fail('EXISTS', 'task id already used ' .. id) end
+    if ids[id] or redis.call('EXISTS', k('task', id)) == 1 then
+      return fail('EXISTS', 'task id already used ' .. id)
+    end
+    ids[id] = true
     if idem ~= '' then seen[idem] = id end
     fresh = fresh + 1
     out[#out + 1] = id; out[#out + 1] = 1
@@ -74,14 +113,15 @@ end
 local now = now_ms()
 local now_s = now_str()
 local seq = fresh > 0 and redis.call('INCRBY', k('seq'), fresh) - fresh or 0
-local sigs = {}
 for i = 0, n - 1 do
   if out[i * 2 + 2] == 1 then
     local b = 1 + i * F
-    local id, kind, goal, wf, driver, tags, prio, maxa, idem, sig, qto =
+    local id, kind, goal, wf, driver, tags, prio, maxa, idem, qto =
       ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6],
-      ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
+      ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
+    prio = I(tonumber(prio))
     if maxa == '' then maxa = I(cfg('max_attempts')) end
+    local sig = signature(driver, tags, prio)
     seq = seq + 1
     local seq_s = I(seq)
     local tk = k('task', id)
@@ -98,16 +138,11 @@ for i = 0, n - 1 do
     end
     local timeout = tonumber(qto ~= '' and qto or cfg('queue_timeout'))
     if timeout and timeout > 0 then
-      local deadline = now + math.floor(timeout * 1000)
+      local deadline = I(now + math.floor(timeout * 1000))
       redis.call('HSET', tk, 'queue_deadline', deadline)
       redis.call('ZADD', k('deadlines'), deadline, id)
     end
-    if not sigs[sig] then  -- first (oldest) task of its bucket in this call
-      sigs[sig] = true
-      redis.call('HSET', k('sig', sig), 'driver_type', driver, 'tags', tags, 'priority', prio)
-      redis.call('ZADD', k('queues'), 'LT', seq_s, sig)
-    end
-    redis.call('ZADD', k('queue', sig), seq_s, id)
+    enqueue(id, sig, seq_s, driver, tags, prio)
     index_status(id, nil, 'queued', seq_s)
     emit('submitted', 'task', id, 'sig', sig)
   end

@@ -7,13 +7,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
 import redis
 
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin, fakeredis_compat
 from deviceq.embedded import RedisServer
+from harness import Deployment
+
+fakeredis_compat.enable()  # redis.sha1hex in fakeredis's Lua, as real Redis has it
 
 
 @pytest.fixture(scope="session")
@@ -72,13 +77,21 @@ class Fleet:
         self.client = Client(r, pool)
         self.admin = PoolAdmin(r, pool)
         self.tokens: dict[str, str] = {}
+        self.snapshots: dict[str, list[DeviceReport]] = {}
 
     def add_host(self, host_id: str, *devices: tuple[str, str, tuple[str, ...]]) -> HostClient:
         token = self.admin.add_host(host_id)
         self.tokens[host_id] = token
         h = HostClient(self.r, self.pool, host_id, token)
-        h.heartbeat([DeviceReport(d, drv, tags) for d, drv, tags in devices])
+        self.snapshots[host_id] = [DeviceReport(d, drv, tags) for d, drv, tags in devices]
+        h.heartbeat(self.snapshots[host_id])
         return h
+
+    def beat(self, *host_ids: str) -> None:
+        """Heartbeat hosts with their snapshot again (proves them alive after a lost lease:
+        their devices return to the candidates)."""
+        for host_id in host_ids or tuple(self.snapshots):
+            self.host(host_id).heartbeat(self.snapshots[host_id])
 
     def host(self, host_id: str) -> HostClient:
         return HostClient(self.r, self.pool, host_id, self.tokens[host_id])
@@ -92,3 +105,13 @@ def fleet(r: redis.Redis, pool: str) -> Fleet:
 @pytest.fixture
 def real_fleet(real_r: redis.Redis, pool: str) -> Fleet:
     return Fleet(real_r, pool)
+
+
+@pytest.fixture
+def deploy(redis_server: Any, pool: str, tmp_path: Path) -> Iterator[Deployment]:
+    d = Deployment(redis_server.url, pool, tmp_path)
+    d.configure(lease_ttl=2.0, claim_ttl=2.0, host_timeout=2.0, quarantine_after=10)
+    try:
+        yield d
+    finally:
+        d.close()

@@ -19,11 +19,37 @@ from deviceq import HostClient, TaskStatus
 from deviceq.cli import main
 from deviceq.embedded import free_port
 
-DESIGN_FIELDS = {"id", "status", "kind", "goal", "workflow", "driver_type", "tags", "attempt",
-                 "max_attempts", "host_id", "device_id", "lease_id", "lease_expires_at",
-                 "failure_kind", "error", "result", "submitted_at", "updated_at", "attempts"}
-ATTEMPT_FIELDS = {"attempt", "lease_id", "host_id", "device_id", "assigned_at", "ended_at",
-                  "outcome", "failure_kind"}
+DESIGN_FIELDS = {
+    "id",
+    "status",
+    "kind",
+    "goal",
+    "workflow",
+    "driver_type",
+    "tags",
+    "attempt",
+    "max_attempts",
+    "host_id",
+    "device_id",
+    "lease_id",
+    "lease_expires_at",
+    "failure_kind",
+    "error",
+    "result",
+    "submitted_at",
+    "updated_at",
+    "attempts",
+}
+ATTEMPT_FIELDS = {
+    "attempt",
+    "lease_id",
+    "host_id",
+    "device_id",
+    "assigned_at",
+    "ended_at",
+    "outcome",
+    "failure_kind",
+}
 
 
 @pytest.fixture
@@ -32,8 +58,12 @@ def cli(real_fleet: Any, redis_server: Any) -> Any:
     runner = CliRunner()
 
     def run(*args: str, env: dict[str, str] | None = None) -> Result:
-        return runner.invoke(main, ["--redis-url", redis_server.url, "--pool", real_fleet.pool,
-                                    *args], env=env, catch_exceptions=False)
+        return runner.invoke(
+            main,
+            ["--redis-url", redis_server.url, "--pool", real_fleet.pool, *args],
+            env=env,
+            catch_exceptions=False,
+        )
 
     run.fleet = real_fleet  # type: ignore[attr-defined]
     return run
@@ -66,15 +96,33 @@ def test_submit_prints_the_id(cli: Any) -> None:
 
 
 def test_submit_json_with_constraints_and_idempotency(cli: Any) -> None:
-    args = ("submit", "take a photo", "--driver-type", "android", "--tag", "wifi", "--tag",
-            "camera", "--max-attempts", "5", "--idempotency-key", "photo-1", "--json")
+    args = (
+        "submit",
+        "take a photo",
+        "--driver-type",
+        "android",
+        "--tag",
+        "wifi",
+        "--tag",
+        "camera",
+        "--max-attempts",
+        "5",
+        "--idempotency-key",
+        "photo-1",
+        "--json",
+    )
     res = cli(*args)
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert set(data) >= DESIGN_FIELDS
-    assert (data["status"], data["goal"], data["driver_type"], data["tags"],
-            data["max_attempts"], data["attempt"]) == ("queued", "take a photo", "android",
-                                                       ["camera", "wifi"], 5, 0)
+    assert (
+        data["status"],
+        data["goal"],
+        data["driver_type"],
+        data["tags"],
+        data["max_attempts"],
+        data["attempt"],
+    ) == ("queued", "take a photo", "android", ["camera", "wifi"], 5, 0)
     again = json.loads(cli(*args).stdout)
     assert again["id"] == data["id"]
     assert cli("submit", "x", "--idempotency-key", "photo-1").stdout.strip() == data["id"]
@@ -88,11 +136,18 @@ def test_submit_workflow(cli: Any) -> None:
     assert "nope" in line
 
 
-@pytest.mark.parametrize("args", [("submit", "g", "--tag", "a:b"), ("submit", "g", "--tag", "{x}"),
-                                  ("submit", ""), ("submit",), ("submit", "g", "--driver-type",
-                                                                "a b"),
-                                  ("submit", "x" * 20000), ("submit", "g", "--idempotency-key",
-                                                            "k*")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "g", "--tag", "a:b"),
+        ("submit", "g", "--tag", "{x}"),
+        ("submit", ""),
+        ("submit",),
+        ("submit", "g", "--driver-type", "a b"),
+        ("submit", "x" * 20000),
+        ("submit", "g", "--idempotency-key", "k*"),
+    ],
+)
 def test_submit_bad_input_one_line_nothing_written(cli: Any, args: tuple[str, ...]) -> None:
     r = cli.fleet.r
     before = sorted(r.scan_iter(match=f"dq:{{{cli.fleet.pool}}}:*"))
@@ -113,11 +168,12 @@ def test_submit_queue_full(cli: Any) -> None:
 def test_task_show_json_all_fields_and_attempts(cli: Any) -> None:
     f = cli.fleet
     h = f.add_host("h1", ("d1", "android", ()))
-    f.admin.set_config("claim_ttl", 0.1)
+    f.admin.set_config("claim_ttl", 1)
     tid = cli("submit", "g", "--max-attempts", "3").stdout.strip()
     f.admin.commit([(tid, "d1")])
-    time.sleep(0.25)
+    time.sleep(1.2)
     f.admin.expire()
+    f.beat()
     f.admin.set_config("claim_ttl", 30)
     lease = f.admin.commit([(tid, "d1")])[0][3:]
     h.claim(1)
@@ -126,9 +182,15 @@ def test_task_show_json_all_fields_and_attempts(cli: Any) -> None:
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert set(data) >= DESIGN_FIELDS
-    assert (data["id"], data["status"], data["result"], data["attempt"], data["host_id"],
-            data["device_id"], data["lease_id"]) == (tid, "done", "the result", 2, "h1", "d1",
-                                                     lease)
+    assert (
+        data["id"],
+        data["status"],
+        data["result"],
+        data["attempt"],
+        data["host_id"],
+        data["device_id"],
+        data["lease_id"],
+    ) == (tid, "done", "the result", 2, "h1", "d1", lease)
     assert data["submitted_at"] <= data["updated_at"]
     assert [a["outcome"] for a in data["attempts"]] == ["expired", "done"]
     assert all(set(a) >= ATTEMPT_FIELDS for a in data["attempts"])
@@ -214,9 +276,23 @@ def test_task_wait_subprocess_returns_when_done(cli: Any, redis_server: Any) -> 
     tid = cli("submit", "g").stdout.strip()
     lease = f.admin.commit([(tid, "d1")])[0][3:]
     h.claim(1)
-    proc = subprocess.Popen([console_script(), "--redis-url", redis_server.url, "--pool", f.pool,
-                             "task", "wait", tid, "--timeout", "30"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            console_script(),
+            "--redis-url",
+            redis_server.url,
+            "--pool",
+            f.pool,
+            "task",
+            "wait",
+            tid,
+            "--timeout",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.5)
         assert proc.poll() is None, "wait blocks while the task runs"
@@ -255,8 +331,12 @@ def test_host_add(cli: Any) -> None:
 
 
 def test_config_get_set(cli: Any) -> None:
-    for key, value in (("max_queue_depth", "50000"), ("max_attempts", "4"),
-                       ("claim_ttl", "12.5"), ("lease_ttl", "90")):
+    for key, value in (
+        ("max_queue_depth", "50000"),
+        ("max_attempts", "4"),
+        ("claim_ttl", "12.5"),
+        ("lease_ttl", "90"),
+    ):
         res = cli("config", "set", key, value)
         assert res.exit_code == 0, res.stderr
         assert res.stdout.split()[0] == key and float(res.stdout.split()[1]) == float(value)
@@ -266,8 +346,12 @@ def test_config_get_set(cli: Any) -> None:
     assert {"max_queue_depth", "max_attempts", "claim_ttl", "lease_ttl"} <= set(every)
     assert every["lease_ttl"] == 90
     before = cli.fleet.admin.get_config()
-    for key, value in (("lease_ttl", "0"), ("max_queue_depth", "lots"), ("max_attempts", "0"),
-                       ("no_such_key", "1")):
+    for key, value in (
+        ("lease_ttl", "0"),
+        ("max_queue_depth", "lots"),
+        ("max_attempts", "0"),
+        ("no_such_key", "1"),
+    ):
         line = one_error_line(cli("config", "set", key, value))
         assert key in line
     assert cli.fleet.admin.get_config() == before
@@ -284,34 +368,62 @@ def test_pool_and_url_from_options_and_environment(real_fleet: Any, redis_server
     exe = console_script()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEQ_")}
     env = {**base_env, "DEVICEQ_REDIS_URL": redis_server.url, "DEVICEQ_POOL": real_fleet.pool}
-    res = subprocess.run([exe, "submit", "from env"], capture_output=True, text=True, env=env,
-                         timeout=60)
+    res = subprocess.run(
+        [exe, "submit", "from env"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     assert real_fleet.client.get(res.stdout.strip()).goal == "from env"
     # options win over the environment
     other = real_fleet.pool + "b"
-    res = subprocess.run([exe, "--pool", other, "submit", "from option"], capture_output=True,
-                         text=True, env=env, timeout=60)
+    res = subprocess.run(
+        [exe, "--pool", other, "submit", "from option"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     tid = res.stdout.strip()
     assert real_fleet.r.hget(f"dq:{{{other}}}:task:{tid}", "goal") == "from option"
     assert not real_fleet.r.exists(f"dq:{{{real_fleet.pool}}}:task:{tid}")
-    res = subprocess.run([exe, "--redis-url", redis_server.url, "--pool", real_fleet.pool,
-                          "task", "show", tid], capture_output=True, text=True, env=base_env,
-                         timeout=60)
+    res = subprocess.run(
+        [exe, "--redis-url", redis_server.url, "--pool", real_fleet.pool, "task", "show", tid],
+        capture_output=True,
+        text=True,
+        env=base_env,
+        timeout=60,
+    )
     assert res.returncode != 0 and "NotFound" in res.stderr
-    res = subprocess.run([exe, "--pool", "bad pool", "submit", "x"], capture_output=True,
-                         text=True, env=env, timeout=60)
+    res = subprocess.run(
+        [exe, "--pool", "bad pool", "submit", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    res = subprocess.run([exe, "--redis-url", dead, "submit", "x"], capture_output=True,
-                         text=True, env=base_env, timeout=60)
+    res = subprocess.run(
+        [exe, "--redis-url", dead, "submit", "x"],
+        capture_output=True,
+        text=True,
+        env=base_env,
+        timeout=60,
+    )
     assert res.returncode != 0
     assert len(res.stderr.strip().splitlines()) == 1 and "Redis" in res.stderr
 
 
 def test_every_core_command_has_help_with_an_example(cli: Any) -> None:
-    for args in (("submit",), ("task", "show"), ("task", "list"), ("task", "cancel"),
-                 ("task", "wait"), ("host", "add"), ("config", "get"), ("config", "set")):
+    for args in (
+        ("submit",),
+        ("task", "show"),
+        ("task", "list"),
+        ("task", "cancel"),
+        ("task", "wait"),
+        ("host", "add"),
+        ("config", "get"),
+        ("config", "set"),
+    ):
         res = cli(*args, "--help")
         assert res.exit_code == 0 and "Example" in res.stdout, args

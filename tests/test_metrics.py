@@ -39,7 +39,7 @@ def test_metrics_match_the_event_stream(real_fleet: Any) -> None:
         assert value(base, "deviceq_leader", pool=pool) == 0
         assert value(base, "deviceq_redis_up", pool=pool) == 1
 
-        f.admin.set_config("claim_ttl", 0.3)
+        f.admin.set_config("claim_ttl", 1)
         done_t = f.client.submit("works", driver_type="android", tags=["wifi"])
         fail_t = f.client.submit("breaks", driver_type="android")
         lost_t = f.client.submit("never claimed", driver_type="ios")
@@ -47,8 +47,10 @@ def test_metrics_match_the_event_stream(real_fleet: Any) -> None:
         gone_t = f.client.submit("cancelled while queued", driver_type="web")
         f.client.submit("waits", driver_type="web")
         time.sleep(0.05)  # a measurable submit -> assign latency
-        assert all(x.startswith("ok:") for x in
-                   f.admin.commit([(done_t, "d1"), (fail_t, "d2"), (lost_t, "d3")]))
+        assert all(
+            x.startswith("ok:")
+            for x in f.admin.commit([(done_t, "d1"), (fail_t, "d2"), (lost_t, "d3")])
+        )
         got = {a.task.id: a for a in h1.claim(5)}
         assert set(got) == {done_t, fail_t}
         assert h1.report(done_t, got[done_t].lease_id, "done") == "ok:done"
@@ -57,7 +59,7 @@ def test_metrics_match_the_event_stream(real_fleet: Any) -> None:
         (b,) = h1.claim(1)
         assert h1.release(back_t, b.lease_id) == "ok:queued"
         f.client.cancel(gone_t)
-        time.sleep(0.4)  # lost_t's claim window passes: an expiry and a requeue
+        time.sleep(1.1)  # lost_t's claim window passes: an expiry and a requeue
         assert f.admin.expire()["requeued"] == 1
         assert h2.claim(1) == []  # its inbox entry is gone with the expired lease
         leading["now"] = True
@@ -74,16 +76,26 @@ def test_metrics_match_the_event_stream(real_fleet: Any) -> None:
     assert value(samples, "deviceq_dispatches_total", pool=pool) == types["dispatched"]
     assert value(samples, "deviceq_submissions_total", pool=pool) == types["submitted"] == 6
     assert value(samples, "deviceq_lease_expiries_total", pool=pool) == types["expired"]
-    assert value(samples, "deviceq_retries_total", pool=pool, reason="lease_expired") == \
-        types["requeued"] == 1
-    assert value(samples, "deviceq_retries_total", pool=pool, reason="released") == \
-        types["released"] == 1
+    assert (
+        value(samples, "deviceq_retries_total", pool=pool, reason="lease_expired")
+        == types["requeued"]
+        == 1
+    )
+    assert (
+        value(samples, "deviceq_retries_total", pool=pool, reason="released")
+        == types["released"]
+        == 1
+    )
     assert value(samples, "deviceq_failures_total", pool=pool, kind="runner_error") == 1
-    assert value(samples, "deviceq_failures_total", pool=pool, kind="cancelled") == \
-        types["cancelled"] == 1
+    assert (
+        value(samples, "deviceq_failures_total", pool=pool, kind="cancelled")
+        == types["cancelled"]
+        == 1
+    )
     assert value(samples, "deviceq_failures_total", pool=pool, kind="lease_expired") == 0
-    assert value(samples, "deviceq_completions_total", pool=pool, status="done") == \
-        types["done"] == 1
+    assert (
+        value(samples, "deviceq_completions_total", pool=pool, status="done") == types["done"] == 1
+    )
     assert value(samples, "deviceq_events_total", pool=pool) == len(events)
 
     queued_ms = [int(e.fields["queued_ms"]) for e in events if e.type == "assigned"]
@@ -102,13 +114,23 @@ def test_metrics_match_the_event_stream(real_fleet: Any) -> None:
     keys = f.client.keys
     for sig in f.r.zrange(keys.queues, 0, -1):
         info = f.r.hgetall(keys.sig(sig))
-        assert value(samples, "deviceq_queue_depth", pool=pool, signature=sig,
-                     driver_type=info["driver_type"], tags=info["tags"],
-                     priority=info["priority"]) == f.r.zcard(keys.queue(sig))
+        assert value(
+            samples,
+            "deviceq_queue_depth",
+            pool=pool,
+            signature=sig,
+            driver_type=info["driver_type"],
+            tags=info["tags"],
+            priority=info["priority"],
+        ) == f.r.zcard(keys.queue(sig))
     depth = sum(v for (n, _), v in samples.items() if n == "deviceq_queue_depth")
     assert depth == f.client.counts()["queued"] == 4  # before, waits, back_t, lost_t
     assert value(samples, "deviceq_tasks", pool=pool, status="failed") == 1
-    assert value(samples, "deviceq_devices", pool=pool, state="idle") == 3
+    # d1's host handed back_t back (held until h1's next heartbeat), d3 lost lost_t's lease
+    # (suspect until h2's next heartbeat): only d2 is an idle candidate
+    assert value(samples, "deviceq_devices", pool=pool, state="idle") == 1
+    assert value(samples, "deviceq_devices", pool=pool, state="held") == 1
+    assert value(samples, "deviceq_devices", pool=pool, state="suspect") == 1
     assert value(samples, "deviceq_hosts", pool=pool, state="alive") == 2
     assert value(samples, "deviceq_active_leases", pool=pool) == 0
 
@@ -138,8 +160,18 @@ def test_metrics_survive_a_redis_restart(private_redis: Any) -> None:
             time.sleep(0.1)
         assert value(up, "deviceq_redis_up", pool="mpool") == 1
         assert value(up, "deviceq_submissions_total", pool="mpool") == 2
-        assert value(up, "deviceq_queue_depth", pool="mpool", signature=next(iter(
-            r.zrange(admin.keys.queues, 0, 0))), driver_type="", tags="", priority="0") == 2
+        assert (
+            value(
+                up,
+                "deviceq_queue_depth",
+                pool="mpool",
+                signature=next(iter(r.zrange(admin.keys.queues, 0, 0))),
+                driver_type="",
+                tags="",
+                priority="0",
+            )
+            == 2
+        )
     finally:
         server.stop()
         r.close()

@@ -28,8 +28,12 @@ def cli(redis_url: str, pool: str) -> Any:
     runner = CliRunner()
 
     def run(*args: str, input: str | None = None) -> Result:
-        return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args],
-                             input=input, catch_exceptions=False)
+        return runner.invoke(
+            main,
+            ["--redis-url", redis_url, "--pool", pool, *args],
+            input=input,
+            catch_exceptions=False,
+        )
 
     return run
 
@@ -60,9 +64,19 @@ def test_help_of_every_command_renders_with_an_example() -> None:
     paths = list(walk(main))
     leaves = [p for p in paths if not isinstance(_resolve(p), click.Group)]
     # the commands this suite owns are all there (others' commands are walked as they land)
-    for must in [("status",), ("events",), ("device", "list"), ("host", "list"),
-                 ("host", "remove"), ("host", "rotate-token"), ("workflow", "put"),
-                 ("workflow", "list"), ("workflow", "show"), ("task", "retry"), ("submit",)]:
+    for must in [
+        ("status",),
+        ("events",),
+        ("device", "list"),
+        ("host", "list"),
+        ("host", "remove"),
+        ("host", "rotate-token"),
+        ("workflow", "put"),
+        ("workflow", "list"),
+        ("workflow", "show"),
+        ("task", "retry"),
+        ("submit",),
+    ]:
         assert must in leaves
     for path in paths:
         res = runner.invoke(main, [*path, "--help"], catch_exceptions=False)
@@ -94,12 +108,13 @@ def test_status_json_field_by_field(real_fleet: Any, cli: Any) -> None:
     f.admin.quarantine("d3")
     t_run = f.client.submit("run me", driver_type="android")
     t_fail = f.client.submit("fail me", driver_type="ios")
-    assert f.admin.commit([(t_run, "d1"), (t_fail, "d2")]) == [f"ok:{t_run}-a1",
-                                                                f"ok:{t_fail}-a1"]
+    assert f.admin.commit([(t_run, "d1"), (t_fail, "d2")]) == [f"ok:{t_run}-a1", f"ok:{t_fail}-a1"]
     claimed = {a.task.id: a for a in h1.claim(5)}
     assert set(claimed) == {t_run, t_fail}
-    assert h1.report(t_fail, claimed[t_fail].lease_id, "failed", "runner_failed",
-                     payload="exit 3") == "ok:failed"
+    assert (
+        h1.report(t_fail, claimed[t_fail].lease_id, "failed", "runner_failed", payload="exit 3")
+        == "ok:failed"
+    )
     t_wait = f.client.submit("wait", driver_type="android")
     t_web = f.client.submit("web one", driver_type="web")
     t_web2 = f.client.submit("web two", driver_type="web")
@@ -107,44 +122,112 @@ def test_status_json_field_by_field(real_fleet: Any, cli: Any) -> None:
     # h2 stops heartbeating: with host_timeout 1.5 s it is dead, h1 (beating now) alive
     time.sleep(max(0.0, 2.0 - (time.monotonic() - h2_beat)))
     f.admin.set_config("host_timeout", 1.5)
-    h1.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "ios", ()),
-                  DeviceReport("d3", "ios", ())])
+    h1.heartbeat(
+        [
+            DeviceReport("d1", "android", ("wifi",)),
+            DeviceReport("d2", "ios", ()),
+            DeviceReport("d3", "ios", ()),
+        ]
+    )
 
     before = f.admin.server_time_ms()
     data = ok_json(cli("status", "--json"))
     assert data["pool"] == f.pool and data["time_ms"] >= before
-    assert data["counts"] == {"queued": 3, "assigned": 0, "dispatched": 1, "done": 0,
-                              "failed": 1, "cancelled": 0}
+    assert data["counts"] == {
+        "queued": 3,
+        "assigned": 0,
+        "dispatched": 1,
+        "done": 0,
+        "failed": 1,
+        "cancelled": 0,
+    }
     queues = {q["sig"]: q for q in data["queues"]}
     android = queues[Constraints(driver_type="android").signature(0)]
     web = queues[Constraints(driver_type="web").signature(0)]
     assert list(queues) == [android["sig"], web["sig"]]  # oldest head first
-    assert android == {**android, "driver_type": "android", "tags": [], "priority": 0,
-                       "depth": 1, "head_task": t_wait, "matching_devices": 2,
-                       "idle_matching": 0, "unmatchable": False}
-    assert web == {**web, "driver_type": "web", "depth": 2, "head_task": t_web,
-                   "matching_devices": 0, "idle_matching": 0, "unmatchable": True}
+    assert android == {
+        **android,
+        "driver_type": "android",
+        "tags": [],
+        "priority": 0,
+        "depth": 1,
+        "head_task": t_wait,
+        "matching_devices": 2,
+        "idle_matching": 0,
+        "unmatchable": False,
+    }
+    assert web == {
+        **web,
+        "driver_type": "web",
+        "depth": 2,
+        "head_task": t_web,
+        "matching_devices": 0,
+        "idle_matching": 0,
+        "unmatchable": True,
+    }
     assert 0 <= web["oldest_wait_ms"] < 60_000
     assert data["unmatchable_tasks"] == 2
     # d1 holds t_run's lease, d2 is idle again after its failed run
-    assert data["devices"] == {"total": 4, "by_state": {
-        "idle": 1, "reserved": 1, "busy": 0, "offline": 0, "quarantined": 1, "host_dead": 1}}
+    assert data["devices"] == {
+        "total": 4,
+        "by_state": {
+            "idle": 1,
+            "reserved": 1,
+            "busy": 0,
+            "offline": 0,
+            "draining": 0,
+            "suspect": 0,
+            "held": 0,
+            "quarantined": 1,
+            "host_dead": 1,
+        },
+    }
     hosts = {h["host_id"]: h for h in data["hosts"]}
     assert hosts["h1"]["alive"] is True and hosts["h1"]["draining"] is False
     assert hosts["h1"]["devices"] == ["d1", "d2", "d3"]
     assert 0 <= hosts["h1"]["heartbeat_age_ms"] < 1500
     assert hosts["h2"]["alive"] is False and hosts["h2"]["heartbeat_age_ms"] >= 1500
-    assert all(set(h) == {"host_id", "alive", "draining", "last_heartbeat", "devices",
-                          "heartbeat_age_ms"} for h in data["hosts"])
+    assert all(
+        set(h)
+        == {
+            "host_id",
+            "alive",
+            "draining",
+            "stopping",
+            "suspect",
+            "session",
+            "session_owner",
+            "last_heartbeat",
+            "devices",
+            "heartbeat_age_ms",
+        }
+        for h in data["hosts"]
+    )
     (lease,) = data["leases"]
-    assert lease == {**lease, "task": t_run, "status": "dispatched", "lease_id": f"{t_run}-a1",
-                     "host_id": "h1", "device_id": "d1", "attempt": 1, "max_attempts": 3}
+    assert lease == {
+        **lease,
+        "task": t_run,
+        "status": "dispatched",
+        "lease_id": f"{t_run}-a1",
+        "host_id": "h1",
+        "device_id": "d1",
+        "attempt": 1,
+        "max_attempts": 3,
+    }
     assert 0 < lease["expires_in_ms"] <= 60_000
     assert lease["expires_at"] == lease["expires_in_ms"] + data["time_ms"]
     (failure,) = data["failures"]
-    assert failure == {"task": t_fail, "failure_kind": "runner_failed", "error": "exit 3",
-                       "finished_at": failure["finished_at"], "attempt": 1, "max_attempts": 3,
-                       "host_id": "h1", "device_id": "d2", "what": "fail me"}
+    assert failure == {
+        "task": t_fail,
+        "failure_kind": "runner_failed",
+        "error": "exit 3",
+        "finished_at": failure["finished_at"],
+        "attempt": 1,
+        "max_attempts": 3,
+        "host_id": "h1",
+        "device_id": "d2",
+        "what": "fail me",
+    }
     assert data["leader"]["owner"] == "sched-A" and data["leader"]["epoch"] >= 1
     assert 0 < data["leader"]["ttl_ms"] <= 10_000
     assert t_web2  # queued behind t_web in the same bucket
@@ -190,8 +273,12 @@ def test_events_json_by_task_since_and_limit(real_fleet: Any, cli: Any) -> None:
 
     after = ok_json(cli("events", "--since", start, "--json"))
     assert [(e["type"], e.get("task")) for e in after] == [
-        ("submitted", tid), ("submitted", other), ("assigned", tid), ("dispatched", tid),
-        ("done", tid)]
+        ("submitted", tid),
+        ("submitted", other),
+        ("assigned", tid),
+        ("dispatched", tid),
+        ("done", tid),
+    ]
     first2 = ok_json(cli("events", "--since", start, "--limit", "2", "--json"))
     assert [e["id"] for e in first2] == [e["id"] for e in after[:2]]
     last2 = ok_json(cli("events", "--limit", "2", "--json"))
@@ -208,8 +295,19 @@ def test_events_follow_streams_new_events(real_fleet: Any, redis_url: str) -> No
     f = real_fleet
     env = {**os.environ, "DEVICEQ_REDIS_URL": redis_url, "DEVICEQ_POOL": f.pool}
     proc = subprocess.Popen(  # a real process: `events --follow` blocks on the stream
-        [sys.executable, "-c", "from deviceq.cli import main; main()", "events", "--follow",
-         "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        [
+            sys.executable,
+            "-c",
+            "from deviceq.cli import main; main()",
+            "events",
+            "--follow",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     watchdog = threading.Timer(30, proc.kill)  # a hang fails the test instead of blocking it
     watchdog.start()
     try:
@@ -238,10 +336,17 @@ def test_device_and_host_lists_json(real_fleet: Any, cli: Any) -> None:
     f.admin.quarantine("d3")
     devs = {d["device_id"]: d for d in ok_json(cli("device", "list", "--json"))}
     assert set(devs) == {"d1", "d2", "d3"}
-    assert devs["d1"] == {**devs["d1"], "host_id": "h1", "driver_type": "android",
-                          "tags": ["camera", "wifi"], "state": "idle", "reserved_by": tid,
-                          "quarantined": False, "consecutive_failures": 0,
-                          "effective_state": "reserved"}
+    assert devs["d1"] == {
+        **devs["d1"],
+        "host_id": "h1",
+        "driver_type": "android",
+        "tags": ["camera", "wifi"],
+        "state": "idle",
+        "reserved_by": tid,
+        "quarantined": False,
+        "consecutive_failures": 0,
+        "effective_state": "reserved",
+    }
     assert devs["d2"]["effective_state"] == "idle" and devs["d2"]["reserved_by"] is None
     assert devs["d3"]["effective_state"] == "quarantined" and devs["d3"]["quarantined"] is True
     only = ok_json(cli("device", "list", "--host", "h1", "--state", "idle", "--json"))
@@ -253,8 +358,18 @@ def test_device_and_host_lists_json(real_fleet: Any, cli: Any) -> None:
     assert hosts["h1"]["devices"] == ["d1", "d2"] and hosts["h1"]["alive"] is True
     assert hosts["h2"]["devices"] == ["d3"] and hosts["h2"]["draining"] is False
     for x in hosts.values():
-        assert set(x) == {"host_id", "alive", "draining", "last_heartbeat", "devices",
-                          "heartbeat_age_ms"}
+        assert set(x) == {
+            "host_id",
+            "alive",
+            "draining",
+            "stopping",
+            "suspect",
+            "session",
+            "session_owner",
+            "last_heartbeat",
+            "devices",
+            "heartbeat_age_ms",
+        }
     digest = f.r.hget(f.client.keys.host("h1"), "token_digest")
     assert digest and digest not in out.stdout and f.tokens["h1"] not in out.stdout
     assert "token" not in out.stdout
@@ -291,22 +406,37 @@ def test_host_remove_and_rotate_token(real_fleet: Any, cli: Any) -> None:
 # -- workflows ---------------------------------------------------------------------------------
 def test_workflow_put_list_show(real_fleet: Any, cli: Any, tmp_path: Path) -> None:
     y = tmp_path / "smoke.yaml"
-    y.write_text("name: smoke\ndescription: quick check\nsteps:\n"
-                 "  - {name: launch, goal: open the app}\n  - goal: log in\n")
+    y.write_text(
+        "name: smoke\ndescription: quick check\nsteps:\n"
+        "  - {name: launch, goal: open the app}\n  - goal: log in\n"
+    )
     assert ok_json(cli("workflow", "put", str(y), "--json")) == [{"name": "smoke", "steps": 2}]
     j = tmp_path / "more.json"
-    j.write_text(json.dumps([{"name": "a1", "steps": [{"goal": "x"}]},
-                             {"name": "b2", "steps": [{"goal": "y"}, {"goal": "z"}]}]))
+    j.write_text(
+        json.dumps(
+            [
+                {"name": "a1", "steps": [{"goal": "x"}]},
+                {"name": "b2", "steps": [{"goal": "y"}, {"goal": "z"}]},
+            ]
+        )
+    )
     res = cli("workflow", "put", str(j))
-    assert res.stdout.splitlines() == ["stored workflow a1 (1 steps)",
-                                       "stored workflow b2 (2 steps)"]
+    assert res.stdout.splitlines() == [
+        "stored workflow a1 (1 steps)",
+        "stored workflow b2 (2 steps)",
+    ]
     listed = ok_json(cli("workflow", "list", "--json"))
-    assert listed == [{"name": "a1", "description": None, "steps": 1},
-                      {"name": "b2", "description": None, "steps": 2},
-                      {"name": "smoke", "description": "quick check", "steps": 2}]
+    assert listed == [
+        {"name": "a1", "description": None, "steps": 1},
+        {"name": "b2", "description": None, "steps": 2},
+        {"name": "smoke", "description": "quick check", "steps": 2},
+    ]
     shown = ok_json(cli("workflow", "show", "smoke", "--json"))
-    assert shown == {"name": "smoke", "description": "quick check",
-                     "steps": [{"name": "launch", "goal": "open the app"}, {"goal": "log in"}]}
+    assert shown == {
+        "name": "smoke",
+        "description": "quick check",
+        "steps": [{"name": "launch", "goal": "open the app"}, {"goal": "log in"}],
+    }
     as_yaml = cli("workflow", "show", "smoke").stdout
     assert cli("workflow", "put", "-", input=as_yaml).exit_code == 0  # round trip via stdin
     assert ok_json(cli("workflow", "show", "smoke", "--json")) == shown
@@ -316,8 +446,9 @@ def test_workflow_put_list_show(real_fleet: Any, cli: Any, tmp_path: Path) -> No
     one_line_error(cli("workflow", "put", str(bad)), "steps")
     bad.write_text("name: ok1\nsteps: [{goal: x}]\n---\n")
     one_line_error(cli("workflow", "put", str(bad)), "YAML")
-    bad.write_text("- name: good\n  steps: [{goal: x}]\n"
-                   "- name: 'bad name!'\n  steps: [{goal: y}]\n")
+    bad.write_text(
+        "- name: good\n  steps: [{goal: x}]\n- name: 'bad name!'\n  steps: [{goal: y}]\n"
+    )
     one_line_error(cli("workflow", "put", str(bad)), "workflow 2", "name")
     assert "good" not in real_fleet.client.list_workflows()  # all validated before any stored
     one_line_error(cli("workflow", "show", "nope"), "NotFound")
@@ -328,8 +459,9 @@ def test_task_retry_copies_the_task(real_fleet: Any, cli: Any) -> None:
     f = real_fleet
     h = f.add_host("h1", ("d1", "android", ("wifi",)))
     f.client.put_workflow({"name": "wf", "steps": [{"goal": "s1"}]})
-    tid = f.client.submit(workflow="wf", driver_type="android", tags=["wifi"], priority=4,
-                          max_attempts=2)
+    tid = f.client.submit(
+        workflow="wf", driver_type="android", tags=["wifi"], priority=4, max_attempts=2
+    )
     f.admin.commit([(tid, "d1")])
     (a,) = h.claim(1)
     one_line_error(cli("task", "retry", tid), "dispatched", "only failed or cancelled")
@@ -337,10 +469,20 @@ def test_task_retry_copies_the_task(real_fleet: Any, cli: Any) -> None:
     out = ok_json(cli("task", "retry", tid, "--json"))
     assert out["retry_of"] == tid and out["id"] != tid
     new = out["task"]
-    assert new == {**new, "id": out["id"], "status": "queued", "kind": "workflow",
-                   "workflow": "wf", "goal": None, "driver_type": "android",
-                   "tags": ["wifi"], "priority": 4, "max_attempts": 2, "attempt": 0,
-                   "failure_kind": None}
+    assert new == {
+        **new,
+        "id": out["id"],
+        "status": "queued",
+        "kind": "workflow",
+        "workflow": "wf",
+        "goal": None,
+        "driver_type": "android",
+        "tags": ["wifi"],
+        "priority": 4,
+        "max_attempts": 2,
+        "attempt": 0,
+        "failure_kind": None,
+    }
     assert f.client.get(tid).status.value == "failed"  # the original is untouched
 
     cancelled = f.client.submit("g", tags=["wifi"])
@@ -356,12 +498,18 @@ def test_task_retry_copies_the_task(real_fleet: Any, cli: Any) -> None:
 def test_submit_file_bulk(real_fleet: Any, cli: Any, tmp_path: Path) -> None:
     f = real_fleet
     f.client.put_workflow({"name": "wf", "steps": [{"goal": "s1"}]})
-    lines = [{"goal": f"goal {i}", "driver_type": "android", "tags": ["wifi"], "priority": i % 3}
-             for i in range(1200)]
+    lines = [
+        {"goal": f"goal {i}", "driver_type": "android", "tags": ["wifi"], "priority": i % 3}
+        for i in range(1200)
+    ]
     lines.append({"workflow": "wf", "max_attempts": 5, "idempotency_key": "k1"})
     p = tmp_path / "tasks.jsonl"
-    p.write_text("\n".join(json.dumps(x) for x in lines[:600]) + "\n\n"
-                 + "\n".join(json.dumps(x) for x in lines[600:]) + "\n")
+    p.write_text(
+        "\n".join(json.dumps(x) for x in lines[:600])
+        + "\n\n"
+        + "\n".join(json.dumps(x) for x in lines[600:])
+        + "\n"
+    )
     ids = ok_json(cli("submit", "--file", str(p), "--json"))
     assert len(ids) == 1201 and len(set(ids)) == 1201
     tasks = f.client.get_many(ids)
@@ -399,8 +547,9 @@ def test_submit_file_bulk(real_fleet: Any, cli: Any, tmp_path: Path) -> None:
     assert f.client.get(sid).goal == "from stdin"
 
 
-def test_submit_file_queue_full_reports_what_was_submitted(real_fleet: Any, cli: Any,
-                                                            tmp_path: Path) -> None:
+def test_submit_file_queue_full_reports_what_was_submitted(
+    real_fleet: Any, cli: Any, tmp_path: Path
+) -> None:
     f = real_fleet
     f.admin.set_config("max_queue_depth", 700)
     p = tmp_path / "t.jsonl"

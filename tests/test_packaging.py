@@ -29,8 +29,9 @@ def test_scripts_load_from_the_source_checkout(real_r: redis.Redis, pool: str) -
     folder = lua_dir()
     assert sorted(p.name for p in folder.glob("*.lua")) == REPO_SCRIPTS
     assert set(names()) == {n[:-4] for n in REPO_SCRIPTS if not n.startswith("_")}
-    assert {"submit", "heartbeat", "assign", "claim", "renew", "report", "expire",
-            "cancel"} <= set(names())
+    assert {"submit", "heartbeat", "assign", "claim", "renew", "report", "expire", "cancel"} <= set(
+        names()
+    )
     for name in names():
         text = source(name)
         assert text.startswith("local DEFAULTS = {") and "local function k(" in text
@@ -41,34 +42,70 @@ def test_scripts_load_from_the_source_checkout(real_r: redis.Redis, pool: str) -
 
 
 @pytest.mark.slow
-def test_scripts_load_from_an_installed_wheel(tmp_path: Path, redis_server: Any,
-                                              pool: str) -> None:
+def test_scripts_load_from_an_installed_wheel(tmp_path: Path, redis_server: Any, pool: str) -> None:
     dist = tmp_path / "dist"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
-        capture_output=True, text=True, timeout=300)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr
     (wheel,) = dist.glob("deviceq-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        packed = sorted(Path(n).name for n in zf.namelist()
-                        if n.startswith("deviceq/lua/") and n.endswith(".lua"))
+        packed = sorted(
+            Path(n).name
+            for n in zf.namelist()
+            if n.startswith("deviceq/lua/") and n.endswith(".lua")
+        )
     assert packed == REPO_SCRIPTS, "the wheel carries every script as deviceq/lua/*.lua"
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True,
-                               check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # install the wheel itself (no deps); the dependencies come from this test's environment,
     # appended after the fresh site-packages so the wheel's deviceq wins over the editable one
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q",
-         str(wheel)], capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if install.returncode != 0 and "no such option: --python" in install.stderr:
         install = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
-             str(wheel)], capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "-q",
+                "--target",
+                str(site),
+                str(wheel),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert install.returncode == 0, install.stderr
     (site / "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
@@ -81,8 +118,9 @@ def test_scripts_load_from_an_installed_wheel(tmp_path: Path, redis_server: Any,
                           "names": list(names()), "tid": tid}}))
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    run = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path, env=env)
+    run = subprocess.run(
+        [str(py), "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert Path(out["file"]).resolve().is_relative_to(site.resolve()), out["file"]

@@ -97,8 +97,10 @@ def live_group_members(pgid: int) -> list[int]:
 
 
 def test_command_success_result_is_output_tail_and_env_is_set(tmp_path: Path) -> None:
-    r = CommandRunner("sh -c 'echo $DEVICEQ_GOAL/$DEVICEQ_DEVICE_ID/$DEVICEQ_DRIVER_TYPE/"
-                      "$DEVICEQ_TAGS/$DEVICEQ_TASK_ID/$DEVICEQ_ATTEMPT; echo err >&2'")
+    r = CommandRunner(
+        "sh -c 'echo $DEVICEQ_GOAL/$DEVICEQ_DEVICE_ID/$DEVICEQ_DRIVER_TYPE/"
+        "$DEVICEQ_TAGS/$DEVICEQ_TASK_ID/$DEVICEQ_ATTEMPT; echo err >&2'"
+    )
     out = r(make_task("open settings"))
     assert out.ok
     assert out.text == "open settings/d1/android/wifi,cam/t1/2\nerr\n"
@@ -119,9 +121,43 @@ def test_command_placeholders_are_shell_quoted_and_goal_is_not_run_by_a_shell(
     assert out.ok and out.text == "made\n" and marker.exists()
 
 
+@pytest.mark.parametrize("goal", ["$(id)", "`id`", "'; id; '", '"; id; "', "a b\nid", "$HOME"])
+def test_a_goal_inside_a_shell_script_cannot_inject(goal: str, tmp_path: Path) -> None:
+    """Issue 9, finding 2: `sh -c 'echo {goal}'` used to run `id` for the goal `$(id)` (the
+    value was quoted, then the whole line re-split). Splicing {goal} into a script is refused
+    at start; {goal:shell} quotes it as one word for that shell."""
+    with pytest.raises(ConfigError, match="whole argument"):
+        CommandRunner("sh -c 'echo {goal}'")
+    with pytest.raises(ConfigError, match="whole argument"):
+        CommandRunner("sh -c \"echo '{goal}'\"")
+    out = CommandRunner("sh -c 'printf %s {goal:shell}'")(make_task(goal))
+    assert out.ok and out.text == goal
+    # as a whole argument the goal is exactly one argument, whatever it holds
+    out = CommandRunner("printf [%s] {goal}")(make_task(goal))
+    assert out.ok and out.text == f"[{goal}]"
+
+
+def test_command_templates_are_checked_at_start() -> None:
+    with pytest.raises(ConfigError, match=r"unknown placeholder \{nosuch\}"):
+        CommandRunner("echo {nosuch}")
+    with pytest.raises(ConfigError, match="hands its arguments to a shell"):
+        CommandRunner("adb -s {device_id} shell am start -a {goal}")
+    with pytest.raises(ConfigError, match="hands its arguments to a shell"):
+        CommandRunner("ssh lab-7 run-test {goal}")
+    with pytest.raises(ConfigError, match="lone"):
+        CommandRunner("echo {goal")
+    adb = CommandRunner("adb -s {device_id} shell am start -a android.intent.action.VIEW "
+                        "-d {goal:shell}")  # fmt: skip
+    assert adb.argv(make_task("x'; reboot; '"))[-1] == "'x'\"'\"'; reboot; '\"'\"''"
+    ok = CommandRunner("run --serial={device_id} --tags={tags} {{literal}} ${HOME} {goal}")
+    assert ok.argv(make_task("a b")) == ["run", "--serial=d1", "--tags=wifi,cam", "{literal}",
+                                         "${HOME}", "a b"]  # fmt: skip
+
+
 def test_command_failure_gives_exit_code_and_bounded_tail() -> None:
-    r = CommandRunner("sh -c 'head -c 200000 /dev/zero | tr \"\\0\" a; echo END; exit 3'",
-                      tail_bytes=1000)
+    r = CommandRunner(
+        "sh -c 'head -c 200000 /dev/zero | tr \"\\0\" a; echo END; exit 3'", tail_bytes=1000
+    )
     out = r(make_task())
     assert not out.ok
     assert out.text.startswith("exit code 3\n")
@@ -142,7 +178,8 @@ def test_command_does_not_leak_the_host_token(monkeypatch: pytest.MonkeyPatch) -
 
 def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    script = f"echo $$ > {pidfile}; sleep 60 & sleep 60; wait"
+    # the group id (the command runs under its watchdog, which leads the group)
+    script = f"cut -d' ' -f5 /proc/$$/stat > {pidfile}; sleep 60 & sleep 60; wait"
     task = make_task(script)
     runner = CommandRunner("sh -c {goal}", term_grace=1.0)
     box: dict[str, Outcome] = {}
@@ -154,7 +191,7 @@ def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
         time.sleep(0.02)
     pgid = int(pidfile.read_text())
     time.sleep(0.1)
-    assert len(live_group_members(pgid)) >= 2  # the shell and its background sleep
+    assert len(live_group_members(pgid)) >= 3  # the watchdog, the shell, its background sleep
     started = time.monotonic()
     task.cancel.set()
     t.join(10)

@@ -127,11 +127,21 @@ def test_scheduler_assigns_an_idle_device(fleet: Any, monkeypatch: pytest.Monkey
     assert fleet.r.zscore(keys.leases, tid) == t.lease_expires_at
     assert fleet.r.lrange(keys.inbox("h1"), 0, -1) == [tid]
     (a,) = t.attempts
-    assert (a.attempt, a.lease_id, a.host_id, a.device_id, a.outcome) == (1, lease, "h1", "d1",
-                                                                           "active")
+    assert (a.attempt, a.lease_id, a.host_id, a.device_id, a.outcome) == (
+        1,
+        lease,
+        "h1",
+        "d1",
+        "active",
+    )
     (ev,) = _events(fleet, "assigned")
-    assert (ev.task, ev.fields["lease"], ev.fields["host"], ev.fields["device"],
-            ev.fields["attempt"]) == (tid, lease, "h1", "d1", "1")
+    assert (
+        ev.task,
+        ev.fields["lease"],
+        ev.fields["host"],
+        ev.fields["device"],
+        ev.fields["attempt"],
+    ) == (tid, lease, "h1", "d1", "1")
 
 
 def test_later_iteration_sees_stale_idle_snapshot(fleet: Any) -> None:
@@ -180,8 +190,9 @@ def test_owning_host_claims_once(fleet: Any) -> None:
 def test_concurrent_claims_race(fleet: Any) -> None:
     fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(4)])
     ids = [fleet.client.submit(f"g{i}") for i in range(4)]
-    assert all(r.startswith("ok:") for r in
-               fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)]))
+    assert all(
+        r.startswith("ok:") for r in fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
+    )
     barrier = threading.Barrier(8)
     got: list[list[str]] = [[] for _ in range(8)]
     errors: list[BaseException] = []
@@ -210,25 +221,34 @@ def test_concurrent_claims_race(fleet: Any) -> None:
 # -- Requirement: Expired attempts follow bounded retry policy --------------------------------
 def test_lease_expires_with_attempts_remaining(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     first = fleet.client.submit("first", max_attempts=3)
     later = fleet.client.submit("later", max_attempts=3)
     lease = fleet.admin.commit([(first, "d1")])[0].removeprefix("ok:")
     (a,) = h.claim(1)
     assert fleet.admin.expire()["requeued"] == 0, "not expired yet"
-    res = _expire_after(fleet, 0.25)
+    res = _expire_after(fleet, 1.2)
     assert res["requeued"] == 1 and res["failed"] == 0
     t = fleet.client.get(first)
     assert t.status is TaskStatus.queued and t.attempt == 1
     assert t.device_id is None and t.host_id is None
-    # the reservation is released
+    # the reservation is released; the device (and its host) are suspect after a lost lease:
+    # out of the candidates until the host's next heartbeat proves it alive
     d = fleet.admin.device("d1")
-    assert d.reserved_by is None
+    assert d.reserved_by is None and d.held == "suspect"
+    assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is None
+    assert fleet.admin.host("h1").suspect
+    fleet.beat()
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is not None
+    assert not fleet.admin.host("h1").suspect
     # the expired attempt stays auditable
     (att,) = t.attempts
     assert (att.lease_id, att.outcome, att.failure_kind, att.expired_in) == (
-        lease, "expired", "lease_expired", "dispatched")
+        lease,
+        "expired",
+        "lease_expired",
+        "dispatched",
+    )
     assert att.ended_at and att.dispatched_at
     # it keeps its place ahead of the later submission
     assert [x.id for x in fleet.client.list("queued")] == [first, later]
@@ -239,23 +259,26 @@ def test_lease_expires_with_attempts_remaining(fleet: Any) -> None:
 
 def test_lease_expires_at_attempt_limit(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid = fleet.client.submit("g", max_attempts=2)
     leases = []
     for attempt in (1, 2):
         leases.append(fleet.admin.commit([(tid, "d1")])[0].removeprefix("ok:"))
         (a,) = h.claim(1)
         assert a.attempt == attempt
-        res = _expire_after(fleet, 0.25)
+        res = _expire_after(fleet, 1.2)
         assert res["requeued" if attempt == 1 else "failed"] == 1
+        fleet.beat()
     t = fleet.client.get(tid)
     assert t.status is TaskStatus.failed
     assert t.failure_kind is not None and t.failure_kind.value == "lease_expired"
     assert t.attempt == 2 and t.finished_at
     assert fleet.admin.device("d1").reserved_by is None
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is not None
-    assert [(x.lease_id, x.outcome) for x in t.attempts] == [(leases[0], "expired"),
-                                                            (leases[1], "expired")]
+    assert [(x.lease_id, x.outcome) for x in t.attempts] == [
+        (leases[0], "expired"),
+        (leases[1], "expired"),
+    ]
     assert fleet.admin.commit([(tid, "d1")]) == ["err:task_not_queued"]
 
 
@@ -286,11 +309,12 @@ def test_active_lease_reports_completion(fleet: Any, outcome: str) -> None:
 
 def test_superseded_lease_reports_completion(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid = fleet.client.submit("g", max_attempts=3)
     fleet.admin.commit([(tid, "d1")])
     (old,) = h.claim(1)
-    assert _expire_after(fleet, 0.25)["requeued"] == 1
+    assert _expire_after(fleet, 1.2)["requeued"] == 1
+    fleet.beat()
     fleet.admin.set_config("lease_ttl", 60)
     new_lease = fleet.admin.commit([(tid, "d2")])[0].removeprefix("ok:")
     (cur,) = h.claim(1)
@@ -303,8 +327,12 @@ def test_superseded_lease_reports_completion(fleet: Any) -> None:
     assert fleet.r.lrange(fleet.admin.keys.attempts(tid), 0, -1) == before_attempts
     assert fleet.admin.device("d2").reserved_by == tid
     t = fleet.client.get(tid)
-    assert (t.status, t.lease_id, t.attempt, t.result) == (TaskStatus.dispatched, new_lease, 2,
-                                                          None)
+    assert (t.status, t.lease_id, t.attempt, t.result) == (
+        TaskStatus.dispatched,
+        new_lease,
+        2,
+        None,
+    )
     # the current lease still ends it
     assert h.report(tid, new_lease, "done", None, "fresh") == "ok:done"
     assert fleet.client.get(tid).result == "fresh"

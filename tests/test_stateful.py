@@ -1,7 +1,8 @@
 """A hypothesis state machine on the real private redis-server: it interleaves submit,
 heartbeat, assign (commits of random pairs), claim, renew, report (current and stale leases),
-expire (with leases shortened through the pool config and short sleeps), cancel and quarantine,
-and checks the design brief's invariants after every step:
+expire (time passing for a random set of leases is simulated by moving their expiry into the
+past: leases are at least 1 s long, too long to wait for in a state machine), cancel and
+quarantine, and checks the design brief's invariants after every step:
 
 1. a device is reserved by at most one active lease, and every active task's lease agrees with
    its device's reservation (and with the lease index);
@@ -10,7 +11,11 @@ and checks the design brief's invariants after every step:
 4. nothing is lost: every submitted id exists, in exactly the one status index its hash names;
    the attempt history has one record per attempt;
 5. queued depth == ZCARD status:queued == total of the bucket sizes, buckets ordered by seq;
-6. the ``caps`` profile counts match the registered devices.
+6. the ``caps`` profile counts (and the per-driver device and quarantine counts) match the
+   registered devices;
+7. a device held after a lost lease or a hand-back is never an idle candidate; anti-affinity
+   records exist only for queued tasks; a bucket's constraints exist exactly while it is
+   non-empty; no task is handed back more than ``max_handbacks`` times.
 The same machine also runs (fewer examples) on fakeredis.
 """
 
@@ -37,6 +42,7 @@ from hypothesis.stateful import (
 )
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from invariants import check_pool
 
 ACTIVE = {"assigned", "dispatched"}
 TERMINAL = {"done", "failed", "cancelled"}
@@ -45,9 +51,15 @@ DEVICES = {
     "h1": [("d1", "android", ("wifi",)), ("d2", "android", ())],
     "h2": [("d3", "ios", ("wifi",)), ("d4", "android", ("camera", "wifi"))],
 }
+MAX_HANDBACKS = 3
 ALL_DEVICES = [d for devs in DEVICES.values() for d, _, _ in devs]
-CONSTRAINTS = [{}, {"driver_type": "android"}, {"tags": ["wifi"]},
-               {"driver_type": "ios"}, {"driver_type": "android", "tags": ["camera"]}]
+CONSTRAINTS = [
+    {},
+    {"driver_type": "android"},
+    {"tags": ["wifi"]},
+    {"driver_type": "ios"},
+    {"driver_type": "android", "tags": ["camera"]},
+]
 
 
 class DeviceqMachine(RuleBasedStateMachine):
@@ -61,13 +73,18 @@ class DeviceqMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pool = "s" + uuid.uuid4().hex[:12]
-        self.r = (fakeredis.FakeRedis(decode_responses=True) if self.url == "fakeredis"
-                  else redis.Redis.from_url(self.url, decode_responses=True))
+        self.r = (
+            fakeredis.FakeRedis(decode_responses=True)
+            if self.url == "fakeredis"
+            else redis.Redis.from_url(self.url, decode_responses=True)
+        )
         self.client = Client(self.r, self.pool)
         self.admin = PoolAdmin(self.r, self.pool)
         self.admin.set_config("claim_ttl", 30)
         self.admin.set_config("lease_ttl", 30)
         self.admin.set_config("quarantine_after", 2)
+        self.admin.set_config("max_quarantine_fraction", 0.5)
+        self.admin.set_config("max_handbacks", MAX_HANDBACKS)
         self.hosts: dict[str, HostClient] = {}
         for host_id, devs in DEVICES.items():
             token = self.admin.add_host(host_id)
@@ -90,8 +107,13 @@ class DeviceqMachine(RuleBasedStateMachine):
         return self.admin.server_time_ms()
 
     # -- rules -------------------------------------------------------------------------------------
-    @rule(target=tasks, n=st.integers(1, 3), cons=st.sampled_from(CONSTRAINTS),
-          max_attempts=st.integers(1, 3), idem=st.sampled_from([None, None, "k1", "k2"]))
+    @rule(
+        target=tasks,
+        n=st.integers(1, 3),
+        cons=st.sampled_from(CONSTRAINTS),
+        max_attempts=st.integers(1, 3),
+        idem=st.sampled_from([None, None, "k1", "k2"]),
+    )
     def submit(self, n: int, cons: dict[str, Any], max_attempts: int, idem: str | None) -> Any:
         specs = [{"goal": f"g{i}", "max_attempts": max_attempts, **cons} for i in range(n)]
         if idem:
@@ -101,18 +123,23 @@ class DeviceqMachine(RuleBasedStateMachine):
         self.submitted.update(ids)
         return multiple(*ids)
 
-    @rule(host=st.sampled_from(sorted(DEVICES)),
-          states=st.lists(st.sampled_from(["idle"] * 5 + ["busy", "offline", None]),
-                          min_size=2, max_size=2),
-          retag=st.sampled_from([False, False, False, True]))
+    @rule(
+        host=st.sampled_from(sorted(DEVICES)),
+        states=st.lists(
+            st.sampled_from(["idle"] * 5 + ["busy", "offline", None]), min_size=2, max_size=2
+        ),
+        retag=st.sampled_from([False, False, False, True]),
+    )
     def heartbeat(self, host: str, states: list[str | None], retag: bool) -> None:
         """A snapshot; devices left out go offline; ``retag`` adds a capability (new profile)."""
-        snap = [DeviceReport(d, drv, (*tags, "extra") if retag else tags, s)
-                for (d, drv, tags), s in zip(DEVICES[host], states, strict=True) if s]
+        snap = [
+            DeviceReport(d, drv, (*tags, "extra") if retag else tags, s)
+            for (d, drv, tags), s in zip(DEVICES[host], states, strict=True)
+            if s
+        ]
         self.hosts[host].heartbeat(snap)
 
-    @rule(pairs=st.lists(st.tuples(tasks, st.sampled_from(ALL_DEVICES)), min_size=1,
-                         max_size=4))
+    @rule(pairs=st.lists(st.tuples(tasks, st.sampled_from(ALL_DEVICES)), min_size=1, max_size=4))
     def commit(self, pairs: list[tuple[str, str]]) -> None:
         before = {d: self.r.hget(self.admin.keys.device(d), "reserved_by") for d in ALL_DEVICES}
         res = self.admin.commit(pairs)
@@ -147,8 +174,9 @@ class DeviceqMachine(RuleBasedStateMachine):
         self.schedule(seed)
         return [lease for host in sorted(DEVICES) for lease in self._claim(host, 4)]
 
-    @rule(seed=st.integers(0, 2**16),
-          outcome=st.sampled_from(["done", "done", "failed", "released"]))
+    @rule(
+        seed=st.integers(0, 2**16), outcome=st.sampled_from(["done", "done", "failed", "released"])
+    )
     def run_to_completion(self, seed: int, outcome: str) -> None:
         """Schedule, claim and end at once what was claimed (a fast worker)."""
         for lease in self._schedule_and_claim(seed):
@@ -188,9 +216,11 @@ class DeviceqMachine(RuleBasedStateMachine):
             assert before["host_id"] == host
             assert (rn.status == "cancel") == (before.get("cancel_requested") == "1")
 
-    @rule(pick=st.integers(0, 2**16),
-          outcome=st.sampled_from(["done", "failed", "released", "cancelled"]),
-          other_host=st.sampled_from([False, False, False, True]))
+    @rule(
+        pick=st.integers(0, 2**16),
+        outcome=st.sampled_from(["done", "failed", "released", "cancelled"]),
+        other_host=st.sampled_from([False, False, False, True]),
+    )
     def report(self, pick: int, outcome: str, other_host: bool) -> None:
         lease = self._lease(pick)
         if lease is not None:
@@ -203,8 +233,11 @@ class DeviceqMachine(RuleBasedStateMachine):
         before = self.task(tid)
         kind = "runner_failed" if outcome == "failed" else None
         res = self.hosts[host].report(tid, lease_id, outcome, kind, "p")
-        current = (before["status"] in ACTIVE and before["lease_id"] == lease_id
-                   and before["host_id"] == host)
+        current = (
+            before["status"] in ACTIVE
+            and before["lease_id"] == lease_id
+            and before["host_id"] == host
+        )
         if outcome == "cancelled":
             current = current and before.get("cancel_requested") == "1"
         if res.startswith("ok:"):
@@ -220,14 +253,27 @@ class DeviceqMachine(RuleBasedStateMachine):
 
     @rule(short=st.booleans())
     def set_ttls(self, short: bool) -> None:
-        ttl = 0.03 if short else 30
+        ttl = 1 if short else 30
         self.admin.set_config("claim_ttl", ttl)
         self.admin.set_config("lease_ttl", ttl)
+
+    @rule(pick=st.lists(st.integers(0, 2**16), max_size=3))
+    def time_passes(self, pick: list[int]) -> None:
+        """Some active leases reach their expiry (their expiry moves into the past, as the
+        passing of their lease_ttl would)."""
+        keys = self.admin.keys
+        active = sorted(self.r.zrange(keys.leases, 0, -1))
+        past = self.now() - 1
+        for p in pick:
+            if active:
+                tid = active[p % len(active)]
+                self.r.hset(keys.task(tid), "lease_expires_at", past)
+                self.r.zadd(keys.leases, {tid: past})
 
     @rule(wait=st.booleans(), limit=st.integers(1, 5))
     def expire(self, wait: bool, limit: int) -> None:
         if wait:
-            time.sleep(0.04)
+            time.sleep(0.005)
         due_before = self.r.zcount(self.admin.keys.leases, "-inf", self.now())
         res = self.admin.expire(limit)
         ended = res["requeued"] + res["failed"] + res["cancelled"]
@@ -259,6 +305,11 @@ class DeviceqMachine(RuleBasedStateMachine):
 
     # -- invariants ----------------------------------------------------------------------------
     @invariant()
+    def pool_invariants(self) -> None:
+        """The shared checker (also run after every accepted call of the script fuzz test)."""
+        check_pool(self.r, self.admin.keys)
+
+    @invariant()
     def devices_and_leases_agree(self) -> None:
         keys = self.admin.keys
         holders: dict[str, str] = {}
@@ -268,6 +319,7 @@ class DeviceqMachine(RuleBasedStateMachine):
             tid = d.get("reserved_by") or ""
             if did in idle:
                 assert not tid and d.get("quarantined") != "1" and d.get("state") == "idle"
+                assert not d.get("held"), f"{did} is held ({d.get('held')}) yet a candidate"
             if not tid:
                 continue
             assert tid not in holders, f"{tid} holds {holders.get(tid)} and {did}"
@@ -276,7 +328,8 @@ class DeviceqMachine(RuleBasedStateMachine):
             assert t["status"] in ACTIVE, (did, t)
             assert (t["device_id"], t["lease_id"]) == (did, d["lease_id"])
         active = set(self.r.zrange(keys.status("assigned"), 0, -1)) | set(
-            self.r.zrange(keys.status("dispatched"), 0, -1))
+            self.r.zrange(keys.status("dispatched"), 0, -1)
+        )
         assert set(holders) == active, "every active task holds exactly its device"
         leased = {m: s for m, s in self.r.zrange(keys.leases, 0, -1, withscores=True)}
         assert set(leased) == active
@@ -298,8 +351,10 @@ class DeviceqMachine(RuleBasedStateMachine):
             n = self.r.llen(keys.attempts(tid))
             assert n == int(t["attempt"]), (tid, n, t["attempt"])
             if t["status"] in TERMINAL:
-                fixed = {k: t.get(k) for k in ("status", "finished_at", "result", "error",
-                                               "failure_kind", "attempt")}
+                fixed = {
+                    k: t.get(k)
+                    for k in ("status", "finished_at", "result", "error", "failure_kind", "attempt")
+                }
                 assert self.terminal.setdefault(tid, fixed) == fixed, "terminal exactly once"
             else:
                 assert tid not in self.terminal, f"{tid} left a terminal state"
@@ -320,6 +375,30 @@ class DeviceqMachine(RuleBasedStateMachine):
             want[p] = want.get(p, 0) + 1
         got = {p: int(n) for p, n in self.r.hgetall(self.admin.keys.caps).items()}
         assert got == want
+
+    @invariant()
+    def counts_and_records_are_bounded(self) -> None:
+        keys = self.admin.keys
+        drivers: dict[str, int] = {}
+        qdrivers: dict[str, int] = {}
+        for did in self.r.smembers(keys.devices):
+            d = self.r.hgetall(keys.device(did))
+            drivers[d["driver_type"]] = drivers.get(d["driver_type"], 0) + 1
+            if d.get("quarantined") == "1":
+                qdrivers[d["driver_type"]] = qdrivers.get(d["driver_type"], 0) + 1
+        assert {k: int(v) for k, v in self.r.hgetall(keys.drivers).items()} == drivers
+        assert {k: int(v) for k, v in self.r.hgetall(keys.qdrivers).items()} == qdrivers
+        queued = set(self.r.zrange(keys.status("queued"), 0, -1))
+        assert set(self.r.hkeys(keys.avoid)) <= queued, "anti-affinity only while queued"
+        live = set(self.r.zrange(keys.queues, 0, -1))
+        sigs = {k.rsplit(":", 1)[1] for k in self.r.scan_iter(match=keys.sig("*"), count=1000)}
+        assert sigs == live, "a bucket's constraints exist exactly while it is non-empty"
+        for tid in self.submitted:
+            t = self.task(tid)
+            n = int(t.get("handbacks") or 0)
+            assert n <= MAX_HANDBACKS + 1, (tid, n)
+            if n > MAX_HANDBACKS:
+                assert (t["status"], t["failure_kind"]) == ("failed", "rejected"), t
 
     @invariant()
     def queued_depth_is_consistent(self) -> None:
@@ -346,8 +425,13 @@ def test_state_machine_keeps_invariants(redis_server: Any) -> None:
     DeviceqMachine.url = redis_server.url
     run_state_machine_as_test(
         DeviceqMachine,
-        settings=settings(max_examples=45, stateful_step_count=50, deadline=None,
-                          database=None, suppress_health_check=list(HealthCheck)),
+        settings=settings(
+            max_examples=45,
+            stateful_step_count=50,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        ),
     )
 
 
@@ -357,6 +441,11 @@ def test_state_machine_on_fakeredis() -> None:
     DeviceqMachine.url = "fakeredis"
     run_state_machine_as_test(
         DeviceqMachine,
-        settings=settings(max_examples=15, stateful_step_count=50, deadline=None,
-                          database=None, suppress_health_check=list(HealthCheck)),
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=50,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        ),
     )

@@ -53,7 +53,8 @@ def dump(fleet: Any) -> dict[str, Any]:
 
 def events(fleet: Any, kind: str | None = None, task: str | None = None) -> list[Any]:
     return [
-        e for e in fleet.client.events()
+        e
+        for e in fleet.client.events()
         if (kind is None or e.type == kind) and (task is None or e.task == task)
     ]
 
@@ -124,8 +125,12 @@ def test_idempotency_key_retry_returns_same_id(fleet: Any) -> None:
 
 def test_idempotency_key_within_one_batch(fleet: Any) -> None:
     ids = fleet.client.submit_many(
-        [{"goal": "a", "idempotency_key": "k1"}, {"goal": "b"},
-         {"goal": "c", "idempotency_key": "k1"}, {"goal": "d", "idempotency_key": "k2"}]
+        [
+            {"goal": "a", "idempotency_key": "k1"},
+            {"goal": "b"},
+            {"goal": "c", "idempotency_key": "k1"},
+            {"goal": "d", "idempotency_key": "k2"},
+        ]
     )
     assert ids[0] == ids[2] and len(set(ids)) == 3
     assert queued_ids(fleet) == [ids[0], ids[1], ids[3]]
@@ -144,12 +149,17 @@ def test_submit_workflow_task(fleet: Any) -> None:
 
 def test_heartbeat_registers_devices(fleet: Any) -> None:
     h = fleet.add_host("h1")
-    hb = h.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "ios", (),
-                                                                           "busy")])
+    hb = h.heartbeat(
+        [DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "ios", (), "busy")]
+    )
     assert (hb.devices, hb.idle, hb.draining) == (2, 1, False)
     d1, d2 = fleet.admin.device("d1"), fleet.admin.device("d2")
-    assert (d1.host_id, d1.driver_type, d1.tags, d1.state.value) == ("h1", "android", ("wifi",),
-                                                                     "idle")
+    assert (d1.host_id, d1.driver_type, d1.tags, d1.state.value) == (
+        "h1",
+        "android",
+        ("wifi",),
+        "idle",
+    )
     assert d2.state.value == "busy"
     assert fleet.r.zrange(fleet.admin.keys.idle, 0, -1) == ["d1"]
     assert {e.fields["device"] for e in events(fleet, "device_registered")} == {"d1", "d2"}
@@ -194,9 +204,9 @@ def test_reserved_device_never_back_among_idle(fleet: Any) -> None:
 
 def test_dead_host_devices_not_assignable(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("host_timeout", 0.2)
+    fleet.admin.set_config("host_timeout", 1)
     tid = fleet.client.submit("g")
-    time.sleep(0.35)
+    time.sleep(1.3)
     assert not fleet.admin.host("h1").alive
     before = dump(fleet)
     assert fleet.admin.commit([(tid, "d1")]) == ["err:host_dead"]
@@ -230,12 +240,21 @@ def test_devices_left_out_of_snapshot_become_offline(fleet: Any) -> None:
 
 
 def test_assign_validation_reasons_change_nothing(fleet: Any) -> None:
-    fleet.add_host("h1", ("d-and", "android", ("wifi",)), ("d-busy", "android", ("wifi",)),
-                   ("d-q", "android", ("wifi",)), ("d-res", "android", ("wifi",)))
-    fleet.host("h1").heartbeat([
-        DeviceReport("d-and", "android", ("wifi",)), DeviceReport("d-q", "android", ("wifi",)),
-        DeviceReport("d-busy", "android", ("wifi",), "busy"),
-        DeviceReport("d-res", "android", ("wifi",))])
+    fleet.add_host(
+        "h1",
+        ("d-and", "android", ("wifi",)),
+        ("d-busy", "android", ("wifi",)),
+        ("d-q", "android", ("wifi",)),
+        ("d-res", "android", ("wifi",)),
+    )
+    fleet.host("h1").heartbeat(
+        [
+            DeviceReport("d-and", "android", ("wifi",)),
+            DeviceReport("d-q", "android", ("wifi",)),
+            DeviceReport("d-busy", "android", ("wifi",), "busy"),
+            DeviceReport("d-res", "android", ("wifi",)),
+        ]
+    )
     fleet.add_host("h-drain", ("d-drain", "android", ("wifi",)))
     fleet.admin.drain("h-drain")
     fleet.add_host("h-dead", ("d-dead", "android", ("wifi",)))
@@ -305,10 +324,10 @@ def test_claim_takes_at_most_max(fleet: Any) -> None:
 
 def test_expired_assignment_not_claimable(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("claim_ttl", 0.1)
+    fleet.admin.set_config("claim_ttl", 1)
     tid = fleet.client.submit("g")
     lease_of(fleet.admin.commit([(tid, "d1")])[0])
-    time.sleep(0.25)
+    time.sleep(1.2)
     assert h.claim(5) == []
     assert fleet.client.get(tid).status is TaskStatus.assigned  # until expiry runs
     assert fleet.admin.expire()["requeued"] == 1
@@ -357,10 +376,11 @@ def test_renew_tells_holder_about_cancel(fleet: Any) -> None:
 
 def test_renew_lost_superseded(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid, old = running(fleet)
-    time.sleep(0.25)
+    time.sleep(1.2)
     fleet.admin.expire()
+    fleet.beat()  # the host proves itself alive: its device returns to the candidates
     fleet.admin.set_config("lease_ttl", 60)
     fleet.admin.commit([(tid, "d1")])
     (cur,) = h.claim(1)
@@ -371,9 +391,9 @@ def test_renew_lost_superseded(fleet: Any) -> None:
 
 def test_renew_lost_expired_before_expiry_runs(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid, a = running(fleet)
-    time.sleep(0.25)
+    time.sleep(1.2)
     before = dump(fleet)
     (rn,) = h.renew([(tid, a.lease_id)])
     assert (rn.status, rn.reason) == ("lost", "expired")
@@ -382,9 +402,9 @@ def test_renew_lost_expired_before_expiry_runs(fleet: Any) -> None:
 
 def test_renew_lost_expired_after_requeue(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid, a = running(fleet)
-    time.sleep(0.25)
+    time.sleep(1.2)
     assert fleet.admin.expire()["requeued"] == 1
     (rn,) = h.renew([(tid, a.lease_id)])
     assert (rn.status, rn.reason) == ("lost", "expired")
@@ -423,26 +443,38 @@ def test_report_failed_dup_and_rejected_repeats(fleet: Any) -> None:
     assert (t.status, t.failure_kind.value, t.error) == (TaskStatus.failed, "runner_error", "boom")
     before = dump(fleet)
     assert h.report(tid, a.lease_id, "failed", "runner_error", "boom") == "dup:failed"
-    for outcome, kind, payload in (("failed", "runner_error", "other"),
-                                   ("failed", "timeout", "boom"), ("done", None, "boom")):
+    for outcome, kind, payload in (
+        ("failed", "runner_error", "other"),
+        ("failed", "timeout", "boom"),
+        ("done", None, "boom"),
+    ):
         assert h.report(tid, a.lease_id, outcome, kind, payload) == "rejected:already_terminal"
     assert dump(fleet) == before
 
 
 def test_report_from_superseded_lease_cannot_touch_current_attempt(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid, old = running(fleet)
-    time.sleep(0.25)
+    time.sleep(1.2)
     fleet.admin.expire()
+    fleet.beat()  # the host proves itself alive: its device returns to the candidates
     fleet.admin.set_config("lease_ttl", 60)
     fleet.admin.commit([(tid, "d1")])
     (cur,) = h.claim(1)
     fleet.client.cancel(tid)  # cancel requested on the current attempt
     before = dump(fleet)
-    res = h.report_many([Report(tid, old.lease_id, o, k, "x") for o, k in
-                         (("done", None), ("failed", "runner_failed"), ("released", None),
-                          ("cancelled", None))])
+    res = h.report_many(
+        [
+            Report(tid, old.lease_id, o, k, "x")
+            for o, k in (
+                ("done", None),
+                ("failed", "runner_failed"),
+                ("released", None),
+                ("cancelled", None),
+            )
+        ]
+    )
     assert res == ["rejected:superseded"] * 4
     assert dump(fleet) == before
     assert h.report(tid, cur.lease_id, "cancelled") == "ok:cancelled"
@@ -482,6 +514,10 @@ def test_release_requeues_at_original_place(fleet: Any) -> None:
     assert (t.status, t.attempt, t.device_id) == (TaskStatus.queued, 1, None)
     assert [(x.outcome, x.error) for x in t.attempts] == [("released", "device needs a reboot")]
     assert fleet.admin.device("d1").reserved_by is None
+    # a device whose host handed an assignment back is out until the host's next heartbeat
+    assert fleet.admin.device("d1").held == "refused"
+    assert fleet.admin.commit([(first, "d1")]) == ["err:device_held"]
+    fleet.beat()
     assert lease_of(fleet.admin.commit([(first, "d1")])[0]).endswith("-a2")
     assert len(events(fleet, "released", first)) == 1
 
@@ -496,9 +532,10 @@ def test_release_keeps_queue_deadline_and_does_not_use_an_attempt(fleet: Any) ->
     assert fleet.r.zrange(keys.queue(sig), 0, -1) == [tid], "back in its bucket"
     assert fleet.r.zscore(keys.deadlines, tid) == float(deadline), "its queue timeout holds"
     # the hand-back did not use up the only attempt: a second attempt may run and expire
-    fleet.admin.set_config("claim_ttl", 0.05)
+    fleet.admin.set_config("claim_ttl", 1)
+    fleet.beat()
     assert lease_of(fleet.admin.commit([(tid, "d1")])[0]).endswith("-a2")
-    time.sleep(0.15)
+    time.sleep(1.1)
     assert fleet.admin.expire()["failed"] == 1
     t = fleet.client.get(tid)
     assert (t.status, t.failure_kind, t.handbacks) == (TaskStatus.failed, "lease_expired", 1)
@@ -509,9 +546,13 @@ def test_report_many_applies_each(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     t1, a1 = running(fleet, "one", "d1")
     t2, a2 = running(fleet, "two", "d2")
-    res = h.report_many([Report(t1, a1.lease_id, "done", None, "r1"),
-                         Report(t2, a2.lease_id, "failed", "runner_failed", "e2"),
-                         Report("missing", "missing-a1", "done")])
+    res = h.report_many(
+        [
+            Report(t1, a1.lease_id, "done", None, "r1"),
+            Report(t2, a2.lease_id, "failed", "runner_failed", "e2"),
+            Report("missing", "missing-a1", "done"),
+        ]
+    )
     assert res == ["ok:done", "ok:failed", "rejected:not_found"]
 
 
@@ -520,12 +561,18 @@ def test_report_many_applies_each(fleet: Any) -> None:
 
 def test_expire_in_bounded_batches(fleet: Any) -> None:
     fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(5)])
-    fleet.admin.set_config("claim_ttl", 0.1)
+    fleet.admin.set_config("claim_ttl", 1)
     ids = [fleet.client.submit(f"g{i}") for i in range(5)]
     fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
-    time.sleep(0.25)
-    assert fleet.admin.expire(limit=2) == {"requeued": 2, "failed": 0, "cancelled": 0,
-                                           "unschedulable": 0, "more": 1}
+    time.sleep(1.2)
+    assert fleet.admin.expire(limit=2) == {
+        "requeued": 2,
+        "failed": 0,
+        "cancelled": 0,
+        "unschedulable": 0,
+        "more": 1,
+        "trimmed": 0,
+    }
     assert fleet.admin.expire(limit=2)["requeued"] == 2
     last = fleet.admin.expire(limit=2)
     assert (last["requeued"], last["more"]) == (1, 0)
@@ -537,31 +584,33 @@ def test_expire_in_bounded_batches(fleet: Any) -> None:
 
 def test_expire_requeue_keeps_submission_order_among_others(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
-    fleet.admin.set_config("claim_ttl", 0.1)
+    fleet.admin.set_config("claim_ttl", 1)
     a, b, c, d = (fleet.client.submit(x) for x in "abcd")
     fleet.admin.commit([(c, "d1"), (a, "d2")])
     assert queued_ids(fleet) == [b, d]
-    time.sleep(0.25)
+    time.sleep(1.2)
     assert fleet.admin.expire()["requeued"] == 2
     assert queued_ids(fleet) == [a, b, c, d]
     keys = fleet.admin.keys
     sig = fleet.r.hget(keys.task(a), "sig")
     assert fleet.r.zrange(keys.queue(sig), 0, -1) == [a, b, c, d]
     assert fleet.r.zrange(keys.queues, 0, 0, withscores=True) == [
-        (sig, float(fleet.r.hget(keys.task(a), "seq")))]
+        (sig, float(fleet.r.hget(keys.task(a), "seq")))
+    ]
 
 
 def test_expire_at_limit_fails_and_keeps_history(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("claim_ttl", 0.1)
+    fleet.admin.set_config("claim_ttl", 1)
     tid = fleet.client.submit("g", max_attempts=1)
     lease = lease_of(fleet.admin.commit([(tid, "d1")])[0])
-    time.sleep(0.25)
+    time.sleep(1.2)
     assert fleet.admin.expire()["failed"] == 1
     t = fleet.client.get(tid)
     assert (t.status, t.failure_kind.value) == (TaskStatus.failed, "lease_expired")
     assert [(x.lease_id, x.outcome, x.failure_kind) for x in t.attempts] == [
-        (lease, "expired", "lease_expired")]
+        (lease, "expired", "lease_expired")
+    ]
     assert fleet.r.zscore(fleet.admin.keys.status("failed"), tid) is not None
     assert fleet.r.zscore(fleet.admin.keys.leases, tid) is None
     assert [e.type for e in events(fleet, task=tid)][-2:] == ["expired", "failed"]
@@ -569,10 +618,10 @@ def test_expire_at_limit_fails_and_keeps_history(fleet: Any) -> None:
 
 def test_requeued_task_shows_no_live_lease(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("claim_ttl", 0.1)
+    fleet.admin.set_config("claim_ttl", 1)
     tid = fleet.client.submit("g")
     fleet.admin.commit([(tid, "d1")])
-    time.sleep(0.25)
+    time.sleep(1.2)
     fleet.admin.expire()
     t = fleet.client.get(tid)
     assert t.status is TaskStatus.queued
@@ -587,8 +636,11 @@ def test_cancel_queued_at_once(fleet: Any) -> None:
     keep = fleet.client.submit("h")
     assert fleet.client.cancel(tid, "changed my mind") == "cancelled"
     t = fleet.client.get(tid)
-    assert (t.status, t.failure_kind.value, t.error) == (TaskStatus.cancelled, "cancelled",
-                                                        "changed my mind")
+    assert (t.status, t.failure_kind.value, t.error) == (
+        TaskStatus.cancelled,
+        "cancelled",
+        "changed my mind",
+    )
     assert queued_ids(fleet) == [keep]
     sig = fleet.r.hget(fleet.admin.keys.task(keep), "sig")
     assert fleet.r.zrange(fleet.admin.keys.queue(sig), 0, -1) == [keep]
@@ -630,10 +682,10 @@ def test_cancel_dispatched_is_flagged_then_host_reports(fleet: Any) -> None:
 
 def test_cancel_dispatched_host_gone_expiry_ends_it_cancelled(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()))
-    fleet.admin.set_config("lease_ttl", 0.1)
+    fleet.admin.set_config("lease_ttl", 1)
     tid, _ = running(fleet, max_attempts=5)
     assert fleet.client.cancel(tid) == "requested"
-    time.sleep(0.25)
+    time.sleep(1.2)
     assert fleet.admin.expire()["cancelled"] == 1
     t = fleet.client.get(tid)
     assert (t.status, t.failure_kind.value) == (TaskStatus.cancelled, "cancelled")
@@ -658,15 +710,17 @@ def test_event_stream_records_each_transition(fleet: Any) -> None:
     h = HostClient(fleet.r, fleet.pool, "h1", token)
     h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
     fleet.tokens["h1"] = token
-    fleet.admin.set_config("claim_ttl", 0.1)
+    fleet.admin.set_config("claim_ttl", 1)
     t1 = fleet.client.submit("one")
     fleet.admin.commit([(t1, "d1")])
-    time.sleep(0.2)
+    time.sleep(1.15)
     fleet.admin.expire()
+    h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
     fleet.admin.set_config("claim_ttl", 30)
     fleet.admin.commit([(t1, "d1")])
     (a,) = h.claim(1)
     h.release(t1, a.lease_id)
+    h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
     fleet.admin.commit([(t1, "d1")])
     (a,) = h.claim(1)
     h.report(t1, a.lease_id, "done")
@@ -683,17 +737,43 @@ def test_event_stream_records_each_transition(fleet: Any) -> None:
     fleet.admin.add_host("h9")
     fleet.admin.remove_host("h9")
     assert [e.type for e in events(fleet, task=t1)] == [
-        "submitted", "assigned", "expired", "requeued", "assigned", "dispatched", "released",
-        "assigned", "dispatched", "done"]
+        "submitted",
+        "assigned",
+        "expired",
+        "requeued",
+        "assigned",
+        "dispatched",
+        "released",
+        "assigned",
+        "dispatched",
+        "done",
+    ]
     assert [e.type for e in events(fleet, task=t2)] == [
-        "submitted", "assigned", "dispatched", "cancel_requested", "cancelled"]
+        "submitted",
+        "assigned",
+        "dispatched",
+        "cancel_requested",
+        "cancelled",
+    ]
     kinds = {e.type for e in events(fleet)}
-    assert {"host_added", "device_registered", "host_alive", "host_token_rotated",
-            "host_draining", "host_undrained", "device_quarantined", "device_unquarantined",
-            "host_removed"} <= kinds
+    assert {
+        "host_added",
+        "device_registered",
+        "host_alive",
+        "host_token_rotated",
+        "host_draining",
+        "host_undrained",
+        "device_quarantined",
+        "device_unquarantined",
+        "host_removed",
+    } <= kinds
     done = events(fleet, "done", t1)[0].fields
     assert (done["lease"], done["host"], done["device"], done["attempt"]) == (
-        a.lease_id, "h1", "d1", "3")
+        a.lease_id,
+        "h1",
+        "d1",
+        "3",
+    )
     raw = str(fleet.r.xrange(fleet.admin.keys.events))
     for secret in (token, new_token, token_digest(token), token_digest(new_token)):
         assert secret not in raw, "tokens and digests never appear in events"
@@ -712,17 +792,20 @@ def test_event_stream_is_capped(fleet: Any) -> None:
 def test_quarantine_after_consecutive_failures(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     fleet.admin.set_config("quarantine_after", 2)
+    fleet.admin.set_config("max_quarantine_fraction", 1)
 
     def run_once(outcome: str, kind: str | None) -> None:
         tid, a = running(fleet, max_attempts=1)
         assert h.report(tid, a.lease_id, outcome, kind, "x") == f"ok:{outcome}"
 
-    run_once("failed", "runner_failed")
+    run_once("failed", "infrastructure")
     run_once("done", None)  # resets the count
-    run_once("failed", "runner_failed")
-    run_once("failed", "rejected")  # the device did not fail: not counted
+    run_once("failed", "infrastructure")
+    run_once("failed", "runner_failed")  # the task's own failure: not the device's
+    run_once("failed", "rejected")  # neither
     assert not fleet.admin.device("d1").quarantined
-    run_once("failed", "runner_error")
+    assert fleet.admin.device("d1").consecutive_failures == 1
+    run_once("failed", "timeout")
     d = fleet.admin.device("d1")
     assert d.quarantined and d.consecutive_failures == 2 and d.reserved_by is None
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is None
@@ -735,6 +818,41 @@ def test_quarantine_after_consecutive_failures(fleet: Any) -> None:
     assert fleet.admin.device("d1").consecutive_failures == 0
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is not None
     lease_of(fleet.admin.commit([(tid, "d1")])[0])
+
+
+def test_failing_tasks_never_quarantine_a_device(fleet: Any) -> None:
+    """Issue 8, case 7: a task whose command exits non-zero is the task's failure; any number
+    of them leave the device in service."""
+    h = fleet.add_host("h1", ("d1", "android", ()))
+    fleet.admin.set_config("quarantine_after", 1)
+    fleet.admin.set_config("max_quarantine_fraction", 1)
+    for _ in range(5):
+        tid, a = running(fleet, max_attempts=1)
+        assert h.report(tid, a.lease_id, "failed", "runner_failed", "exit 3") == "ok:failed"
+    d = fleet.admin.device("d1")
+    assert not d.quarantined and d.consecutive_failures == 0
+
+
+def test_automatic_quarantine_is_capped_per_driver_type(fleet: Any) -> None:
+    """At most max_quarantine_fraction of one driver type's devices are quarantined
+    automatically; beyond it the device is flagged and a quarantine_capped event warns."""
+    h = fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(8)], ("w1", "web", ()))
+    fleet.admin.set_config("quarantine_after", 1)  # 8 android devices: at most 2 (0.25)
+    for i in range(8):
+        tid, a = running(fleet, device=f"d{i}", max_attempts=1)
+        assert h.report(tid, a.lease_id, "failed", "infrastructure", "usb gone") == "ok:failed"
+    devs = {d.device_id: d for d in fleet.admin.devices()}
+    quarantined = sorted(d for d, v in devs.items() if v.quarantined)
+    assert quarantined == ["d0", "d1"]
+    flagged = sorted(d for d, v in devs.items() if v.attention)
+    assert flagged == [f"d{i}" for i in range(2, 8)]
+    assert len(events(fleet, "quarantine_capped")) == 6
+    # an operator's quarantine counts too: releasing one lets automatic quarantine take another
+    fleet.admin.quarantine("d0", False)
+    tid, a = running(fleet, device="d0", max_attempts=1)
+    assert h.report(tid, a.lease_id, "failed", "infrastructure", "x") == "ok:failed"
+    assert fleet.admin.device("d0").quarantined
+    assert fleet.r.hget(fleet.admin.keys.qdrivers, "android") == "2"
 
 
 # -- hosts ---------------------------------------------------------------------------------------
@@ -771,8 +889,13 @@ def test_host_remove(fleet: Any) -> None:
     h.report(tid, a.lease_id, "done")
     assert fleet.admin.remove_host("h1") == 2
     keys = fleet.admin.keys
-    for key in (keys.host("h1"), keys.device("d1"), keys.device("d2"), keys.inbox("h1"),
-                keys.host_devices("h1")):
+    for key in (
+        keys.host("h1"),
+        keys.device("d1"),
+        keys.device("d2"),
+        keys.inbox("h1"),
+        keys.host_devices("h1"),
+    ):
         assert not fleet.r.exists(key), key
     assert fleet.r.zcard(keys.idle) == 0
     assert "h1" not in fleet.r.smembers(keys.hosts)
@@ -795,11 +918,14 @@ def test_host_drain_and_resume(fleet: Any) -> None:
     assert h.report(t1, a.lease_id, "done") == "ok:done", "running work is untouched"
     assert fleet.admin.drain("h1", False) == "active"
     lease_of(fleet.admin.commit([(t2, "d2")])[0])
-    assert h.set_draining(True) == "draining"
-    assert fleet.admin.host("h1").draining
+    # the daemon's own shutdown flag is separate from an operator's drain
+    assert h.set_draining(True) == "stopping"
+    host = fleet.admin.host("h1")
+    assert host.stopping and not host.draining
+    assert fleet.admin.commit([(fleet.client.submit("g3"), "d1")]) == ["err:host_draining"]
     with pytest.raises(AuthError):
-        HostClient(fleet.r, fleet.pool, "h1", "wrong").set_draining(False)
-    assert fleet.admin.host("h1").draining
+        HostClient(fleet.r, fleet.pool, "h1", "wrong-token-0123456789").set_draining(False)
+    assert fleet.admin.host("h1").stopping
     with pytest.raises(NotFound):
         fleet.admin.drain("nobody")
 
@@ -870,6 +996,7 @@ def test_long_goal_round_trips_everywhere(fleet: Any) -> None:
     keys = fleet.admin.keys
     for key in (keys.task(tid), keys.attempts(tid)):
         assert fleet.r.pttl(key) > 0, key
-    goal_keys = [k for k in fleet.r.scan_iter(match=keys.task(tid) + ":*") if k !=
-                 keys.attempts(tid)]
+    goal_keys = [
+        k for k in fleet.r.scan_iter(match=keys.task(tid) + ":*") if k != keys.attempts(tid)
+    ]
     assert all(fleet.r.pttl(k) > 0 for k in goal_keys), "a finished task's keys all expire"

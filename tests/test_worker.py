@@ -4,31 +4,23 @@ a Redis server restart, a runner holding the GIL."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from click.testing import CliRunner
 
-from deviceq import Client, FailureKind, PoolAdmin, TaskStatus
+from deviceq import FailureKind, TaskStatus
 from deviceq.cli import main
 from deviceq.cli.worker_cmds import build_settings, load_config_file
 from deviceq.errors import ConfigError
-from deviceq.runners import Task
-
-CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
-TESTS_DIR = str(Path(__file__).resolve().parent)
-
+from deviceq.runners import RunnerSpec, Task
+from harness import CLI, Deployment, live_group_members, wait_for
 
 # -- runners the daemons load by import path (PYTHONPATH includes tests/) ----------------------
 
@@ -43,133 +35,20 @@ def gil_or_hang(task: Task) -> str:
         time.sleep(0.05)
 
 
-# -- harness ---------------------------------------------------------------------------------
-
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def marked_pids(mark: str) -> list[int]:
-    """Processes whose environment carries ``DQTEST_MARK=mark`` (daemons and their commands)."""
-    out = []
-    needle = f"DQTEST_MARK={mark}".encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    out.append(int(entry.name))
-    return out
-
-
-def live_group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if fields[0] != "Z" and int(fields[2]) == pgid:
-                    out.append(int(entry.name))
-    return out
-
-
-class Deployment:
-    """Daemons of one pool as processes; everything they started is killed at the end."""
-
-    def __init__(self, url: str, pool: str, tmp: Path) -> None:
-        self.url, self.pool, self.tmp = url, pool, tmp
-        self.mark = uuid.uuid4().hex
-        # Client.wait blocks up to 5 s on XREAD: keep the socket timeout above that (redis-py
-        # 8 defaults to 5 s)
-        self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
-        self.client = Client(self.r, pool)
-        self.admin = PoolAdmin(self.r, pool)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def configure(self, **settings: float) -> None:
-        for k, v in settings.items():
-            self.admin.set_config(k, v)
-
-    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Any:
-        full_env = {**os.environ, "DEVICEQ_REDIS_URL": self.url, "DEVICEQ_POOL": self.pool,
-                    "DQTEST_MARK": self.mark, "PYTHONPATH": TESTS_DIR, **(env or {})}
-        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([*CLI, *args], env=full_env, stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        log.close()
-        self.procs[name] = proc
-        return proc
-
-    def scheduler(self) -> Any:
-        return self.spawn("scheduler", "scheduler", "run", "--tick", "0.2")
-
-    def host(self, host_id: str, *devices: str, extra: tuple[str, ...] = (),
-             env: dict[str, str] | None = None) -> Any:  # fmt: skip
-        token_file = self.tmp / f"{host_id}.token"
-        if not token_file.exists():
-            token_file.write_text(self.admin.add_host(host_id))
-        args = ["host", "run", "--host-id", host_id, "--token-file", str(token_file)]
-        for d in devices:
-            args += ["--device", d]
-        return self.spawn(host_id, *args, *extra, env=env)
-
-    def command_host(self, host_id: str, *devices: str, extra: tuple[str, ...] = (),
-                     env: dict[str, str] | None = None) -> Any:  # fmt: skip
-        return self.host(host_id, *devices, env=env, extra=(
-            "--goal-runner", "command", "--command", "sh -c {goal}", *extra))
-
-    def tokens_in(self, text: str) -> bool:
-        return any(tok.read_text().strip() in text for tok in self.tmp.glob("*.token"))
-
-    def log(self, name: str) -> str:
-        return (self.tmp / f"{name}.log").read_text()
-
-    def alive(self, host_id: str) -> bool:
-        return bool(self.admin.host(host_id).alive)
-
-    def status(self, task_id: str) -> TaskStatus:
-        return self.client.get(task_id, attempts=False).status
-
-    def wait_all(self, ids: list[str], timeout: float) -> list[Any]:
-        return [self.client.wait(t, timeout=timeout) for t in ids]
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                proc.wait(5)
-        for pid in marked_pids(self.mark):  # commands orphaned by a SIGKILLed host
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        self.r.close()
-
-
-@pytest.fixture
-def deploy(redis_server: Any, pool: str, tmp_path: Path) -> Iterator[Deployment]:
-    d = Deployment(redis_server.url, pool, tmp_path)
-    d.configure(lease_ttl=2.0, claim_ttl=2.0, host_timeout=2.0, quarantine_after=10)
-    try:
-        yield d
-    finally:
-        d.close()
-
-
 # -- end to end ------------------------------------------------------------------------------
 
 
 def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployment) -> None:
     marker = deploy.tmp / "never"
-    deploy.client.put_workflow({"name": "smoke", "steps": [
-        {"name": "boot", "goal": "echo booted $DEVICEQ_WORKFLOW"},
-        {"name": "check", "goal": "echo checked step $DEVICEQ_STEP on $DEVICEQ_DEVICE_ID"}]})
+    deploy.client.put_workflow(
+        {
+            "name": "smoke",
+            "steps": [
+                {"name": "boot", "goal": "echo booted $DEVICEQ_WORKFLOW"},
+                {"name": "check", "goal": "echo checked step $DEVICEQ_STEP on $DEVICEQ_DEVICE_ID"},
+            ],
+        }
+    )
     deploy.client.put_workflow({"name": "broken", "steps": [
         {"goal": "echo step one fails >&2; exit 5"}, {"goal": f"touch {marker}"}]})  # fmt: skip
     deploy.scheduler()
@@ -200,7 +79,9 @@ def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployme
 def test_sigkill_host_its_tasks_finish_on_another_host_after_lease_expiry(
     deploy: Deployment,
 ) -> None:
-    deploy.configure(lease_ttl=1.5, claim_ttl=1.5, host_timeout=0.6)
+    # host_timeout well above lease_ttl: the dead host still looks alive by its heartbeat when
+    # its leases expire; its devices are suspect from then on, so the retries go to hB
+    deploy.configure(lease_ttl=2, claim_ttl=2, host_timeout=30)
     deploy.scheduler()
     goal = "sleep $DQ_SLEEP; echo ran on $DEVICEQ_DEVICE_ID"
     a = deploy.command_host("hA", "a1:android", "a2:android", env={"DQ_SLEEP": "20"})
@@ -239,7 +120,7 @@ def test_restarted_host_hands_back_what_its_killed_run_left_without_waiting_for_
     assert time.monotonic() - begun < 15
     assert (t.status, t.result, t.attempt) == (TaskStatus.done, "ok\n", 2)
     assert [a.outcome for a in t.attempts] == ["released", "done"]
-    assert "handed back an attempt left by a previous run" in deploy.log("h1")
+    assert "(its daemon is gone)" in deploy.log("h1") and "handed_back=1" in deploy.log("h1")
 
 
 def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(deploy: Deployment) -> None:
@@ -256,7 +137,8 @@ def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(deploy: Depl
     time.sleep(0.5)  # a scheduler pass or two
     for t in (deploy.client.get(x) for x in waiting):
         assert t.status is TaskStatus.queued and t.attempt == 0 and t.attempts == []
-    assert deploy.admin.host("h1").draining
+    host = deploy.admin.host("h1")
+    assert host.stopping and not host.draining and host.session is None
     assert "draining" in deploy.log("h1")
 
 
@@ -274,7 +156,7 @@ def test_json_logs_carry_task_lease_host_device_on_every_task_line(deploy: Deplo
     assert {x["msg"] for x in about_task} >= {"claimed", "runner started", "reported done"}
     for x in about_task:
         assert (x["lease"], x["host"], x["device"]) == (f"{tid}-a1", "h1", "d1"), x
-    assert deploy.admin.host("h1").draining
+    assert deploy.admin.host("h1").stopping
     assert not any(deploy.tokens_in(line) for line in deploy.log("h1").splitlines())
 
 
@@ -284,7 +166,9 @@ def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment
     from deviceq.worker import HostWorker, WorkerSettings
 
     token = deploy.admin.add_host("h1")
-    settings = WorkerSettings("h1", ["d1:sim", "d2:sim:fast"], grace=5, poll_interval=0.5)
+    settings = WorkerSettings(
+        "h1", ["d1:sim", "d2:sim:fast"], RunnerSpec("sim"), grace=5, poll_interval=0.5
+    )
     worker = HostWorker(deploy.url, deploy.pool, settings, token)
     codes: list[int] = []
     t = threading.Thread(target=lambda: codes.append(worker.run()))
@@ -302,7 +186,7 @@ def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment
     finally:
         worker.stop()
         t.join(20)
-    assert codes == [0] and deploy.admin.host("h1").draining
+    assert codes == [0] and deploy.admin.host("h1").stopping
 
 
 def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) -> None:
@@ -327,10 +211,13 @@ def test_cancel_running_task_kills_its_process_group(deploy: Deployment) -> None
     pidfile = deploy.tmp / "pid"
     deploy.scheduler()
     deploy.command_host("h1", "d1:android")
-    tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60 & sleep 60; wait")
+    # the group id (the command runs under its lease watchdog, which leads the group)
+    tid = deploy.client.submit(
+        f"cut -d' ' -f5 /proc/$$/stat > {pidfile}; sleep 60 & sleep 60; wait"
+    )
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "command started")
     pgid = int(pidfile.read_text())
-    wait_for(lambda: len(live_group_members(pgid)) >= 2, 5, "shell and background sleep")
+    wait_for(lambda: len(live_group_members(pgid)) >= 3, 5, "watchdog, shell, background sleep")
     assert deploy.client.cancel(tid) == "requested"
     t = deploy.client.wait(tid, timeout=15)
     assert (t.status, t.failure_kind) == (TaskStatus.cancelled, FailureKind.cancelled)
@@ -346,8 +233,12 @@ def test_gil_holding_or_hanging_runner_keeps_its_lease_while_host_lives(
 ) -> None:
     deploy.configure(lease_ttl=1.5, claim_ttl=2.0)
     deploy.scheduler()
-    deploy.host("h1", "d1:android", "d2:android",
-                extra=("--goal-runner", "test_worker:gil_or_hang", "--stop-grace", "1"))
+    deploy.host(
+        "h1",
+        "d1:android",
+        "d2:android",
+        extra=("--goal-runner", "test_worker:gil_or_hang", "--stop-grace", "1"),
+    )
     hog = deploy.client.submit("hog 4", max_attempts=1)
     hang = deploy.client.submit("hang", max_attempts=1)
     t = deploy.client.wait(hog, timeout=30)
@@ -424,7 +315,8 @@ def test_report_during_a_redis_outage_is_retried_until_accepted(
         wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
         started, go = deploy.tmp / "started", deploy.tmp / "go"
         tid = deploy.client.submit(
-            f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; echo survived")
+            f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; echo survived"
+        )
         deploy.admin.dispatch(tid, "d1")
         wait_for(started.exists, 20, "command started")
         time.sleep(2.1)  # the claim is in the AOF (fsynced every second)
@@ -445,12 +337,18 @@ def test_report_during_a_redis_outage_is_retried_until_accepted(
 
 
 def test_failing_device_is_quarantined_and_released_with_the_cli(deploy: Deployment) -> None:
-    deploy.configure(quarantine_after=2)
+    deploy.configure(quarantine_after=2, max_quarantine_fraction=1)
     deploy.scheduler()
-    deploy.command_host("h1", "d1:android")
-    first = [deploy.client.submit("exit 1", max_attempts=1) for _ in range(2)]
-    for t in deploy.wait_all(first, timeout=30):
+    deploy.command_host("h1", "d1:android", extra=("--infra-exit-code", "75"))
+    # the tasks' own failures (exit 1) never count against the device ...
+    own = [deploy.client.submit("exit 1", max_attempts=1) for _ in range(3)]
+    for t in deploy.wait_all(own, timeout=30):
         assert t.failure_kind is FailureKind.runner_failed
+    assert not deploy.admin.device("d1").quarantined
+    # ... infrastructure failures (the declared exit code) do
+    first = [deploy.client.submit("exit 75", max_attempts=1) for _ in range(2)]
+    for t in deploy.wait_all(first, timeout=30):
+        assert t.failure_kind is FailureKind.infrastructure
     wait_for(lambda: deploy.admin.device("d1").quarantined, 5, "d1 quarantined")
     third = deploy.client.submit("echo fine")
     time.sleep(1.0)
@@ -499,13 +397,15 @@ def test_device_check_reports_busy_and_offline_devices_and_they_get_no_work(
 def test_host_run_with_a_wrong_token_fails_in_one_line(deploy: Deployment) -> None:
     deploy.admin.add_host("h1")
     secret = "wrong-token-value-123"
-    proc = subprocess.run([*CLI, "host", "run", "--host-id", "h1", "--device", "d1:x"],
+    run = [*CLI, "host", "run", "--host-id", "h1", "--device", "d1:x", "--command", "true"]
+    proc = subprocess.run(run,
                           env={**os.environ, "DEVICEQ_REDIS_URL": deploy.url,
                                "DEVICEQ_POOL": deploy.pool, "DEVICEQ_HOST_TOKEN": secret},
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert proc.returncode == 2
-    assert "unknown host or wrong token" in proc.stderr and secret not in proc.stderr
-    proc = subprocess.run([*CLI, "host", "run", "--host-id", "h1", "--device", "d1:x"],
+    assert "wrong token for host h1" in proc.stderr and secret not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = subprocess.run(run,
                           env={k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"},
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert proc.returncode == 1 and "a host token is required" in proc.stderr
@@ -533,9 +433,11 @@ def test_host_run_config_file_merges_under_options(tmp_path: Path) -> None:
                             "command": "adb -s {device_id} {goal}"}, {})  # fmt: skip
     assert (s2.goal_runner.name, s2.goal_runner.options["template"]) == (
         "command", "adb -s {device_id} {goal}")  # fmt: skip
-    for bad in ({"host_id": "h", "token": "t"},  # no device
-                {"host_id": "h", "token": "t", "devices": ("d:x",), "goal_runner": "command"},
-                {"host_id": "h", "token": "t", "devices": ("nocolon",)},
-                {"host_id": "h", "token": "t", "devices": ("d:x",), "bogus": 1}):
+    for bad in (
+        {"host_id": "h", "token": "t"},  # no device
+        {"host_id": "h", "token": "t", "devices": ("d:x",), "goal_runner": "command"},
+        {"host_id": "h", "token": "t", "devices": ("nocolon",)},
+        {"host_id": "h", "token": "t", "devices": ("d:x",), "bogus": 1},
+    ):
         with pytest.raises((ConfigError, ValueError)):
             build_settings(bad, {})

@@ -14,6 +14,8 @@ from .errors import (
     LeaseLost,
     NotFound,
     QueueFull,
+    SessionActive,
+    SessionSuperseded,
     Unmatchable,
 )
 from .host import DeviceReport, HostClient, Renewal, Report
@@ -60,6 +62,8 @@ __all__ = [
     "Renewal",
     "Report",
     "ScheduledTask",
+    "SessionActive",
+    "SessionSuperseded",
     "Settings",
     "TaskSpec",
     "TaskStatus",

@@ -67,8 +67,7 @@ def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
         spec.priority,
         "" if spec.max_attempts is None else spec.max_attempts,
         spec.idempotency_key or "",
-        spec.constraints.signature(spec.priority),
-        "" if spec.queue_timeout is None else spec.queue_timeout,
+        "" if spec.queue_timeout is None else f"{spec.queue_timeout:.3f}",
         "" if spec.reject_unmatched is None else int(spec.reject_unmatched),
     ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -11,8 +13,10 @@ YEAR = 365 * 86400.0
 
 
 class PoolConfig(BaseModel):
-    """Pool-wide settings. Durations are seconds (fractions allowed). These defaults are also
-    the defaults the Lua scripts use (``scripts.py`` generates their table from this class)."""
+    """Pool-wide settings. Durations are seconds (fractions allowed). These defaults and bounds
+    are also the ones the Lua scripts use (``scripts.py`` generates their ``DEFAULTS`` and
+    ``BOUNDS`` tables from this class): a value outside the bounds that reached the config hash
+    some other way (a raw ``HSET``) is clamped by the scripts, never trusted."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -20,26 +24,44 @@ class PoolConfig(BaseModel):
         100_000, ge=1, le=1_000_000_000, description="queued tasks the pool accepts"
     )
     max_attempts: int = Field(3, ge=1, le=1000, description="attempts per task (default)")
+    max_handbacks: int = Field(
+        10,
+        ge=0,
+        le=1000,
+        description="times a task may be handed back (refused, drained) before it fails "
+        "as rejected",
+    )
     claim_ttl: float = Field(
-        30.0, gt=0, le=YEAR, description="seconds a host has to claim an assignment"
+        30.0, ge=1, le=YEAR, description="seconds a host has to claim an assignment"
     )
     lease_ttl: float = Field(
-        60.0, gt=0, le=YEAR, description="seconds a run lease lasts between renewals"
+        60.0, ge=1, le=YEAR, description="seconds a run lease lasts between renewals"
     )
     host_timeout: float = Field(
-        30.0, gt=0, le=YEAR, description="heartbeat age after which a host is dead"
+        30.0, ge=1, le=YEAR, description="heartbeat age after which a host is dead"
     )
     retention: float = Field(
-        7 * 86400.0, gt=0, le=10 * YEAR, description="seconds terminal tasks are kept"
+        7 * 86400.0, ge=1, le=10 * YEAR, description="seconds terminal tasks are kept"
     )
     idempotency_ttl: float = Field(
-        86400.0, gt=0, le=10 * YEAR, description="seconds an idempotency key holds"
+        86400.0, ge=1, le=10 * YEAR, description="seconds an idempotency key holds"
     )
     event_maxlen: int = Field(
         100_000, ge=100, le=100_000_000, description="approximate cap of the event stream"
     )
     quarantine_after: int = Field(
-        3, ge=0, description="consecutive failed runs that quarantine a device (0 = never)"
+        3,
+        ge=0,
+        le=1000,
+        description="consecutive infrastructure failures (runner crash, timeout, a failure "
+        "the runner marks as the device's) that quarantine a device (0 = never)",
+    )
+    max_quarantine_fraction: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="largest share of one driver type's devices automatic quarantine may "
+        "take out; beyond it a warning is raised instead",
     )
     queue_timeout: float = Field(
         0.0,
@@ -51,7 +73,7 @@ class PoolConfig(BaseModel):
         0, ge=0, le=1, description="1: refuse submissions no registered device could run"
     )
     leader_ttl: float = Field(
-        10.0, gt=0, le=3600, description="seconds a scheduler leader lease lasts"
+        10.0, ge=1, le=3600, description="seconds a scheduler leader lease lasts"
     )
 
     @classmethod
@@ -72,9 +94,32 @@ class PoolConfig(BaseModel):
         return parsed
 
     @classmethod
+    def bounds(cls, key: str) -> tuple[float, float]:
+        """The inclusive (lowest, highest) value of a setting."""
+        lo: float = float("-inf")
+        hi: float = float("inf")
+        for m in cls.model_fields[key].metadata:
+            for attr, setter in (("ge", "lo"), ("gt", "lo"), ("le", "hi"), ("lt", "hi")):
+                v: Any = getattr(m, attr, None)
+                if v is not None:
+                    if setter == "lo":
+                        lo = float(v)
+                    else:
+                        hi = float(v)
+        return lo, hi
+
+    @classmethod
     def lua_defaults(cls) -> str:
+        """The ``DEFAULTS`` and ``BOUNDS`` tables prepended to every script."""
         items = ", ".join(f"{k} = {f.default!r}" for k, f in cls.model_fields.items())
-        return "local DEFAULTS = {" + items + "}\n"
+
+        def num(v: float) -> str:
+            return repr(v) if abs(v) != float("inf") else ("-" if v < 0 else "") + "math.huge"
+
+        bounds = ", ".join(
+            f"{k} = {{{num(cls.bounds(k)[0])}, {num(cls.bounds(k)[1])}}}" for k in cls.model_fields
+        )
+        return "local DEFAULTS = {" + items + "}\nlocal BOUNDS = {" + bounds + "}\n"
 
 
 class Settings(BaseSettings):

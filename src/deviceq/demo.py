@@ -184,6 +184,9 @@ class FakeRedisTcp:
                 "the fakeredis fallback needs fakeredis with TcpFakeServer (>= 2.34); "
                 "install redis-server or upgrade fakeredis"
             ) from exc
+        from . import fakeredis_compat
+
+        fakeredis_compat.enable()  # redis.sha1hex, which the scripts use, as real Redis has
         self.server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(

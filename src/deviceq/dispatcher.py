@@ -17,7 +17,16 @@ import redis
 
 from .errors import NotFound
 from .models import Assignment, FailureKind, WorkflowDefinition
-from .runners import GoalRunner, Outcome, Task, WorkflowRunner, as_outcome, tail, task_logger
+from .runners import (
+    GoalRunner,
+    LeaseClock,
+    Outcome,
+    Task,
+    WorkflowRunner,
+    as_outcome,
+    tail,
+    task_logger,
+)
 
 _LOG = logging.getLogger("deviceq.dispatcher")
 WorkflowLoader = Callable[[str], WorkflowDefinition]
@@ -27,12 +36,14 @@ WorkflowLoader = Callable[[str], WorkflowDefinition]
 class DispatchOutcome:
     """How an attempt ended: ``status`` is ``done``, ``failed`` or ``cancelled``;
     ``failure_kind`` is set unless done; ``payload`` is the result (done) or the error.
-    ``abandoned`` means the runner did not stop when told to and was left behind."""
+    ``abandoned`` means the runner did not stop when told to and was left behind: it may still
+    be using the device until ``runner_done`` is set."""
 
     status: str
     failure_kind: FailureKind | None = None
     payload: str = ""
     abandoned: bool = False
+    runner_done: threading.Event | None = None  # set when an abandoned runner really ended
 
     @property
     def ok(self) -> bool:
@@ -44,7 +55,8 @@ class TaskDispatcher:
     whose `WorkflowDefinition` ``workflow_loader`` loads, e.g. ``Client.get_workflow``).
 
     Outcome mapping: the runner's success -> ``done``; its reported failure -> ``failed`` /
-    ``runner_failed``; an exception -> ``failed`` / ``runner_error``; past the deadline ->
+    ``runner_failed`` (``infrastructure`` when the runner marks it as the device's, see
+    ``Outcome.infrastructure``); an exception -> ``failed`` / ``runner_error``; past the deadline ->
     ``failed`` / ``timeout``; stopped because ``cancel_event`` was set -> ``cancelled``; a
     workflow that no longer exists -> ``failed`` / ``rejected`` (not the device's fault).
     A runner still running ``stop_grace`` seconds after it was told to stop is abandoned."""
@@ -65,7 +77,11 @@ class TaskDispatcher:
         self.log = logger or _LOG
 
     def make_task(
-        self, assignment: Assignment, cancel: threading.Event, deadline: float | None
+        self,
+        assignment: Assignment,
+        cancel: threading.Event,
+        deadline: float | None,
+        lease: LeaseClock | None = None,
     ) -> Task:
         """The `Task` a runner gets for ``assignment``."""
         t = assignment.task
@@ -81,6 +97,7 @@ class TaskDispatcher:
             lease_id=assignment.lease_id,
             host_id=assignment.host_id,
             workflow=t.workflow,
+            lease=lease,
         )
         task.logger = task_logger(task, self.log)
         return task
@@ -92,15 +109,17 @@ class TaskDispatcher:
         deadline: float | None = None,
         *,
         driver_type: str | None = None,
+        lease: LeaseClock | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
         ``deadline`` is a ``time.monotonic()`` value after which the runner is stopped and
         the attempt fails with ``timeout``. ``driver_type`` is the device's (the task's
-        constraint may be empty)."""
+        constraint may be empty); ``lease`` is the run's `LeaseClock` (runners outside this
+        process kill the run when it ends unrenewed)."""
         cancel_event = cancel_event or threading.Event()
         stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
-        task = self.make_task(assignment, stop, deadline)
+        task = self.make_task(assignment, stop, deadline, lease)
         if driver_type:
             task.driver_type = driver_type
         run: Callable[[], Any]
@@ -184,7 +203,9 @@ class TaskDispatcher:
                 task.logger.error(
                     f"runner did not stop {self.stop_grace:.1f}s after {cause}; abandoned"
                 )
-                return self._stopped(cause, "runner did not stop; abandoned", abandoned=True)
+                return self._stopped(
+                    cause, "runner did not stop; abandoned", abandoned=True, done=finished
+                )
         elapsed = time.monotonic() - started
         if "exc" in box:
             exc = box["exc"]
@@ -202,12 +223,15 @@ class TaskDispatcher:
             cause = "timeout"
         if cause is not None:
             return self._stopped(cause, out.text)
-        return DispatchOutcome("failed", FailureKind.runner_failed, out.text)
+        kind = FailureKind.infrastructure if out.infra else FailureKind.runner_failed
+        return DispatchOutcome("failed", kind, out.text)
 
     @staticmethod
-    def _stopped(cause: str, text: str, abandoned: bool = False) -> DispatchOutcome:
+    def _stopped(
+        cause: str, text: str, abandoned: bool = False, done: threading.Event | None = None
+    ) -> DispatchOutcome:
         if cause == "timeout":
             return DispatchOutcome(
-                "failed", FailureKind.timeout, tail(f"deadline passed; {text}"), abandoned
+                "failed", FailureKind.timeout, tail(f"deadline passed; {text}"), abandoned, done
             )
-        return DispatchOutcome("cancelled", FailureKind.cancelled, text, abandoned)
+        return DispatchOutcome("cancelled", FailureKind.cancelled, text, abandoned, done)

@@ -63,6 +63,20 @@ class Fenced(DeviceqError):
     code = "FENCED"
 
 
+class SessionActive(DeviceqError):
+    """Another daemon holds a live session for this host id (start with ``--takeover`` to fence
+    it), or started at the same moment."""
+
+    code = "SESSION_ACTIVE"
+
+
+class SessionSuperseded(DeviceqError):
+    """This daemon's host session was superseded (takeover, a newer daemon, token rotation):
+    its claims, renewals and reports are refused; it must stop its runners and exit."""
+
+    code = "SUPERSEDED"
+
+
 class ConfigError(DeviceqError):
     """Bad configuration: unknown setting, bad value, unknown strategy or runner."""
 
@@ -87,6 +101,8 @@ _BY_CODE: dict[str, type[DeviceqError]] = {
         DeviceOwned,
         Busy,
         Fenced,
+        SessionActive,
+        SessionSuperseded,
         ConfigError,
         LeaseLost,
     )

@@ -5,9 +5,11 @@ For a queued task every device of the pool is classified against the task's cons
 * ``no_driver_type`` — no device of the task's driver type is registered;
 * ``missing_tags`` — devices of that driver type exist but lack required tags (counted per tag);
 * the devices that do satisfy the constraints, by what keeps them from this task, in this
-  order of precedence: ``reserved`` (running or assigned another task), ``quarantined``,
-  ``host_dead`` (no heartbeat within ``host_timeout``), ``host_draining``, ``offline``,
-  ``busy`` (the host reports it busy), else ``idle`` (assignable);
+  order of precedence (``status.effective_state``): ``quarantined``, ``host_dead`` (no heartbeat
+  within ``host_timeout``), ``reserved`` (running or assigned another task), ``suspect`` (a
+  lease on it expired) or ``held`` (its host refused an assignment) until its host's next
+  heartbeat, ``host_draining``, ``offline``, ``busy`` (the host reports it busy), else ``idle``
+  (assignable);
 * with assignable devices: ``waiting_turn`` (older tasks are queued ahead) or ``no_scheduler``
   (no scheduler holds the leader lease) — the scheduler assigns at its next pass.
 
@@ -24,11 +26,14 @@ from .connection import PoolConnection
 from .errors import NotFound
 from .models import ScheduledTask, TaskStatus, validate_id
 from .pool import PoolAdmin
+from .status import effective_state
 
 BLOCKERS = (
     "reserved",
     "quarantined",
     "host_dead",
+    "suspect",
+    "held",
     "host_draining",
     "offline",
     "busy",
@@ -38,6 +43,8 @@ _BLOCKER_TEXT = {
     "reserved": "reserved by other tasks",
     "quarantined": "quarantined",
     "host_dead": "on a host that stopped heartbeating",
+    "suspect": "suspect after a lost lease (until their host's next heartbeat)",
+    "held": "held after their host refused an assignment (until its next heartbeat)",
     "host_draining": "on a draining host",
     "offline": "offline",
     "busy": "reported busy by their host",
@@ -182,21 +189,8 @@ def _explain_queued(admin: PoolAdmin, task: ScheduledTask, raw: dict[str, str]) 
     counts["matching"] = len(matching)
     cls = dict.fromkeys((*BLOCKERS, "idle"), 0)
     for d in matching:
-        h = hosts.get(d.host_id)
-        if d.reserved_by:
-            cls["reserved"] += 1
-        elif d.quarantined:
-            cls["quarantined"] += 1
-        elif h is None or not h.alive:
-            cls["host_dead"] += 1
-        elif h.draining:
-            cls["host_draining"] += 1
-        elif d.state.value == "offline":
-            cls["offline"] += 1
-        elif d.state.value == "busy":
-            cls["busy"] += 1
-        else:
-            cls["idle"] += 1
+        state = effective_state(d, hosts.get(d.host_id))
+        cls["host_draining" if state == "draining" else state] += 1
     counts.update(cls)
 
     sig = raw.get("sig", "")

@@ -1,4 +1,9 @@
-"""The host-side client: what a worker daemon does on Redis, authenticated by its token."""
+"""The host-side client: what a worker daemon does on Redis, authenticated by its token.
+
+The token itself is sent with every call and hashed by the scripts (``redis.sha1hex``); Redis
+keeps only ``sha1:`` + its digest, so a process that can read the pool's keys learns nothing it
+could authenticate with. A daemon also carries its **session** (see `HostClient.start_session`):
+while a session is active, calls from any other session are refused (`SessionSuperseded`)."""
 
 from __future__ import annotations
 
@@ -18,23 +23,34 @@ from .models import (
     ScheduledTask,
     trusted_model,
     validate_id,
-    validate_tags,
+    validate_tag_list,
 )
+
+MAX_REASON_BYTES = 200
 
 
 def token_digest(token: str) -> str:
-    """What Redis stores and scripts compare: the token itself never reaches Redis."""
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+    """What Redis stores for a token (``sha1:`` + hex digest). The scripts hash the token a host
+    sends and compare: the stored digest cannot be replayed as a credential."""
+    return "sha1:" + hashlib.sha1(token.encode()).hexdigest()
+
+
+def clean_reason(text: str | None) -> str:
+    """A device state reason as the heartbeat accepts it: printable, at most 200 bytes."""
+    s = "".join(c if c.isprintable() else " " for c in (text or ""))
+    data = s.encode()[:MAX_REASON_BYTES]
+    return data.decode(errors="ignore")
 
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """One device in a heartbeat snapshot."""
+    """One device in a heartbeat snapshot; ``reason`` says why it is busy or offline."""
 
     device_id: str
     driver_type: str
     tags: tuple[str, ...] = ()
     state: DeviceState = DeviceState.idle
+    reason: str = ""
 
     def args(self) -> list[str]:
         try:
@@ -46,8 +62,9 @@ class DeviceReport:
         return [
             validate_id(self.device_id, "device id"),
             validate_id(self.driver_type, "driver_type"),
-            ",".join(validate_tags(self.tags)),
+            ",".join(validate_tag_list(self.tags)),
             state,
+            clean_reason(self.reason) if state != "idle" else "",
         ]
 
 
@@ -56,17 +73,31 @@ class Heartbeat:
     devices: int
     idle: int
     draining: bool
+    stopping: bool = False
+    quarantined: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A started session: its fencing ``epoch``, the session it replaced ('' for none) and how
+    many of the replaced session's running attempts were handed back at once."""
+
+    epoch: int
+    replaced: str
+    handed_back: int
 
 
 @dataclass(frozen=True)
 class Renewal:
     """Result of renewing one lease: ``ok``, ``cancel`` (renewed, but stop: cancel requested)
-    or ``lost`` (superseded / expired / finished: stop and report nothing)."""
+    or ``lost`` (superseded / expired / finished: stop and report nothing). ``lease_ms`` is the
+    length of the renewed lease (the pool's ``lease_ttl`` when it was renewed)."""
 
     task_id: str
     status: str
     expires_at: int | None = None
     reason: str | None = None
+    lease_ms: int = 0
 
     @property
     def lost(self) -> bool:
@@ -92,38 +123,77 @@ def _tail(text: str) -> str:
 
 
 class HostClient(PoolConnection):
-    """A host's side of the protocol: heartbeat, claim, renew, report.
+    """A host's side of the protocol: session, heartbeat, claim, renew, report.
 
-    Every call carries the digest of the host token; a wrong one raises AuthError and changes
-    nothing."""
+    Every call carries the host token (hashed by the script, never stored) and, once
+    ``start_session`` succeeded, the session id; a wrong token raises AuthError, a superseded
+    session SessionSuperseded, and nothing is changed."""
 
     def __init__(
-        self, redis_or_url: redis.Redis | str | None, pool: str | None, host_id: str, token: str
+        self,
+        redis_or_url: redis.Redis | str | None,
+        pool: str | None,
+        host_id: str,
+        token: str,
+        session: str | None = None,
     ) -> None:
         super().__init__(redis_or_url, pool)
         self.host_id = validate_id(host_id, "host id")
-        if not token:
+        if not token or not isinstance(token, str):
             raise InvalidInput("a host token is required")
-        self._digest = token_digest(token)
+        self._token = token
+        self.session = validate_id(session, "session id") if session else ""
 
     def __repr__(self) -> str:  # never shows the token
         return f"HostClient(pool={self.pool!r}, host_id={self.host_id!r})"
 
+    def _auth(self) -> list[str]:
+        return [self.host_id, self._token, self.session]
+
+    # -- session -----------------------------------------------------------------------------
+    def host_record(self) -> dict[str, str]:
+        """The host's session fields as stored (session, session_owner, last_heartbeat)."""
+        vals = self.redis.hmget(
+            self.keys.host(self.host_id), "session", "session_owner", "last_heartbeat"
+        )
+        return dict(zip(("session", "session_owner", "last_heartbeat"),
+                        (str(v or "") for v in vals), strict=True))  # fmt: skip
+
+    def start_session(
+        self, session: str, mode: str = "start", owner: str = "", expected: str = ""
+    ) -> SessionInfo:
+        """Start this client's session (``mode``: start, dead or takeover; see
+        ``lua/session.lua``). Raises SessionActive while another daemon's session is live."""
+        validate_id(session, "session id")
+        res = self._run("session", [self.host_id, self._token, mode, session, owner, expected])
+        self.session = session
+        return SessionInfo(int(res[0]), str(res[1] or ""), int(res[2]))
+
+    def end_session(self) -> bool:
+        """End this client's session if it is still current (a clean daemon exit)."""
+        if not self.session:
+            return False
+        res = self._run("session", [self.host_id, self._token, "end", self.session, "", ""])
+        return bool(int(res))
+
+    # -- protocol ----------------------------------------------------------------------------
     def heartbeat(self, devices: Iterable[DeviceReport]) -> Heartbeat:
         """Report this host alive and its full device snapshot."""
-        args: list[str] = [self.host_id, self._digest]
+        args: list[str] = self._auth()
         devs = list(devices)
         args.append(str(len(devs)))
         for d in devs:
             args += d.args()
-        n, idle, draining = self._run("heartbeat", args)
-        return Heartbeat(int(n), int(idle), bool(draining))
+        n, idle, draining, stopping, quarantined = self._run("heartbeat", args)
+        q = frozenset(x for x in str(quarantined or "").split(",") if x)
+        return Heartbeat(int(n), int(idle), bool(draining), bool(stopping), q)
 
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``."""
-        rows = self._run("claim", [self.host_id, self._digest, max_count])
+        rows = self._run("claim", [*self._auth(), str(int(max_count))])
+        lease_ms = int(rows[0])
         out = []
-        for flat in rows:
+        for flat in rows[1:]:
             h = dict(zip(flat[::2], flat[1::2], strict=True))
             task = ScheduledTask.from_hash(h, trusted=True)
             out.append(
@@ -136,6 +206,7 @@ class HostClient(PoolConnection):
                         "device_id": task.device_id,
                         "host_id": task.host_id,
                         "lease_expires_at": task.lease_expires_at,
+                        "lease_ms": lease_ms,
                     },
                 )
             )
@@ -145,29 +216,42 @@ class HostClient(PoolConnection):
         """Block until an assignment may be waiting (or ``timeout`` seconds pass)."""
         return bool(self.redis.blpop([self.keys.host_wake(self.host_id)], timeout=timeout))
 
+    def wait_for_control(self, timeout: float) -> str | None:
+        """Block until a control message arrives for this host (cancel requested, quarantine
+        changed, session superseded, host removed, token rotated) or ``timeout`` seconds pass.
+        Messages are hints: act on what the next renew/heartbeat answers."""
+        got = self.redis.blpop([self.keys.host_ctl(self.host_id)], timeout=max(0.01, timeout))
+        return str(got[1]) if got else None
+
     def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]:
         """Extend leases given as (task_id, lease_id) pairs, in one call."""
         if not leases:
             return []
-        args: list[str] = [self.host_id, self._digest, str(len(leases))]
+        args: list[str] = [*self._auth(), str(len(leases))]
         for task_id, lease_id in leases:
             args += [validate_id(task_id, "task id"), validate_id(lease_id, "lease id")]
         flat = self._run("renew", args)
         out = []
-        for (task_id, _), status, value in zip(leases, flat[::2], flat[1::2], strict=True):
+        for (task_id, _), status, value, ms in zip(
+            leases, flat[::3], flat[1::3], flat[2::3], strict=True
+        ):
             if status == "lost":
                 out.append(Renewal(task_id, status, reason=str(value)))
             else:
-                out.append(Renewal(task_id, status, expires_at=int(value)))
+                out.append(Renewal(task_id, status, expires_at=int(value), lease_ms=int(ms)))
         return out
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``."""
-        args: list[str] = [self.host_id, self._digest, str(len(reports))]
+        if not reports:
+            return []
+        args: list[str] = [*self._auth(), str(len(reports))]
         for r in reports:
             kind = (
                 r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
             )
+            if r.outcome == "cancelled":
+                kind = None
             args += [
                 validate_id(r.task_id, "task id"),
                 validate_id(r.lease_id, "lease id"),
@@ -189,9 +273,16 @@ class HostClient(PoolConnection):
         return self.report_many([Report(task_id, lease_id, outcome, failure_kind, payload)])[0]
 
     def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str:
-        """Hand an attempt back: the task is queued again at once, keeping its place."""
+        """Hand an attempt back: the task is queued again at once, keeping its place (at most
+        ``max_handbacks`` times; then it fails as ``rejected``)."""
         return self.report(task_id, lease_id, "released", None, reason)
 
     def set_draining(self, draining: bool = True) -> str:
-        """Mark this host draining (no new assignments) or active again."""
-        return str(self._run("host_drain", [self.host_id, "1" if draining else "0", self._digest]))
+        """Mark this host's daemon as shutting down (``stopping``: no new assignments) or
+        running again. An operator's drain (``PoolAdmin.drain``) is a separate flag."""
+        return str(
+            self._run(
+                "host_drain",
+                [self.host_id, "1" if draining else "0", "daemon", self._token, self.session],
+            )
+        )

@@ -10,7 +10,6 @@ key                                type       holds
 =================================  =========  ==================================================
 ``config``                         hash       pool settings (``max_queue_depth``, ttls, ...)
 ``seq``                            string     submission counter (task order, ids)
-``lease_seq``                      string     lease counter (lease ids)
 ``task:ID``                        hash       one task (see ``deviceq.models.TASK_FIELDS``)
 ``task:ID:attempts``               list       JSON record per attempt, expired ones included
 ``task:ID:goal``                   string     the goal when longer than 64 bytes (the hash
@@ -19,19 +18,28 @@ key                                type       holds
 ``queues``                         zset       non-empty bucket ids, scored by their head's seq
 ``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
 ``deadlines``                      zset       queued task ids with a queue timeout, by deadline
+``avoid``                          hash       queued task id -> ``DEVICES|HOSTS`` (csv) it lost an
+                                              attempt on: a retry prefers others (anti-affinity)
 ``status:STATUS``                  zset       task ids by status (queued/active by seq,
                                               terminal by finish time, trimmed by retention)
 ``idem:KEY``                       string     idempotency key -> task id (expires)
-``device:ID``                      hash       one device (host, driver_type, tags, state, ...)
+``device:ID``                      hash       one device (host, driver_type, tags, state and
+                                              its reason, reserved_by, quarantined, held, ...)
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
-``host:ID``                        hash       one host (token digest, heartbeat, draining)
+``host:ID``                        hash       one host (sha1 token digest, heartbeat,
+                                              draining, stopping, suspect, session, ...)
 ``host:ID:devices``                set        device ids owned by the host
 ``host:ID:inbox``                  list       task ids assigned to the host, awaiting claim
 ``host:ID:wake``                   list       one-element signal list a worker BLPOPs on
+``host:ID:ctl``                    list       messages to the host's daemon (cancel requested,
+                                              quarantine changed, session superseded, removed)
 ``hosts``                          set        every host id
 ``caps``                           hash       device profile ``DRIVER|TAGS`` -> device count
+``drivers``                        hash       driver type -> registered devices
+``qdrivers``                       hash       driver type -> quarantined devices (the cap of
+                                              automatic quarantine, ``max_quarantine_fraction``)
 ``devgen``                         string     bumped when a device registers, changes its
                                               driver type/tags or is removed (scheduler caches)
 ``leases``                         zset       task ids with an active lease, by expiry (ms)
@@ -82,6 +90,18 @@ class Keys:
     @property
     def caps(self) -> str:
         return self._k("caps")
+
+    @property
+    def drivers(self) -> str:
+        return self._k("drivers")
+
+    @property
+    def qdrivers(self) -> str:
+        return self._k("qdrivers")
+
+    @property
+    def avoid(self) -> str:
+        return self._k("avoid")
 
     @property
     def queues(self) -> str:
@@ -159,6 +179,9 @@ class Keys:
 
     def host_wake(self, host_id: str) -> str:
         return self._k("host", host_id, "wake")
+
+    def host_ctl(self, host_id: str) -> str:
+        return self._k("host", host_id, "ctl")
 
     def workflow(self, name: str) -> str:
         return self._k("workflow", name)

@@ -139,6 +139,18 @@ class FailureKind(StrEnum):
     timeout = "timeout"
     rejected = "rejected"
     unschedulable = "unschedulable"
+    infrastructure = "infrastructure"
+
+    @property
+    def server_only(self) -> bool:
+        """Set by the scripts only (a host may not report it)."""
+        return self in (FailureKind.lease_expired, FailureKind.unschedulable)
+
+    @property
+    def device_fault(self) -> bool:
+        """Counts against the device toward ``quarantine_after``: the runner crashed, timed out
+        or marked the failure as the device's. A task's own failure never does."""
+        return self in (FailureKind.infrastructure, FailureKind.runner_error, FailureKind.timeout)
 
 
 class DeviceState(StrEnum):
@@ -254,6 +266,9 @@ class ScheduledTask(BaseModel):
     result: str | None = None
     cancel_requested: bool = False
     handbacks: int = 0
+    session: str | None = None
+    avoid_devices: tuple[str, ...] = ()
+    avoid_hosts: tuple[str, ...] = ()
     idempotency_key: str | None = None
     queue_deadline: int | None = None
     seq: int = 0
@@ -297,6 +312,9 @@ class ScheduledTask(BaseModel):
             "result": s("result"),
             "cancel_requested": h.get("cancel_requested") == "1",
             "handbacks": int(h.get("handbacks") or 0),
+            "session": s("session"),
+            "avoid_devices": tuple(x for x in (h.get("avoid_devices") or "").split(",") if x),
+            "avoid_hosts": tuple(x for x in (h.get("avoid_hosts") or "").split(",") if x),
             "idempotency_key": s("idempotency_key"),
             "queue_deadline": _opt_int(h.get("queue_deadline")),
             "seq": int(h.get("seq") or 0),
@@ -322,8 +340,12 @@ class PooledDevice(BaseModel):
     driver_type: DriverType
     tags: Tags = ()
     state: DeviceState = DeviceState.idle
+    reason: str | None = None
     reserved_by: str | None = None
     quarantined: bool = False
+    quarantine_reason: str | None = None
+    held: str | None = None
+    attention: str | None = None
     consecutive_failures: int = 0
     released_at: int | None = None
     last_assigned_at: int | None = None
@@ -336,8 +358,12 @@ class PooledDevice(BaseModel):
             driver_type=h.get("driver_type") or "unknown",
             tags=validate_tags(h.get("tags") or ""),
             state=DeviceState(h.get("state") or "offline"),
+            reason=h.get("reason") or None,
             reserved_by=h.get("reserved_by") or None,
             quarantined=h.get("quarantined") == "1",
+            quarantine_reason=h.get("quarantine_reason") or None,
+            held=h.get("held") or None,
+            attention=(h.get("attention_reason") or None) if h.get("attention") == "1" else None,
             consecutive_failures=int(h.get("consecutive_failures") or 0),
             released_at=_opt_int(h.get("released_at")),
             last_assigned_at=_opt_int(h.get("last_assigned_at")),
@@ -350,7 +376,11 @@ class Host(BaseModel):
     host_id: str
     last_heartbeat: int = 0
     draining: bool = False
+    stopping: bool = False
+    suspect: bool = False
     alive: bool = False
+    session: str | None = None
+    session_owner: str | None = None
     devices: list[str] = Field(default_factory=list)
 
 
@@ -382,3 +412,4 @@ class Assignment(BaseModel):
     device_id: str
     host_id: str
     lease_expires_at: int
+    lease_ms: int = 0

@@ -39,7 +39,10 @@ class PoolAdmin(PoolConnection):
     def drain(self, host_id: str, draining: bool = True) -> str:
         """No new assignments to the host (``draining=False`` resumes them)."""
         return str(
-            self._run("host_drain", [validate_id(host_id, "host id"), "1" if draining else "0", ""])
+            self._run(
+                "host_drain",
+                [validate_id(host_id, "host id"), "1" if draining else "0", "operator", "", ""],
+            )
         )
 
     def hosts(self) -> list[Host]:
@@ -48,19 +51,26 @@ class PoolAdmin(PoolConnection):
         timeout_ms = self.config().host_timeout * 1000
         pipe = self.redis.pipeline(transaction=False)
         for h in ids:
-            pipe.hmget(self.keys.host(h), "last_heartbeat", "draining")
+            pipe.hmget(
+                self.keys.host(h), "last_heartbeat", "draining", "stopping", "suspect",
+                "session", "session_owner",
+            )  # fmt: skip
             pipe.smembers(self.keys.host_devices(h))
         res = pipe.execute()
         out = []
         for i, h in enumerate(ids):
-            hb, draining = res[2 * i]
+            hb, draining, stopping, suspect, session, owner = res[2 * i]
             hb_ms = int(hb or 0)
             out.append(
                 Host(
                     host_id=h,
                     last_heartbeat=hb_ms,
                     draining=draining == "1",
+                    stopping=stopping == "1",
+                    suspect=bool(suspect),
                     alive=hb_ms > 0 and now - hb_ms <= timeout_ms,
+                    session=session or None,
+                    session_owner=owner or None,
                     devices=sorted(res[2 * i + 1]),
                 )
             )
@@ -114,13 +124,14 @@ class PoolAdmin(PoolConnection):
 
     def expire(self, limit: int = 1000) -> dict[str, int]:
         """Run one bounded expiry batch (the scheduler does this every tick)."""
-        requeued, failed, cancelled, unsched, more = self._run("expire", [limit])
+        requeued, failed, cancelled, unsched, more, trimmed = self._run("expire", [str(limit)])
         return {
             "requeued": int(requeued),
             "failed": int(failed),
             "cancelled": int(cancelled),
             "unschedulable": int(unsched),
             "more": int(more),
+            "trimmed": int(trimmed),
         }
 
     # -- assignment commit ---------------------------------------------------------------------
@@ -128,7 +139,7 @@ class PoolAdmin(PoolConnection):
         """Commit proposed (task_id, device_id) pairs atomically, each re-validated.
         Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. With ``fence`` (the scheduler's
         leader epoch) the whole batch is refused with Fenced unless that epoch still leads."""
-        args: list[Any] = [str(fence), len(pairs)]
+        args: list[Any] = [str(fence), str(len(pairs))]
         for task_id, device_id in pairs:
             args += [validate_id(task_id, "task id"), validate_id(device_id, "device id")]
         return [str(x) for x in self._run("assign", args)]

@@ -45,12 +45,12 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import redis
 
-from .errors import ConfigError, Fenced
+from .errors import ConfigError, DeviceqError, Fenced
 from .logs import log
 from .pool import PoolAdmin
 from .strategies import (
@@ -73,7 +73,7 @@ MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
 DEVICE_REASONS = ("device_", "driver_type_mismatch", "missing_tag")
-EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more")
+EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "trimmed", "more")
 
 
 @dataclass
@@ -195,6 +195,7 @@ class TaskScheduler:
         # device id -> (idle score as read, read at (monotonic), the device)
         self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
         self._suspect: set[str] = set()
+        self._avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
         self._host_timeout_ms = 0
         self._stop = threading.Event()
@@ -299,7 +300,9 @@ class TaskScheduler:
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
-        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw = pipe.execute()
+        pipe.hlen(k.avoid)
+        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw, avoiding = pipe.execute()
+        self._avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         self._host_timeout_ms = int(float(host_timeout_raw or self._default_host_timeout()) * 1000)
         if devgen != self._devgen:  # a device registered, changed or was removed
@@ -308,6 +311,9 @@ class TaskScheduler:
         idle = _pairs(idle_raw)
         queues = _pairs(queues_raw)
 
+        if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
+            live = {s for s, _ in queues}
+            self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in live}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
         cached, sig_rows = self._device_rows(idle, [k.sig(s) for s in new_sigs])
         for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
@@ -318,12 +324,19 @@ class TaskScheduler:
         return _Base(now, shells, pre.devices, pre.matching, len(queues)), hosts
 
     def _host_filter(self, base: _Base, hosts: list[str], rows: list[Any]) -> _Base:
-        """Drop the devices of dead or draining hosts (``rows``: HMGET last_heartbeat,
-        draining per host, read together with the first heads)."""
+        """Drop the devices of hosts that cannot take work (``rows``: HMGET last_heartbeat,
+        draining, stopping, suspect per host, read together with the first heads). The rule is
+        ``host_placeable`` in ``lua/_lib.lua``, which the commit applies again."""
         bad = set()
-        for h, (hb, draining) in zip(hosts, rows, strict=True):
+        for h, (hb, draining, stopping, suspect) in zip(hosts, rows, strict=True):
             hb_ms = int(hb or 0)
-            if draining == "1" or hb_ms <= 0 or base.now - hb_ms > self._host_timeout_ms:
+            if (
+                draining == "1"
+                or stopping == "1"
+                or suspect
+                or hb_ms <= 0
+                or base.now - hb_ms > self._host_timeout_ms
+            ):
                 bad.add(h)
         if not bad:
             return base
@@ -431,7 +444,7 @@ class TaskScheduler:
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
         for h in hosts:
-            pipe.hmget(k.host(h), "last_heartbeat", "draining")
+            pipe.hmget(k.host(h), "last_heartbeat", "draining", "stopping", "suspect")
         for s, start, n in todo:
             pipe.execute_command("ZRANGE", k.queue(s), start, n - 1, "WITHSCORES")
         res = pipe.execute()
@@ -441,10 +454,25 @@ class TaskScheduler:
             if s in out:
                 seen = {t.task_id for t in out[s]}
                 got = [(t, seq) for t, seq in got if t not in seen]
-            out[s] = out.get(s, ()) + tuple(
-                QueuedTask(t, int(float(seq)), s, prio) for t, seq in got
-            )
+            fresh = tuple(QueuedTask(t, int(float(seq)), s, prio) for t, seq in got)
+            if self._avoiding:
+                fresh = self._with_avoid(fresh)
+            out[s] = out.get(s, ()) + fresh
         return out, res[: len(hosts)]
+
+    def _with_avoid(self, heads: tuple[QueuedTask, ...]) -> tuple[QueuedTask, ...]:
+        """Heads with their anti-affinity (devices and hosts they lost an attempt on), read
+        from the ``avoid`` hash: one more round trip, only while some queued task has one."""
+        if not heads:
+            return heads
+        rows = self.redis.hmget(self.keys.avoid, [t.task_id for t in heads])
+        out = []
+        for t, row in zip(heads, rows, strict=True):
+            if row:
+                devs, _, hosts = str(row).partition("|")
+                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+            out.append(t)
+        return tuple(out)
 
     def _read(self) -> tuple[_Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
@@ -530,7 +558,34 @@ class TaskScheduler:
             used_t.add(task_id)
             used_d.add(device_id)
             pairs.append((task_id, device_id))
+        if self._avoiding:
+            pairs = self._respect_avoid(snap, pairs, used_d)
         return pairs, dropped
+
+    @staticmethod
+    def _respect_avoid(snap: Snapshot, pairs: list[Pair], used: set[str]) -> list[Pair]:
+        """Anti-affinity for every strategy: a task paired with a device (or host) it lost an
+        attempt on gets an unused matching device it has not failed on instead, when the
+        snapshot has one (the same device only when nothing else matches)."""
+        heads = {t.task_id: (b, t) for b in snap.buckets for t in b.heads}
+        out: list[Pair] = []
+        for task_id, device_id in pairs:
+            b, t = heads[task_id]
+            if t.avoid_devices or t.avoid_hosts:
+                cur = next(d for d in snap.matching[b.sig] if d.device_id == device_id)
+                rank = t.avoid_rank(cur)
+                if rank:
+                    better = min(
+                        (d for d in snap.matching[b.sig] if d.device_id not in used),
+                        key=t.avoid_rank,
+                        default=None,
+                    )
+                    if better is not None and t.avoid_rank(better) < rank:
+                        used.discard(device_id)
+                        used.add(better.device_id)
+                        device_id = better.device_id
+            out.append((task_id, device_id))
+        return out
 
     def commit(self, pairs: list[Pair], fence: int | str = "") -> list[str]:
         """Commit pairs through ``lua/assign.lua``; per pair ``ok:LEASE`` or ``err:REASON``."""
@@ -688,6 +743,22 @@ class TaskScheduler:
                     left = tick - (time.monotonic() - last_pass)
                     wait = max(0.01, min(left, MAX_BLOCK, ttl_ms / 3000))
                     due = self._wait_wake(wait)
+                except redis.AuthenticationError as exc:
+                    # never transient by itself: a one-shot run fails, the daemon keeps trying
+                    # (slowly) so that fixing the credentials or the ACL revives it
+                    log(
+                        logger,
+                        logging.ERROR,
+                        "redis refused the credentials",
+                        pool=self.pool,
+                        owner=self.owner,
+                        error=str(exc),
+                    )
+                    self.epoch = None
+                    if once:
+                        raise
+                    due = True
+                    self._sleep(5.0)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     log(
                         logger,
@@ -700,6 +771,23 @@ class TaskScheduler:
                     )
                     self.epoch = None
                     due = True
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                except (redis.RedisError, DeviceqError) as exc:
+                    # a refused script or command (a bad argument, a permission, a bug): the
+                    # daemon logs it and goes on with the next pass, backing off
+                    log(
+                        logger,
+                        logging.ERROR,
+                        "pass failed",
+                        pool=self.pool,
+                        owner=self.owner,
+                        error=f"{type(exc).__name__}: {exc}",
+                        retry_in=round(backoff, 2),
+                    )
+                    due = True
+                    if once:
+                        raise
                     self._sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:

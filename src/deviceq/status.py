@@ -12,20 +12,44 @@ from typing import Any
 from .models import Constraints, Host, PooledDevice, TaskStatus
 from .pool import PoolAdmin
 
-DEVICE_STATES = ("idle", "reserved", "busy", "offline", "quarantined", "host_dead")
+DEVICE_STATES = (
+    "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "quarantined",
+    "host_dead",
+)  # fmt: skip
 """Effective device states, in the order ``status`` shows them. ``reserved``: holds a lease
-(assigned or running); ``host_dead``: its host's heartbeat is older than ``host_timeout``."""
+(assigned or running); ``draining``: its host is drained or shutting down; ``suspect``: one of
+its leases expired, ``held``: its host handed an assignment back (both until the host's next
+heartbeat); ``host_dead``: its host's heartbeat is older than ``host_timeout``."""
 
 
-def effective_state(device: PooledDevice, host_alive: bool) -> str:
+def effective_state(device: PooledDevice, host: Host | None) -> str:
     """One word for what a device can do now (see ``DEVICE_STATES``)."""
     if device.quarantined:
         return "quarantined"
-    if not host_alive:
+    if host is None or not host.alive:
         return "host_dead"
     if device.reserved_by:
         return "reserved"
+    if device.held:
+        return "suspect" if device.held == "suspect" else "held"
+    if device.state.value == "idle" and (host.draining or host.stopping):
+        return "draining"
     return device.state.value
+
+
+def device_reason(d: PooledDevice, state: str) -> str | None:
+    """Why a device is not an idle candidate (or needs attention), in words."""
+    if state == "quarantined":
+        return d.quarantine_reason or "quarantined"
+    if state == "suspect":
+        return "a lease on it expired; back at its host's next heartbeat"
+    if state == "held":
+        return "its host handed an assignment back; back at the host's next heartbeat"
+    if d.attention:
+        return d.attention
+    if state in ("busy", "offline"):
+        return d.reason
+    return None
 
 
 @dataclass(frozen=True)
@@ -95,8 +119,8 @@ def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:
 def hosts_and_devices(admin: PoolAdmin) -> tuple[list[Host], list[tuple[PooledDevice, str]]]:
     """Every host, and every device with its effective state."""
     hosts = admin.hosts()
-    alive = {h.host_id: h.alive for h in hosts}
-    devices = [(d, effective_state(d, alive.get(d.host_id, False))) for d in admin.devices()]
+    by_id = {h.host_id: h for h in hosts}
+    devices = [(d, effective_state(d, by_id.get(d.host_id))) for d in admin.devices()]
     return hosts, devices
 
 
@@ -108,7 +132,8 @@ def device_counts(devices: list[tuple[PooledDevice, str]]) -> dict[str, int]:
 
 
 def device_json(d: PooledDevice, state: str) -> dict[str, Any]:
-    return {**d.model_dump(mode="json"), "effective_state": state}
+    return {**d.model_dump(mode="json"), "effective_state": state,
+            "why": device_reason(d, state)}  # fmt: skip
 
 
 def host_json(h: Host, now_ms: int) -> dict[str, Any]:
@@ -134,11 +159,13 @@ def expiring_leases(admin: PoolAdmin, now_ms: int, limit: int = 10) -> list[dict
     """The next ``limit`` leases to expire, soonest first."""
     r, k = admin.redis, admin.keys
     due: list[tuple[str, float]] = r.zrange(  # type: ignore[assignment]
-        k.leases, 0, limit - 1, withscores=True)
+        k.leases, 0, limit - 1, withscores=True
+    )
     pipe = r.pipeline(transaction=False)
     for task_id, _ in due:
-        pipe.hmget(k.task(task_id), "status", "lease_id", "host_id", "device_id", "attempt",
-                   "max_attempts")
+        pipe.hmget(
+            k.task(task_id), "status", "lease_id", "host_id", "device_id", "attempt", "max_attempts"
+        )
     out = []
     for (task_id, score), fields in zip(due, pipe.execute(), strict=True):
         status, lease_id, host_id, device_id, attempt, max_attempts = fields
@@ -162,11 +189,22 @@ def recent_failures(admin: PoolAdmin, limit: int = 10) -> list[dict[str, Any]]:
     """The newest ``limit`` failed tasks, newest first."""
     r, k = admin.redis, admin.keys
     ids: list[str] = r.zrevrange(  # type: ignore[assignment]
-        k.status(TaskStatus.failed.value), 0, limit - 1)
+        k.status(TaskStatus.failed.value), 0, limit - 1
+    )
     pipe = r.pipeline(transaction=False)
     for task_id in ids:
-        pipe.hmget(k.task(task_id), "failure_kind", "error", "finished_at", "attempt",
-                   "max_attempts", "host_id", "device_id", "goal", "workflow")
+        pipe.hmget(
+            k.task(task_id),
+            "failure_kind",
+            "error",
+            "finished_at",
+            "attempt",
+            "max_attempts",
+            "host_id",
+            "device_id",
+            "goal",
+            "workflow",
+        )
     out = []
     for task_id, f in zip(ids, pipe.execute(), strict=True):
         kind, error, finished, attempt, max_attempts, host_id, device_id, goal, wf = f
@@ -228,6 +266,11 @@ def pool_status(
         "unmatchable_tasks": sum(q["depth"] for q in queues if q["unmatchable"]),
         "devices": {"total": len(devices), "by_state": device_counts(devices)},
         "hosts": [host_json(h, now) for h in hosts],
+        "attention": [
+            {"device_id": d.device_id, "host_id": d.host_id, "why": d.attention}
+            for d, _ in devices
+            if d.attention
+        ],
         "leases": expiring_leases(admin, now, leases),
         "failures": recent_failures(admin, failures),
         "leader": leader(admin),

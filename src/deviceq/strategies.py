@@ -65,12 +65,22 @@ Pair = tuple[str, str]
 
 @dataclass(frozen=True)
 class QueuedTask:
-    """A queued task near the head of its bucket: id, submission order, bucket, priority."""
+    """A queued task near the head of its bucket: id, submission order, bucket, priority, and
+    the devices and hosts it lost an attempt on (a retry prefers others: see `avoid_rank`)."""
 
     task_id: str
     seq: int
     sig: str
     priority: int = 0
+    avoid_devices: frozenset[str] = frozenset()
+    avoid_hosts: frozenset[str] = frozenset()
+
+    def avoid_rank(self, device: IdleDevice) -> int:
+        """0: a device and host this task has not failed on; 1: a new device on a host it
+        failed on; 2: a device it failed on."""
+        if device.device_id in self.avoid_devices:
+            return 2
+        return 1 if device.host_id in self.avoid_hosts else 0
 
 
 @dataclass(frozen=True)
@@ -171,7 +181,9 @@ class Snapshot:
             )
         pos = dict.fromkeys(ranked, 0)
         by_sig = {b.sig: b for b in self.buckets}
+        by_id = {d.device_id: d for d in self.devices}
         sig_classes: dict[str, list[tuple[str, frozenset[str]]]] = {}
+        used: set[str] = set()
         pairs: list[Pair] = []
         for task in order:
             if len(pairs) >= self.limit:
@@ -181,15 +193,30 @@ class Snapshot:
                 bucket = by_sig.get(task.sig)
                 cands = [] if bucket is None else [c for c in ranked if _class_accepts(bucket, c)]
                 sig_classes[task.sig] = cands
-            best: tuple[str, frozenset[str]] | None = None
             best_item: tuple[Any, str] | None = None
-            for c in cands:
-                i = pos[c]
-                if i < len(ranked[c]) and (best_item is None or ranked[c][i] < best_item):
-                    best, best_item = c, ranked[c][i]
-            if best is None or best_item is None:
+            if task.avoid_devices or task.avoid_hosts:
+                # anti-affinity: the best device by (avoid rank, key); a rare, slower path
+                best_rank = 3
+                for c in cands:
+                    for item in ranked[c][pos[c] :]:
+                        if item[1] in used:
+                            continue
+                        rank = task.avoid_rank(by_id[item[1]])
+                        if rank < best_rank or (
+                            rank == best_rank and best_item and item < best_item
+                        ):
+                            best_rank, best_item = rank, item
+            else:
+                for c in cands:
+                    i = pos[c]
+                    while i < len(ranked[c]) and ranked[c][i][1] in used:
+                        i += 1
+                    pos[c] = i
+                    if i < len(ranked[c]) and (best_item is None or ranked[c][i] < best_item):
+                        best_item = ranked[c][i]
+            if best_item is None:
                 continue
-            pos[best] += 1
+            used.add(best_item[1])
             pairs.append((task.task_id, best_item[1]))
         return pairs
 
@@ -286,7 +313,7 @@ def _load_entry_points() -> None:
         if ep.name in _REGISTRY:
             continue
         try:
-            _REGISTRY[ep.name] = _factory(ep.load())
+            _REGISTRY[ep.name] = _factory(ep.load(), ep.name)
         except Exception as exc:  # a broken plugin must not hide the others
             _REGISTRY[ep.name] = _broken(ep.name, exc)
 

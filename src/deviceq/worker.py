@@ -1,24 +1,38 @@
-"""`HostWorker`: the daemon a host runs. It heartbeats its device snapshot, waits on its inbox
-with a blocking call, claims only as many assignments as it has free devices, runs each one
-through the `TaskDispatcher` (one per device, concurrently), renews the leases from a thread of
-its own, and reports outcomes, retrying while Redis is unreachable.
+"""`HostWorker`: the daemon a host runs. It starts a **session** for its host id (one live
+daemon per host), heartbeats its device snapshot, waits on its inbox with a blocking call,
+claims only as many assignments as it has free devices, runs each one through the
+`TaskDispatcher` (one per device, concurrently), renews each lease at a third of its length
+from a thread of its own (which also blocks on the host's control list, so a cancel, a
+quarantine change, a takeover or a removal is acted on at once), and reports outcomes,
+retrying while Redis is unreachable.
 
 Lifecycle of one attempt on the host::
 
-    claim -> run (renewed every lease_ttl/3) -> report done | failed | cancelled
+    claim -> run (renewed at 1/3 of each lease) -> report done | failed | cancelled
                  renew says ``cancel`` -> stop the runner, report ``cancelled``
-                 renew says ``lost``   -> stop the runner, report nothing
+                 renew says ``lost``   -> stop the runner, report nothing, heartbeat at once
+                 lease ends locally    -> (no renewal got through) the run is killed
                  SIGTERM grace over    -> stop the runner, release (requeued at once)
 
-SIGTERM (or SIGINT): stop claiming, mark the host draining, hand back assignments not yet
-started, let running tasks finish within the grace period, release what cannot finish, exit 0.
-A second signal skips the rest of the grace period. SIGKILL loses nothing: the leases expire
-and the scheduler requeues the work.
+Commands and isolated Python runners run in process groups of their own under a watchdog that
+kills the run when this daemon dies (SIGKILL) or its lease ends without a renewal (the daemon
+is frozen by SIGSTOP, or cut off from Redis): a task never goes on running after its lease
+ended, so it never runs twice at once. A runner that does not stop when told (an in-process
+runner) keeps its device out of service (``busy``, reason shown) until it really ends.
 
-Commands and isolated runners run in sessions of their own, so a terminal's Ctrl-C or a signal
-to the daemon's process group reaches only the daemon. Under systemd use ``KillMode=mixed`` (the
-default ``control-group`` would SIGTERM the running commands too instead of letting them finish
-within the grace period) and ``TimeoutStopSec`` above ``--grace``.
+Sessions: a second daemon for a host whose session is live is refused (``--takeover`` fences
+the first: its calls are refused from then on, and it stops its runners and exits 3). A daemon
+restarted on the same machine after a crash sees that the old process is gone and hands its
+attempts back at once. A removed host, or a rotated token, stops the daemon (exit 4).
+
+SIGTERM (or SIGINT): stop claiming, mark the host ``stopping``, hand back assignments not yet
+started, let running tasks finish within the grace period, release what cannot finish, end
+the session, exit 0. A second signal skips the rest of the grace period. An operator's drain
+(``deviceq host drain``) is a separate flag that a restart keeps.
+
+Under systemd use ``KillMode=mixed`` (the default ``control-group`` would SIGTERM the running
+commands too instead of letting them finish within the grace period) and ``TimeoutStopSec``
+above ``--grace``.
 """
 
 from __future__ import annotations
@@ -27,13 +41,12 @@ import contextlib
 import logging
 import os
 import random
-import shlex
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,17 +55,36 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from .client import Client
+from .connection import check_redis_url
 from .dispatcher import DispatchOutcome, TaskDispatcher
-from .errors import AuthError, ConfigError, DeviceqError, InvalidInput
+from .errors import AuthError, ConfigError, DeviceqError, InvalidInput, SessionSuperseded
 from .host import DeviceReport, HostClient, Report
 from .logs import log
 from .models import Assignment, DeviceState, validate_id, validate_tags
-from .runners import RunnerSpec, build_goal_runner, build_workflow_runner, kill_group, render_argv
+from .runners import (
+    CommandTemplate,
+    LeaseClock,
+    RunnerSpec,
+    build_goal_runner,
+    build_workflow_runner,
+    kill_group,
+)
+from .session import new_session_id, owner_dead, owner_id
 
 _LOG = logging.getLogger("deviceq.worker")
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
+CTL_BLOCK = 1.0  # longest wait on the control list (bounds how late a stop is noticed)
+EXIT_START_REFUSED = 2  # could not start: bad token, host unknown, a live daemon holds it
+EXIT_SUPERSEDED = 3  # another daemon took over this host id
+EXIT_REVOKED = 4  # the host was removed or its token rotated while running
+
+
+def lease_margin(lease_s: float) -> float:
+    """How long before a lease's expiry in Redis the host treats it as ended (clock rates,
+    the time a kill takes): a tenth of it, at most a second."""
+    return min(1.0, 0.1 * lease_s)
 
 
 @dataclass(frozen=True)
@@ -97,11 +129,12 @@ class DeviceConfig:
 @dataclass
 class WorkerSettings:
     """How a host worker behaves. Intervals left at None follow the pool's settings:
-    heartbeat every ``host_timeout``/3 and renew every ``lease_ttl``/3."""
+    heartbeat every ``host_timeout``/3; leases are renewed at a third of each lease's length.
+    ``takeover``: fence a live daemon of the same host id instead of refusing to start."""
 
     host_id: str
     devices: list[DeviceConfig]
-    goal_runner: RunnerSpec = field(default_factory=lambda: RunnerSpec("sim"))
+    goal_runner: RunnerSpec | None = None  # required: how goal tasks run
     workflow_runner: RunnerSpec = field(default_factory=lambda: RunnerSpec("steps"))
     isolation: str = "auto"
     grace: float = 30.0
@@ -115,9 +148,15 @@ class WorkerSettings:
     device_check_interval: float = 30.0
     device_check_timeout: float = 10.0
     recover: bool = True
+    takeover: bool = False
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
+        if self.goal_runner is None:
+            raise ConfigError(
+                "say how tasks run: goal_runner=RunnerSpec('command', {'template': ...}) or an "
+                "import path; RunnerSpec('sim') only simulates work"
+            )
         self.devices = [DeviceConfig.coerce(d) for d in self.devices]
         if not self.devices:
             raise ConfigError("a host needs at least one --device ID:DRIVER[:TAG,TAG]")
@@ -130,11 +169,7 @@ class WorkerSettings:
         if self.task_timeout < 0:
             raise ConfigError("task_timeout must be >= 0 (0 = no limit)")
         if self.device_check is not None:
-            try:
-                if not shlex.split(self.device_check):
-                    raise ValueError("empty")
-            except ValueError as exc:
-                raise ConfigError(f"bad device check {self.device_check!r}: {exc}") from None
+            CommandTemplate.parse(self.device_check, ("device_id", "driver_type", "tags"))
             if self.device_check_interval <= 0 or self.device_check_timeout <= 0:
                 raise ConfigError("device check interval and timeout must be positive")
 
@@ -144,8 +179,10 @@ class Run:
     """One claimed attempt running (or about to run) on one device."""
 
     assignment: Assignment
+    lease: LeaseClock
+    renew_at: float  # time.monotonic() of the next renewal (a third into the lease)
     cancel: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None  # why it was stopped: cancel | lost | drain
+    reason: str | None = None  # why it was stopped: cancel | lost | expired | drain
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -168,12 +205,21 @@ class Run:
         if self.reason is None or reason == "lost":
             self.reason = reason
         self.cancel.set()
+        # (expired: the lease ended here without a renewal; Redis decides whether it is lost)
+
+    def renewed(self, sent_at: float, lease_ms: int) -> None:
+        """A claim or renewal sent at ``sent_at`` granted a lease of ``lease_ms``: the lease
+        ends locally a margin before it does in Redis; the next renewal is a third into it."""
+        lease_s = max(0.001, lease_ms / 1000)
+        self.lease.extend(sent_at + lease_s - lease_margin(lease_s))
+        self.renew_at = sent_at + lease_s / 3
 
 
 def worker_redis(url: str, socket_timeout: float | None) -> redis.Redis:
-    """A Redis client for the worker: bounded socket timeouts and a short reconnect retry."""
+    """A Redis client for the worker: bounded socket timeouts and a short reconnect retry. A
+    malformed ``url`` raises ConfigError."""
     return redis.Redis.from_url(
-        url,
+        check_redis_url(url),
         decode_responses=True,
         socket_timeout=socket_timeout,
         socket_connect_timeout=2.0,
@@ -186,7 +232,7 @@ def worker_redis(url: str, socket_timeout: float | None) -> redis.Redis:
 
 class HostWorker:
     """The host worker daemon. ``run()`` blocks until stopped (``stop()`` or SIGTERM) and
-    returns the exit code.
+    returns the exit code (0 after a drain; see ``EXIT_*`` for the others).
 
     >>> w = HostWorker("redis://localhost:6379/0", "default", settings, token)
     >>> sys.exit(w.run())
@@ -204,33 +250,44 @@ class HostWorker:
         self.settings = settings
         self.log = _LOG
         self.devices = {d.device_id: d for d in settings.devices}
+        self.session_id = new_session_id()
+        self.owner = owner_id()
         self.host = HostClient(worker_redis(redis_url, settings.socket_timeout), pool,
                                settings.host_id, token)  # fmt: skip
         self.waiter = HostClient(
             worker_redis(redis_url, settings.poll_interval * 1.25 + settings.socket_timeout),
             pool, settings.host_id, token,
         )  # fmt: skip
+        self.ctl = HostClient(worker_redis(redis_url, CTL_BLOCK + settings.socket_timeout),
+                              pool, settings.host_id, token)  # fmt: skip
         self.producer = Client(self.host.redis, pool)
         if dispatcher is None:
             spec = settings.goal_runner
+            assert spec is not None
             if spec.name == "command" and "term_grace" not in spec.options:
                 spec = RunnerSpec(spec.name, {**spec.options, "term_grace": settings.stop_grace})
             goal = build_goal_runner(spec, settings.isolation,
                                      kill_grace=settings.stop_grace)  # fmt: skip
-            wf = build_workflow_runner(settings.workflow_runner, settings.goal_runner,
-                                       settings.isolation, kill_grace=settings.stop_grace)
+            wf = build_workflow_runner(
+                settings.workflow_runner,
+                spec,
+                settings.isolation,
+                kill_grace=settings.stop_grace,
+            )
             dispatcher = TaskDispatcher(goal, wf, self.producer.get_workflow,
                                         stop_grace=settings.stop_grace + 2.0)  # fmt: skip
         self.dispatcher = dispatcher
         self.lock = threading.Lock()
         self.runs: dict[str, Run] = {}  # task id -> run (until its report is answered)
         self.by_device: dict[str, Run] = {}  # device id -> newest run on it
+        self.abandoned: dict[str, str] = {}  # device id -> why it is busy (a runner left behind)
         self.quarantined: set[str] = set()
         self.remote_draining = False
         self.stopping = threading.Event()  # stop claiming and drain
         self.hurry = threading.Event()  # second signal: skip the rest of the grace period
         self.closed = threading.Event()  # upkeep threads stop
         self.changed = threading.Event()  # a device slot freed or the run set changed
+        self.renew_now = threading.Event()  # renew every lease at once (a control message)
         self.lease_ttl = 60.0
         self.host_timeout = 30.0
         self.abandon_reports_at: float | None = None
@@ -238,6 +295,8 @@ class HostWorker:
         self.beat_now = threading.Event()  # heartbeat at once (a device state changed)
         self._threads: list[threading.Thread] = []
         self.signalled: str | None = None
+        self.exit_code = 0
+        self.fatal_reason: str | None = None
 
     # -- helpers -----------------------------------------------------------------------------
     def _log(self, level: int, msg: str, **fields: Any) -> None:
@@ -246,14 +305,11 @@ class HostWorker:
     def _hb_interval(self) -> float:
         return self.settings.heartbeat_interval or max(0.05, self.host_timeout / 3)
 
-    def _renew_interval(self) -> float:
-        return self.settings.renew_interval or max(0.05, self.lease_ttl / 3)
-
     def free_devices(self) -> list[str]:
-        """Devices with no run and not quarantined."""
+        """Devices with no run, no abandoned runner, not quarantined, idle by their check."""
         with self.lock:
             return [d for d in self.devices if d not in self.by_device and
-                    d not in self.quarantined and
+                    d not in self.abandoned and d not in self.quarantined and
                     self.states[d] is DeviceState.idle]  # fmt: skip
 
     def active_runs(self) -> list[Run]:
@@ -267,6 +323,8 @@ class HostWorker:
         while True:
             try:
                 return fn()
+            except redis.AuthenticationError:
+                raise
             except TRANSIENT as exc:
                 if until():
                     return None
@@ -275,9 +333,29 @@ class HostWorker:
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
 
+    def fatal(self, exc: DeviceqError) -> None:
+        """This daemon may no longer act for its host (superseded by another daemon, host
+        removed, token rotated): stop every runner without reporting, and exit non-zero."""
+        if self.fatal_reason is not None:
+            return
+        if isinstance(exc, SessionSuperseded):
+            code, why = EXIT_SUPERSEDED, f"another daemon took over host {self.settings.host_id}"
+        else:
+            code, why = EXIT_REVOKED, f"host {self.settings.host_id} can no longer act"
+        self.fatal_reason = f"{why}: {exc}"
+        self.exit_code = code
+        self._log(logging.ERROR, f"{self.fatal_reason}; stopping runners and exiting")
+        for run in self.active_runs():
+            run.stop("lost")
+        self.hurry.set()
+        self.stopping.set()
+        self.changed.set()
+        self.renew_now.set()
+        threading.Thread(target=self._nudge, daemon=True).start()
+
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
-        """Run the daemon until stopped; returns the process exit code (0 after a drain)."""
+        """Run the daemon until stopped; returns the process exit code."""
         if threading.current_thread() is threading.main_thread():
             self._install_signals()
         code = self._startup()
@@ -296,12 +374,19 @@ class HostWorker:
         finally:
             self.closed.set()
             self.beat_now.set()
+            self.renew_now.set()
             for t in self._threads:
-                t.join(self.settings.socket_timeout + 1)
-            self.host.close()
-            self.waiter.close()
-        self._log(logging.INFO, "host worker stopped")
-        return 0
+                t.join(self.settings.socket_timeout + CTL_BLOCK + 1)
+            if self.fatal_reason is None:
+                with contextlib.suppress(Exception):
+                    self.host.end_session()
+            for c in (self.host, self.waiter, self.ctl):
+                c.close()
+        if self.fatal_reason is not None:
+            self._log(logging.ERROR, f"host worker stopped: {self.fatal_reason}")
+        else:
+            self._log(logging.INFO, "host worker stopped")
+        return self.exit_code
 
     def stop(self) -> None:
         """Begin a drain (what SIGTERM does); a second call skips the grace period."""
@@ -342,10 +427,11 @@ class HostWorker:
         threading.Thread(target=watch, name="signals", daemon=True).start()
 
     def _nudge(self) -> None:
-        """Wake our own blocking inbox wait (best effort)."""
+        """Wake our own blocking inbox and control waits (best effort)."""
         with contextlib.suppress(Exception):
-            r = self.host.redis
-            r.lpush(self.host.keys.host_wake(self.host.host_id), "stop")
+            pipe = self.host.redis.pipeline(transaction=False)
+            pipe.lpush(self.host.keys.host_wake(self.host.host_id), "stop")
+            pipe.execute()
 
     def _startup(self) -> int:
         if self.settings.device_check:
@@ -353,93 +439,103 @@ class HostWorker:
 
         def first() -> Any:
             self._refresh_config()
+            info = self._start_session()
             hb = self.host.heartbeat(self._snapshot())
-            if hb.draining:
-                self.host.set_draining(False)
-            self._refresh_quarantine()
-            return hb
+            self._apply_heartbeat(hb)
+            return info
 
         try:
-            hb = self._retry("start", first, self.stopping.is_set)
-        except AuthError as exc:
-            self._log(logging.ERROR, f"cannot start: {exc}")
-            return 2
+            info = self._retry("start", first, self.stopping.is_set)
+        except redis.AuthenticationError as exc:  # a wrong or missing password: never transient
+            self._log(logging.ERROR, f"cannot start: Redis refused the credentials: {exc}")
+            return EXIT_START_REFUSED
         except DeviceqError as exc:
-            self._log(logging.ERROR, f"cannot start: {type(exc).__name__}: {exc}")
-            return 2
-        if hb is None:
+            why = str(exc) if isinstance(exc, AuthError) else f"{type(exc).__name__}: {exc}"
+            self._log(logging.ERROR, f"cannot start: {why}")
+            return EXIT_START_REFUSED
+        if info is None:
             return 0
-        if self.settings.recover:
-            self._retry("recover", self.recover_orphans, self.stopping.is_set)
+        fields: dict[str, Any] = {"session": self.session_id, "epoch": info.epoch}
+        if info.replaced:
+            fields["replaced"] = info.replaced
+        if info.handed_back:
+            fields["handed_back"] = info.handed_back
         self._log(logging.INFO, "host worker started", devices=len(self.devices),
-                  goal_runner=str(self.settings.goal_runner), lease_ttl=self.lease_ttl,
-                  workflow_runner=str(self.settings.workflow_runner))  # fmt: skip
+                  goal_runner=str(self.settings.goal_runner),
+                  workflow_runner=str(self.settings.workflow_runner), **fields)  # fmt: skip
         return 0
 
-    def recover_orphans(self) -> int:
-        """Hand back attempts a previous run of this host claimed and never finished (it was
-        killed): they are requeued now instead of waiting for their leases to expire.
-        Assignments not yet claimed stay in the inbox and are claimed as usual."""
-        keys = self.host.keys
-        pipe = self.host.redis.pipeline(transaction=False)
-        for d in self.devices:
-            pipe.hmget(keys.device(d), "reserved_by", "host_id")
-        held = [(d, tid) for d, (tid, owner) in zip(self.devices, pipe.execute(), strict=True)
-                if tid and owner == self.settings.host_id]  # fmt: skip
-        count = 0
-        for device_id, tid in held:
-            status, host_id, lease = self.host.redis.hmget(keys.task(tid), "status", "host_id",
-                                                            "lease_id")  # fmt: skip
-            if status != "dispatched" or host_id != self.settings.host_id or not lease:
-                continue
-            answer = self.host.release(tid, str(lease), "host restarted: attempt handed back")
-            self._log(logging.INFO, "handed back an attempt left by a previous run", task=tid,
-                      lease=lease, device=device_id, answer=answer)  # fmt: skip
-            count += answer.startswith("ok:")
-        return count
+    def _start_session(self) -> Any:
+        """Start this daemon's session: refused while another daemon of this host id is live
+        (unless --takeover); a session whose daemon is certainly dead (same machine, process
+        gone) is replaced at once and its attempts handed back (unless --no-recover)."""
+        cur = self.host.host_record()
+        old = cur["session"]
+        mode = "start"
+        if self.settings.takeover:
+            mode = "takeover"
+        elif old and owner_dead(cur["session_owner"]):
+            # certainly gone (this machine, process not running): replace it at once; its
+            # running attempts are handed back now unless --no-recover (then they expire)
+            mode = "dead" if self.settings.recover else "takeover"
+        info = self.host.start_session(self.session_id, mode, self.owner, old)
+        for c in (self.waiter, self.ctl):
+            c.session = self.session_id
+        if info.replaced:
+            how = {"dead": "its daemon is gone", "takeover": "taken over",
+                   "start": "its daemon stopped heartbeating"}[mode]  # fmt: skip
+            self._log(logging.WARNING if mode == "takeover" else logging.INFO,
+                      f"replaced session {info.replaced} ({how})",
+                      handed_back=info.handed_back)  # fmt: skip
+        return info
 
     def _snapshot(self) -> list[DeviceReport]:
         # Devices running deviceq tasks are reported idle: their reservation protects them.
-        # busy = in use outside deviceq, offline = broken (from the device check).
-        return [DeviceReport(d.device_id, d.driver_type, d.tags, self.states[d.device_id])
-                for d in self.devices.values()]  # fmt: skip
+        # busy = in use outside deviceq or by a runner that did not stop; offline = broken.
+        with self.lock:
+            abandoned = dict(self.abandoned)
+        out = []
+        for d in self.devices.values():
+            state, reason = self.states[d.device_id], ""
+            if d.device_id in abandoned:
+                state, reason = DeviceState.busy, abandoned[d.device_id]
+            elif state is DeviceState.busy:
+                reason = "in use outside deviceq (device check)"
+            elif state is DeviceState.offline:
+                reason = "device check failed"
+            out.append(DeviceReport(d.device_id, d.driver_type, d.tags, state, reason))
+        return out
 
     def _refresh_config(self) -> None:
         cfg = self.host.config()
         self.lease_ttl, self.host_timeout = cfg.lease_ttl, cfg.host_timeout
 
-    def _refresh_quarantine(self, only: Iterable[str] | None = None) -> None:
-        ids = list(only) if only is not None else list(self.devices)
-        pipe = self.host.redis.pipeline(transaction=False)
-        for d in ids:
-            pipe.hmget(self.host.keys.device(d), "quarantined", "consecutive_failures")
-        for d, (flag, fails) in zip(ids, pipe.execute(), strict=True):
-            with self.lock:
-                was = d in self.quarantined
-                if flag == "1":
-                    self.quarantined.add(d)
-                else:
-                    self.quarantined.discard(d)
-            if (flag == "1") != was:
-                self.changed.set()
-                if flag == "1":
-                    self._log(logging.WARNING, "device quarantined: no work until released "
-                              "(deviceq device unquarantine)", device=d, failures=fails)
-                else:
-                    self._log(logging.INFO, "device back in service", device=d)
+    def _apply_heartbeat(self, hb: Any) -> None:
+        """Take the quarantine set and the operator's drain flag from a heartbeat answer."""
+        q = set(hb.quarantined) & set(self.devices)
+        with self.lock:
+            added, removed = q - self.quarantined, self.quarantined - q
+            self.quarantined = q
+        for d in sorted(added):
+            self._log(logging.WARNING, "device quarantined: no work until released "
+                      "(deviceq device unquarantine)", device=d)  # fmt: skip
+        for d in sorted(removed):
+            self._log(logging.INFO, "device back in service", device=d)
+        if added or removed:
+            self.changed.set()
+        if hb.draining != self.remote_draining:
+            self.remote_draining = hb.draining
+            self.changed.set()
+            if not self.stopping.is_set():
+                self._log(logging.INFO, "host drained by an operator" if hb.draining
+                          else "host undrained")  # fmt: skip
 
     # -- upkeep threads ----------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         next_cfg = time.monotonic() + 10.0
         while not self.closed.is_set():
             try:
-                hb = self.host.heartbeat(self._snapshot())
-                if hb.draining != self.remote_draining:
-                    self.remote_draining = hb.draining
-                    self.changed.set()
-                    if not self.stopping.is_set():
-                        self._log(logging.INFO, "host draining" if hb.draining else "host active")
-                self._refresh_quarantine()
+                self._apply_heartbeat(self.host.heartbeat(self._snapshot()))
                 if time.monotonic() >= next_cfg:
                     self._refresh_config()
                     next_cfg = time.monotonic() + 10.0
@@ -448,6 +544,9 @@ class HostWorker:
                 self._log(logging.WARNING, "heartbeat: Redis unreachable",
                           error=type(exc).__name__)  # fmt: skip
                 wait = min(0.5, self._hb_interval())
+            except (AuthError, SessionSuperseded) as exc:
+                self.fatal(exc)
+                return
             except DeviceqError as exc:
                 self._log(logging.ERROR, f"heartbeat refused: {type(exc).__name__}: {exc}")
                 wait = max(1.0, self._hb_interval())
@@ -458,20 +557,74 @@ class HostWorker:
             self.beat_now.clear()
 
     def _renew_loop(self) -> None:
+        """Renew each lease a third into it; between renewals block on the host's control
+        list, so a cancel request, a quarantine change, a takeover or a removal is acted on at
+        once; stop runs whose lease ended locally without a renewal."""
         while not self.closed.is_set():
-            wait = self._renew_interval()
+            runs = [r for r in self.active_runs() if r.reason != "lost" and not r.ended.is_set()]
+            now = time.monotonic()
+            for r in runs:
+                if r.lease.expired and r.reason is None:
+                    self._log(logging.WARNING, "lease ended without a renewal: stopping the "
+                              "runner", **r.fields())  # fmt: skip
+                    r.stop("expired")
+            due = [r for r in runs if r.renew_at <= now + 0.05 and r.reason != "lost"]
+            if self.renew_now.is_set():
+                self.renew_now.clear()
+                due = [r for r in runs if r.reason != "lost"]
+            wait = CTL_BLOCK
             try:
-                self.renew_once()
+                if due:
+                    self.renew_once(due)
+                pending = [r.renew_at for r in self.active_runs() if r.reason != "lost"]
+                if pending:
+                    wait = min(wait, max(0.01, min(pending) - time.monotonic()))
+                if self.closed.is_set():
+                    return
+                msg = self.ctl.wait_for_control(wait)
+                if msg is not None:
+                    self.renew_now.set()
+                    self.beat_now.set()
             except TRANSIENT as exc:
                 self._log(logging.WARNING, "renew: Redis unreachable", error=type(exc).__name__)
-                wait = min(0.2, wait)
+                self.closed.wait(0.2)
+            except (AuthError, SessionSuperseded) as exc:
+                self.fatal(exc)
+                return
             except DeviceqError as exc:
                 self._log(logging.ERROR, f"renew refused: {type(exc).__name__}: {exc}")
-                wait = min(0.5, wait)
+                self.closed.wait(0.5)
             except Exception:  # noqa: BLE001 - renewals must survive anything
                 self.log.exception("renew failed")
-                wait = min(0.5, wait)
-            self.closed.wait(wait)
+                self.closed.wait(0.5)
+
+    def renew_once(self, runs: list[Run] | None = None) -> None:
+        """Renew the given leases (every active one by default), batched; act on ``cancel``
+        and ``lost`` answers."""
+        if runs is None:
+            runs = [r for r in self.active_runs() if r.reason != "lost"]
+        for start in range(0, len(runs), RENEW_CHUNK):
+            chunk = runs[start : start + RENEW_CHUNK]
+            sent = time.monotonic()
+            answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
+            lost = False
+            for run, ans in zip(chunk, answers, strict=True):
+                if run.ended.is_set():
+                    continue
+                if not ans.lost:
+                    run.renewed(sent, ans.lease_ms)
+                    if self.settings.renew_interval:
+                        run.renew_at = min(run.renew_at, sent + self.settings.renew_interval)
+                if ans.status == "cancel" and run.reason is None:
+                    self._log(logging.INFO, "cancel requested: stopping runner", **run.fields())
+                    run.stop("cancel")
+                elif ans.lost:
+                    self._log(logging.WARNING, f"lease lost ({ans.reason}): stopping runner, "
+                              "reporting nothing", **run.fields())  # fmt: skip
+                    run.stop("lost")
+                    lost = True
+            if lost:
+                self.beat_now.set()  # prove this host alive: its devices return to service
 
     def _check_loop(self) -> None:
         while not self.closed.wait(self.settings.device_check_interval):
@@ -498,14 +651,22 @@ class HostWorker:
 
     def _check(self, dev: DeviceConfig) -> DeviceState:
         assert self.settings.device_check is not None
-        argv = render_argv(self.settings.device_check, {"device_id": dev.device_id,
-                           "driver_type": dev.driver_type, "tags": ",".join(dev.tags)})
+        template = CommandTemplate.parse(self.settings.device_check,
+                                         ("device_id", "driver_type", "tags"))  # fmt: skip
+        argv = template.render({"device_id": dev.device_id, "driver_type": dev.driver_type,
+                                "tags": ",".join(dev.tags)})  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"}
         env.update(DEVICEQ_DEVICE_ID=dev.device_id, DEVICEQ_DRIVER_TYPE=dev.driver_type,
                    DEVICEQ_TAGS=",".join(dev.tags))  # fmt: skip
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._log(logging.ERROR, f"device check cannot start: {exc}", device=dev.device_id)
             return DeviceState.offline
@@ -520,23 +681,6 @@ class HostWorker:
         if rc == 0:
             return DeviceState.idle
         return DeviceState.busy if rc == CHECK_BUSY_EXIT else DeviceState.offline
-
-    def renew_once(self) -> None:
-        """Renew every active lease (batched); act on ``cancel`` and ``lost`` answers."""
-        runs = [r for r in self.active_runs() if r.reason != "lost"]
-        for start in range(0, len(runs), RENEW_CHUNK):
-            chunk = runs[start : start + RENEW_CHUNK]
-            answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
-            for run, ans in zip(chunk, answers, strict=True):
-                if run.ended.is_set():
-                    continue
-                if ans.status == "cancel" and run.reason is None:
-                    self._log(logging.INFO, "cancel requested: stopping runner", **run.fields())
-                    run.stop("cancel")
-                elif ans.lost:
-                    self._log(logging.WARNING, f"lease lost ({ans.reason}): stopping runner, "
-                              "reporting nothing", **run.fields())  # fmt: skip
-                    run.stop("lost")
 
     # -- main loop ---------------------------------------------------------------------------
     def _main_loop(self) -> None:
@@ -557,6 +701,7 @@ class HostWorker:
                 self.changed.clear()
                 continue
             try:
+                sent = time.monotonic()
                 claimed = self.host.claim(len(free))
                 delay = 0.05
             except TRANSIENT as exc:
@@ -564,13 +709,16 @@ class HostWorker:
                 self.stopping.wait(delay)
                 delay = min(1.0, delay * 2)
                 continue
+            except (AuthError, SessionSuperseded) as exc:
+                self.fatal(exc)
+                return
             except DeviceqError as exc:
                 self._log(logging.ERROR, f"claim refused: {type(exc).__name__}: {exc}")
                 self.stopping.wait(max(1.0, delay))
                 delay = min(5.0, delay * 2)
                 continue
             for a in claimed:
-                self._start(a)
+                self._start(a, sent)
             if len(claimed) >= len(free):
                 continue  # the inbox may hold more: claim again at once
             # fewer than asked: the inbox was empty (claim drains it up to the max), so an
@@ -586,20 +734,26 @@ class HostWorker:
             self._log(logging.WARNING, "inbox wait: Redis unreachable", error=type(exc).__name__)
             self.stopping.wait(random.uniform(0.1, 0.3))
 
-    def _start(self, a: Assignment) -> None:
-        run = Run(a)
+    def _start(self, a: Assignment, sent: float) -> None:
+        run = Run(a, LeaseClock(), sent)
+        run.renewed(sent, a.lease_ms or int(self.lease_ttl * 1000))
         f = run.fields()
+        if run.lease.expired:
+            # claimed before a freeze (SIGSTOP) that outlasted the lease: the task has gone
+            # back to the queue or elsewhere; a report would be refused
+            self._log(logging.WARNING, "claimed lease already ended: not started", **f)
+            return
         if a.device_id not in self.devices or a.host_id != self.settings.host_id:
             self._log(logging.WARNING, "assignment for a device this worker does not serve: "
                       "handing it back", **f)  # fmt: skip
             self._release(run, "device not served by this worker")
             return
         with self.lock:
-            quarantined = a.device_id in self.quarantined
+            busy = self.abandoned.get(a.device_id)
         state = self.states[a.device_id]
-        if quarantined or self.stopping.is_set() or state is not DeviceState.idle:
-            why = ("device quarantined" if quarantined else "host draining"
-                   if self.stopping.is_set() else f"device {state.value}")  # fmt: skip
+        if self.stopping.is_set() or busy or state is not DeviceState.idle:
+            why = ("host shutting down" if self.stopping.is_set() else busy
+                   if busy else f"device {state.value}")  # fmt: skip
             self._log(logging.INFO, f"{why}: handing the assignment back", **f)
             self._release(run, why)
             return
@@ -620,11 +774,16 @@ class HostWorker:
             timeout = self.settings.task_timeout
             deadline = time.monotonic() + timeout if timeout > 0 else None
             device = self.devices[run.device_id]
-            if run.reason is None:
+            if run.reason is None and not run.lease.expired:
                 outcome = self.dispatcher.dispatch(run.assignment, run.cancel, deadline,
-                                                   driver_type=device.driver_type)
-            else:  # stopped before it started
+                                                   driver_type=device.driver_type,
+                                                   lease=run.lease)  # fmt: skip
+            else:  # stopped (or its lease ended) before it started
+                if run.reason is None:
+                    run.stop("lost")
                 outcome = DispatchOutcome("cancelled", None, "stopped before start")
+            if outcome.abandoned:
+                self._hold_device(run, outcome)
             self._finish(run, outcome)
         except Exception:  # noqa: BLE001 - never lose the slot
             self.log.exception("run failed", extra={"fields": run.fields()})
@@ -638,9 +797,40 @@ class HostWorker:
                     del self.by_device[run.device_id]
             self.changed.set()
 
+    def _hold_device(self, run: Run, outcome: DispatchOutcome) -> None:
+        """A runner that did not stop keeps its device: it is reported ``busy`` (before the
+        attempt's report frees the reservation, so the device never looks idle meanwhile)
+        until the runner really ends."""
+        why = f"runner of task {run.task_id} did not stop; waiting for it to end"
+        with self.lock:
+            self.abandoned[run.device_id] = why
+        self._log(logging.ERROR, "runner abandoned: device out of service until it ends",
+                  **run.fields())  # fmt: skip
+        with contextlib.suppress(*TRANSIENT, DeviceqError):
+            self.host.heartbeat(self._snapshot())
+
+        def watch() -> None:
+            done = outcome.runner_done
+            while done is not None and not done.wait(1.0):
+                if self.closed.is_set():
+                    return
+            with self.lock:
+                if self.abandoned.get(run.device_id) == why:
+                    del self.abandoned[run.device_id]
+            self._log(logging.INFO, "abandoned runner ended: device back in service",
+                      **run.fields())  # fmt: skip
+            self.changed.set()
+            self.beat_now.set()
+
+        threading.Thread(target=watch, name=f"abandoned-{run.task_id}", daemon=True).start()
+
     def _finish(self, run: Run, out: DispatchOutcome) -> None:
         f = run.fields()
-        if run.reason == "lost":
+        if run.reason == "lost" or (not out.ok and (run.reason == "expired" or
+                                                    run.lease.expired)):  # fmt: skip
+            # a run that failed after its lease ended here was most likely stopped by that
+            # (the lease watchdog): the task comes back through expiry. A success is still
+            # reported: the script accepts it only if the lease is still current there.
             self._log(logging.INFO, "runner stopped after losing the lease; not reported",
                       status=out.status, **f)  # fmt: skip
             return
@@ -648,7 +838,7 @@ class HostWorker:
             self._release(run, "host shut down before the task finished")
             return
         if run.reason == "cancel" and not out.ok:
-            report = Report(run.task_id, run.assignment.lease_id, "cancelled", "cancelled",
+            report = Report(run.task_id, run.assignment.lease_id, "cancelled", None,
                             out.payload or "cancelled")  # fmt: skip
         elif out.ok:
             report = Report(run.task_id, run.assignment.lease_id, "done", None, out.payload)
@@ -658,25 +848,32 @@ class HostWorker:
         else:
             report = Report(run.task_id, run.assignment.lease_id, "failed",
                             out.failure_kind, out.payload)  # fmt: skip
-        answer = self._report(run, report)
-        if answer is not None and report.outcome == "failed":
-            with contextlib.suppress(*TRANSIENT):
-                self._refresh_quarantine([run.device_id])
+        self._report(run, report)
 
     def _give_up(self) -> bool:
-        return self.abandon_reports_at is not None and time.monotonic() > self.abandon_reports_at
+        return self.fatal_reason is not None or (
+            self.abandon_reports_at is not None and time.monotonic() > self.abandon_reports_at
+        )
 
     def _report(self, run: Run, report: Report) -> str | None:
         f = run.fields()
         try:
             answer = self._retry("report", lambda: self.host.report_many([report])[0],
                                  self._give_up)  # fmt: skip
+        except (AuthError, SessionSuperseded) as exc:
+            self.fatal(exc)
+            return None
         except DeviceqError as exc:
             self._log(logging.ERROR, f"report refused: {type(exc).__name__}: {exc}", **f)
             return None
         if answer is None:
-            self._log(logging.ERROR, "report not delivered before shutdown; the lease will "
-                      "expire and the task be retried", outcome=report.outcome, **f)
+            self._log(
+                logging.ERROR,
+                "report not delivered before shutdown; the lease will "
+                "expire and the task be retried",
+                outcome=report.outcome,
+                **f,
+            )
             return None
         level = logging.WARNING if answer.startswith("rejected") else logging.INFO
         self._log(level, f"reported {report.outcome}", answer=answer,
@@ -690,24 +887,31 @@ class HostWorker:
     def _drain(self) -> None:
         s = self.settings
         grace_end = time.monotonic() + s.grace
-        self._log(logging.INFO, "draining: no new work", running=len(self.active_runs()),
-                  grace=s.grace, signal=self.signalled)  # fmt: skip
-        past_grace = lambda: time.monotonic() > grace_end or self.hurry.is_set()  # noqa: E731
+        if self.fatal_reason is None:
+            self._log(logging.INFO, "draining: no new work", running=len(self.active_runs()),
+                      grace=s.grace, signal=self.signalled)  # fmt: skip
+        past_grace = lambda: (time.monotonic() > grace_end or self.hurry.is_set()  # noqa: E731
+                              or self.fatal_reason is not None)  # fmt: skip
         claimed: list[Assignment] = []
-        try:
-            self._retry("set draining", lambda: self.host.set_draining(True), past_grace)
-            # hand back what was assigned to us but not started
-            claimed = self._retry("drain inbox", lambda: self.host.claim(len(self.devices)),
-                                  past_grace) or []  # fmt: skip
-        except DeviceqError as exc:
-            self._log(logging.ERROR, f"drain refused: {type(exc).__name__}: {exc}")
+        sent = time.monotonic()
+        if self.fatal_reason is None:
+            try:
+                self._retry("set stopping", lambda: self.host.set_draining(True), past_grace)
+                # hand back what was assigned to us but not started
+                sent = time.monotonic()
+                claimed = self._retry("drain inbox", lambda: self.host.claim(len(self.devices)),
+                                      past_grace) or []  # fmt: skip
+            except (AuthError, SessionSuperseded) as exc:
+                self.fatal(exc)
+            except DeviceqError as exc:
+                self._log(logging.ERROR, f"drain refused: {type(exc).__name__}: {exc}")
         for a in claimed:
-            self._start(a)  # stopping is set: released at once
+            self._start(a, sent)  # stopping is set: released at once
         while self.active_runs() and not past_grace():
             self.changed.wait(0.1)
             self.changed.clear()
         left = self.active_runs()
-        if left:
+        if left and self.fatal_reason is None:
             self._log(logging.INFO, "grace period over: stopping and handing back",
                       running=len(left))  # fmt: skip
             for run in left:

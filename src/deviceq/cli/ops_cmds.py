@@ -68,7 +68,9 @@ def render_status(data: dict[str, Any]) -> RenderableType:
     counts = data["counts"]
     lead = data["leader"]
     head = Text.assemble(
-        ("pool ", "dim"), (data["pool"], "bold"), ("   leader ", "dim"),
+        ("pool ", "dim"),
+        (data["pool"], "bold"),
+        ("   leader ", "dim"),
         (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
         "\n",
         *[(f"{k} {v}  ", "bold red" if k == "failed" and v else "") for k, v in counts.items()],
@@ -84,8 +86,15 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         devices = str(b["matching_devices"])
         if b["unmatchable"]:
             cons, devices = f"[bold red]{cons}[/]", "[bold red]none[/]"
-        q.add_row(cons, str(b["priority"]), str(b["depth"]), fmt_age(b["oldest_wait_ms"]),
-                  devices, str(b["idle_matching"]), b["sig"])
+        q.add_row(
+            cons,
+            str(b["priority"]),
+            str(b["depth"]),
+            fmt_age(b["oldest_wait_ms"]),
+            devices,
+            str(b["idle_matching"]),
+            b["sig"],
+        )
     if not data["queues"]:
         q.add_row("queue empty", "", "", "", "", "", "")
     parts.append(q)
@@ -94,20 +103,25 @@ def render_status(data: dict[str, Any]) -> RenderableType:
     by_state = data["devices"]["by_state"]
     for name in by_state:
         d.add_column(name, justify="right")
-    d.add_row(*[
-        f"[bold red]{n}[/]" if n and name in ("quarantined", "host_dead", "offline") else str(n)
-        for name, n in by_state.items()
-    ])
+    d.add_row(
+        *[
+            f"[bold red]{n}[/]" if n and name in ("quarantined", "host_dead", "offline") else str(n)
+            for name, n in by_state.items()
+        ]
+    )
     parts.append(d)
 
     h = Table(title="hosts", title_justify="left")
     for col in ("host", "alive", "draining", "last heartbeat", "devices"):
         h.add_column(col)
     for x in data["hosts"]:
-        h.add_row(x["host_id"], "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
-                  "[yellow]yes[/]" if x["draining"] else "no",
-                  f"{fmt_age(x['heartbeat_age_ms'])} ago" if x["heartbeat_age_ms"] else "never",
-                  str(len(x["devices"])))
+        h.add_row(
+            x["host_id"],
+            "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
+            "[yellow]yes[/]" if x["draining"] else "no",
+            f"{fmt_age(x['heartbeat_age_ms'])} ago" if x["heartbeat_age_ms"] else "never",
+            str(len(x["devices"])),
+        )
     parts.append(h)
 
     if data["leases"]:
@@ -116,9 +130,14 @@ def render_status(data: dict[str, Any]) -> RenderableType:
             lt.add_column(col)
         for x in data["leases"]:
             left = x["expires_in_ms"]
-            lt.add_row(x["task"], x["status"] or "-", x["host_id"] or "-", x["device_id"] or "-",
-                       f"{x['attempt']}/{x['max_attempts']}",
-                       f"[bold red]{fmt_age(left)}[/]" if left < 5000 else fmt_age(left))
+            lt.add_row(
+                x["task"],
+                x["status"] or "-",
+                x["host_id"] or "-",
+                x["device_id"] or "-",
+                f"{x['attempt']}/{x['max_attempts']}",
+                f"[bold red]{fmt_age(left)}[/]" if left < 5000 else fmt_age(left),
+            )
         parts.append(lt)
 
     if data["failures"]:
@@ -126,35 +145,77 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         for col in ("task", "kind", "finished", "attempt", "device", "error"):
             ft.add_column(col)
         for x in data["failures"]:
-            ft.add_row(x["task"], x["failure_kind"] or "-", fmt_ms(x["finished_at"]),
-                       f"{x['attempt']}/{x['max_attempts']}", x["device_id"] or "-",
-                       (x["error"] or "")[:60])
+            ft.add_row(
+                x["task"],
+                x["failure_kind"] or "-",
+                fmt_ms(x["finished_at"]),
+                f"{x['attempt']}/{x['max_attempts']}",
+                x["device_id"] or "-",
+                (x["error"] or "")[:60],
+            )
         parts.append(ft)
+    for x in data.get("attention", []):
+        parts.append(Text(f"device {x['device_id']} (host {x['host_id']}) needs attention: "
+                          f"{x['why']}", style="bold yellow"))  # fmt: skip
     if data["unmatchable_tasks"]:
-        parts.append(Text(
-            f"{data['unmatchable_tasks']} queued task(s) match no registered device: they wait "
-            "until such a device registers (or their queue timeout). See `deviceq explain ID`.",
-            style="bold red",
-        ))
+        parts.append(
+            Text(
+                f"{data['unmatchable_tasks']} queued task(s) match no registered device: they wait "
+                "until such a device registers (or their queue timeout). See `deviceq explain ID`.",
+                style="bold red",
+            )
+        )
     return Group(*parts)
 
 
 @main.command("status")
 @click.option("--watch", is_flag=True, help="Keep refreshing until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
-              help="Seconds between refreshes with --watch.")
-@click.option("--count", type=click.IntRange(min=1), default=None,
-              help="With --watch, stop after this many refreshes.")
-@click.option("--leases", "n_leases", type=click.IntRange(0, 1000), default=10,
-              show_default=True, help="How many soonest-expiring leases to show.")
-@click.option("--failures", "n_failures", type=click.IntRange(0, 1000), default=10,
-              show_default=True, help="How many recent failures to show.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print as JSON (with --watch: one JSON document per line).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --watch, stop after this many refreshes.",
+)
+@click.option(
+    "--leases",
+    "n_leases",
+    type=click.IntRange(0, 1000),
+    default=10,
+    show_default=True,
+    help="How many soonest-expiring leases to show.",
+)
+@click.option(
+    "--failures",
+    "n_failures",
+    type=click.IntRange(0, 1000),
+    default=10,
+    show_default=True,
+    help="How many recent failures to show.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print as JSON (with --watch: one JSON document per line).",
+)
 @pass_ctx
 @handle_errors
-def status_cmd(ctx: Ctx, watch: bool, interval: float, count: int | None, n_leases: int,
-               n_failures: int, as_json: bool) -> None:
+def status_cmd(
+    ctx: Ctx,
+    watch: bool,
+    interval: float,
+    count: int | None,
+    n_leases: int,
+    n_failures: int,
+    as_json: bool,
+) -> None:
     """Show the pool at a glance: queue depth by constraints (flagging tasks no registered
     device could run), devices by state, hosts and their last heartbeat, leases about to
     expire, recent failures and the scheduler leader.
@@ -205,16 +266,23 @@ def event_line(e: Event) -> str:
     return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
 
 
-def _backlog(ctx: Ctx, since: str | None, wanted: Callable[[Event], bool] | None, limit: int,
-             all_after: bool) -> tuple[list[Event], str]:
+def _backlog(
+    ctx: Ctx, since: str | None, wanted: Callable[[Event], bool] | None, limit: int, all_after: bool
+) -> tuple[list[Event], str]:
     """Past events to show first, and the stream cursor to follow from."""
     r, keys = ctx.client.redis, ctx.client.keys
     if since is None and wanted is None:
         newest: list[tuple[str, dict[str, str]]] = r.xrevrange(  # type: ignore[assignment]
-            keys.events, count=limit)
-        events = [Event(id=str(i), type=f.get("type", "?"),
-                        fields={k: v for k, v in f.items() if k != "type"})
-                  for i, f in reversed(newest)]
+            keys.events, count=limit
+        )
+        events = [
+            Event(
+                id=str(i),
+                type=f.get("type", "?"),
+                fields={k: v for k, v in f.items() if k != "type"},
+            )
+            for i, f in reversed(newest)
+        ]
         return events, events[-1].id if events else "0-0"
     cursor = since or "0-0"
     keep: collections.deque[Event] | list[Event]
@@ -233,18 +301,36 @@ def _backlog(ctx: Ctx, since: str | None, wanted: Callable[[Event], bool] | None
 @main.command("events")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--task", "task_id", help="Only events of this task.")
-@click.option("--type", "types", multiple=True, metavar="TYPE",
-              help="Only events of this type (repeatable), e.g. failed, expired, assigned.")
+@click.option(
+    "--type",
+    "types",
+    multiple=True,
+    metavar="TYPE",
+    help="Only events of this type (repeatable), e.g. failed, expired, assigned.",
+)
 @click.option("--since", help="Start after this event id (e.g. 0-0 for the whole stream).")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
-              help="Past events to print: the newest N, or the first N after --since "
-                   "(with --follow everything after --since is printed).")
-@click.option("--json", "as_json", is_flag=True,
-              help="JSON: a list, or with --follow one object per line.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="Past events to print: the newest N, or the first N after --since "
+    "(with --follow everything after --since is printed).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="JSON: a list, or with --follow one object per line."
+)
 @pass_ctx
 @handle_errors
-def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, types: tuple[str, ...],
-               since: str | None, limit: int, as_json: bool) -> None:
+def events_cmd(
+    ctx: Ctx,
+    follow: bool,
+    task_id: str | None,
+    types: tuple[str, ...],
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """Print the pool's transitions (submitted, assigned, dispatched, expired, requeued, done,
     failed, ...) oldest first, from the capped event stream.
 
@@ -260,6 +346,7 @@ def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, types: tuple[str, ..
         validate_id(task_id, "task id")
     wanted: Callable[[Event], bool] | None = None
     if task_id is not None or types:
+
         def wanted(e: Event) -> bool:
             return (task_id is None or e.task == task_id) and (not types or e.type in types)
 
@@ -292,8 +379,9 @@ def events_cmd(ctx: Ctx, follow: bool, task_id: str | None, types: tuple[str, ..
 @pass_ctx
 @handle_errors
 def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
-    """List devices with their effective state: idle, reserved (holds a lease), busy, offline,
-    quarantined, or host_dead (its host stopped heartbeating).
+    """List devices with their effective state and why: idle, reserved (holds a lease), busy,
+    offline, draining (its host is drained), suspect (a lease on it expired), held (its host
+    refused an assignment), quarantined, or host_dead (its host stopped heartbeating).
 
     \b
     Example:
@@ -301,18 +389,22 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
       deviceq device list --host lab-1 --json
     """
     _, devices = st.hosts_and_devices(ctx.admin)
-    rows = [(d, s) for d, s in devices
-            if (host_id is None or d.host_id == host_id) and (state is None or s == state)]
+    rows = [
+        (d, s)
+        for d, s in devices
+        if (host_id is None or d.host_id == host_id) and (state is None or s == state)
+    ]
     if as_json:
         echo_json([st.device_json(d, s) for d, s in rows])
         return
     table = Table()
-    for col in ("device", "host", "driver", "tags", "state", "task", "failures"):
+    for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why"):
         table.add_column(col)
     for d, s in rows:
         color = {"idle": "green", "reserved": "cyan", "busy": "cyan"}.get(s, "bold red")
         table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
-                      f"[{color}]{s}[/]", d.reserved_by or "-", str(d.consecutive_failures))
+                      f"[{color}]{s}[/]", d.reserved_by or "-", str(d.consecutive_failures),
+                      st.device_reason(d, s) or "-")  # fmt: skip
     Console().print(table)
 
 
@@ -336,11 +428,15 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
     for col in ("host", "alive", "draining", "last heartbeat", "devices"):
         table.add_column(col)
     for x in hosts:
-        table.add_row(x["host_id"], "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
-                      "[yellow]yes[/]" if x["draining"] else "no",
-                      f"{fmt_ms(x['last_heartbeat'])} ({fmt_age(x['heartbeat_age_ms'])} ago)"
-                      if x["last_heartbeat"] else "never",
-                      ", ".join(x["devices"]) or "-")
+        table.add_row(
+            x["host_id"],
+            "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
+            "[yellow]yes[/]" if x["draining"] else "no",
+            f"{fmt_ms(x['last_heartbeat'])} ({fmt_age(x['heartbeat_age_ms'])} ago)"
+            if x["last_heartbeat"]
+            else "never",
+            ", ".join(x["devices"]) or "-",
+        )
     Console().print(table)
 
 
@@ -432,8 +528,10 @@ def workflow_put(ctx: Ctx, file: str, as_json: bool) -> None:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ()))
             what = f"workflow {i}" if len(items) > 1 else "workflow"
-            raise InvalidInput(f"{file}: {what}: {where + ': ' if where else ''}"
-                               f"{str(err['msg']).removeprefix('Value error, ')}") from None
+            raise InvalidInput(
+                f"{file}: {what}: {where + ': ' if where else ''}"
+                f"{str(err['msg']).removeprefix('Value error, ')}"
+            ) from None
     names = [ctx.client.put_workflow(d) for d in defs]
     if as_json:
         echo_json([{"name": d.name, "steps": len(d.steps)} for d in defs])
@@ -456,8 +554,9 @@ def workflow_list(ctx: Ctx, as_json: bool) -> None:
     names: list[str] = ctx.client.list_workflows()
     defs = [ctx.client.get_workflow(n) for n in names]
     if as_json:
-        echo_json([{"name": d.name, "description": d.description, "steps": len(d.steps)}
-                   for d in defs])
+        echo_json(
+            [{"name": d.name, "description": d.description, "steps": len(d.steps)} for d in defs]
+        )
         return
     table = Table()
     for col in ("name", "steps", "description"):
@@ -503,8 +602,9 @@ def task_retry(ctx: Ctx, task_id: str, as_json: bool) -> None:
     """
     old = ctx.client.get(task_id, attempts=False)
     if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
-        raise InvalidInput(f"task {task_id} is {old.status.value}: only failed or cancelled "
-                           "tasks can be retried")
+        raise InvalidInput(
+            f"task {task_id} is {old.status.value}: only failed or cancelled tasks can be retried"
+        )
     new_id = ctx.client.submit(
         old.goal if old.kind == "goal" else None,
         workflow=old.workflow if old.kind == "workflow" else None,
@@ -514,8 +614,13 @@ def task_retry(ctx: Ctx, task_id: str, as_json: bool) -> None:
         max_attempts=old.max_attempts,
     )
     if as_json:
-        echo_json({"id": new_id, "retry_of": task_id,
-                   "task": ctx.client.get(new_id).model_dump(mode="json")})
+        echo_json(
+            {
+                "id": new_id,
+                "retry_of": task_id,
+                "task": ctx.client.get(new_id).model_dump(mode="json"),
+            }
+        )
     else:
         kind = old.failure_kind.value if old.failure_kind else None
         why = f", {kind}" if kind and kind != old.status.value else ""
@@ -551,8 +656,16 @@ def _chunks(specs: list[TaskSpec], size: int) -> Iterator[list[TaskSpec]]:
         yield specs[i : i + size]
 
 
-SUBMIT_FILE_EXCLUSIVE = ("goal", "workflow_name", "driver_type", "tags", "priority",
-                         "max_attempts", "idempotency_key", "queue_timeout")
+SUBMIT_FILE_EXCLUSIVE = (
+    "goal",
+    "workflow_name",
+    "driver_type",
+    "tags",
+    "priority",
+    "max_attempts",
+    "idempotency_key",
+    "queue_timeout",
+)
 
 
 def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | None) -> None:
@@ -560,12 +673,17 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
     bar. Prints the ids (or a JSON list). A refused chunk (e.g. QueueFull) stops it: the ids
     submitted so far are printed, then the error."""
     cctx = click.get_current_context()
-    given = [p for p in cctx.command.params
-             if p.name in SUBMIT_FILE_EXCLUSIVE and cctx.params.get(p.name) not in (None, ())
-             and cctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT]
+    given = [
+        p
+        for p in cctx.command.params
+        if p.name in SUBMIT_FILE_EXCLUSIVE
+        and cctx.params.get(p.name) not in (None, ())
+        and cctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT
+    ]
     if given:
-        opts = ", ".join(p.opts[0] if isinstance(p, click.Option) else p.human_readable_name
-                         for p in given)
+        opts = ", ".join(
+            p.opts[0] if isinstance(p, click.Option) else p.human_readable_name for p in given
+        )
         raise InvalidInput(f"--file takes every task from the file; do not combine it with {opts}")
     numbered = read_task_file(path)
     specs = [s for _, s in numbered]
@@ -575,14 +693,24 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
             if s.workflow and s.workflow not in known:
                 raise InvalidInput(f"line {n}: unknown workflow {s.workflow}")
     if reject_unmatched is not None:
-        specs = [s if s.reject_unmatched is not None
-                 else s.model_copy(update={"reject_unmatched": reject_unmatched}) for s in specs]
+        specs = [
+            s
+            if s.reject_unmatched is not None
+            else s.model_copy(update={"reject_unmatched": reject_unmatched})
+            for s in specs
+        ]
     err_console = Console(stderr=True)
     ids: list[str] = []
     error: DeviceqError | None = None
-    with Progress(TextColumn("submitting"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True,
-                  disable=not err_console.is_terminal) as progress:
+    with Progress(
+        TextColumn("submitting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    ) as progress:
         bar = progress.add_task("submit", total=len(specs))
         for part in _chunks(specs, SUBMIT_FILE_CHUNK):
             try:
@@ -597,5 +725,7 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
         for i in ids:
             click.echo(i)
     if error is not None:
-        fail(f"{type(error).__name__}: {error} ({len(ids)} of {len(specs)} tasks submitted"
-             f"{', ids above' if ids else ''})")
+        fail(
+            f"{type(error).__name__}: {error} ({len(ids)} of {len(specs)} tasks submitted"
+            f"{', ids above' if ids else ''})"
+        )

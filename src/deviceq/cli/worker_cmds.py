@@ -88,14 +88,26 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
     if isinstance(devices, str):
         devices = [devices]
     command = cfg.pop("command", None)
-    goal_name = cfg.pop("goal_runner", None) or ("command" if command else "sim")
+    goal_name = cfg.pop("goal_runner", None) or ("command" if command else None)
+    if goal_name is None:
+        raise ConfigError(
+            "say how tasks run: --command 'TEMPLATE' (or --goal-runner package.module:callable); "
+            "--goal-runner sim only simulates work (demos, benchmarks)"
+        )
     runner_options = _parse_options(cfg.pop("runner_option", None) or
                                     cfg.pop("runner_options", None) or {})  # fmt: skip
     cfg.pop("runner_options", None)
+    infra = cfg.pop("infra_exit_code", None) or cfg.pop("infra_exit_codes", None) or ()
+    if isinstance(infra, int | str):
+        infra = [infra]
+    if infra and goal_name != "command":
+        raise ConfigError("--infra-exit-code applies to the command runner (--command)")
     if goal_name == "command":
         if not command:
             raise ConfigError("the command runner needs --command 'TEMPLATE'")
         goal_opts: dict[str, Any] = {"template": command, **runner_options}
+        if infra:
+            goal_opts["infra_exit_codes"] = [int(c) for c in infra]
     elif goal_name == "sim":
         if "min" in sim or "max" in sim:
             if "duration" in sim:
@@ -126,61 +138,138 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
 @click.option("--host-id", help="This host's id (as created with `deviceq host add`).")
 @click.option("--token", help="The host token (prefer --token-file or DEVICEQ_HOST_TOKEN).")
 @click.option("--token-file", type=click.Path(dir_okay=False), help="File holding the token.")
-@click.option("--device", "devices", multiple=True, metavar="ID:DRIVER[:TAG,TAG]",
-              help="A device this host serves (repeatable).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-              help="YAML/JSON file with the same settings (options given here win).")
-@click.option("--goal-runner", metavar="SPEC",
-              help="command | sim | package.module:callable | entry point name "
-                   "[default: command with --command, else sim].")
-@click.option("--workflow-runner", metavar="SPEC",
-              help="steps (each step through the goal runner) | package.module:callable.")
-@click.option("--command", metavar="TEMPLATE",
-              help="Command per task for the command runner; {goal} {device_id} {driver_type} "
-                   "{task_id} {attempt} {tags} are substituted shell-quoted.")
-@click.option("--runner-option", multiple=True, metavar="KEY=VALUE",
-              help="Option passed to the goal runner (repeatable).")
-@click.option("--isolation", type=click.Choice(["auto", "process", "thread"]),
-              help="Where Python runners run: auto = own process unless built in.")
-@click.option("--sim-duration", metavar="DIST",
-              help="sim: SECONDS | uniform:A,B | exp:MEAN | normal:MEAN,SD | lognormal:MEAN,SD.")
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    metavar="ID:DRIVER[:TAG,TAG]",
+    help="A device this host serves (repeatable).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML/JSON file with the same settings (options given here win).",
+)
+@click.option(
+    "--goal-runner",
+    metavar="SPEC",
+    help="command | package.module:callable | entry point name | sim (simulated "
+    "work, for demos) [default: command with --command; required otherwise].",
+)
+@click.option(
+    "--workflow-runner",
+    metavar="SPEC",
+    help="steps (each step through the goal runner) | package.module:callable.",
+)
+@click.option(
+    "--command",
+    metavar="TEMPLATE",
+    help="Command per task for the command runner, split into arguments once; "
+    "{device_id} {driver_type} {task_id} {attempt} {tags} {host_id} are "
+    "substituted, {goal} must be a whole argument ({goal:shell} quotes it for "
+    "a shell: sh -c '...', adb shell, ssh). Values are also in DEVICEQ_* env.",
+)
+@click.option(
+    "--infra-exit-code",
+    "infra_exit_code",
+    multiple=True,
+    type=click.IntRange(1, 255),
+    metavar="CODE",
+    help="Exit code of the command meaning the device or rig failed, not the task "
+    "(counts toward quarantine_after); repeatable, e.g. 75.",
+)
+@click.option(
+    "--runner-option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Option passed to the goal runner (repeatable).",
+)
+@click.option(
+    "--isolation",
+    type=click.Choice(["auto", "process", "thread"]),
+    help="Where Python runners run: auto = own process unless built in.",
+)
+@click.option(
+    "--sim-duration",
+    metavar="DIST",
+    help="sim: SECONDS | uniform:A,B | exp:MEAN | normal:MEAN,SD | lognormal:MEAN,SD.",
+)
 @click.option("--sim-min", type=float, help="sim: shortest run (uniform with --sim-max).")
 @click.option("--sim-max", type=float, help="sim: longest run.")
 @click.option("--sim-fail-rate", type=click.FloatRange(0, 1), help="sim: share of failures.")
 @click.option("--sim-error-rate", type=click.FloatRange(0, 1), help="sim: share of errors.")
 @click.option("--sim-seed", type=int, help="sim: random seed.")
-@click.option("--grace", type=click.FloatRange(min=0, min_open=True),
-              help="SIGTERM: seconds running tasks get to finish [default: 30].")
-@click.option("--task-timeout", type=click.FloatRange(min=0),
-              help="Fail a run with `timeout` after SECONDS (0 = no limit) [default: 0].")
-@click.option("--stop-grace", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds a stopped runner gets before it is killed [default: 5].")
-@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True),
-              help="Longest blocking inbox wait (jittered) [default: 2].")
-@click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True),
-              help="[default: host_timeout/3 of the pool]")
-@click.option("--renew-interval", type=click.FloatRange(min=0, min_open=True),
-              help="[default: lease_ttl/3 of the pool]")
-@click.option("--device-check", metavar="TEMPLATE",
-              help="Health check per idle device ({device_id} {driver_type} {tags}): exit 0 "
-                   "idle, 3 busy (in use outside deviceq), else offline.")
-@click.option("--device-check-interval", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds between device checks [default: 30].")
-@click.option("--recover/--no-recover", default=None,
-              help="At start, hand back attempts a killed previous run of this host left "
-                   "(requeued at once instead of after lease expiry) [default: recover].")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0, min_open=True),
+    help="SIGTERM: seconds running tasks get to finish [default: 30].",
+)
+@click.option(
+    "--task-timeout",
+    type=click.FloatRange(min=0),
+    help="Fail a run with `timeout` after SECONDS (0 = no limit) [default: 0].",
+)
+@click.option(
+    "--stop-grace",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a stopped runner gets before it is killed [default: 5].",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Longest blocking inbox wait (jittered) [default: 2].",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    help="[default: host_timeout/3 of the pool]",
+)
+@click.option(
+    "--renew-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    help="[default: lease_ttl/3 of the pool]",
+)
+@click.option(
+    "--device-check",
+    metavar="TEMPLATE",
+    help="Health check per idle device ({device_id} {driver_type} {tags}): exit 0 "
+    "idle, 3 busy (in use outside deviceq), else offline.",
+)
+@click.option(
+    "--device-check-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds between device checks [default: 30].",
+)
+@click.option(
+    "--recover/--no-recover",
+    default=None,
+    help="At start, when the previous daemon of this host id ran on this machine and "
+    "is gone, hand back its running attempts at once instead of waiting for "
+    "their leases to expire [default: recover].",
+)
+@click.option(
+    "--takeover",
+    is_flag=True,
+    default=None,
+    help="Start even though another daemon of this host id is alive: it is fenced "
+    "(its claims, renewals and reports are refused), stops its runners and "
+    "exits; its running attempts come back when their leases expire.",
+)
 @pass_ctx
 @handle_errors
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them
-    through the runners, renew leases, report. SIGTERM drains: running tasks finish within
-    --grace, the rest are handed back, exit 0.
+    through the runners, renew leases, report. One daemon per host id: a second one is refused
+    while the first is alive (--takeover fences it). SIGTERM drains: running tasks finish
+    within --grace, the rest are handed back, exit 0. Exit 2: could not start; 3: another
+    daemon took over; 4: the host was removed or its token rotated.
 
     \b
     Example:
       deviceq host run --host-id lab-1 --token-file lab-1.token \\
         --device pixel-7:android:wifi,camera --device emu-1:android \\
-        --goal-runner command --command 'adb -s {device_id} shell am start -a {goal}'
+        --command 'adb -s {device_id} shell am start -d {goal:shell}' --infra-exit-code 75
       deviceq host run --config lab-1.yaml
 
     \b
@@ -188,15 +277,15 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
       host_id: lab-1
       token_file: /etc/deviceq/lab-1.token
       devices: ["pixel-7:android:wifi,camera", "emu-1:android"]
-      goal_runner: command
-      command: "adb -s {device_id} shell am start -a {goal}"
-      sim: {duration: "exp:0.5", fail_rate: 0.05}      # for goal_runner: sim
+      command: "run-test --serial {device_id} {goal}"
+      infra_exit_code: [75]
       grace: 60
     """
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None
     settings, token = build_settings(options, file_cfg)
     logs.configure(ctx.log_format)
+    ctx.preflight(need_reachable=False)  # a wrong password fails now, not in a retry loop
     worker = HostWorker(ctx.redis_url, ctx.pool, settings, token)
     sys.exit(worker.run())
 

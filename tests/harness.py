@@ -1,0 +1,195 @@
+"""Harness for end-to-end tests: real `deviceq` daemons as processes on a private Redis, and
+a runner log that proves no device (and no task) ever ran two things at once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from deviceq import Client, PoolAdmin, TaskStatus
+
+CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
+TESTS_DIR = str(Path(__file__).resolve().parent)
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Processes whose environment carries ``DQTEST_MARK=mark`` (daemons and their commands)."""
+    out = []
+    needle = f"DQTEST_MARK={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    out.append(int(entry.name))
+    return out
+
+
+def live_group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] != "Z" and int(fields[2]) == pgid:
+                    out.append(int(entry.name))
+    return out
+
+
+class Deployment:
+    """Daemons of one pool as processes; everything they started is killed at the end."""
+
+    def __init__(self, url: str, pool: str, tmp: Path) -> None:
+        self.url, self.pool, self.tmp = url, pool, tmp
+        self.mark = uuid.uuid4().hex
+        # Client.wait blocks up to 5 s on XREAD: keep the socket timeout above that (redis-py
+        # 8 defaults to 5 s)
+        self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
+        self.client = Client(self.r, pool)
+        self.admin = PoolAdmin(self.r, pool)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def configure(self, **settings: float) -> None:
+        for k, v in settings.items():
+            self.admin.set_config(k, v)
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Any:
+        full_env = {
+            **os.environ,
+            "DEVICEQ_REDIS_URL": self.url,
+            "DEVICEQ_POOL": self.pool,
+            "DQTEST_MARK": self.mark,
+            "PYTHONPATH": TESTS_DIR,
+            **(env or {}),
+        }
+        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([*CLI, *args], env=full_env, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def scheduler(self) -> Any:
+        return self.spawn("scheduler", "scheduler", "run", "--tick", "0.2")
+
+    def host(self, host_id: str, *devices: str, extra: tuple[str, ...] = (),
+             env: dict[str, str] | None = None, name: str | None = None) -> Any:  # fmt: skip
+        token_file = self.tmp / f"{host_id}.token"
+        if not token_file.exists():
+            token_file.write_text(self.admin.add_host(host_id))
+        args = ["host", "run", "--host-id", host_id, "--token-file", str(token_file)]
+        for d in devices:
+            args += ["--device", d]
+        return self.spawn(name or host_id, *args, *extra, env=env)
+
+    def runner_host(self, host_id: str, *devices: str, runlog: RunLog,
+                    extra: tuple[str, ...] = (), name: str | None = None) -> Any:  # fmt: skip
+        """A host daemon whose tasks run the overlap-proving runner (goal ``SECONDS``)."""
+        return self.host(host_id, *devices, env=runlog.env, name=name,
+                         extra=("--command", runner_command(), *extra))  # fmt: skip
+
+    def command_host(self, host_id: str, *devices: str, extra: tuple[str, ...] = (),
+                     env: dict[str, str] | None = None) -> Any:  # fmt: skip
+        return self.host(
+            host_id,
+            *devices,
+            env=env,
+            extra=("--goal-runner", "command", "--command", "sh -c {goal}", *extra),
+        )
+
+    def tokens_in(self, text: str) -> bool:
+        return any(tok.read_text().strip() in text for tok in self.tmp.glob("*.token"))
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()
+
+    def alive(self, host_id: str) -> bool:
+        return bool(self.admin.host(host_id).alive)
+
+    def status(self, task_id: str) -> TaskStatus:
+        return self.client.get(task_id, attempts=False).status
+
+    def wait_all(self, ids: list[str], timeout: float) -> list[Any]:
+        return [self.client.wait(t, timeout=timeout) for t in ids]
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.wait(5)
+        for pid in marked_pids(self.mark):  # commands orphaned by a SIGKILLed host
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.r.close()
+
+
+RUNNER = str(Path(TESTS_DIR) / "overlap_runner.py")
+
+
+def runner_command() -> str:
+    """The ``--command`` template of the overlap-proving runner (goal: ``SECONDS [EXIT]``)."""
+    return f"{sys.executable} {RUNNER} {{device_id}} {{task_id}} {{goal}}"
+
+
+class RunLog:
+    """What the overlap runner logged: starts, ends and overlaps (see overlap_runner.py)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DQ_RUNLOG": str(self.folder)}
+
+    def lines(self) -> list[list[str]]:
+        path = self.folder / "runs.log"
+        return [ln.split() for ln in path.read_text().splitlines()] if path.exists() else []
+
+    def overlaps(self) -> list[str]:
+        return [" ".join(x) for x in self.lines() if x[0] == "OVERLAP"]
+
+    def starts(self, task: str | None = None) -> list[list[str]]:
+        return [x for x in self.lines() if x[0] == "start" and (task is None or x[2] == task)]
+
+    def ends(self, task: str | None = None) -> list[list[str]]:
+        return [x for x in self.lines() if x[0] == "end" and (task is None or x[2] == task)]
+
+    def intervals_overlap(self) -> list[str]:
+        """Completed runs (start and end logged) of one device or one task that overlap in
+        time (a second check beside the locks)."""
+        runs: dict[str, list[tuple[float, float, str]]] = {}
+        begun = {x[3]: (x[1], x[2], float(x[4])) for x in self.starts()}
+        for x in self.ends():
+            if x[3] in begun:
+                dev, task, t0 = begun[x[3]]
+                for key in ("d:" + dev, "t:" + task):
+                    runs.setdefault(key, []).append((t0, float(x[4]), x[3]))
+        bad = []
+        for key, spans in runs.items():
+            spans.sort()
+            for (a0, a1, pa), (b0, b1, pb) in zip(spans, spans[1:], strict=False):
+                if b0 < a1:
+                    bad.append(f"{key}: {pa} [{a0:.3f},{a1:.3f}] and {pb} [{b0:.3f},{b1:.3f}]")
+        return bad
