@@ -47,8 +47,8 @@ import redis
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin
 from deviceq.embedded import RedisServer
-from deviceq.host import Report
-from deviceq.scheduler import DEFAULT_BATCH, TaskScheduler
+from deviceq.host.client import Report
+from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
 POOL = "bench"
 GOAL = "open the settings app, enable wifi, check the connection"

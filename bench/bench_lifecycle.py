@@ -27,10 +27,11 @@ import time
 from typing import Any
 
 from common import GOAL, Timer, add_hosts, machine, percentile, private_redis, raw_client, table
-from deviceq.client import Client
-from deviceq.host import DeviceReport, HostClient, Report
-from deviceq.keys import Keys
-from deviceq.pool import PoolAdmin
+from deviceq.core.keys import Keys
+from deviceq.host.client import DeviceReport, HostClient, Report
+from deviceq.ops.admin import PoolAdmin
+from deviceq.producer import Client
+from deviceq.scheduler.client import SchedulerClient
 
 POOL = "bench"
 BACKLOG = 3000  # saturation run: the producer pauses while this many tasks are queued
@@ -66,14 +67,23 @@ def producer(url: str, rate: float | None, duration: float, out: Any) -> None:
         client.submit_many([spec] * n)
         submitted += n
         calls += 1
-    out.put(("producer", {"submitted": submitted, "max_lag_ms": max_lag * 1000,
-                          "calls": calls, "cpu_s": cpu_s()}))
+    out.put(
+        (
+            "producer",
+            {
+                "submitted": submitted,
+                "max_lag_ms": max_lag * 1000,
+                "calls": calls,
+                "cpu_s": cpu_s(),
+            },
+        )
+    )
 
 
 def assigner_minimal(url: str, stop: Any, out: Any) -> None:
     """Minimal FIFO matcher: idle devices x bucket heads, oldest task first, one commit."""
     r = raw_client(url)
-    admin = PoolAdmin(r, POOL)
+    admin = SchedulerClient(r, POOL)
     keys = admin.keys
     dev_info: dict[str, tuple[str, frozenset[str]]] = {}
     sig_info: dict[str, tuple[str, frozenset[str]]] = {}
@@ -101,12 +111,13 @@ def assigner_minimal(url: str, stop: Any, out: Any) -> None:
             res = p.execute()
             for d, (drv, tags) in zip(new_devs, res, strict=False):
                 dev_info[d] = (drv or "", frozenset(t for t in (tags or "").split(",") if t))
-            res = res[len(new_devs):]
+            res = res[len(new_devs) :]
             for s, (drv, tags) in zip(new_sigs, res, strict=False):
                 sig_info[s] = (drv or "", frozenset(t for t in (tags or "").split(",") if t))
-            heads = res[len(new_sigs):]
-            tasks = sorted((seq, tid, s) for s, h in zip(sigs, heads, strict=True)
-                           for tid, seq in h)
+            heads = res[len(new_sigs) :]
+            tasks = sorted(
+                (seq, tid, s) for s, h in zip(sigs, heads, strict=True) for tid, seq in h
+            )
             free = list(idle)
             pairs = []
             for _, tid, s in tasks:
@@ -129,8 +140,19 @@ def assigner_minimal(url: str, stop: Any, out: Any) -> None:
             if n_ok == 0:
                 break
         busy_s += time.perf_counter() - t0
-    out.put(("assigner", {"assigned": ok, "rejected": rejected, "commits": commits,
-                          "busy_s": busy_s, "cpu_s": cpu_s(), "kind": "minimal matcher (bench)"}))
+    out.put(
+        (
+            "assigner",
+            {
+                "assigned": ok,
+                "rejected": rejected,
+                "commits": commits,
+                "busy_s": busy_s,
+                "cpu_s": cpu_s(),
+                "kind": "minimal matcher (bench)",
+            },
+        )
+    )
 
 
 def assigner_scheduler(url: str, stop: Any, out: Any) -> None:
@@ -143,7 +165,7 @@ def assigner_scheduler(url: str, stop: Any, out: Any) -> None:
     r = raw_client(url)
     sched = TaskScheduler(r, POOL)
     stats = {"passes": 0, "assigned": 0, "rejected": 0, "busy_s": 0.0}
-    real_pass = sched._pass
+    real_pass = sched.assign
 
     def counted(*a: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
@@ -155,7 +177,7 @@ def assigner_scheduler(url: str, stop: Any, out: Any) -> None:
         stats["rejected"] += res.rejected_total
         return res
 
-    sched._pass = counted  # type: ignore[method-assign]
+    sched.assign = counted  # type: ignore[method-assign]
 
     def watch() -> None:
         stop.wait()
@@ -163,13 +185,24 @@ def assigner_scheduler(url: str, stop: Any, out: Any) -> None:
 
     threading.Thread(target=watch, daemon=True).start()
     sched.run(tick=2.0)
-    out.put(("assigner", {"assigned": stats["assigned"], "rejected": stats["rejected"],
-                          "commits": stats["passes"], "busy_s": stats["busy_s"],
-                          "cpu_s": cpu_s(), "kind": "scheduler daemon"}))
+    out.put(
+        (
+            "assigner",
+            {
+                "assigned": stats["assigned"],
+                "rejected": stats["rejected"],
+                "commits": stats["passes"],
+                "busy_s": stats["busy_s"],
+                "cpu_s": cpu_s(),
+                "kind": "scheduler daemon",
+            },
+        )
+    )
 
 
-def host_worker(url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_host: int,
-                stop: Any, out: Any) -> None:
+def host_worker(
+    url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_host: int, stop: Any, out: Any
+) -> None:
     """Serve several hosts: block on their wake lists, claim a batch, report it done."""
     r = raw_client(url)
     clients = {h: HostClient(r, POOL, h, tok) for h, tok, _ in hosts}
@@ -204,8 +237,18 @@ def host_worker(url: str, hosts: list[tuple[str, str, list[DeviceReport]]], per_
             reports += 1
             if len(got) < per_host:
                 break  # the inbox was empty: a new assignment pushes the wake list
-    out.put(("host", {"lat": lat, "lat_assign": lat_assign, "claims": claims,
-                      "reports": reports, "cpu_s": cpu_s()}))
+    out.put(
+        (
+            "host",
+            {
+                "lat": lat,
+                "lat_assign": lat_assign,
+                "claims": claims,
+                "reports": reports,
+                "cpu_s": cpu_s(),
+            },
+        )
+    )
 
 
 def redis_cpu(r: Any) -> float:
@@ -234,8 +277,14 @@ def kill_stragglers(procs: list[Any]) -> None:
             p.kill()
 
 
-def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int,
-                workers: int, use_scheduler: bool) -> dict[str, Any]:
+def run_deviceq(
+    rate: float | None,
+    duration: float,
+    n_hosts: int,
+    per_host: int,
+    workers: int,
+    use_scheduler: bool,
+) -> dict[str, Any]:
     with private_redis() as server:
         r = raw_client(server.url)
         admin = PoolAdmin(r, POOL)
@@ -243,10 +292,16 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
         fleet = add_hosts(admin, server.url, n_hosts, per_host)
         assigner = assigner_scheduler if use_scheduler else assigner_minimal
         stop, out = CTX.Event(), CTX.Queue()
-        procs = [CTX.Process(target=producer, args=(server.url, rate, duration, out)),
-                 CTX.Process(target=assigner, args=(server.url, stop, out))]
-        procs += [CTX.Process(target=host_worker, args=(server.url, fleet[w::workers], per_host,
-                                                        stop, out)) for w in range(workers)]
+        procs = [
+            CTX.Process(target=producer, args=(server.url, rate, duration, out)),
+            CTX.Process(target=assigner, args=(server.url, stop, out)),
+        ]
+        procs += [
+            CTX.Process(
+                target=host_worker, args=(server.url, fleet[w::workers], per_host, stop, out)
+            )
+            for w in range(workers)
+        ]
         keys = admin.keys
         cpu0 = redis_cpu(r)
         samples: list[list[int]] = []  # idle devices, queued, assigned, dispatched
@@ -289,22 +344,37 @@ def run_deviceq(rate: float | None, duration: float, n_hosts: int, per_host: int
     lat_a = [x for h in hosts for x in h["lat_assign"]]
     avg = [sum(c) / max(1, len(samples)) for c in zip(*samples, strict=True)] or [0.0] * 4
     return {
-        "avg_idle": avg[0], "avg_queued": avg[1], "avg_active": avg[2] + avg[3],
-        "p50_assign": percentile(lat_a, 50), "p99_assign": percentile(lat_a, 99),
-        "rate": rate, "submitted": prod["submitted"], "done": done, "wall_s": t_end,
-        "per_s": done / t_end, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
-        "p99": percentile(lat, 99), "max": max(lat) if lat else float("nan"),
-        "lag_ms": prod["max_lag_ms"], "redis_cpu_us": redis_cpu_s / max(done, 1) * 1e6,
+        "avg_idle": avg[0],
+        "avg_queued": avg[1],
+        "avg_active": avg[2] + avg[3],
+        "p50_assign": percentile(lat_a, 50),
+        "p99_assign": percentile(lat_a, 99),
+        "rate": rate,
+        "submitted": prod["submitted"],
+        "done": done,
+        "wall_s": t_end,
+        "per_s": done / t_end,
+        "p50": percentile(lat, 50),
+        "p95": percentile(lat, 95),
+        "p99": percentile(lat, 99),
+        "max": max(lat) if lat else float("nan"),
+        "lag_ms": prod["max_lag_ms"],
+        "redis_cpu_us": redis_cpu_s / max(done, 1) * 1e6,
         "client_cpu_us": (prod["cpu_s"] + asg["cpu_s"] + sum(h["cpu_s"] for h in hosts))
-        / max(done, 1) * 1e6,
-        "assigner": asg.get("kind", "?"), "submit_calls": prod["calls"], "load": load,
-        "commits": asg["commits"], "rejected": asg["rejected"],
+        / max(done, 1)
+        * 1e6,
+        "assigner": asg.get("kind", "?"),
+        "submit_calls": prod["calls"],
+        "load": load,
+        "commits": asg["commits"],
+        "rejected": asg["rejected"],
         "pass": f"{asg['commits']:,} / {asg['assigned'] / max(1, asg['commits']):.0f} / "
-                f"{asg['busy_s'] * 1000 / max(1, asg['commits']):.1f}",
-        "claims": sum(h["claims"] for h in hosts), "reports": sum(h["reports"] for h in hosts),
+        f"{asg['busy_s'] * 1000 / max(1, asg['commits']):.1f}",
+        "claims": sum(h["claims"] for h in hosts),
+        "reports": sum(h["reports"] for h in hosts),
         "cpu_pct": f"redis {redis_cpu_s / t_end:.0%}, producer {prod['cpu_s'] / t_end:.0%}, "
-                   f"scheduler {asg['cpu_s'] / t_end:.0%}, workers "
-                   + " ".join(f"{h['cpu_s'] / t_end:.0%}" for h in hosts),
+        f"scheduler {asg['cpu_s'] / t_end:.0%}, workers "
+        + " ".join(f"{h['cpu_s'] / t_end:.0%}" for h in hosts),
     }
 
 
@@ -329,8 +399,17 @@ def list_producer(url: str, rate: float | None, duration: float, out: Any) -> No
         r.lpush("q", *([now] * n))
         submitted += n
         calls += 1
-    out.put(("producer", {"submitted": submitted, "max_lag_ms": max_lag * 1000,
-                          "calls": calls, "cpu_s": cpu_s()}))
+    out.put(
+        (
+            "producer",
+            {
+                "submitted": submitted,
+                "max_lag_ms": max_lag * 1000,
+                "calls": calls,
+                "cpu_s": cpu_s(),
+            },
+        )
+    )
 
 
 def list_consumer(url: str, batch: int, stop: Any, out: Any) -> None:
@@ -356,8 +435,10 @@ def run_listq(rate: float | None, duration: float, workers: int, batch: int) -> 
         r = raw_client(server.url)
         stop, out = CTX.Event(), CTX.Queue()
         procs = [CTX.Process(target=list_producer, args=(server.url, rate, duration, out))]
-        procs += [CTX.Process(target=list_consumer, args=(server.url, batch, stop, out))
-                  for _ in range(workers)]
+        procs += [
+            CTX.Process(target=list_consumer, args=(server.url, batch, stop, out))
+            for _ in range(workers)
+        ]
         cpu0 = redis_cpu(r)
         try:
             t0 = time.perf_counter()
@@ -378,14 +459,26 @@ def run_listq(rate: float | None, duration: float, workers: int, batch: int) -> 
     cons = [v for k, v in results if k == "host"]
     lat = [x for c in cons for x in c["lat"]]
     return {
-        "rate": rate, "submitted": prod["submitted"], "done": done, "wall_s": t_end,
-        "per_s": done / t_end, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
-        "p99": percentile(lat, 99), "max": max(lat) if lat else float("nan"),
-        "p50_assign": float("nan"), "p99_assign": float("nan"),
-        "avg_idle": float("nan"), "avg_queued": float("nan"), "avg_active": float("nan"),
-        "lag_ms": prod["max_lag_ms"], "redis_cpu_us": redis_cpu_s / max(done, 1) * 1e6,
+        "rate": rate,
+        "submitted": prod["submitted"],
+        "done": done,
+        "wall_s": t_end,
+        "per_s": done / t_end,
+        "p50": percentile(lat, 50),
+        "p95": percentile(lat, 95),
+        "p99": percentile(lat, 99),
+        "max": max(lat) if lat else float("nan"),
+        "p50_assign": float("nan"),
+        "p99_assign": float("nan"),
+        "avg_idle": float("nan"),
+        "avg_queued": float("nan"),
+        "avg_active": float("nan"),
+        "lag_ms": prod["max_lag_ms"],
+        "redis_cpu_us": redis_cpu_s / max(done, 1) * 1e6,
         "client_cpu_us": (prod["cpu_s"] + sum(c["cpu_s"] for c in cons)) / max(done, 1) * 1e6,
-        "assigner": "-", "submit_calls": prod["calls"], "load": load,
+        "assigner": "-",
+        "submit_calls": prod["calls"],
+        "load": load,
     }
 
 
@@ -398,21 +491,29 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=25, help="devices per host (M)")
     ap.add_argument("--workers", type=int, default=2, help="host worker processes")
     ap.add_argument("--no-saturation", action="store_true", help="skip the max-throughput run")
-    ap.add_argument("--assigner", choices=["auto", "scheduler", "minimal"], default="auto",
-                    help="TaskScheduler (auto: if deviceq.scheduler exists) or the bench matcher")
+    ap.add_argument(
+        "--assigner",
+        choices=["auto", "scheduler", "minimal"],
+        default="auto",
+        help="TaskScheduler (auto: if deviceq.scheduler exists) or the bench matcher",
+    )
     args = ap.parse_args()
     if args.assigner == "auto":
         try:
             import deviceq.scheduler  # noqa: F401
+
             args.assigner = "scheduler"
         except ImportError:
             args.assigner = "minimal"
-    rates = [float(x) for x in (args.rates or ("2000" if args.quick else "1000,2500,5000"))
-             .split(",")]
+    rates = [
+        float(x) for x in (args.rates or ("2000" if args.quick else "1000,2500,5000")).split(",")
+    ]
     duration = args.duration or (3.0 if args.quick else 10.0)
     print(f"machine: {machine()}")
-    print(f"fleet: {args.hosts} hosts x {args.devices} devices, {args.workers} host worker "
-          f"processes, 1 producer, 1 assigner; {duration:g} s of submission per run")
+    print(
+        f"fleet: {args.hosts} hosts x {args.devices} devices, {args.workers} host worker "
+        f"processes, 1 producer, 1 assigner; {duration:g} s of submission per run"
+    )
     rows = []
     with Timer() as t:
         runs: list[tuple[str, float | None]] = [("deviceq", x) for x in rates]
@@ -424,42 +525,90 @@ def main() -> None:
         results = []
         for kind, rate in runs:
             if kind == "deviceq":
-                res = run_deviceq(rate, duration, args.hosts, args.devices, args.workers,
-                                  args.assigner == "scheduler")
+                res = run_deviceq(
+                    rate,
+                    duration,
+                    args.hosts,
+                    args.devices,
+                    args.workers,
+                    args.assigner == "scheduler",
+                )
             else:
                 res = run_listq(rate, duration, args.workers, args.devices)
             results.append((kind, res))
-            print(f"  {kind} rate={rate or 'max'}: {res['per_s']:,.0f}/s, p99 {res['p99']:.1f} ms"
-                  f" (load {res['load']:.2f})" + (f"; CPU of one core: {res['cpu_pct']}"
-                                                  if "cpu_pct" in res else ""), flush=True)
-    ref = {rate: res for kind, res in ((k, r) for k, r in results if k == "list queue")
-           for rate in [res["rate"]]}
+            print(
+                f"  {kind} rate={rate or 'max'}: {res['per_s']:,.0f}/s, p99 {res['p99']:.1f} ms"
+                f" (load {res['load']:.2f})"
+                + (f"; CPU of one core: {res['cpu_pct']}" if "cpu_pct" in res else ""),
+                flush=True,
+            )
+    ref = {
+        rate: res
+        for kind, res in ((k, r) for k, r in results if k == "list queue")
+        for rate in [res["rate"]]
+    }
     for kind, res in results:
         base = ref.get(res["rate"])
-        rows.append([
-            kind + ("" if kind != "deviceq" else f" ({res['assigner']})"),
-            "max" if res["rate"] is None else int(res["rate"]), res["submitted"], res["done"],
-            res["wall_s"], res["per_s"], res["p50"], res["p95"], res["p99"], res["max"],
-            "-" if res["p50_assign"] != res["p50_assign"]
-            else f"{res['p50_assign']:.0f} / {res['p99_assign']:.0f}",
-            "-" if res["avg_idle"] != res["avg_idle"]
-            else f"{res['avg_idle']:.0f} / {res['avg_queued']:.0f} / {res['avg_active']:.0f}",
-            res.get("pass", "-"), res["lag_ms"], res["redis_cpu_us"], res["client_cpu_us"],
-            min(1e6 / res["redis_cpu_us"], 2e6 / (res["redis_cpu_us"] + res["client_cpu_us"])),
-            res["per_s"] / base["per_s"] if base else float("nan"), res["load"],
-        ])
-    print(table(["system", "offered/s", "submitted", "done", "wall s", "lifecycles/s",
-                 "p50 ms", "p95 ms", "p99 ms", "max ms", "submit->assigned p50/p99 ms",
-                 "avg idle dev / queued / active",
-                 "assign passes / pairs per pass / ms per pass", "producer lag ms",
-                 "redis CPU µs/task", "client CPU µs/task", "CPU ceiling/s",
-                 "x list queue /s", "load 1m"],
-                rows))
-    print("latency: submit->dispatched (deviceq, Redis server ms) or LPUSH->RPOP (list queue, "
-          "client clock); x list queue compares with the list run at the same offered rate "
-          "(max with max); CPU ceiling = min(1e6/redis CPU, 2e6/(redis+client CPU)): the rate "
-          "2 dedicated cores would allow at the measured CPU cost per lifecycle"
-          f"\nmachine after: {machine()}; bench took {t.s:.1f} s")
+        rows.append(
+            [
+                kind + ("" if kind != "deviceq" else f" ({res['assigner']})"),
+                "max" if res["rate"] is None else int(res["rate"]),
+                res["submitted"],
+                res["done"],
+                res["wall_s"],
+                res["per_s"],
+                res["p50"],
+                res["p95"],
+                res["p99"],
+                res["max"],
+                "-"
+                if res["p50_assign"] != res["p50_assign"]
+                else f"{res['p50_assign']:.0f} / {res['p99_assign']:.0f}",
+                "-"
+                if res["avg_idle"] != res["avg_idle"]
+                else f"{res['avg_idle']:.0f} / {res['avg_queued']:.0f} / {res['avg_active']:.0f}",
+                res.get("pass", "-"),
+                res["lag_ms"],
+                res["redis_cpu_us"],
+                res["client_cpu_us"],
+                min(1e6 / res["redis_cpu_us"], 2e6 / (res["redis_cpu_us"] + res["client_cpu_us"])),
+                res["per_s"] / base["per_s"] if base else float("nan"),
+                res["load"],
+            ]
+        )
+    print(
+        table(
+            [
+                "system",
+                "offered/s",
+                "submitted",
+                "done",
+                "wall s",
+                "lifecycles/s",
+                "p50 ms",
+                "p95 ms",
+                "p99 ms",
+                "max ms",
+                "submit->assigned p50/p99 ms",
+                "avg idle dev / queued / active",
+                "assign passes / pairs per pass / ms per pass",
+                "producer lag ms",
+                "redis CPU µs/task",
+                "client CPU µs/task",
+                "CPU ceiling/s",
+                "x list queue /s",
+                "load 1m",
+            ],
+            rows,
+        )
+    )
+    print(
+        "latency: submit->dispatched (deviceq, Redis server ms) or LPUSH->RPOP (list queue, "
+        "client clock); x list queue compares with the list run at the same offered rate "
+        "(max with max); CPU ceiling = min(1e6/redis CPU, 2e6/(redis+client CPU)): the rate "
+        "2 dedicated cores would allow at the measured CPU cost per lifecycle"
+        f"\nmachine after: {machine()}; bench took {t.s:.1f} s"
+    )
 
 
 if __name__ == "__main__":

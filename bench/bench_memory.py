@@ -32,16 +32,20 @@ from common import (
     stat_delta,
     table,
 )
-from deviceq.client import Client
-from deviceq.host import HostClient, Report
-from deviceq.models import TaskSpec
-from deviceq.pool import PoolAdmin
+from deviceq.core.models import TaskSpec
+from deviceq.host.client import HostClient, Report
+from deviceq.ops.admin import PoolAdmin
+from deviceq.producer import Client
+from deviceq.scheduler.client import SchedulerClient
 
 LONG_GOAL = (GOAL + " ") * 3 + "and then report the measured signal strength as JSON."
 SHAPES: dict[str, dict[str, Any]] = {
     "goal 60 B, driver_type": {"goal": GOAL, "driver_type": "android"},
-    "goal 60 B, driver_type + 3 tags": {"goal": GOAL, "driver_type": "android",
-                                        "tags": ["wifi", "sim", "os=android-14"]},
+    "goal 60 B, driver_type + 3 tags": {
+        "goal": GOAL,
+        "driver_type": "android",
+        "tags": ["wifi", "sim", "os=android-14"],
+    },
     "goal 236 B, driver_type": {"goal": LONG_GOAL, "driver_type": "android"},
 }
 CHUNK = 1000
@@ -61,8 +65,9 @@ def fill(r: Any, client: Client, spec: TaskSpec, n: int) -> float:
     return d.evalsha_usec / (tail * CHUNK)
 
 
-def assign_cost(r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[Any],
-                devices: list[str]) -> tuple[float, float, float]:
+def assign_cost(
+    r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[Any], devices: list[str]
+) -> tuple[float, float, float]:
     """Commit ROUNDS batches of len(devices) pairs from the queue head; server µs per pair of
     the assign script (EVALSHA usec and redis CPU) and of the whole lifecycle tail
     (assign+claim+report, EVALSHA usec)."""
@@ -75,7 +80,7 @@ def assign_cost(r: Any, admin: PoolAdmin, hosts: list[HostClient], fleet: list[A
         pairs = list(zip(ids, devices, strict=False))
         cpu0 = redis_cpu_s(r)
         before = commandstats(r)
-        res = admin.commit(pairs)
+        res = SchedulerClient(admin.redis, admin.pool).commit(pairs)
         mid = commandstats(r)
         cpu_s += redis_cpu_s(r) - cpu0
         assert all(x.startswith("ok:") for x in res), res[:3]
@@ -127,10 +132,17 @@ def measure(depth: int, shape: str, listpack_value: int | None = None) -> dict[s
         "depth": depth,
         "shape": shape + (f" (hash-max-listpack-value {listpack_value})" if listpack_value else ""),
         "per_task": (mem1 - mem0) / depth,
-        "used_mb": (mem1 - mem0) / 2**20, "task_hash": task_avg, "encoding": encoding,
-        "status_idx": status / queued, "bucket_idx": bucket / queued,
-        "events": events / depth, "n_events": n_events, "submit_us": submit_us,
-        "submit_s": t.s, "assign_us": assign_us, "assign_cpu": assign_cpu,
+        "used_mb": (mem1 - mem0) / 2**20,
+        "task_hash": task_avg,
+        "encoding": encoding,
+        "status_idx": status / queued,
+        "bucket_idx": bucket / queued,
+        "events": events / depth,
+        "n_events": n_events,
+        "submit_us": submit_us,
+        "submit_s": t.s,
+        "assign_us": assign_us,
+        "assign_cpu": assign_cpu,
         "tail_us": lifecycle_tail_us,
     }
 
@@ -139,13 +151,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10k and 50k only (< 30 s)")
     ap.add_argument("--depths", default=None, help="queue depths (comma list)")
-    ap.add_argument("--shapes", default=None,
-                    help="indexes into the shapes (0 plain, 1 tags, 2 long goal), comma list")
-    ap.add_argument("--listpack-value", type=int, default=None,
-                    help="also run the long-goal shape with this hash-max-listpack-value")
+    ap.add_argument(
+        "--shapes",
+        default=None,
+        help="indexes into the shapes (0 plain, 1 tags, 2 long goal), comma list",
+    )
+    ap.add_argument(
+        "--listpack-value",
+        type=int,
+        default=None,
+        help="also run the long-goal shape with this hash-max-listpack-value",
+    )
     args = ap.parse_args()
-    depths = [int(x) for x in (args.depths or ("10000,50000" if args.quick
-                                               else "10000,100000,1000000")).split(",")]
+    depths = [
+        int(x)
+        for x in (args.depths or ("10000,50000" if args.quick else "10000,100000,1000000")).split(
+            ","
+        )
+    ]
     names = list(SHAPES)
     shapes = [names[int(i)] for i in (args.shapes or "0,1,2").split(",")]
     print(f"machine: {machine()}")
@@ -156,24 +179,59 @@ def main() -> None:
                 if depth >= 1_000_000 and shape != names[0] and args.depths is None:
                     continue  # 1M: the plain shape only (time)
                 res = measure(depth, shape)
-                print(f"  {depth:>9,} {shape}: {res['per_task']:.0f} B/task, submit "
-                      f"{res['submit_s']:.1f} s", flush=True)
+                print(
+                    f"  {depth:>9,} {shape}: {res['per_task']:.0f} B/task, submit "
+                    f"{res['submit_s']:.1f} s",
+                    flush=True,
+                )
                 rows.append(res)
             if args.listpack_value:
                 res = measure(depth, names[2], args.listpack_value)
                 print(f"  {depth:>9,} {res['shape']}: {res['per_task']:.0f} B/task", flush=True)
                 rows.append(res)
-    print(table(
-        ["queued N", "task shape", "used_memory Δ MB", "bytes/task (Δ/N)", "task hash B",
-         "hash encoding", "status:queued B/task", "queue:SIG B/task", "events B/task",
-         "events kept", "submit µs/task (server)", "assign µs/pair (server)",
-         "assign redis CPU µs/pair",
-         "assign+claim+report µs/pair (server)"],
-        [[x["depth"], x["shape"], x["used_mb"], x["per_task"], x["task_hash"], x["encoding"],
-          x["status_idx"], x["bucket_idx"], x["events"], x["n_events"], x["submit_us"],
-          x["assign_us"], x["assign_cpu"], x["tail_us"]] for x in rows]))
-    print(f"target: <= 1024 bytes per queued task; per-pair cost flat across depths\n"
-          f"machine after: {machine()}; bench took {t.s:.1f} s")
+    print(
+        table(
+            [
+                "queued N",
+                "task shape",
+                "used_memory Δ MB",
+                "bytes/task (Δ/N)",
+                "task hash B",
+                "hash encoding",
+                "status:queued B/task",
+                "queue:SIG B/task",
+                "events B/task",
+                "events kept",
+                "submit µs/task (server)",
+                "assign µs/pair (server)",
+                "assign redis CPU µs/pair",
+                "assign+claim+report µs/pair (server)",
+            ],
+            [
+                [
+                    x["depth"],
+                    x["shape"],
+                    x["used_mb"],
+                    x["per_task"],
+                    x["task_hash"],
+                    x["encoding"],
+                    x["status_idx"],
+                    x["bucket_idx"],
+                    x["events"],
+                    x["n_events"],
+                    x["submit_us"],
+                    x["assign_us"],
+                    x["assign_cpu"],
+                    x["tail_us"],
+                ]
+                for x in rows
+            ],
+        )
+    )
+    print(
+        f"target: <= 1024 bytes per queued task; per-pair cost flat across depths\n"
+        f"machine after: {machine()}; bench took {t.s:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ import time
 from typing import Any
 
 from common import GOAL, add_hosts, machine, private_redis, raw_client, redis_cpu_s, table
-from deviceq.client import Client
-from deviceq.host import HostClient, Report
-from deviceq.pool import PoolAdmin
+from deviceq.host.client import HostClient, Report
+from deviceq.ops.admin import PoolAdmin
+from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler
 
 POOL = "bench"
@@ -88,18 +88,31 @@ def main() -> None:
             got_all = phase("claim", lambda: [(hc, hc.claim(args.devices)) for hc in hosts])
             for hc, got in got_all:
                 if got:
-                    phase("report", lambda hc=hc, got=got: hc.report_many(
-                        [Report(a.task.id, a.lease_id, "done", None, "ok") for a in got]))
+                    phase(
+                        "report",
+                        lambda hc=hc, got=got: hc.report_many(
+                            [Report(a.task.id, a.lease_id, "done", None, "ok") for a in got]
+                        ),
+                    )
                     done += len(got)
             assert res.assigned > 0
         rows = []
         for name in PHASES:
-            rows.append([name, cpu[name] / done * 1e6, rcpu[name] / done * 1e6,
-                         wall[name] / done * 1e6])
-        rows.append(["total", sum(cpu.values()) / done * 1e6, sum(rcpu.values()) / done * 1e6,
-                     sum(wall.values()) / done * 1e6])
-        print(f"{done:,} lifecycles in {args.rounds} rounds, backlog {args.backlog:,}, "
-              f"{args.hosts} x {args.devices} devices")
+            rows.append(
+                [name, cpu[name] / done * 1e6, rcpu[name] / done * 1e6, wall[name] / done * 1e6]
+            )
+        rows.append(
+            [
+                "total",
+                sum(cpu.values()) / done * 1e6,
+                sum(rcpu.values()) / done * 1e6,
+                sum(wall.values()) / done * 1e6,
+            ]
+        )
+        print(
+            f"{done:,} lifecycles in {args.rounds} rounds, backlog {args.backlog:,}, "
+            f"{args.hosts} x {args.devices} devices"
+        )
         print(table(["phase", "client CPU µs/task", "redis CPU µs/task", "wall µs/task"], rows))
         r.close()
     if prof:

@@ -31,9 +31,10 @@ from common import (
     stat_delta,
     table,
 )
-from deviceq.client import Client
-from deviceq.host import DeviceReport, HostClient, Report
-from deviceq.pool import PoolAdmin
+from deviceq.host.client import DeviceReport, HostClient, Report
+from deviceq.ops.admin import PoolAdmin
+from deviceq.producer import Client
+from deviceq.scheduler.client import SchedulerClient
 
 BATCH = 100
 
@@ -66,11 +67,29 @@ def measure(
     d = stat_delta(before, after)
     n = len(calls)
     if server_cmds:
-        return Row(name, n, items, d.inner_calls / n, t.s / n * 1e6, d.inner_usec / n,
-                   d.inner_usec / n, cpu, d.breakdown(n))
+        return Row(
+            name,
+            n,
+            items,
+            d.inner_calls / n,
+            t.s / n * 1e6,
+            d.inner_usec / n,
+            d.inner_usec / n,
+            cpu,
+            d.breakdown(n),
+        )
     assert d.evalsha_calls == n, (name, d.evalsha_calls, n)
-    return Row(name, n, items, d.inner_calls / n, t.s / n * 1e6, d.evalsha_usec / n,
-               d.inner_usec / n, cpu, d.breakdown(n))
+    return Row(
+        name,
+        n,
+        items,
+        d.inner_calls / n,
+        t.s / n * 1e6,
+        d.evalsha_usec / n,
+        d.inner_usec / n,
+        cpu,
+        d.breakdown(n),
+    )
 
 
 def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
@@ -82,6 +101,7 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
         pool = "bench"
         preload_scripts(r)
         admin, client = PoolAdmin(r, pool), Client(r, pool)
+        store = SchedulerClient(r, pool)
         admin.set_config("max_queue_depth", 10_000_000)
         fleet = add_hosts(admin, server.url, n_hosts, per_host)
         hosts = {h: HostClient(r, pool, h, tok) for h, tok, _ in fleet}
@@ -92,8 +112,14 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
         trivial = r.register_script("return 1")
         trivial(keys=["dq:{bench}:x"], args=[])
         k = max(200, n_dev)
-        rows.append(measure(r, "ref: EVALSHA `return 1`", 1,
-                            [lambda: trivial(keys=["dq:{bench}:x"], args=[])] * k))
+        rows.append(
+            measure(
+                r,
+                "ref: EVALSHA `return 1`",
+                1,
+                [lambda: trivial(keys=["dq:{bench}:x"], args=[])] * k,
+            )
+        )
 
         def naive(n: int, base: list[int]) -> Callable[[], Any]:
             def go() -> None:
@@ -101,22 +127,55 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
                 for _ in range(n):
                     base[0] += 1
                     i = base[0]
-                    p.hset(f"naive:task:{i}", mapping={
-                        "id": f"t{i:015d}", "status": "queued", "kind": "goal", "goal": GOAL,
-                        "workflow": "", "driver_type": "android", "tags": "", "priority": 0,
-                        "attempt": 0, "max_attempts": 3, "seq": i, "sig": "0123456789abcdef",
-                        "submitted_at": 1764400000000, "updated_at": 1764400000000})
+                    p.hset(
+                        f"naive:task:{i}",
+                        mapping={
+                            "id": f"t{i:015d}",
+                            "status": "queued",
+                            "kind": "goal",
+                            "goal": GOAL,
+                            "workflow": "",
+                            "driver_type": "android",
+                            "tags": "",
+                            "priority": 0,
+                            "attempt": 0,
+                            "max_attempts": 3,
+                            "seq": i,
+                            "sig": "0123456789abcdef",
+                            "submitted_at": 1764400000000,
+                            "updated_at": 1764400000000,
+                        },
+                    )
                     p.zadd("naive:queue", {f"t{i:015d}": i})
-                    p.xadd("naive:events", {"type": "submitted", "task": f"t{i:015d}"},
-                           maxlen=100_000, approximate=True)
+                    p.xadd(
+                        "naive:events",
+                        {"type": "submitted", "task": f"t{i:015d}"},
+                        maxlen=100_000,
+                        approximate=True,
+                    )
                 p.execute()
+
             return go
 
         counter = [0]
-        rows.append(measure(r, "ref: naive pipeline HSET+ZADD+XADD", 1,
-                            [naive(1, counter)] * k, server_cmds=True))
-        rows.append(measure(r, f"ref: naive pipeline x{BATCH}", BATCH,
-                            [naive(BATCH, counter)] * (k // BATCH), server_cmds=True))
+        rows.append(
+            measure(
+                r,
+                "ref: naive pipeline HSET+ZADD+XADD",
+                1,
+                [naive(1, counter)] * k,
+                server_cmds=True,
+            )
+        )
+        rows.append(
+            measure(
+                r,
+                f"ref: naive pipeline x{BATCH}",
+                BATCH,
+                [naive(BATCH, counter)] * (k // BATCH),
+                server_cmds=True,
+            )
+        )
         r.delete("naive:queue", "naive:events")
 
         # ---- heartbeat (steady state: nothing changed) --------------------------------------
@@ -125,41 +184,74 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
         hb_devs = [DeviceReport(f"hb-d{i}", "android", ("wifi",)) for i in range(10)]
         hb.heartbeat(hb_devs)
         hb.set_draining(True)  # its devices must not take the bench's tasks
-        rows.append(measure(r, "heartbeat (10 devices, unchanged)", 10,
-                            [lambda: hb.heartbeat(hb_devs)] * k))
+        rows.append(
+            measure(r, "heartbeat (10 devices, unchanged)", 10, [lambda: hb.heartbeat(hb_devs)] * k)
+        )
 
         # ---- single-item calls: submit, assign, claim, renew, report ------------------------
         ids: list[str] = []
-        rows.append(measure(r, "submit (single)", 1, [
-            lambda: ids.append(client.submit(GOAL, driver_type="android"))] * n_dev))
+        rows.append(
+            measure(
+                r,
+                "submit (single)",
+                1,
+                [lambda: ids.append(client.submit(GOAL, driver_type="android"))] * n_dev,
+            )
+        )
         pairs = list(zip(ids, devices, strict=True))
-        rows.append(measure(r, "assign (single pair)", 1,
-                            [lambda p=p: admin.commit([p]) for p in pairs]))
+        rows.append(
+            measure(r, "assign (single pair)", 1, [lambda p=p: store.commit([p]) for p in pairs])
+        )
         claimed: list[tuple[str, str, str]] = []  # host, task, lease
 
         def claim1(h: str) -> None:
             for a in hosts[h].claim(1):
                 claimed.append((h, a.task.id, a.lease_id))
 
-        rows.append(measure(r, "claim (max=1)", 1, [lambda d=d: claim1(host_of[d])
-                                                    for d in devices]))
+        rows.append(
+            measure(r, "claim (max=1)", 1, [lambda d=d: claim1(host_of[d]) for d in devices])
+        )
         assert len(claimed) == n_dev, len(claimed)
-        rows.append(measure(r, "renew (single)", 1, [
-            lambda c=c: hosts[c[0]].renew([(c[1], c[2])]) for c in claimed]))
-        rows.append(measure(r, "report done (single)", 1, [
-            lambda c=c: hosts[c[0]].report(c[1], c[2], "done", None, "ok") for c in claimed]))
+        rows.append(
+            measure(
+                r,
+                "renew (single)",
+                1,
+                [lambda c=c: hosts[c[0]].renew([(c[1], c[2])]) for c in claimed],
+            )
+        )
+        rows.append(
+            measure(
+                r,
+                "report done (single)",
+                1,
+                [lambda c=c: hosts[c[0]].report(c[1], c[2], "done", None, "ok") for c in claimed],
+            )
+        )
         res = hosts[claimed[0][0]].report(claimed[0][1], claimed[0][2], "done", None, "ok")
         assert res == "dup:done", res
 
         # ---- batch calls ---------------------------------------------------------------------
         ids = []
         spec = {"goal": GOAL, "driver_type": "android"}
-        rows.append(measure(r, f"submit_many (batch {BATCH})", BATCH, [
-            lambda: ids.extend(client.submit_many([spec] * BATCH))] * (n_dev // BATCH)))
+        rows.append(
+            measure(
+                r,
+                f"submit_many (batch {BATCH})",
+                BATCH,
+                [lambda: ids.extend(client.submit_many([spec] * BATCH))] * (n_dev // BATCH),
+            )
+        )
         pairs = list(zip(ids, devices, strict=True))
-        chunks = [pairs[i:i + BATCH] for i in range(0, len(pairs), BATCH)]
-        rows.append(measure(r, f"assign (batch {BATCH} pairs)", BATCH,
-                            [lambda c=c: admin.commit(c) for c in chunks]))
+        chunks = [pairs[i : i + BATCH] for i in range(0, len(pairs), BATCH)]
+        rows.append(
+            measure(
+                r,
+                f"assign (batch {BATCH} pairs)",
+                BATCH,
+                [lambda c=c: store.commit(c) for c in chunks],
+            )
+        )
         claimed = []
         by_host: dict[str, list[tuple[str, str]]] = {}
 
@@ -168,25 +260,48 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
                 claimed.append((h, a.task.id, a.lease_id))
                 by_host.setdefault(h, []).append((a.task.id, a.lease_id))
 
-        rows.append(measure(r, f"claim (max={BATCH})", BATCH,
-                            [lambda h=h: claim_many(h) for h in hosts]))
+        rows.append(
+            measure(r, f"claim (max={BATCH})", BATCH, [lambda h=h: claim_many(h) for h in hosts])
+        )
         assert len(claimed) == n_dev, len(claimed)
-        rows.append(measure(r, f"renew (batch {BATCH})", BATCH,
-                            [lambda h=h: hosts[h].renew(by_host[h]) for h in hosts]))
-        rows.append(measure(r, f"report_many done (batch {BATCH})", BATCH, [
-            lambda h=h: hosts[h].report_many([Report(t, le, "done", None, "ok")
-                                              for t, le in by_host[h]]) for h in hosts]))
+        rows.append(
+            measure(
+                r,
+                f"renew (batch {BATCH})",
+                BATCH,
+                [lambda h=h: hosts[h].renew(by_host[h]) for h in hosts],
+            )
+        )
+        rows.append(
+            measure(
+                r,
+                f"report_many done (batch {BATCH})",
+                BATCH,
+                [
+                    lambda h=h: hosts[h].report_many(
+                        [Report(t, le, "done", None, "ok") for t, le in by_host[h]]
+                    )
+                    for h in hosts
+                ],
+            )
+        )
 
         # ---- expire: assigned leases past their claim_ttl, back to the queue ------------------
-        admin.set_config("claim_ttl", 0.05)
+        admin.set_config("claim_ttl", 1)
         ids = client.submit_many([spec] * n_dev)
         for i in range(0, n_dev, BATCH):
-            out = admin.commit(list(zip(ids[i:i + BATCH], devices[i:i + BATCH], strict=True)))
+            out = store.commit(list(zip(ids[i : i + BATCH], devices[i : i + BATCH], strict=True)))
             assert all(o.startswith("ok:") for o in out), out[:3]
         time.sleep(0.1)
         results: list[dict[str, int]] = []
-        rows.append(measure(r, f"expire (limit {BATCH}, assigned, inbox {per_host})", BATCH, [
-            lambda: results.append(admin.expire(BATCH))] * (n_dev // BATCH)))
+        rows.append(
+            measure(
+                r,
+                f"expire (limit {BATCH}, assigned, inbox {per_host})",
+                BATCH,
+                [lambda: results.append(store.expire(BATCH))] * (n_dev // BATCH),
+            )
+        )
         assert sum(x["requeued"] for x in results) == n_dev, results[-1]
         admin.set_config("claim_ttl", 30)
 
@@ -214,10 +329,19 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
             cpu = (redis_cpu_s(r) - cpu0) * 1e6
             n, items = len(passes), sum(passes)
             total_cmds = sum(v for c, v in d.per_command.items() if c != "info")
-            rows.append(Row(f"TaskScheduler.assign() pass ({items / max(1, n - 1):.0f} pairs)",
-                            n, max(1, items // max(1, n)), total_cmds / n, t.s / n * 1e6,
-                            cpu / n, d.inner_usec / n, cpu / n,
-                            "all commands, client reads + scripts: " + d.breakdown(n)))
+            rows.append(
+                Row(
+                    f"TaskScheduler.assign() pass ({items / max(1, n - 1):.0f} pairs)",
+                    n,
+                    max(1, items // max(1, n)),
+                    total_cmds / n,
+                    t.s / n * 1e6,
+                    cpu / n,
+                    d.inner_usec / n,
+                    cpu / n,
+                    "all commands, client reads + scripts: " + d.breakdown(n),
+                )
+            )
         info = {"used_memory": r.info("memory")["used_memory_human"]}
         r.close()
     return rows, info
@@ -227,20 +351,30 @@ def run(quick: bool, n_hosts: int) -> tuple[list[Row], dict[str, Any]]:
 LOOP = 1000
 MICRO = {
     "empty loop": "for i = 1, LOOP do end",
-    "redis.call EXISTS (cheapest command)": "for i = 1, LOOP do redis.call('EXISTS', KEYS[1]) end",
-    "redis.call HGET on a listpack hash": "for i = 1, LOOP do redis.call('HGET', KEYS[1], 'a') end",
-    "k('task', id) key (table.concat of varargs)":
-        "local P = KEYS[1] local function k(...) return P .. table.concat({...}, ':') end "
-        "for i = 1, LOOP do local x = k('task', 'abcdef0123456789') end",
-    "key by plain concatenation":
-        "local P = KEYS[1] for i = 1, LOOP do local x = P .. 'task' .. ':' .. 'abcdef01' end",
-    "cjson decode + encode of an attempt record":
-        "local s = cjson.encode({attempt = 1, lease_id = 'abcdef0123456789-a1', host_id = 'h001',"
-        " device_id = 'h001-d001', assigned_at = 1764400000000, outcome = 'active'}) "
-        "for i = 1, LOOP do local t = cjson.decode(s) t.outcome = 'done' s = cjson.encode(t) end",
-    "XADD MAXLEN ~ 100000 (an event)":
+    "redis.call EXISTS (cheapest command)": (
+        "for i = 1, LOOP do redis.call('EXISTS', KEYS[1]) end"
+    ),
+    "redis.call HGET on a listpack hash": (
+        "for i = 1, LOOP do redis.call('HGET', KEYS[1], 'a') end"
+    ),
+    "k('task', id) key (table.concat of varargs)": (
+        "local P = KEYS[1] "
+        "local function k(...) return P .. table.concat({...}, ':') end "
+        "for i = 1, LOOP do local x = k('task', 'abcdef0123456789') end"
+    ),
+    "key by plain concatenation": (
+        "local P = KEYS[1] for i = 1, LOOP do local x = P .. 'task' .. ':' .. 'abcdef01' end"
+    ),
+    "cjson decode + encode of an attempt record": (
+        "local s = cjson.encode({attempt = 1, lease_id = 'abcdef0123456789-a1', "
+        "host_id = 'h001', device_id = 'h001-d001', assigned_at = 1764400000000, "
+        "outcome = 'active'}) "
+        "for i = 1, LOOP do local t = cjson.decode(s) t.outcome = 'done' s = cjson.encode(t) end"
+    ),
+    "XADD MAXLEN ~ 100000 (an event)": (
         "for i = 1, LOOP do redis.call('XADD', KEYS[1] .. 's', 'MAXLEN', '~', 100000, '*', "
-        "'type', 'done', 'task', 'abcdef0123456789', 'lease', 'abcdef0123456789-a1') end",
+        "'type', 'done', 'task', 'abcdef0123456789', 'lease', 'abcdef0123456789-a1') end"
+    ),
 }
 
 
@@ -265,22 +399,40 @@ def lua_micro(repeat: int) -> list[list[Any]]:
 
 def combine(rows: list[Row]) -> Row:
     """The median of each number over repeated runs of the same row."""
+
     def med(f: str) -> float:
         return median(getattr(x, f) for x in rows)
 
     first = rows[0]
-    return Row(first.name, first.calls, first.items, med("cmds"), med("client_us"),
-               med("server_us"), med("inner_us"), med("cpu_us"), first.breakdown)
+    return Row(
+        first.name,
+        first.calls,
+        first.items,
+        med("cmds"),
+        med("client_us"),
+        med("server_us"),
+        med("inner_us"),
+        med("cpu_us"),
+        first.breakdown,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer calls (< 30 s)")
-    ap.add_argument("--hosts", type=int, default=None,
-                    help=f"hosts of {BATCH} devices; calls per single transition = hosts*100")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="runs on fresh servers; each number is the median over runs "
-                         "(default 3, 1 with --quick)")
+    ap.add_argument(
+        "--hosts",
+        type=int,
+        default=None,
+        help=f"hosts of {BATCH} devices; calls per single transition = hosts*100",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="runs on fresh servers; each number is the median over runs "
+        "(default 3, 1 with --quick)",
+    )
     args = ap.parse_args()
     n_hosts = args.hosts or (2 if args.quick else 10)
     repeat = args.repeat or (1 if args.quick else 3)
@@ -295,25 +447,55 @@ def main() -> None:
     out = []
     for x in rows:
         naive = ref_naive_b if x.items > 1 else ref_naive
-        out.append([
-            x.name, x.calls, x.cmds, x.cmds / x.items, x.client_us, x.client_us / x.items,
-            x.server_us, x.server_us / x.items, x.inner_us / x.items, x.cpu_us / x.items,
-            x.client_us / ref_eval.client_us,
-            (x.client_us / x.items) / (naive.client_us / naive.items),
-            (x.cpu_us / x.items) / (naive.cpu_us / naive.items), x.breakdown,
-        ])
-    print(table(["transition", "calls", "cmds/call", "cmds/item", "client µs/call",
-                 "client µs/item", "server µs/call", "server µs/item", "in-cmds µs/item",
-                 "redis CPU µs/item",
-                 "x EVALSHA(1) client",
-                 "x naive/item client", "x naive/item redis CPU",
-                 "commands per call inside the script"], out))
+        out.append(
+            [
+                x.name,
+                x.calls,
+                x.cmds,
+                x.cmds / x.items,
+                x.client_us,
+                x.client_us / x.items,
+                x.server_us,
+                x.server_us / x.items,
+                x.inner_us / x.items,
+                x.cpu_us / x.items,
+                x.client_us / ref_eval.client_us,
+                (x.client_us / x.items) / (naive.client_us / naive.items),
+                (x.cpu_us / x.items) / (naive.cpu_us / naive.items),
+                x.breakdown,
+            ]
+        )
+    print(
+        table(
+            [
+                "transition",
+                "calls",
+                "cmds/call",
+                "cmds/item",
+                "client µs/call",
+                "client µs/item",
+                "server µs/call",
+                "server µs/item",
+                "in-cmds µs/item",
+                "redis CPU µs/item",
+                "x EVALSHA(1) client",
+                "x naive/item client",
+                "x naive/item redis CPU",
+                "commands per call inside the script",
+            ],
+            out,
+        )
+    )
     print("\nLua building blocks (per iteration, inside one EVALSHA):")
     print(table(["block", "server µs (median)", "server µs (min)"], lua_micro(repeat)))
-    print(f"\n{repeat} run(s), medians; x naive compares per item with the naive pipeline of "
-          f"the same batch size (1 or {BATCH})")
-    print(f"machine after: {machine()}; redis used_memory {info['used_memory']}; "
-          f"bench took {t.s:.1f} s")
+    print(
+        f"\n{repeat} run(s), medians; x naive compares per item with the naive pipeline of "
+        f"the same batch size (1 or {BATCH})"
+    )
+    print(
+        f"machine after: {machine()}; redis used_memory {info['used_memory']}; "
+        f"bench took {t.s:.1f} s"
+    )
 
 
 if __name__ == "__main__":

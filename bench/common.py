@@ -23,8 +23,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from deviceq.embedded import RedisServer  # noqa: E402
-from deviceq.host import DeviceReport, HostClient  # noqa: E402
-from deviceq.pool import PoolAdmin  # noqa: E402
+from deviceq.host.client import DeviceReport, HostClient  # noqa: E402
+from deviceq.ops.admin import PoolAdmin  # noqa: E402
 
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 """The typical goal every benchmark submits (60 bytes: the task hash stays a listpack)."""
@@ -52,7 +52,7 @@ def raw_client(url: str, decode: bool = True) -> redis.Redis:
 
 def preload_scripts(r: redis.Redis) -> None:
     """SCRIPT LOAD every transition so that no measured EVALSHA meets NOSCRIPT."""
-    from deviceq import scripts
+    from deviceq.core import scripts
 
     for name in scripts.names():
         r.script_load(scripts.source(name))

@@ -1,8 +1,8 @@
--- _lib.lua: helpers prepended to every deviceq script by deviceq/scripts.py (after the
--- DEFAULTS and BOUNDS tables generated from deviceq.config.PoolConfig).
+-- _lib.lua: helpers prepended to every deviceq script by deviceq/core/scripts.py (after the
+-- DEFAULTS and BOUNDS tables generated from deviceq.core.config.PoolConfig).
 -- KEYS[1] of every script is the pool prefix "dq:{POOL}:"; every other key is derived from it
 -- and carries the same {POOL} hash tag, so all of a pool's keys live in one cluster slot.
--- Errors are raised as redis.error_reply("CODE message"); deviceq.errors maps CODE to a type.
+-- Errors are raised as redis.error_reply("CODE message"); deviceq.core.errors maps CODE to a type.
 -- Every script checks all of its arguments before its first write.
 
 local P = KEYS[1]

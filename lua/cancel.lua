@@ -4,7 +4,7 @@
 -- reports `cancelled`, or expiry ends it.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     task_id reason(at most 500 bytes)
--- Keys     reads/writes task:ID, task:ID:attempts, queue:SIG, sig:SIG, queues, deadlines,
+-- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, deadlines,
 --          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, status:*, events,
 --          sched:wake; reads config
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)

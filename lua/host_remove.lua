@@ -4,7 +4,7 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:inbox, host:ID:wake, host:ID:ctl,
---          device:ID, devices, idle, caps, drivers, qdrivers, hosts, devgen, events
+--          device:ID, devices, idle, caps, drivers, qdrivers, hosts, devgen, events; reads config
 -- Returns  the number of devices removed with it
 -- Errors   NOT_FOUND (no host), BUSY (a device is reserved), INVALID
 local host_id = ARGV[1]

@@ -12,7 +12,7 @@
 --          task_id lease_id outcome(done|failed|cancelled|released)
 --          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
 --          '' otherwise) payload(result or error, at most 65536 bytes)
--- Keys     reads host:ID, config, drivers, qdrivers; writes task:ID, task:ID:attempts,
+-- Keys     reads host:ID, config, drivers, qdrivers; writes task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, events, sched:wake; on a
 --          hand-back also queue:SIG, sig:SIG, queues, deadlines, avoid
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was

@@ -16,7 +16,7 @@
 --          expected  the session the caller saw ('' = none): start/dead are refused with
 --          SESSION_ACTIVE if it changed meanwhile (two daemons starting at once).
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:ctl, device:ID, task:ID,
---          task:ID:attempts, queue:SIG, sig:SIG, queues, status:*, deadlines, avoid, leases,
+--          task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, status:*, deadlines, avoid, leases,
 --          host:ID:inbox, idle, events, sched:wake; reads config
 -- Returns  start/dead/takeover: {epoch, replaced session ('' = none), attempts handed back};
 --          end: 1 if the session ended, 0 if it was not current

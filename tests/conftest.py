@@ -14,7 +14,8 @@ import fakeredis
 import pytest
 import redis
 
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin, fakeredis_compat
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
+from deviceq.core import fakeredis_compat
 from deviceq.embedded import RedisServer
 from harness import Deployment
 
@@ -76,6 +77,7 @@ class Fleet:
         self.pool = pool
         self.client = Client(r, pool)
         self.admin = PoolAdmin(r, pool)
+        self.store = SchedulerClient(r, pool)
         self.tokens: dict[str, str] = {}
         self.snapshots: dict[str, list[DeviceReport]] = {}
 

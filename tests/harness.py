@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from deviceq import Client, PoolAdmin, TaskStatus
+from deviceq import Client, PoolAdmin, SchedulerClient, TaskStatus
 
 CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
 TESTS_DIR = str(Path(__file__).resolve().parent)
@@ -67,6 +67,7 @@ class Deployment:
         self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
         self.client = Client(self.r, pool)
         self.admin = PoolAdmin(self.r, pool)
+        self.store = SchedulerClient(self.r, pool)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def configure(self, **settings: float) -> None:

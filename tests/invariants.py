@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from deviceq.keys import Keys
+from deviceq.core.keys import Keys
 
 ACTIVE = {"assigned", "dispatched"}
 TERMINAL = {"done", "failed", "cancelled"}

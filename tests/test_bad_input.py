@@ -1,4 +1,4 @@
-"""Bad input gets a clear, typed error (``deviceq.errors``) and writes nothing: the pool's keys
+"""Bad input gets a clear, typed error (``deviceq.core.errors``) and writes nothing: the pool's keys
 (and their values) and the database size are compared before and after every attempt.
 Runs on the real private redis-server and on fakeredis."""
 
@@ -20,10 +20,11 @@ from deviceq import (
     InvalidInput,
     NotFound,
     PoolAdmin,
+    TaskStatus,
     Unmatchable,
 )
-from deviceq.host import Report
-from deviceq.models import MAX_GOAL_BYTES
+from deviceq.core.models import MAX_GOAL_BYTES
+from deviceq.host.client import Report
 
 BAD_IDS = [
     "",
@@ -84,7 +85,7 @@ def ready(fleet: Any) -> Any:
     fleet.add_host("h1", ("d1", "android", ("wifi",)), ("d2", "android", ()))
     fleet.queued = fleet.client.submit("queued one")
     fleet.running = fleet.client.submit("running one")
-    fleet.admin.commit([(fleet.running, "d1")])
+    fleet.store.commit([(fleet.running, "d1")])
     (fleet.assignment,) = fleet.host("h1").claim(1)
     return fleet
 
@@ -94,13 +95,13 @@ def ready(fleet: Any) -> Any:
 
 @pytest.mark.parametrize("bad", BAD_IDS)
 def test_malformed_task_ids(ready: Any, bad: str) -> None:
-    c, a = ready.client, ready.admin
+    c = ready.client
     refused(ready, InvalidInput, lambda: c.get(bad))
     refused(ready, InvalidInput, lambda: c.cancel(bad))
     refused(ready, InvalidInput, lambda: c.wait(bad, timeout=0.1))
     refused(ready, InvalidInput, lambda: c.get_many([ready.queued, bad]))
-    refused(ready, InvalidInput, lambda: a.commit([(ready.queued, "d2"), (bad, "d2")]))
-    refused(ready, InvalidInput, lambda: a.commit([(ready.queued, bad)]))
+    refused(ready, InvalidInput, lambda: ready.store.commit([(ready.queued, "d2"), (bad, "d2")]))
+    refused(ready, InvalidInput, lambda: ready.store.commit([(ready.queued, bad)]))
     refused(ready, InvalidInput, lambda: c.submit("g", idempotency_key=bad))
 
 
@@ -294,7 +295,7 @@ def test_bad_report_and_claim_arguments(ready: Any) -> None:
     refused(ready, InvalidInput, lambda: h.report(ready.running, lease, "failed", "meh"))
     refused(ready, InvalidInput, lambda: h.claim(0))
     refused(ready, InvalidInput, lambda: h.claim(-5))
-    refused(ready, InvalidInput, lambda: ready.admin.expire(0))
+    refused(ready, InvalidInput, lambda: ready.store.expire(0))
 
 
 # -- config --------------------------------------------------------------------------------------
@@ -334,16 +335,17 @@ def test_unknown_config_key_on_get(ready: Any) -> None:
 
 
 def test_stored_config_keeps_tasks_readable(ready: Any) -> None:
-    """Whatever set_config accepts, the tasks it then produces can still be read."""
-    for key, value in (("claim_ttl", "1e308"), ("lease_ttl", "1e12")):
-        try:
-            ready.admin.set_config(key, value)
-        except ConfigError:
-            continue
+    """The extreme values set_config accepts still give tasks that commit, read and cancel
+    (values past the bounds are refused: test_bad_config_values)."""
+    for key, value in (("claim_ttl", "31536000"), ("lease_ttl", "31536000"),
+                       ("claim_ttl", "1"), ("max_attempts", "1000")):  # fmt: skip
+        assert ready.admin.set_config(key, value) == float(value)
         tid = ready.client.submit("g")
-        ready.admin.commit([(tid, "d2")])
-        ready.client.get(tid)
-        ready.client.cancel(tid)
+        lease = ready.store.commit([(tid, "d2")])[0]
+        assert lease.startswith("ok:"), (key, value, lease)
+        t = ready.client.get(tid)
+        assert t.status is TaskStatus.assigned and t.lease_expires_at
+        assert ready.client.cancel(tid) == "cancelled"
 
 
 def test_pool_admin_validates_its_pool(ready: Any) -> None:

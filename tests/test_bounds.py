@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from deviceq import ConfigError, InvalidInput, PoolAdmin, TaskStatus
+from deviceq.core.scripts import source
 from deviceq.scheduler import TaskScheduler
-from deviceq.scripts import source
 from invariants import dump
 
 
@@ -40,7 +40,7 @@ def test_submit_checks_every_field_before_writing(fleet: Any) -> None:
 def test_hosts_may_not_report_server_only_failure_kinds(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     tid = fleet.client.submit("g")
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     (a,) = h.claim(1)
     before = dump(fleet.r, fleet.admin.keys)
     for kind in ("lease_expired", "unschedulable", "", "nonsense"):
@@ -58,11 +58,11 @@ def test_retention_trim_runs_in_bounded_batches(fleet: Any) -> None:
     time.sleep(1.1)
     done = fleet.admin.keys.status("cancelled")
     assert fleet.r.zcard(done) == 25
-    first = fleet.admin.expire(limit=10)
+    first = fleet.store.expire(limit=10)
     assert (first["trimmed"], first["more"]) == (10, 1)
     assert fleet.r.zcard(done) == 15
-    assert fleet.admin.expire(limit=10)["trimmed"] == 10
-    last = fleet.admin.expire(limit=10)
+    assert fleet.store.expire(limit=10)["trimmed"] == 10
+    last = fleet.store.expire(limit=10)
     assert (last["trimmed"], last["more"]) == (5, 0)
 
 
@@ -85,7 +85,7 @@ def test_scheduler_signature_cache_is_bounded(fleet: Any) -> None:
         for t in ids:
             fleet.client.cancel(t)
     sched.assign()
-    assert len(sched._sig_cache) <= 1000 + 1
+    assert len(sched.reader._sig_cache) <= 1000 + 1
 
 
 @pytest.mark.parametrize(("key", "value"), [
@@ -106,10 +106,10 @@ def test_scripts_clamp_a_setting_written_around_the_validation(fleet: Any) -> No
     fleet.r.hset(fleet.admin.keys.config, mapping={"lease_ttl": "1e-9", "claim_ttl": "abc",
                                                     "max_handbacks": "-5"})  # fmt: skip
     tid = fleet.client.submit("g")
-    assert fleet.admin.commit([(tid, "d1")])[0].startswith("ok:")
+    assert fleet.store.commit([(tid, "d1")])[0].startswith("ok:")
     (a,) = h.claim(1)
     assert a.lease_ms == 1000, "clamped to the 1 s floor"
-    assert fleet.admin.expire()["requeued"] == 0
+    assert fleet.store.expire()["requeued"] == 0
     assert h.release(tid, a.lease_id) == "ok:failed", "max_handbacks clamped to 0"
 
 

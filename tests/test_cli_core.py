@@ -170,12 +170,12 @@ def test_task_show_json_all_fields_and_attempts(cli: Any) -> None:
     h = f.add_host("h1", ("d1", "android", ()))
     f.admin.set_config("claim_ttl", 1)
     tid = cli("submit", "g", "--max-attempts", "3").stdout.strip()
-    f.admin.commit([(tid, "d1")])
+    f.store.commit([(tid, "d1")])
     time.sleep(1.2)
-    f.admin.expire()
+    f.store.expire()
     f.beat()
     f.admin.set_config("claim_ttl", 30)
-    lease = f.admin.commit([(tid, "d1")])[0][3:]
+    lease = f.store.commit([(tid, "d1")])[0][3:]
     h.claim(1)
     h.report(tid, lease, "done", None, "the result")
     res = cli("task", "show", tid, "--json")
@@ -221,7 +221,7 @@ def test_task_cancel(cli: Any) -> None:
     f.add_host("h1", ("d1", "android", ()))
     queued = cli("submit", "q").stdout.strip()
     running = cli("submit", "r").stdout.strip()
-    f.admin.commit([(running, "d1")])
+    f.store.commit([(running, "d1")])
     f.host("h1").claim(1)
     res = cli("task", "cancel", queued)
     assert res.exit_code == 0 and "cancelled" in res.stdout
@@ -245,7 +245,7 @@ def _finish(cli: Any, outcome: str) -> str:
     if outcome == "cancelled":
         cli("task", "cancel", tid)
         return tid
-    lease = f.admin.commit([(tid, "d1")])[0][3:]
+    lease = f.store.commit([(tid, "d1")])[0][3:]
     f.host("h1").claim(1)
     kind = "runner_failed" if outcome == "failed" else None
     assert f.host("h1").report(tid, lease, outcome, kind, "out").startswith("ok:")
@@ -274,7 +274,7 @@ def test_task_wait_subprocess_returns_when_done(cli: Any, redis_server: Any) -> 
     f = cli.fleet
     h = f.add_host("h1", ("d1", "android", ()))
     tid = cli("submit", "g").stdout.strip()
-    lease = f.admin.commit([(tid, "d1")])[0][3:]
+    lease = f.store.commit([(tid, "d1")])[0][3:]
     h.claim(1)
     proc = subprocess.Popen(
         [

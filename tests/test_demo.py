@@ -21,7 +21,8 @@ from urllib.parse import urlparse
 import pytest
 import redis
 
-from deviceq.demo import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile, start_backend
+from deviceq.ops.demo import start_backend
+from deviceq.ops.demo.scenario import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile
 
 pytestmark = pytest.mark.slow
 
@@ -172,8 +173,8 @@ def test_percentiles_are_nearest_rank() -> None:
 
 def test_killed_host_work_can_always_run_on_the_other_host() -> None:
     """Every constraint the demo submits is satisfiable by a host that survives."""
-    from deviceq.demo import DEMO_GOALS
-    from deviceq.models import Constraints
+    from deviceq.core.models import Constraints
+    from deviceq.ops.demo.scenario import DEMO_GOALS
 
     survivors = [d for h, devs in DEMO_HOSTS.items() if h != KILLED_HOST for d in devs]
     wanted = [Constraints(driver_type=drv, tags=tags) for _, drv, tags in DEMO_GOALS]
@@ -183,7 +184,7 @@ def test_killed_host_work_can_always_run_on_the_other_host() -> None:
 
 
 def test_redis_url_password_is_never_shown() -> None:
-    from deviceq.demo import redact_url
+    from deviceq.core.connection import redact_url
 
     assert redact_url("redis://:s3cret@db:6380/0") == "redis://:***@db:6380/0"
     assert redact_url("rediss://app:s3cret@[::1]:7000/1") == "rediss://app:***@[::1]:7000/1"

@@ -10,14 +10,14 @@ import time
 import pytest
 
 from deviceq import Assignment, FailureKind
-from deviceq.dispatcher import TaskDispatcher
-from deviceq.runners import CommandRunner, Outcome, Task, run_steps
+from deviceq.host.dispatcher import TaskDispatcher
+from deviceq.host.runners import CommandRunner, Outcome, Task, run_steps
 
 
 def claim_one(fleet, *, goal: str | None = None, workflow: str | None = None) -> Assignment:
     h = fleet.add_host("h1", ("d1", "android", ("wifi",)))
     tid = fleet.client.submit(goal, workflow=workflow, driver_type="android", max_attempts=2)
-    assert fleet.admin.commit([(tid, "d1")])[0].startswith("ok:")
+    assert fleet.store.commit([(tid, "d1")])[0].startswith("ok:")
     (a,) = h.claim(1)
     return a
 

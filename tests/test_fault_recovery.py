@@ -15,7 +15,7 @@ import pytest
 
 import overlap_runner
 from deviceq import FailureKind, TaskStatus
-from deviceq.runners import Task
+from deviceq.host.runners import Task
 from harness import Deployment, RunLog, wait_for
 
 

@@ -12,13 +12,13 @@ import pytest
 import redis
 
 from deviceq import AuthError, HostClient, SessionActive, SessionSuperseded, TaskStatus
-from deviceq.host import DeviceReport, token_digest
+from deviceq.host.client import DeviceReport, token_digest
 from deviceq.scheduler import TaskScheduler
 
 
 def running(fleet: Any, host: HostClient, device: str, goal: str = "g", **kw: Any) -> Any:
     tid = fleet.client.submit(goal, **kw)
-    assert fleet.admin.commit([(tid, device)])[0].startswith("ok:")
+    assert fleet.store.commit([(tid, device)])[0].startswith("ok:")
     (a,) = host.claim(1)
     return tid, a
 
@@ -147,7 +147,7 @@ def test_a_dead_sessions_attempts_are_handed_back_at_once(fleet: Any) -> None:
     old.start_session("s1", "start", "", "")
     t1, _ = running(fleet, old, "d1")
     t2 = fleet.client.submit("assigned, not claimed")
-    fleet.admin.commit([(t2, "d2")])
+    fleet.store.commit([(t2, "d2")])
     new = HostClient(fleet.r, fleet.pool, "h1", token)
     info = new.start_session("s2", "dead", "", "s1")
     assert info.handed_back == 1
@@ -183,7 +183,7 @@ def test_hand_backs_are_bounded(fleet: Any) -> None:
     tid = fleet.client.submit("g")
     for i in range(4):
         fleet.beat()
-        _, a = tid, fleet.admin.commit([(tid, "d1")])[0]
+        _, a = tid, fleet.store.commit([(tid, "d1")])[0]
         (a,) = h.claim(1)
         want = "ok:queued" if i < 3 else "ok:failed"
         assert h.release(tid, a.lease_id, f"refused {i}") == want
@@ -196,7 +196,7 @@ def test_hand_backs_are_bounded(fleet: Any) -> None:
 def test_a_claim_hands_back_an_assignment_whose_device_was_quarantined(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     tid = fleet.client.submit("g")
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     fleet.admin.quarantine("d1")
     assert h.claim(1) == []
     t = fleet.client.get(tid)
@@ -211,19 +211,19 @@ def test_suspect_device_and_host_after_a_lost_lease(fleet: Any) -> None:
     fleet.admin.set_config("lease_ttl", 1)
     tid, a = running(fleet, h1, "d1", max_attempts=3)
     time.sleep(1.1)
-    assert fleet.admin.expire()["requeued"] == 1
+    assert fleet.store.expire()["requeued"] == 1
     assert fleet.admin.device("d1").held == "suspect"
     assert fleet.admin.host("h1").suspect
     other = fleet.client.submit("other")
     # the whole host is out until it heartbeats: its other device too
-    assert fleet.admin.commit([(other, "d2")]) == ["err:host_suspect"]
-    assert fleet.admin.commit([(tid, "d1")]) == ["err:device_held"]
+    assert fleet.store.commit([(other, "d2")]) == ["err:host_suspect"]
+    assert fleet.store.commit([(tid, "d1")]) == ["err:device_held"]
     sched = TaskScheduler(fleet.admin)
     res = sched.assign()
     assert sorted((t, d) for t, d, _ in res.assignments) == [(tid, "d3")]
     fleet.beat("h1")
     assert fleet.admin.device("d1").held is None and not fleet.admin.host("h1").suspect
-    assert fleet.admin.commit([(other, "d2")])[0].startswith("ok:")
+    assert fleet.store.commit([(other, "d2")])[0].startswith("ok:")
 
 
 def test_a_retry_prefers_a_device_and_host_it_has_not_failed_on(fleet: Any) -> None:
@@ -232,7 +232,7 @@ def test_a_retry_prefers_a_device_and_host_it_has_not_failed_on(fleet: Any) -> N
     fleet.admin.set_config("lease_ttl", 1)
     tid, _ = running(fleet, h1, "a1", max_attempts=5)
     time.sleep(1.1)
-    fleet.admin.expire()
+    fleet.store.expire()
     fleet.beat()  # every device is a candidate again
     assert fleet.client.get(tid).avoid_devices == ("a1",)
     assert fleet.r.hget(fleet.admin.keys.avoid, tid) == "a1|h1"
@@ -257,7 +257,7 @@ def test_a_strategy_that_ignores_anti_affinity_is_corrected(fleet: Any) -> None:
     fleet.admin.set_config("lease_ttl", 1)
     tid, _ = running(fleet, h1, "a1", max_attempts=5)
     time.sleep(1.1)
-    fleet.admin.expire()
+    fleet.store.expire()
     fleet.beat()
 
     class Stubborn:

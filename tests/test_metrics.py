@@ -8,9 +8,9 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+from deviceq.core.events import read_events
 from deviceq.embedded import free_port
-from deviceq.events import read_events
-from deviceq.metrics import parse_metrics, serve_metrics
+from deviceq.ops.metrics import parse_metrics, serve_metrics
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -49,18 +49,18 @@ def test_metrics_match_the_event_stream(real_fleet: Any) -> None:
         time.sleep(0.05)  # a measurable submit -> assign latency
         assert all(
             x.startswith("ok:")
-            for x in f.admin.commit([(done_t, "d1"), (fail_t, "d2"), (lost_t, "d3")])
+            for x in f.store.commit([(done_t, "d1"), (fail_t, "d2"), (lost_t, "d3")])
         )
         got = {a.task.id: a for a in h1.claim(5)}
         assert set(got) == {done_t, fail_t}
         assert h1.report(done_t, got[done_t].lease_id, "done") == "ok:done"
         assert h1.report(fail_t, got[fail_t].lease_id, "failed", "runner_error") == "ok:failed"
-        f.admin.commit([(back_t, "d1")])
+        f.store.commit([(back_t, "d1")])
         (b,) = h1.claim(1)
         assert h1.release(back_t, b.lease_id) == "ok:queued"
         f.client.cancel(gone_t)
         time.sleep(1.1)  # lost_t's claim window passes: an expiry and a requeue
-        assert f.admin.expire()["requeued"] == 1
+        assert f.store.expire()["requeued"] == 1
         assert h2.claim(1) == []  # its inbox entry is gone with the expired lease
         leading["now"] = True
 

@@ -19,8 +19,8 @@ from click.testing import CliRunner, Result
 
 from deviceq import AuthError, DeviceReport, HostClient
 from deviceq.cli import main
-from deviceq.events import last_event_id
-from deviceq.models import Constraints
+from deviceq.core.events import last_event_id
+from deviceq.core.models import Constraints
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_status_json_field_by_field(real_fleet: Any, cli: Any) -> None:
     f.admin.quarantine("d3")
     t_run = f.client.submit("run me", driver_type="android")
     t_fail = f.client.submit("fail me", driver_type="ios")
-    assert f.admin.commit([(t_run, "d1"), (t_fail, "d2")]) == [f"ok:{t_run}-a1", f"ok:{t_fail}-a1"]
+    assert f.store.commit([(t_run, "d1"), (t_fail, "d2")]) == [f"ok:{t_run}-a1", f"ok:{t_fail}-a1"]
     claimed = {a.task.id: a for a in h1.claim(5)}
     assert set(claimed) == {t_run, t_fail}
     assert (
@@ -257,7 +257,7 @@ def test_events_json_by_task_since_and_limit(real_fleet: Any, cli: Any) -> None:
     start = last_event_id(f.r, f.client.keys)
     tid = f.client.submit("one")
     other = f.client.submit("two")
-    f.admin.commit([(tid, "d1")])
+    f.store.commit([(tid, "d1")])
     (a,) = h.claim(1)
     h.report(tid, a.lease_id, "done", payload="ok")
 
@@ -332,7 +332,7 @@ def test_device_and_host_lists_json(real_fleet: Any, cli: Any) -> None:
     h = f.add_host("h1", ("d1", "android", ("wifi", "camera")), ("d2", "ios", ()))
     f.add_host("h2", ("d3", "web", ()))
     tid = f.client.submit("x", driver_type="android")
-    f.admin.commit([(tid, "d1")])
+    f.store.commit([(tid, "d1")])
     f.admin.quarantine("d3")
     devs = {d["device_id"]: d for d in ok_json(cli("device", "list", "--json"))}
     assert set(devs) == {"d1", "d2", "d3"}
@@ -381,7 +381,7 @@ def test_host_remove_and_rotate_token(real_fleet: Any, cli: Any) -> None:
     h = f.add_host("h1", ("d1", "android", ()))
     f.add_host("h2", ("d2", "android", ()), ("d3", "android", ()))
     tid = f.client.submit("x")
-    f.admin.commit([(tid, "d1")])
+    f.store.commit([(tid, "d1")])
     one_line_error(cli("host", "remove", "h1"), "Busy", "d1")
     (a,) = h.claim(1)
     h.report(tid, a.lease_id, "done")
@@ -462,7 +462,7 @@ def test_task_retry_copies_the_task(real_fleet: Any, cli: Any) -> None:
     tid = f.client.submit(
         workflow="wf", driver_type="android", tags=["wifi"], priority=4, max_attempts=2
     )
-    f.admin.commit([(tid, "d1")])
+    f.store.commit([(tid, "d1")])
     (a,) = h.claim(1)
     one_line_error(cli("task", "retry", tid), "dispatched", "only failed or cancelled")
     h.report(tid, a.lease_id, "failed", "runner_error", payload="boom")

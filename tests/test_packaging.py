@@ -19,7 +19,7 @@ import redis
 
 import deviceq
 from deviceq import Client
-from deviceq.scripts import Scripts, lua_dir, names, source
+from deviceq.core.scripts import Scripts, lua_dir, names, source
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO_SCRIPTS = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
@@ -112,7 +112,7 @@ def test_scripts_load_from_an_installed_wheel(tmp_path: Path, redis_server: Any,
     probe = textwrap.dedent(f"""
         import json, deviceq
         from deviceq import Client
-        from deviceq.scripts import lua_dir, names
+        from deviceq.core.scripts import lua_dir, names
         tid = Client({redis_server.url!r}, {pool!r}).submit("from the wheel")
         print(json.dumps({{"file": deviceq.__file__, "lua": str(lua_dir()),
                           "names": list(names()), "tid": tid}}))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from deviceq import Client, HostClient, PoolAdmin, Report, TaskStatus
+from deviceq import Client, HostClient, Report, SchedulerClient, TaskStatus
 
 SPAWN = mp.get_context("spawn")
 TERMINAL_EVENTS = {"done", "failed", "cancelled", "released", "expired"}
@@ -74,7 +74,7 @@ def _committer(
     start: Any,
     out: Any,
 ) -> None:
-    admin = PoolAdmin(url, pool)
+    admin = SchedulerClient(url, pool)
     rng = random.Random(seed)
     oks: list[tuple[str, str, str]] = []
     try:
@@ -137,7 +137,7 @@ def _reporter(
 
 
 def _expirer(url: str, pool: str, n: int, barrier: Any, out: Any) -> None:
-    admin = PoolAdmin(url, pool)
+    admin = SchedulerClient(url, pool)
     rng = random.Random(13)
     try:
         for _ in range(n):
@@ -178,7 +178,7 @@ def url(redis_server: Any) -> str:
 def _assigned(real_fleet: Any, n: int, host: str = "h1") -> list[str]:
     real_fleet.add_host(host, *[(f"d{i}", "android", ()) for i in range(n)])
     ids = real_fleet.client.submit_many([{"goal": f"g{i}"} for i in range(n)])
-    res = real_fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
+    res = real_fleet.store.commit([(t, f"d{i}") for i, t in enumerate(ids)])
     assert all(r.startswith("ok:") for r in res)
     return ids
 
@@ -318,7 +318,7 @@ def test_thread_commits_of_the_same_pairs(real_fleet: Any, url: str) -> None:
     lock = threading.Lock()
 
     def committer(seed: int) -> None:
-        admin = PoolAdmin(url, real_fleet.pool)
+        admin = SchedulerClient(url, real_fleet.pool)
         rng = random.Random(seed)
         pairs = [(t, d) for t in tasks for d in devices]
         rng.shuffle(pairs)
@@ -365,7 +365,7 @@ def test_report_vs_expire_one_outcome_wins(real_fleet: Any, url: str, max_attemp
         for _ in range(rounds):
             tid = real_fleet.client.submit("g", max_attempts=max_attempts)
             real_fleet.beat()  # after an expiry the device is suspect until a heartbeat
-            assert real_fleet.admin.commit([(tid, "d1")])[0].startswith("ok:")
+            assert real_fleet.store.commit([(tid, "d1")])[0].startswith("ok:")
             (a,) = h.claim(1)
             jobs.put((tid, a.lease_id))
             barrier.wait(60)  # both racers go
@@ -412,14 +412,14 @@ def test_report_vs_expire_threads(real_fleet: Any, url: str) -> None:
     h = real_fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(4)])
     real_fleet.admin.set_config("lease_ttl", 1)
     reporter = HostClient(url, real_fleet.pool, "h1", real_fleet.tokens["h1"])
-    expirer = PoolAdmin(url, real_fleet.pool)
+    expirer = SchedulerClient(url, real_fleet.pool)
     client = Client(url, real_fleet.pool)
     outcomes: Counter[str] = Counter()
     try:
         for _ in range(10):
             ids = real_fleet.client.submit_many([{"goal": "g", "max_attempts": 1}] * 4)
             real_fleet.beat()
-            real_fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
+            real_fleet.store.commit([(t, f"d{i}") for i, t in enumerate(ids)])
             claimed = h.claim(4)
             assert len(claimed) == 4
             res: dict[str, Any] = {}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from deviceq.errors import ConfigError
-from deviceq.models import WorkflowDefinition
-from deviceq.runners import (
+from deviceq.core.errors import ConfigError
+from deviceq.core.models import WorkflowDefinition
+from deviceq.host.runners import (
     CommandRunner,
     IsolatedRunner,
     Outcome,
@@ -330,11 +330,11 @@ def test_load_runner_errors_name_the_problem(spec: str, kind: str, message: str)
 def test_load_runner_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import EntryPoint
 
-    import deviceq.runners as runners
+    from deviceq.host.runners import registry
 
-    ep = EntryPoint("echo", "test_runners:echo_runner", runners.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(runners, "entry_points", lambda group: [ep] if
-                        group == runners.ENTRY_POINT_GROUP else [])  # fmt: skip
+    ep = EntryPoint("echo", "test_runners:echo_runner", registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [ep] if
+                        group == registry.ENTRY_POINT_GROUP else [])  # fmt: skip
     assert load_runner(RunnerSpec("echo")) is echo_runner
 
 

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from deviceq import ConfigError, DeviceReport, Fenced, TaskStatus
 from deviceq.cli import main
-from deviceq.explain import explain
 from deviceq.scheduler import TaskScheduler
-from deviceq.strategies import Snapshot, register_strategy
+from deviceq.scheduler.explain import explain
+from deviceq.scheduler.strategies import Snapshot, register_strategy
 
 
 def statuses(fleet, *ids):

@@ -24,9 +24,9 @@ import pytest
 import redis
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from deviceq.core.events import read_events
+from deviceq.core.keys import Keys
 from deviceq.embedded import RedisServer
-from deviceq.events import read_events
-from deviceq.keys import Keys
 
 pytestmark = pytest.mark.slow
 

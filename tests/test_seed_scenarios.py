@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from deviceq import DeviceReport, QueueFull, TaskStatus
-from deviceq.errors import AuthError
+from deviceq.core.errors import AuthError
 
 
 def _queued_depth(fleet: Any) -> int:
@@ -27,7 +27,7 @@ def _events(fleet: Any, kind: str | None = None) -> list[Any]:
 
 def _expire_after(fleet: Any, seconds: float) -> dict[str, int]:
     time.sleep(seconds)
-    return fleet.admin.expire()
+    return fleet.store.expire()
 
 
 # -- Requirement: Task submission enqueues a scheduled task -----------------------------------
@@ -72,8 +72,8 @@ def test_matching_idle_device_available(fleet: Any) -> None:
     fleet.add_host("h1", ("d-ios", "ios", ("wifi",)))
     fleet.add_host("h2", ("d-and", "android", ("camera", "wifi")))
     tid = fleet.client.submit("take a photo", driver_type="android", tags=["wifi", "camera"])
-    assert fleet.admin.commit([(tid, "d-ios")]) == ["err:driver_type_mismatch"]
-    (res,) = fleet.admin.commit([(tid, "d-and")])
+    assert fleet.store.commit([(tid, "d-ios")]) == ["err:driver_type_mismatch"]
+    (res,) = fleet.store.commit([(tid, "d-and")])
     assert res.startswith("ok:")
     t = fleet.client.get(tid)
     assert t.status is TaskStatus.assigned
@@ -83,7 +83,7 @@ def test_matching_idle_device_available(fleet: Any) -> None:
 def test_no_matching_device_available(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "ios", ("wifi",)), ("d2", "android", ()))
     tid = fleet.client.submit("needs android+wifi", driver_type="android", tags=["wifi"])
-    res = fleet.admin.commit([(tid, "d1"), (tid, "d2")])
+    res = fleet.store.commit([(tid, "d1"), (tid, "d2")])
     assert res == ["err:driver_type_mismatch", "err:missing_tag:wifi"]
     t = fleet.client.get(tid)
     assert t.status is TaskStatus.queued and t.failure_kind is None and t.attempt == 0
@@ -91,7 +91,7 @@ def test_no_matching_device_available(fleet: Any) -> None:
     assert _queued_depth(fleet) == 1
     # ready to be retried later: a matching device appears
     fleet.add_host("h2", ("d3", "android", ("wifi",)))
-    assert fleet.admin.commit([(tid, "d3")])[0].startswith("ok:")
+    assert fleet.store.commit([(tid, "d3")])[0].startswith("ok:")
     assert fleet.client.get(tid).status is TaskStatus.assigned
 
 
@@ -100,7 +100,7 @@ def test_scheduler_assigns_an_idle_device(fleet: Any, monkeypatch: pytest.Monkey
     fleet.add_host("h1", ("d1", "android", ("wifi",)))
     fleet.admin.set_config("claim_ttl", 30)
     tid = fleet.client.submit("g", driver_type="android")
-    fleet.admin.commit([])  # loads the script, so the counted call below is the commit alone
+    fleet.store.commit([])  # loads the script, so the counted call below is the commit alone
     sent: list[str] = []
     real = fleet.r.execute_command
 
@@ -110,7 +110,7 @@ def test_scheduler_assigns_an_idle_device(fleet: Any, monkeypatch: pytest.Monkey
 
     t0 = fleet.admin.server_time_ms()
     monkeypatch.setattr(fleet.r, "execute_command", counting)
-    (res,) = fleet.admin.commit([(tid, "d1")])
+    (res,) = fleet.store.commit([(tid, "d1")])
     monkeypatch.undo()
     t1 = fleet.admin.server_time_ms()
     assert sent == ["EVALSHA"], "the whole assignment is one atomic script call"
@@ -149,14 +149,14 @@ def test_later_iteration_sees_stale_idle_snapshot(fleet: Any) -> None:
     a = fleet.client.submit("a", driver_type="android")
     b = fleet.client.submit("b", driver_type="android")
     c = fleet.client.submit("c", driver_type="android")
-    assert fleet.admin.commit([(a, "d1")])[0].startswith("ok:")
+    assert fleet.store.commit([(a, "d1")])[0].startswith("ok:")
     # the host's snapshot is stale: it still says d1 is idle
     hb = h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
     assert hb.idle == 1
     keys = fleet.admin.keys
     assert fleet.r.zrange(keys.idle, 0, -1) == ["d2"], "d1 is not an idle candidate"
-    assert fleet.admin.commit([(b, "d1")]) == ["err:device_reserved"]
-    assert fleet.admin.commit([(c, "d1")]) == ["err:device_reserved"]
+    assert fleet.store.commit([(b, "d1")]) == ["err:device_reserved"]
+    assert fleet.store.commit([(c, "d1")]) == ["err:device_reserved"]
     assert fleet.client.get(b).status is TaskStatus.queued
     assert fleet.client.get(c).status is TaskStatus.queued
     assert fleet.admin.device("d1").reserved_by == a
@@ -165,7 +165,7 @@ def test_later_iteration_sees_stale_idle_snapshot(fleet: Any) -> None:
     assert h.report(a, x.lease_id, "done") == "ok:done"
     h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
     assert sorted(fleet.r.zrange(keys.idle, 0, -1)) == ["d1", "d2"]
-    assert fleet.admin.commit([(b, "d1")])[0].startswith("ok:")
+    assert fleet.store.commit([(b, "d1")])[0].startswith("ok:")
 
 
 # -- Requirement: Host claim transitions assigned work to dispatched --------------------------
@@ -173,7 +173,7 @@ def test_owning_host_claims_once(fleet: Any) -> None:
     h1 = fleet.add_host("h1", ("d1", "android", ()))
     h2 = fleet.add_host("h2", ("d2", "android", ()))
     tid = fleet.client.submit("g")
-    lease = fleet.admin.commit([(tid, "d1")])[0].removeprefix("ok:")
+    lease = fleet.store.commit([(tid, "d1")])[0].removeprefix("ok:")
     assert h2.claim(10) == [], "another host never gets h1's assignment"
     impostor = type(h1)(fleet.r, fleet.pool, "h1", "not-the-token")
     with pytest.raises(AuthError):
@@ -191,7 +191,7 @@ def test_concurrent_claims_race(fleet: Any) -> None:
     fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(4)])
     ids = [fleet.client.submit(f"g{i}") for i in range(4)]
     assert all(
-        r.startswith("ok:") for r in fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
+        r.startswith("ok:") for r in fleet.store.commit([(t, f"d{i}") for i, t in enumerate(ids)])
     )
     barrier = threading.Barrier(8)
     got: list[list[str]] = [[] for _ in range(8)]
@@ -224,9 +224,9 @@ def test_lease_expires_with_attempts_remaining(fleet: Any) -> None:
     fleet.admin.set_config("lease_ttl", 1)
     first = fleet.client.submit("first", max_attempts=3)
     later = fleet.client.submit("later", max_attempts=3)
-    lease = fleet.admin.commit([(first, "d1")])[0].removeprefix("ok:")
+    lease = fleet.store.commit([(first, "d1")])[0].removeprefix("ok:")
     (a,) = h.claim(1)
-    assert fleet.admin.expire()["requeued"] == 0, "not expired yet"
+    assert fleet.store.expire()["requeued"] == 0, "not expired yet"
     res = _expire_after(fleet, 1.2)
     assert res["requeued"] == 1 and res["failed"] == 0
     t = fleet.client.get(first)
@@ -263,7 +263,7 @@ def test_lease_expires_at_attempt_limit(fleet: Any) -> None:
     tid = fleet.client.submit("g", max_attempts=2)
     leases = []
     for attempt in (1, 2):
-        leases.append(fleet.admin.commit([(tid, "d1")])[0].removeprefix("ok:"))
+        leases.append(fleet.store.commit([(tid, "d1")])[0].removeprefix("ok:"))
         (a,) = h.claim(1)
         assert a.attempt == attempt
         res = _expire_after(fleet, 1.2)
@@ -279,7 +279,7 @@ def test_lease_expires_at_attempt_limit(fleet: Any) -> None:
         (leases[0], "expired"),
         (leases[1], "expired"),
     ]
-    assert fleet.admin.commit([(tid, "d1")]) == ["err:task_not_queued"]
+    assert fleet.store.commit([(tid, "d1")]) == ["err:task_not_queued"]
 
 
 # -- Requirement: Terminal transitions validate the active lease ------------------------------
@@ -287,7 +287,7 @@ def test_lease_expires_at_attempt_limit(fleet: Any) -> None:
 def test_active_lease_reports_completion(fleet: Any, outcome: str) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     tid = fleet.client.submit("g")
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     (a,) = h.claim(1)
     kind = "runner_failed" if outcome == "failed" else None
     assert h.report(tid, a.lease_id, outcome, kind, "the output") == f"ok:{outcome}"
@@ -311,12 +311,12 @@ def test_superseded_lease_reports_completion(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     fleet.admin.set_config("lease_ttl", 1)
     tid = fleet.client.submit("g", max_attempts=3)
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     (old,) = h.claim(1)
     assert _expire_after(fleet, 1.2)["requeued"] == 1
     fleet.beat()
     fleet.admin.set_config("lease_ttl", 60)
-    new_lease = fleet.admin.commit([(tid, "d2")])[0].removeprefix("ok:")
+    new_lease = fleet.store.commit([(tid, "d2")])[0].removeprefix("ok:")
     (cur,) = h.claim(1)
     assert cur.lease_id == new_lease != old.lease_id
     before = fleet.r.hgetall(fleet.admin.keys.task(tid))

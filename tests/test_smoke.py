@@ -7,7 +7,7 @@ def test_lifecycle_submit_assign_claim_report(fleet):
     h = fleet.add_host("h1", ("d1", "android", ("wifi",)))
     tid = fleet.client.submit("say hi", driver_type="android", tags=["wifi"])
     assert fleet.client.get(tid).status is TaskStatus.queued
-    (res,) = fleet.admin.commit([(tid, "d1")])
+    (res,) = fleet.store.commit([(tid, "d1")])
     assert res == f"ok:{tid}-a1"
     (a,) = h.claim(5)
     assert a.task.id == tid and a.task.status is TaskStatus.dispatched

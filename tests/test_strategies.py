@@ -1,5 +1,5 @@
 """Assignment strategies as pure policy (snapshots built in memory), the registry, and the
-``deviceq.strategies`` entry-point group (a real installed distribution on sys.path)."""
+``deviceq.scheduler.strategies`` entry-point group (a real installed distribution on sys.path)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deviceq import strategies as S
-from deviceq.errors import ConfigError
-from deviceq.strategies import (
+from deviceq.core.errors import ConfigError
+from deviceq.scheduler import strategies as S
+from deviceq.scheduler.strategies import (
     Bucket,
     IdleDevice,
     QueuedTask,
@@ -222,7 +222,7 @@ def test_fifo_never_skips_an_older_servable_task(snap: Snapshot):
 # -- entry points ----------------------------------------------------------------------------------
 PLUGIN = textwrap.dedent(
     '''
-    from deviceq.strategies import Snapshot
+    from deviceq.scheduler.strategies import Snapshot
 
     class Lifo:
         """Newest task first (a strategy shipped by another package)."""

@@ -23,7 +23,7 @@ from deviceq import (
     QueueFull,
     TaskStatus,
 )
-from deviceq.host import Report, token_digest
+from deviceq.host.client import Report, token_digest
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -71,7 +71,7 @@ def queued_ids(fleet: Any) -> list[str]:
 def running(fleet: Any, goal: str = "g", device: str = "d1", host: str = "h1", **kw: Any) -> tuple:
     """Submit, commit to ``device`` and claim: returns (task_id, assignment)."""
     tid = fleet.client.submit(goal, **kw)
-    lease_of(fleet.admin.commit([(tid, device)])[0])
+    lease_of(fleet.store.commit([(tid, device)])[0])
     (a,) = fleet.host(host).claim(1)
     assert a.task.id == tid
     return tid, a
@@ -193,7 +193,7 @@ def test_heartbeat_wrong_token_refused_and_not_echoed(fleet: Any) -> None:
 def test_reserved_device_never_back_among_idle(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     tid = fleet.client.submit("g")
-    lease_of(fleet.admin.commit([(tid, "d1")])[0])
+    lease_of(fleet.store.commit([(tid, "d1")])[0])
     idle = fleet.admin.keys.idle
     for state in ("idle", "busy", "idle", "offline", "idle"):
         hb = h.heartbeat([DeviceReport("d1", "android", (), state)])
@@ -209,11 +209,11 @@ def test_dead_host_devices_not_assignable(fleet: Any) -> None:
     time.sleep(1.3)
     assert not fleet.admin.host("h1").alive
     before = dump(fleet)
-    assert fleet.admin.commit([(tid, "d1")]) == ["err:host_dead"]
+    assert fleet.store.commit([(tid, "d1")]) == ["err:host_dead"]
     assert dump(fleet) == before
     h.heartbeat([DeviceReport("d1", "android")])
     assert any(e.fields.get("host") == "h1" for e in events(fleet, "host_alive"))
-    lease_of(fleet.admin.commit([(tid, "d1")])[0])
+    lease_of(fleet.store.commit([(tid, "d1")])[0])
 
 
 def test_never_heartbeated_host_is_dead(fleet: Any) -> None:
@@ -230,7 +230,7 @@ def test_devices_left_out_of_snapshot_become_offline(fleet: Any) -> None:
     ev = [e for e in events(fleet, "device_state") if e.fields["device"] == "d2"]
     assert ev[-1].fields["state"] == "offline"
     tid = fleet.client.submit("g")
-    assert fleet.admin.commit([(tid, "d2")]) == ["err:device_not_idle"]
+    assert fleet.store.commit([(tid, "d2")]) == ["err:device_not_idle"]
     h.heartbeat([])
     assert fleet.admin.device("d1").state.value == "offline"
     assert fleet.r.zcard(fleet.admin.keys.idle) == 0
@@ -261,7 +261,7 @@ def test_assign_validation_reasons_change_nothing(fleet: Any) -> None:
     fleet.r.hset(fleet.admin.keys.host("h-dead"), "last_heartbeat", 1)  # long ago
     fleet.admin.quarantine("d-q")
     holder = fleet.client.submit("holder")
-    lease_of(fleet.admin.commit([(holder, "d-res")])[0])
+    lease_of(fleet.store.commit([(holder, "d-res")])[0])
     plain = fleet.client.submit("plain")
     ios = fleet.client.submit("ios", driver_type="ios")
     cam = fleet.client.submit("cam", tags=["wifi", "camera"])
@@ -279,8 +279,8 @@ def test_assign_validation_reasons_change_nothing(fleet: Any) -> None:
         ((plain, "no-such-device"), "err:device_not_found"),
     ]
     for pair, want in cases:
-        assert fleet.admin.commit([pair]) == [want], pair
-    assert fleet.admin.commit([p for p, _ in cases]) == [w for _, w in cases]
+        assert fleet.store.commit([pair]) == [want], pair
+    assert fleet.store.commit([p for p, _ in cases]) == [w for _, w in cases]
     assert dump(fleet) == before, "a pair that fails validation changes nothing"
     with pytest.raises(InvalidInput, match="host_draining"):
         fleet.admin.dispatch(plain, "d-drain")
@@ -289,7 +289,7 @@ def test_assign_validation_reasons_change_nothing(fleet: Any) -> None:
 def test_assign_batch_commits_valid_pairs_and_never_double_books(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     a, b, c = (fleet.client.submit(x) for x in "abc")
-    res = fleet.admin.commit([(a, "d1"), (b, "d1"), (a, "d2"), (c, "d2"), (b, "d2")])
+    res = fleet.store.commit([(a, "d1"), (b, "d1"), (a, "d2"), (c, "d2"), (b, "d2")])
     assert res[0].startswith("ok:") and res[3].startswith("ok:")
     assert res[1:3] == ["err:device_reserved", "err:task_not_queued"]
     assert res[4] == "err:device_reserved"
@@ -304,7 +304,7 @@ def test_assign_with_stale_fence_commits_nothing(fleet: Any) -> None:
     tid = fleet.client.submit("g")
     before = dump(fleet)
     with pytest.raises(Fenced):
-        fleet.admin.commit([(tid, "d1")], fence=7)
+        fleet.store.commit([(tid, "d1")], fence=7)
     assert dump(fleet) == before
 
 
@@ -314,7 +314,7 @@ def test_assign_with_stale_fence_commits_nothing(fleet: Any) -> None:
 def test_claim_takes_at_most_max(fleet: Any) -> None:
     h = fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(3)])
     ids = [fleet.client.submit(f"g{i}") for i in range(3)]
-    fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
+    fleet.store.commit([(t, f"d{i}") for i, t in enumerate(ids)])
     assert [a.task.id for a in h.claim(2)] == ids[:2]
     assert [a.task.id for a in h.claim(2)] == ids[2:]
     assert h.claim(2) == []
@@ -326,11 +326,11 @@ def test_expired_assignment_not_claimable(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     fleet.admin.set_config("claim_ttl", 1)
     tid = fleet.client.submit("g")
-    lease_of(fleet.admin.commit([(tid, "d1")])[0])
+    lease_of(fleet.store.commit([(tid, "d1")])[0])
     time.sleep(1.2)
     assert h.claim(5) == []
     assert fleet.client.get(tid).status is TaskStatus.assigned  # until expiry runs
-    assert fleet.admin.expire()["requeued"] == 1
+    assert fleet.store.expire()["requeued"] == 1
     t = fleet.client.get(tid)
     assert t.status is TaskStatus.queued
     assert t.attempts[0].expired_in == "assigned"
@@ -342,7 +342,7 @@ def test_claim_by_other_host_leaves_assignment(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()))
     h2 = fleet.add_host("h2", ("d2", "android", ()))
     tid = fleet.client.submit("g")
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     before = dump(fleet)
     assert h2.claim(10) == []
     assert dump(fleet) == before
@@ -379,10 +379,10 @@ def test_renew_lost_superseded(fleet: Any) -> None:
     fleet.admin.set_config("lease_ttl", 1)
     tid, old = running(fleet)
     time.sleep(1.2)
-    fleet.admin.expire()
+    fleet.store.expire()
     fleet.beat()  # the host proves itself alive: its device returns to the candidates
     fleet.admin.set_config("lease_ttl", 60)
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     (cur,) = h.claim(1)
     (rn,) = h.renew([(tid, old.lease_id)])
     assert (rn.status, rn.reason) == ("lost", "superseded")
@@ -405,7 +405,7 @@ def test_renew_lost_expired_after_requeue(fleet: Any) -> None:
     fleet.admin.set_config("lease_ttl", 1)
     tid, a = running(fleet)
     time.sleep(1.2)
-    assert fleet.admin.expire()["requeued"] == 1
+    assert fleet.store.expire()["requeued"] == 1
     (rn,) = h.renew([(tid, a.lease_id)])
     assert (rn.status, rn.reason) == ("lost", "expired")
 
@@ -457,10 +457,10 @@ def test_report_from_superseded_lease_cannot_touch_current_attempt(fleet: Any) -
     fleet.admin.set_config("lease_ttl", 1)
     tid, old = running(fleet)
     time.sleep(1.2)
-    fleet.admin.expire()
+    fleet.store.expire()
     fleet.beat()  # the host proves itself alive: its device returns to the candidates
     fleet.admin.set_config("lease_ttl", 60)
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     (cur,) = h.claim(1)
     fleet.client.cancel(tid)  # cancel requested on the current attempt
     before = dump(fleet)
@@ -501,7 +501,7 @@ def test_release_requeues_at_original_place(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     first = fleet.client.submit("first")
     later = fleet.client.submit("later")
-    fleet.admin.commit([(first, "d1")])
+    fleet.store.commit([(first, "d1")])
     (a,) = h.claim(1)
     assert queued_ids(fleet) == [later]
     assert h.release(first, a.lease_id, "device needs a reboot") == "ok:queued"
@@ -516,9 +516,9 @@ def test_release_requeues_at_original_place(fleet: Any) -> None:
     assert fleet.admin.device("d1").reserved_by is None
     # a device whose host handed an assignment back is out until the host's next heartbeat
     assert fleet.admin.device("d1").held == "refused"
-    assert fleet.admin.commit([(first, "d1")]) == ["err:device_held"]
+    assert fleet.store.commit([(first, "d1")]) == ["err:device_held"]
     fleet.beat()
-    assert lease_of(fleet.admin.commit([(first, "d1")])[0]).endswith("-a2")
+    assert lease_of(fleet.store.commit([(first, "d1")])[0]).endswith("-a2")
     assert len(events(fleet, "released", first)) == 1
 
 
@@ -534,9 +534,9 @@ def test_release_keeps_queue_deadline_and_does_not_use_an_attempt(fleet: Any) ->
     # the hand-back did not use up the only attempt: a second attempt may run and expire
     fleet.admin.set_config("claim_ttl", 1)
     fleet.beat()
-    assert lease_of(fleet.admin.commit([(tid, "d1")])[0]).endswith("-a2")
+    assert lease_of(fleet.store.commit([(tid, "d1")])[0]).endswith("-a2")
     time.sleep(1.1)
-    assert fleet.admin.expire()["failed"] == 1
+    assert fleet.store.expire()["failed"] == 1
     t = fleet.client.get(tid)
     assert (t.status, t.failure_kind, t.handbacks) == (TaskStatus.failed, "lease_expired", 1)
     assert [x.outcome for x in t.attempts] == ["released", "expired"]
@@ -563,9 +563,9 @@ def test_expire_in_bounded_batches(fleet: Any) -> None:
     fleet.add_host("h1", *[(f"d{i}", "android", ()) for i in range(5)])
     fleet.admin.set_config("claim_ttl", 1)
     ids = [fleet.client.submit(f"g{i}") for i in range(5)]
-    fleet.admin.commit([(t, f"d{i}") for i, t in enumerate(ids)])
+    fleet.store.commit([(t, f"d{i}") for i, t in enumerate(ids)])
     time.sleep(1.2)
-    assert fleet.admin.expire(limit=2) == {
+    assert fleet.store.expire(limit=2) == {
         "requeued": 2,
         "failed": 0,
         "cancelled": 0,
@@ -573,23 +573,23 @@ def test_expire_in_bounded_batches(fleet: Any) -> None:
         "more": 1,
         "trimmed": 0,
     }
-    assert fleet.admin.expire(limit=2)["requeued"] == 2
-    last = fleet.admin.expire(limit=2)
+    assert fleet.store.expire(limit=2)["requeued"] == 2
+    last = fleet.store.expire(limit=2)
     assert (last["requeued"], last["more"]) == (1, 0)
-    assert fleet.admin.expire(limit=2)["requeued"] == 0
+    assert fleet.store.expire(limit=2)["requeued"] == 0
     assert queued_ids(fleet) == ids, "requeued tasks keep submission order"
     with pytest.raises(InvalidInput):
-        fleet.admin.expire(limit=0)
+        fleet.store.expire(limit=0)
 
 
 def test_expire_requeue_keeps_submission_order_among_others(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     fleet.admin.set_config("claim_ttl", 1)
     a, b, c, d = (fleet.client.submit(x) for x in "abcd")
-    fleet.admin.commit([(c, "d1"), (a, "d2")])
+    fleet.store.commit([(c, "d1"), (a, "d2")])
     assert queued_ids(fleet) == [b, d]
     time.sleep(1.2)
-    assert fleet.admin.expire()["requeued"] == 2
+    assert fleet.store.expire()["requeued"] == 2
     assert queued_ids(fleet) == [a, b, c, d]
     keys = fleet.admin.keys
     sig = fleet.r.hget(keys.task(a), "sig")
@@ -603,9 +603,9 @@ def test_expire_at_limit_fails_and_keeps_history(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()))
     fleet.admin.set_config("claim_ttl", 1)
     tid = fleet.client.submit("g", max_attempts=1)
-    lease = lease_of(fleet.admin.commit([(tid, "d1")])[0])
+    lease = lease_of(fleet.store.commit([(tid, "d1")])[0])
     time.sleep(1.2)
-    assert fleet.admin.expire()["failed"] == 1
+    assert fleet.store.expire()["failed"] == 1
     t = fleet.client.get(tid)
     assert (t.status, t.failure_kind.value) == (TaskStatus.failed, "lease_expired")
     assert [(x.lease_id, x.outcome, x.failure_kind) for x in t.attempts] == [
@@ -620,9 +620,9 @@ def test_requeued_task_shows_no_live_lease(fleet: Any) -> None:
     fleet.add_host("h1", ("d1", "android", ()))
     fleet.admin.set_config("claim_ttl", 1)
     tid = fleet.client.submit("g")
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     time.sleep(1.2)
-    fleet.admin.expire()
+    fleet.store.expire()
     t = fleet.client.get(tid)
     assert t.status is TaskStatus.queued
     assert (t.lease_id, t.lease_expires_at, t.host_id, t.device_id) == (None, None, None, None)
@@ -653,7 +653,7 @@ def test_cancel_queued_at_once(fleet: Any) -> None:
 def test_cancel_assigned_at_once_releases_reservation(fleet: Any) -> None:
     h = fleet.add_host("h1", ("d1", "android", ()))
     tid = fleet.client.submit("g")
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     assert fleet.client.cancel(tid) == "cancelled"
     assert fleet.client.get(tid).status is TaskStatus.cancelled
     assert fleet.admin.device("d1").reserved_by is None
@@ -686,7 +686,7 @@ def test_cancel_dispatched_host_gone_expiry_ends_it_cancelled(fleet: Any) -> Non
     tid, _ = running(fleet, max_attempts=5)
     assert fleet.client.cancel(tid) == "requested"
     time.sleep(1.2)
-    assert fleet.admin.expire()["cancelled"] == 1
+    assert fleet.store.expire()["cancelled"] == 1
     t = fleet.client.get(tid)
     assert (t.status, t.failure_kind.value) == (TaskStatus.cancelled, "cancelled")
     assert t.attempts[0].outcome == "expired"
@@ -712,20 +712,20 @@ def test_event_stream_records_each_transition(fleet: Any) -> None:
     fleet.tokens["h1"] = token
     fleet.admin.set_config("claim_ttl", 1)
     t1 = fleet.client.submit("one")
-    fleet.admin.commit([(t1, "d1")])
+    fleet.store.commit([(t1, "d1")])
     time.sleep(1.15)
-    fleet.admin.expire()
+    fleet.store.expire()
     h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
     fleet.admin.set_config("claim_ttl", 30)
-    fleet.admin.commit([(t1, "d1")])
+    fleet.store.commit([(t1, "d1")])
     (a,) = h.claim(1)
     h.release(t1, a.lease_id)
     h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
-    fleet.admin.commit([(t1, "d1")])
+    fleet.store.commit([(t1, "d1")])
     (a,) = h.claim(1)
     h.report(t1, a.lease_id, "done")
     t2 = fleet.client.submit("two")
-    fleet.admin.commit([(t2, "d2")])
+    fleet.store.commit([(t2, "d2")])
     (b,) = h.claim(1)
     fleet.client.cancel(t2)
     h.report(t2, b.lease_id, "cancelled")
@@ -811,13 +811,13 @@ def test_quarantine_after_consecutive_failures(fleet: Any) -> None:
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is None
     assert len(events(fleet, "device_quarantined")) == 1
     tid = fleet.client.submit("g")
-    assert fleet.admin.commit([(tid, "d1")]) == ["err:device_quarantined"]
+    assert fleet.store.commit([(tid, "d1")]) == ["err:device_quarantined"]
     h.heartbeat([DeviceReport("d1", "android")])
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is None, "heartbeat does not undo it"
     assert fleet.admin.quarantine("d1", False) == "released"
     assert fleet.admin.device("d1").consecutive_failures == 0
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is not None
-    lease_of(fleet.admin.commit([(tid, "d1")])[0])
+    lease_of(fleet.store.commit([(tid, "d1")])[0])
 
 
 def test_failing_tasks_never_quarantine_a_device(fleet: Any) -> None:
@@ -914,15 +914,15 @@ def test_host_drain_and_resume(fleet: Any) -> None:
     assert fleet.admin.drain("h1") == "draining"
     assert h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")]).draining
     t2 = fleet.client.submit("g2")
-    assert fleet.admin.commit([(t2, "d2")]) == ["err:host_draining"]
+    assert fleet.store.commit([(t2, "d2")]) == ["err:host_draining"]
     assert h.report(t1, a.lease_id, "done") == "ok:done", "running work is untouched"
     assert fleet.admin.drain("h1", False) == "active"
-    lease_of(fleet.admin.commit([(t2, "d2")])[0])
+    lease_of(fleet.store.commit([(t2, "d2")])[0])
     # the daemon's own shutdown flag is separate from an operator's drain
     assert h.set_draining(True) == "stopping"
     host = fleet.admin.host("h1")
     assert host.stopping and not host.draining
-    assert fleet.admin.commit([(fleet.client.submit("g3"), "d1")]) == ["err:host_draining"]
+    assert fleet.store.commit([(fleet.client.submit("g3"), "d1")]) == ["err:host_draining"]
     with pytest.raises(AuthError):
         HostClient(fleet.r, fleet.pool, "h1", "wrong-token-0123456789").set_draining(False)
     assert fleet.admin.host("h1").stopping
@@ -988,7 +988,7 @@ def test_long_goal_round_trips_everywhere(fleet: Any) -> None:
     assert fleet.client.get(tid).goal == goal
     assert [t.goal for t in fleet.client.list("queued")] == [goal, "short goal"]
     assert [t.goal for t in fleet.client.get_many([short, tid])] == ["short goal", goal]
-    fleet.admin.commit([(tid, "d1")])
+    fleet.store.commit([(tid, "d1")])
     (a,) = h.claim(1)
     assert a.task.goal == goal, "the worker gets the whole goal"
     h.report(tid, a.lease_id, "done", None, "ok")

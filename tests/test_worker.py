@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from deviceq import FailureKind, TaskStatus
 from deviceq.cli import main
 from deviceq.cli.worker_cmds import build_settings, load_config_file
-from deviceq.errors import ConfigError
-from deviceq.runners import RunnerSpec, Task
+from deviceq.core.errors import ConfigError
+from deviceq.host.runners import RunnerSpec, Task
 from harness import CLI, Deployment, live_group_members, wait_for
 
 # -- runners the daemons load by import path (PYTHONPATH includes tests/) ----------------------
@@ -163,7 +163,8 @@ def test_json_logs_carry_task_lease_host_device_on_every_task_line(deploy: Deplo
 def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment) -> None:
     import threading
 
-    from deviceq.worker import HostWorker, WorkerSettings
+    from deviceq.host.daemon import HostWorker
+    from deviceq.host.settings import WorkerSettings
 
     token = deploy.admin.add_host("h1")
     settings = WorkerSettings(
@@ -178,7 +179,7 @@ def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment
         wait_for(lambda: deploy.alive("h1"), 10, "h1 alive")
 
         def dispatch(tid: str) -> bool:  # to whichever device is free (no scheduler here)
-            return any(deploy.admin.commit([(tid, d)])[0].startswith("ok:") for d in ("d1", "d2"))
+            return any(deploy.store.commit([(tid, d)])[0].startswith("ok:") for d in ("d1", "d2"))
 
         for tid in ids:
             wait_for(lambda tid=tid: dispatch(tid), 20, "a free device")
@@ -265,7 +266,7 @@ def test_lost_lease_stops_the_runner_and_reports_nothing(deploy: Deployment) -> 
     # the lease runs out (as if the host had been cut off): force its expiry now
     deploy.r.hset(deploy.client.keys.task(tid), "lease_expires_at", 1)
     deploy.r.zadd(deploy.client.keys.leases, {tid: 1})
-    assert deploy.admin.expire()["requeued"] == 1
+    assert deploy.store.expire()["requeued"] == 1
     wait_for(lambda: live_group_members(pgid) == [], 10, "runner stopped")
     wait_for(lambda: "lease lost" in deploy.log("h1"), 5, "lease lost logged")
     time.sleep(0.5)

@@ -1,8 +1,16 @@
-"""deviceq: a Redis-backed distributed work queue that schedules tasks onto device fleets."""
+"""deviceq: a Redis-backed distributed work queue that schedules tasks onto device fleets.
 
-from .client import Client
-from .config import PoolConfig, Settings
-from .errors import (
+The three roles a user knows, over one shared core (`deviceq.core`):
+
+- producers: `Client` (submit, inspect, cancel, wait; store workflows);
+- the scheduler: `TaskScheduler` with a named `AssignmentStrategy` (`register_strategy`);
+- hosts: `HostWorker` (the daemon), `HostClient` (its Redis API), `TaskDispatcher` and the
+  runners (`Task`, `Outcome`, `RunnerSpec`);
+
+and the operator's `PoolAdmin`. Errors are typed (`DeviceqError` and its subclasses)."""
+
+from .core.config import PoolConfig, Settings
+from .core.errors import (
     AlreadyExists,
     AuthError,
     Busy,
@@ -11,15 +19,13 @@ from .errors import (
     DeviceqError,
     Fenced,
     InvalidInput,
-    LeaseLost,
     NotFound,
     QueueFull,
     SessionActive,
     SessionSuperseded,
     Unmatchable,
 )
-from .host import DeviceReport, HostClient, Renewal, Report
-from .models import (
+from .core.models import (
     Assignment,
     Attempt,
     Constraints,
@@ -32,19 +38,40 @@ from .models import (
     WorkflowDefinition,
     WorkflowStep,
 )
-from .pool import PoolAdmin
+from .host import (
+    DeviceConfig,
+    DeviceReport,
+    HostClient,
+    HostWorker,
+    Renewal,
+    Report,
+    TaskDispatcher,
+    WorkerSettings,
+)
+from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
+from .ops.admin import PoolAdmin
+from .producer import Client
+from .scheduler import (
+    AssignmentStrategy,
+    SchedulerClient,
+    Snapshot,
+    TaskScheduler,
+    register_strategy,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",
     "Assignment",
+    "AssignmentStrategy",
     "Attempt",
     "AuthError",
     "Busy",
     "Client",
     "ConfigError",
     "Constraints",
+    "DeviceConfig",
     "DeviceOwned",
     "DeviceReport",
     "DeviceState",
@@ -52,22 +79,32 @@ __all__ = [
     "FailureKind",
     "Fenced",
     "HostClient",
+    "HostWorker",
     "InvalidInput",
-    "LeaseLost",
+    "LeaseClock",
     "NotFound",
+    "Outcome",
     "PoolAdmin",
     "PoolConfig",
     "PooledDevice",
     "QueueFull",
     "Renewal",
     "Report",
+    "RunnerSpec",
     "ScheduledTask",
+    "SchedulerClient",
     "SessionActive",
     "SessionSuperseded",
     "Settings",
+    "Snapshot",
+    "Task",
+    "TaskDispatcher",
+    "TaskScheduler",
     "TaskSpec",
     "TaskStatus",
     "Unmatchable",
+    "WorkerSettings",
     "WorkflowDefinition",
     "WorkflowStep",
+    "register_strategy",
 ]

@@ -5,7 +5,6 @@ Command modules (``core_cmds``, ...) import the groups from here and add their c
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from collections.abc import Callable
@@ -15,11 +14,11 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from ..client import Client
-from ..connection import check_redis_url, redact_url
-from ..errors import DeviceqError
-from ..models import validate_id
-from ..pool import PoolAdmin
+from ..core.connection import check_redis_url, redact_url
+from ..core.errors import DeviceqError
+from ..core.models import validate_id
+from ..ops.admin import PoolAdmin
+from ..producer import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -108,33 +107,13 @@ def describe_error(exc: BaseException, redis_url: str | None = None) -> str | No
     return None
 
 
-def _current_url() -> str | None:
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_object(Ctx) if ctx is not None else None
-    return obj.raw_redis_url if obj is not None else None
-
-
-def handle_errors(fn: F) -> F:
-    """Turn deviceq and Redis errors (bad URL, refused connection, wrong password, timeout,
-    error replies) into one line on stderr and a non-zero exit."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (DeviceqError, redis.RedisError) as exc:
-            fail(describe_error(exc, _current_url()) or str(exc))
-
-    return wrapper  # type: ignore[return-value]
-
-
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 class _Group(click.Group):
-    """The root group: whatever command runs, a deviceq or Redis error it lets through ends
-    as one line on stderr and exit 1 (the backstop behind ``handle_errors``)."""
+    """The root group: whatever command runs, a deviceq or Redis error it raises ends as one
+    line on stderr (`describe_error`, the one mapping) and exit 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -9,8 +9,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..models import ScheduledTask, TaskStatus
-from .app import Ctx, config, echo_json, handle_errors, host, main, pass_ctx, task
+from ..core.models import ScheduledTask, TaskStatus
+from .app import Ctx, config, echo_json, host, main, pass_ctx, task
 
 
 def task_json(t: ScheduledTask) -> dict[str, object]:
@@ -61,7 +61,6 @@ def fmt_ms(ms: int | None) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 @pass_ctx
-@handle_errors
 def submit(
     ctx: Ctx,
     goal: str | None,
@@ -112,7 +111,6 @@ def submit(
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-@handle_errors
 def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     """Show every field of a task and its attempt history.
 
@@ -156,7 +154,6 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
 @click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-@handle_errors
 def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
     """List tasks: queued/active oldest first, finished newest first.
 
@@ -192,7 +189,6 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
 @click.argument("task_id")
 @click.option("--reason", default="cancelled by user", show_default=True)
 @pass_ctx
-@handle_errors
 def task_cancel(ctx: Ctx, task_id: str, reason: str) -> None:
     """Cancel a task: queued/assigned ones at once, running ones via their host.
 
@@ -213,7 +209,6 @@ def task_cancel(ctx: Ctx, task_id: str, reason: str) -> None:
 @click.option("--timeout", type=float, default=None, help="Give up after SECONDS (exit 124).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finished task as JSON.")
 @pass_ctx
-@handle_errors
 def task_wait(ctx: Ctx, task_id: str, timeout: float | None, as_json: bool) -> None:
     """Block until a task finishes. Exit 0 when done, 1 when failed or cancelled, 124 on
     timeout.
@@ -239,7 +234,6 @@ def task_wait(ctx: Ctx, task_id: str, timeout: float | None, as_json: bool) -> N
 @click.argument("host_id")
 @click.option("--json", "as_json", is_flag=True, help="Print {host_id, token} as JSON.")
 @pass_ctx
-@handle_errors
 def host_add(ctx: Ctx, host_id: str, as_json: bool) -> None:
     """Create a host and print its secret token once (only a digest is stored).
 
@@ -258,7 +252,6 @@ def host_add(ctx: Ctx, host_id: str, as_json: bool) -> None:
 @click.argument("key", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-@handle_errors
 def config_get(ctx: Ctx, key: str | None, as_json: bool) -> None:
     """Print one setting, or all of them.
 
@@ -280,7 +273,6 @@ def config_get(ctx: Ctx, key: str | None, as_json: bool) -> None:
 @click.argument("key")
 @click.argument("value")
 @pass_ctx
-@handle_errors
 def config_set(ctx: Ctx, key: str, value: str) -> None:
     """Change a setting (validated; durations in seconds).
 

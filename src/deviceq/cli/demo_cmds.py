@@ -7,7 +7,7 @@ import sys
 import click
 from rich.console import Console
 
-from ..demo import EMBEDDED_CHOICES, Demo, DemoOptions, summary_table
+from ..ops.demo import EMBEDDED_CHOICES, Demo, DemoOptions, summary_table
 from .app import echo_json, main
 
 

@@ -20,17 +20,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .. import status as st
-from ..client import spec_from
-from ..errors import DeviceqError, InvalidInput
-from ..events import Event, read_events
-from ..models import TaskSpec, TaskStatus, WorkflowDefinition
+from ..core.errors import DeviceqError, InvalidInput
+from ..core.events import Event, read_events
+from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition
+from ..ops import status as st
+from ..producer import spec_from
 from .app import (
     Ctx,
     device,
     echo_json,
     fail,
-    handle_errors,
     host,
     main,
     pass_ctx,
@@ -206,7 +205,6 @@ def render_status(data: dict[str, Any]) -> RenderableType:
     help="Print as JSON (with --watch: one JSON document per line).",
 )
 @pass_ctx
-@handle_errors
 def status_cmd(
     ctx: Ctx,
     watch: bool,
@@ -321,7 +319,6 @@ def _backlog(
     "--json", "as_json", is_flag=True, help="JSON: a list, or with --follow one object per line."
 )
 @pass_ctx
-@handle_errors
 def events_cmd(
     ctx: Ctx,
     follow: bool,
@@ -341,7 +338,7 @@ def events_cmd(
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
     if task_id is not None:
-        from ..models import validate_id
+        from ..core.models import validate_id
 
         validate_id(task_id, "task id")
     wanted: Callable[[Event], bool] | None = None
@@ -377,7 +374,6 @@ def events_cmd(
 @click.option("--state", type=click.Choice(st.DEVICE_STATES), help="Only devices in this state.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-@handle_errors
 def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
     """List devices with their effective state and why: idle, reserved (holds a lease), busy,
     offline, draining (its host is drained), suspect (a lease on it expired), held (its host
@@ -411,7 +407,6 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
 @host.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON (never includes tokens).")
 @pass_ctx
-@handle_errors
 def host_list(ctx: Ctx, as_json: bool) -> None:
     """List hosts: alive (heartbeat within host_timeout), draining, last heartbeat, devices.
 
@@ -443,7 +438,6 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
 @host.command("remove")
 @click.argument("host_id")
 @pass_ctx
-@handle_errors
 def host_remove(ctx: Ctx, host_id: str) -> None:
     """Delete a host, its token and its devices. Refused while one of its devices runs a task:
     drain it first and let the work finish.
@@ -460,7 +454,6 @@ def host_remove(ctx: Ctx, host_id: str) -> None:
 @click.argument("host_id")
 @click.option("--json", "as_json", is_flag=True, help="Print {host_id, token} as JSON.")
 @pass_ctx
-@handle_errors
 def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool) -> None:
     """Give a host a new secret token and print it once; the old token stops working at once
     (restart the host's daemon with the new one).
@@ -503,7 +496,6 @@ def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the stored names as JSON.")
 @pass_ctx
-@handle_errors
 def workflow_put(ctx: Ctx, file: str, as_json: bool) -> None:
     """Store (or replace) workflow definitions from a YAML or JSON FILE ('-' for stdin): one
     mapping with `name`, optional `description` and `steps` (each a `goal`, optional `name`), or
@@ -543,7 +535,6 @@ def workflow_put(ctx: Ctx, file: str, as_json: bool) -> None:
 @workflow.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-@handle_errors
 def workflow_list(ctx: Ctx, as_json: bool) -> None:
     """List stored workflows with their number of steps.
 
@@ -570,7 +561,6 @@ def workflow_list(ctx: Ctx, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-@handle_errors
 def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
     """Print a stored workflow (YAML, or JSON with --json; either can be fed back to `put`).
 
@@ -590,7 +580,6 @@ def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print {id, retry_of, task} as JSON.")
 @pass_ctx
-@handle_errors
 def task_retry(ctx: Ctx, task_id: str, as_json: bool) -> None:
     """Submit a failed or cancelled task again, as a new task with the same goal or workflow,
     constraints, priority and max_attempts. Prints the new id and the id it came from.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
-from ..errors import ConfigError
-from ..logs import configure
-from ..scheduler import DEFAULT_BATCH, DEFAULT_TICK, TaskScheduler
-from ..strategies import DEFAULT_STRATEGY, registered_strategies
-from .app import Ctx, echo_json, handle_errors, host, main, pass_ctx, scheduler
+from ..core.errors import ConfigError
+from ..core.logs import configure
+from ..scheduler.daemon import DEFAULT_TICK
+from ..scheduler.strategies import DEFAULT_STRATEGY, registered_strategies
+from ..scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
+from .app import Ctx, echo_json, host, main, pass_ctx, scheduler
 
-DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.metrics.DEFAULT_METRICS_HOST (imported lazily)
+DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST (imported lazily)
 
 
 @scheduler.command("run")
@@ -47,7 +48,6 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.metrics.DEFAULT_METRICS_HOST (im
     "container whose port is published).",
 )
 @pass_ctx
-@handle_errors
 def scheduler_run(
     ctx: Ctx,
     strategy: str,
@@ -78,7 +78,7 @@ def scheduler_run(
     ctx.preflight(need_reachable=once)
     if metrics_port is not None:
         try:
-            from ..metrics import serve_metrics
+            from ..ops.metrics import serve_metrics
         except ModuleNotFoundError as exc:
             raise ConfigError(
                 f"--metrics-port needs the deviceq.metrics module, which is missing ({exc})"
@@ -114,7 +114,6 @@ def scheduler_strategies(as_json: bool) -> None:
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
 @pass_ctx
-@handle_errors
 def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
     """Say why a task is not running (or where it runs / how it ended).
 
@@ -127,7 +126,7 @@ def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
       deviceq explain 3f2a9c0d1e2b4a5f
       deviceq explain 3f2a9c0d1e2b4a5f --json | jq .counts
     """
-    from ..explain import explain
+    from ..scheduler.explain import explain
 
     exp = explain(ctx.admin, task_id)
     if as_json:
@@ -143,7 +142,6 @@ def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
 @click.option("--device", "device_id", required=True, help="Idle device to bind the task to.")
 @click.option("--json", "as_json", is_flag=True, help="Print {task_id, device_id, lease_id}.")
 @pass_ctx
-@handle_errors
 def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
     """Manually bind a queued task to a named idle device (same atomic, validated commit as
     the scheduler: lease, reservation and the host's inbox). Works without a scheduler.
@@ -162,7 +160,6 @@ def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
 @host.command("drain")
 @click.argument("host_id")
 @pass_ctx
-@handle_errors
 def host_drain(ctx: Ctx, host_id: str) -> None:
     """Stop new assignments to a host; work already assigned or running continues.
 
@@ -177,7 +174,6 @@ def host_drain(ctx: Ctx, host_id: str) -> None:
 @host.command("undrain")
 @click.argument("host_id")
 @pass_ctx
-@handle_errors
 def host_undrain(ctx: Ctx, host_id: str) -> None:
     """Resume new assignments to a drained host (wakes the scheduler).
 

@@ -12,11 +12,12 @@ from typing import Any
 import click
 import yaml
 
-from .. import logs
-from ..errors import ConfigError
-from ..runners import RunnerSpec
-from ..worker import HostWorker, WorkerSettings
-from .app import Ctx, device, echo_json, handle_errors, host, pass_ctx
+from ..core import logs
+from ..core.errors import ConfigError
+from ..host.daemon import HostWorker
+from ..host.runners import RunnerSpec
+from ..host.settings import WorkerSettings
+from .app import Ctx, device, echo_json, host, pass_ctx
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
 
@@ -257,7 +258,6 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
     "exits; its running attempts come back when their leases expire.",
 )
 @pass_ctx
-@handle_errors
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them
     through the runners, renew leases, report. One daemon per host id: a second one is refused
@@ -304,7 +304,6 @@ def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool) -> None:
 @click.argument("device_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_ctx
-@handle_errors
 def device_quarantine(ctx: Ctx, device_id: str, as_json: bool) -> None:
     """Take a device out of service: no new assignments (a running task finishes).
 
@@ -319,7 +318,6 @@ def device_quarantine(ctx: Ctx, device_id: str, as_json: bool) -> None:
 @click.argument("device_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_ctx
-@handle_errors
 def device_unquarantine(ctx: Ctx, device_id: str, as_json: bool) -> None:
     """Put a quarantined device back into service and reset its failure count.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
@@ -172,10 +173,26 @@ class Constraints(BaseModel):
         raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
         return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
-    def matches(self, driver_type: str, tags: tuple[str, ...] | set[str]) -> bool:
-        if self.driver_type and self.driver_type != driver_type:
-            return False
-        return set(self.tags) <= set(tags)
+    def matches(self, driver_type: str, tags: Iterable[str]) -> bool:
+        """True when a device of ``driver_type`` with ``tags`` satisfies these constraints
+        (see `satisfies`)."""
+        return satisfies(self.driver_type, self.tags, driver_type, tags)
+
+
+def satisfies(
+    task_driver: str | None,
+    task_tags: Iterable[str],
+    device_driver: str,
+    device_tags: Iterable[str],
+) -> bool:
+    """THE constraint rule in Python: a device satisfies a task when the task names no driver
+    type or the device's, and the device has every tag the task requires. ``satisfies`` in
+    ``lua/_lib.lua`` is the rule the scripts enforce (the truth); this mirror is tested against
+    it on random inputs (tests/test_constraints.py)."""
+    if task_driver and task_driver != device_driver:
+        return False
+    have = device_tags if isinstance(device_tags, set | frozenset) else set(device_tags)
+    return all(t in have for t in task_tags)
 
 
 class TaskSpec(BaseModel):

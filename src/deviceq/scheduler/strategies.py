@@ -8,7 +8,7 @@ can never cause a double booking: a wrong or stale proposal only costs a rejecte
 
 Registering a strategy::
 
-    from deviceq.strategies import Snapshot, register_strategy
+    from deviceq import Snapshot, register_strategy
 
     @register_strategy("newest_first")  # also sets NewestFirst.name = "newest_first"
     class NewestFirst:
@@ -27,7 +27,7 @@ idle-devices + 100 tasks. The README's "Writing a strategy" example is the same 
 ``tests/test_api_hardening.py`` runs it.
 
 A strategy in another installed package is found by name through the entry-point group
-``deviceq.strategies`` (``name = "package.module:Class"``); no edit to ``scheduler.py`` needed.
+``deviceq.strategies`` (``name = "package.module:Class"``); no edit to the scheduler needed.
 
 Built-in strategies (every one assigns each device at most once per pass, never proposes a pair
 whose constraints do not hold, and never lets a task nobody can serve delay other tasks: only
@@ -55,7 +55,8 @@ from importlib.metadata import entry_points
 from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
+from ..core.models import Constraints, satisfies
 
 ENTRY_POINT_GROUP = "deviceq.strategies"
 DEFAULT_STRATEGY = "fifo_match"
@@ -101,7 +102,9 @@ class IdleDevice:
 
 @dataclass(frozen=True)
 class Bucket:
-    """One constraint signature (driver type, tags, priority) and its oldest queued tasks."""
+    """One constraint bucket of the queue: its signature, constraints (driver type, tags) and
+    priority. In a strategy's snapshot it carries its oldest queued tasks (``heads``) and the
+    head's submission order; in ``status`` its ``depth`` and its head task's submit time."""
 
     sig: str
     driver_type: str | None
@@ -109,12 +112,17 @@ class Bucket:
     priority: int
     heads: tuple[QueuedTask, ...] = ()
     head_seq: int = 0
+    depth: int | None = None
+    head_task: str | None = None
+    head_submitted_at: int | None = None
 
     def accepts(self, device: IdleDevice) -> bool:
-        """True if a device satisfies this bucket's constraints."""
-        if self.driver_type and self.driver_type != device.driver_type:
-            return False
-        return self.tags <= device.tags
+        """True if a device satisfies this bucket's constraints (the one rule, `satisfies`)."""
+        return satisfies(self.driver_type, self.tags, device.driver_type, device.tags)
+
+    @property
+    def constraints(self) -> Constraints:
+        return Constraints(driver_type=self.driver_type, tags=tuple(sorted(self.tags)))
 
 
 @dataclass
@@ -225,10 +233,7 @@ _by_id = attrgetter("device_id")
 
 
 def _class_accepts(bucket: Bucket, key: tuple[str, frozenset[str]]) -> bool:
-    driver, tags = key
-    if bucket.driver_type and bucket.driver_type != driver:
-        return False
-    return bucket.tags <= tags
+    return satisfies(bucket.driver_type, bucket.tags, key[0], key[1])
 
 
 @runtime_checkable

@@ -1,16 +1,19 @@
-"""Operator actions on a pool: hosts, devices, settings, and the read-only views the
-scheduler, `status` and `explain` are built on."""
+"""`PoolAdmin`: the operator's API on a pool — hosts (add, rotate, remove, drain), devices
+(list, quarantine), settings, manual dispatch — and the read-only views `status` and `explain`
+are built on. What only the scheduler does (commit, expiry, leadership) is
+`deviceq.scheduler.client.SchedulerClient`."""
 
 from __future__ import annotations
 
 import secrets
 from typing import Any
 
-from .config import PoolConfig
-from .connection import PoolConnection
-from .errors import NotFound
-from .host import token_digest
-from .models import Host, PooledDevice, validate_id
+from ..core import fleet
+from ..core.config import PoolConfig
+from ..core.connection import PoolConnection
+from ..core.errors import InvalidInput, NotFound
+from ..core.models import Host, PooledDevice, validate_id
+from ..host.client import token_digest
 
 
 class PoolAdmin(PoolConnection):
@@ -46,35 +49,8 @@ class PoolAdmin(PoolConnection):
         )
 
     def hosts(self) -> list[Host]:
-        ids = sorted(str(h) for h in self.redis.smembers(self.keys.hosts))
-        now = self.server_time_ms()
-        timeout_ms = self.config().host_timeout * 1000
-        pipe = self.redis.pipeline(transaction=False)
-        for h in ids:
-            pipe.hmget(
-                self.keys.host(h), "last_heartbeat", "draining", "stopping", "suspect",
-                "session", "session_owner",
-            )  # fmt: skip
-            pipe.smembers(self.keys.host_devices(h))
-        res = pipe.execute()
-        out = []
-        for i, h in enumerate(ids):
-            hb, draining, stopping, suspect, session, owner = res[2 * i]
-            hb_ms = int(hb or 0)
-            out.append(
-                Host(
-                    host_id=h,
-                    last_heartbeat=hb_ms,
-                    draining=draining == "1",
-                    stopping=stopping == "1",
-                    suspect=bool(suspect),
-                    alive=hb_ms > 0 and now - hb_ms <= timeout_ms,
-                    session=session or None,
-                    session_owner=owner or None,
-                    devices=sorted(res[2 * i + 1]),
-                )
-            )
-        return out
+        """Every host of the pool with its liveness, flags and session (sorted by id)."""
+        return fleet.read_hosts(self)
 
     def host(self, host_id: str) -> Host:
         validate_id(host_id, "host id")
@@ -85,11 +61,8 @@ class PoolAdmin(PoolConnection):
 
     # -- devices -------------------------------------------------------------------------------
     def devices(self) -> list[PooledDevice]:
-        ids = sorted(str(d) for d in self.redis.smembers(self.keys.devices))
-        pipe = self.redis.pipeline(transaction=False)
-        for d in ids:
-            pipe.hgetall(self.keys.device(d))
-        return [PooledDevice.from_hash(h) for h in pipe.execute() if h]
+        """Every device of the pool (sorted by id)."""
+        return fleet.read_devices(self)
 
     def device(self, device_id: str) -> PooledDevice:
         h: dict[str, str] = self.redis.hgetall(  # type: ignore[assignment]
@@ -122,34 +95,15 @@ class PoolAdmin(PoolConnection):
         PoolConfig.parse_value(key, str(cfg.get(key, "")))  # raises ConfigError if unknown
         return {key: cfg[key]}
 
-    def expire(self, limit: int = 1000) -> dict[str, int]:
-        """Run one bounded expiry batch (the scheduler does this every tick)."""
-        requeued, failed, cancelled, unsched, more, trimmed = self._run("expire", [str(limit)])
-        return {
-            "requeued": int(requeued),
-            "failed": int(failed),
-            "cancelled": int(cancelled),
-            "unschedulable": int(unsched),
-            "more": int(more),
-            "trimmed": int(trimmed),
-        }
-
-    # -- assignment commit ---------------------------------------------------------------------
-    def commit(self, pairs: list[tuple[str, str]], fence: int | str = "") -> list[str]:
-        """Commit proposed (task_id, device_id) pairs atomically, each re-validated.
-        Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. With ``fence`` (the scheduler's
-        leader epoch) the whole batch is refused with Fenced unless that epoch still leads."""
-        args: list[Any] = [str(fence), str(len(pairs))]
-        for task_id, device_id in pairs:
-            args += [validate_id(task_id, "task id"), validate_id(device_id, "device id")]
-        return [str(x) for x in self._run("assign", args)]
-
     def dispatch(self, task_id: str, device_id: str) -> str:
         """Manual dispatch: bind a queued task to a named idle device through the same atomic
         commit as the scheduler. Returns the lease id; raises InvalidInput with the reason."""
-        from .errors import InvalidInput
-
-        res = self.commit([(task_id, device_id)])[0]
+        res = str(
+            self._run(
+                "assign",
+                ["", "1", validate_id(task_id, "task id"), validate_id(device_id, "device id")],
+            )[0]
+        )
         if res.startswith("ok:"):
             return res[3:]
         raise InvalidInput(f"cannot dispatch {task_id} to {device_id}: {res[4:]}")

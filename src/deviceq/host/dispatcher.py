@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
-from .errors import NotFound
-from .models import Assignment, FailureKind, WorkflowDefinition
+from ..core.errors import NotFound
+from ..core.models import Assignment, FailureKind, WorkflowDefinition
 from .runners import (
     GoalRunner,
     LeaseClock,

@@ -6,67 +6,12 @@ failures by their limits; devices and hosts are read whole (one pipeline each)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from .models import Constraints, Host, PooledDevice, TaskStatus
-from .pool import PoolAdmin
-
-DEVICE_STATES = (
-    "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "quarantined",
-    "host_dead",
-)  # fmt: skip
-"""Effective device states, in the order ``status`` shows them. ``reserved``: holds a lease
-(assigned or running); ``draining``: its host is drained or shutting down; ``suspect``: one of
-its leases expired, ``held``: its host handed an assignment back (both until the host's next
-heartbeat); ``host_dead``: its host's heartbeat is older than ``host_timeout``."""
-
-
-def effective_state(device: PooledDevice, host: Host | None) -> str:
-    """One word for what a device can do now (see ``DEVICE_STATES``)."""
-    if device.quarantined:
-        return "quarantined"
-    if host is None or not host.alive:
-        return "host_dead"
-    if device.reserved_by:
-        return "reserved"
-    if device.held:
-        return "suspect" if device.held == "suspect" else "held"
-    if device.state.value == "idle" and (host.draining or host.stopping):
-        return "draining"
-    return device.state.value
-
-
-def device_reason(d: PooledDevice, state: str) -> str | None:
-    """Why a device is not an idle candidate (or needs attention), in words."""
-    if state == "quarantined":
-        return d.quarantine_reason or "quarantined"
-    if state == "suspect":
-        return "a lease on it expired; back at its host's next heartbeat"
-    if state == "held":
-        return "its host handed an assignment back; back at the host's next heartbeat"
-    if d.attention:
-        return d.attention
-    if state in ("busy", "offline"):
-        return d.reason
-    return None
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """One queue bucket: queued tasks sharing constraints and priority."""
-
-    sig: str
-    driver_type: str | None
-    tags: tuple[str, ...]
-    priority: int
-    depth: int
-    head_task: str | None
-    head_submitted_at: int | None
-
-    @property
-    def constraints(self) -> Constraints:
-        return Constraints(driver_type=self.driver_type, tags=self.tags)
+from ..core.fleet import DEVICE_STATES, device_reason, effective_state
+from ..core.models import Host, PooledDevice, TaskStatus
+from ..scheduler.strategies import Bucket
+from .admin import PoolAdmin
 
 
 def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
@@ -94,7 +39,7 @@ def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
             Bucket(
                 sig=sig,
                 driver_type=info.get("driver_type") or None,
-                tags=tuple(t for t in (info.get("tags") or "").split(",") if t),
+                tags=frozenset(t for t in (info.get("tags") or "").split(",") if t),
                 priority=int(info.get("priority") or 0),
                 depth=int(res[3 * i + 1]),
                 head_task=heads[i],
@@ -248,7 +193,7 @@ def pool_status(
             {
                 "sig": b.sig,
                 "driver_type": b.driver_type,
-                "tags": list(b.tags),
+                "tags": sorted(b.tags),
                 "priority": b.priority,
                 "depth": b.depth,
                 "head_task": b.head_task,

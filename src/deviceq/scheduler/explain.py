@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .connection import PoolConnection
-from .errors import NotFound
-from .models import ScheduledTask, TaskStatus, validate_id
-from .pool import PoolAdmin
-from .status import effective_state
+from ..core import liveness
+from ..core.connection import PoolConnection
+from ..core.errors import NotFound
+from ..core.fleet import effective_state, read_devices, read_hosts
+from ..core.models import ScheduledTask, TaskStatus, validate_id
 
 BLOCKERS = (
     "reserved",
@@ -83,14 +83,9 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(admin_or_conn: PoolConnection | Any, task_id: str) -> Explanation:
-    """Explain task ``task_id`` of the pool ``admin_or_conn`` is connected to (a PoolAdmin,
-    Client or any PoolConnection). Raises NotFound for an unknown task."""
-    admin = (
-        admin_or_conn
-        if isinstance(admin_or_conn, PoolAdmin)
-        else PoolAdmin(admin_or_conn.redis, admin_or_conn.pool)
-    )
+def explain(admin: PoolConnection, task_id: str) -> Explanation:
+    """Explain task ``task_id`` of the pool ``admin`` is connected to (a PoolAdmin, Client
+    or any PoolConnection). Raises NotFound for an unknown task."""
     validate_id(task_id, "task id")
     raw: dict[str, str] = admin.redis.hgetall(admin.keys.task(task_id))  # type: ignore[assignment]
     if not raw:
@@ -105,7 +100,7 @@ def explain(admin_or_conn: PoolConnection | Any, task_id: str) -> Explanation:
     return exp
 
 
-def _explain_other(admin: PoolAdmin, task: ScheduledTask) -> Explanation:
+def _explain_other(admin: PoolConnection, task: ScheduledTask) -> Explanation:
     now = admin.server_time_ms()
     where = f"device {task.device_id} on host {task.host_id}"
     tries = f"attempt {task.attempt} of {task.max_attempts}"
@@ -146,34 +141,42 @@ def _explain_other(admin: PoolAdmin, task: ScheduledTask) -> Explanation:
     return Explanation(task.id, task.status.value, summary, reasons)
 
 
-def _host_state(admin: PoolAdmin, host_id: str | None, now: int) -> list[Reason]:
+def _host_state(admin: PoolConnection, host_id: str | None, now: int) -> list[Reason]:
+    """Why a running task's host may not finish it (the one liveness rule)."""
     if not host_id:
         return []
-    hb, draining = admin.redis.hmget(admin.keys.host(host_id), "last_heartbeat", "draining")
-    timeout_ms = admin.config().host_timeout * 1000
-    if hb is None:
+    raw = admin.redis.hmget(admin.keys.host(host_id), *liveness.HOST_FIELDS)
+    row = liveness.row([None if v is None else str(v) for v in raw])
+    if row["last_heartbeat"] is None:
         return [Reason("host_missing", f"host {host_id} no longer exists")]
-    age = now - int(hb or 0)
-    out = []
-    if age > timeout_ms:
-        out.append(
+    timeout_ms = admin.config().host_timeout * 1000
+    why = liveness.unplaceable(row, now, timeout_ms)
+    if why == "host_dead":
+        age = now - int(row["last_heartbeat"] or 0)
+        return [
             Reason(
                 "host_dead",
                 f"host {host_id} last heartbeat {age / 1000:.1f}s ago: "
                 "the lease will expire and the task be retried",
             )
-        )
-    if draining == "1":
-        out.append(Reason("host_draining", f"host {host_id} is draining"))
-    return out
+        ]
+    if why == "host_draining":
+        return [Reason("host_draining", f"host {host_id} is draining")]
+    if why == "host_suspect":
+        return [
+            Reason(
+                "host_suspect", f"host {host_id} lost a lease: no new work until its next heartbeat"
+            )
+        ]
+    return []
 
 
-def _explain_queued(admin: PoolAdmin, task: ScheduledTask, raw: dict[str, str]) -> Explanation:
+def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, str]) -> Explanation:
     k = admin.keys
     r = admin.redis
     now = admin.server_time_ms()
-    devices = admin.devices()
-    hosts = {h.host_id: h for h in admin.hosts()}
+    devices = read_devices(admin)
+    hosts = {h.host_id: h for h in read_hosts(admin)}
     need = set(task.tags)
     counts: dict[str, int] = {"devices": len(devices)}
     of_type = [d for d in devices if not task.driver_type or d.driver_type == task.driver_type]

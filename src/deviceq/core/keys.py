@@ -10,7 +10,7 @@ key                                type       holds
 =================================  =========  ==================================================
 ``config``                         hash       pool settings (``max_queue_depth``, ttls, ...)
 ``seq``                            string     submission counter (task order, ids)
-``task:ID``                        hash       one task (see ``deviceq.models.TASK_FIELDS``)
+``task:ID``                        hash       one task (see ``deviceq.core.models.ScheduledTask``)
 ``task:ID:attempts``               list       JSON record per attempt, expired ones included
 ``task:ID:goal``                   string     the goal when longer than 64 bytes (the hash
                                               then holds ``goal`` empty: it stays a listpack)

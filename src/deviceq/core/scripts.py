@@ -25,7 +25,7 @@ def lua_dir() -> Path:
     packaged = resources.files("deviceq") / "lua"
     if packaged.is_dir():
         return Path(str(packaged))
-    source = Path(__file__).resolve().parents[2] / "lua"
+    source = Path(__file__).resolve().parents[3] / "lua"
     if source.is_dir():
         return source
     raise DeviceqError("deviceq's Lua scripts are missing from this installation")

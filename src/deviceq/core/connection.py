@@ -9,9 +9,9 @@ from urllib.parse import unquote
 import redis
 
 from .config import PoolConfig, Settings
-from .errors import ConfigError
+from .errors import ConfigError, NotFound
 from .keys import Keys
-from .models import validate_id
+from .models import WorkflowDefinition, validate_id
 from .scripts import Scripts
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -61,21 +61,31 @@ def check_redis_url(url: object) -> str:
     return url
 
 
-def connect(url: str) -> redis.Redis:
-    """A Redis client for deviceq: decoded responses, health checks, retry on a dropped
-    connection. A malformed ``url`` raises ConfigError (see :func:`check_redis_url`)."""
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 30.0,
+    connect_timeout: float = 5.0,
+    retries: int = 3,
+    backoff_cap: float = 1.0,
+    health_check_interval: int = 30,
+) -> redis.Redis:
+    """THE way deviceq opens a Redis client: decoded responses, keepalive, health checks and a
+    short retry on a dropped connection. ``socket_timeout`` must exceed the longest blocking
+    read made on the client (XREAD/BLPOP wait a few seconds; redis-py's default is 5 s): the
+    host daemon uses short ones per purpose. A malformed ``url`` raises ConfigError (see
+    :func:`check_redis_url`)."""
     from redis.backoff import ExponentialBackoff
     from redis.retry import Retry
 
     return redis.Redis.from_url(
         check_redis_url(url),
         decode_responses=True,
-        health_check_interval=30,
+        health_check_interval=health_check_interval,
         socket_keepalive=True,
-        # blocking reads (XREAD/BLPOP) wait up to a few seconds; redis-py's default is 5 s
-        socket_timeout=30,
-        socket_connect_timeout=5,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        retry=Retry(ExponentialBackoff(cap=backoff_cap, base=0.05), retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
 
@@ -100,6 +110,15 @@ class PoolConnection:
     def server_time_ms(self) -> int:
         sec, usec = self.redis.time()
         return int(sec) * 1000 + int(usec) // 1000
+
+    def get_workflow(self, name: str) -> WorkflowDefinition:
+        """A stored `WorkflowDefinition` (producers store them; hosts load them to run a
+        workflow task). Raises NotFound."""
+        validate_id(name, "workflow name")
+        raw = self.redis.get(self.keys.workflow(name))
+        if raw is None:
+            raise NotFound(f"no workflow {name} in pool {self.pool}")
+        return WorkflowDefinition.model_validate_json(raw)
 
     def config(self) -> PoolConfig:
         """The pool's settings: stored values over the defaults."""

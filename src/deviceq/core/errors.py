@@ -83,12 +83,6 @@ class ConfigError(DeviceqError):
     code = "CONFIG"
 
 
-class LeaseLost(DeviceqError):
-    """The lease is no longer current (superseded, expired or finished): stop the runner."""
-
-    code = "LEASE_LOST"
-
-
 _BY_CODE: dict[str, type[DeviceqError]] = {
     cls.code: cls
     for cls in (
@@ -104,7 +98,6 @@ _BY_CODE: dict[str, type[DeviceqError]] = {
         SessionActive,
         SessionSuperseded,
         ConfigError,
-        LeaseLost,
     )
 }
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import redis
 
-from .connection import PoolConnection
-from .errors import InvalidInput
-from .models import (
+from ..core.connection import PoolConnection
+from ..core.errors import InvalidInput
+from ..core.models import (
     MAX_PAYLOAD_BYTES,
     Assignment,
     DeviceState,
@@ -215,6 +215,10 @@ class HostClient(PoolConnection):
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an assignment may be waiting (or ``timeout`` seconds pass)."""
         return bool(self.redis.blpop([self.keys.host_wake(self.host_id)], timeout=timeout))
+
+    def nudge(self) -> None:
+        """Wake this host's own blocking inbox wait (its daemon is stopping)."""
+        self.redis.lpush(self.keys.host_wake(self.host_id), "stop")
 
     def wait_for_control(self, timeout: float) -> str | None:
         """Block until a control message arrives for this host (cancel requested, quarantine

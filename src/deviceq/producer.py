@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -11,10 +10,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .connection import PoolConnection
-from .errors import InvalidInput, NotFound
-from .events import Event, last_event_id, read_events
-from .models import (
+from .core.connection import PoolConnection
+from .core.errors import InvalidInput, NotFound
+from .core.events import Event, last_event_id, read_events
+from .core.models import (
     ScheduledTask,
     TaskSpec,
     TaskStatus,
@@ -270,13 +269,6 @@ class Client(PoolConnection):
         pipe.sadd(self.keys.workflows, wf.name)
         pipe.execute()
         return wf.name
-
-    def get_workflow(self, name: str) -> WorkflowDefinition:
-        validate_id(name, "workflow name")
-        raw = self.redis.get(self.keys.workflow(name))
-        if raw is None:
-            raise NotFound(f"no workflow {name} in pool {self.pool}")
-        return WorkflowDefinition.model_validate(json.loads(raw))
 
     def list_workflows(self) -> builtins.list[str]:
         return sorted(str(n) for n in self.redis.smembers(self.keys.workflows))

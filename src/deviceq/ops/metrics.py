@@ -29,10 +29,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..core.events import Event, last_event_id, read_events
+from ..core.models import FailureKind
 from . import status as st
-from .events import Event, last_event_id, read_events
-from .models import FailureKind
-from .pool import PoolAdmin
+from .admin import PoolAdmin
 
 LATENCY_BUCKETS = (
     0.005,
@@ -100,8 +100,8 @@ class PoolCollector(Collector):
         )
         for b in st.buckets(self.admin, MAX_SIGNATURES):
             depth.add_metric(
-                [pool, b.sig, b.driver_type or "", ",".join(b.tags), str(b.priority)],
-                float(b.depth),
+                [pool, b.sig, b.driver_type or "", ",".join(sorted(b.tags)), str(b.priority)],
+                float(b.depth or 0),
             )
         yield depth
         tasks = GaugeMetricFamily(

@@ -1,0 +1,91 @@
+"""The fleet as operators and the scheduler's explanations see it, read from Redis: every host
+with its liveness (the one rule, `liveness`), every device, and one word for what a device can
+do now (`effective_state`) with the reason in words (`device_reason`)."""
+
+from __future__ import annotations
+
+from .connection import PoolConnection
+from .liveness import host_alive
+from .models import Host, PooledDevice
+
+
+def read_hosts(conn: PoolConnection) -> list[Host]:
+    """Every host of the pool (sorted by id): heartbeat, liveness, flags, session, devices."""
+    r, k = conn.redis, conn.keys
+    ids = sorted(str(h) for h in r.smembers(k.hosts))
+    now = conn.server_time_ms()
+    timeout_ms = conn.config().host_timeout * 1000
+    pipe = r.pipeline(transaction=False)
+    for h in ids:
+        pipe.hmget(k.host(h), "last_heartbeat", "draining", "stopping", "suspect", "session",
+                   "session_owner")  # fmt: skip
+        pipe.smembers(k.host_devices(h))
+    res = pipe.execute()
+    out = []
+    for i, h in enumerate(ids):
+        hb, draining, stopping, suspect, session, owner = res[2 * i]
+        hb_ms = int(hb or 0)
+        out.append(
+            Host(
+                host_id=h,
+                last_heartbeat=hb_ms,
+                draining=draining == "1",
+                stopping=stopping == "1",
+                suspect=bool(suspect),
+                alive=host_alive(hb_ms, now, timeout_ms),
+                session=session or None,
+                session_owner=owner or None,
+                devices=sorted(res[2 * i + 1]),
+            )
+        )
+    return out
+
+
+def read_devices(conn: PoolConnection) -> list[PooledDevice]:
+    """Every device of the pool (sorted by id)."""
+    r, k = conn.redis, conn.keys
+    ids = sorted(str(d) for d in r.smembers(k.devices))
+    pipe = r.pipeline(transaction=False)
+    for d in ids:
+        pipe.hgetall(k.device(d))
+    return [PooledDevice.from_hash(h) for h in pipe.execute() if h]
+
+
+DEVICE_STATES = (
+    "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "quarantined",
+    "host_dead",
+)  # fmt: skip
+"""Effective device states, in the order ``status`` shows them. ``reserved``: holds a lease
+(assigned or running); ``draining``: its host is drained or shutting down; ``suspect``: one of
+its leases expired, ``held``: its host handed an assignment back (both until the host's next
+heartbeat); ``host_dead``: its host's heartbeat is older than ``host_timeout``."""
+
+
+def effective_state(device: PooledDevice, host: Host | None) -> str:
+    """One word for what a device can do now (see ``DEVICE_STATES``)."""
+    if device.quarantined:
+        return "quarantined"
+    if host is None or not host.alive:
+        return "host_dead"
+    if device.reserved_by:
+        return "reserved"
+    if device.held:
+        return "suspect" if device.held == "suspect" else "held"
+    if device.state.value == "idle" and (host.draining or host.stopping):
+        return "draining"
+    return device.state.value
+
+
+def device_reason(d: PooledDevice, state: str) -> str | None:
+    """Why a device is not an idle candidate (or needs attention), in words."""
+    if state == "quarantined":
+        return d.quarantine_reason or "quarantined"
+    if state == "suspect":
+        return "a lease on it expired; back at its host's next heartbeat"
+    if state == "held":
+        return "its host handed an assignment back; back at the host's next heartbeat"
+    if d.attention:
+        return d.attention
+    if state in ("busy", "offline"):
+        return d.reason
+    return None

@@ -1,0 +1,23 @@
+"""The host role: the worker daemon a host runs (`daemon.HostWorker`) and what it is made of —
+the host's Redis API (`client.HostClient`), its session identity (`session`), settings
+(`settings`), shared state (`state`), upkeep threads (`upkeep`), attempt execution
+(`execution`), the `TaskDispatcher` (`dispatcher`) and the runners (`runners`)."""
+
+from .client import DeviceReport, Heartbeat, HostClient, Renewal, Report, SessionInfo
+from .daemon import HostWorker
+from .dispatcher import DispatchOutcome, TaskDispatcher
+from .settings import DeviceConfig, WorkerSettings
+
+__all__ = [
+    "DeviceConfig",
+    "DeviceReport",
+    "DispatchOutcome",
+    "Heartbeat",
+    "HostClient",
+    "HostWorker",
+    "Renewal",
+    "Report",
+    "SessionInfo",
+    "TaskDispatcher",
+    "WorkerSettings",
+]

@@ -1,0 +1,257 @@
+"""Running one claimed attempt on one device: `Run` (the attempt and its lease clock) and
+`Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a thread
+of its own, keeps the device out of service while a runner that did not stop is still alive,
+and reports the outcome, retrying while Redis is unreachable."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import AuthError, DeviceqError, SessionSuperseded
+from ..core.models import Assignment, DeviceState
+from .client import HostClient, Report
+from .dispatcher import DispatchOutcome, TaskDispatcher
+from .runners import LeaseClock
+from .state import LOG, TRANSIENT, HostState
+
+
+def lease_margin(lease_s: float) -> float:
+    """How long before a lease's expiry in Redis the host treats it as ended (clock rates,
+    the time a kill takes): a tenth of it, at most a second."""
+    return min(1.0, 0.1 * lease_s)
+
+
+@dataclass(eq=False)
+class Run:
+    """One claimed attempt running (or about to run) on one device."""
+
+    assignment: Assignment
+    lease: LeaseClock
+    renew_at: float  # time.monotonic() of the next renewal (a third into the lease)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    reason: str | None = None  # why it was stopped: cancel | lost | expired | drain
+    after: Run | None = None  # a previous run on the same device still stopping
+    ended: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    @property
+    def task_id(self) -> str:
+        return self.assignment.task.id
+
+    @property
+    def device_id(self) -> str:
+        return self.assignment.device_id
+
+    def fields(self) -> dict[str, Any]:
+        a = self.assignment
+        return {
+            "task": a.task.id,
+            "lease": a.lease_id,
+            "host": a.host_id,
+            "device": a.device_id,
+            "attempt": a.attempt,
+        }
+
+    def stop(self, reason: str) -> None:
+        """Ask the runner to stop; ``lost`` overrides any earlier reason."""
+        if self.reason is None or reason == "lost":
+            self.reason = reason
+        self.cancel.set()
+        # (expired: the lease ended here without a renewal; Redis decides whether it is lost)
+
+    def renewed(self, sent_at: float, lease_ms: int) -> None:
+        """A claim or renewal sent at ``sent_at`` granted a lease of ``lease_ms``: the lease
+        ends locally a margin before it does in Redis; the next renewal is a third into it."""
+        lease_s = max(0.001, lease_ms / 1000)
+        self.lease.extend(sent_at + lease_s - lease_margin(lease_s))
+        self.renew_at = sent_at + lease_s / 3
+
+
+class Executor:
+    """Starts, runs and reports the attempts a host claimed."""
+
+    def __init__(self, state: HostState, host: HostClient, dispatcher: TaskDispatcher) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.host = host
+        self.dispatcher = dispatcher
+
+    def start(self, a: Assignment, sent: float) -> None:
+        run = Run(a, LeaseClock(), sent)
+        run.renewed(sent, a.lease_ms or int(self.state.lease_ttl * 1000))
+        f = run.fields()
+        if run.lease.expired:
+            # claimed before a freeze (SIGSTOP) that outlasted the lease: the task has gone
+            # back to the queue or elsewhere; a report would be refused
+            self.state.log(logging.WARNING, "claimed lease already ended: not started", **f)
+            return
+        if a.device_id not in self.state.devices or a.host_id != self.settings.host_id:
+            self.state.log(
+                logging.WARNING,
+                "assignment for a device this worker does not serve: handing it back",
+                **f,
+            )
+            self.release(run, "device not served by this worker")
+            return
+        with self.state.lock:
+            busy = self.state.abandoned.get(a.device_id)
+        state = self.state.states[a.device_id]
+        if self.state.stopping.is_set() or busy or state is not DeviceState.idle:
+            why = (
+                "host shutting down"
+                if self.state.stopping.is_set()
+                else busy
+                if busy
+                else f"device {state.value}"
+            )
+            self.state.log(logging.INFO, f"{why}: handing the assignment back", **f)
+            self.release(run, why)
+            return
+        with self.state.lock:
+            run.after = self.state.by_device.get(a.device_id)
+            self.state.by_device[a.device_id] = run
+            self.state.runs[run.task_id] = run
+        self.state.log(
+            logging.INFO,
+            "claimed",
+            goal=(a.task.goal or "")[:80] or None,
+            workflow=a.task.workflow,
+            **f,
+        )
+        run.thread = threading.Thread(
+            target=self.execute, args=(run,), name=f"task-{run.task_id}", daemon=True
+        )
+        run.thread.start()
+
+    def execute(self, run: Run) -> None:
+        try:
+            if run.after is not None:
+                run.after.ended.wait()
+            timeout = self.settings.task_timeout
+            deadline = time.monotonic() + timeout if timeout > 0 else None
+            device = self.state.devices[run.device_id]
+            if run.reason is None and not run.lease.expired:
+                outcome = self.dispatcher.dispatch(
+                    run.assignment,
+                    run.cancel,
+                    deadline,
+                    driver_type=device.driver_type,
+                    lease=run.lease,
+                )
+            else:  # stopped (or its lease ended) before it started
+                if run.reason is None:
+                    run.stop("lost")
+                outcome = DispatchOutcome("cancelled", None, "stopped before start")
+            if outcome.abandoned:
+                self.hold_device(run, outcome)
+            self.finish(run, outcome)
+        except Exception:  # noqa: BLE001 - never lose the slot
+            LOG.exception("run failed", extra={"fields": run.fields()})
+            with contextlib.suppress(Exception):
+                self.release(run, "worker error")
+        finally:
+            run.ended.set()
+            with self.state.lock:
+                self.state.runs.pop(run.task_id, None)
+                if self.state.by_device.get(run.device_id) is run:
+                    del self.state.by_device[run.device_id]
+            self.state.changed.set()
+
+    def hold_device(self, run: Run, outcome: DispatchOutcome) -> None:
+        """A runner that did not stop keeps its device: it is reported ``busy`` (before the
+        attempt's report frees the reservation, so the device never looks idle meanwhile)
+        until the runner really ends."""
+        why = f"runner of task {run.task_id} did not stop; waiting for it to end"
+        with self.state.lock:
+            self.state.abandoned[run.device_id] = why
+        self.state.log(
+            logging.ERROR, "runner abandoned: device out of service until it ends", **run.fields()
+        )
+        with contextlib.suppress(*TRANSIENT, DeviceqError):
+            self.host.heartbeat(self.state.snapshot())
+
+        def watch() -> None:
+            done = outcome.runner_done
+            while done is not None and not done.wait(1.0):
+                if self.state.closed.is_set():
+                    return
+            with self.state.lock:
+                if self.state.abandoned.get(run.device_id) == why:
+                    del self.state.abandoned[run.device_id]
+            self.state.log(
+                logging.INFO, "abandoned runner ended: device back in service", **run.fields()
+            )
+            self.state.changed.set()
+            self.state.beat_now.set()
+
+        threading.Thread(target=watch, name=f"abandoned-{run.task_id}", daemon=True).start()
+
+    def finish(self, run: Run, out: DispatchOutcome) -> None:
+        f = run.fields()
+        if run.reason == "lost" or (not out.ok and (run.reason == "expired" or run.lease.expired)):
+            # a run that failed after its lease ended here was most likely stopped by that
+            # (the lease watchdog): the task comes back through expiry. A success is still
+            # reported: the script accepts it only if the lease is still current there.
+            self.state.log(
+                logging.INFO,
+                "runner stopped after losing the lease; not reported",
+                status=out.status,
+                **f,
+            )
+            return
+        if run.reason == "drain" and not out.ok:
+            self.release(run, "host shut down before the task finished")
+            return
+        if run.reason == "cancel" and not out.ok:
+            report = Report(
+                run.task_id, run.assignment.lease_id, "cancelled", None, out.payload or "cancelled"
+            )
+        elif out.ok:
+            report = Report(run.task_id, run.assignment.lease_id, "done", None, out.payload)
+        elif out.status == "cancelled":  # cancelled without a request: hand it back
+            self.release(run, out.payload or "stopped")
+            return
+        else:
+            report = Report(
+                run.task_id, run.assignment.lease_id, "failed", out.failure_kind, out.payload
+            )
+        self.report(run, report)
+
+    def report(self, run: Run, report: Report) -> str | None:
+        f = run.fields()
+        try:
+            answer = self.state.retry(
+                "report", lambda: self.host.report_many([report])[0], self.state.give_up_reports
+            )
+        except (AuthError, SessionSuperseded) as exc:
+            self.state.fatal(exc)
+            return None
+        except DeviceqError as exc:
+            self.state.log(logging.ERROR, f"report refused: {type(exc).__name__}: {exc}", **f)
+            return None
+        if answer is None:
+            self.state.log(
+                logging.ERROR,
+                "report not delivered before shutdown; the lease will "
+                "expire and the task be retried",
+                outcome=report.outcome,
+                **f,
+            )
+            return None
+        level = logging.WARNING if answer.startswith("rejected") else logging.INFO
+        self.state.log(
+            level,
+            f"reported {report.outcome}",
+            answer=answer,
+            failure_kind=report.failure_kind,
+            **f,
+        )
+        return str(answer)
+
+    def release(self, run: Run, why: str) -> None:
+        self.report(run, Report(run.task_id, run.assignment.lease_id, "released", None, why))

@@ -1,0 +1,74 @@
+"""Runners: the pluggable entry points that actually execute a task on a device.
+
+A **goal runner** is a callable ``runner(task: Task) -> Outcome``. It gets a `Task` (the goal,
+the device, the attempt, a deadline, a cancellation signal and a logger) and returns an
+`Outcome` (success and a result text, or failure and an error text). Raising an exception means
+the runner itself broke (``runner_error``). For convenience a runner may also return ``None``
+(success, no text), a ``str`` (success with that result) or a ``bool``.
+
+A **workflow runner** is a callable ``runner(workflow, task, goal_runner) -> Outcome`` that runs
+a `WorkflowDefinition` for a workflow task; it gets the configured goal runner to run steps with.
+
+Runners are named by a `RunnerSpec`:
+
+- a built-in name: ``command`` and ``sim`` (goal runners), ``steps`` (the reference workflow
+  runner: each step's goal in order through the goal runner, stopping at the first failure);
+- an import path ``package.module:callable`` (a class is instantiated with the spec's options);
+- an entry point name in the group ``deviceq.runners``.
+
+Python runners that are not built in run, by default, in a child process of their own
+(``isolation="auto"``), so a runner that holds the GIL or hangs can never starve the worker's
+lease renewals, and a runner that ignores its cancellation signal can be killed with its whole
+process group. The ``command`` runner always runs its command in a process group of its own.
+"""
+
+from .base import (
+    DEFAULT_TAIL_BYTES,
+    GoalRunner,
+    LeaseClock,
+    Outcome,
+    Task,
+    TaskLogger,
+    WorkflowRunner,
+    as_outcome,
+    tail,
+    task_logger,
+)
+from .command import CommandRunner, CommandTemplate, kill_group, render_argv
+from .isolation import IsolatedRunner, RunnerCrashed
+from .registry import (
+    ENTRY_POINT_GROUP,
+    RunnerSpec,
+    build_goal_runner,
+    build_workflow_runner,
+    load_runner,
+)
+from .sim import SimRunner, parse_duration
+from .steps import run_steps
+
+__all__ = [
+    "DEFAULT_TAIL_BYTES",
+    "ENTRY_POINT_GROUP",
+    "CommandRunner",
+    "CommandTemplate",
+    "GoalRunner",
+    "IsolatedRunner",
+    "LeaseClock",
+    "Outcome",
+    "RunnerCrashed",
+    "RunnerSpec",
+    "SimRunner",
+    "Task",
+    "TaskLogger",
+    "WorkflowRunner",
+    "as_outcome",
+    "build_goal_runner",
+    "build_workflow_runner",
+    "kill_group",
+    "load_runner",
+    "parse_duration",
+    "render_argv",
+    "run_steps",
+    "tail",
+    "task_logger",
+]

@@ -1,0 +1,199 @@
+"""The runner interface: the `Task` a runner gets (goal, device, attempt, deadline, a
+cancellation signal, its lease clock, a logger) and the `Outcome` it returns."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...core.models import MAX_PAYLOAD_BYTES, WorkflowDefinition
+
+DEFAULT_TAIL_BYTES = 8192
+_LOG = logging.getLogger("deviceq.runner")
+
+
+class TaskLogger(logging.LoggerAdapter):
+    """A logger whose every line carries the task's structured fields (task, lease, host,
+    device, attempt) for ``deviceq.logs``; extra keyword fields may be given as ``fields=``."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = dict(kwargs.pop("fields", None) or {})
+        kwargs["extra"] = {"fields": {**(self.extra or {}), **extra}}
+        return msg, kwargs
+
+
+@dataclass
+class Task:
+    """What a runner gets for one attempt of one task.
+
+    ``deadline`` is a ``time.monotonic()`` value (None: no limit); ``cancel`` is set when the
+    runner must stop (cancel requested, deadline passed, lease lost or host draining): check it
+    often, or wait on it instead of sleeping. ``workflow``/``step`` are set for the steps of a
+    workflow task."""
+
+    goal: str
+    task_id: str
+    device_id: str
+    driver_type: str
+    tags: tuple[str, ...] = ()
+    attempt: int = 1
+    deadline: float | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    logger: logging.LoggerAdapter = field(default_factory=lambda: TaskLogger(_LOG, {}))
+    lease_id: str = ""
+    host_id: str = ""
+    workflow: str | None = None
+    step: int | None = None
+    lease: LeaseClock | None = None
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (never negative), or None without a deadline."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
+
+    def env(self) -> dict[str, str]:
+        """The ``DEVICEQ_*`` environment variables describing this task."""
+        env = {
+            "DEVICEQ_GOAL": self.goal,
+            "DEVICEQ_DEVICE_ID": self.device_id,
+            "DEVICEQ_DRIVER_TYPE": self.driver_type,
+            "DEVICEQ_TAGS": ",".join(self.tags),
+            "DEVICEQ_TASK_ID": self.task_id,
+            "DEVICEQ_ATTEMPT": str(self.attempt),
+            "DEVICEQ_LEASE_ID": self.lease_id,
+            "DEVICEQ_HOST_ID": self.host_id,
+        }
+        if self.workflow:
+            env["DEVICEQ_WORKFLOW"] = self.workflow
+        if self.step is not None:
+            env["DEVICEQ_STEP"] = str(self.step)
+        return env
+
+    def portable(self) -> dict[str, Any]:
+        """The picklable part (everything but the event, the logger and the lease clock), for a
+        child process."""
+        return {
+            "goal": self.goal, "task_id": self.task_id, "device_id": self.device_id,
+            "driver_type": self.driver_type, "tags": tuple(self.tags), "attempt": self.attempt,
+            "deadline_in": self.time_left(), "lease_id": self.lease_id, "host_id": self.host_id,
+            "workflow": self.workflow, "step": self.step,
+        }  # fmt: skip
+
+    @classmethod
+    def from_portable(cls, data: Mapping[str, Any], cancel: threading.Event) -> Task:
+        d = dict(data)
+        left = d.pop("deadline_in", None)
+        deadline = None if left is None else time.monotonic() + float(left)
+        task = cls(**d, deadline=deadline, cancel=cancel)
+        task.logger = task_logger(task)
+        return task
+
+
+class LeaseClock:
+    """A run's lease as the host sees it: ``until`` is the ``time.monotonic()`` by which the
+    lease ends unless renewed (a safety margin before its expiry in Redis), or None when
+    unknown. The worker moves it at every renewal; runners that run the task outside the
+    worker's process (commands, isolated runners) forward it to a watchdog beside the run,
+    which kills the run when it passes: a frozen (SIGSTOP) or dead (SIGKILL) daemon can never
+    leave a run going after its lease ended and the task went to another device."""
+
+    def __init__(self, until: float | None = None) -> None:
+        self.until = until
+        self.version = 0
+
+    def extend(self, until: float) -> None:
+        self.until = until
+        self.version += 1
+
+    def remaining(self) -> float | None:
+        return None if self.until is None else self.until - time.monotonic()
+
+    @property
+    def expired(self) -> bool:
+        left = self.remaining()
+        return left is not None and left <= 0
+
+
+def task_logger(task: Task, base: logging.Logger | None = None) -> TaskLogger:
+    """A `TaskLogger` carrying ``task``'s fields."""
+    fields: dict[str, Any] = {
+        "task": task.task_id, "lease": task.lease_id or None, "host": task.host_id or None,
+        "device": task.device_id, "attempt": task.attempt,
+    }  # fmt: skip
+    if task.step is not None:
+        fields["step"] = task.step
+    return TaskLogger(base or _LOG, fields)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a runner reports: ``ok`` with a result text, or not ok with an error text.
+    ``infra``: the failure is the device's or the rig's, not the task's (`infrastructure`);
+    only such failures (and runner crashes and timeouts) count toward quarantining a device."""
+
+    ok: bool
+    text: str = ""
+    infra: bool = False
+
+    @classmethod
+    def success(cls, result: str = "") -> Outcome:
+        return cls(True, result)
+
+    @classmethod
+    def failure(cls, error: str) -> Outcome:
+        """The task failed on its own (failure_kind ``runner_failed``)."""
+        return cls(False, error)
+
+    @classmethod
+    def infrastructure(cls, error: str) -> Outcome:
+        """The device or rig failed, not the task (failure_kind ``infrastructure``): counts
+        toward ``quarantine_after``."""
+        return cls(False, error, True)
+
+
+def as_outcome(value: Any) -> Outcome:
+    """Normalise what a runner returned: Outcome, None, str, bool, or a mapping with ``ok`` /
+    ``success`` and ``result`` / ``error``."""
+    if isinstance(value, Outcome):
+        return value
+    if value is None:
+        return Outcome.success("")
+    if isinstance(value, bool):
+        return Outcome(value, "" if value else "runner reported failure")
+    if isinstance(value, str):
+        return Outcome.success(value)
+    if isinstance(value, Mapping):
+        ok = bool(value.get("ok", value.get("success", False)))
+        text = value.get("result" if ok else "error") or value.get("text") or ""
+        return Outcome(ok, str(text), not ok and bool(value.get("infrastructure", False)))
+    ok_attr = getattr(value, "ok", getattr(value, "success", None))
+    if isinstance(ok_attr, bool):
+        text = getattr(value, "result" if ok_attr else "error", None) or ""
+        return Outcome(ok_attr, str(text))
+    raise TypeError(f"runner returned {type(value).__name__}; expected an Outcome")
+
+
+def tail(text: str | bytes, limit: int = DEFAULT_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of ``text`` as text (never more than the payload limit)."""
+    data = text if isinstance(text, bytes) else text.encode()
+    limit = max(1, min(limit, MAX_PAYLOAD_BYTES))
+    if len(data) > limit:
+        data = data[-limit:]
+    return data.decode(errors="replace")
+
+
+class GoalRunner(Protocol):
+    def __call__(self, task: Task) -> Any: ...
+
+
+class WorkflowRunner(Protocol):
+    def __call__(
+        self, workflow: WorkflowDefinition, task: Task, goal_runner: GoalRunner
+    ) -> Any: ...

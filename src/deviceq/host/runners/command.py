@@ -1,0 +1,361 @@
+"""The built-in ``command`` runner: a command per task from a template split once at start
+(`CommandTemplate`), run in a process group of its own under a lease watchdog."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.errors import ConfigError
+from ...core.models import MAX_PAYLOAD_BYTES
+from .base import DEFAULT_TAIL_BYTES, Outcome, Task, tail
+
+PLACEHOLDERS = ("goal", "device_id", "driver_type", "task_id", "attempt", "tags", "host_id")
+SAFE_PLACEHOLDERS = frozenset(PLACEHOLDERS) - {"goal"}  # validated ids: safe anywhere
+SECRET_ENV = ("DEVICEQ_HOST_TOKEN",)
+_FIELD_RE = re.compile(r"\$\{[^{}]*\}|\{\{|\}\}|\{([^{}]*)\}|[{}]")
+
+
+@dataclass(frozen=True)
+class CommandTemplate:
+    """A command template split into arguments ONCE, at start, like a shell would split it;
+    then each argument's placeholders are substituted with the values as they are: a value is
+    never split, globbed or re-parsed here, whatever it contains.
+
+    Placeholders: ``{device_id}`` ``{driver_type}`` ``{task_id}`` ``{attempt}`` ``{tags}``
+    ``{host_id}`` (validated ids: allowed anywhere in an argument, e.g. ``--serial={device_id}``)
+    and ``{goal}``, free text, which must be a whole argument. Where the goal must travel through
+    a shell — a script (``sh -c 'echo {goal:shell}'``) or a command that hands its arguments to
+    a shell (``adb shell``, ``ssh``) — write ``{goal:shell}``: it is quoted as one word for that
+    shell. ``sh -c {goal}`` runs the goal itself as a shell script, on purpose (producers then
+    have code execution on the host). ``{{`` and ``}}`` are literal braces, and so is a shell's
+    ``${VAR}`` (the task's values are also in the environment: ``"$DEVICEQ_GOAL"``). An unknown
+    placeholder, or ``{goal}`` inside a larger argument, is a ConfigError at start."""
+
+    template: str
+    parts: tuple[tuple[tuple[str, str], ...], ...]  # per argument: (literal | name, kind)
+
+    @classmethod
+    def parse(cls, template: str, allowed: frozenset[str] | tuple[str, ...] = PLACEHOLDERS
+              ) -> CommandTemplate:  # fmt: skip
+        if not isinstance(template, str) or not template.strip():
+            raise ConfigError("a command template must be a non-empty string")
+        try:
+            words = shlex.split(template)
+        except ValueError as exc:
+            raise ConfigError(f"bad command template {template!r}: {exc}") from None
+        if not words:
+            raise ConfigError(f"bad command template {template!r}: empty")
+        allowed = frozenset(allowed)
+        parts: list[tuple[tuple[str, str], ...]] = []
+        for i, word in enumerate(words):
+            pieces: list[tuple[str, str]] = []
+            pos = 0
+            for m in _FIELD_RE.finditer(word):
+                if m.start() > pos:
+                    pieces.append((word[pos : m.start()], "lit"))
+                pos = m.end()
+                tok = m.group(0)
+                if tok in ("{{", "}}"):
+                    pieces.append((tok[0], "lit"))
+                    continue
+                if tok.startswith("$"):  # a shell's ${VAR}: not a placeholder
+                    pieces.append((tok, "lit"))
+                    continue
+                name = m.group(1)
+                if name is None:
+                    raise ConfigError(
+                        f"bad command template {template!r}: a lone {tok!r} (write {tok * 2} "
+                        "for a literal brace)"
+                    )
+                base, _, fmt = name.partition(":")
+                if base not in allowed or fmt not in ("", "shell") or (fmt and base != "goal"):
+                    known = ", ".join("{" + p + "}" for p in sorted(allowed))
+                    raise ConfigError(
+                        f"unknown placeholder {{{name}}} in command template {template!r}; "
+                        f"known: {known} and {{goal:shell}}"
+                    )
+                pieces.append((base, "shell" if fmt else "value"))
+            if pos < len(word):
+                pieces.append((word[pos:], "lit"))
+            whole = len(pieces) == 1
+            for piece, kind in pieces:
+                if piece == "goal" and kind == "value" and not whole:
+                    raise ConfigError(
+                        f"command template {template!r}: {{goal}} must be a whole argument "
+                        f"(in {word!r} it would be spliced into other text); to hand the goal "
+                        "to a shell script write {goal:shell} (quoted for that shell), or pass "
+                        "it as its own argument"
+                    )
+                if piece == "goal" and kind == "value" and _to_remote_shell(words, i):
+                    raise ConfigError(
+                        f"command template {template!r}: {words[0]} hands its arguments to a "
+                        "shell, which would parse the goal; write {goal:shell} so it arrives "
+                        "as one quoted word"
+                    )
+            parts.append(tuple(pieces))
+        return cls(template, tuple(parts))
+
+    def render(self, values: Mapping[str, str]) -> list[str]:
+        """The argument vector for ``values`` (every placeholder of the template given)."""
+        argv: list[str] = []
+        for pieces in self.parts:
+            out = []
+            for piece, kind in pieces:
+                if kind == "lit":
+                    out.append(piece)
+                elif kind == "shell":
+                    out.append(shlex.quote(values[piece]))
+                else:
+                    out.append(values[piece])
+            argv.append("".join(out))
+        return argv
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(p for pieces in self.parts for p, kind in pieces if kind != "lit")
+
+
+def _to_remote_shell(words: list[str], i: int) -> bool:
+    """True when argument ``i`` reaches a shell as command-line text: after ``adb ... shell``
+    or ``ssh HOST`` (both join their arguments into one command line for a shell)."""
+    prog = os.path.basename(words[0])
+    if prog == "adb" and "shell" in words[1:i]:
+        return True
+    return prog == "ssh" and i >= 2
+
+
+def render_argv(template: str, values: Mapping[str, str]) -> list[str]:
+    """Split ``template`` once (like a shell), then substitute placeholders from ``values`` as
+    whole values (see `CommandTemplate`). Raises ConfigError for an unknown placeholder."""
+    return CommandTemplate.parse(template, tuple(values)).render(values)
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal a whole process group; False if it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def exited(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for child ``pid`` to exit, without reaping it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(0.02, left))
+
+
+# The watchdog a command runs under: a small Python process (no site, no deviceq import) that
+# leads the command's process group, forks and execs the command, and kills the whole group
+# when the host daemon is gone (its control pipe closes: SIGKILL) or the run's lease ends
+# without a renewal (the daemon is frozen, SIGSTOP, or cut off from Redis). It ignores the
+# group's SIGTERM (meant for the command) and exits with the command's status.
+GUARD_CODE = r"""
+import os, select, signal, sys, time
+fd, left, argv = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+deadline = time.monotonic() + left if left > 0 else None
+def kill(msg):
+    try:
+        os.write(2, ("\n[deviceq watchdog] " + msg + "\n").encode())
+    except OSError:
+        pass
+    os.killpg(0, signal.SIGKILL)
+    os._exit(137)
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        os.write(2, ("cannot start %r: %s\n" % (argv[0], e)).encode())
+    os._exit(127)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+try:
+    pfd = os.pidfd_open(pid)
+except (AttributeError, OSError):
+    pfd = None
+buf, status = b"", None
+while status is None:
+    timeout = 0.05 if pfd is None else None
+    if deadline is not None:
+        t = max(0.0, deadline - time.monotonic())
+        timeout = t if timeout is None else min(timeout, t)
+    try:
+        ready = select.select([fd] + ([pfd] if pfd is not None else []), [], [], timeout)[0]
+    except InterruptedError:
+        continue
+    if fd in ready:
+        data = os.read(fd, 4096)
+        if not data:
+            kill("the host daemon is gone: run killed")
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.startswith(b"EXTEND "):
+                deadline = time.monotonic() + float(line[7:])
+    wpid, st = os.waitpid(pid, os.WNOHANG)
+    if wpid:
+        status = st
+    elif deadline is not None and time.monotonic() >= deadline:
+        kill("lease ended without a renewal (host daemon frozen or cut off): run killed")
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+    time.sleep(1)
+    os._exit(128 - code)
+os._exit(code)
+"""
+WATCHDOG_MARK = b"[deviceq watchdog]"
+
+
+class CommandRunner:
+    """Runs a command per task. ``template`` is split into arguments once, at start (see
+    `CommandTemplate` for the placeholders and how ``{goal}`` may be used), and executed
+    directly, never through a shell unless the template names one. The same values are in
+    the environment (``DEVICEQ_GOAL`` ...). Exit 0 is success; an exit code listed in
+    ``infra_exit_codes`` is an `infrastructure` failure (the device's, not the task's); the
+    tail of the combined stdout/stderr is the result or error.
+
+    The command runs in a process group of its own, under a watchdog (``GUARD_CODE``) that
+    kills the group when the host daemon dies or the task's lease (``Task.lease``) ends
+    without a renewal; on cancel the group gets SIGTERM, then SIGKILL after ``term_grace``
+    seconds; when the command exits, leftovers of its group are killed."""
+
+    def __init__(
+        self,
+        template: str | None = None,
+        *,
+        command: str | None = None,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        term_grace: float = 3.0,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        infra_exit_codes: Any = (),
+    ) -> None:
+        template = template or command
+        if not template or not str(template).strip():
+            raise ConfigError("the command runner needs a template (--command 'TEMPLATE')")
+        self.parsed = CommandTemplate.parse(str(template))
+        self.template = str(template)
+        self.tail_bytes = int(tail_bytes)
+        self.term_grace = float(term_grace)
+        self.cwd = cwd
+        self.extra_env = dict(env or {})
+        codes = [infra_exit_codes] if isinstance(infra_exit_codes, int | str) else infra_exit_codes
+        try:
+            self.infra_exit_codes = frozenset(int(c) for c in codes or ())
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"infra exit codes must be integers, got {infra_exit_codes!r}"
+            ) from None
+        if any(not 1 <= c <= 255 for c in self.infra_exit_codes):
+            raise ConfigError("infra exit codes must be between 1 and 255")
+
+    def argv(self, task: Task) -> list[str]:
+        """The argument vector for ``task`` (each placeholder one value, never re-split)."""
+        values = {
+            "goal": task.goal, "device_id": task.device_id, "driver_type": task.driver_type,
+            "task_id": task.task_id, "attempt": str(task.attempt), "tags": ",".join(task.tags),
+            "host_id": task.host_id,
+        }  # fmt: skip
+        return self.parsed.render(values)
+
+    def __call__(self, task: Task) -> Outcome:
+        argv = self.argv(task)
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env.update(self.extra_env)
+        env.update(task.env())
+        lease = task.lease
+        left = lease.remaining() if lease is not None else None
+        if left is not None and left <= 0:
+            return Outcome.failure("lease already ended: not started")
+        ctl_r, ctl_w = os.pipe()
+        guard = [sys.executable, "-I", "-S", "-c", GUARD_CODE, str(ctl_r),
+                 f"{left or 0:.3f}", *argv]  # fmt: skip
+        try:
+            proc = subprocess.Popen(
+                guard, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, env=env, cwd=self.cwd, start_new_session=True,
+                pass_fds=(ctl_r,),
+            )  # fmt: skip
+        except OSError as exc:
+            os.close(ctl_r)
+            os.close(ctl_w)
+            return Outcome.failure(f"cannot start {argv[0]!r}: {exc}")
+        os.close(ctl_r)
+        task.logger.info("command started", fields={"pid": proc.pid, "argv0": argv[0]})
+        buf = bytearray()
+        limit = max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES))
+
+        def read() -> None:
+            assert proc.stdout is not None
+            fd = proc.stdout.fileno()
+            for chunk in iter(lambda: os.read(fd, 65536), b""):
+                buf.extend(chunk)
+                if len(buf) > 4 * limit:
+                    del buf[: len(buf) - limit]
+
+        reader = threading.Thread(target=read, name=f"out-{task.task_id}", daemon=True)
+        reader.start()
+        stopped = False
+        sent = lease.version if lease is not None else 0
+        try:
+            # The leader (the watchdog) is never reaped before its group is killed: while it
+            # is a zombie its pid (= the group id) cannot be reused, so killing the group
+            # never hits a stranger.
+            while not exited(proc.pid, 0.05):
+                if task.cancel.is_set():
+                    stopped = True
+                    self._stop(proc, task)
+                    break
+                if lease is not None and lease.version != sent:
+                    sent = lease.version
+                    left = lease.remaining()
+                    if left is not None:
+                        with contextlib.suppress(OSError):
+                            os.write(ctl_w, f"EXTEND {max(0.0, left):.3f}\n".encode())
+            kill_group(proc.pid)  # leftovers (background children) of the command's group
+            rc = proc.wait()
+        finally:
+            os.close(ctl_w)
+        reader.join(2.0)
+        text = tail(bytes(buf), limit)
+        if stopped:
+            return Outcome.failure(f"stopped (signal {-rc if rc < 0 else rc})\n{text}".rstrip())
+        if rc == 0:
+            return Outcome.success(text)
+        if WATCHDOG_MARK in buf:
+            return Outcome.failure(f"killed by the lease watchdog\n{text}".rstrip())
+        why = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+        if rc in self.infra_exit_codes:
+            return Outcome.infrastructure(f"{why} (an infrastructure failure)\n{text}".rstrip())
+        return Outcome.failure(f"{why}\n{text}".rstrip())
+
+    def _stop(self, proc: subprocess.Popen[bytes], task: Task) -> None:
+        kill_group(proc.pid, signal.SIGTERM)
+        if not exited(proc.pid, self.term_grace):
+            task.logger.warning("command ignored SIGTERM; killing its process group")
+        kill_group(proc.pid, signal.SIGKILL)
+        exited(proc.pid, 10.0)

@@ -1,0 +1,207 @@
+"""Process isolation: a Python runner run in a child process per task (forkserver), under a
+lease watchdog thread of its own, so that the host daemon's threads keep running whatever the
+runner does with the GIL, and a runner that ignores its cancel signal can still be killed."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from ...core.models import WorkflowDefinition
+from .base import Outcome, Task, as_outcome, tail
+from .command import kill_group
+
+if TYPE_CHECKING:
+    from .registry import RunnerSpec
+
+
+_MP_LOCK = threading.Lock()
+_MP_CTX: Any = None
+
+
+def _mp_context() -> Any:
+    """A forkserver context (safe in a threaded parent; cheap forks of a preloaded server)."""
+    global _MP_CTX
+    with _MP_LOCK:
+        if _MP_CTX is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["deviceq.host.runners", "deviceq.core.models"])
+            _MP_CTX = ctx
+        return _MP_CTX
+
+
+def _child_main(
+    result_w: Any, cancel_r: Any, kind: str, spec: RunnerSpec, goal_spec: RunnerSpec | None,
+    task_data: dict[str, Any], workflow_json: str | None, log_format: str,
+) -> None:  # fmt: skip
+    """Body of an isolated runner process: its own process group, cancel via a pipe."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    from ...core import logs
+    from .registry import load_runner
+
+    logs.configure(log_format)
+    cancel = threading.Event()
+    left = task_data.pop("lease_left", None)
+    deadline = [None if left is None else time.monotonic() + float(left)]
+
+    def die(why: str) -> None:
+        logging.getLogger("deviceq.runner").error(f"{why}: run killed")
+        logging.shutdown()
+        os.killpg(os.getpid(), signal.SIGKILL)
+
+    def watch() -> None:
+        # the parent's messages: "cancel" (stop cooperatively), ("lease", seconds) (renewed);
+        # the pipe closing means the host daemon is gone; a lease ending unrenewed means it is
+        # frozen or cut off: either way this run must not go on
+        while True:
+            d = deadline[0]
+            wait = None if d is None else max(0.0, d - time.monotonic())
+            try:
+                ready = cancel_r.poll(wait)
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                if deadline[0] is not None and time.monotonic() >= deadline[0]:
+                    die("lease ended without a renewal (host daemon frozen or cut off)")
+                continue
+            try:
+                msg = cancel_r.recv()
+            except (EOFError, OSError):
+                die("the host daemon is gone")
+                return
+            if isinstance(msg, tuple) and msg and msg[0] == "lease":
+                deadline[0] = time.monotonic() + float(msg[1])
+            else:
+                cancel.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    task = Task.from_portable(task_data, cancel)
+    try:
+        if kind == "workflow":
+            assert goal_spec is not None and workflow_json is not None
+            goal_runner = load_runner(goal_spec, "goal")
+            wf = WorkflowDefinition.model_validate_json(workflow_json)
+            out = as_outcome(load_runner(spec, "workflow")(wf, task, goal_runner))
+        else:
+            out = as_outcome(load_runner(spec, "goal")(task))
+        result_w.send(("ok", out.ok, out.text, out.infra))
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+        result_w.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    finally:
+        result_w.close()
+        if os.getpgrp() == os.getpid():  # leftovers of the runner die with it
+            logging.shutdown()
+            os.killpg(os.getpid(), signal.SIGKILL)
+
+
+class RunnerCrashed(RuntimeError):
+    """An isolated runner's process died without an answer, or raised."""
+
+
+class IsolatedRunner:
+    """Runs a Python runner in a child process per call (forkserver): the worker's threads keep
+    running whatever the runner does with the GIL. On cancel the child's cancel signal is set;
+    if it has not finished ``kill_grace`` seconds later its process group is killed."""
+
+    def __init__(
+        self,
+        spec: RunnerSpec,
+        kind: str = "goal",
+        goal_spec: RunnerSpec | None = None,
+        *,
+        kill_grace: float = 5.0,
+        log_format: str = "text",
+    ) -> None:
+        self.spec, self.kind, self.goal_spec = spec, kind, goal_spec
+        self.kill_grace = kill_grace
+        self.log_format = log_format
+
+    def __call__(self, *args: Any) -> Outcome:
+        if self.kind == "workflow":
+            workflow, task = args[0], args[1]
+            wf_json: str | None = workflow.model_dump_json()
+        else:
+            task, wf_json = args[0], None
+        lease = task.lease
+        left = lease.remaining() if lease is not None else None
+        if left is not None and left <= 0:
+            return Outcome.failure("lease already ended: not started")
+        ctx = _mp_context()
+        result_r, result_w = ctx.Pipe(duplex=False)
+        cancel_r, cancel_w = ctx.Pipe(duplex=False)
+        from ...core import logs
+
+        data = {**task.portable(), "lease_left": left}
+        proc = ctx.Process(
+            target=_child_main,
+            args=(result_w, cancel_r, self.kind, self.spec, self.goal_spec, data,
+                  wf_json, logs._FORMAT.get("value", self.log_format)),
+            name=f"runner-{task.task_id}", daemon=False,
+        )  # fmt: skip
+        proc.start()
+        result_w.close()
+        cancel_r.close()
+        task.logger.info("isolated runner started", fields={"pid": proc.pid})
+        answer: Any = None
+        killed = False
+        sent = lease.version if lease is not None else 0
+        try:
+            cancel_sent_at: float | None = None
+            while True:
+                if lease is not None and lease.version != sent:
+                    sent = lease.version
+                    remaining = lease.remaining()
+                    if remaining is not None:
+                        with contextlib.suppress(OSError):
+                            cancel_w.send(("lease", max(0.0, remaining)))
+                if result_r.poll(0.05):
+                    try:
+                        answer = result_r.recv()
+                    except (EOFError, OSError):
+                        answer = None
+                    break
+                if not proc.is_alive():
+                    if result_r.poll(0.05):
+                        with contextlib.suppress(EOFError, OSError):
+                            answer = result_r.recv()
+                    break
+                if task.cancel.is_set() and cancel_sent_at is None:
+                    cancel_sent_at = time.monotonic()
+                    with contextlib.suppress(OSError):
+                        cancel_w.send("cancel")
+                waited = 0.0 if cancel_sent_at is None else time.monotonic() - cancel_sent_at
+                if waited > self.kill_grace:
+                    task.logger.warning("runner ignored cancel; killing its process group")
+                    killed = True
+                    break
+        finally:
+            pid = proc.pid
+            if pid is not None:
+                if killed:
+                    kill_group(pid)  # it is alive (it ignored the cancel): the group is its own
+                proc.join(1.0 if not killed else 5.0)
+                if proc.is_alive():
+                    kill_group(pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    proc.join(5.0)
+            for conn in (result_r, cancel_w):
+                conn.close()
+        if killed:
+            return Outcome.failure("runner did not stop after cancel; process group killed")
+        if answer is None:
+            raise RunnerCrashed(f"runner process exited with code {proc.exitcode} and no answer")
+        # (a child that answered ends itself and its group with SIGKILL: exit code -9 is fine)
+        if answer[0] == "error":
+            raise RunnerCrashed(f"{answer[1]}\n{tail(answer[2], 4096)}")
+        return Outcome(
+            bool(answer[1]), str(answer[2]), bool(answer[3]) if len(answer) > 3 else False
+        )

@@ -1,0 +1,124 @@
+"""Naming runners: `RunnerSpec` (a built-in name, an import path ``package.module:callable`` or
+an entry point in ``deviceq.runners``), resolving it (`load_runner`) and building the goal and
+workflow runners a host uses, in its process or isolated in a child (`build_goal_runner`)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, cast
+
+from ...core.errors import ConfigError
+from .base import GoalRunner, WorkflowRunner
+from .command import CommandRunner
+from .isolation import IsolatedRunner
+from .sim import SimRunner
+from .steps import run_steps
+
+ENTRY_POINT_GROUP = "deviceq.runners"
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """Names a runner: a built-in name, ``package.module:callable`` or an entry point name in
+    group ``deviceq.runners``; ``options`` configure built-ins and instantiated classes."""
+
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+BUILTIN_GOAL: dict[str, Callable[..., GoalRunner]] = {"command": CommandRunner, "sim": SimRunner}
+BUILTIN_WORKFLOW: dict[str, Any] = {"steps": run_steps, "sequential": run_steps}
+
+
+def is_builtin(spec: RunnerSpec) -> bool:
+    return spec.name in BUILTIN_GOAL or spec.name in BUILTIN_WORKFLOW
+
+
+def _import(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import runner module {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"module {module_name!r} has no {attr!r}") from None
+    return obj
+
+
+def _entry_point(name: str) -> Any:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            try:
+                return ep.load()
+            except Exception as exc:  # a broken plugin must name itself
+                raise ConfigError(f"entry point {name!r} failed to load: {exc}") from None
+    known = sorted({*BUILTIN_GOAL, *BUILTIN_WORKFLOW})
+    raise ConfigError(
+        f"unknown runner {name!r}: not built in ({', '.join(known)}), not an import path "
+        f"'package.module:callable' and not an entry point in group {ENTRY_POINT_GROUP!r}"
+    )
+
+
+def load_runner(spec: RunnerSpec, kind: str = "goal") -> Callable[..., Any]:
+    """Resolve ``spec`` to a callable runner of ``kind`` (``goal`` or ``workflow``), in this
+    process. Raises ConfigError naming the problem."""
+    if kind == "goal" and spec.name in BUILTIN_GOAL:
+        try:
+            return BUILTIN_GOAL[spec.name](**dict(spec.options))
+        except TypeError as exc:
+            raise ConfigError(f"bad options for runner {spec.name!r}: {exc}") from None
+    if kind == "workflow" and spec.name in BUILTIN_WORKFLOW:
+        return BUILTIN_WORKFLOW[spec.name]
+    if spec.name in BUILTIN_GOAL or spec.name in BUILTIN_WORKFLOW:
+        raise ConfigError(f"{spec.name!r} is not a {kind} runner")
+    obj = _import(spec.name) if ":" in spec.name else _entry_point(spec.name)
+    if isinstance(obj, type):
+        try:
+            obj = obj(**dict(spec.options))
+        except TypeError as exc:
+            raise ConfigError(f"cannot create runner {spec.name!r}: {exc}") from None
+    if not callable(obj):
+        raise ConfigError(f"runner {spec.name!r} is not callable")
+    return obj
+
+
+def build_goal_runner(
+    spec: RunnerSpec, isolation: str = "auto", *, kill_grace: float = 5.0
+) -> GoalRunner:
+    """The goal runner for ``spec``: in this process (built-ins, or ``isolation="thread"``) or
+    in a child process per task (``"process"``; ``"auto"`` isolates every non-built-in)."""
+    _check_isolation(isolation)
+    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
+        return load_runner(spec, "goal")
+    load_runner(spec, "goal")  # fail fast on a bad spec, in the parent
+    return cast(GoalRunner, IsolatedRunner(spec, "goal", kill_grace=kill_grace))
+
+
+def build_workflow_runner(
+    spec: RunnerSpec,
+    goal_spec: RunnerSpec,
+    isolation: str = "auto",
+    *,
+    kill_grace: float = 5.0,
+) -> WorkflowRunner:
+    """The workflow runner for ``spec`` (see `build_goal_runner`). An isolated workflow runner
+    runs its steps' goal runner (``goal_spec``) inside the same child process."""
+    _check_isolation(isolation)
+    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
+        return load_runner(spec, "workflow")
+    load_runner(spec, "workflow")
+    return cast(WorkflowRunner, IsolatedRunner(spec, "workflow", goal_spec, kill_grace=kill_grace))
+
+
+def _check_isolation(isolation: str) -> None:
+    if isolation not in ("auto", "process", "thread"):
+        raise ConfigError(f"isolation must be auto, process or thread, not {isolation!r}")

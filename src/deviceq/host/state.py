@@ -1,0 +1,170 @@
+"""What a host daemon's threads share (`HostState`): the devices and their local states, the
+runs in progress, the host's view of quarantine and drain, the stop signals, and the rule for
+giving up (`fatal`) when the daemon may no longer act for its host."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..core.errors import DeviceqError, SessionSuperseded
+from ..core.logs import log
+from ..core.models import DeviceState
+from .client import DeviceReport, Heartbeat
+from .settings import DeviceConfig, WorkerSettings
+
+if TYPE_CHECKING:
+    from .execution import Run
+
+LOG = logging.getLogger("deviceq.worker")
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+EXIT_START_REFUSED = 2  # could not start: bad token, host unknown, a live daemon holds it
+EXIT_SUPERSEDED = 3  # another daemon took over this host id
+EXIT_REVOKED = 4  # the host was removed or its token rotated while running
+
+
+@dataclass
+class HostState:
+    """The shared state of one host daemon (every field guarded by ``lock`` where threads
+    write it)."""
+
+    settings: WorkerSettings
+    devices: dict[str, DeviceConfig] = field(init=False)
+    states: dict[str, DeviceState] = field(init=False)  # from the device checks
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    runs: dict[str, Run] = field(default_factory=dict)  # task id -> run (until reported)
+    by_device: dict[str, Run] = field(default_factory=dict)  # device id -> newest run on it
+    abandoned: dict[str, str] = field(default_factory=dict)  # device id -> why it is busy
+    quarantined: set[str] = field(default_factory=set)
+    remote_draining: bool = False
+    lease_ttl: float = 60.0
+    host_timeout: float = 30.0
+    stopping: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain
+    hurry: threading.Event = field(default_factory=threading.Event)  # skip the grace period
+    closed: threading.Event = field(default_factory=threading.Event)  # upkeep threads stop
+    changed: threading.Event = field(default_factory=threading.Event)  # a slot freed
+    renew_now: threading.Event = field(default_factory=threading.Event)  # a control message
+    beat_now: threading.Event = field(default_factory=threading.Event)  # heartbeat at once
+    abandon_reports_at: float | None = None
+    signalled: str | None = None
+    exit_code: int = 0
+    fatal_reason: str | None = None
+    nudge: Callable[[], None] = lambda: None  # wakes the daemon's blocking waits
+
+    def __post_init__(self) -> None:
+        self.devices = {d.device_id: d for d in self.settings.devices}
+        self.states = {d.device_id: d.state for d in self.settings.devices}
+
+    def log(self, level: int, msg: str, **fields: Any) -> None:
+        log(LOG, level, msg, **{"host": self.settings.host_id, **fields})
+
+    def free_devices(self) -> list[str]:
+        """Devices with no run, no abandoned runner, not quarantined, idle by their check."""
+        with self.lock:
+            return [
+                d
+                for d in self.devices
+                if d not in self.by_device
+                and d not in self.abandoned
+                and d not in self.quarantined
+                and self.states[d] is DeviceState.idle
+            ]
+
+    def active_runs(self) -> list[Run]:
+        with self.lock:
+            return list(self.runs.values())
+
+    def snapshot(self) -> list[DeviceReport]:
+        """The device snapshot a heartbeat sends. Devices running deviceq tasks are reported
+        idle (their reservation protects them); busy = in use outside deviceq or by a runner
+        that did not stop; offline = broken (from the device check)."""
+        with self.lock:
+            abandoned = dict(self.abandoned)
+        out = []
+        for d in self.devices.values():
+            state, reason = self.states[d.device_id], ""
+            if d.device_id in abandoned:
+                state, reason = DeviceState.busy, abandoned[d.device_id]
+            elif state is DeviceState.busy:
+                reason = "in use outside deviceq (device check)"
+            elif state is DeviceState.offline:
+                reason = "device check failed"
+            out.append(DeviceReport(d.device_id, d.driver_type, d.tags, state, reason))
+        return out
+
+    def apply_heartbeat(self, hb: Heartbeat) -> None:
+        """Take the quarantine set and the operator's drain flag from a heartbeat answer."""
+        q = set(hb.quarantined) & set(self.devices)
+        with self.lock:
+            added, removed = q - self.quarantined, self.quarantined - q
+            self.quarantined = q
+        for d in sorted(added):
+            self.log(
+                logging.WARNING,
+                "device quarantined: no work until released (deviceq device unquarantine)",
+                device=d,
+            )
+        for d in sorted(removed):
+            self.log(logging.INFO, "device back in service", device=d)
+        if added or removed:
+            self.changed.set()
+        if hb.draining != self.remote_draining:
+            self.remote_draining = hb.draining
+            self.changed.set()
+            if not self.stopping.is_set():
+                self.log(
+                    logging.INFO, "host drained by an operator" if hb.draining else "host undrained"
+                )
+
+    def retry(self, what: str, fn: Callable[[], Any], until: Callable[[], bool]) -> Any:
+        """Call ``fn`` until it answers (transient Redis errors are retried with backoff) or
+        ``until()`` says give up (returns None then). A refused password is not transient."""
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except redis.AuthenticationError:
+                raise
+            except TRANSIENT as exc:
+                if until():
+                    return None
+                self.log(
+                    logging.WARNING,
+                    f"{what}: Redis unreachable, retrying",
+                    error=type(exc).__name__,
+                )
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    def give_up_reports(self) -> bool:
+        """True once undelivered reports should be abandoned (fatal, or past the drain)."""
+        return self.fatal_reason is not None or (
+            self.abandon_reports_at is not None and time.monotonic() > self.abandon_reports_at
+        )
+
+    def fatal(self, exc: DeviceqError) -> None:
+        """This daemon may no longer act for its host (superseded by another daemon, host
+        removed, token rotated): stop every runner without reporting, and exit non-zero."""
+        if self.fatal_reason is not None:
+            return
+        host = self.settings.host_id
+        if isinstance(exc, SessionSuperseded):
+            code, why = EXIT_SUPERSEDED, f"another daemon took over host {host}"
+        else:
+            code, why = EXIT_REVOKED, f"host {host} can no longer act"
+        self.fatal_reason = f"{why}: {exc}"
+        self.exit_code = code
+        self.log(logging.ERROR, f"{self.fatal_reason}; stopping runners and exiting")
+        for run in self.active_runs():
+            run.stop("lost")
+        self.hurry.set()
+        self.stopping.set()
+        self.changed.set()
+        self.renew_now.set()
+        threading.Thread(target=self.nudge, daemon=True).start()

@@ -1,0 +1,213 @@
+"""The host daemon's upkeep threads: heartbeats (`Upkeep.heartbeat_loop`: the device snapshot;
+its answer brings the quarantine set and the operator's drain), lease renewals and the control
+list (`Upkeep.renew_loop`: each lease renewed a third into it; between renewals a blocking wait
+on ``host:ID:ctl``, so a cancel, a quarantine change, a takeover or a removal is acted on at
+once), and the optional device checks (`Upkeep.check_loop`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+
+from ..core.errors import AuthError, DeviceqError, SessionSuperseded
+from ..core.models import DeviceState
+from .client import HostClient
+from .execution import Run
+from .runners import CommandTemplate, kill_group
+from .settings import DeviceConfig
+from .state import LOG, TRANSIENT, HostState
+
+RENEW_CHUNK = 200
+CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
+CTL_BLOCK = 1.0  # longest wait on the control list (bounds how late a stop is noticed)
+
+
+class Upkeep:
+    """The upkeep loops of one host daemon (each runs in a thread of its own)."""
+
+    def __init__(self, state: HostState, host: HostClient, ctl: HostClient) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.host = host
+        self.ctl = ctl
+
+    def hb_interval(self) -> float:
+        return self.settings.heartbeat_interval or max(0.05, self.state.host_timeout / 3)
+
+    def refresh_config(self) -> None:
+        cfg = self.host.config()
+        self.state.lease_ttl, self.state.host_timeout = cfg.lease_ttl, cfg.host_timeout
+
+    def heartbeat_loop(self) -> None:
+        next_cfg = time.monotonic() + 10.0
+        while not self.state.closed.is_set():
+            try:
+                self.state.apply_heartbeat(self.host.heartbeat(self.state.snapshot()))
+                if time.monotonic() >= next_cfg:
+                    self.refresh_config()
+                    next_cfg = time.monotonic() + 10.0
+                wait = self.hb_interval()
+            except TRANSIENT as exc:
+                self.state.log(
+                    logging.WARNING, "heartbeat: Redis unreachable", error=type(exc).__name__
+                )
+                wait = min(0.5, self.hb_interval())
+            except (AuthError, SessionSuperseded) as exc:
+                self.state.fatal(exc)
+                return
+            except DeviceqError as exc:
+                self.state.log(logging.ERROR, f"heartbeat refused: {type(exc).__name__}: {exc}")
+                wait = max(1.0, self.hb_interval())
+            except Exception:  # noqa: BLE001 - the heartbeat must survive anything
+                LOG.exception("heartbeat failed")
+                wait = 1.0
+            self.state.beat_now.wait(wait)
+            self.state.beat_now.clear()
+
+    def renew_loop(self) -> None:
+        """Renew each lease a third into it; between renewals block on the host's control
+        list, so a cancel request, a quarantine change, a takeover or a removal is acted on at
+        once; stop runs whose lease ended locally without a renewal."""
+        while not self.state.closed.is_set():
+            runs = [
+                r for r in self.state.active_runs() if r.reason != "lost" and not r.ended.is_set()
+            ]
+            now = time.monotonic()
+            for r in runs:
+                if r.lease.expired and r.reason is None:
+                    self.state.log(
+                        logging.WARNING,
+                        "lease ended without a renewal: stopping the runner",
+                        **r.fields(),
+                    )
+                    r.stop("expired")
+            due = [r for r in runs if r.renew_at <= now + 0.05 and r.reason != "lost"]
+            if self.state.renew_now.is_set():
+                self.state.renew_now.clear()
+                due = [r for r in runs if r.reason != "lost"]
+            wait = CTL_BLOCK
+            try:
+                if due:
+                    self.renew_once(due)
+                pending = [r.renew_at for r in self.state.active_runs() if r.reason != "lost"]
+                if pending:
+                    wait = min(wait, max(0.01, min(pending) - time.monotonic()))
+                if self.state.closed.is_set():
+                    return
+                msg = self.ctl.wait_for_control(wait)
+                if msg is not None:
+                    self.state.renew_now.set()
+                    self.state.beat_now.set()
+            except TRANSIENT as exc:
+                self.state.log(
+                    logging.WARNING, "renew: Redis unreachable", error=type(exc).__name__
+                )
+                self.state.closed.wait(0.2)
+            except (AuthError, SessionSuperseded) as exc:
+                self.state.fatal(exc)
+                return
+            except DeviceqError as exc:
+                self.state.log(logging.ERROR, f"renew refused: {type(exc).__name__}: {exc}")
+                self.state.closed.wait(0.5)
+            except Exception:  # noqa: BLE001 - renewals must survive anything
+                LOG.exception("renew failed")
+                self.state.closed.wait(0.5)
+
+    def renew_once(self, runs: list[Run] | None = None) -> None:
+        """Renew the given leases (every active one by default), batched; act on ``cancel``
+        and ``lost`` answers."""
+        if runs is None:
+            runs = [r for r in self.state.active_runs() if r.reason != "lost"]
+        for start in range(0, len(runs), RENEW_CHUNK):
+            chunk = runs[start : start + RENEW_CHUNK]
+            sent = time.monotonic()
+            answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
+            lost = False
+            for run, ans in zip(chunk, answers, strict=True):
+                if run.ended.is_set():
+                    continue
+                if not ans.lost:
+                    run.renewed(sent, ans.lease_ms)
+                    if self.settings.renew_interval:
+                        run.renew_at = min(run.renew_at, sent + self.settings.renew_interval)
+                if ans.status == "cancel" and run.reason is None:
+                    self.state.log(
+                        logging.INFO, "cancel requested: stopping runner", **run.fields()
+                    )
+                    run.stop("cancel")
+                elif ans.lost:
+                    self.state.log(
+                        logging.WARNING,
+                        f"lease lost ({ans.reason}): stopping runner, reporting nothing",
+                        **run.fields(),
+                    )
+                    run.stop("lost")
+                    lost = True
+            if lost:
+                self.state.beat_now.set()  # prove this host alive: its devices return to service
+
+    def check_loop(self) -> None:
+        while not self.state.closed.wait(self.settings.device_check_interval):
+            try:
+                self.check_devices()
+            except Exception:  # noqa: BLE001 - keep checking
+                LOG.exception("device check failed")
+
+    def check_devices(self) -> None:
+        """Run the device check for every device not running a deviceq task: exit 0 -> idle,
+        exit 3 -> busy (in use outside deviceq), anything else or a timeout -> offline."""
+        for dev in self.state.devices.values():
+            with self.state.lock:
+                running = dev.device_id in self.state.by_device
+            if running or self.state.closed.is_set():
+                continue
+            state = self.check(dev)
+            if state is not self.state.states[dev.device_id]:
+                self.state.log(
+                    logging.WARNING if state is not DeviceState.idle else logging.INFO,
+                    f"device now {state.value}",
+                    device=dev.device_id,
+                )
+                self.state.states[dev.device_id] = state
+                self.state.beat_now.set()
+                self.state.changed.set()
+
+    def check(self, dev: DeviceConfig) -> DeviceState:
+        assert self.settings.device_check is not None
+        template = CommandTemplate.parse(
+            self.settings.device_check, ("device_id", "driver_type", "tags")
+        )
+        argv = template.render(
+            {"device_id": dev.device_id, "driver_type": dev.driver_type, "tags": ",".join(dev.tags)}
+        )
+        env = {k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"}
+        env.update(
+            DEVICEQ_DEVICE_ID=dev.device_id,
+            DEVICEQ_DRIVER_TYPE=dev.driver_type,
+            DEVICEQ_TAGS=",".join(dev.tags),
+        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self.state.log(logging.ERROR, f"device check cannot start: {exc}", device=dev.device_id)
+            return DeviceState.offline
+        try:
+            rc = proc.wait(self.settings.device_check_timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.wait()
+            return DeviceState.offline
+        finally:
+            kill_group(proc.pid)
+        if rc == 0:
+            return DeviceState.idle
+        return DeviceState.busy if rc == CHECK_BUSY_EXIT else DeviceState.offline

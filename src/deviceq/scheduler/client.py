@@ -1,0 +1,61 @@
+"""`SchedulerClient`: what only the scheduler does on Redis — commit proposed pairs
+(``lua/assign.lua``, fenced by the leader epoch), run the expiry scan (``lua/expire.lua``) and
+hold the leader lease (``lua/leader.lua``). The operator's API is `deviceq.ops.admin.PoolAdmin`;
+the host's is `deviceq.host.client.HostClient`; the producer's `deviceq.producer.Client`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.connection import PoolConnection
+from ..core.models import validate_id
+
+EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed")
+"""What an expiry batch answers, in the order of ``lua/expire.lua``'s reply."""
+
+
+@dataclass(frozen=True)
+class Lead:
+    """The answer of a leader-lease attempt: ``leads`` with fencing ``epoch``, or the
+    ``epoch`` and ``owner`` of the scheduler that leads instead."""
+
+    epoch: int
+    leads: bool
+    owner: str | None = None
+
+
+class SchedulerClient(PoolConnection):
+    """The scheduler's side of the protocol on one pool."""
+
+    def commit(self, pairs: list[tuple[str, str]], fence: int | str = "") -> list[str]:
+        """Commit proposed (task_id, device_id) pairs atomically, each re-validated.
+        Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. With ``fence`` (the scheduler's
+        leader epoch) the whole batch is refused with Fenced unless that epoch still leads."""
+        args: list[Any] = [str(fence), str(len(pairs))]
+        for task_id, device_id in pairs:
+            args += [validate_id(task_id, "task id"), validate_id(device_id, "device id")]
+        return [str(x) for x in self._run("assign", args)]
+
+    def expire(self, limit: int = 1000) -> dict[str, int]:
+        """One bounded expiry batch: leases past expiry, queue deadlines, retention trim
+        (each at most ``limit``); ``more`` says whether any is left."""
+        out = self._run("expire", [str(int(limit))])
+        return {k: int(v) for k, v in zip(EXPIRE_KINDS, out, strict=True)}
+
+    def lead(self, owner: str, ttl_ms: int) -> Lead:
+        """Acquire or renew the leader lease for ``owner`` (a fencing epoch per leadership)."""
+        res = self._run("leader", [owner, str(int(ttl_ms)), "acquire"])
+        return Lead(int(res[0]), bool(int(res[1])), str(res[2]) if len(res) > 2 else None)
+
+    def step_down(self, owner: str) -> bool:
+        """Release the leader lease if ``owner`` holds it."""
+        return bool(int(self._run("leader", [owner, "1", "release"])))
+
+    def leader(self) -> tuple[str, int] | None:
+        """The current leader's (owner, epoch), or None."""
+        raw = self.redis.get(self.keys.leader)
+        if not raw:
+            return None
+        owner, _, epoch = str(raw).rpartition(":")
+        return owner, int(epoch)

@@ -1,0 +1,195 @@
+"""The scheduler daemon loop (``deviceq scheduler run``, ``TaskScheduler.run``).
+
+Several schedulers may run on one pool. Each tries to take the leader lease (see
+`leadership`); the leader renews it a few times per ``leader_ttl``, works, and otherwise
+blocks on ``BLPOP dq:{POOL}:sched:wake`` (pushed by submit, report, heartbeat, undrain,
+requeue...) in slices of at most ``MAX_BLOCK`` seconds, running a pass when woken or every
+``tick`` seconds (expiry runs on the tick), and at once again after a pass that filled its
+batch. Standbys do not touch the wake list; they sleep until the leader lease would lapse
+(polling at most every ``tick`` seconds, capped to a third of ``leader_ttl``) and try again,
+so a standby takes over within one ``leader_ttl`` of a dead leader. A deposed leader's commits
+are refused by the fence and it steps down. A refused script or command is logged and the
+loop goes on (backing off); an unreachable Redis is waited for. SIGTERM stops the loop
+between passes and releases the lease. All state is in Redis: a restarted scheduler just
+continues."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..core.errors import ConfigError, DeviceqError, Fenced
+from ..core.logs import log
+
+if TYPE_CHECKING:
+    from .task_scheduler import AssignResult, TaskScheduler
+
+logger = logging.getLogger("deviceq.scheduler")
+
+DEFAULT_TICK = 2.0
+MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
+
+
+class Daemon:
+    """The loop of one `TaskScheduler`."""
+
+    def __init__(self, scheduler: TaskScheduler, tick: float, once: bool) -> None:
+        if tick <= 0:
+            raise ConfigError("tick must be positive")
+        self.s = scheduler
+        self.lead = scheduler.leadership
+        self.tick = tick
+        self.once = once
+        self.passes = 0
+        self.last_pass = float("-inf")
+        self.last_expire = float("-inf")
+        self.last_lead = float("-inf")
+        self.ttl_ms = 0
+        self.due = True
+
+    def _log(self, level: int, msg: str, **fields: Any) -> None:
+        log(logger, level, msg, pool=self.s.pool, owner=self.lead.owner, **fields)
+
+    def run(self) -> int:
+        """Run until stopped (or one pass with ``once``); returns the number of passes."""
+        self._log(logging.INFO, "scheduler starting", strategy=self.s.strategy_name, tick=self.tick)
+        backoff = 0.1
+        try:
+            while not self.s.stopping:
+                try:
+                    if self._step():
+                        return self.passes
+                    backoff = 0.1
+                except redis.AuthenticationError as exc:
+                    # never transient by itself: a one-shot run fails, the daemon keeps trying
+                    # (slowly) so that fixing the credentials or the ACL revives it
+                    self._log(logging.ERROR, "redis refused the credentials", error=str(exc))
+                    self.lead.epoch = None
+                    if self.once:
+                        raise
+                    self.due = True
+                    self.sleep(5.0)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    self._log(
+                        logging.WARNING,
+                        "redis unreachable",
+                        error=str(exc),
+                        retry_in=round(backoff, 2),
+                    )
+                    self.lead.epoch = None
+                    self.due = True
+                    self.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                except (redis.RedisError, DeviceqError) as exc:
+                    # a refused script or command (a bad argument, a permission, a bug)
+                    self._log(
+                        logging.ERROR,
+                        "pass failed",
+                        error=f"{type(exc).__name__}: {exc}",
+                        retry_in=round(backoff, 2),
+                    )
+                    self.due = True
+                    if self.once:
+                        raise
+                    self.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+        finally:
+            if self.lead.leads:
+                self.lead.release()
+            self._log(logging.INFO, "scheduler stopped", passes=self.passes)
+        return self.passes
+
+    def _step(self) -> bool:
+        """Lead (or wait as a standby), run a pass when due, then wait for a wake-up.
+        Returns True when a ``once`` run is over."""
+        now = time.monotonic()
+        # renew the lease a few times per ttl, not before every pass: a lapsed lease only
+        # costs a fenced (refused) commit, never a double booking
+        if not self.lead.leads or now - self.last_lead >= self.ttl_ms / 3000:
+            self.ttl_ms = self.lead.ttl_ms()
+            if not self.lead.try_lead(self.ttl_ms):
+                if self.once:
+                    cur = self.s.store.leader()
+                    self._log(
+                        logging.INFO,
+                        "standby: another scheduler leads",
+                        leader=cur[0] if cur else None,
+                    )
+                    return True
+                self._standby_wait()
+                self.due = True  # on taking over, work at once
+                return False
+            self.last_lead = now
+        if self.due or now - self.last_pass >= self.tick:
+            # expiry runs on the tick (and while it has a backlog), not on every wake-up: a
+            # steady submit stream then costs no expiry round trips
+            expire = self.once or now - self.last_expire >= self.tick
+            res = self._pass(expire)
+            self.passes += 1
+            self.last_pass = time.monotonic()
+            if expire:
+                self.last_expire = now if not res.expired.get("more") else float("-inf")
+            if self.once:
+                return True
+            if res.more and not res.fenced:
+                self.due = True
+                return False  # a full batch (or an expiry backlog): go again now
+        left = self.tick - (time.monotonic() - self.last_pass)
+        self.due = self._wait_wake(max(0.01, min(left, MAX_BLOCK, self.ttl_ms / 3000)))
+        return False
+
+    def _pass(self, expire: bool) -> AssignResult:
+        from .task_scheduler import AssignResult
+
+        try:
+            res = self.s.assign(fence=self.lead.epoch if self.lead.leads else "", expire=expire)
+        except Fenced:
+            self.lead.deposed()
+            return AssignResult(fenced=True)
+        level = logging.INFO if res.busy or self.once else logging.DEBUG
+        self._log(
+            level, "pass", epoch=self.lead.epoch, strategy=self.s.strategy_name, **res.log_fields()
+        )
+        return res
+
+    def _wait_wake(self, timeout: float) -> bool:
+        """Block on the wake list (leader only; BLPOP takes fractional seconds on Redis >= 6).
+        Returns True if woken."""
+        return bool(self.s.redis.blpop([self.s.keys.sched_wake], timeout=max(0.01, timeout)))
+
+    def _standby_wait(self) -> None:
+        """Sleep until the leader lease could have lapsed (capped), then try again."""
+        cap = min(self.tick, self.ttl_ms / 3000)
+        try:
+            pttl = int(self.s.redis.pttl(self.s.keys.leader))
+        except redis.RedisError:
+            pttl = -1
+        if pttl == -2:  # the leader stepped down meanwhile: try again at once
+            delay = 0.0
+        elif pttl < 0:
+            delay = cap
+        else:
+            delay = min(cap, pttl / 1000 + 0.005)
+        self.sleep(max(0.01, delay))
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.s.stopping:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+
+def install_signal_handlers(scheduler: TaskScheduler) -> None:
+    """SIGTERM and SIGINT stop the daemon between passes."""
+
+    def handler(signum: int, frame: Any) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

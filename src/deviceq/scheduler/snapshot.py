@@ -1,0 +1,334 @@
+"""Reading the bounded snapshot a strategy plans on (``SnapshotReader``), in a few pipelined
+round trips and never a queue scan:
+
+- the assignable idle devices (the ``idle`` zset, at most ``max_devices``; a device's hash is
+  read only when it is new to this scheduler, after a ``devgen`` change or a rejected pair, so
+  in a steady pool no device row is read at all), and the health of their hosts (the one
+  liveness rule, `deviceq.core.liveness`);
+- the non-empty constraint buckets (the ``queues`` zset, at most ``max_buckets``), with their
+  constraints cached (``sig:SIG``; the cache is bounded to the live buckets);
+- for each bucket that some idle device can serve, only a few head tasks: a fair share of
+  ``batch`` (at least ``MIN_HEADS``), never more than its matching idle devices, read deeper
+  (x4 per round) only where the strategy used up every head it was given (``grow``), plus the
+  strategy's optional ``lookahead``; and, only while some queued task has one, the heads'
+  anti-affinity (``avoid``: devices and hosts they lost an attempt on).
+
+Buckets no idle device matches are not read at all: a pass costs O(assignments + distinct
+signatures + idle devices), never O(queue length)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any
+
+import redis
+
+from ..core import liveness
+from ..core.config import PoolConfig
+from ..core.keys import Keys
+from .strategies import AssignmentStrategy, Bucket, IdleDevice, Pair, QueuedTask, Snapshot
+
+MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
+MIN_HEADS = 8  # heads first read per servable bucket (at least)
+DEFAULT_HOST_TIMEOUT = float(PoolConfig.model_fields["host_timeout"].default)
+
+
+@dataclass
+class Base:
+    """The part of a snapshot read before any heads: devices, hosts, bucket constraints."""
+
+    now: int
+    shells: list[Bucket]
+    devices: list[IdleDevice]
+    matching: dict[str, list[IdleDevice]]
+    signatures: int
+
+
+class SnapshotReader:
+    """Reads snapshots of one pool for one strategy, with bounded caches of device
+    attributes and bucket constraints that survive between passes."""
+
+    def __init__(
+        self,
+        r: redis.Redis,
+        keys: Keys,
+        strategy: AssignmentStrategy,
+        *,
+        batch: int,
+        max_devices: int,
+        max_buckets: int,
+        device_refresh: float,
+    ) -> None:
+        self.redis = r
+        self.keys = keys
+        self.strategy = strategy
+        self.batch = batch
+        self.max_devices = max_devices
+        self.max_buckets = max_buckets
+        self.device_refresh = device_refresh
+        self._sig_cache: dict[str, tuple[str | None, frozenset[str], int]] = {}
+        # device id -> (idle score as read, read at (monotonic), the device)
+        self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
+        self._suspect: set[str] = set()
+        self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
+        self._host_timeout_ms = 0
+        self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
+
+    def read_base(self) -> tuple[Base, list[str]]:
+        """Idle devices (attributes cached, see ``device_rows``) and the non-empty buckets'
+        constraints: one pipelined round trip, plus one only when device or bucket
+        attributes must be (re-)read. No queue scan. Returns the base (devices not yet
+        filtered by host health, see ``host_filter``) and the hosts of its devices."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.hget(k.config, "host_timeout")
+        pipe.get(k.devgen)
+        # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
+        pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
+        pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
+        pipe.hlen(k.avoid)
+        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw, avoiding = pipe.execute()
+        self.avoiding = int(avoiding or 0)
+        now = int(sec) * 1000 + int(usec) // 1000
+        self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
+        if devgen != self._devgen:  # a device registered, changed or was removed
+            self._dev_cache.clear()
+            self._devgen = devgen
+        idle = _pairs(idle_raw)
+        queues = _pairs(queues_raw)
+
+        if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
+            live = {s for s, _ in queues}
+            self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in live}
+        new_sigs = [s for s, _ in queues if s not in self._sig_cache]
+        cached, sig_rows = self.device_rows(idle, [k.sig(s) for s in new_sigs])
+        for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
+            self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0))
+        shells = [Bucket(s, *self._sig_cache[s], head_seq=int(float(score))) for s, score in queues]
+        pre = Snapshot.build(shells, cached, self.batch, now)
+        hosts = sorted({d.host_id for d in pre.devices})
+        return Base(now, shells, pre.devices, pre.matching, len(queues)), hosts
+
+    def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base:
+        """Drop the devices of hosts that cannot take work (``rows``: HMGET of
+        ``liveness.HOST_FIELDS`` per host, read together with the first heads), by the one
+        liveness rule (`deviceq.core.liveness`), which the commit applies again in Lua."""
+        bad = {
+            h
+            for h, row in zip(hosts, rows, strict=True)
+            if liveness.unplaceable(liveness.row(row), base.now, self._host_timeout_ms)
+        }
+        if not bad:
+            return base
+        devices = [d for d in base.devices if d.host_id not in bad]
+        pre = Snapshot.build(base.shells, devices, self.batch, base.now)
+        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures)
+
+    def device_rows(
+        self, idle: list[Any], sig_keys: list[str]
+    ) -> tuple[list[IdleDevice], list[Any]]:
+        """The assignable idle devices with their static attributes (host, driver type, tags),
+        and the rows of ``sig_keys`` (read in the same round trip).
+
+        The ``idle`` zset is maintained by the scripts (a device is in it only while idle,
+        unreserved and not quarantined; its score is the time it became idle), and the
+        ``devgen`` counter is bumped whenever a device registers, changes its driver type or
+        tags, or is removed (the whole cache is dropped then). So a device hash is read only
+        when the device is new to this scheduler, after a ``devgen`` change, or when it was
+        named in a rejected pair (then its state is checked too): in a steady pool no device
+        row is read at all, whatever the number of devices freed since the last pass. As a
+        safety net, entries older than ``device_refresh`` seconds are re-read too, at most
+        ``max(64, batch)`` per pass."""
+        k = self.keys
+        mono = time.monotonic()
+        cache = self._dev_cache
+        fetch: list[str] = []
+        stale: list[str] = []
+        suspect = self._suspect
+        for did, _ in idle:
+            c = cache.get(did)
+            if c is None or did in suspect:
+                fetch.append(did)
+            elif mono - c[1] > self.device_refresh:
+                stale.append(did)
+        fetch += stale[: max(64, self.batch)]
+        scores = dict(idle)
+        res: list[Any] = []
+        if fetch or sig_keys:
+            pipe = self.redis.pipeline(transaction=False)
+            for did in fetch:
+                pipe.hmget(
+                    k.device(did),
+                    "host_id",
+                    "state",
+                    "reserved_by",
+                    "quarantined",
+                    "driver_type",
+                    "tags",
+                )
+            for sk in sig_keys:
+                pipe.hmget(sk, "driver_type", "tags", "priority")
+            res = pipe.execute()
+        for did, d in zip(fetch, res[: len(fetch)], strict=True):
+            host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
+            if not host_id or state != "idle" or reserved or quarantined == "1":
+                cache.pop(did, None)  # a stale idle entry: excluded, re-checked next pass
+                suspect.add(did)
+                continue
+            suspect.discard(did)
+            score = scores[did]
+            dev = IdleDevice(did, host_id, d[4] or "", _tagset(d[5]), int(float(score)))
+            cache[did] = (score, mono, dev)
+        if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
+            for did in set(cache) - set(scores):
+                del cache[did]
+        devices: list[IdleDevice] = []
+        for did, score in idle:
+            c = cache.get(did)
+            if c is None:
+                continue
+            if c[0] != score:  # re-entered the idle index: same attributes, new idle_since
+                dev = c[2]
+                dev = IdleDevice(did, dev.host_id, dev.driver_type, dev.tags, int(float(score)))
+                cache[did] = (score, c[1], dev)
+                devices.append(dev)
+            else:
+                devices.append(c[2])
+        return devices, res[len(fetch) :]
+
+    def initial_want(self, base: Base) -> dict[str, int]:
+        """Heads to read per servable bucket: a fair share of the batch (at least
+        ``MIN_HEADS``), never more than its matching idle devices; plus ``lookahead``."""
+        servable = [b for b in base.shells if base.matching[b.sig]]
+        if not servable:
+            return {}
+        share = max(MIN_HEADS, -(-2 * self.batch // len(servable)))
+        extra = self.lookahead()
+        return {b.sig: min(len(base.matching[b.sig]), self.batch, share) + extra for b in servable}
+
+    def cap(self, base: Base, sig: str) -> int:
+        return min(len(base.matching[sig]), self.batch) + self.lookahead()
+
+    def lookahead(self) -> int:
+        return min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
+
+    def rejected(self, device_id: str) -> None:
+        """A committed pair naming this device was refused for a device reason: re-read
+        its state at the next pass."""
+        self._suspect.add(device_id)
+
+    def read_heads(
+        self,
+        want: dict[str, int],
+        have: dict[str, tuple[QueuedTask, ...]],
+        hosts: list[str] | None = None,
+    ) -> tuple[dict[str, tuple[QueuedTask, ...]], list[Any]]:
+        """Read each bucket's heads up to ``want`` (only the part not in ``have``); in the same
+        round trip the health (last heartbeat, draining) of ``hosts``. Returns the heads and
+        the host rows."""
+        out = dict(have)
+        todo = [(s, len(have.get(s, ())), n) for s, n in want.items() if n > len(have.get(s, ()))]
+        hosts = hosts or []
+        if not todo and not hosts:
+            return out, []
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for h in hosts:
+            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+        for s, start, n in todo:
+            pipe.execute_command("ZRANGE", k.queue(s), start, n - 1, "WITHSCORES")
+        res = pipe.execute()
+        for (s, _, _), raw in zip(todo, res[len(hosts) :], strict=True):
+            prio = self._sig_cache[s][2]
+            got = _pairs(raw)
+            if s in out:
+                seen = {t.task_id for t in out[s]}
+                got = [(t, seq) for t, seq in got if t not in seen]
+            fresh = tuple(QueuedTask(t, int(float(seq)), s, prio) for t, seq in got)
+            if self.avoiding:
+                fresh = self.with_avoid(fresh)
+            out[s] = out.get(s, ()) + fresh
+        return out, res[: len(hosts)]
+
+    def with_avoid(self, heads: tuple[QueuedTask, ...]) -> tuple[QueuedTask, ...]:
+        """Heads with their anti-affinity (devices and hosts they lost an attempt on), read
+        from the ``avoid`` hash: one more round trip, only while some queued task has one."""
+        if not heads:
+            return heads
+        rows = self.redis.hmget(self.keys.avoid, [t.task_id for t in heads])
+        out = []
+        for t, row in zip(heads, rows, strict=True):
+            if row:
+                devs, _, hosts = str(row).partition("|")
+                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+            out.append(t)
+        return tuple(out)
+
+    def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
+        """The base, the initial head counts and the heads: two round trips (three when
+        device or bucket attributes must be read). The heads are chosen before the hosts'
+        health is known (read in the same round trip); devices of dead or draining hosts are
+        dropped afterwards, so a few heads may be read for nothing, never too few."""
+        base, hosts = self.read_base()
+        want = self.initial_want(base)
+        heads, rows = self.read_heads(want, {}, hosts)
+        base = self.host_filter(base, hosts, rows)
+        want = {s: n for s, n in want.items() if base.matching.get(s)}
+        return base, want, heads
+
+    def make_snapshot(
+        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+    ) -> Snapshot:
+        buckets = [
+            Bucket(b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq)
+            for b in base.shells
+            if heads.get(b.sig) and base.matching.get(b.sig)
+        ]
+        return Snapshot(
+            buckets,
+            base.devices,
+            self.batch,
+            base.now,
+            {b.sig: base.matching[b.sig] for b in buckets},
+            signatures=base.signatures,
+        )
+
+    def grow(
+        self, base: Base, snap: Snapshot, pairs: list[Pair], want: dict[str, int]
+    ) -> dict[str, int]:
+        """Buckets the strategy used up: every head read was paired and the bucket may hold
+        more, while a device that could serve it is unused or went to another bucket's task
+        (which a deeper, maybe older, task of this bucket might deserve). Returns their new
+        (larger) head counts; empty when the plan is final. For any policy that keeps
+        submission order within a bucket, the final plan equals the plan on unbounded heads.
+        With interleaved buckets a strategy rarely uses up a bucket, so this seldom reads
+        more (a bucket whose heads are not all paired never grows)."""
+        task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
+        dev_sig = {d: task_sig.get(t) for t, d in pairs}
+        taken = Counter(task_sig.get(t) for t, _ in pairs)
+        grow: dict[str, int] = {}
+        for b in snap.buckets:
+            n = want.get(b.sig, 0)
+            if len(b.heads) < n or n >= self.cap(base, b.sig):
+                continue  # bucket exhausted, or already read as deep as useful
+            if taken[b.sig] < len(b.heads):
+                continue  # some head left unpaired: deeper tasks would not be chosen either
+            if any(dev_sig.get(d.device_id, "") != b.sig for d in snap.matching[b.sig]):
+                grow[b.sig] = min(self.cap(base, b.sig), n * 4)
+        return grow
+
+
+def _pairs(raw: list[Any]) -> list[Any]:
+    """(member, score) pairs of a raw ZRANGE WITHSCORES reply: RESP3 pairs them already
+    (float scores); a RESP2 reply is flat (string scores) and is paired here."""
+    if not raw or isinstance(raw[0], (list, tuple)):
+        return raw
+    it = iter(raw)
+    return list(zip(it, it, strict=True))
+
+
+def _tagset(csv: str | None) -> frozenset[str]:
+    return frozenset(t for t in (csv or "").split(",") if t)

@@ -1,0 +1,291 @@
+"""``TaskScheduler``: matches queued tasks to idle devices with a named
+``AssignmentStrategy``. One pass (``assign``):
+
+1. **Expire** due leases, queue deadlines and retention with ``lua/expire.lua`` in bounded
+   batches (``expire_batch`` per call, at most ``expire_rounds`` calls per pass).
+2. **Snapshot**: a bounded read of idle devices, their hosts' health and the heads of the
+   buckets they can serve (`snapshot.SnapshotReader`; never a queue scan).
+3. **Plan**: the strategy proposes pairs; invalid ones are dropped and anti-affinity is
+   enforced (`plan`).
+4. **Commit** the pairs in one call of ``lua/assign.lua`` (`client.SchedulerClient.commit`),
+   which re-validates each pair and checks the leader's fencing epoch. A stale snapshot only
+   costs rejected pairs (counted by reason), never a double booking.
+
+``run`` is the highly available daemon loop (`daemon`); leadership is `leadership`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+from ..core.connection import PoolConnection
+from ..core.errors import ConfigError
+from ..core.keys import Keys
+from .client import EXPIRE_KINDS, SchedulerClient
+from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
+from .leadership import Leadership
+from .plan import plan
+from .snapshot import SnapshotReader
+from .strategies import DEFAULT_STRATEGY, AssignmentStrategy, Pair, Snapshot, get_strategy
+
+DEFAULT_BATCH = 200
+MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
+DEVICE_REASONS = ("device_", "driver_type_mismatch", "missing_tag")
+
+
+@dataclass
+class AssignResult:
+    """What one pass did."""
+
+    expired: dict[str, int] = field(default_factory=dict)
+    signatures: int = 0
+    buckets: int = 0
+    heads: int = 0
+    idle_devices: int = 0
+    proposed: int = 0
+    assigned: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    assignments: list[tuple[str, str, str]] = field(default_factory=list)
+    fenced: bool = False
+    more: bool = False
+    duration_ms: float = 0.0
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    @property
+    def busy(self) -> bool:
+        """True if this pass changed something (its log line is INFO, else DEBUG)."""
+        return bool(self.assigned or self.rejected or any(self.expired.values()) or self.more)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("assignments")
+        return d
+
+    def log_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "requeued": self.expired.get("requeued", 0),
+            "expired_failed": self.expired.get("failed", 0),
+            "expired_cancelled": self.expired.get("cancelled", 0),
+            "unschedulable": self.expired.get("unschedulable", 0),
+            "signatures": self.signatures,
+            "buckets": self.buckets,
+            "heads": self.heads,
+            "idle": self.idle_devices,
+            "proposed": self.proposed,
+            "assigned": self.assigned,
+            "rejected": self.rejected_total,
+            "ms": round(self.duration_ms, 2),
+        }
+        if self.rejected:
+            fields["reasons"] = ",".join(f"{k}:{v}" for k, v in sorted(self.rejected.items()))
+        if self.fenced:
+            fields["fenced"] = 1
+        return fields
+
+
+class TaskScheduler:
+    """Matches queued tasks to idle devices with a named ``AssignmentStrategy``.
+
+    >>> sched = TaskScheduler("redis://localhost:6379/0", "lab", strategy="fifo_match")
+    >>> result = sched.assign()          # one pass
+    >>> sched.run()                      # the daemon: leader election, wake-ups, expiry
+
+    ``redis_or_url`` may also be any client of the pool (a ``PoolAdmin``, a
+    ``SchedulerClient``): its connection is shared. An unknown strategy name raises
+    ConfigError here, at construction (no fallback)."""
+
+    def __init__(
+        self,
+        redis_or_url: redis.Redis | str | PoolConnection | None,
+        pool: str | None = None,
+        strategy: str | AssignmentStrategy = DEFAULT_STRATEGY,
+        *,
+        owner: str | None = None,
+        batch: int = DEFAULT_BATCH,
+        max_devices: int = 20_000,
+        max_buckets: int = 10_000,
+        expire_batch: int = 500,
+        expire_rounds: int = 10,
+        device_refresh: float = 30.0,
+    ) -> None:
+        if isinstance(redis_or_url, PoolConnection):
+            self.store = SchedulerClient(redis_or_url.redis, redis_or_url.pool)
+        else:
+            self.store = SchedulerClient(redis_or_url, pool)
+        if batch < 1 or max_devices < 1 or max_buckets < 1 or expire_batch < 1:
+            raise ConfigError("batch, max_devices, max_buckets and expire_batch must be >= 1")
+        if isinstance(strategy, str):
+            self.strategy_name = strategy
+            self.strategy: AssignmentStrategy = get_strategy(strategy)
+        else:
+            if not callable(getattr(strategy, "propose", None)):
+                raise ConfigError(f"{strategy!r} is not an AssignmentStrategy")
+            self.strategy = strategy
+            self.strategy_name = str(getattr(strategy, "name", type(strategy).__name__))
+        self.batch = batch
+        self.expire_batch = expire_batch
+        self.expire_rounds = max(1, expire_rounds)
+        self.reader = SnapshotReader(
+            self.store.redis,
+            self.store.keys,
+            self.strategy,
+            batch=batch,
+            max_devices=max_devices,
+            max_buckets=max_buckets,
+            device_refresh=device_refresh,
+        )
+        self.leadership = Leadership(self.store, owner)
+        self._stop = threading.Event()
+        self.passes = 0
+
+    # -- accessors -------------------------------------------------------------------------------
+    @property
+    def redis(self) -> redis.Redis:
+        return self.store.redis
+
+    @property
+    def keys(self) -> Keys:
+        return self.store.keys
+
+    @property
+    def pool(self) -> str:
+        return self.store.pool
+
+    @property
+    def owner(self) -> str:
+        return self.leadership.owner
+
+    @property
+    def epoch(self) -> int | None:
+        """The fencing token while this scheduler leads, else None."""
+        return self.leadership.epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leadership.leads
+
+    # -- one pass --------------------------------------------------------------------------------
+    def assign(self, fence: int | str | None = None, *, expire: bool = True) -> AssignResult:
+        """One pass: expire, snapshot, plan, commit. Returns counts; never raises for "no match"
+        (tasks simply stay queued). ``expire=False`` skips the expiry step (the daemon runs it
+        on its tick, not on every wake-up). ``fence`` defaults to this scheduler's leader
+        epoch when it leads, else none (an unfenced commit, like a manual dispatch: still
+        fully validated). Raises Fenced if the fence is stale (another scheduler leads now)."""
+        started = time.perf_counter()
+        res = AssignResult()
+        res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
+        base, want, heads = self.reader.read()
+        for _ in range(MAX_ROUNDS):
+            snap = self.reader.make_snapshot(base, want, heads)
+            pairs, dropped = self.plan(snap)
+            grow = self.reader.grow(base, snap, pairs, want)
+            if not grow:
+                break
+            want.update(grow)
+            heads, _ = self.reader.read_heads(want, heads)
+        res.signatures = snap.signatures
+        res.buckets = len(snap.buckets)
+        res.heads = sum(len(b.heads) for b in snap.buckets)
+        res.idle_devices = len(snap.devices)
+        res.proposed = len(pairs) + dropped
+        if dropped:
+            res.rejected["strategy_invalid"] = dropped
+        if pairs:
+            f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
+            outcome = self.commit(pairs, f)
+            reasons: Counter[str] = Counter()
+            for (task_id, device_id), r in zip(pairs, outcome, strict=True):
+                if r.startswith("ok:"):
+                    res.assignments.append((task_id, device_id, r[3:]))
+                else:
+                    why = r[4:] if r.startswith("err:") else r
+                    reasons[why] += 1
+                    if why.startswith(DEVICE_REASONS):
+                        self.reader.rejected(device_id)  # re-read its state next pass
+            res.assigned = len(res.assignments)
+            for k, v in reasons.items():
+                res.rejected[k] = res.rejected.get(k, 0) + v
+            # another pass at once if the batch was full, or if stale pairs were rejected while
+            # others went through (progress is made each time, so this cannot spin)
+            res.more = res.assigned >= self.batch or (bool(reasons) and res.assigned > 0)
+        res.more = res.more or bool(res.expired.get("more"))
+        res.duration_ms = (time.perf_counter() - started) * 1000
+        self.passes += 1
+        return res
+
+    def expire(self) -> dict[str, int]:
+        """Run the expiry script in bounded batches (at most ``expire_rounds`` calls)."""
+        total: Counter[str] = Counter()
+        more = 0
+        for _ in range(self.expire_rounds):
+            r = self.store.expire(self.expire_batch)
+            more = r.pop("more", 0)
+            total.update(r)
+            if not more:
+                break
+        out = {k: int(total.get(k, 0)) for k in EXPIRE_KINDS}
+        out["more"] = int(more)
+        return out
+
+    def snapshot(self) -> Snapshot:
+        """Read the bounded snapshot the strategy plans on, with the initial number of heads
+        per bucket (``assign`` may read deeper)."""
+        base, want, heads = self.reader.read()
+        return self.reader.make_snapshot(base, want, heads)
+
+    def plan(self, snap: Snapshot) -> tuple[list[Pair], int]:
+        """The strategy's valid pairs for ``snap`` (see `deviceq.scheduler.plan.plan`)."""
+        return plan(self.strategy, snap, avoiding=bool(self.reader.avoiding))
+
+    def commit(self, pairs: list[Pair], fence: int | str = "") -> list[str]:
+        """Commit pairs through ``lua/assign.lua``; per pair ``ok:LEASE`` or ``err:REASON``."""
+        return self.store.commit(pairs, fence)
+
+    # -- leadership ------------------------------------------------------------------------------
+    def try_lead(self, ttl_ms: int | None = None) -> bool:
+        """Acquire or renew the leader lease (see `Leadership.try_lead`)."""
+        return self.leadership.try_lead(ttl_ms)
+
+    def release(self) -> bool:
+        """Step down if leading (a standby takes over at its next attempt)."""
+        return self.leadership.release()
+
+    def leader(self) -> tuple[str, int] | None:
+        """The current leader's (owner, epoch), or None."""
+        return self.store.leader()
+
+    # -- daemon ----------------------------------------------------------------------------------
+    def run(self, *, tick: float = DEFAULT_TICK, once: bool = False) -> int:
+        """The daemon loop (see `deviceq.scheduler.daemon`). Returns the number of passes run.
+        With ``once``: take the lease, run one pass, release it (no pass if another leads)."""
+        return Daemon(self, tick, once).run()
+
+    def stop(self, wake: bool = False) -> None:
+        """Ask ``run`` to stop after the current pass. From a signal handler call it with
+        ``wake=False`` (the loop notices within a second); from another thread ``wake=True``
+        also pushes the wake list so a blocked leader returns at once."""
+        self._stop.set()
+        if wake:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.lpush(self.keys.sched_wake, "1")
+                pipe.ltrim(self.keys.sched_wake, 0, 0)
+                pipe.execute()
+            except redis.RedisError:
+                pass
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the daemon between passes."""
+        install_signal_handlers(self)

@@ -1,0 +1,187 @@
+"""Every Lua script's header lists the keys it reads and writes (``-- Keys``). This runs each
+script's transitions under ``MONITOR`` on the real server and checks that every key a script
+touched is one its header names, and that all of them are keys of the pool (the ``dq:{POOL}:``
+prefix: one hash tag, so one Redis Cluster slot)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin, Report, SchedulerClient
+from deviceq.core.scripts import lua_dir, names, source
+
+WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "*"}
+FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}
+
+
+def declared(name: str) -> list[re.Pattern[str]]:
+    """The key patterns of a script's ``-- Keys`` header section."""
+    text = (lua_dir() / f"{name}.lua").read_text()
+    m = re.search(r"^-- Keys(.*?)^-- (Returns|Errors)", text, re.S | re.M)
+    assert m, f"{name}.lua has no Keys section in its header"
+    section = re.sub(r"^--", " ", m.group(1), flags=re.M)
+    out = []
+    for tok in re.split(r"[,;\s]+", section):
+        if not tok or tok in FILLER:
+            continue
+        parts = [("[^:]+" if p in WILDCARDS else re.escape(p)) for p in tok.split(":")]
+        out.append(re.compile(":".join(parts) + r"\Z"))
+    return out
+
+
+def cluster_slot(key: str) -> int:
+    """Redis Cluster's slot of ``key`` (CRC16 of its hash tag, mod 16384)."""
+    tag = key
+    if "{" in key:
+        start = key.index("{")
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            tag = key[start + 1 : end]
+    crc = 0
+    for b in tag.encode():
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % 16384
+
+
+def exercise(url: str, pool: str) -> None:
+    """Every transition at least once, through the public clients (write paths included)."""
+    r = redis.Redis.from_url(url, decode_responses=True)
+    admin, client, store = PoolAdmin(r, pool), Client(r, pool), SchedulerClient(r, pool)
+    token = admin.add_host("h1")
+    admin.add_host("h2")
+    token = admin.rotate_token("h1")
+    h = HostClient(r, pool, "h1", token)
+    h.start_session("s1", "start", "m:b:1:1", "")
+    h.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "android"),
+                 DeviceReport("d3", "web")])  # fmt: skip
+    client.put_workflow({"name": "wf", "steps": [{"goal": "x"}]})
+    t1 = client.submit("one", driver_type="android", idempotency_key="k1", queue_timeout=100)
+    t2 = client.submit(workflow="wf", tags=["wifi"])
+    t3 = client.submit("three", driver_type="web")
+    store.lead("sched-1", 5000)
+    fence = store.lead("sched-1", 5000).epoch
+    assert all(x.startswith("ok:") for x in store.commit([(t1, "d2"), (t2, "d1"), (t3, "d3")],
+                                                         fence))  # fmt: skip
+    got = {a.task.id: a for a in h.claim(3)}
+    h.renew([(t, a.lease_id) for t, a in got.items()])
+    client.cancel(t3)
+    h.renew([(t3, got[t3].lease_id)])
+    h.report_many([Report(t1, got[t1].lease_id, "done"),
+                   Report(t3, got[t3].lease_id, "cancelled")])  # fmt: skip
+    h.release(t2, got[t2].lease_id, "refused")
+    h.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "android"),
+                 DeviceReport("d3", "web")])  # fmt: skip
+    admin.set_config("max_quarantine_fraction", 1)
+    admin.set_config("quarantine_after", 1)
+    store.commit([(t2, "d1")], fence)
+    (a,) = h.claim(1)
+    h.report(t2, a.lease_id, "failed", "infrastructure", "usb")
+    admin.quarantine("d1", False)
+    admin.quarantine("d2", True)
+    admin.drain("h1")
+    admin.drain("h1", False)
+    h.set_draining(True)
+    t5 = client.submit("cancelled while queued", driver_type="nowhere")
+    client.cancel(t5)
+    h.set_draining(False)
+    beat = [DeviceReport("d1", "android", ("wifi",)), DeviceReport("d3", "web")]
+    h.heartbeat(beat)
+    t6 = client.submit("cancelled while assigned", driver_type="web")
+    store.commit([(t6, "d3")], fence)
+    client.cancel(t6)
+    h.heartbeat(beat)
+    t7 = client.submit("refused at claim", driver_type="web")
+    store.commit([(t7, "d3")], fence)
+    admin.quarantine("d3", True)
+    assert h.claim(1) == []  # handed back: its device was quarantined meanwhile
+    admin.quarantine("d3", False)
+    admin.set_config("claim_ttl", 1)
+    admin.set_config("lease_ttl", 1)
+    h.heartbeat(beat)
+    t4 = client.submit("expires assigned")
+    t8 = client.submit("expires running", driver_type="web", max_attempts=1)
+    store.commit([(t4, "d1"), (t8, "d3")], fence)
+    h.claim(1)  # one of them runs; the other stays assigned
+    time.sleep(1.2)
+    store.expire(100)
+    h2 = HostClient(r, pool, "h1", token)
+    h2.start_session("s2", "dead", "m:b:2:1", "s1")
+    h2.end_session()
+    store.step_down("sched-1")
+    admin.remove_host("h2")
+    h3 = HostClient(r, pool, "h1", token)
+    h3.heartbeat(beat)  # the expired leases' devices are back
+    admin.dispatch(client.submit("by hand", driver_type="web"), "d3")
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def monitored(redis_server: Any) -> tuple[str, list[tuple[str, str]]]:
+    """The exercise run once under MONITOR: the pool prefix and every (client, command)."""
+    pool = "k" + uuid.uuid4().hex[:12]
+    events: list[tuple[str, str]] = []
+    mark = f"monitor-done-{uuid.uuid4().hex}"
+    mr = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    ready = threading.Event()
+
+    def watch() -> None:
+        with mr.monitor() as m:
+            ready.set()
+            for e in m.listen():
+                if mark in e["command"]:
+                    return
+                who = e.get("client_type") or e.get("client_address") or ""
+                events.append((who, e["command"]))
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    ready.wait(5)
+    time.sleep(0.1)
+    try:
+        exercise(redis_server.url, pool)
+    finally:
+        mr.echo(mark)
+        th.join(10)
+        mr.close()
+    return f"dq:{{{pool}}}:", events
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(names()))
+def test_each_script_touches_only_its_declared_keys_in_one_slot(
+    monitored: tuple[str, list[tuple[str, str]]], name: str
+) -> None:
+    """MONITOR shows each EVALSHA line and then the commands its script ran (client
+    ``lua``): every key those commands name must match the script's header and carry the
+    pool's hash tag (one cluster slot)."""
+    prefix, events = monitored
+    shas = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in names()}
+    pats = declared(name)
+    slot = cluster_slot(prefix + "x")
+    current: str | None = None
+    seen = 0
+    for who, cmd in events:
+        if who != "lua":
+            m = re.match(r"(?:EVALSHA|EVALSHA_RO)\s+([0-9a-f]{40})", cmd, re.I)
+            current = shas.get(m.group(1)) if m else None
+            continue
+        if current != name:
+            continue
+        seen += 1
+        for key in re.findall(r"dq:\{[^}\s]*\}:\S*", cmd):
+            assert key.startswith(prefix), f"{name}.lua touched {key}, outside its pool"
+            assert cluster_slot(key) == slot, key
+            rest = key[len(prefix) :]
+            assert any(p.match(rest) for p in pats), f"{name}.lua touched {rest}: {cmd}"
+    assert seen, f"{name}.lua ran no command in the exercise"
