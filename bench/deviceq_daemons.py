@@ -108,13 +108,43 @@ def add_host(reg: Registry, base: list[str], env: dict[str, str]) -> Path:
     return token_file
 
 
-def run_deviceq(reg: Registry, n: int, rate: float, duration: float, timeout: float) -> DeviceqRun:
+def with_replica(reg: Registry, primary_url: str) -> object:
+    """A replica of the primary at ``primary_url`` (another private server), link up."""
+    import redis
+
+    replica = reg.redis_server()
+    port = int(primary_url.rsplit(":", 1)[1].split("/")[0])
+    r = redis.Redis(port=replica.port)
+    r.replicaof("127.0.0.1", port)
+    deadline = time.monotonic() + 20
+    while r.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not link up")
+        time.sleep(0.05)
+    r.close()
+    return replica
+
+
+def run_deviceq(
+    reg: Registry,
+    n: int,
+    rate: float,
+    duration: float,
+    timeout: float,
+    durability: str = "none",
+) -> DeviceqRun:
+    """One deviceq run (see the module docstring). ``durability`` other than ``none`` adds a
+    replica of the private server and sets the pool's durable mode (``replica``/``aof``)."""
     server = reg.redis_server()
     try:
         env = child_env({URL_ENV: server.url})
         base = [cli(), "--redis-url", server.url, "--pool", POOL]
         token_file = add_host(reg, base, env)
         client = Client(server.url, POOL)
+        if durability != "none":
+            with_replica(reg, server.url)
+            subprocess.run([*base, "config", "set", "durability", durability], env=env,
+                           check=True, stdout=subprocess.DEVNULL)  # fmt: skip
         client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * n)
         queued = client.counts().get("queued", 0)
         if queued != n:

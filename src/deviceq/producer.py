@@ -11,7 +11,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from .core.connection import PoolConnection
-from .core.errors import InvalidInput, NotFound
+from .core.durability import run_durably
+from .core.errors import InvalidInput, NotConfirmed, NotFound
 from .core.events import Event, last_event_id, read_events
 from .core.models import (
     ScheduledTask,
@@ -128,7 +129,10 @@ class Client(PoolConnection):
     ) -> list[str]:
         """Enqueue many tasks; returns their ids in order. Every spec is validated before
         anything is written; each chunk of ``chunk`` tasks is one atomic script call, so a
-        QueueFull error leaves earlier chunks submitted and the failing chunk unwritten."""
+        QueueFull error leaves earlier chunks submitted and the failing chunk unwritten. With
+        the pool's ``durability`` set, each chunk is confirmed durable; if it cannot be, the
+        call raises NotConfirmed whose ``result`` holds the ids submitted so far (resubmit
+        with the same idempotency keys to be safe)."""
         if isinstance(specs, str | bytes | Mapping | TaskSpec):
             raise InvalidInput(
                 f"submit_many takes a list of task specs, not one {type(specs).__name__}"
@@ -142,7 +146,13 @@ class Client(PoolConnection):
             args: list[Any] = [len(part)]
             for spec in part:
                 args += _submit_args(spec, new_task_id())
-            flat = self._run("submit", args)
+            try:
+                flat = run_durably(self, "submit", args)
+            except NotConfirmed as exc:
+                flat = exc.result or []
+                ids += [flat[i] for i in range(0, len(flat), 2)]
+                exc.result = ids
+                raise
             ids += [flat[i] for i in range(0, len(flat), 2)]
         return ids
 

@@ -75,6 +75,17 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         *[(f"{k} {v}  ", "bold red" if k == "failed" and v else "") for k, v in counts.items()],
     )
     parts: list[RenderableType] = [head]
+    rd = data.get("redis") or {}
+    if rd and "error" not in rd:
+        evicting = rd.get("maxmemory_policy") not in (None, "noeviction")
+        parts.append(Text.assemble(
+            ("redis ", "dim"), f"{rd.get('redis_version')} {rd.get('role')}",
+            ("  aof ", "dim"), "on" if rd.get("aof_enabled") else "off",
+            ("  replicas ", "dim"), str(rd.get("connected_replicas")),
+            ("  maxmemory-policy ", "dim"),
+            (str(rd.get("maxmemory_policy")), "bold red" if evicting else ""),
+            ("  durability ", "dim"), str(data.get("durability", "none")),
+        ))  # fmt: skip
 
     q = Table(title="queued by constraints", title_justify="left")
     for col in ("constraints", "prio", "depth", "oldest wait", "devices", "idle", "signature"):

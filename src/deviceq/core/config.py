@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -75,13 +75,21 @@ class PoolConfig(BaseModel):
     leader_ttl: float = Field(
         10.0, ge=1, le=3600, description="seconds a scheduler leader lease lasts"
     )
+    durability: Literal["none", "aof", "replica"] = Field(
+        "none",
+        description="none | aof | replica: submissions and reports wait until the write is "
+        "in the AOF (WAITAOF; WAIT for a replica before Redis 7.2) or on a replica",
+    )
+    durability_timeout: float = Field(
+        1.0, ge=0.01, le=60, description="seconds a durable write waits for its confirmation"
+    )
 
     @classmethod
     def keys(cls) -> list[str]:
         return list(cls.model_fields)
 
     @classmethod
-    def parse_value(cls, key: str, value: str) -> int | float:
+    def parse_value(cls, key: str, value: str) -> int | float | str:
         """Validate one setting given as text; raises ConfigError naming the problem."""
         if key not in cls.model_fields:
             raise ConfigError(f"unknown setting {key!r}; known: {', '.join(cls.keys())}")
@@ -90,7 +98,7 @@ class PoolConfig(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]["msg"]
             raise ConfigError(f"bad value for {key}: {value!r} ({first})") from None
-        parsed: int | float = getattr(cfg, key)
+        parsed: int | float | str = getattr(cfg, key)
         return parsed
 
     @classmethod
@@ -111,13 +119,14 @@ class PoolConfig(BaseModel):
     @classmethod
     def lua_defaults(cls) -> str:
         """The ``DEFAULTS`` and ``BOUNDS`` tables prepended to every script."""
-        items = ", ".join(f"{k} = {f.default!r}" for k, f in cls.model_fields.items())
+        numeric = [k for k, f in cls.model_fields.items() if isinstance(f.default, int | float)]
+        items = ", ".join(f"{k} = {cls.model_fields[k].default!r}" for k in numeric)
 
         def num(v: float) -> str:
             return repr(v) if abs(v) != float("inf") else ("-" if v < 0 else "") + "math.huge"
 
         bounds = ", ".join(
-            f"{k} = {{{num(cls.bounds(k)[0])}, {num(cls.bounds(k)[1])}}}" for k in cls.model_fields
+            f"{k} = {{{num(cls.bounds(k)[0])}, {num(cls.bounds(k)[1])}}}" for k in numeric
         )
         return "local DEFAULTS = {" + items + "}\nlocal BOUNDS = {" + bounds + "}\n"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DeviceqError(Exception):
     """Base class of every deviceq error."""
@@ -77,6 +79,18 @@ class SessionSuperseded(DeviceqError):
     code = "SUPERSEDED"
 
 
+class NotConfirmed(DeviceqError):
+    """The write was applied but the pool's durability (``aof`` / ``replica``) could not be
+    confirmed in time: it may be lost if Redis crashes now. ``result`` is what the write
+    answered (e.g. the submitted task ids, the report answers)."""
+
+    code = "NOT_CONFIRMED"
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result: Any = result
+
+
 class ConfigError(DeviceqError):
     """Bad configuration: unknown setting, bad value, unknown strategy or runner."""
 
@@ -97,6 +111,7 @@ _BY_CODE: dict[str, type[DeviceqError]] = {
         Fenced,
         SessionActive,
         SessionSuperseded,
+        NotConfirmed,
         ConfigError,
     )
 }

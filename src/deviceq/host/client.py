@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import redis
 
 from ..core.connection import PoolConnection
-from ..core.errors import InvalidInput
+from ..core.durability import run_durably
+from ..core.errors import InvalidInput, NotConfirmed
 from ..core.models import (
     MAX_PAYLOAD_BYTES,
     Assignment,
@@ -246,7 +247,10 @@ class HostClient(PoolConnection):
         return out
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
-        """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``."""
+        """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. With
+        the pool's ``durability`` set, raises NotConfirmed (answers in ``result``) when the
+        reports could not be confirmed durable: send them again (an applied one answers
+        ``dup:``)."""
         if not reports:
             return []
         args: list[str] = [*self._auth(), str(len(reports))]
@@ -263,7 +267,11 @@ class HostClient(PoolConnection):
                 kind or "",
                 _tail(r.payload or ""),
             ]
-        return [str(x) for x in self._run("report", args)]
+        try:
+            return [str(x) for x in run_durably(self, "report", args)]
+        except NotConfirmed as exc:
+            exc.result = [str(x) for x in exc.result or []]
+            raise
 
     def report(
         self,

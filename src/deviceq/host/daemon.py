@@ -49,6 +49,7 @@ from typing import Any
 import redis
 
 from ..core.connection import connect
+from ..core.durability import warn_if_unsafe
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
 from .client import HostClient
@@ -197,6 +198,8 @@ class HostWorker:
             self.host.nudge()
 
     def _startup(self) -> int:
+        with contextlib.suppress(redis.RedisError):
+            warn_if_unsafe(self.host.redis, f"host daemon {self.settings.host_id}")
         if self.settings.device_check:
             self.upkeep.check_devices()
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import AuthError, DeviceqError, SessionSuperseded
+from ..core.errors import AuthError, DeviceqError, NotConfirmed, SessionSuperseded
 from ..core.models import Assignment, DeviceState
 from .client import HostClient, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
@@ -225,9 +225,8 @@ class Executor:
     def report(self, run: Run, report: Report) -> str | None:
         f = run.fields()
         try:
-            answer = self.state.retry(
-                "report", lambda: self.host.report_many([report])[0], self.state.give_up_reports
-            )
+            answer = self.state.retry("report", lambda: self._send(run, report),
+                                      self.state.give_up_reports)  # fmt: skip
         except (AuthError, SessionSuperseded) as exc:
             self.state.fatal(exc)
             return None
@@ -252,6 +251,26 @@ class Executor:
             **f,
         )
         return str(answer)
+
+    def _send(self, run: Run, report: Report) -> str:
+        """Send one report; in durable mode, keep sending it until Redis confirms it durable
+        (an applied one answers ``dup:``), for at most two lease lengths (the report was
+        applied: after that only a Redis crash in the meantime could undo it)."""
+        deadline = time.monotonic() + 2 * max(self.state.lease_ttl, 1.0)
+        delay = 0.1
+        while True:
+            try:
+                return self.host.report_many([report])[0]
+            except NotConfirmed as exc:
+                answer = str((exc.result or ["?"])[0])
+                if time.monotonic() > deadline or self.state.give_up_reports():
+                    self.state.log(logging.ERROR, "report applied but never confirmed durable",
+                                   answer=answer, **run.fields())  # fmt: skip
+                    return answer
+                self.state.log(logging.WARNING, f"report not confirmed durable ({exc}); "
+                               "sending it again", answer=answer, **run.fields())  # fmt: skip
+                time.sleep(delay)
+                delay = min(2.0, delay * 2)
 
     def release(self, run: Run, why: str) -> None:
         self.report(run, Report(run.task_id, run.assignment.lease_id, "released", None, why))

@@ -82,13 +82,13 @@ class PoolAdmin(PoolConnection):
         )
 
     # -- settings and maintenance --------------------------------------------------------------
-    def set_config(self, key: str, value: Any) -> int | float:
+    def set_config(self, key: str, value: Any) -> int | float | str:
         """Validate and store one pool setting; returns the stored value."""
         parsed = PoolConfig.parse_value(key, str(value))
         self.redis.hset(self.keys.config, key, str(parsed))
         return parsed
 
-    def get_config(self, key: str | None = None) -> dict[str, int | float]:
+    def get_config(self, key: str | None = None) -> dict[str, int | float | str]:
         cfg = self.config().model_dump()
         if key is None:
             return cfg

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.durability import server_report
 from ..core.fleet import DEVICE_STATES, device_reason, effective_state
 from ..core.models import Host, PooledDevice, TaskStatus
 from ..scheduler.strategies import Bucket
@@ -219,4 +220,6 @@ def pool_status(
         "leases": expiring_leases(admin, now, leases),
         "failures": recent_failures(admin, failures),
         "leader": leader(admin),
+        "redis": server_report(admin.redis),
+        "durability": admin.config().durability,
     }

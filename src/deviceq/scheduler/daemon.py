@@ -15,6 +15,7 @@ continues."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from ..core.durability import warn_if_unsafe
 from ..core.errors import ConfigError, DeviceqError, Fenced
 from ..core.logs import log
 
@@ -57,6 +59,8 @@ class Daemon:
     def run(self) -> int:
         """Run until stopped (or one pass with ``once``); returns the number of passes."""
         self._log(logging.INFO, "scheduler starting", strategy=self.s.strategy_name, tick=self.tick)
+        with contextlib.suppress(redis.RedisError):
+            warn_if_unsafe(self.s.redis, f"scheduler of pool {self.s.pool}")
         backoff = 0.1
         try:
             while not self.s.stopping:
