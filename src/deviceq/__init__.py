@@ -50,6 +50,7 @@ from .host import (
 )
 from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
 from .ops.admin import PoolAdmin
+from .ops.verify import verify
 from .producer import Client
 from .scheduler import (
     AssignmentStrategy,
@@ -107,4 +108,5 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowStep",
     "register_strategy",
+    "verify",
 ]

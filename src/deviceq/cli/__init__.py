@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+from . import verify_cmds as _verify_cmds  # noqa: F401  (registers `deviceq verify`)
 from .app import main
 
 for _module in ("core_cmds", "scheduler_cmds", "worker_cmds", "ops_cmds", "demo_cmds"):
