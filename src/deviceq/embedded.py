@@ -1,5 +1,6 @@
 """A private ``redis-server`` on a free local port in a temporary directory, for the demo and
-the test suites (restart and fault tests need a server of their own)."""
+the test suites (restart and fault tests need a server of their own), optionally speaking
+only TLS."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .core.connection import with_tls_files
 
 
 def free_port() -> int:
@@ -24,12 +30,32 @@ class RedisServer:
     """Start with ``start()`` (or as a context manager); ``restart()`` keeps port and data
     directory (with ``appendonly=True`` the data survives); ``stop()`` kills it and removes
     the directory. With ``password`` the server requires it (``requirepass``, given in a
-    config file, never on the command line) and ``url`` carries it."""
+    config file, never on the command line) and ``url`` carries it.
+
+    TLS: with ``tls_cert_file``, ``tls_key_file`` and ``tls_ca_cert_file`` (PEM files) the
+    server listens on ``port`` with TLS only (``--port 0 --tls-port PORT``), ``url`` is
+    ``rediss://`` (without files: see ``tls_url``), and ``tls_auth_clients`` says whether a
+    client must show a certificate signed by that CA (``"yes"``, ``"optional"``, or ``"no"``,
+    the default). Where a client certificate is required, ``tls_client_cert_file`` and
+    ``tls_client_key_file`` are the one ``start()`` checks the server with. ``binary`` is
+    the ``redis-server`` to run (default: the one on ``PATH``); a build without TLS fails
+    to start with the reason from its log."""
 
     def __init__(
-        self, *, appendonly: bool = False, port: int | None = None, password: str | None = None
+        self,
+        *,
+        appendonly: bool = False,
+        port: int | None = None,
+        password: str | None = None,
+        binary: str | None = None,
+        tls_cert_file: str | Path | None = None,
+        tls_key_file: str | Path | None = None,
+        tls_ca_cert_file: str | Path | None = None,
+        tls_auth_clients: Literal["yes", "no", "optional"] = "no",
+        tls_client_cert_file: str | Path | None = None,
+        tls_client_key_file: str | Path | None = None,
     ) -> None:
-        self.binary = shutil.which("redis-server")
+        self.binary = binary or shutil.which("redis-server")
         if self.binary is None:
             raise FileNotFoundError("redis-server is not installed")
         self.port = port or free_port()
@@ -37,20 +63,85 @@ class RedisServer:
         if password is not None and (not password or any(c in password for c in '"\\\r\n')):
             raise ValueError("password: non-empty, without quotes, backslashes or newlines")
         self.password = password
+        tls_files = (tls_cert_file, tls_key_file, tls_ca_cert_file)
+        if any(tls_files) and not all(tls_files):
+            raise ValueError("TLS needs tls_cert_file, tls_key_file and tls_ca_cert_file")
+        if tls_auth_clients not in ("yes", "no", "optional"):
+            raise ValueError("tls_auth_clients: yes, no or optional")
+        if bool(tls_client_cert_file) != bool(tls_client_key_file):
+            raise ValueError("tls_client_cert_file and tls_client_key_file go together")
+        self.tls = all(tls_files)
+        if self.tls and tls_auth_clients == "yes" and not tls_client_cert_file:
+            raise ValueError("tls_auth_clients='yes' needs a client certificate to check with")
+        self.tls_cert_file, self.tls_key_file, self.tls_ca_cert_file = (
+            str(Path(f).resolve()) if f else None for f in tls_files
+        )
+        self.tls_auth_clients = tls_auth_clients
+        self.tls_client_cert_file = str(tls_client_cert_file) if tls_client_cert_file else None
+        self.tls_client_key_file = str(tls_client_key_file) if tls_client_key_file else None
         self.dir = Path(tempfile.mkdtemp(prefix="deviceq-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        """``redis://`` (``rediss://`` with TLS) ``127.0.0.1:PORT/0``, with the password."""
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def tls_url(self) -> str:
+        """``url`` with the CA (and the client certificate and key, when given) in its query:
+        what a deviceq client needs to connect (plain servers: ``url``)."""
+        if not self.tls:
+            return self.url
+        return with_tls_files(
+            self.url,
+            ca=self.tls_ca_cert_file,
+            cert=self.tls_client_cert_file,
+            key=self.tls_client_key_file,
+        )
+
+    def _tls_args(self) -> list[str]:
+        if not self.tls:
+            return ["--port", str(self.port)]
+        return [
+            "--port", "0", "--tls-port", str(self.port),
+            "--tls-cert-file", str(self.tls_cert_file), "--tls-key-file", str(self.tls_key_file),
+            "--tls-ca-cert-file", str(self.tls_ca_cert_file),
+            "--tls-auth-clients", self.tls_auth_clients,
+        ]  # fmt: skip
+
+    def _probe(self) -> redis.Redis:
+        """A plain redis-py client for the readiness PING (TLS: verified against the CA)."""
+        if not self.tls:
+            return redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
+        return redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            password=self.password,
+            socket_connect_timeout=0.5,
+            socket_timeout=2.0,
+            retry=Retry(NoBackoff(), 0),  # start() polls: no retries (and backoff) per ping
+            ssl=True,
+            ssl_ca_certs=self.tls_ca_cert_file,
+            ssl_certfile=self.tls_client_cert_file,
+            ssl_keyfile=self.tls_client_key_file,
+        )
+
+    def log_tail(self, lines: int = 5) -> str:
+        """The last lines of the server's log (why it did not start)."""
+        try:
+            text = (self.dir / "redis.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         conf = self.dir / "redis.conf"
         conf.write_text(f'requirepass "{self.password}"\n' if self.password else "")
         conf.chmod(0o600)
         args = [
-            str(self.binary), str(conf), "--port", str(self.port), "--bind", "127.0.0.1",
+            str(self.binary), str(conf), *self._tls_args(), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "everysec", "--logfile", str(self.dir / "redis.log"),
@@ -58,16 +149,21 @@ class RedisServer:
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.2)
+        client = self._probe()
         try:
             while True:
                 try:
                     if client.ping():
                         return self
-                except redis.ConnectionError:
+                except (redis.ConnectionError, redis.TimeoutError):
                     pass
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start on port {self.port}")
+                    self.kill()
+                    tail = self.log_tail()
+                    raise RuntimeError(
+                        f"redis-server did not start on port {self.port}"
+                        + (f" ({'TLS, ' if self.tls else ''}log: {tail})" if tail else "")
+                    )
                 time.sleep(0.02)
         finally:
             client.close()

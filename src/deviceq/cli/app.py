@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from ..core.connection import check_redis_url, redact_url
+from ..core.connection import TLSError, check_redis_url, redact_url, with_tls_files
 from ..core.errors import DeviceqError
 from ..core.models import validate_id
 from ..ops.admin import PoolAdmin
@@ -29,18 +29,34 @@ class Ctx:
 
     ``redis_url`` is checked when a command first uses it (a malformed URL raises ConfigError,
     which every command reports as one line), so commands that never touch Redis (``--help``,
-    ``scheduler strategies``) work whatever ``DEVICEQ_REDIS_URL`` holds."""
+    ``scheduler strategies``) work whatever ``DEVICEQ_REDIS_URL`` holds.
+
+    ``redis_ca``, ``redis_cert``, ``redis_key``: the TLS files given on the command line
+    (``--redis-ca`` ...); ``redis_url`` carries them in its query, so that every client made
+    from it (``HostWorker``'s too) uses them. The same files from the environment
+    (``DEVICEQ_REDIS_CA`` ...) are not copied here: ``connect`` reads them itself."""
 
     raw_redis_url: str
     pool: str
     log_format: str = "text"
+    redis_ca: str | None = None
+    redis_cert: str | None = None
+    redis_key: str | None = None
     _client: Client | None = field(default=None, repr=False)
     _admin: PoolAdmin | None = field(default=None, repr=False)
 
     @property
     def redis_url(self) -> str:
-        """The ``--redis-url``/``DEVICEQ_REDIS_URL`` value, validated (ConfigError if bad)."""
-        return check_redis_url(self.raw_redis_url)
+        """The ``--redis-url``/``DEVICEQ_REDIS_URL`` value, validated (ConfigError if bad), with
+        the TLS files of ``--redis-ca/--redis-cert/--redis-key`` in its query (ConfigError if
+        one is given for a URL that is not ``rediss://``)."""
+        return with_tls_files(
+            check_redis_url(self.raw_redis_url),
+            ca=self.redis_ca,
+            cert=self.redis_cert,
+            key=self.redis_key,
+            given_as="--redis-ca/--redis-cert/--redis-key",
+        )
 
     @property
     def client(self) -> Client:
@@ -52,10 +68,11 @@ class Ctx:
         """For daemons, before their retry loops start: one PING, so that a wrong or missing
         password (never transient) fails at once instead of being retried forever. An
         unreachable Redis fails too when ``need_reachable`` (one-shot runs); otherwise the
-        daemon starts and waits for it. An ACL that does not allow PING is ignored."""
+        daemon starts and waits for it. An ACL that does not allow PING is ignored. A failed
+        TLS handshake (a certificate not accepted either way) is never transient either."""
         try:
             self.client.redis.ping()
-        except redis.AuthenticationError:
+        except (redis.AuthenticationError, TLSError):
             raise
         except (redis.ConnectionError, redis.TimeoutError):
             if need_reachable:
@@ -80,6 +97,17 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def _plain_to_tls_hint(exc: BaseException, redis_url: str | None) -> str:
+    """A hint when a plain ``redis://`` server hung up at once: it may be a TLS port (TLS
+    failures of ``rediss://`` URLs are ``TLSError``, a DeviceqError with its own message)."""
+    if not redis_url or not redis_url.lower().startswith("redis://"):
+        return ""
+    text = str(exc).lower()
+    if any(s in text for s in ("reset by peer", "closed by server", "eof occurred")):
+        return " (if that port speaks TLS, use a rediss:// URL, with --redis-ca)"
+    return ""
+
+
 def describe_error(exc: BaseException, redis_url: str | None = None) -> str | None:
     """The one-line message for a deviceq or Redis error (None for any other exception).
     Never includes a password: Redis URLs are shown redacted."""
@@ -99,7 +127,7 @@ def describe_error(exc: BaseException, redis_url: str | None = None) -> str | No
     if isinstance(exc, redis.TimeoutError):
         return _one_line(f"Redis{where} did not answer in time: {exc}")
     if isinstance(exc, redis.ConnectionError):
-        return _one_line(f"cannot reach Redis{where}: {exc}")
+        return _one_line(f"cannot reach Redis{where}: {exc}{_plain_to_tls_hint(exc, redis_url)}")
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return _one_line(f"Redis{where} refused a command (ACL): {exc}")
     if isinstance(exc, redis.RedisError):
@@ -145,9 +173,33 @@ class _Group(click.Group):
     envvar="DEVICEQ_LOG_FORMAT",
     help="Format of daemon log lines.",
 )
+@click.option(
+    "--redis-ca",
+    metavar="FILE",
+    help="TLS (rediss://): PEM CA bundle that verifies the Redis server's certificate "
+    "(default: the system's CAs; env DEVICEQ_REDIS_CA).",
+)
+@click.option(
+    "--redis-cert",
+    metavar="FILE",
+    help="TLS: PEM client certificate, for a Redis that requires one (env DEVICEQ_REDIS_CERT).",
+)
+@click.option(
+    "--redis-key",
+    metavar="FILE",
+    help="TLS: the client certificate's unencrypted PEM key (env DEVICEQ_REDIS_KEY).",
+)
 @click.version_option(package_name="deviceq")
 @click.pass_context
-def main(ctx: click.Context, redis_url: str, pool: str, log_format: str) -> None:
+def main(
+    ctx: click.Context,
+    redis_url: str,
+    pool: str,
+    log_format: str,
+    redis_ca: str | None,
+    redis_cert: str | None,
+    redis_key: str | None,
+) -> None:
     """deviceq: schedule tasks onto a fleet of devices owned by hosts, through Redis.
 
     \b
@@ -155,12 +207,20 @@ def main(ctx: click.Context, redis_url: str, pool: str, log_format: str) -> None
       deviceq host add lab-1            # prints the host's token once
       deviceq submit "open settings" --driver-type android --tag wifi
       deviceq task wait 3f2a9c0d1e2b4a5f --timeout 60
+      deviceq --redis-url rediss://redis.lab:6380/0 --redis-ca ca.pem status   # TLS
     """
     try:
         validate_id(pool, "pool name")
     except DeviceqError as exc:
         fail(str(exc))
-    ctx.obj = Ctx(raw_redis_url=redis_url, pool=pool, log_format=log_format)
+    ctx.obj = Ctx(
+        raw_redis_url=redis_url,
+        pool=pool,
+        log_format=log_format,
+        redis_ca=redis_ca,
+        redis_cert=redis_cert,
+        redis_key=redis_key,
+    )
 
 
 @main.group()

@@ -132,9 +132,18 @@ class PoolConfig(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Connection settings of a client process, from ``DEVICEQ_*`` environment variables."""
+    """Connection settings of a client process, from ``DEVICEQ_*`` environment variables.
+
+    ``redis_ca``, ``redis_cert`` and ``redis_key`` (``DEVICEQ_REDIS_CA``, ``DEVICEQ_REDIS_CERT``,
+    ``DEVICEQ_REDIS_KEY``) are TLS files (PEM) for ``rediss://`` URLs: the CA bundle that
+    verifies the server, and the client certificate and its unencrypted key for servers that
+    require one. ``deviceq.core.connection.connect`` reads them for every client and daemon
+    whose URL (or call) does not name them; an empty value counts as unset."""
 
     model_config = SettingsConfigDict(env_prefix="DEVICEQ_")
 
     redis_url: str = "redis://localhost:6379/0"
     pool: str = "default"
+    redis_ca: str | None = None
+    redis_cert: str | None = None
+    redis_key: str | None = None

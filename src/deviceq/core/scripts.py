@@ -2,18 +2,28 @@
 
 The scripts live at the repository root in ``lua/``; a built wheel carries them as the package
 data folder ``deviceq/lua``. Each script is sent as ``DEFAULTS`` (generated from
-``PoolConfig``) + ``_lib.lua`` + the script, and invoked by EVALSHA (redis-py reloads it after a
-server restart or SCRIPT FLUSH)."""
+``PoolConfig``) + ``_lib.lua`` + the script.
+
+A call is ``EVALSHA`` (the fast path: only the digest travels). When the server does not know
+the script (``NOSCRIPT``: a restarted or failed-over server, a ``SCRIPT FLUSH``), the call is
+sent again as ``EVAL`` with the whole body, which runs it and caches it server-side, so the
+next call is an ``EVALSHA`` again. No ``SCRIPT`` command is ever sent (``SCRIPT LOAD`` and
+``SCRIPT EXISTS`` are script management, which deviceq's Redis users are not given: see
+``deviceq acl``). Queued on a pipeline (``client=pipe``) a call is an ``EVAL``: its reply is
+only known when the pipeline runs, too late to fall back, and an ``EVAL`` never answers
+``NOSCRIPT`` (it costs the body's bytes, about 20 KB, per call)."""
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import redis
-from redis.commands.core import Script
+from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from .config import PoolConfig
 from .errors import DeviceqError, error_codes, from_reply
@@ -48,18 +58,46 @@ def source(name: str) -> str:
     return PoolConfig.lua_defaults() + lib + "\n" + body
 
 
+@cache
+def sha(name: str) -> str:
+    """The SHA-1 digest Redis knows script ``name`` by (of its UTF-8 text, as sent)."""
+    return hashlib.sha1(source(name).encode()).hexdigest()
+
+
+def _is_pipeline(client: Any) -> bool:
+    """True for a redis-py pipeline (commands are queued, replies come with ``execute``)."""
+    if isinstance(client, Pipeline):
+        return True
+    try:
+        from redis.cluster import ClusterPipeline
+    except ImportError:  # pragma: no cover - every supported redis-py has it
+        return False
+    return isinstance(client, ClusterPipeline)
+
+
 class Scripts:
-    """The registered transitions of one Redis connection, callable by name."""
+    """The transitions of one Redis connection, callable by name."""
 
     def __init__(self, r: redis.Redis) -> None:
         self._r = r
-        self._scripts: dict[str, Script] = {n: r.register_script(source(n)) for n in names()}
+        self._sources = {n: source(n) for n in names()}
+        self._shas = {n: sha(n) for n in names()}
 
     def run(self, name: str, prefix: str, args: list[Any], client: Any = None) -> Any:
-        """Run script ``name`` on the pool ``prefix``; raise a typed DeviceqError for its error
-        replies. ``client`` may be a pipeline."""
+        """Run script ``name`` on the pool ``prefix`` (EVALSHA, falling back to EVAL of the
+        body on NOSCRIPT); raise a typed DeviceqError for its error replies. ``client`` may be
+        a pipeline: the call is then queued as an EVAL and its reply (or error reply) comes
+        with the pipeline's ``execute``."""
+        if name not in self._shas:
+            raise KeyError(name)
+        target = self._r if client is None else client
+        if _is_pipeline(target):
+            return target.eval(self._sources[name], 1, prefix, *args)
         try:
-            return self._scripts[name](keys=[prefix], args=args, client=client or self._r)
+            try:
+                return target.evalsha(self._shas[name], 1, prefix, *args)
+            except NoScriptError:
+                return target.eval(self._sources[name], 1, prefix, *args)
         except redis.ResponseError as exc:
             typed = from_reply(_strip(str(exc)))
             if typed is not None:
