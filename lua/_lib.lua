@@ -205,9 +205,12 @@ local function index_status(id, old, new, seq)
     local keep = _keep
     redis.call('ZADD', k('status', new), now_str(), id)
     redis.call('PEXPIRE', k('task', id), keep)
-    redis.call('PEXPIRE', k('task', id, 'attempts'), keep)
-    redis.call('PEXPIRE', k('task', id, 'goal'), keep)
-    redis.call('HDEL', k('avoid'), id)
+    -- the attempt history and a long goal (only these keys exist besides the hash)
+    local h = redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline')
+    if h[1] and h[1] ~= '0' then redis.call('PEXPIRE', k('task', id, 'attempts'), keep) end
+    if h[2] == '' then redis.call('PEXPIRE', k('task', id, 'goal'), keep) end
+    if old == 'queued' and h[3] and h[3] ~= '' then redis.call('HDEL', k('avoid'), id) end
+    if h[4] and h[4] ~= '' then redis.call('ZREM', k('deadlines'), id) end
   else
     redis.call('ZADD', k('status', new), seq, id)
   end
@@ -267,6 +270,24 @@ local TASK_FIELDS = {'status', 'lease_id', 'lease_expires_at', 'host_id', 'devic
 
 local function load_task(id)
   return hfields(k('task', id), TASK_FIELDS)
+end
+
+-- a task's whole hash in one read: its fields as a table and the flat array (HGETALL)
+local function load_task_flat(id)
+  local flat = redis.call('HGETALL', k('task', id))
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t, flat
+end
+
+-- set fields of a flat field/value array (in place, appending missing ones)
+local function flat_set(flat, values)
+  local pos = {}
+  for i = 1, #flat, 2 do pos[flat[i]] = i end
+  for name, v in pairs(values) do
+    local i = pos[name]
+    if i then flat[i + 1] = v else flat[#flat + 1] = name; flat[#flat + 1] = v end
+  end
 end
 
 -- release the device reserved by task id. hold = nil: back among the idle candidates if it is

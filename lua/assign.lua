@@ -7,7 +7,7 @@
 --          leader's epoch.
 -- Keys     reads leader, config, host:ID, device:ID, task:ID; writes task:ID,
 --          task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
---          avoid, host:ID:inbox, host:ID:wake, events
+--          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued device_not_found device_reserved
 --          device_not_idle device_quarantined device_held host_dead host_draining
@@ -32,7 +32,8 @@ local out, hosts_ok, inboxes, touched = {}, {}, {}, {}
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk, dk = k('task', id), k('device', did)
-  local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at')
+  local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at',
+    'avoid_devices', 'avoid_hosts', 'queue_deadline')
   if not t[1] then return nil, 'task_not_found' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
   local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags', 'held')
@@ -64,7 +65,9 @@ for i = 0, n - 1 do
     redis.call('HSET', k('task', id), 'status', 'assigned', 'host_id', host_id, 'device_id', did,
       'attempt', attempt_s, 'lease_id', lease, 'lease_expires_at', expires_s, 'assigned_at',
       now_s, 'updated_at', now_s)
-    redis.call('HDEL', k('avoid'), id)
+    if (v.t[8] or '') ~= '' or (v.t[9] or '') ~= '' then redis.call('HDEL', k('avoid'), id) end
+    -- a queue deadline applies while queued only (requeue files it again)
+    if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)

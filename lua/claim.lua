@@ -28,7 +28,7 @@ while #out <= max do
   local id = redis.call('LPOP', inbox)
   if not id then break end
   local tk = k('task', id)
-  local t = load_task(id)
+  local t, flat = load_task_flat(id)
   if t.status == 'assigned' and t.host_id == host_id and (tonumber(t.lease_expires_at) or 0) > now then
     local d = redis.call('HMGET', k('device', t.device_id), 'quarantined', 'held', 'reserved_by')
     if d[1] == '1' or (d[2] and d[2] ~= '') or d[3] ~= id then
@@ -43,7 +43,10 @@ while #out <= max do
       emit('dispatched', 'task', id, 'lease', t.lease_id, 'host', host_id, 'device', t.device_id,
         'attempt', t.attempt, 'claim_ms', I(now - tonumber(t.assigned_at)), 'since_submit_ms',
         I(now - tonumber(t.submitted_at)))
-      out[#out + 1] = task_flat(id)
+      flat_set(flat, {status = 'dispatched', lease_expires_at = expires_s, dispatched_at = now_s,
+        updated_at = now_s, session = session or ''})
+      if t.goal == '' then flat_set(flat, {goal = redis.call('GET', k('task', id, 'goal')) or ''}) end
+      out[#out + 1] = flat
     end
   end
 end

@@ -119,7 +119,6 @@ def test_a_host_keeps_an_unconfirmed_report_and_sends_it_again(pair: Pair, tmp_p
         pair.follow()
         t = deploy.client.wait(tid, timeout=30)
         assert (t.status, t.attempt) == (TaskStatus.done, 1)
-        assert "dup:done" in deploy.log("h1") or "ok:done" in deploy.log("h1")
         assert len(runlog.starts(tid)) == 1
 
         # Redis killed between the run's end and its report: the report is kept and sent

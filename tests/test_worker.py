@@ -52,7 +52,7 @@ def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployme
     deploy.client.put_workflow({"name": "broken", "steps": [
         {"goal": "echo step one fails >&2; exit 5"}, {"goal": f"touch {marker}"}]})  # fmt: skip
     deploy.scheduler()
-    deploy.command_host("h1", "d1:android:wifi", "d2:android")
+    deploy.command_host("h1", "d1:android:wifi", "d2:android", env={"DEVICEQ_LOG_LEVEL": "debug"})
     ok = deploy.client.submit("echo hello from $DEVICEQ_DEVICE_ID", driver_type="android",
                               tags=["wifi"])  # fmt: skip
     bad = deploy.client.submit("echo broken >&2; exit 3")
@@ -146,7 +146,9 @@ def test_json_logs_carry_task_lease_host_device_on_every_task_line(deploy: Deplo
     import json
 
     deploy.scheduler()
-    h = deploy.command_host("h1", "d1:android", env={"DEVICEQ_LOG_FORMAT": "json"})
+    h = deploy.command_host(
+        "h1", "d1:android", env={"DEVICEQ_LOG_FORMAT": "json", "DEVICEQ_LOG_LEVEL": "debug"}
+    )
     tid = deploy.client.submit("echo hi")
     assert deploy.client.wait(tid, timeout=20).status is TaskStatus.done
     h.send_signal(signal.SIGTERM)
@@ -312,7 +314,9 @@ def test_report_during_a_redis_outage_is_retried_until_accepted(
     deploy = Deployment(private_redis.url, pool, tmp_path)
     try:
         deploy.configure(lease_ttl=8.0, claim_ttl=8.0, host_timeout=8.0)
-        h = deploy.command_host("h1", "d1:android")  # no scheduler: dispatch by hand
+        h = deploy.command_host(  # no scheduler: dispatch by hand
+            "h1", "d1:android", env={"DEVICEQ_LOG_LEVEL": "debug"}
+        )
         wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
         started, go = deploy.tmp / "started", deploy.tmp / "go"
         tid = deploy.client.submit(
@@ -442,3 +446,18 @@ def test_host_run_config_file_merges_under_options(tmp_path: Path) -> None:
     ):
         with pytest.raises((ConfigError, ValueError)):
             build_settings(bad, {})
+
+
+def test_at_info_a_host_logs_a_summary_not_a_line_per_task(deploy: Deployment) -> None:
+    deploy.scheduler()
+    h = deploy.command_host("h1", "d1:android", "d2:android")
+    ids = deploy.client.submit_many([{"goal": "true"}] * 6)
+    for t in deploy.wait_all(ids, timeout=30):
+        assert t.status is TaskStatus.done
+    wait_for(lambda: "msg=tasks" in deploy.log("h1"), 15, "a summary line")
+    log = deploy.log("h1")
+    assert "msg=claimed" not in log and 'msg="reported done"' not in log
+    line = next(x for x in log.splitlines() if "msg=tasks" in x)
+    assert "claimed=6" in line and "done=6" in line, line
+    h.send_signal(signal.SIGTERM)
+    assert h.wait(20) == 0

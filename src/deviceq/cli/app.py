@@ -5,6 +5,7 @@ Command modules (``core_cmds``, ...) import the groups from here and add their c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import click
 import redis
 
 from ..core.connection import TLSError, check_redis_url, redact_url, with_tls_files
+from ..core.durability import warn_if_unsafe
 from ..core.errors import DeviceqError
 from ..core.models import validate_id
 from ..ops.admin import PoolAdmin
@@ -39,6 +41,7 @@ class Ctx:
     raw_redis_url: str
     pool: str
     log_format: str = "text"
+    log_level: str = "info"
     redis_ca: str | None = None
     redis_cert: str | None = None
     redis_key: str | None = None
@@ -62,6 +65,10 @@ class Ctx:
     def client(self) -> Client:
         if self._client is None:
             self._client = Client(self.redis_url, self.pool)
+            with contextlib.suppress(redis.RedisError):  # unreachable: the command says so
+                msg = warn_if_unsafe(self._client.redis, "deviceq command line", log=None)
+                if msg:
+                    click.echo(msg, err=True)
         return self._client
 
     def preflight(self, *, need_reachable: bool) -> None:
@@ -189,6 +196,15 @@ class _Group(click.Group):
     metavar="FILE",
     help="TLS: the client certificate's unencrypted PEM key (env DEVICEQ_REDIS_KEY).",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    envvar="DEVICEQ_LOG_LEVEL",
+    show_default=True,
+    help="Daemon log level. At info a host logs a summary line now and then; each task's "
+    "lines (claimed, runner started/finished, reported) are debug.",
+)
 @click.version_option(package_name="deviceq")
 @click.pass_context
 def main(
@@ -196,6 +212,7 @@ def main(
     redis_url: str,
     pool: str,
     log_format: str,
+    log_level: str,
     redis_ca: str | None,
     redis_cert: str | None,
     redis_key: str | None,
@@ -217,6 +234,7 @@ def main(
         raw_redis_url=redis_url,
         pool=pool,
         log_format=log_format,
+        log_level=log_level,
         redis_ca=redis_ca,
         redis_cert=redis_cert,
         redis_key=redis_key,

@@ -73,7 +73,7 @@ def scheduler_run(
       deviceq --pool lab scheduler run --once     # one pass, e.g. from cron or a test
       deviceq --pool lab scheduler run --metrics-port 9108 --metrics-host 10.0.0.5
     """
-    configure(ctx.log_format)
+    configure(ctx.log_format, ctx.log_level.upper())
     sched = TaskScheduler(ctx.admin, strategy=strategy, owner=owner, batch=batch)
     ctx.preflight(need_reachable=once)
     if metrics_port is not None:

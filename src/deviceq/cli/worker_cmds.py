@@ -284,7 +284,7 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None
     settings, token = build_settings(options, file_cfg)
-    logs.configure(ctx.log_format)
+    logs.configure(ctx.log_format, ctx.log_level.upper())
     ctx.preflight(need_reachable=False)  # a wrong password fails now, not in a retry loop
     worker = HostWorker(ctx.redis_url, ctx.pool, settings, token)
     sys.exit(worker.run())

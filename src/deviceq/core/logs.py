@@ -41,8 +41,9 @@ def _kv(key: str, value: Any) -> str:
     return f"{key}={text}"
 
 
-def configure(fmt: str = "text", level: int = logging.INFO) -> None:
-    """Send deviceq's logs to stderr as ``text`` (key=value) or ``json`` lines."""
+def configure(fmt: str = "text", level: int | str = logging.INFO) -> None:
+    """Send deviceq's logs to stderr as ``text`` (key=value) or ``json`` lines, at ``level``
+    (``logging.INFO`` or a name such as ``"DEBUG"``)."""
     _FORMAT["value"] = fmt
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())

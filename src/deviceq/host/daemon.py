@@ -102,8 +102,8 @@ class HostWorker:
         self.state = HostState(settings)
         self.state.nudge = self._nudge
         self.dispatcher = dispatcher or self._dispatcher(settings, pool)
-        self.upkeep = Upkeep(self.state, self.host, self.ctl)
         self.executor = Executor(self.state, self.host, self.dispatcher)
+        self.upkeep = Upkeep(self.state, self.host, self.ctl, summary=self._summary)
         self._threads: list[threading.Thread] = []
 
     def _dispatcher(self, settings: WorkerSettings, pool: str) -> TaskDispatcher:
@@ -191,6 +191,13 @@ class HostWorker:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
         threading.Thread(target=watch, name="signals", daemon=True).start()
+
+    def _summary(self) -> None:
+        """One INFO line about what the host did since the last one (if anything)."""
+        counts = self.executor.stats.take()
+        if any(counts.values()):
+            self.state.log(logging.INFO, "tasks", running=len(self.state.active_runs()),
+                           reports_calls=self.executor.reporter.calls, **counts)  # fmt: skip
 
     def _nudge(self) -> None:
         """Wake our own blocking inbox and control waits (best effort)."""
@@ -374,5 +381,4 @@ class HostWorker:
         # reports a few seconds to get through
         self.state.abandon_reports_at = time.monotonic() + s.stop_grace + 5.0 + 2 * s.socket_timeout
         for run in left:
-            if run.thread is not None:
-                run.thread.join(max(0.0, self.state.abandon_reports_at + 1.0 - time.monotonic()))
+            run.ended.wait(max(0.0, self.state.abandon_reports_at + 1.0 - time.monotonic()))

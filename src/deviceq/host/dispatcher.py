@@ -184,7 +184,7 @@ class TaskDispatcher:
 
         thread = threading.Thread(target=target, name=f"runner-{task.task_id}", daemon=True)
         started = time.monotonic()
-        task.logger.info("runner started", fields={"goal": task.goal[:80] or None})
+        task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
         thread.start()
         cause: str | None = None
         told_at = 0.0
@@ -214,7 +214,7 @@ class TaskDispatcher:
             return DispatchOutcome("failed", FailureKind.runner_error, tail(text))
         out: Outcome = box["out"]
         fields = {"ok": out.ok, "seconds": round(elapsed, 3)}
-        task.logger.info("runner finished", fields=fields)
+        task.logger.debug("runner finished", fields=fields)
         if out.ok:
             return DispatchOutcome("done", None, out.text)
         if cause is None and cancel_event.is_set():

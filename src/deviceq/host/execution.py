@@ -1,7 +1,8 @@
 """Running one claimed attempt on one device: `Run` (the attempt and its lease clock) and
-`Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a thread
-of its own, keeps the device out of service while a runner that did not stop is still alive,
-and reports the outcome, retrying while Redis is unreachable."""
+`Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a bounded
+pool of threads, keeps the device out of service while a runner that did not stop is still
+alive, and reports the outcome through the `Reporter` (coalesced, retried while Redis is
+unreachable). Per-task log lines are DEBUG; the daemon logs a summary line now and then."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import contextlib
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import AuthError, DeviceqError, NotConfirmed, SessionSuperseded
+from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
 from .client import HostClient, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
+from .reporter import Reporter
 from .runners import LeaseClock
 from .state import LOG, TRANSIENT, HostState
 
@@ -37,7 +40,6 @@ class Run:
     reason: str | None = None  # why it was stopped: cancel | lost | expired | drain
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
 
     @property
     def task_id(self) -> str:
@@ -72,12 +74,35 @@ class Run:
         self.renew_at = sent_at + lease_s / 3
 
 
+@dataclass
+class Stats:
+    """What the host did since the last summary line (per-task lines are DEBUG)."""
+
+    claimed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def ended(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def take(self) -> dict[str, int]:
+        out = {"claimed": self.claimed, **self.outcomes}
+        self.claimed, self.outcomes = 0, {}
+        return out
+
+
 class Executor:
     """Starts, runs and reports the attempts a host claimed."""
 
     def __init__(self, state: HostState, host: HostClient, dispatcher: TaskDispatcher) -> None:
         self.state = state
         self.settings = state.settings
+        self.reporter = Reporter(state, host)
+        self.stats = Stats()
+        # runs execute in a bounded pool: at most one run per device at a time, plus runs of
+        # a device whose earlier runner is still stopping (they wait for it first)
+        self.pool = ThreadPoolExecutor(
+            max_workers=2 * len(state.devices) + 2, thread_name_prefix="run"
+        )
         self.host = host
         self.dispatcher = dispatcher
 
@@ -116,17 +141,15 @@ class Executor:
             run.after = self.state.by_device.get(a.device_id)
             self.state.by_device[a.device_id] = run
             self.state.runs[run.task_id] = run
+        self.stats.claimed += 1
         self.state.log(
-            logging.INFO,
+            logging.DEBUG,
             "claimed",
             goal=(a.task.goal or "")[:80] or None,
             workflow=a.task.workflow,
             **f,
         )
-        run.thread = threading.Thread(
-            target=self.execute, args=(run,), name=f"task-{run.task_id}", daemon=True
-        )
-        run.thread.start()
+        self.pool.submit(self.execute, run)
 
     def execute(self, run: Run) -> None:
         try:
@@ -223,17 +246,14 @@ class Executor:
         self.report(run, report)
 
     def report(self, run: Run, report: Report) -> str | None:
+        """Report through the `Reporter` (coalesced with the reports of runs that end at the
+        same time) and log the answer; None when it was not delivered."""
         f = run.fields()
-        try:
-            answer = self.state.retry("report", lambda: self._send(run, report),
-                                      self.state.give_up_reports)  # fmt: skip
-        except (AuthError, SessionSuperseded) as exc:
-            self.state.fatal(exc)
+        p = self.reporter.send(report, f)
+        if p.error is not None:
+            self.state.log(logging.ERROR, f"report refused: {p.error}", **f)
             return None
-        except DeviceqError as exc:
-            self.state.log(logging.ERROR, f"report refused: {type(exc).__name__}: {exc}", **f)
-            return None
-        if answer is None:
+        if p.answer is None:
             self.state.log(
                 logging.ERROR,
                 "report not delivered before shutdown; the lease will "
@@ -242,35 +262,17 @@ class Executor:
                 **f,
             )
             return None
-        level = logging.WARNING if answer.startswith("rejected") else logging.INFO
+        answer = p.answer
+        rejected = answer.startswith("rejected")
+        self.stats.ended(report.outcome if not rejected else "rejected")
         self.state.log(
-            level,
+            logging.WARNING if rejected else logging.DEBUG,
             f"reported {report.outcome}",
             answer=answer,
             failure_kind=report.failure_kind,
             **f,
         )
-        return str(answer)
-
-    def _send(self, run: Run, report: Report) -> str:
-        """Send one report; in durable mode, keep sending it until Redis confirms it durable
-        (an applied one answers ``dup:``), for at most two lease lengths (the report was
-        applied: after that only a Redis crash in the meantime could undo it)."""
-        deadline = time.monotonic() + 2 * max(self.state.lease_ttl, 1.0)
-        delay = 0.1
-        while True:
-            try:
-                return self.host.report_many([report])[0]
-            except NotConfirmed as exc:
-                answer = str((exc.result or ["?"])[0])
-                if time.monotonic() > deadline or self.state.give_up_reports():
-                    self.state.log(logging.ERROR, "report applied but never confirmed durable",
-                                   answer=answer, **run.fields())  # fmt: skip
-                    return answer
-                self.state.log(logging.WARNING, f"report not confirmed durable ({exc}); "
-                               "sending it again", answer=answer, **run.fields())  # fmt: skip
-                time.sleep(delay)
-                delay = min(2.0, delay * 2)
+        return answer
 
     def release(self, run: Run, why: str) -> None:
         self.report(run, Report(run.task_id, run.assignment.lease_id, "released", None, why))

@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Callable
 
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
@@ -27,11 +28,18 @@ CTL_BLOCK = 1.0  # longest wait on the control list (bounds how late a stop is n
 class Upkeep:
     """The upkeep loops of one host daemon (each runs in a thread of its own)."""
 
-    def __init__(self, state: HostState, host: HostClient, ctl: HostClient) -> None:
+    def __init__(
+        self,
+        state: HostState,
+        host: HostClient,
+        ctl: HostClient,
+        summary: Callable[[], None] = lambda: None,
+    ) -> None:
         self.state = state
         self.settings = state.settings
         self.host = host
         self.ctl = ctl
+        self.summary = summary  # logs what the host did lately (every ~10 s)
 
     def hb_interval(self) -> float:
         return self.settings.heartbeat_interval or max(0.05, self.state.host_timeout / 3)
@@ -47,6 +55,7 @@ class Upkeep:
                 self.state.apply_heartbeat(self.host.heartbeat(self.state.snapshot()))
                 if time.monotonic() >= next_cfg:
                     self.refresh_config()
+                    self.summary()
                     next_cfg = time.monotonic() + 10.0
                 wait = self.hb_interval()
             except TRANSIENT as exc:

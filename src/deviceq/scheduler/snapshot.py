@@ -32,6 +32,7 @@ from .strategies import AssignmentStrategy, Bucket, IdleDevice, Pair, QueuedTask
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
+SPECULATE = 32  # buckets and hosts whose heads and health a pass reads with its base
 DEFAULT_HOST_TIMEOUT = float(PoolConfig.model_fields["host_timeout"].default)
 
 
@@ -75,13 +76,22 @@ class SnapshotReader:
         self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
         self._host_timeout_ms = 0
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
+        self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
+        self._spec_hosts: list[str] = []
 
-    def read_base(self) -> tuple[Base, list[str]]:
+    def read_base(
+        self, spec_want: dict[str, int] | None = None, spec_hosts: list[str] | None = None
+    ) -> tuple[Base, list[str], dict[str, list[Any]], dict[str, Any]]:
         """Idle devices (attributes cached, see ``device_rows``) and the non-empty buckets'
         constraints: one pipelined round trip, plus one only when device or bucket
-        attributes must be (re-)read. No queue scan. Returns the base (devices not yet
-        filtered by host health, see ``host_filter``) and the hosts of its devices."""
+        attributes must be (re-)read. No queue scan. In the same round trip, speculatively,
+        the heads of ``spec_want``'s buckets and the health of ``spec_hosts`` (what the last
+        pass needed: in a steady pool the pass then needs no second read). Returns the base
+        (devices not yet filtered by host health, see ``host_filter``), the hosts of its
+        devices, and the speculative heads (raw pairs) and host rows."""
         k = self.keys
+        spec_want = spec_want or {}
+        spec_hosts = spec_hosts or []
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
         pipe.hget(k.config, "host_timeout")
@@ -90,7 +100,15 @@ class SnapshotReader:
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
         pipe.hlen(k.avoid)
-        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw, avoiding = pipe.execute()
+        for sig, n in spec_want.items():
+            pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
+        for h in spec_hosts:
+            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+        res = pipe.execute()
+        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw, avoiding = res[:6]
+        spec = res[6 : 6 + len(spec_want)]
+        spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
+        spec_rows = dict(zip(spec_hosts, res[6 + len(spec_want) :], strict=True))
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
@@ -110,7 +128,8 @@ class SnapshotReader:
         shells = [Bucket(s, *self._sig_cache[s], head_seq=int(float(score))) for s, score in queues]
         pre = Snapshot.build(shells, cached, self.batch, now)
         hosts = sorted({d.host_id for d in pre.devices})
-        return Base(now, shells, pre.devices, pre.matching, len(queues)), hosts
+        base = Base(now, shells, pre.devices, pre.matching, len(queues))
+        return base, hosts, spec_heads, spec_rows
 
     def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base:
         """Drop the devices of hosts that cannot take work (``rows``: HMGET of
@@ -242,15 +261,11 @@ class SnapshotReader:
             pipe.execute_command("ZRANGE", k.queue(s), start, n - 1, "WITHSCORES")
         res = pipe.execute()
         for (s, _, _), raw in zip(todo, res[len(hosts) :], strict=True):
-            prio = self._sig_cache[s][2]
             got = _pairs(raw)
             if s in out:
                 seen = {t.task_id for t in out[s]}
                 got = [(t, seq) for t, seq in got if t not in seen]
-            fresh = tuple(QueuedTask(t, int(float(seq)), s, prio) for t, seq in got)
-            if self.avoiding:
-                fresh = self.with_avoid(fresh)
-            out[s] = out.get(s, ()) + fresh
+            out[s] = out.get(s, ()) + self._queued(s, got)
         return out, res[: len(hosts)]
 
     def with_avoid(self, heads: tuple[QueuedTask, ...]) -> tuple[QueuedTask, ...]:
@@ -272,12 +287,30 @@ class SnapshotReader:
         device or bucket attributes must be read). The heads are chosen before the hosts'
         health is known (read in the same round trip); devices of dead or draining hosts are
         dropped afterwards, so a few heads may be read for nothing, never too few."""
-        base, hosts = self.read_base()
+        base, hosts, spec_heads, spec_rows = self.read_base(self._spec_want, self._spec_hosts)
         want = self.initial_want(base)
-        heads, rows = self.read_heads(want, {}, hosts)
-        base = self.host_filter(base, hosts, rows)
+        have: dict[str, tuple[QueuedTask, ...]] = {}
+        for sig, n in want.items():
+            got = spec_heads.get(sig)
+            if got is None:
+                continue
+            if len(got) < self._spec_want[sig]:  # the bucket holds only these
+                want[sig] = min(n, len(got))
+            have[sig] = self._queued(sig, got[:n])
+        missing = [h for h in hosts if h not in spec_rows]
+        heads, rows = self.read_heads(want, have, missing)
+        rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
+        base = self.host_filter(base, hosts, [rowmap[h] for h in hosts])
         want = {s: n for s, n in want.items() if base.matching.get(s)}
+        # next pass, read these with the base (bounded: a steady pool's few buckets and hosts)
+        self._spec_want = dict(list(want.items())[:SPECULATE])
+        self._spec_hosts = hosts[:SPECULATE]
         return base, want, heads
+
+    def _queued(self, sig: str, pairs: list[Any]) -> tuple[QueuedTask, ...]:
+        prio = self._sig_cache[sig][2]
+        fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio) for t, seq in pairs)
+        return self.with_avoid(fresh) if self.avoiding else fresh
 
     def make_snapshot(
         self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]

@@ -305,7 +305,7 @@ class CommandRunner:
             os.close(ctl_w)
             return Outcome.failure(f"cannot start {argv[0]!r}: {exc}")
         os.close(ctl_r)
-        task.logger.info("command started", fields={"pid": proc.pid, "argv0": argv[0]})
+        task.logger.debug("command started", fields={"pid": proc.pid, "argv0": argv[0]})
         buf = bytearray()
         limit = max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES))
 

@@ -149,7 +149,7 @@ class IsolatedRunner:
         proc.start()
         result_w.close()
         cancel_r.close()
-        task.logger.info("isolated runner started", fields={"pid": proc.pid})
+        task.logger.debug("isolated runner started", fields={"pid": proc.pid})
         answer: Any = None
         killed = False
         sent = lease.version if lease is not None else 0

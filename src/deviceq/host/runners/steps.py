@@ -22,7 +22,7 @@ def run_steps(
             return Outcome.failure(f"stopped before {label}")
         sub = replace(task, goal=step.goal, workflow=workflow.name, step=i)
         sub.logger = task_logger(sub, task.logger.logger)
-        sub.logger.info(f"workflow {workflow.name}: {label} started")
+        sub.logger.debug(f"workflow {workflow.name}: {label} started")
         out = as_outcome(goal_runner(sub))
         if not out.ok:
             return Outcome.failure(tail(f"{label} failed: {out.text}"))
