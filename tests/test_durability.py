@@ -40,6 +40,11 @@ class Pair:
     def follow(self) -> None:
         redis.Redis(port=self.replica.port).replicaof("127.0.0.1", self.primary.port)
         wait_for(lambda: link_up(self.replica), 20, "replica link up")
+        # the replica's side says "up" a moment before the primary counts it for WAIT
+        wait_for(lambda: self.acknowledged() >= 1, 20, "the primary counts the replica")
+
+    def acknowledged(self) -> int:
+        return int(redis.Redis(port=self.primary.port).execute_command("WAIT", 1, 200))
 
     def stop(self) -> None:
         self.replica.stop()
@@ -99,6 +104,18 @@ def test_durable_submissions_and_reports_confirm_or_say_so(pair: Pair) -> None:
     client.submit("not durable: returns at once")  # no wait at all with durability none
 
 
+def submit_confirmed(client: Client, goal: str) -> str:
+    """Submit as a producer would under durability: the same idempotency key again until a
+    replica confirms it (on a loaded machine one WAIT of 0.3 s right after a resync can miss)."""
+    key = uuid.uuid4().hex
+    for _ in range(20):
+        try:
+            return client.submit(goal, idempotency_key=key)
+        except NotConfirmed:
+            time.sleep(0.2)
+    raise AssertionError(f"submit of {goal!r} never confirmed")
+
+
 def test_a_host_keeps_an_unconfirmed_report_and_sends_it_again(pair: Pair, tmp_path: Path,
                                                                pool: str) -> None:  # fmt: skip
     """The run ends while the replica is down: the report is applied but not confirmed; the
@@ -123,7 +140,7 @@ def test_a_host_keeps_an_unconfirmed_report_and_sends_it_again(pair: Pair, tmp_p
 
         # Redis killed between the run's end and its report: the report is kept and sent
         # after Redis is back (the task's state survived in the AOF: appendfsync everysec)
-        tid2 = deploy.client.submit("3")
+        tid2 = submit_confirmed(deploy.client, "3")
         wait_for(lambda: runlog.starts(tid2), 30, "second task running")
         time.sleep(1.5)  # its dispatch is in the AOF
         pair.primary.kill()

@@ -23,8 +23,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from .errors import NotConfirmed, from_reply
+from .scripts import sha, source
 
 if TYPE_CHECKING:
     from .connection import PoolConnection
@@ -85,10 +87,16 @@ def run_durably(conn: PoolConnection, name: str, args: list[Any]) -> Any:
     mode, timeout = mode_of(conn)
     if mode == "none":
         return conn._run(name, args)
+    wait = wait_command(conn, mode, timeout)
     pipe = conn.redis.pipeline(transaction=False)
-    conn.scripts.run(name, conn.keys.prefix, args, client=pipe)
-    pipe.execute_command(*wait_command(conn, mode, timeout))
+    pipe.evalsha(sha(name), 1, conn.keys.prefix, *args)
+    pipe.execute_command(*wait)
     result, ack = pipe.execute(raise_on_error=False)
+    if isinstance(result, NoScriptError):  # a restarted server: send the body (it is cached)
+        pipe = conn.redis.pipeline(transaction=False)
+        pipe.eval(source(name), 1, conn.keys.prefix, *args)
+        pipe.execute_command(*wait)
+        result, ack = pipe.execute(raise_on_error=False)
     if isinstance(result, Exception):
         typed = from_reply(str(result)) if isinstance(result, redis.ResponseError) else None
         raise typed or result
