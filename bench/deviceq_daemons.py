@@ -15,16 +15,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import URL_ENV
 from bench.drain import Drain, measure_drain, tree_cpu_s
-from bench.procs import Registry, child_env
+from bench.procs import Registry, child_env, cli
 from bench.redisstats import Probe, Usage
 from deviceq import Client
 
@@ -87,15 +85,6 @@ def percentile(values: list[int] | list[float], p: float) -> float:
         return float("nan")
     s = sorted(values)
     return float(s[max(0, min(len(s) - 1, math.ceil(len(s) * p / 100) - 1))])
-
-
-def cli() -> str:
-    """The ``deviceq`` console script of this interpreter's environment."""
-    beside = Path(sys.executable).parent / "deviceq"
-    found = str(beside) if beside.exists() else shutil.which("deviceq")
-    if not found:
-        raise FileNotFoundError("the deviceq command is not installed")
-    return found
 
 
 def add_host(reg: Registry, base: list[str], env: dict[str, str]) -> Path:

@@ -40,6 +40,15 @@ def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def cli() -> str:
+    """The ``deviceq`` console script of this interpreter's environment."""
+    beside = Path(sys.executable).parent / "deviceq"
+    found = str(beside) if beside.exists() else shutil.which("deviceq")
+    if not found:
+        raise FileNotFoundError("the deviceq command is not installed")
+    return found
+
+
 def tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -1,6 +1,7 @@
 -- expire.lua: end leases past their expiry (assigned or dispatched), fail queued tasks past
 -- their queue deadline, and trim the terminal status indexes to the `retention` window: each
--- at most `limit` entries per call (bounded work; `more` says whether any is left).
+-- at most `limit` entries per call (bounded work; `more` says whether any is left). Events
+-- older than `retention` are trimmed too (at most 10,000 per call, whole stream nodes).
 -- An expired lease is a fault: its device is held `suspect` and its host marked `suspect`, both
 -- out of the candidates until the host's next heartbeat proves it alive; the task returns to
 -- `queued` at its original place (attempts left; it then prefers another device and host) or
@@ -79,6 +80,8 @@ for _, st in ipairs({'done', 'failed', 'cancelled'}) do
   trimmed = trimmed + #old_ids
   if #old_ids == limit then more_trim = true end
 end
+-- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries)
+redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', 10000)
 if requeued > 0 then wake(k('sched', 'wake')) end
 local more = (#due == limit or #late == limit or more_trim) and 1 or 0
 return {requeued, failed, cancelled, unsched, more, trimmed}

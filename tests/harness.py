@@ -1,5 +1,6 @@
-"""Harness for end-to-end tests: real `deviceq` daemons as processes on a private Redis, and
-a runner log that proves no device (and no task) ever ran two things at once."""
+"""Harness for end-to-end tests: real `deviceq` daemons as processes on a private Redis; their
+tasks may run the runner of ``bench/runlog.py``, whose log proves that no device (and no task)
+ever ran two things at once."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from bench.runlog import RunLog
+from bench.runlog import command as runner_command
 
 from deviceq import Client, PoolAdmin, SchedulerClient, TaskStatus
 
 CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
 TESTS_DIR = str(Path(__file__).resolve().parent)
+REPO_DIR = str(Path(TESTS_DIR).parent)  # daemons import test runners and ``bench.runlog``
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str = "condition") -> Any:
@@ -80,7 +84,7 @@ class Deployment:
             "DEVICEQ_REDIS_URL": self.url,
             "DEVICEQ_POOL": self.pool,
             "DQTEST_MARK": self.mark,
-            "PYTHONPATH": TESTS_DIR,
+            "PYTHONPATH": os.pathsep.join((TESTS_DIR, REPO_DIR)),
             **(env or {}),
         }
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -143,54 +147,3 @@ class Deployment:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         self.r.close()
-
-
-RUNNER = str(Path(TESTS_DIR) / "overlap_runner.py")
-
-
-def runner_command() -> str:
-    """The ``--command`` template of the overlap-proving runner (goal: ``SECONDS [EXIT]``)."""
-    return f"{sys.executable} {RUNNER} {{device_id}} {{task_id}} {{goal}}"
-
-
-class RunLog:
-    """What the overlap runner logged: starts, ends and overlaps (see overlap_runner.py)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {"DQ_RUNLOG": str(self.folder)}
-
-    def lines(self) -> list[list[str]]:
-        path = self.folder / "runs.log"
-        return [ln.split() for ln in path.read_text().splitlines()] if path.exists() else []
-
-    def overlaps(self) -> list[str]:
-        return [" ".join(x) for x in self.lines() if x[0] == "OVERLAP"]
-
-    def starts(self, task: str | None = None) -> list[list[str]]:
-        return [x for x in self.lines() if x[0] == "start" and (task is None or x[2] == task)]
-
-    def ends(self, task: str | None = None) -> list[list[str]]:
-        return [x for x in self.lines() if x[0] == "end" and (task is None or x[2] == task)]
-
-    def intervals_overlap(self) -> list[str]:
-        """Completed runs (start and end logged) of one device or one task that overlap in
-        time (a second check beside the locks)."""
-        runs: dict[str, list[tuple[float, float, str]]] = {}
-        begun = {x[3]: (x[1], x[2], float(x[4])) for x in self.starts()}
-        for x in self.ends():
-            if x[3] in begun:
-                dev, task, t0 = begun[x[3]]
-                for key in ("d:" + dev, "t:" + task):
-                    runs.setdefault(key, []).append((t0, float(x[4]), x[3]))
-        bad = []
-        for key, spans in runs.items():
-            spans.sort()
-            for (a0, a1, pa), (b0, b1, pb) in zip(spans, spans[1:], strict=False):
-                if b0 < a1:
-                    bad.append(f"{key}: {pa} [{a0:.3f},{a1:.3f}] and {pb} [{b0:.3f},{b1:.3f}]")
-        return bad

@@ -66,6 +66,23 @@ def test_retention_trim_runs_in_bounded_batches(fleet: Any) -> None:
     assert (last["trimmed"], last["more"]) == (5, 0)
 
 
+def test_events_older_than_retention_are_trimmed(fleet: Any) -> None:
+    """Events go with the tasks they tell of: those older than ``retention`` are trimmed by
+    the expiry pass (whole stream nodes), the newer ones stay."""
+    fleet.admin.set_config("retention", 1)
+    for t in fleet.client.submit_many([{"goal": f"g{i}"} for i in range(300)]):
+        fleet.client.cancel(t)
+    events = fleet.admin.keys.events
+    old = fleet.r.xlen(events)
+    assert old >= 600
+    time.sleep(1.1)
+    fresh = fleet.client.submit("recent")
+    fleet.store.expire(limit=10)
+    left = fleet.r.xrange(events)
+    assert len(left) < old // 2, (len(left), old)
+    assert any(e[1].get("task") == fresh for e in left)
+
+
 def test_bucket_constraints_are_deleted_with_their_bucket(fleet: Any) -> None:
     ids = [fleet.client.submit("g", tags=[f"t{i}"]) for i in range(50)]
     keys = fleet.admin.keys

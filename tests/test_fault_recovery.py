@@ -1,7 +1,7 @@
 """A fault costs a task one attempt, no loop runs away, settings changes and cancels apply at
 once, and a device runs one thing at a time, physically (issue 8, cases 2-5 and 8, and a soak
 with hosts SIGKILLed every few seconds). Real `deviceq host run` and `deviceq scheduler run`
-processes on a private Redis; tasks run the overlap-proving runner (see overlap_runner.py)."""
+processes on a private Redis; tasks run the overlap-proving runner (see bench/runlog.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from bench import runlog as overlap_runner
 
-import overlap_runner
 from deviceq import FailureKind, TaskStatus
 from deviceq.host.runners import Task
 from harness import Deployment, RunLog, wait_for

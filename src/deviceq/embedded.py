@@ -28,9 +28,10 @@ def free_port() -> int:
 
 class RedisServer:
     """Start with ``start()`` (or as a context manager); ``restart()`` keeps port and data
-    directory (with ``appendonly=True`` the data survives); ``stop()`` kills it and removes
-    the directory. With ``password`` the server requires it (``requirepass``, given in a
-    config file, never on the command line) and ``url`` carries it.
+    directory (with ``appendonly=True`` the data survives, fsynced as ``appendfsync`` says);
+    ``stop()`` kills it and removes the directory. With ``password`` the server requires it
+    (``requirepass``, given in a config file, never on the command line) and ``url`` carries
+    it.
 
     TLS: with ``tls_cert_file``, ``tls_key_file`` and ``tls_ca_cert_file`` (PEM files) the
     server listens on ``port`` with TLS only (``--port 0 --tls-port PORT``), ``url`` is
@@ -45,6 +46,7 @@ class RedisServer:
         self,
         *,
         appendonly: bool = False,
+        appendfsync: Literal["always", "everysec", "no"] = "everysec",
         port: int | None = None,
         password: str | None = None,
         binary: str | None = None,
@@ -60,6 +62,9 @@ class RedisServer:
             raise FileNotFoundError("redis-server is not installed")
         self.port = port or free_port()
         self.appendonly = appendonly
+        if appendfsync not in ("always", "everysec", "no"):
+            raise ValueError("appendfsync: always, everysec or no")
+        self.appendfsync = appendfsync
         if password is not None and (not password or any(c in password for c in '"\\\r\n')):
             raise ValueError("password: non-empty, without quotes, backslashes or newlines")
         self.password = password
@@ -144,7 +149,7 @@ class RedisServer:
             str(self.binary), str(conf), *self._tls_args(), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec", "--logfile", str(self.dir / "redis.log"),
+            "--appendfsync", self.appendfsync, "--logfile", str(self.dir / "redis.log"),
             "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -85,7 +85,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire time xadd "
         "zadd zrem",
         "expire": "del exists hdel hgetall hmget hset lindex lpush lrem lset ltrim pexpire "
-        "time xadd zadd zcard zrange zrangebyscore zrem",
+        "time xadd xtrim zadd zcard zrange zrangebyscore zrem",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
         "time xadd zadd zrem",
         "host_add": "exists hgetall hset lpush ltrim pexpire sadd time xadd",
