@@ -41,23 +41,6 @@ def used(r: redis.Redis) -> int:
     return int(r.info("memory")["used_memory"])
 
 
-def lifecycle(client: Client, sched: TaskScheduler, host: HostClient, n: int) -> None:
-    """``n`` tasks submitted, assigned, claimed and reported done, a batch at a time."""
-    left = n
-    while left:
-        k = min(BATCH, left)
-        client.submit_many([{"goal": f"task {left - i}: open the app, log in, check"}
-                            for i in range(k)])  # fmt: skip
-        left -= k
-        while True:
-            got = host.claim(DEVICES)
-            if got:
-                host.report_many([Report(a.task.id, a.lease_id, "done", None, "ok") for a in got])
-                continue
-            if not sched.assign(expire=False).assigned:
-                break
-
-
 class Pool:
     """The pool under test: its producer, scheduler and one host of ``DEVICES`` devices."""
 
@@ -81,7 +64,24 @@ class Pool:
         self.host.heartbeat([DeviceReport(f"d{i:03d}", "android") for i in range(DEVICES)])
 
     def run(self, n: int) -> None:
-        lifecycle(self.client, self.sched, self.host, n)
+        """``n`` tasks submitted, assigned, claimed and reported done, a batch at a time (the
+        host heartbeats every batch: it would be dead after ``host_timeout``)."""
+        left = n
+        while left:
+            k = min(BATCH, left)
+            self.client.submit_many([{"goal": f"task {left - i}: open the app, log in, check"}
+                                     for i in range(k)])  # fmt: skip
+            left -= k
+            self.heartbeat()
+            while True:
+                got = self.host.claim(DEVICES)
+                if got:
+                    done = [Report(a.task.id, a.lease_id, "done", None, "ok") for a in got]
+                    self.host.report_many(done)
+                elif not self.sched.assign(expire=False).assigned:
+                    if self.client.counts()["queued"]:
+                        raise RuntimeError("tasks left queued with idle devices")
+                    break
 
     def prune(self, until: Callable[[], bool], limit_s: float) -> float:
         """Run the scheduler's expiry pass (and the host's heartbeat) once a second until
