@@ -17,6 +17,7 @@ import redis
 
 from ..core.errors import NotFound
 from ..core.models import Assignment, FailureKind, WorkflowDefinition
+from .runner_threads import RunnerThreads
 from .runners import (
     GoalRunner,
     LeaseClock,
@@ -75,6 +76,7 @@ class TaskDispatcher:
         self.workflow_loader = workflow_loader
         self.stop_grace = stop_grace
         self.log = logger or _LOG
+        self.threads = RunnerThreads()  # a thread per run, reused (see runner_threads.py)
 
     def make_task(
         self,
@@ -182,10 +184,9 @@ class TaskDispatcher:
             finally:
                 finished.set()
 
-        thread = threading.Thread(target=target, name=f"runner-{task.task_id}", daemon=True)
         started = time.monotonic()
         task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
-        thread.start()
+        self.threads.run(target, f"runner-{task.task_id}")
         cause: str | None = None
         told_at = 0.0
         while not finished.wait(0.1):
