@@ -520,3 +520,14 @@ def test_connect_takes_paths_and_verify_modes(server: RedisServer, pki: Pki) -> 
     r.close()
     with pytest.raises(ConfigError, match="must be a non-empty string"):
         connect(bare_url(server), ssl_ca_certs=b"/ca.pem")  # type: ignore[arg-type]
+
+
+def test_a_host_says_why_tls_failed_while_it_retries() -> None:
+    """A certificate problem met while running (e.g. a rotated server certificate) is retried
+    like any Redis outage, but the host's log line says what to check, not just the type."""
+    from deviceq import TLSError
+    from deviceq.host.state import unreachable
+
+    exc = TLSError("the server's certificate was not accepted: check the CA bundle (ca=...)")
+    assert unreachable(exc) == {"error": "TLSError", "reason": str(exc)}
+    assert unreachable(redis.ConnectionError("Connection refused")) == {"error": "ConnectionError"}

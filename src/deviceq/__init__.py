@@ -10,6 +10,7 @@ The three roles a user knows, over one shared core (`deviceq.core`):
 and the operator's `PoolAdmin`. Errors are typed (`DeviceqError` and its subclasses)."""
 
 from .core.config import PoolConfig, Settings
+from .core.connection import TLSError
 from .core.errors import (
     AlreadyExists,
     AuthError,
@@ -19,6 +20,7 @@ from .core.errors import (
     DeviceqError,
     Fenced,
     InvalidInput,
+    NotConfirmed,
     NotFound,
     QueueFull,
     SessionActive,
@@ -71,6 +73,7 @@ __all__ = [
     "Busy",
     "Client",
     "ConfigError",
+    "TLSError",
     "Constraints",
     "DeviceConfig",
     "DeviceOwned",
@@ -83,6 +86,7 @@ __all__ = [
     "HostWorker",
     "InvalidInput",
     "LeaseClock",
+    "NotConfirmed",
     "NotFound",
     "Outcome",
     "PoolAdmin",

@@ -58,7 +58,7 @@ from .execution import Executor
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
-from .state import EXIT_START_REFUSED, LOG, TRANSIENT, HostState
+from .state import EXIT_START_REFUSED, LOG, TRANSIENT, HostState, unreachable
 from .upkeep import CTL_BLOCK, Upkeep
 
 
@@ -295,9 +295,7 @@ class HostWorker:
                 claimed = self.host.claim(len(free))
                 delay = 0.05
             except TRANSIENT as exc:
-                self.state.log(
-                    logging.WARNING, "claim: Redis unreachable", error=type(exc).__name__
-                )
+                self.state.log(logging.WARNING, "claim: Redis unreachable", **unreachable(exc))
                 self.state.stopping.wait(delay)
                 delay = min(1.0, delay * 2)
                 continue
@@ -323,9 +321,7 @@ class HostWorker:
         try:
             self.waiter.wait_for_work(timeout)
         except TRANSIENT as exc:
-            self.state.log(
-                logging.WARNING, "inbox wait: Redis unreachable", error=type(exc).__name__
-            )
+            self.state.log(logging.WARNING, "inbox wait: Redis unreachable", **unreachable(exc))
             self.state.stopping.wait(random.uniform(0.1, 0.3))
 
     # -- drain -------------------------------------------------------------------------------

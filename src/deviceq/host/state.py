@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from ..core.connection import TLSError
 from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
@@ -24,6 +25,16 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("deviceq.worker")
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+def unreachable(exc: BaseException) -> dict[str, str]:
+    """Log fields of a transient Redis error: its type, and for a TLS failure what to check
+    (a certificate problem is not a network blip; its message names no secret)."""
+    if isinstance(exc, TLSError):
+        return {"error": type(exc).__name__, "reason": str(exc)}
+    return {"error": type(exc).__name__}
+
+
 EXIT_START_REFUSED = 2  # could not start: bad token, host unknown, a live daemon holds it
 EXIT_SUPERSEDED = 3  # another daemon took over this host id
 EXIT_REVOKED = 4  # the host was removed or its token rotated while running
@@ -137,7 +148,7 @@ class HostState:
                 self.log(
                     logging.WARNING,
                     f"{what}: Redis unreachable, retrying",
-                    error=type(exc).__name__,
+                    **unreachable(exc),
                 )
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)

@@ -18,7 +18,7 @@ from .client import HostClient
 from .execution import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DeviceConfig
-from .state import LOG, TRANSIENT, HostState
+from .state import LOG, TRANSIENT, HostState, unreachable
 
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
@@ -59,9 +59,7 @@ class Upkeep:
                     next_cfg = time.monotonic() + 10.0
                 wait = self.hb_interval()
             except TRANSIENT as exc:
-                self.state.log(
-                    logging.WARNING, "heartbeat: Redis unreachable", error=type(exc).__name__
-                )
+                self.state.log(logging.WARNING, "heartbeat: Redis unreachable", **unreachable(exc))
                 wait = min(0.5, self.hb_interval())
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
@@ -110,9 +108,7 @@ class Upkeep:
                     self.state.renew_now.set()
                     self.state.beat_now.set()
             except TRANSIENT as exc:
-                self.state.log(
-                    logging.WARNING, "renew: Redis unreachable", error=type(exc).__name__
-                )
+                self.state.log(logging.WARNING, "renew: Redis unreachable", **unreachable(exc))
                 self.state.closed.wait(0.2)
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
