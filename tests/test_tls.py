@@ -24,6 +24,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -531,3 +532,30 @@ def test_a_host_says_why_tls_failed_while_it_retries() -> None:
     exc = TLSError("the server's certificate was not accepted: check the CA bundle (ca=...)")
     assert unreachable(exc) == {"error": "TLSError", "reason": str(exc)}
     assert unreachable(redis.ConnectionError("Connection refused")) == {"error": "ConnectionError"}
+
+
+@pytest.mark.slow
+def test_a_python_host_worker_with_a_wrong_ca_stops_at_start(
+    server: RedisServer, pki: Pki, pool: str
+) -> None:
+    """``HostWorker.run()`` (the Python API, no CLI pre-check) returns the start-refused code
+    with one line naming the reason, instead of retrying a TLS failure forever."""
+    from deviceq import HostWorker, RunnerSpec, WorkerSettings
+    from deviceq.host.state import EXIT_START_REFUSED
+
+    admin = PoolAdmin(server.tls_url, pool)
+    token = admin.add_host("h")
+    admin.close()
+    url = with_tls_files(
+        bare_url(server), ca=str(pki.other_ca), cert=str(pki.client_cert), key=str(pki.client_key)
+    )
+    settings = WorkerSettings("h", ["d1:android"], RunnerSpec("sim"), poll_interval=0.5)
+    done: list[int] = []
+    worker = HostWorker(url, pool, settings, token)
+    t = threading.Thread(target=lambda: done.append(worker.run()), daemon=True)
+    t.start()
+    t.join(30)
+    if t.is_alive():
+        worker.stop()
+        raise AssertionError("HostWorker.run() still retrying a TLS failure after 30 s")
+    assert done == [EXIT_START_REFUSED]

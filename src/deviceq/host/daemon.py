@@ -48,7 +48,7 @@ from typing import Any
 
 import redis
 
-from ..core.connection import connect
+from ..core.connection import TLSError, connect
 from ..core.durability import warn_if_unsafe
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
@@ -218,7 +218,9 @@ class HostWorker:
             return info
 
         try:
-            info = self.state.retry("start", first, self.state.stopping.is_set)
+            # a TLS failure at start is configuration, not an outage: fail in one line (while
+            # running, it is retried like any outage, its reason in the log)
+            info = self.state.retry("start", first, self.state.stopping.is_set, (TLSError,))
         except redis.AuthenticationError as exc:  # a wrong or missing password: never transient
             self.state.log(logging.ERROR, f"cannot start: Redis refused the credentials: {exc}")
             return EXIT_START_REFUSED

@@ -133,14 +133,22 @@ class HostState:
                     logging.INFO, "host drained by an operator" if hb.draining else "host undrained"
                 )
 
-    def retry(self, what: str, fn: Callable[[], Any], until: Callable[[], bool]) -> Any:
+    def retry(
+        self,
+        what: str,
+        fn: Callable[[], Any],
+        until: Callable[[], bool],
+        never: tuple[type[BaseException], ...] = (),
+    ) -> Any:
         """Call ``fn`` until it answers (transient Redis errors are retried with backoff) or
-        ``until()`` says give up (returns None then). A refused password is not transient."""
+        ``until()`` says give up (returns None then). A refused password is not transient, nor
+        is any error of ``never`` (raised at once)."""
         delay = 0.05
+        fatal: tuple[type[BaseException], ...] = (redis.AuthenticationError, *never)
         while True:
             try:
                 return fn()
-            except redis.AuthenticationError:
+            except fatal:
                 raise
             except TRANSIENT as exc:
                 if until():
