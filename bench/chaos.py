@@ -4,8 +4,8 @@ Its own ``redis-server`` (AOF, ``appendfsync always``) on loopback; ``--hosts`` 
 ``--devices`` devices under ``deviceq host run`` (each task runs ``bench/runlog.py``, which
 holds a per-device and a per-task ``flock`` and logs each run's start and end); two
 ``deviceq scheduler run`` (a leader and a standby); ``--tasks`` tasks submitted in batches
-(an idempotency key each, resent until acknowledged). While they run, every ``--every``
-seconds one fault, in a shuffled round of the four kinds:
+(an idempotency key each, resent until acknowledged; progress every 10 s on stderr). While
+they run, every ``--every`` seconds one fault, in a shuffled round of the four kinds:
 
 * ``host_kill``: SIGKILL a random host daemon, restart it 0-3 s later;
 * ``scheduler_kill``: SIGKILL the leading scheduler (the standby takes over), restart it;
@@ -242,7 +242,7 @@ class Soak:
         batch = max(1, self.args.tasks // 20)
         next_fault = time.monotonic() + self.args.every
         deadline = time.monotonic() + self.args.max_seconds
-        drain_began = time.monotonic()
+        drain_began = next_progress = time.monotonic()
         while time.monotonic() < deadline:
             now = time.monotonic()
             self.recover(now)
@@ -253,6 +253,10 @@ class Soak:
             if now >= next_fault:
                 self.fault(now)
                 next_fault = now + self.args.every
+            if now >= next_progress:
+                left = self.pending()
+                log(f"{len(ids)} submitted, {len(ids) - left} ended, {left} pending")
+                next_progress = now + 10.0
             self.memory()
             time.sleep(0.5)
         self.fig.drain_seconds = time.monotonic() - drain_began
