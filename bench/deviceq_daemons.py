@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -169,8 +170,12 @@ def run_deviceq(
         for name, path in logs.items():
             lines = path.read_text(errors="replace").splitlines()
             run.log_lines[name] = len(lines)
-            if name == "scheduler":  # "msg=pass ... assigned=N": best effort, format may change
-                run.passes = sum(1 for x in lines if "msg=pass" in x and " assigned=0 " not in x)
+            if name == "scheduler":  # "msg=passes ... passes=N": best effort, format may change
+                run.passes = sum(
+                    int(m.group(1))
+                    for x in lines
+                    if "msg=passes" in x and (m := re.search(r" passes=(\d+)", x))
+                )
         return run
     finally:
         reg.stop_server(server)

@@ -238,9 +238,9 @@ NOTES = [
     "- Only the drain is measured: queueing the jobs (`Client.submit_many` for deviceq, each "
     "peer's own enqueue API) happens before the worker starts, so deviceq's Redis "
     "commands/job cover assign + claim + run + report (+ heartbeats, events), not submit.",
-    "- The peers' workers log at WARNING (no line per job); the deviceq daemons log at INFO "
-    "(one line per scheduler pass, four per task in the host: claimed, runner started, "
-    "runner finished, reported done) because the CLI has no log-level option.",
+    "- The peers' workers log at WARNING (no line per job); the deviceq daemons run at their "
+    "default `--log-level INFO`: a summary line of the scheduler's passes and one of "
+    "the host's tasks every ~10 s (per-pass and per-task lines are DEBUG).",
     "- The deviceq runner does its INCR in a thread of the host process through one shared "
     "redis-py client (`bench/runners.py`); the peers' jobs do theirs through one client per "
     "worker process (arq: the worker's own pool), so every system pays one INCR per job.",
@@ -299,7 +299,7 @@ def deviceq_sections(res: Results) -> list[str]:
         ),
         "",
         "Tasks per pass and log lines count the whole run (drain and open loop), from the "
-        "daemons' logs (INFO: the CLI has no option to log less).",
+        "daemons' logs (at their default `--log-level INFO`).",
         "",
     ]
     lat = [r.latency for r in runs if r.latency]

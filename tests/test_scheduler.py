@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -325,6 +326,33 @@ def test_daemon_wakes_on_submit_not_on_tick_and_stops_cleanly(real_fleet):
         th.join(5)
     assert not th.is_alive()
     assert sched.leader() is None  # the lease was released
+
+
+def test_daemon_logs_passes_at_debug_and_a_summary_at_info(real_fleet, caplog):
+    """Per-pass lines are DEBUG; at INFO the daemon sums the passes that did something into
+    one line every ~10 s, and once more when it stops."""
+    fleet = real_fleet
+    fleet.add_host("h1", ("d1", "x", ()), ("d2", "x", ()))
+    caplog.set_level(logging.INFO, logger="deviceq.scheduler")
+    sched = TaskScheduler(fleet.admin, owner="summary-1")
+    th = threading.Thread(target=sched.run, kwargs={"tick": 0.2}, daemon=True)
+    th.start()
+    try:
+        ids = [fleet.client.submit(f"t{i}") for i in range(2)]
+        deadline = time.monotonic() + 5
+        while statuses(fleet, *ids) != ["assigned"] * 2:
+            assert time.monotonic() < deadline, statuses(fleet, *ids)
+            time.sleep(0.01)
+        time.sleep(0.5)  # idle passes on the tick: not summed
+    finally:
+        sched.stop(wake=True)
+        th.join(5)
+    msgs = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert "pass" not in msgs
+    (summary,) = [r for r in caplog.records if r.getMessage() == "passes"]
+    f = summary.fields  # type: ignore[attr-defined]
+    assert f["assigned"] == 2 and 1 <= f["passes"] <= 2 and f["rejected"] == 0, f
+    assert msgs.index("passes") < msgs.index("scheduler stopped")
 
 
 # -- CLI ------------------------------------------------------------------------------------

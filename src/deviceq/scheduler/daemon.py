@@ -34,6 +34,9 @@ logger = logging.getLogger("deviceq.scheduler")
 
 DEFAULT_TICK = 2.0
 MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
+SUMMARY_EVERY = 10.0  # seconds between INFO summaries of the passes (each pass is DEBUG)
+SUMMED = ("assigned", "proposed", "rejected", "requeued", "expired_failed", "expired_cancelled",
+          "unschedulable")  # fmt: skip
 
 
 class Daemon:
@@ -52,6 +55,9 @@ class Daemon:
         self.last_lead = float("-inf")
         self.ttl_ms = 0
         self.due = True
+        self.busy = {k: 0 for k in ("passes", *SUMMED)}  # since the last summary line
+        self.busy_ms = 0.0
+        self.last_summary = time.monotonic()
 
     def _log(self, level: int, msg: str, **fields: Any) -> None:
         log(logger, level, msg, pool=self.s.pool, owner=self.lead.owner, **fields)
@@ -102,6 +108,7 @@ class Daemon:
                     self.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
+            self._summary()
             if self.lead.leads:
                 self.lead.release()
             self._log(logging.INFO, "scheduler stopped", passes=self.passes)
@@ -154,11 +161,27 @@ class Daemon:
         except Fenced:
             self.lead.deposed()
             return AssignResult(fenced=True)
-        level = logging.INFO if res.busy or self.once else logging.DEBUG
-        self._log(
-            level, "pass", epoch=self.lead.epoch, strategy=self.s.strategy_name, **res.log_fields()
-        )
+        fields = res.log_fields()
+        level = logging.INFO if self.once else logging.DEBUG
+        self._log(level, "pass", epoch=self.lead.epoch, strategy=self.s.strategy_name, **fields)
+        if res.busy:
+            self.busy["passes"] += 1
+            for k in SUMMED:
+                self.busy[k] += fields[k]
+            self.busy_ms += fields["ms"]
+        if time.monotonic() - self.last_summary >= SUMMARY_EVERY:
+            self._summary()
         return res
+
+    def _summary(self) -> None:
+        """One INFO line about the passes that did something since the last one (if any)."""
+        self.last_summary = time.monotonic()
+        if not self.busy["passes"]:
+            return
+        ms = round(self.busy_ms / self.busy["passes"], 2)
+        self._log(logging.INFO, "passes", epoch=self.lead.epoch, mean_ms=ms, **self.busy)
+        self.busy = dict.fromkeys(self.busy, 0)
+        self.busy_ms = 0.0
 
     def _wait_wake(self, timeout: float) -> bool:
         """Block on the wake list (leader only; BLPOP takes fractional seconds on Redis >= 6).

@@ -61,7 +61,7 @@ class AssignResult:
 
     @property
     def busy(self) -> bool:
-        """True if this pass changed something (its log line is INFO, else DEBUG)."""
+        """True if this pass changed something (the daemon sums it into its INFO summary)."""
         return bool(self.assigned or self.rejected or any(self.expired.values()) or self.more)
 
     def as_dict(self) -> dict[str, Any]:
