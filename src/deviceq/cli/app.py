@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 import redis
+from rich.console import Console
 
 from ..core.connection import TLSError, check_redis_url, redact_url, with_tls_files
 from ..core.durability import warn_if_unsafe
@@ -140,6 +141,18 @@ def describe_error(exc: BaseException, redis_url: str | None = None) -> str | No
     if isinstance(exc, redis.RedisError):
         return _one_line(f"Redis error: {exc}")
     return None
+
+
+PIPE_WIDTH = 10_000  # columns when not a terminal: tables are never cut or wrapped
+
+
+def console_for_tables() -> Console:
+    """The console for a command's tables: the terminal's width on a terminal; when piped or
+    redirected, plain text wide enough that no column is cut (``task list | grep ...``)."""
+    c = Console()
+    if c.is_terminal:
+        return c
+    return Console(width=PIPE_WIDTH, no_color=True, highlight=False)
 
 
 def echo_json(data: Any) -> None:

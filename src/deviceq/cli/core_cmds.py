@@ -6,11 +6,10 @@ import sys
 from datetime import UTC, datetime
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from ..core.models import ScheduledTask, TaskStatus
-from .app import Ctx, config, echo_json, host, main, pass_ctx, task
+from .app import Ctx, config, console_for_tables, echo_json, host, main, pass_ctx, task
 
 
 def task_json(t: ScheduledTask) -> dict[str, object]:
@@ -122,7 +121,7 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(task_json(t))
         return
-    console = Console()
+    console = console_for_tables()
     grid = Table.grid(padding=(0, 2))
     for name, value in t.model_dump(mode="json", exclude={"attempts"}).items():
         if name.endswith("_at") or name in ("lease_expires_at", "queue_deadline"):
@@ -165,6 +164,8 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         echo_json([task_json(t) for t in tasks])
         return
+    con = console_for_tables()
+    cut = 40 if con.is_terminal else None  # piped: whole goals
     table = Table()
     table.add_column("id", no_wrap=True, min_width=16)  # ids stay whole: they get copied
     for col in ("status", "goal/workflow", "constraints", "attempt", "device", "failure"):
@@ -176,13 +177,13 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
         table.add_row(
             t.id,
             t.status.value,
-            (what or "")[:40],
+            (what or "")[:cut],
             cons,
             f"{t.attempt}/{t.max_attempts}",
             t.device_id or "-",
             t.failure_kind.value if t.failure_kind else "-",
         )
-    Console().print(table)
+    con.print(table)
 
 
 @task.command("cancel")
@@ -253,11 +254,12 @@ def host_add(ctx: Ctx, host_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
 def config_get(ctx: Ctx, key: str | None, as_json: bool) -> None:
-    """Print one setting, or all of them.
+    """Print one setting, or every setting with its value, marking those at their default.
 
     \b
     Example:
       deviceq config get lease_ttl
+      deviceq config get            # every setting; "(default)" where the pool set none
     """
     values = ctx.admin.get_config(key)
     if as_json:
@@ -265,8 +267,10 @@ def config_get(ctx: Ctx, key: str | None, as_json: bool) -> None:
     elif key:
         click.echo(values[key])
     else:
+        stored = ctx.admin.stored_settings()
+        width = max(map(len, values))
         for k, v in values.items():
-            click.echo(f"{k} {v}")
+            click.echo(f"{k:<{width}}  {v}" + ("" if k in stored else "  (default)"))
 
 
 @config.command("set")

@@ -27,6 +27,7 @@ from ..ops import status as st
 from ..producer import spec_from
 from .app import (
     Ctx,
+    console_for_tables,
     device,
     echo_json,
     fail,
@@ -244,7 +245,7 @@ def status_cmd(
         if as_json:
             echo_json(data)
         else:
-            Console().print(render_status(data))
+            console_for_tables().print(render_status(data))
         return
     shown = 0
     try:
@@ -412,7 +413,7 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
         table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
                       f"[{color}]{s}[/]", d.reserved_by or "-", str(d.consecutive_failures),
                       st.device_reason(d, s) or "-")  # fmt: skip
-    Console().print(table)
+    console_for_tables().print(table)
 
 
 @host.command("list")
@@ -443,7 +444,7 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
             else "never",
             ", ".join(x["devices"]) or "-",
         )
-    Console().print(table)
+    console_for_tables().print(table)
 
 
 @host.command("remove")
@@ -565,7 +566,7 @@ def workflow_list(ctx: Ctx, as_json: bool) -> None:
         table.add_column(col)
     for d in defs:
         table.add_row(d.name, str(len(d.steps)), d.description or "-")
-    Console().print(table)
+    console_for_tables().print(table)
 
 
 @workflow.command("show")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import datetime
 from typing import Any
 
 _FORMAT = {"value": "text"}
@@ -14,10 +15,12 @@ _FORMAT = {"value": "text"}
 class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = getattr(record, "fields", {})
-        ts = self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}"
         if _FORMAT["value"] == "json":
             data = {
-                "ts": ts,
+                # ISO 8601 with the UTC offset, e.g. 2026-12-01T02:50:20.540+00:00
+                "ts": datetime.fromtimestamp(record.created)
+                .astimezone()
+                .isoformat(timespec="milliseconds"),
                 "level": record.levelname.lower(),
                 "logger": record.name,
                 "msg": record.getMessage(),
@@ -26,6 +29,7 @@ class _Formatter(logging.Formatter):
             if record.exc_info:
                 data["exc"] = self.formatException(record.exc_info)
             return json.dumps(data, default=str)
+        ts = self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}"
         parts = [ts, record.levelname.lower(), record.name, _kv("msg", record.getMessage())]
         parts += [_kv(k, v) for k, v in fields.items() if v is not None]
         line = " ".join(parts)

@@ -88,6 +88,10 @@ class PoolAdmin(PoolConnection):
         self.redis.hset(self.keys.config, key, str(parsed))
         return parsed
 
+    def stored_settings(self) -> set[str]:
+        """The settings this pool has set (the others are at their defaults)."""
+        return {k for k in self.redis.hgetall(self.keys.config) if k in PoolConfig.model_fields}
+
     def get_config(self, key: str | None = None) -> dict[str, int | float | str]:
         cfg = self.config().model_dump()
         if key is None:
