@@ -19,6 +19,7 @@ from .config import PoolConfig, Settings
 from .errors import ConfigError, NotFound
 from .keys import Keys
 from .models import WorkflowDefinition, validate_id
+from .redirects import FollowingRedis
 from .scripts import Scripts
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -433,6 +434,10 @@ def connect(
     host daemon uses short ones per purpose. A malformed ``url`` raises ConfigError (see
     :func:`check_redis_url`).
 
+    Redis Cluster: ``url`` may name any node; the client follows ``MOVED`` redirects to the
+    node serving the pool (every key of a pool is in one slot), see
+    `deviceq.core.redirects`.
+
     TLS: a ``rediss://`` URL. The server's certificate is verified against ``ssl_ca_certs`` (a
     PEM CA bundle; default: the system's CAs) and must name the URL's host; ``ssl_certfile``
     and ``ssl_keyfile`` (PEM, the key unencrypted) are the client certificate for servers that
@@ -454,7 +459,7 @@ def connect(
     extra: dict[str, Any] = {}
     if _scheme_is_tls(bare):
         extra = {"connection_class": TLSConnection, **tls}
-    return redis.Redis.from_url(
+    return FollowingRedis.from_url(
         bare,
         decode_responses=True,
         health_check_interval=health_check_interval,
@@ -496,6 +501,12 @@ class PoolConnection:
         if raw is None:
             raise NotFound(f"no workflow {name} in pool {self.pool}")
         return WorkflowDefinition.model_validate_json(raw)
+
+    def pin(self) -> None:
+        """Send one keyed read, so that a client made from a Redis Cluster node's URL points
+        at the node serving this pool (see `deviceq.core.redirects`) before keyless reads
+        such as ``SCAN``. Nothing changes on a standalone server."""
+        self.redis.exists(self.keys.config)
 
     def config(self) -> PoolConfig:
         """The pool's settings: stored values over the defaults."""

@@ -1109,6 +1109,7 @@ class PoolVerifier(PoolConnection):
             raise InvalidInput(f"batch must be an integer {MIN_BATCH}-{MAX_BATCH}")
         if not self.redis.get_encoder().decode_responses:
             raise InvalidInput("verify needs a Redis client made with decode_responses=True")
+        self.pin()  # on a cluster: SCAN the node that serves this pool
         first = self._pass(_Reader(self, batch, progress))
         if first.ok or not confirm:
             return first

@@ -1,0 +1,162 @@
+"""deviceq on a real Redis Cluster (3 private primaries): one node's URL serves every pool,
+wherever its slot lives, through the CLI, the Python API and the real daemons; a client follows
+its pool when the pool's slot moves to another node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deviceq import Client, DeviceReport, HostClient, TaskStatus, verify
+from deviceq.core.connection import connect
+from deviceq.embedded import LocalCluster
+from deviceq.ops.admin import PoolAdmin
+from deviceq.scheduler import SchedulerClient, TaskScheduler
+from harness import Deployment, wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3) as c:
+        yield c
+
+
+def pool_on(c: LocalCluster, node: int, prefix: str) -> str:
+    """A pool name whose slot is served by ``node``."""
+    for i in range(10_000):
+        name = f"{prefix}{i}"
+        if c.node_of(f"dq:{{{name}}}:x") == node:
+            return name
+    raise AssertionError("no pool name found")
+
+
+def deviceq(url: str, pool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "deviceq"
+    return subprocess.run(
+        [str(exe), "--redis-url", url, "--pool", pool, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def keys_per_node(c: LocalCluster, pool: str) -> list[int]:
+    out = []
+    for i in range(len(c.nodes)):
+        with c.client(i) as r:
+            out.append(sum(1 for _ in r.scan_iter(match=f"dq:{{{pool}}}:*", count=500)))
+    return out
+
+
+def test_cli_on_one_nodes_url_serves_pools_on_every_node(cluster: LocalCluster) -> None:
+    """`deviceq host add h` printed `error: Redis error: 11465 127.0.0.1:7313` (a raw MOVED)
+    for every pool whose slot lives on another node than the URL's."""
+    for node in range(3):
+        pool = pool_on(cluster, node, f"cli{node}-")
+        res = deviceq(cluster.url(0), pool, "host", "add", "h1")
+        assert res.returncode == 0 and len(res.stdout.strip()) >= 32, res.stderr
+        res = deviceq(cluster.url(0), pool, "submit", "--driver-type", "android", "hello")
+        assert res.returncode == 0, res.stderr
+        status = json.loads(deviceq(cluster.url(0), pool, "status", "--json").stdout)
+        assert status["counts"]["queued"] == 1 and status["hosts"][0]["host_id"] == "h1"
+        assert keys_per_node(cluster, pool)[node] > 0
+        assert sum(keys_per_node(cluster, pool)) == keys_per_node(cluster, pool)[node]
+
+
+def test_python_api_lifecycle_on_a_pool_of_another_node(cluster: LocalCluster) -> None:
+    pool = pool_on(cluster, 2, "api-")
+    r = connect(cluster.url(0))
+    admin = PoolAdmin(r, pool)
+    h = HostClient(r, pool, "h1", admin.add_host("h1"))
+    h.heartbeat([DeviceReport("d1", "android", ())])
+    client = Client(r, pool)
+    tid = client.submit("hi", driver_type="android")
+    assert TaskScheduler(admin, owner="s1").assign(expire=True).assigned == 1
+    (a,) = h.claim(1)
+    assert h.report(tid, a.lease_id, "done", payload="ok") == "ok:done"
+    t = client.get(tid)
+    assert (t.status, t.result, t.device_id) == (TaskStatus.done, "ok", "d1")
+    assert verify(r, pool).ok
+    assert keys_per_node(cluster, pool)[:2] == [0, 0]  # everything on the pool's node
+    r.close()
+
+
+@pytest.fixture
+def cluster_deploy(cluster: LocalCluster, tmp_path: Path) -> Iterator[Deployment]:
+    """Real daemons given node 0's URL, for a pool served by node 1."""
+    d = Deployment(cluster.url(0), pool_on(cluster, 1, "dep-"), tmp_path)
+    d.r.close()
+    d.r = connect(cluster.url(0), socket_timeout=30)
+    d.client, d.admin, d.store = (
+        Client(d.r, d.pool),
+        PoolAdmin(d.r, d.pool),
+        SchedulerClient(d.r, d.pool),
+    )
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+def test_real_daemons_run_a_pool_of_another_node(cluster_deploy: Deployment) -> None:
+    d = cluster_deploy
+    d.scheduler()
+    d.command_host("h1", "e1:android", "e2:android")
+    ids = [d.client.submit(f"echo {i}", driver_type="android") for i in range(20)]
+    done = d.wait_all(ids, timeout=60)
+    assert [t.status for t in done] == [TaskStatus.done] * 20, [t.error for t in done]
+    assert sorted(t.result.strip() for t in done) == sorted(str(i) for i in range(20))
+    assert "MOVED" not in d.log("scheduler") + d.log("h1")
+    assert verify(d.r, d.pool).ok
+
+
+def _move_slot(c: LocalCluster, key: str, src: int, dst: int) -> None:
+    """Reshard the slot of ``key`` from node ``src`` to node ``dst`` with its keys (what
+    `redis-cli --cluster reshard` does, for one slot)."""
+    a, b = c.client(src), c.client(dst)
+    slot = int(a.execute_command("CLUSTER", "KEYSLOT", key))
+    a_id, b_id = a.execute_command("CLUSTER", "MYID"), b.execute_command("CLUSTER", "MYID")
+    b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", a_id)
+    a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", b_id)
+    while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+        a.execute_command("MIGRATE", "127.0.0.1", c.nodes[dst].port, "", 0, 5000, "KEYS", *keys)
+    for r in (a, b, *(c.client(i) for i in range(len(c.nodes)) if i not in (src, dst))):
+        r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", b_id)
+        r.close()
+
+
+def test_a_client_follows_its_pool_when_the_slot_moves(cluster: LocalCluster) -> None:
+    """After a resharding moves the pool's slot, the same clients go on (pipelines and
+    transactions included) without a restart; nothing is lost."""
+    pool = pool_on(cluster, 0, "move-")
+    r = connect(cluster.url(2))
+    admin = PoolAdmin(r, pool)
+    h = HostClient(r, pool, "h1", admin.add_host("h1"))
+    h.heartbeat([DeviceReport("d1", "android", ()), DeviceReport("d2", "android", ())])
+    client = Client(r, pool)
+    first = client.submit_many([{"goal": f"t{i}", "driver_type": "android"} for i in range(5)])
+    sched = TaskScheduler(admin, owner="s1")
+    assert sched.assign(expire=True).assigned == 2
+
+    _move_slot(cluster, f"dq:{{{pool}}}:x", 0, 1)
+    assert keys_per_node(cluster, pool)[0] == 0 and keys_per_node(cluster, pool)[1] > 0
+
+    claimed = h.claim(2)  # a script: MOVED, then run on node 1
+    assert len(claimed) == 2
+    for a in claimed:
+        assert h.report(a.task.id, a.lease_id, "done") == "ok:done"
+    more = client.submit_many([{"goal": "late", "driver_type": "android"}])  # a transaction
+    while client.counts()["queued"]:
+        h.heartbeat([DeviceReport("d1", "android", ()), DeviceReport("d2", "android", ())])
+        assert sched.assign(expire=True).assigned >= 1  # its snapshot is a pipeline with TIME
+        for a in h.claim(2):
+            assert h.report(a.task.id, a.lease_id, "done") == "ok:done"
+    wait_for(lambda: client.counts()["done"] == 6, 10, "every task done")
+    assert [t.status for t in client.get_many([*first, *more])] == [TaskStatus.done] * 6
+    assert verify(r, pool).ok
+    r.close()
