@@ -21,6 +21,7 @@ from .keys import Keys
 from .models import WorkflowDefinition, validate_id
 from .redirects import FollowingRedis
 from .scripts import Scripts
+from .sentinel import connect_sentinel, is_sentinel_url, parse_sentinel_url
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -52,18 +53,22 @@ def redact_url(url: str) -> str:
 
 
 def check_redis_url(url: object) -> str:
-    """Return ``url`` if redis-py can use it (``redis://``, ``rediss://`` or ``unix://``, a
-    valid port, a numeric database); raise ConfigError with a one-line reason (the password
-    redacted) otherwise. Nothing is contacted."""
+    """Return ``url`` if redis-py can use it (``redis://``, ``rediss://``, ``unix://`` or
+    ``redis+sentinel://``, a valid port, a numeric database); raise ConfigError with a
+    one-line reason (the password redacted) otherwise. Nothing is contacted."""
     from redis.connection import parse_url
 
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("the Redis URL is empty: give --redis-url or DEVICEQ_REDIS_URL")
     shown = redact_url(url)
+    if is_sentinel_url(url):
+        parse_sentinel_url(url, shown)
+        return url
     if not url.lower().startswith(URL_SCHEMES):
         hostport = url.rpartition("@")[2].partition("/")[0] or "localhost:6379"
         raise ConfigError(
-            f"invalid Redis URL {shown!r}: it must start with redis://, rediss:// or unix:// "
+            f"invalid Redis URL {shown!r}: it must start with redis://, rediss://, unix:// "
+            f"or redis+sentinel:// "
             f"(e.g. {'redis://' + hostport + '/0'!r})"
         )
     try:
@@ -436,7 +441,9 @@ def connect(
 
     Redis Cluster: ``url`` may name any node; the client follows ``MOVED`` redirects to the
     node serving the pool (every key of a pool is in one slot), see
-    `deviceq.core.redirects`.
+    `deviceq.core.redirects`. Redis Sentinel: a
+    ``redis+sentinel://HOST:PORT[,HOST:PORT]/SERVICE`` URL follows the service's primary
+    across failovers, see `deviceq.core.sentinel`.
 
     TLS: a ``rediss://`` URL. The server's certificate is verified against ``ssl_ca_certs`` (a
     PEM CA bundle; default: the system's CAs) and must name the URL's host; ``ssl_certfile``
@@ -455,21 +462,24 @@ def connect(
         "ssl_keyfile": ssl_keyfile,
         "ssl_cert_reqs": ssl_cert_reqs,
     }
-    bare, tls = tls_options(check_redis_url(url), given)
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "health_check_interval": health_check_interval,
+        "socket_keepalive": True,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "retry": _RETRY(ExponentialBackoff(cap=backoff_cap, base=0.05), retries),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+    }
+    if is_sentinel_url(check_redis_url(url)):
+        if any(v is not None for v in given.values()) or "?" in url:
+            raise ConfigError("TLS options are not supported with redis+sentinel:// URLs yet")
+        return connect_sentinel(parse_sentinel_url(url, redact_url(url)), **options)
+    bare, tls = tls_options(url, given)
     extra: dict[str, Any] = {}
     if _scheme_is_tls(bare):
         extra = {"connection_class": TLSConnection, **tls}
-    return FollowingRedis.from_url(
-        bare,
-        decode_responses=True,
-        health_check_interval=health_check_interval,
-        socket_keepalive=True,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        retry=_RETRY(ExponentialBackoff(cap=backoff_cap, base=0.05), retries),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        **extra,
-    )
+    return FollowingRedis.from_url(bare, **options, **extra)
 
 
 class PoolConnection:

@@ -1,0 +1,172 @@
+"""deviceq behind Redis Sentinel (a primary, a replica and a sentinel, all real processes):
+a ``redis+sentinel://`` URL follows the primary, and the same clients and the real daemons go
+on after the primary is SIGKILLed and the replica promoted."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from deviceq import Client, ConfigError, DeviceReport, HostClient, TaskStatus, verify
+from deviceq.core.connection import check_redis_url, connect
+from deviceq.embedded import RedisServer, free_port
+from deviceq.ops.admin import PoolAdmin
+from deviceq.scheduler import SchedulerClient, TaskScheduler
+from harness import Deployment, wait_for
+
+SERVICE = "dq-primary"
+
+
+class Sentinelled:
+    """A primary, its replica and one sentinel (quorum 1) watching them."""
+
+    def __init__(self) -> None:
+        self.primary, self.replica = RedisServer(), RedisServer()
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="deviceq-sentinel-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.port}/{SERVICE}"
+
+    def start(self) -> Sentinelled:
+        self.primary.start()
+        self.replica.start()
+        redis.Redis(port=self.replica.port).replicaof("127.0.0.1", self.primary.port)
+        conf = self.dir / "sentinel.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 1\n"
+            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            f"sentinel failover-timeout {SERVICE} 5000\n"
+        )
+        log = open(self.dir / "sentinel.log", "wb")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            [str(self.primary.binary), str(conf), "--sentinel"], stdout=log, stderr=log
+        )
+        log.close()
+        wait_for(lambda: self.primary_port() == self.primary.port, 20, "sentinel up")
+        wait_for(self._replica_synced, 20, "replica in sync")
+        return self
+
+    def sentinel(self) -> redis.Redis:
+        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=2)
+
+    def primary_port(self) -> int | None:
+        try:
+            with self.sentinel() as s:
+                addr = s.execute_command("SENTINEL", "get-master-addr-by-name", SERVICE)
+        except redis.RedisError:
+            return None
+        return int(addr[1]) if addr else None
+
+    def _replica_synced(self) -> bool:
+        with redis.Redis(port=self.replica.port, decode_responses=True) as r:
+            return r.info("replication").get("master_link_status") == "up"
+
+    def fail_over(self) -> None:
+        """Make sure the replica has everything, SIGKILL the primary, wait for the sentinel
+        to promote the replica."""
+        with redis.Redis(port=self.primary.port) as r:
+            assert r.wait(1, 5000) == 1
+        self.primary.kill()
+        wait_for(lambda: self.primary_port() == self.replica.port, 30, "replica promoted")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.primary.stop()
+        self.replica.stop()
+
+
+@pytest.fixture
+def sentinelled() -> Iterator[Sentinelled]:
+    s = Sentinelled()
+    try:
+        yield s.start()
+    finally:
+        s.stop()
+
+
+def test_sentinel_urls_are_checked_before_anything_is_contacted() -> None:
+    ok = "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26380/mymaster/2"
+    assert check_redis_url(ok) == ok
+    for bad, why in [
+        ("redis+sentinel://10.0.0.1/mymaster", "HOST:PORT"),
+        ("redis+sentinel://10.0.0.1:26379", "name the monitored service"),
+        ("redis+sentinel://10.0.0.1:26379/m/x", "database must be a number"),
+        ("redis+sentinel://:secret@10.0.0.1:99999/m", "HOST:PORT"),
+    ]:
+        with pytest.raises(ConfigError, match=why) as info:
+            check_redis_url(bad)
+        assert "secret" not in str(info.value)
+
+
+def test_clients_follow_the_primary_across_a_failover(sentinelled: Sentinelled) -> None:
+    """Claimed before the failover, reported after it, through the same objects."""
+    pool = "sent"
+    r = connect(sentinelled.url)
+    admin = PoolAdmin(r, pool)
+    h = HostClient(r, pool, "h1", admin.add_host("h1"))
+    devices = [DeviceReport("d1", "android", ()), DeviceReport("d2", "android", ())]
+    h.heartbeat(devices)
+    client = Client(r, pool)
+    first = client.submit_many([{"goal": f"t{i}", "driver_type": "android"} for i in range(3)])
+    sched = TaskScheduler(admin, owner="s1")
+    assert sched.assign(expire=True).assigned == 2
+    claimed = h.claim(2)
+
+    sentinelled.fail_over()
+
+    for a in claimed:  # scripts on the promoted replica (NOSCRIPT there: sent whole)
+        assert h.report(a.task.id, a.lease_id, "done") == "ok:done"
+    more = client.submit_many([{"goal": "after", "driver_type": "android"}])
+    deadline = time.monotonic() + 20
+    while client.counts()["done"] < 4:
+        assert time.monotonic() < deadline, client.counts()
+        h.heartbeat(devices)
+        sched.assign(expire=True)
+        for a in h.claim(2):
+            assert h.report(a.task.id, a.lease_id, "done") == "ok:done"
+    assert [t.status for t in client.get_many([*first, *more])] == [TaskStatus.done] * 4
+    assert verify(r, pool).ok
+    r.close()
+
+
+def test_real_daemons_go_on_after_a_failover(sentinelled: Sentinelled, tmp_path: Path) -> None:
+    """The scheduler's and the host's blocking waits, leases and reports survive the primary's
+    death without restarting either daemon."""
+    d = Deployment("redis://unused", "sentd", tmp_path)
+    d.r.close()
+    d.url = sentinelled.url
+    d.r = connect(sentinelled.url, socket_timeout=30)
+    d.client, d.admin, d.store = (
+        Client(d.r, d.pool),
+        PoolAdmin(d.r, d.pool),
+        SchedulerClient(d.r, d.pool),
+    )
+    try:
+        d.configure(lease_ttl=10, claim_ttl=10, host_timeout=10)
+        d.scheduler()
+        d.command_host("h1", "e1:android", "e2:android")
+        before = [d.client.submit(f"echo b{i}", driver_type="android") for i in range(6)]
+        assert [t.status for t in d.wait_all(before, 60)] == [TaskStatus.done] * 6
+
+        sentinelled.fail_over()
+
+        after = [d.client.submit(f"echo a{i}", driver_type="android") for i in range(6)]
+        done = d.wait_all(after, 60)
+        assert [t.status for t in done] == [TaskStatus.done] * 6, [t.error for t in done]
+        assert [t.attempt for t in done] == [1] * 6
+        assert d.procs["scheduler"].poll() is None and d.procs["h1"].poll() is None
+        assert verify(d.r, d.pool).ok
+    finally:
+        d.close()
