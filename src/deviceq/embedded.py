@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
@@ -204,16 +205,20 @@ class RedisServer:
 
 
 class LocalCluster:
-    """A Redis Cluster of ``n`` private primaries on loopback (tests and benchmarks): the
-    16,384 slots split evenly, the nodes introduced with ``CLUSTER MEET``, ready once every
-    node reports ``cluster_state:ok``."""
+    """A Redis Cluster of ``n`` private primaries on loopback (tests and benchmarks), each with
+    ``replicas`` replicas: the 16,384 slots split evenly over the primaries (nodes
+    ``0..n-1``; the replicas of primary ``i`` are nodes ``n + i*replicas ...``), the nodes
+    introduced with ``CLUSTER MEET``, ready once every node reports ``cluster_state:ok`` and
+    every replica is in sync. A node fails over to its replica ``cluster-node-timeout`` (2 s)
+    after it stops answering."""
 
     SLOTS = 16384
 
-    def __init__(self, n: int = 3) -> None:
-        if n < 1:
-            raise ValueError("a cluster needs at least one node")
-        self.nodes = [RedisServer(cluster=True) for _ in range(n)]
+    def __init__(self, n: int = 3, replicas: int = 0) -> None:
+        if n < 1 or replicas < 0:
+            raise ValueError("a cluster needs at least one primary")
+        self.n, self.replicas = n, replicas
+        self.nodes = [RedisServer(cluster=True) for _ in range(n * (1 + replicas))]
 
     def url(self, i: int = 0) -> str:
         return self.nodes[i].url
@@ -222,39 +227,60 @@ class LocalCluster:
         return redis.Redis(port=self.nodes[i].port, decode_responses=True)
 
     def node_of(self, key: str) -> int:
-        """The index of the node serving ``key``'s slot."""
+        """The index of the primary first given ``key``'s slot."""
         with self.client(0) as r:
             slot = int(r.execute_command("CLUSTER", "KEYSLOT", key))
-        per = self.SLOTS // len(self.nodes)
-        return min(slot // per, len(self.nodes) - 1)
+        return min(slot // (self.SLOTS // self.n), self.n - 1)
+
+    def replicas_of(self, i: int) -> list[int]:
+        return [self.n + i * self.replicas + k for k in range(self.replicas)]
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
         try:
             for node in self.nodes:
                 node.start()
-            per = self.SLOTS // len(self.nodes)
-            for i in range(len(self.nodes)):
-                hi = self.SLOTS - 1 if i == len(self.nodes) - 1 else (i + 1) * per - 1
+            per = self.SLOTS // self.n
+            for i in range(self.n):
+                hi = self.SLOTS - 1 if i == self.n - 1 else (i + 1) * per - 1
                 with self.client(i) as r:
                     r.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, hi)
             with self.client(0) as r:
                 for node in self.nodes[1:]:
                     r.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
             deadline = time.monotonic() + timeout
-            while not all(self._ok(i) for i in range(len(self.nodes))):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the local cluster did not reach cluster_state:ok")
-                time.sleep(0.05)
+            self._wait(lambda: all(self._known(i) for i in range(len(self.nodes))), deadline)
+            for i in range(self.n):
+                with self.client(i) as r:
+                    primary_id = r.execute_command("CLUSTER", "MYID")
+                for j in self.replicas_of(i):
+                    with self.client(j) as r:
+                        r.execute_command("CLUSTER", "REPLICATE", primary_id)
+            self._wait(lambda: all(self._ok(i) for i in range(len(self.nodes))), deadline)
             return self
         except BaseException:
             self.stop()
             raise
 
-    def _ok(self, i: int) -> bool:
+    @staticmethod
+    def _wait(cond: Callable[[], bool], deadline: float) -> None:
+        while not cond():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the local cluster did not come up")
+            time.sleep(0.05)
+
+    def _known(self, i: int) -> bool:
         with self.client(i) as r:
             info = str(r.execute_command("CLUSTER", "INFO"))
-            known = int(re.search(r"cluster_known_nodes:(\d+)", info).group(1))  # type: ignore[union-attr]
-            return "cluster_state:ok" in info and known == len(self.nodes)
+        m = re.search(r"cluster_known_nodes:(\d+)", info)
+        return m is not None and int(m.group(1)) == len(self.nodes)
+
+    def _ok(self, i: int) -> bool:
+        with self.client(i) as r:
+            if "cluster_state:ok" not in str(r.execute_command("CLUSTER", "INFO")):
+                return False
+            if i >= self.n:
+                return r.info("replication").get("master_link_status") == "up"
+        return True
 
     def stop(self) -> None:
         for node in self.nodes:

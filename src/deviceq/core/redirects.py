@@ -15,16 +15,26 @@ computed per command. A client is meant for one pool (or pools on one node); a p
 serving pools on different nodes uses one client per pool.
 
 Keyless commands go to whichever node the client points at. `PoolConnection.pin` sends one
-keyed read first wherever that matters (``verify``'s ``SCAN``)."""
+keyed read first wherever that matters (``verify``'s ``SCAN``).
+
+Failover: on its first command a client asks its node for the cluster's nodes (``CLUSTER
+SLOTS``; a standalone server says it has no cluster, and nothing more is asked). When the
+node it points at stops answering (a SIGKILLed primary) or answers ``CLUSTERDOWN``,
+``TRYAGAIN``, ``LOADING`` or ``READONLY``, the client tries the other nodes it knows in turn,
+with a growing pause, for at most `FAILOVER_WAIT` seconds; the node that answers redirects it
+to the pool's new primary once a replica has been promoted."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from redis.client import Pipeline
 from redis.connection import ConnectionPool
-from redis.exceptions import MovedError
+from redis.exceptions import MovedError, ReadOnlyError, ResponseError
 
 MAX_REDIRECTS = 5
 """Redirects followed for one command or pipeline before the ``MOVED`` error is raised (a
@@ -49,46 +59,126 @@ def repoint(pool: ConnectionPool, host: str, port: int) -> None:
             conn.mark_for_reconnect()
 
 
+FAILOVER_WAIT = 30.0
+"""Longest a command waits, trying other nodes, for a cluster to fail over (cluster-node-timeout
+plus an election: a few seconds with the defaults of 15 s... keep it above that)."""
+
+_TRANSIENT = ("CLUSTERDOWN", "TRYAGAIN", "LOADING")
+
+
 def _moved_in(results: list[Any]) -> MovedError | None:
     return next((r for r in results if isinstance(r, MovedError)), None)
 
 
+def _failing_over(exc: BaseException) -> bool:
+    """An error after which another node of the cluster may answer."""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, ReadOnlyError)):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT)
+
+
+class Topology:
+    """The nodes of a cluster a client knows: learned once (``CLUSTER SLOTS``), then from
+    redirects. ``cluster`` is None until known, False on a standalone server."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.nodes: list[tuple[str, int]] = [(host, port)]
+        self.cluster: bool | None = None
+        self.lock = threading.Lock()
+
+    def add(self, host: str, port: int) -> None:
+        with self.lock:
+            if (host, port) not in self.nodes:
+                self.nodes.append((host, port))
+
+    def learn(self, ask: Callable[[], Any]) -> None:
+        """Ask once (``ask`` sends CLUSTER SLOTS) whether this is a cluster, and its nodes."""
+        try:
+            slots = ask()
+        except (redis.ConnectionError, redis.TimeoutError):
+            return  # ask again on the next command
+        except redis.ResponseError:  # "cluster support disabled" (or not allowed to ask)
+            self.cluster = False
+            return
+        self.cluster = True
+        for entry in slots or []:
+            for node in entry[2:]:
+                self.add(str(node[0]), int(node[1]))
+
+    def next_after(self, host: str, port: int) -> tuple[str, int]:
+        with self.lock:
+            i = self.nodes.index((host, port)) if (host, port) in self.nodes else -1
+            return self.nodes[(i + 1) % len(self.nodes)]
+
+
+def _follow(client: FollowingRedis, run: Callable[[], Any]) -> Any:
+    """Run ``run`` (a command or a pipeline), following redirects and, on a cluster, failing
+    over to the other known nodes; see the module docstring."""
+    pool = client.connection_pool
+    topo = client.topology
+    redirects, pause = 0, 0.05
+    deadline = time.monotonic() + FAILOVER_WAIT
+    while True:
+        try:
+            return run()
+        except MovedError as exc:
+            redirects += 1
+            if redirects > MAX_REDIRECTS:
+                raise
+            topo.add(exc.host, exc.port)
+            repoint(pool, exc.host, exc.port)
+        except (redis.RedisError, OSError) as exc:
+            if not topo.cluster or not _failing_over(exc) or time.monotonic() > deadline:
+                raise
+            kw = pool.connection_kwargs
+            repoint(pool, *topo.next_after(kw.get("host", ""), kw.get("port", 0)))
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+
 class FollowingPipeline(Pipeline):
-    """A pipeline that, redirected, points its client at the new node and runs again."""
+    """A pipeline that, redirected (or its node gone), follows its pool and runs again."""
+
+    follows: FollowingRedis
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack = list(self.command_stack)
-        for attempt in range(MAX_REDIRECTS + 1):
-            try:
-                results = super().execute(raise_on_error)
-            except MovedError as exc:
-                if attempt == MAX_REDIRECTS:
-                    raise
-                moved = exc
-            else:
-                found = _moved_in(results)
-                if found is None or attempt == MAX_REDIRECTS:
-                    return results
-                moved = found
-            repoint(self.connection_pool, moved.host, moved.port)
-            self.command_stack = list(stack)  # execute() reset it
-        raise AssertionError("unreachable")
+
+        def run() -> list[Any]:
+            self.command_stack = list(stack)  # execute() resets it
+            results = super(FollowingPipeline, self).execute(raise_on_error)
+            moved = _moved_in(results)
+            if moved is not None:
+                raise moved
+            return results
+
+        return _follow(self.follows, run)
 
 
 class FollowingRedis(redis.Redis):
-    """``redis.Redis`` that follows ``MOVED`` redirects to the node serving its pool."""
+    """``redis.Redis`` that follows its pool to the node serving it (``MOVED``) and, on a
+    cluster, to the new primary after a failover."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kw = self.connection_pool.connection_kwargs
+        self.topology = Topology(str(kw.get("host", "")), int(kw.get("port", 0) or 0))
+        if "host" not in kw or "service_name" in kw:  # a unix socket, or Sentinel's pool
+            self.topology.cluster = False
+
+    def _learn(self) -> None:
+        if self.topology.cluster is None:
+            self.topology.learn(lambda: super(FollowingRedis, self).execute_command(
+                "CLUSTER SLOTS"))  # fmt: skip
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        for attempt in range(MAX_REDIRECTS + 1):
-            try:
-                return super().execute_command(*args, **options)
-            except MovedError as exc:
-                if attempt == MAX_REDIRECTS:
-                    raise
-                repoint(self.connection_pool, exc.host, exc.port)
-        raise AssertionError("unreachable")
+        self._learn()
+        return _follow(self, lambda: super(FollowingRedis, self).execute_command(*args, **options))
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> FollowingPipeline:
-        return FollowingPipeline(
+        self._learn()
+        pipe = FollowingPipeline(
             self.connection_pool, self.response_callbacks, transaction, shard_hint
         )
+        pipe.follows = self
+        return pipe

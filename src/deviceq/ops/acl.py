@@ -67,10 +67,15 @@ FORBIDDEN: frozenset[str] = frozenset(
         "sync", "psync", "module", "cluster", "failover", "swapdb", "migrate", "client",
     }
 )  # fmt: skip
-"""Commands no role is given (``client`` as a whole: only its ``setinfo`` subcommand, from
-Redis 7.2): server administration, script and function management, whole-keyspace
-operations, and what shows other clients' commands (``MONITOR``, ``SLOWLOG``, ``CLIENT LIST``:
+"""Commands no role is given (``client`` and ``cluster`` as a whole: only `SUBCOMMANDS`):
+server administration, script and function management, whole-keyspace operations, and what
+shows other clients' commands (``MONITOR``, ``SLOWLOG``, ``CLIENT LIST``:
 script arguments carry host tokens)."""
+
+SUBCOMMANDS: frozenset[str] = frozenset({"client|setinfo", "cluster|slots"})
+"""The subcommands of forbidden commands a role may get: ``CLIENT SETINFO`` (redis-py names
+its library on connect, Redis 7.2+) and the read-only ``CLUSTER SLOTS`` (is this a cluster,
+which nodes to try on a failover)."""
 
 # -- what the Lua scripts call -------------------------------------------------------------------
 SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
@@ -122,6 +127,8 @@ _CONNECTION: dict[str, str] = {
     "evalsha": "every state change is a Lua script, called by its digest",
     "eval": "the script sent whole when the server does not know its digest (NOSCRIPT after "
     "a restart, a failover or SCRIPT FLUSH: no SCRIPT LOAD needed), and in pipelines",
+    "cluster|slots": "once per client: is this a Redis Cluster, and which nodes to try when "
+    "the pool's node fails (a standalone server answers that it has no cluster)",
 }
 
 _START: dict[str, str] = {
@@ -421,6 +428,7 @@ def acl_users(
 
 __all__ = [
     "FORBIDDEN",
+    "SUBCOMMANDS",
     "ROLES",
     "ROLE_SCRIPTS",
     "ROLE_WRITES",
