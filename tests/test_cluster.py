@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,19 +117,54 @@ def test_real_daemons_run_a_pool_of_another_node(cluster_deploy: Deployment) -> 
     assert verify(d.r, d.pool).ok
 
 
-def _move_slot(c: LocalCluster, key: str, src: int, dst: int) -> None:
+def _move_slot(c: LocalCluster, key: str, src: int, dst: int, pause: float = 0.0) -> None:
     """Reshard the slot of ``key`` from node ``src`` to node ``dst`` with its keys (what
-    `redis-cli --cluster reshard` does, for one slot)."""
+    `redis-cli --cluster reshard` does, for one slot); ``pause``: seconds to wait with half of
+    the keys moved (clients meanwhile get ``ASK``)."""
     a, b = c.client(src), c.client(dst)
     slot = int(a.execute_command("CLUSTER", "KEYSLOT", key))
     a_id, b_id = a.execute_command("CLUSTER", "MYID"), b.execute_command("CLUSTER", "MYID")
     b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", a_id)
     a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", b_id)
+    keys = a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100_000)
+    half = keys[: len(keys) // 2]
+    if half:
+        a.execute_command("MIGRATE", "127.0.0.1", c.nodes[dst].port, "", 0, 5000, "KEYS", *half)
+    time.sleep(pause)
     while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
         a.execute_command("MIGRATE", "127.0.0.1", c.nodes[dst].port, "", 0, 5000, "KEYS", *keys)
     for r in (a, b, *(c.client(i) for i in range(len(c.nodes)) if i not in (src, dst))):
         r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", b_id)
         r.close()
+
+
+def test_a_transition_waits_out_a_slot_migration(cluster: LocalCluster) -> None:
+    """While the pool's slot is half migrated (nodes answer ASK), a script waits for the
+    migration to end instead of running against half of the pool's keys."""
+    pool = pool_on(cluster, 1, "ask-")
+    r = connect(cluster.url(0))
+    admin = PoolAdmin(r, pool)
+    h = HostClient(r, pool, "h1", admin.add_host("h1"))
+    client = Client(r, pool)
+    ids = client.submit_many([{"goal": f"t{i}", "driver_type": "android"} for i in range(10)])
+    mover = threading.Thread(
+        target=_move_slot, args=(cluster, f"dq:{{{pool}}}:x", 1, 2), kwargs={"pause": 1.5}
+    )
+    mover.start()
+    try:
+        time.sleep(0.3)  # half of the keys are on node 2 now
+        t0 = time.monotonic()
+        h.heartbeat([DeviceReport("d1", "android", ())])
+        assert TaskScheduler(admin, owner="s1").assign(expire=True).assigned == 1
+        waited = time.monotonic() - t0
+    finally:
+        mover.join(30)
+    assert waited >= 0.8, waited  # it waited for the migration
+    assert keys_per_node(cluster, pool)[:2] == [0, 0]
+    assert client.counts()["queued"] == 9 and client.counts()["assigned"] == 1
+    assert len(client.get_many(ids)) == 10
+    assert verify(r, pool).ok
+    r.close()
 
 
 def test_a_client_follows_its_pool_when_the_slot_moves(cluster: LocalCluster) -> None:

@@ -22,7 +22,9 @@ SLOTS``; a standalone server says it has no cluster, and nothing more is asked).
 node it points at stops answering (a SIGKILLed primary) or answers ``CLUSTERDOWN``,
 ``TRYAGAIN``, ``LOADING`` or ``READONLY``, the client tries the other nodes it knows in turn,
 with a growing pause, for at most `FAILOVER_WAIT` seconds; the node that answers redirects it
-to the pool's new primary once a replica has been promoted."""
+to the pool's new primary once a replica has been promoted. An ``ASK`` (the pool's slot is
+being migrated) is waited out the same way until the node answers ``MOVED``: a script must
+see all of the pool's keys, never half of them."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 from redis.connection import ConnectionPool
-from redis.exceptions import MovedError, ReadOnlyError, ResponseError
+from redis.exceptions import AskError, MovedError, ReadOnlyError, ResponseError
 
 MAX_REDIRECTS = 5
 """Redirects followed for one command or pipeline before the ``MOVED`` error is raised (a
@@ -66,8 +68,9 @@ plus an election: a few seconds with the defaults of 15 s... keep it above that)
 _TRANSIENT = ("CLUSTERDOWN", "TRYAGAIN", "LOADING")
 
 
-def _moved_in(results: list[Any]) -> MovedError | None:
-    return next((r for r in results if isinstance(r, MovedError)), None)
+def _moved_in(results: list[Any]) -> AskError | None:
+    """A ``MOVED`` (or ``ASK``: `MovedError` is an `AskError`) among a pipeline's replies."""
+    return next((r for r in results if isinstance(r, AskError)), None)
 
 
 def _failing_over(exc: BaseException) -> bool:
@@ -127,6 +130,14 @@ def _follow(client: FollowingRedis, run: Callable[[], Any]) -> Any:
                 raise
             topo.add(exc.host, exc.port)
             repoint(pool, exc.host, exc.port)
+        except AskError:
+            # the pool's slot is being migrated: some of its keys are already on the target.
+            # A transition must see all of them, so wait for the migration to end (MOVED)
+            # rather than run one command on the target (ASKING)
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
         except (redis.RedisError, OSError) as exc:
             if not topo.cluster or not _failing_over(exc) or time.monotonic() > deadline:
                 raise
