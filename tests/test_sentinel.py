@@ -1,4 +1,4 @@
-"""deviceq behind Redis Sentinel (a primary, a replica and a sentinel, all real processes):
+"""deviceq behind Redis Sentinel (a primary, a replica and three sentinels, all real processes):
 a ``redis+sentinel://`` URL follows the primary, and the same clients and the real daemons go
 on after the primary is SIGKILLed and the replica promoted."""
 
@@ -24,55 +24,73 @@ SERVICE = "dq-primary"
 
 
 class Sentinelled:
-    """A primary, its replica and one sentinel (quorum 1) watching them."""
+    """A primary, its replica and three sentinels (quorum 2) watching them."""
 
     def __init__(self) -> None:
         self.primary, self.replica = RedisServer(), RedisServer()
-        self.port = free_port()
+        self.ports = [free_port() for _ in range(3)]
         self.dir = Path(tempfile.mkdtemp(prefix="deviceq-sentinel-"))
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
     def url(self) -> str:
-        return f"redis+sentinel://127.0.0.1:{self.port}/{SERVICE}"
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        return f"redis+sentinel://{hosts}/{SERVICE}"
 
     def start(self) -> Sentinelled:
         self.primary.start()
         self.replica.start()
         redis.Redis(port=self.replica.port).replicaof("127.0.0.1", self.primary.port)
-        conf = self.dir / "sentinel.conf"
-        conf.write_text(
-            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
-            f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 1\n"
-            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
-            f"sentinel failover-timeout {SERVICE} 5000\n"
-        )
-        log = open(self.dir / "sentinel.log", "wb")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [str(self.primary.binary), str(conf), "--sentinel"], stdout=log, stderr=log
-        )
-        log.close()
-        wait_for(lambda: self.primary_port() == self.primary.port, 20, "sentinel up")
+        for port in self.ports:
+            conf = self.dir / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                f"sentinel failover-timeout {SERVICE} 5000\n"
+            )
+            log = open(self.dir / f"sentinel-{port}.log", "wb")  # noqa: SIM115
+            self.procs.append(subprocess.Popen(
+                [str(self.primary.binary), str(conf), "--sentinel"], stdout=log, stderr=log
+            ))  # fmt: skip
+            log.close()
+        wait_for(lambda: self.primary_port() == self.primary.port, 20, "sentinels up")
         wait_for(self._replica_synced, 20, "replica in sync")
+        wait_for(self._sentinels_see_each_other, 20, "sentinels know each other")
         return self
 
-    def sentinel(self) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, socket_timeout=2)
+    def sentinel(self, port: int) -> redis.Redis:
+        return redis.Redis(port=port, decode_responses=True, socket_timeout=2)
 
     def primary_port(self) -> int | None:
-        try:
-            with self.sentinel() as s:
-                addr = s.execute_command("SENTINEL", "get-master-addr-by-name", SERVICE)
-        except redis.RedisError:
-            return None
-        return int(addr[1]) if addr else None
+        """The primary every sentinel names (None while they disagree or do not answer)."""
+        seen = set()
+        for port in self.ports:
+            try:
+                with self.sentinel(port) as s:
+                    addr = s.execute_command("SENTINEL", "get-master-addr-by-name", SERVICE)
+            except redis.RedisError:
+                return None
+            seen.add(int(addr[1]) if addr else None)
+        return seen.pop() if len(seen) == 1 else None
+
+    def _sentinels_see_each_other(self) -> bool:
+        for port in self.ports:
+            with self.sentinel(port) as s:
+                info = s.execute_command("SENTINEL", "master", SERVICE)
+            if not isinstance(info, dict):
+                info = dict(zip(info[::2], info[1::2], strict=True))
+            fields = info
+            if int(fields["num-other-sentinels"]) < len(self.ports) - 1:
+                return False
+        return True
 
     def _replica_synced(self) -> bool:
         with redis.Redis(port=self.replica.port, decode_responses=True) as r:
             return r.info("replication").get("master_link_status") == "up"
 
     def fail_over(self) -> None:
-        """Make sure the replica has everything, SIGKILL the primary, wait for the sentinel
+        """Make sure the replica has everything, SIGKILL the primary, wait for the sentinels
         to promote the replica."""
         with redis.Redis(port=self.primary.port) as r:
             assert r.wait(1, 5000) == 1
@@ -80,9 +98,10 @@ class Sentinelled:
         wait_for(lambda: self.primary_port() == self.replica.port, 30, "replica promoted")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
         self.primary.stop()
         self.replica.stop()
 
