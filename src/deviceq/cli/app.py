@@ -138,6 +138,12 @@ def describe_error(exc: BaseException, redis_url: str | None = None) -> str | No
         return _one_line(f"cannot reach Redis{where}: {exc}{_plain_to_tls_hint(exc, redis_url)}")
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return _one_line(f"Redis{where} refused a command (ACL): {exc}")
+    if isinstance(exc, redis.exceptions.AskError):  # MOVED / ASK that did not settle
+        return _one_line(
+            f"the Redis Cluster{where} still sends this pool's slot {exc.slot_id} to "
+            f"{exc.host}:{exc.port}, which does not answer: a failover or a resharding has "
+            "not finished (or the cluster lost that shard); try again"
+        )
     if isinstance(exc, redis.RedisError):
         return _one_line(f"Redis error: {exc}")
     return None

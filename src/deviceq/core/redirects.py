@@ -36,7 +36,14 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 from redis.connection import ConnectionPool
-from redis.exceptions import AskError, MovedError, ReadOnlyError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 
 MAX_REDIRECTS = 5
 """Redirects followed for one command or pipeline before the ``MOVED`` error is raised (a
@@ -67,6 +74,18 @@ plus an election: a few seconds with the defaults of 15 s... keep it above that)
 
 _TRANSIENT = ("CLUSTERDOWN", "TRYAGAIN", "LOADING")
 
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    ClusterDownError,
+    TryAgainError,
+    ReadOnlyError,
+    AskError,  # MOVED or ASK that did not settle within FAILOVER_WAIT
+)
+"""Errors that mean Redis does not serve the pool right now (unreachable, loading, a cluster
+failing over or resharding): a daemon waits and tries again, quietly."""
+
 
 def _moved_in(results: list[Any]) -> AskError | None:
     """A ``MOVED`` (or ``ASK``: `MovedError` is an `AskError`) among a pipeline's replies."""
@@ -76,6 +95,8 @@ def _moved_in(results: list[Any]) -> AskError | None:
 def _failing_over(exc: BaseException) -> bool:
     """An error after which another node of the cluster may answer."""
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, ReadOnlyError)):
+        return True
+    if isinstance(exc, (ClusterDownError, TryAgainError)):  # redis-py rewords their messages
         return True
     return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT)
 
@@ -121,15 +142,24 @@ def _follow(client: FollowingRedis, run: Callable[[], Any]) -> Any:
     topo = client.topology
     redirects, pause = 0, 0.05
     deadline = time.monotonic() + FAILOVER_WAIT
+    unreachable: set[tuple[str, int]] = set()  # nodes that failed during this call
     while True:
         try:
             return run()
         except MovedError as exc:
-            redirects += 1
-            if redirects > MAX_REDIRECTS:
-                raise
-            topo.add(exc.host, exc.port)
-            repoint(pool, exc.host, exc.port)
+            target = (exc.host, exc.port)
+            topo.add(*target)
+            if target in unreachable:
+                # the cluster still names the dead primary: its failover is under way
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            else:
+                redirects += 1
+                if redirects > MAX_REDIRECTS:
+                    raise
+            repoint(pool, *target)
         except AskError:
             # the pool's slot is being migrated: some of its keys are already on the target.
             # A transition must see all of them, so wait for the migration to end (MOVED)
@@ -142,7 +172,9 @@ def _follow(client: FollowingRedis, run: Callable[[], Any]) -> Any:
             if not topo.cluster or not _failing_over(exc) or time.monotonic() > deadline:
                 raise
             kw = pool.connection_kwargs
-            repoint(pool, *topo.next_after(kw.get("host", ""), kw.get("port", 0)))
+            here = (str(kw.get("host", "")), int(kw.get("port", 0) or 0))
+            unreachable.add(here)
+            repoint(pool, *topo.next_after(*here))
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 

@@ -17,6 +17,7 @@ from ..core.connection import TLSError
 from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
+from ..core.redirects import UNAVAILABLE
 from .client import DeviceReport, Heartbeat
 from .settings import DeviceConfig, WorkerSettings
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from .execution import Run
 
 LOG = logging.getLogger("deviceq.worker")
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+TRANSIENT = UNAVAILABLE
 
 
 def unreachable(exc: BaseException) -> dict[str, str]:

@@ -26,6 +26,7 @@ import redis
 from ..core.durability import warn_if_unsafe
 from ..core.errors import ConfigError, DeviceqError, Fenced
 from ..core.logs import log
+from ..core.redirects import UNAVAILABLE
 
 if TYPE_CHECKING:
     from .task_scheduler import AssignResult, TaskScheduler
@@ -83,7 +84,7 @@ class Daemon:
                         raise
                     self.due = True
                     self.sleep(5.0)
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                except UNAVAILABLE as exc:  # unreachable, loading, a cluster failing over
                     self._log(
                         logging.WARNING,
                         "redis unreachable",
