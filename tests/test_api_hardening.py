@@ -405,7 +405,7 @@ def test_a_real_process_prints_one_line_for_a_url_without_scheme() -> None:
         line = one_line_error(res)
         assert line == (
             "error: ConfigError: invalid Redis URL '127.0.0.1:6430': it must start with "
-            "redis://, rediss:// or unix:// (e.g. 'redis://127.0.0.1:6430/0')"
+            "redis://, rediss://, unix:// or redis+sentinel:// (e.g. 'redis://127.0.0.1:6430/0')"
         )
         assert res.stdout == ""
     env = {**os.environ, "DEVICEQ_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}

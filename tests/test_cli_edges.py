@@ -109,3 +109,21 @@ def test_json_log_lines_carry_their_timezone(real_fleet: Any, redis_url: str) ->
     assert lines, res.stderr
     for d in lines:
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d", d["ts"]), d
+
+
+def test_several_pools_are_refused_by_one_pool_commands(redis_url: str) -> None:
+    exe = Path(sys.executable).parent / "deviceq"
+    res = subprocess.run(
+        [str(exe), "--redis-url", redis_url, "--pool", "a", "--pool", "b", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and res.stdout == ""
+    assert "--pool was given 2 times: only `deviceq scheduler run` serves several" in res.stderr
+    res = subprocess.run(
+        [str(exe), "--redis-url", redis_url, "--pool", "a", "--pool", "b", "scheduler", "run",
+         "--metrics-port", "9999"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 1 and "--metrics-port serves one pool" in res.stderr

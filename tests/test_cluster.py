@@ -243,3 +243,34 @@ def test_a_primary_sigkilled_mid_run_fails_over_and_work_goes_on(
         assert keys_per_node(c, pool, range(1, 3)) == [0, 0]  # the pool stayed on its shard
     finally:
         d.close()
+
+
+def test_one_scheduler_process_serves_pools_on_every_shard(cluster: LocalCluster) -> None:
+    """`deviceq --pool a --pool b --pool c scheduler run`: one process, one scheduler (and
+    leader lease) per pool, each pool on its own shard; SIGTERM releases every lease."""
+    pools = [pool_on(cluster, node, f"multi{node}-") for node in range(3)]
+    r = connect(cluster.url(0))
+    ids = {}
+    for pool in pools:
+        admin = PoolAdmin(r, pool)
+        h = HostClient(r, pool, "h1", admin.add_host("h1"))
+        h.heartbeat([DeviceReport("d1", "android", ())])
+        ids[pool] = Client(r, pool).submit("hi", driver_type="android")
+    exe = Path(sys.executable).parent / "deviceq"
+    args = [str(exe), "--redis-url", cluster.url(0)]
+    for pool in pools:
+        args += ["--pool", pool]
+    proc = subprocess.Popen([*args, "scheduler", "run", "--owner", "multi"],
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        for pool in pools:
+            wait_for(lambda p=pool: Client(r, p).get(ids[p]).status is TaskStatus.assigned,
+                     20, f"the task of {pool} assigned")  # fmt: skip
+            assert SchedulerClient(r, pool).leader()[0] == "multi"  # type: ignore[index]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert all(SchedulerClient(r, p).leader() is None for p in pools), err
+    assert {p for p in pools if f"pool={p}" in err} == set(pools)  # one leader line each
+    r.close()

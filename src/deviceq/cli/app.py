@@ -9,7 +9,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import click
@@ -40,7 +40,7 @@ class Ctx:
     (``DEVICEQ_REDIS_CA`` ...) are not copied here: ``connect`` reads them itself."""
 
     raw_redis_url: str
-    pool: str
+    pools: tuple[str, ...]
     log_format: str = "text"
     log_level: str = "info"
     redis_ca: str | None = None
@@ -48,6 +48,21 @@ class Ctx:
     redis_key: str | None = None
     _client: Client | None = field(default=None, repr=False)
     _admin: PoolAdmin | None = field(default=None, repr=False)
+
+    @property
+    def pool(self) -> str:
+        """The one pool this command acts on (``--pool`` given more than once: a usage error,
+        but for the commands that serve several pools)."""
+        if len(self.pools) != 1:
+            raise click.UsageError(
+                f"--pool was given {len(self.pools)} times: only `deviceq scheduler run` "
+                "serves several pools; other commands act on one"
+            )
+        return self.pools[0]
+
+    def for_pool(self, pool: str) -> Ctx:
+        """The same settings for one of ``pools`` (its own clients)."""
+        return replace(self, pools=(pool,), _client=None, _admin=None)
 
     @property
     def redis_url(self) -> str:
@@ -188,9 +203,11 @@ class _Group(click.Group):
 @click.option(
     "--pool",
     envvar="DEVICEQ_POOL",
-    default="default",
+    multiple=True,
+    default=("default",),
     show_default=True,
-    help="Pool (namespace) to act on (env DEVICEQ_POOL).",
+    help="Pool (namespace) to act on (env DEVICEQ_POOL). `scheduler run` takes it more than "
+    "once (--pool a --pool b; DEVICEQ_POOL='a b') to serve several pools.",
 )
 @click.option(
     "--log-format",
@@ -229,7 +246,7 @@ class _Group(click.Group):
 def main(
     ctx: click.Context,
     redis_url: str,
-    pool: str,
+    pool: tuple[str, ...],
     log_format: str,
     log_level: str,
     redis_ca: str | None,
@@ -246,12 +263,13 @@ def main(
       deviceq --redis-url rediss://redis.lab:6380/0 --redis-ca ca.pem status   # TLS
     """
     try:
-        validate_id(pool, "pool name")
+        for p in pool:
+            validate_id(p, "pool name")
     except DeviceqError as exc:
         fail(str(exc))
     ctx.obj = Ctx(
         raw_redis_url=redis_url,
-        pool=pool,
+        pools=tuple(dict.fromkeys(pool)),  # in order, each once
         log_format=log_format,
         log_level=log_level,
         redis_ca=redis_ca,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from typing import Any
+
 import click
 
 from ..core.errors import ConfigError
@@ -61,19 +65,30 @@ def scheduler_run(
     """Run the scheduler daemon: match queued tasks to idle devices.
 
     Several may run on one pool: one holds the leader lease and works, the others stand by and
-    take over when it dies. Woken by submissions, reports and heartbeats; every TICK seconds it
-    also expires overdue leases. SIGTERM stops it between passes and releases the lease.
-    A wrong or missing Redis password fails at start; an unreachable Redis fails a --once
-    run and is waited for (with warnings) by the daemon. --metrics-port serves Prometheus
-    metrics on --metrics-host (127.0.0.1 unless told otherwise).
+    take over when it dies. One process may serve several pools (--pool a --pool b, e.g.
+    pools spread over the shards of a Redis Cluster): one scheduler per pool in the process,
+    each with its own connection and its own leader lease. Woken by submissions, reports and
+    heartbeats; every TICK seconds it also expires overdue leases. SIGTERM stops it between
+    passes and releases the lease. A wrong or missing Redis password fails at start; an
+    unreachable Redis fails a --once run and is waited for (with warnings) by the daemon.
+    --metrics-port serves Prometheus metrics on --metrics-host (127.0.0.1 unless told
+    otherwise; one pool only).
 
     \b
     Example:
       deviceq --pool lab scheduler run --strategy priority_match
       deviceq --pool lab scheduler run --once     # one pass, e.g. from cron or a test
       deviceq --pool lab scheduler run --metrics-port 9108 --metrics-host 10.0.0.5
+      deviceq --pool lab-a --pool lab-b --pool lab-c scheduler run
     """
     configure(ctx.log_format, ctx.log_level.upper())
+    if len(ctx.pools) > 1:
+        if metrics_port is not None:
+            raise ConfigError(
+                "--metrics-port serves one pool: run a scheduler per pool to get metrics"
+            )
+        run_many(ctx, strategy, once, tick, owner, batch)
+        return
     sched = TaskScheduler(ctx.admin, strategy=strategy, owner=owner, batch=batch)
     ctx.preflight(need_reachable=once)
     if metrics_port is not None:
@@ -91,6 +106,45 @@ def scheduler_run(
             ) from None
     sched.install_signal_handlers()
     sched.run(tick=tick, once=once)
+
+
+def run_many(
+    ctx: Ctx, strategy: str, once: bool, tick: float, owner: str | None, batch: int
+) -> None:
+    """One `TaskScheduler` per pool of ``ctx.pools``, each in a thread of its own; SIGTERM
+    stops them all. The first error (a --once run with Redis unreachable, say) is raised
+    once every scheduler has stopped."""
+    ctxs = [ctx.for_pool(p) for p in ctx.pools]
+    scheds = [TaskScheduler(c.admin, strategy=strategy, owner=owner, batch=batch) for c in ctxs]
+    for c in ctxs:
+        c.preflight(need_reachable=once)
+    errors: list[BaseException] = []
+
+    def run(sched: TaskScheduler) -> None:
+        try:
+            sched.run(tick=tick, once=once)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+            for other in scheds:
+                other.stop(wake=True)
+
+    def stop_all(signum: int, frame: Any) -> None:
+        for sched in scheds:
+            sched.stop()
+
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    threads = [
+        threading.Thread(target=run, args=(s,), name=f"scheduler-{s.pool}", daemon=True)
+        for s in scheds
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)  # the main thread stays free for the signal handlers
+    if errors:
+        raise errors[0]
 
 
 @scheduler.command("strategies")
