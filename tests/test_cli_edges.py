@@ -127,3 +127,16 @@ def test_several_pools_are_refused_by_one_pool_commands(redis_url: str) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert res.returncode == 1 and "--metrics-port serves one pool" in res.stderr
+
+
+def test_status_all_pools_on_a_standalone_server(redis_url: str) -> None:
+    """Every pool of the server in a line (found by its event stream, scanned in steps)."""
+    for pool, n in (("edges-a", 2), ("edges-b", 1)):
+        assert deviceq(redis_url, pool, "host", "add", "h1").returncode == 0
+        for _ in range(n):
+            assert deviceq(redis_url, pool, "submit", "x").returncode == 0
+    data = json.loads(deviceq(redis_url, "default", "status", "--all-pools", "--json").stdout)
+    rows = {p["pool"]: p for p in data["pools"]}
+    assert data["cluster"] is False
+    assert rows["edges-a"]["counts"]["queued"] == 2 and rows["edges-b"]["counts"]["queued"] == 1
+    assert rows["edges-a"]["hosts"] == 1 and rows["edges-a"]["leader"] is None

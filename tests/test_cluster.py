@@ -274,3 +274,21 @@ def test_one_scheduler_process_serves_pools_on_every_shard(cluster: LocalCluster
     assert all(SchedulerClient(r, p).leader() is None for p in pools), err
     assert {p for p in pools if f"pool={p}" in err} == set(pools)  # one leader line each
     r.close()
+
+
+def test_status_all_pools_summarises_every_shard(cluster: LocalCluster) -> None:
+    pools = [pool_on(cluster, node, f"all{node}-") for node in range(3)]
+    for i, pool in enumerate(pools):
+        assert deviceq(cluster.url(0), pool, "host", "add", "h1").returncode == 0
+        for _ in range(i + 1):
+            assert deviceq(cluster.url(0), pool, "submit", "x").returncode == 0
+    res = deviceq(cluster.url(2), "default", "status", "--all-pools", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["cluster"] is True and not data["truncated"]
+    rows = {p["pool"]: p for p in data["pools"]}
+    for node, pool in enumerate(pools):
+        assert rows[pool]["node"] == f"127.0.0.1:{cluster.nodes[node].port}"
+        assert rows[pool]["counts"]["queued"] == node + 1 and rows[pool]["hosts"] == 1
+    text = deviceq(cluster.url(1), "default", "status", "--all-pools").stdout
+    assert all(p in text for p in pools) and "cluster shard(s)" in text

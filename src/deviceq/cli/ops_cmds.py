@@ -179,6 +179,27 @@ def render_status(data: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+def render_all_pools(data: dict[str, Any]) -> RenderableType:
+    """``status --all-pools``: a line per pool."""
+    table = Table(title=f"{len(data['pools'])} pool(s)"
+                  + (f" on {len(data['nodes'])} cluster shard(s)" if data["cluster"] else ""),
+                  title_justify="left")  # fmt: skip
+    for col in ("pool", "node", "queued", "running", "done", "failed", "cancelled", "hosts alive",
+                "devices idle/all", "leader"):  # fmt: skip
+        table.add_column(col, justify="right" if col not in ("pool", "node", "leader") else "left")
+    for p in data["pools"]:
+        c = p["counts"]
+        table.add_row(
+            p["pool"], p["node"], str(c["queued"]), str(p["running"]), str(c["done"]),
+            str(c["failed"]), str(c["cancelled"]), f"{p['hosts_alive']}/{p['hosts']}",
+            f"{p['devices_by_state'].get('idle', 0)}/{p['devices']}", p["leader"] or "none",
+        )  # fmt: skip
+    parts: list[RenderableType] = [table]
+    if data["truncated"]:
+        parts.append(Text("(more pools than shown)", style="bold yellow"))
+    return Group(*parts)
+
+
 @main.command("status")
 @click.option("--watch", is_flag=True, help="Keep refreshing until Ctrl-C.")
 @click.option(
@@ -216,6 +237,12 @@ def render_status(data: dict[str, Any]) -> RenderableType:
     is_flag=True,
     help="Print as JSON (with --watch: one JSON document per line).",
 )
+@click.option(
+    "--all-pools",
+    is_flag=True,
+    help="One line per pool of the server (every shard of a Redis Cluster): tasks by status, "
+    "hosts alive, devices, leader, the node serving it.",
+)
 @pass_ctx
 def status_cmd(
     ctx: Ctx,
@@ -225,27 +252,40 @@ def status_cmd(
     n_leases: int,
     n_failures: int,
     as_json: bool,
+    all_pools: bool,
 ) -> None:
     """Show the pool at a glance: queue depth by constraints (flagging tasks no registered
     device could run), devices by state, hosts and their last heartbeat, leases about to
-    expire, recent failures and the scheduler leader.
+    expire, recent failures and the scheduler leader. --all-pools: every pool in a line.
 
     \b
     Example:
       deviceq status
       deviceq status --watch --interval 1
       deviceq status --json | jq '.queues[] | select(.unmatchable)'
+      deviceq status --all-pools
     """
+    if all_pools:
+        from ..core.connection import connect
+        from ..ops.pools import all_pools_status
 
-    def snapshot() -> dict[str, Any]:
-        return st.pool_status(ctx.admin, leases=n_leases, failures=n_failures)
+        r = connect(ctx.redis_url)
+        render: Any = render_all_pools
+
+        def snapshot() -> dict[str, Any]:
+            return all_pools_status(r)
+    else:
+        render = render_status
+
+        def snapshot() -> dict[str, Any]:
+            return st.pool_status(ctx.admin, leases=n_leases, failures=n_failures)
 
     if not watch:
         data = snapshot()
         if as_json:
             echo_json(data)
         else:
-            console_for_tables().print(render_status(data))
+            console_for_tables().print(render(data))
         return
     shown = 0
     try:
@@ -256,11 +296,11 @@ def status_cmd(
                 click.echo(json.dumps(snapshot(), sort_keys=True, default=str))
                 shown += 1
             return
-        with Live(render_status(snapshot()), auto_refresh=False, console=Console()) as live:
+        with Live(render(snapshot()), auto_refresh=False, console=Console()) as live:
             shown = 1
             while count is None or shown < count:
                 time.sleep(interval)
-                live.update(render_status(snapshot()), refresh=True)
+                live.update(render(snapshot()), refresh=True)
                 shown += 1
     except KeyboardInterrupt:
         return
