@@ -29,3 +29,7 @@ def _redis() -> redis.Redis:
 def incr(task: object) -> None:
     """Run one task: ``INCR`` the counter (returning None reports success)."""
     _redis().incr(COUNTER_KEY)
+
+
+def noop(task: object) -> None:
+    """Run one task: do nothing (the scale-out benchmark measures deviceq alone)."""
