@@ -189,3 +189,23 @@ def test_real_daemons_go_on_after_a_failover(sentinelled: Sentinelled, tmp_path:
         assert verify(d.r, d.pool).ok
     finally:
         d.close()
+
+
+def test_a_call_made_while_the_primary_is_down_waits_for_the_new_one(
+    sentinelled: Sentinelled,
+) -> None:
+    """No failover wait in the caller's code: the submission right after the SIGKILL blocks
+    until the sentinels name the promoted replica, then goes through there."""
+    r = connect(sentinelled.url)
+    client = Client(r, "sentwait")
+    client.submit("before", driver_type="android")
+    with redis.Redis(port=sentinelled.primary.port) as p:
+        assert p.wait(1, 5000) == 1
+    sentinelled.primary.kill()
+    t0 = time.monotonic()
+    tid = client.submit("during", driver_type="android")
+    waited = time.monotonic() - t0
+    assert sentinelled.primary_port() == sentinelled.replica.port
+    assert client.get(tid).status is TaskStatus.queued and client.counts()["queued"] == 2
+    assert waited > 0.5, waited  # it did wait for the failover
+    r.close()

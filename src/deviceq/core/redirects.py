@@ -22,9 +22,10 @@ SLOTS``; a standalone server says it has no cluster, and nothing more is asked).
 node it points at stops answering (a SIGKILLed primary) or answers ``CLUSTERDOWN``,
 ``TRYAGAIN``, ``LOADING`` or ``READONLY``, the client tries the other nodes it knows in turn,
 with a growing pause, for at most `FAILOVER_WAIT` seconds; the node that answers redirects it
-to the pool's new primary once a replica has been promoted. An ``ASK`` (the pool's slot is
-being migrated) is waited out the same way until the node answers ``MOVED``: a script must
-see all of the pool's keys, never half of them."""
+to the pool's new primary once a replica has been promoted. Behind Sentinel the client waits
+the same way, asking the sentinels for the primary on every new connection. An ``ASK`` (the
+pool's slot is being migrated) is waited out the same way until the node answers ``MOVED``: a
+script must see all of the pool's keys, never half of them."""
 
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ class Topology:
     def __init__(self, host: str, port: int) -> None:
         self.nodes: list[tuple[str, int]] = [(host, port)]
         self.cluster: bool | None = None
+        self.sentinel = False  # the pool asks Sentinel for the primary on every connect
         self.lock = threading.Lock()
 
     def add(self, host: str, port: int) -> None:
@@ -169,8 +171,13 @@ def _follow(client: FollowingRedis, run: Callable[[], Any]) -> Any:
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
         except (redis.RedisError, OSError) as exc:
-            if not topo.cluster or not _failing_over(exc) or time.monotonic() > deadline:
+            failover = topo.cluster or topo.sentinel
+            if not failover or not _failing_over(exc) or time.monotonic() > deadline:
                 raise
+            if topo.sentinel:  # the next connection asks the sentinels for the primary again
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
             kw = pool.connection_kwargs
             here = (str(kw.get("host", "")), int(kw.get("port", 0) or 0))
             unreachable.add(here)
@@ -206,8 +213,9 @@ class FollowingRedis(redis.Redis):
         super().__init__(*args, **kwargs)
         kw = self.connection_pool.connection_kwargs
         self.topology = Topology(str(kw.get("host", "")), int(kw.get("port", 0) or 0))
-        if "host" not in kw or "service_name" in kw:  # a unix socket, or Sentinel's pool
+        if "host" not in kw:  # a unix socket, or Sentinel's pool
             self.topology.cluster = False
+            self.topology.sentinel = hasattr(self.connection_pool, "get_master_address")
 
     def _learn(self) -> None:
         if self.topology.cluster is None:
