@@ -26,6 +26,19 @@ TESTS_DIR = str(Path(__file__).resolve().parent)
 REPO_DIR = str(Path(TESTS_DIR).parent)  # daemons import test runners and ``bench.runlog``
 
 
+def deviceq(url: str, pool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``deviceq`` console script on ``pool``, output captured (a pipe, not
+    a terminal: what a shell pipeline sees)."""
+    exe = Path(sys.executable).parent / "deviceq"
+    return subprocess.run(
+        [str(exe), "--redis-url", url, "--pool", pool, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+
+
 def wait_for(cond: Callable[[], Any], timeout: float, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:

@@ -16,20 +16,9 @@ import pytest
 
 from deviceq import TaskStatus
 from deviceq.scheduler import TaskScheduler
+from harness import deviceq
 
 LONG_GOAL = "flash the build then run the whole smoke suite on the device and keep its logcat"
-
-
-def deviceq(url: str, pool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The installed console script, its stdout a pipe (not a terminal)."""
-    exe = Path(sys.executable).parent / "deviceq"
-    return subprocess.run(
-        [str(exe), "--redis-url", url, "--pool", pool, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "80"},
-    )
 
 
 def test_piped_tables_are_never_cut(real_fleet: Any, redis_url: str) -> None:

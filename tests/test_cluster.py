@@ -19,7 +19,7 @@ from deviceq.core.connection import connect
 from deviceq.embedded import LocalCluster
 from deviceq.ops.admin import PoolAdmin
 from deviceq.scheduler import SchedulerClient, TaskScheduler
-from harness import Deployment, wait_for
+from harness import Deployment, deviceq, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +35,6 @@ def pool_on(c: LocalCluster, node: int, prefix: str) -> str:
         if c.node_of(f"dq:{{{name}}}:x") == node:
             return name
     raise AssertionError("no pool name found")
-
-
-def deviceq(url: str, pool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "deviceq"
-    return subprocess.run(
-        [str(exe), "--redis-url", url, "--pool", pool, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def keys_per_node(c: LocalCluster, pool: str, nodes: range | None = None) -> list[int]:
