@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from deviceq import TaskStatus
 from deviceq.scheduler import TaskScheduler
@@ -124,8 +125,16 @@ def test_status_all_pools_on_a_standalone_server(redis_url: str) -> None:
         assert deviceq(redis_url, pool, "host", "add", "h1").returncode == 0
         for _ in range(n):
             assert deviceq(redis_url, pool, "submit", "x").returncode == 0
-    data = json.loads(deviceq(redis_url, "default", "status", "--all-pools", "--json").stdout)
+    r = redis.Redis.from_url(redis_url)
+    r.xadd("dq:{bad pool}:events", {"type": "x"})  # a name deviceq refuses
+    r.xadd("dq:{edges-c}:events", {"type": "x"})
+    r.set("dq:{edges-c}:hosts", "not a set")  # a key of the wrong type
+    res = deviceq(redis_url, "default", "status", "--all-pools", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
     rows = {p["pool"]: p for p in data["pools"]}
+    assert rows["bad pool"]["error"].startswith("InvalidInput")
+    assert rows["edges-c"]["error"].startswith("ResponseError: WRONGTYPE")
     assert data["cluster"] is False
     assert rows["edges-a"]["counts"]["queued"] == 2 and rows["edges-b"]["counts"]["queued"] == 1
     assert rows["edges-a"]["hosts"] == 1 and rows["edges-a"]["leader"] is None

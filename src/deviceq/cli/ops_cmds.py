@@ -188,6 +188,9 @@ def render_all_pools(data: dict[str, Any]) -> RenderableType:
                 "devices idle/all", "leader"):  # fmt: skip
         table.add_column(col, justify="right" if col not in ("pool", "node", "leader") else "left")
     for p in data["pools"]:
+        if "error" in p:
+            table.add_row(p["pool"], p["node"], f"[red]{p['error']}[/]")
+            continue
         c = p["counts"]
         table.add_row(
             p["pool"], p["node"], str(c["queued"]), str(p["running"]), str(c["done"]),

@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from redis.connection import ConnectionPool
 
+from ..core.errors import DeviceqError
 from ..core.models import TaskStatus
 from .admin import PoolAdmin
 from .status import device_counts, hosts_and_devices, leader, status_counts
@@ -95,11 +96,19 @@ def pool_summary(r: redis.Redis, ref: PoolRef) -> dict[str, Any]:
 
 
 def all_pools_status(r: redis.Redis, limit: int = MAX_POOLS) -> dict[str, Any]:
+    """Every pool summarised; a pool that cannot be read (a name deviceq would refuse, keys
+    of the wrong type) is listed with its ``error`` instead of stopping the listing."""
     refs = find_pools(r, limit)
-    pools = [pool_summary(r, ref) for ref in refs]
+    pools = []
+    for ref in refs:
+        try:
+            pools.append(pool_summary(r, ref))
+        except (DeviceqError, redis.ResponseError, ValueError, KeyError, TypeError) as exc:
+            pools.append({"pool": ref.pool, "node": ref.node,
+                          "error": f"{type(exc).__name__}: {exc}"})  # fmt: skip
     totals: dict[str, int] = {}
     for p in pools:
-        for k, v in p["counts"].items():
+        for k, v in p.get("counts", {}).items():
             totals[k] = totals.get(k, 0) + v
     return {
         "cluster": primaries(r) is not None,
