@@ -18,7 +18,7 @@ from deviceq.core.connection import check_redis_url, connect
 from deviceq.embedded import RedisServer, free_port
 from deviceq.ops.admin import PoolAdmin
 from deviceq.scheduler import SchedulerClient, TaskScheduler
-from harness import Deployment, wait_for
+from harness import Deployment, deviceq, wait_for
 
 SERVICE = "dq-primary"
 
@@ -209,3 +209,14 @@ def test_a_call_made_while_the_primary_is_down_waits_for_the_new_one(
     assert client.get(tid).status is TaskStatus.queued and client.counts()["queued"] == 2
     assert waited > 0.5, waited  # it did wait for the failover
     r.close()
+
+
+def test_no_sentinel_answering_fails_in_one_line_without_a_long_wait() -> None:
+    """Found by trying it: with no sentinel reachable every command waited ~15 s per Redis
+    call (redis-py's default backoff) and then for a failover that cannot come."""
+    url = f"redis+sentinel://127.0.0.1:{free_port()}/nosuch"
+    res = deviceq(url, "p", "status")  # bounded by the helper's 60 s timeout
+    assert res.returncode == 1 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach Redis"), res.stderr
+    assert "No master found for 'nosuch'" in lines[0]

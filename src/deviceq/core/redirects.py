@@ -45,6 +45,7 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.sentinel import MasterNotFoundError
 
 MAX_REDIRECTS = 5
 """Redirects followed for one command or pipeline before the ``MOVED`` error is raised (a
@@ -70,8 +71,9 @@ def repoint(pool: ConnectionPool, host: str, port: int) -> None:
 
 
 FAILOVER_WAIT = 30.0
-"""Longest a command waits, trying other nodes, for a cluster to fail over (cluster-node-timeout
-plus an election: a few seconds with the defaults of 15 s... keep it above that)."""
+"""Longest a client waits, trying other nodes, for a failover: above Redis Cluster's default
+``cluster-node-timeout`` (15 s) plus an election, and Sentinel's ``down-after-milliseconds``
+plus its election."""
 
 _TRANSIENT = ("CLUSTERDOWN", "TRYAGAIN", "LOADING")
 
@@ -110,6 +112,7 @@ class Topology:
         self.nodes: list[tuple[str, int]] = [(host, port)]
         self.cluster: bool | None = None
         self.sentinel = False  # the pool asks Sentinel for the primary on every connect
+        self.outage_since: float | None = None  # when calls began failing over (monotonic)
         self.lock = threading.Lock()
 
     def add(self, host: str, port: int) -> None:
@@ -137,53 +140,72 @@ class Topology:
             return self.nodes[(i + 1) % len(self.nodes)]
 
 
+def _a_sentinel_answers(pool: ConnectionPool) -> bool:
+    manager = getattr(pool, "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", []):
+        try:
+            sentinel.ping()
+            return True
+        except redis.RedisError:
+            continue
+    return False
+
+
 def _follow(client: FollowingRedis, run: Callable[[], Any]) -> Any:
     """Run ``run`` (a command or a pipeline), following redirects and, on a cluster, failing
-    over to the other known nodes; see the module docstring."""
+    over to the other known nodes; see the module docstring. The `FAILOVER_WAIT` budget is the
+    client's, not each call's: once an outage has lasted that long, a call tries each way once
+    and fails (a dead primary with no replica costs a command line one wait, not one per
+    command), until a call goes through again."""
     pool = client.connection_pool
     topo = client.topology
     redirects, pause = 0, 0.05
-    deadline = time.monotonic() + FAILOVER_WAIT
     unreachable: set[tuple[str, int]] = set()  # nodes that failed during this call
+
+    def wait_or_raise(exc: BaseException) -> None:
+        nonlocal pause
+        if topo.outage_since is None:
+            topo.outage_since = time.monotonic()
+        if time.monotonic() - topo.outage_since > FAILOVER_WAIT:
+            raise exc
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
     while True:
         try:
-            return run()
+            result = run()
+            topo.outage_since = None
+            return result
         except MovedError as exc:
             target = (exc.host, exc.port)
             topo.add(*target)
+            repoint(pool, *target)
             if target in unreachable:
-                # the cluster still names the dead primary: its failover is under way
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
+                wait_or_raise(exc)  # the cluster still names the dead primary: failing over
             else:
                 redirects += 1
                 if redirects > MAX_REDIRECTS:
                     raise
-            repoint(pool, *target)
-        except AskError:
+        except AskError as exc:
             # the pool's slot is being migrated: some of its keys are already on the target.
             # A transition must see all of them, so wait for the migration to end (MOVED)
             # rather than run one command on the target (ASKING)
-            if time.monotonic() > deadline:
+            wait_or_raise(exc)
+        except MasterNotFoundError as exc:
+            # the sentinels name no primary while they fail over; none answering at all is
+            # not a failover: nothing to wait for
+            if not _a_sentinel_answers(pool):
                 raise
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+            wait_or_raise(exc)
         except (redis.RedisError, OSError) as exc:
-            failover = topo.cluster or topo.sentinel
-            if not failover or not _failing_over(exc) or time.monotonic() > deadline:
+            if not (topo.cluster or topo.sentinel) or not _failing_over(exc):
                 raise
-            if topo.sentinel:  # the next connection asks the sentinels for the primary again
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
-                continue
-            kw = pool.connection_kwargs
-            here = (str(kw.get("host", "")), int(kw.get("port", 0) or 0))
-            unreachable.add(here)
-            repoint(pool, *topo.next_after(*here))
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+            if topo.cluster:  # try the next node; the next connection asks Sentinel anew
+                kw = pool.connection_kwargs
+                here = (str(kw.get("host", "")), int(kw.get("port", 0) or 0))
+                unreachable.add(here)
+                repoint(pool, *topo.next_after(*here))
+            wait_or_raise(exc)
 
 
 class FollowingPipeline(Pipeline):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from .errors import ConfigError
@@ -72,10 +74,13 @@ def parse_sentinel_url(url: str, shown: str) -> SentinelURL:
 def connect_sentinel(parsed: SentinelURL, **client_kwargs: Any) -> FollowingRedis:
     """A client of the service's current primary; ``client_kwargs`` as for a plain client
     (timeouts, retries, decoding)."""
-    sentinel_kwargs = {
+    sentinel_kwargs: dict[str, Any] = {
         k: client_kwargs[k] for k in ("socket_timeout", "socket_connect_timeout")
         if k in client_kwargs
     }  # fmt: skip
+    # one quick retry per sentinel (redis-py's default backs off for seconds): the client asks
+    # the next sentinel, and waits out a failover itself (deviceq.core.redirects)
+    sentinel_kwargs["retry"] = Retry(ExponentialBackoff(cap=0.2, base=0.05), 1)
     sentinel = Sentinel(list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs)
     client: FollowingRedis = sentinel.master_for(
         parsed.service,
