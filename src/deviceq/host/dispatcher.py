@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -45,10 +45,97 @@ class DispatchOutcome:
     payload: str = ""
     abandoned: bool = False
     runner_done: threading.Event | None = None  # set when an abandoned runner really ended
+    handed_off: bool = False  # inline run: this outcome already went to ``on_abandon``
 
     @property
     def ok(self) -> bool:
         return self.status == "done"
+
+
+WATCH_EVERY = 0.1  # how often runs are checked for a cancel request, a deadline, a stop grace
+
+
+@dataclass(eq=False)
+class _Watched:
+    """One run under watch."""
+
+    task: Task
+    cancel_event: threading.Event
+    deadline: float | None
+    on_abandon: Callable[[DispatchOutcome], None] | None
+    cause: str | None = None  # why the runner was told to stop: cancelled | timeout
+    told_at: float = 0.0
+    finished: threading.Event = field(default_factory=threading.Event)  # the runner returned
+    gave_up: bool = False  # abandoned: the runner did not stop within the grace
+    over: threading.Event = field(default_factory=threading.Event)  # finished or gave_up
+
+
+class _Watchdog:
+    """One thread watching every run of a dispatcher (instead of a supervising thread per
+    run): it tells a runner to stop when its cancel event is set or its deadline passes, and
+    gives up on it ``grace`` seconds later. It sleeps while nothing runs."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self._items: set[_Watched] = set()
+        self._cv = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+
+    def watch(self, w: _Watched) -> None:
+        with self._cv:
+            self._items.add(w)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
+                self._thread.start()
+            elif len(self._items) == 1:
+                self._cv.notify()
+
+    def finish(self, w: _Watched) -> bool:
+        """The runner of ``w`` returned. True if it had been given up on already."""
+        with self._cv:
+            w.finished.set()
+            self._items.discard(w)
+            w.over.set()
+            return w.gave_up
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._items:
+                    self._cv.wait()
+                items = list(self._items)
+            now = time.monotonic()
+            for w in items:
+                self._check(w, now)
+            time.sleep(WATCH_EVERY)
+
+    def _check(self, w: _Watched, now: float) -> None:
+        if w.finished.is_set():
+            return
+        if w.cause is None:
+            if w.cancel_event.is_set():
+                w.cause = "cancelled"
+            elif w.deadline is not None and now >= w.deadline:
+                w.cause = "timeout"
+            if w.cause is not None:
+                w.told_at = now
+                w.task.cancel.set()
+                w.task.logger.info(f"stopping runner ({w.cause})")
+            return
+        if now - w.told_at <= self.grace:
+            return
+        with self._cv:
+            if w.finished.is_set():
+                return
+            w.gave_up = True
+            self._items.discard(w)
+            w.over.set()
+        w.task.logger.error(f"runner did not stop {self.grace:.1f}s after {w.cause}; abandoned")
+        if w.on_abandon is not None:  # in a thread of its own: it reports (may ride out Redis)
+            out = TaskDispatcher._stopped(
+                w.cause, "runner did not stop; abandoned", abandoned=True, done=w.finished
+            )
+            threading.Thread(target=w.on_abandon, args=(out,), name="abandon", daemon=True).start()
 
 
 class TaskDispatcher:
@@ -60,7 +147,12 @@ class TaskDispatcher:
     ``Outcome.infrastructure``); an exception -> ``failed`` / ``runner_error``; past the deadline ->
     ``failed`` / ``timeout``; stopped because ``cancel_event`` was set -> ``cancelled``; a
     workflow that no longer exists -> ``failed`` / ``rejected`` (not the device's fault).
-    A runner still running ``stop_grace`` seconds after it was told to stop is abandoned."""
+    A runner still running ``stop_grace`` seconds after it was told to stop is abandoned.
+
+    A runner runs in a thread of its own (`dispatch` returns even if it never stops), or, with
+    ``on_abandon``, in the calling thread (no hand-off between threads per run): an abandoned
+    run's outcome then goes to ``on_abandon`` (from another thread) when it is given up on,
+    and `dispatch` returns only when the runner does, with ``handed_off`` set."""
 
     def __init__(
         self,
@@ -77,6 +169,7 @@ class TaskDispatcher:
         self.stop_grace = stop_grace
         self.log = logger or _LOG
         self.threads = RunnerThreads()  # a thread per run, reused (see runner_threads.py)
+        self.watchdog = _Watchdog(stop_grace)
 
     def make_task(
         self,
@@ -112,6 +205,7 @@ class TaskDispatcher:
         *,
         driver_type: str | None = None,
         lease: LeaseClock | None = None,
+        on_abandon: Callable[[DispatchOutcome], None] | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -148,7 +242,7 @@ class TaskDispatcher:
             def run() -> Any:
                 return goal_runner(task)
 
-        return self._supervise(task, run, cancel_event, deadline)
+        return self._supervise(task, run, cancel_event, deadline, on_abandon)
 
     def _load(
         self, name: str, cancel_event: threading.Event, deadline: float | None
@@ -171,42 +265,37 @@ class TaskDispatcher:
         run: Callable[[], Any],
         cancel_event: threading.Event,
         deadline: float | None,
+        on_abandon: Callable[[DispatchOutcome], None] | None = None,
     ) -> DispatchOutcome:
         box: dict[str, Any] = {}
-        finished = threading.Event()
+        w = _Watched(task, cancel_event, deadline, on_abandon)
 
-        def target() -> None:
+        def target() -> bool:
             try:
                 box["out"] = as_outcome(run())
             except BaseException as exc:  # noqa: BLE001 - any runner exception is runner_error
                 box["exc"] = exc
                 box["tb"] = traceback.format_exc()
-            finally:
-                finished.set()
+            return self.watchdog.finish(w)
 
         started = time.monotonic()
         task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
-        self.threads.run(target, f"runner-{task.task_id}")
-        cause: str | None = None
-        told_at = 0.0
-        while not finished.wait(0.1):
-            now = time.monotonic()
-            if cause is None:
-                if cancel_event.is_set():
-                    cause = "cancelled"
-                elif deadline is not None and now >= deadline:
-                    cause = "timeout"
-                if cause is not None:
-                    told_at = now
-                    task.cancel.set()
-                    task.logger.info(f"stopping runner ({cause})")
-            elif now - told_at > self.stop_grace:
-                task.logger.error(
-                    f"runner did not stop {self.stop_grace:.1f}s after {cause}; abandoned"
-                )
+        self.watchdog.watch(w)
+        if on_abandon is not None:
+            if target():  # given up on meanwhile: its outcome went to on_abandon
+                return DispatchOutcome(
+                    "cancelled", FailureKind.cancelled, "abandoned runner ended", True,
+                    w.finished, handed_off=True,
+                )  # fmt: skip
+        else:
+            self.threads.run(lambda: None if target() else None, f"runner-{task.task_id}")
+            w.over.wait()
+            if not w.finished.is_set():
+                assert w.cause is not None
                 return self._stopped(
-                    cause, "runner did not stop; abandoned", abandoned=True, done=finished
+                    w.cause, "runner did not stop; abandoned", abandoned=True, done=w.finished
                 )
+        cause = w.cause
         elapsed = time.monotonic() - started
         if "exc" in box:
             exc = box["exc"]

@@ -1,8 +1,9 @@
 """Running one claimed attempt on one device: `Run` (the attempt and its lease clock) and
-`Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a bounded
-pool of threads, keeps the device out of service while a runner that did not stop is still
-alive, and reports the outcome through the `Reporter` (coalesced, retried while Redis is
-unreachable). Per-task log lines are DEBUG; the daemon logs a summary line now and then."""
+`Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a
+long-lived thread (the runner runs in that thread: no hand-off per run), keeps the device out
+of service while a runner that did not stop is still alive, and reports the outcome through
+the `Reporter` (coalesced, retried while Redis is unreachable). Per-task log lines are DEBUG;
+the daemon logs a summary line now and then."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import contextlib
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from ..core.models import Assignment, DeviceState
 from .client import HostClient, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .reporter import Reporter
+from .runner_threads import RunnerThreads
 from .runners import LeaseClock
 from .state import LOG, TRANSIENT, HostState
 
@@ -98,11 +99,9 @@ class Executor:
         self.settings = state.settings
         self.reporter = Reporter(state, host)
         self.stats = Stats()
-        # runs execute in a bounded pool: at most one run per device at a time, plus runs of
-        # a device whose earlier runner is still stopping (they wait for it first)
-        self.pool = ThreadPoolExecutor(
-            max_workers=2 * len(state.devices) + 2, thread_name_prefix="run"
-        )
+        # at most one run per device at a time, plus runs of a device whose earlier runner is
+        # still stopping (they wait for it first), each in a reused thread
+        self.threads = RunnerThreads(keep=2 * len(state.devices) + 2)
         self.host = host
         self.dispatcher = dispatcher
 
@@ -149,7 +148,7 @@ class Executor:
             workflow=a.task.workflow,
             **f,
         )
-        self.pool.submit(self.execute, run)
+        self.threads.run(lambda: self.execute(run), f"run-{run.task_id}")
 
     def execute(self, run: Run) -> None:
         try:
@@ -165,14 +164,16 @@ class Executor:
                     deadline,
                     driver_type=device.driver_type,
                     lease=run.lease,
+                    on_abandon=lambda out: self.abandon(run, out),
                 )
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
                     run.stop("lost")
                 outcome = DispatchOutcome("cancelled", None, "stopped before start")
-            if outcome.abandoned:
-                self.hold_device(run, outcome)
-            self.finish(run, outcome)
+            if outcome.handed_off:  # reported when it was abandoned; now it has ended
+                self.runner_ended(run)
+            else:
+                self.finish(run, outcome)
         except Exception:  # noqa: BLE001 - never lose the slot
             LOG.exception("run failed", extra={"fields": run.fields()})
             with contextlib.suppress(Exception):
@@ -185,34 +186,38 @@ class Executor:
                     del self.state.by_device[run.device_id]
             self.state.changed.set()
 
-    def hold_device(self, run: Run, outcome: DispatchOutcome) -> None:
+    def abandon(self, run: Run, outcome: DispatchOutcome) -> None:
         """A runner that did not stop keeps its device: it is reported ``busy`` (before the
         attempt's report frees the reservation, so the device never looks idle meanwhile)
-        until the runner really ends."""
-        why = f"runner of task {run.task_id} did not stop; waiting for it to end"
+        until the runner really ends (`runner_ended`). The attempt is reported now."""
         with self.state.lock:
-            self.state.abandoned[run.device_id] = why
+            self.state.abandoned[run.device_id] = self._abandoned_why(run)
         self.state.log(
             logging.ERROR, "runner abandoned: device out of service until it ends", **run.fields()
         )
         with contextlib.suppress(*TRANSIENT, DeviceqError):
             self.host.heartbeat(self.state.snapshot())
+        try:
+            self.finish(run, outcome)
+        except Exception:  # noqa: BLE001 - the lease then expires and the task is retried
+            LOG.exception("report of an abandoned run failed", extra={"fields": run.fields()})
+        with self.state.lock:  # no longer renewed or waited for at shutdown
+            self.state.runs.pop(run.task_id, None)
+        self.state.changed.set()
 
-        def watch() -> None:
-            done = outcome.runner_done
-            while done is not None and not done.wait(1.0):
-                if self.state.closed.is_set():
-                    return
-            with self.state.lock:
-                if self.state.abandoned.get(run.device_id) == why:
-                    del self.state.abandoned[run.device_id]
-            self.state.log(
-                logging.INFO, "abandoned runner ended: device back in service", **run.fields()
-            )
-            self.state.changed.set()
-            self.state.beat_now.set()
+    @staticmethod
+    def _abandoned_why(run: Run) -> str:
+        return f"runner of task {run.task_id} did not stop; waiting for it to end"
 
-        threading.Thread(target=watch, name=f"abandoned-{run.task_id}", daemon=True).start()
+    def runner_ended(self, run: Run) -> None:
+        """An abandoned runner returned at last: its device is back in service."""
+        with self.state.lock:
+            if self.state.abandoned.get(run.device_id) == self._abandoned_why(run):
+                del self.state.abandoned[run.device_id]
+        self.state.log(
+            logging.INFO, "abandoned runner ended: device back in service", **run.fields()
+        )
+        self.state.beat_now.set()
 
     def finish(self, run: Run, out: DispatchOutcome) -> None:
         f = run.fields()

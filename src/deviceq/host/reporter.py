@@ -1,10 +1,11 @@
 """Coalesced reports: the attempts that end together on a host are reported in one
-``report.lua`` call (``HostClient.report_many``) instead of one call each. A run's thread hands
-its report to the `Reporter` and waits for its own answer; the reporter thread sends whatever
-is waiting (up to ``MAX_BATCH``) as soon as the previous call returned, so a lone report goes
-out at once and a burst shares one round trip. Redis being unreachable is ridden out (as for
-every host call); in durable mode a batch that was applied but not confirmed is sent again
-(an applied report answers ``dup:``) for at most two lease lengths."""
+``report.lua`` call (``HostClient.report_many``) instead of one call each. No thread of its
+own: a run that reports while no call is in flight sends its report itself, at once, from its
+own thread; reports that arrive while a call is in flight wait, and the sending thread takes
+them all (up to ``MAX_BATCH``) in its next call, until none is left. A lone report thus costs
+no hand-off between threads, and a burst shares one round trip. Redis being unreachable is
+ridden out (as for every host call); in durable mode a batch that was applied but not
+confirmed is sent again (an applied report answers ``dup:``) for at most two lease lengths."""
 
 from __future__ import annotations
 
@@ -33,37 +34,53 @@ class Pending:
 
 
 class Reporter:
-    """The host's one reporting thread (see the module docstring)."""
+    """Sends the host's reports (see the module docstring)."""
 
     def __init__(self, state: HostState, host: HostClient) -> None:
         self.state = state
         self.host = host
         self._queue: deque[Pending] = deque()
-        self._wake = threading.Condition()
-        self._thread = threading.Thread(target=self._loop, name="reporter", daemon=True)
-        self._started = False
+        self._lock = threading.Lock()
+        self._sending = False  # a thread is sending: new reports wait for it to take them
         self.calls = 0
         self.sent = 0
 
     def send(self, report: Report, fields: dict[str, object]) -> Pending:
-        """Queue ``report`` and wait for its answer (or for the host to give up on it)."""
+        """Report ``report`` and wait for its answer (or for the host to give up on it)."""
         p = Pending(report, fields)
-        with self._wake:
-            if not self._started:
-                self._started = True
-                self._thread.start()
+        with self._lock:
             self._queue.append(p)
-            self._wake.notify()
-        p.done.wait()
-        return p
-
-    def _loop(self) -> None:
+            lead = not self._sending
+            self._sending = True
         while True:
-            with self._wake:
-                while not self._queue:
-                    self._wake.wait()
-                batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
-            self._deliver(batch)
+            if lead:
+                self._drain()  # p was waiting: it is answered when nothing is left
+            if p.done.wait(0 if lead else 0.5):
+                return p
+            with self._lock:  # the sending thread died (never expected): take over
+                lead = not self._sending
+                self._sending = True
+
+    def _drain(self) -> None:
+        """Send what is waiting, batch after batch, until nothing is (then stop sending)."""
+        batch: list[Pending] = []
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._sending = False
+                        return
+                    n = min(MAX_BATCH, len(self._queue))
+                    batch = [self._queue.popleft() for _ in range(n)]
+                self._deliver(batch)
+        except BaseException:
+            with self._lock:
+                self._sending = False
+            for p in batch:
+                if not p.done.is_set():
+                    p.error = "interrupted while reporting"
+                    p.done.set()
+            raise
 
     def _deliver(self, batch: list[Pending]) -> None:
         reports = [p.report for p in batch]
