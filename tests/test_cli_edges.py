@@ -138,3 +138,166 @@ def test_status_all_pools_on_a_standalone_server(redis_url: str) -> None:
     assert data["cluster"] is False
     assert rows["edges-a"]["counts"]["queued"] == 2 and rows["edges-b"]["counts"]["queued"] == 1
     assert rows["edges-a"]["hosts"] == 1 and rows["edges-a"]["leader"] is None
+
+
+# -- issue 15: global options anywhere, no empty files, pool typos, standby, drain, events -----
+EXE = Path(sys.executable).parent / "deviceq"
+
+
+def run_dq(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+    """The console script with exactly these arguments (global options wherever they are)."""
+    return subprocess.run(
+        [str(EXE), *args], capture_output=True, text=True, timeout=60, stdin=stdin,
+        env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+
+
+def pool_dump(r: redis.Redis, pool: str) -> dict[bytes, bytes | None]:
+    """Every key of a pool with its DUMP (test only: a SCAN of the private server)."""
+    raw = redis.Redis(connection_pool=r.connection_pool.__class__(
+        **{**r.connection_pool.connection_kwargs, "decode_responses": False}))  # fmt: skip
+    try:
+        return {k: raw.dump(k) for k in raw.scan_iter(match=f"dq:{{{pool}}}:*", count=1000)}
+    finally:
+        raw.close()
+
+
+def test_global_options_after_the_subcommand_override_those_before(
+    real_fleet: Any, redis_url: str
+) -> None:
+    """`deviceq host add lab-1 --redis-url ... --pool ...` used to fail (no such option)."""
+    pool = real_fleet.pool
+    res = run_dq("host", "add", "lab-1", "--redis-url", redis_url, "--pool", pool)
+    assert res.returncode == 0, res.stderr
+    assert [h.host_id for h in real_fleet.admin.hosts()] == ["lab-1"]
+    # given before and after: after wins (a dead URL and another pool before)
+    res = run_dq("--redis-url", "redis://127.0.0.1:1/0", "--pool", "elsewhere",
+                 "host", "list", "--json", "--pool", pool, "--redis-url", redis_url)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert [h["host_id"] for h in json.loads(res.stdout)] == ["lab-1"]
+    # on a sub-group too, and through the environment only before
+    res = run_dq("task", "--redis-url", redis_url, "--pool", pool, "list", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout) == [], res.stderr
+    res = run_dq("task", "list", "--pool", "bad pool!", "--redis-url", redis_url)
+    assert res.returncode == 1 and "invalid pool name 'bad pool!'" in res.stderr
+    helptext = run_dq("host", "add", "--help").stdout
+    assert "Global options" in helptext and "--redis-url" in helptext and "--pool" in helptext
+    assert "--output" in helptext
+
+
+def test_no_output_file_on_error(real_fleet: Any, redis_url: str, tmp_path: Path) -> None:
+    """A token goes to -o FILE only once the host exists: a failure leaves no (empty) file,
+    and an existing file is not touched."""
+    pool = real_fleet.pool
+    tok = tmp_path / "lab-1.token"
+    res = run_dq("host", "add", "lab-1", "-o", str(tok), "--redis-url", redis_url, "--pool", pool)
+    assert res.returncode == 0 and res.stdout == "", res.stderr
+    assert tok.stat().st_mode & 0o777 == 0o600
+    assert real_fleet.admin.rotate_token("lab-1")  # the file's token was real (now replaced)
+    again = tmp_path / "again.token"
+    res = run_dq("host", "add", "lab-1", "-o", str(again), "--redis-url", redis_url,
+                 "--pool", pool)  # fmt: skip
+    assert res.returncode == 1 and "AlreadyExists" in res.stderr
+    assert not again.exists()
+    tok.write_text("keep me\n")
+    res = run_dq("host", "rotate-token", "nosuch", "-o", str(tok), "--redis-url", redis_url,
+                 "--pool", pool)  # fmt: skip
+    assert res.returncode == 1 and tok.read_text() == "keep me\n"
+    res = run_dq("host", "rotate-token", "lab-1", "-o", str(tok), "--json",
+                 "--redis-url", redis_url, "--pool", pool)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(tok.read_text())["host_id"] == "lab-1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab-1.token"]  # no temp file left
+    res = run_dq("host", "add", "lab-2", "-o", str(tmp_path / "no" / "dir.token"),
+                 "--redis-url", redis_url, "--pool", pool)  # fmt: skip
+    assert res.returncode == 1 and "cannot write" in res.stderr
+
+
+def test_a_typo_in_pool_warns(real_fleet: Any, redis_url: str) -> None:
+    pool = real_fleet.pool
+    assert deviceq(redis_url, pool, "submit", "x").stderr == ""  # submit creates work: no warning
+    for args in (("task", "list"), ("status",), ("device", "list"), ("host", "list"),
+                 ("events",), ("scheduler", "run", "--once")):  # fmt: skip
+        ok = deviceq(redis_url, pool, *args)
+        assert ok.returncode == 0 and "warning: pool" not in ok.stderr, (args, ok.stderr)
+        typo = deviceq(redis_url, pool + "x", *args)
+        assert f"warning: pool '{pool}x' has no hosts, devices or tasks" in typo.stderr, args
+    # a --once run takes the leader lease (it writes leader keys and events), not a pool
+    res = deviceq(redis_url, pool + "x", "task", "show", "0123456789abcdef")
+    assert "warning: pool" in res.stderr and "NotFound" in res.stderr
+
+
+def test_once_while_another_leads_says_so_and_force_pass_writes_nothing(
+    real_fleet: Any, redis_url: str
+) -> None:
+    f = real_fleet
+    f.add_host("h1", ("d1", "android", ("wifi",)), ("d2", "android", ()))
+    ids = [f.client.submit(f"g{i}", driver_type="android") for i in range(3)]
+    other = TaskScheduler(f.admin, owner="other-sched")
+    assert other.try_lead(60_000)
+    res = deviceq(redis_url, f.pool, "scheduler", "run", "--once")
+    assert res.returncode == 0, res.stderr
+    assert "other-sched (epoch 1) leads pool" in res.stderr and "did nothing" in res.stderr
+    assert [t.status for t in f.client.get_many(ids)] == [TaskStatus.queued] * 3
+
+    before, events_before = pool_dump(f.r, f.pool), f.r.xlen(f.client.keys.events)
+    res = deviceq(redis_url, f.pool, "scheduler", "run", "--force-pass")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [f"{ids[0]} -> d1 (host h1)", f"{ids[1]} -> d2 (host h1)"]
+    assert "nothing written" in res.stderr
+    plan = json.loads(deviceq(redis_url, f.pool, "scheduler", "run", "--force-pass",
+                              "--json").stdout)  # fmt: skip
+    assert plan["leader"] == {"owner": "other-sched", "epoch": 1}
+    assert [(p["task_id"], p["device_id"]) for p in plan["would_assign"]] == [
+        (ids[0], "d1"), (ids[1], "d2")]  # fmt: skip
+    assert pool_dump(f.r, f.pool) == before  # not one key written, created or deleted
+    assert f.r.xlen(f.client.keys.events) == events_before
+    assert [t.status for t in f.client.get_many(ids)] == [TaskStatus.queued] * 3
+    res = deviceq(redis_url, f.pool, "scheduler", "run", "--json")
+    assert res.returncode == 2 and "--json goes with --force-pass" in res.stderr
+
+
+def test_device_list_shows_a_draining_host(real_fleet: Any, redis_url: str) -> None:
+    f = real_fleet
+    f.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
+    f.add_host("h2", ("d3", "android", ()))
+    tid = f.client.submit("busy one", driver_type="android")
+    TaskScheduler(f.admin, owner="edges").assign()  # d1 reserved
+    assert deviceq(redis_url, f.pool, "host", "drain", "h1").returncode == 0
+    out = deviceq(redis_url, f.pool, "device", "list").stdout
+    rows = {ln.split()[1]: ln for ln in out.splitlines() if ln.split()[1:2] in (["d1"], ["d2"],
+            ["d3"])}  # fmt: skip
+    assert "reserved (draining)" in rows["d1"] and tid in rows["d1"]
+    assert "idle (draining)" in rows["d2"]
+    assert "idle" in rows["d3"] and "draining" not in rows["d3"]
+    data = {d["device_id"]: d for d in json.loads(
+        deviceq(redis_url, f.pool, "device", "list", "--json").stdout)}  # fmt: skip
+    assert data["d1"]["host_draining"] is True and data["d2"]["host_draining"] is True
+    assert data["d3"]["host_draining"] is False
+    assert data["d2"]["effective_state"] == "draining" and data["d2"]["state"] == "idle"
+
+
+def test_events_are_typed_like_the_task_json(real_fleet: Any, redis_url: str) -> None:
+    """Events used to say "attempt": "1", "failure_kind": "" where the task says 1 and null."""
+    f = real_fleet
+    h = f.add_host("h1", ("d1", "android", ()))
+    tid = f.client.submit("one", max_attempts=2)
+    TaskScheduler(f.admin, owner="edges").assign()
+    (a,) = h.claim(1)
+    assert h.report(tid, a.lease_id, "done", payload="ok") == "ok:done"
+    task = json.loads(deviceq(redis_url, f.pool, "task", "show", tid, "--json").stdout)
+    evs = json.loads(deviceq(redis_url, f.pool, "events", "--task", tid, "--json").stdout)
+    assert [e["type"] for e in evs] == ["submitted", "assigned", "dispatched", "done"]
+    done = evs[-1]
+    assert done["attempt"] == task["attempt"] == 1
+    assert done["failure_kind"] is None and task["failure_kind"] is None
+    for name in ("task_id", "lease_id", "host_id", "device_id"):
+        assert done[name] == task[name if name != "task_id" else "id"], name
+    assert isinstance(evs[1]["queued_ms"], int) and isinstance(evs[2]["claim_ms"], int)
+    assert all(isinstance(e["time_ms"], int) for e in evs)
+    # --follow prints the same model, and so does the Python API
+    api = [e.as_dict() for e in f.client.events(task=tid)]
+    assert api == evs
+    assert TaskScheduler(f.admin, owner="edges").try_lead(5000)
+    (elected,) = [e for e in f.client.events() if e.type == "leader_elected"]
+    assert elected.data == {"owner": "edges", "epoch": 1} and elected.fields["epoch"] == "1"

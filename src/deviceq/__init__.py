@@ -53,7 +53,7 @@ from .host import (
 from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
 from .ops.admin import PoolAdmin
 from .ops.verify import verify
-from .producer import Client
+from .producer import Client, FindResult, TaskFilter
 from .scheduler import (
     AssignmentStrategy,
     SchedulerClient,
@@ -81,6 +81,7 @@ __all__ = [
     "DeviceState",
     "DeviceqError",
     "FailureKind",
+    "FindResult",
     "Fenced",
     "HostClient",
     "HostWorker",
@@ -104,6 +105,7 @@ __all__ = [
     "Snapshot",
     "Task",
     "TaskDispatcher",
+    "TaskFilter",
     "TaskScheduler",
     "TaskSpec",
     "TaskStatus",

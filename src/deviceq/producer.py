@@ -6,6 +6,7 @@ import builtins
 import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -77,6 +78,51 @@ def _with_goal(h: dict[str, str], goal: str | None) -> dict[str, str]:
     if goal is not None and not h.get("goal"):
         h["goal"] = goal
     return h
+
+
+FIND_PAGE = 500
+"""Task ids read per page of a status index when filtering (`Client.find`)."""
+FIND_MAX_SCAN = 100_000
+"""Default cap on index entries a filter examines (`Client.find`): a filter is bounded."""
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks a bulk operation or a filtered listing selects (all given conditions must
+    hold). ``statuses`` empty: every status. Times are ms since epoch (Redis time).
+
+    - ``driver_type``: the task's required driver type;
+    - ``tags``: tags the task requires (all of them);
+    - ``host_id``: the host it is (or last was) assigned to;
+    - ``submitted_before`` / ``submitted_after``: its submission time."""
+
+    statuses: tuple[TaskStatus, ...] = ()
+    driver_type: str | None = None
+    tags: frozenset[str] = frozenset()
+    host_id: str | None = None
+    submitted_before: int | None = None
+    submitted_after: int | None = None
+
+    def matches(self, t: ScheduledTask) -> bool:
+        """True if task ``t`` passes every condition."""
+        return (
+            (not self.statuses or t.status in self.statuses)
+            and (self.driver_type is None or t.driver_type == self.driver_type)
+            and self.tags <= set(t.tags)
+            and (self.host_id is None or t.host_id == self.host_id)
+            and (self.submitted_before is None or t.submitted_at < self.submitted_before)
+            and (self.submitted_after is None or t.submitted_at >= self.submitted_after)
+        )
+
+
+@dataclass
+class FindResult:
+    """What `Client.find` selected: the tasks, how many index entries it examined, and
+    whether it stopped at ``max_scan`` before reading every candidate (``truncated``)."""
+
+    tasks: builtins.list[ScheduledTask]
+    examined: int
+    truncated: bool
 
 
 class Client(PoolConnection):
@@ -213,6 +259,71 @@ class Client(PoolConnection):
                 break
         return self.get_many(ids[:limit])
 
+    def find(
+        self,
+        flt: TaskFilter,
+        *,
+        limit: int = 1000,
+        max_scan: int = FIND_MAX_SCAN,
+    ) -> FindResult:
+        """Tasks matching ``flt`` (at most ``limit``), read from the status indexes in pages of
+        ``FIND_PAGE`` ids (never a SCAN of the keyspace), examining at most ``max_scan`` index
+        entries in all: queued and active statuses oldest first, terminal ones newest first
+        (like `list`). Where the index order allows it, a status is left early (an active
+        task submitted after ``submitted_before``, a terminal one finished before
+        ``submitted_after``: the rest cannot match)."""
+        _check_int("limit", limit, 1)
+        _check_int("max_scan", max_scan, 1)
+        statuses = flt.statuses or tuple(TaskStatus)
+        found: builtins.list[ScheduledTask] = []
+        examined = 0
+        truncated = False
+        for st in statuses:
+            key = self.keys.status(st.value)
+            start = 0
+            done_with_status = False
+            while not done_with_status and len(found) < limit:
+                if examined >= max_scan:
+                    truncated = True
+                    break
+                n = min(FIND_PAGE, max_scan - examined)
+                if st.terminal:
+                    raw = self.redis.zrevrange(key, start, start + n - 1, withscores=True)
+                else:
+                    raw = self.redis.zrange(key, start, start + n - 1)
+                page: Any = raw
+                if not page:
+                    break
+                start += len(page)
+                examined += len(page)
+                if st.terminal:
+                    ids = [str(m) for m, _ in page]
+                    if flt.submitted_after is not None and float(page[-1][1]) < float(
+                        flt.submitted_after
+                    ):
+                        done_with_status = True  # finished before: submitted before too
+                else:
+                    ids = [str(m) for m in page]
+                for t in self.get_many(ids):
+                    if t.status != st:  # moved on between the two reads
+                        continue
+                    if (
+                        not st.terminal
+                        and flt.submitted_before is not None
+                        and t.submitted_at >= flt.submitted_before
+                    ):
+                        done_with_status = True  # by submission order: the rest are newer
+                        break
+                    if flt.matches(t):
+                        found.append(t)
+                        if len(found) >= limit:
+                            break
+                if len(page) < n:
+                    break
+            if truncated or len(found) >= limit:
+                break
+        return FindResult(found, examined, truncated)
+
     def counts(self) -> dict[str, int]:
         """Number of tasks per status (terminal ones within the retention window)."""
         pipe = self.redis.pipeline(transaction=False)
@@ -228,6 +339,86 @@ class Client(PoolConnection):
         if not isinstance(reason, str):
             raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
         return str(self._run("cancel", [task_id, reason[:500]]))
+
+    def cancel_many(
+        self, task_ids: Iterable[str], reason: str = "cancelled by user"
+    ) -> dict[str, str]:
+        """Cancel several tasks (each through the same atomic cancel script as `cancel`).
+        Every id is validated and must exist before any is cancelled (InvalidInput /
+        NotFound, nothing changed). Returns ``{task_id: answer}`` in the given order, each
+        answer as `cancel` returns it (``cancelled``, ``requested`` or ``already:STATUS``)."""
+        ids = self._existing_ids(task_ids, "cancel_many")
+        if not isinstance(reason, str):
+            raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
+        return {t: self.cancel(t, reason) for t in ids}
+
+    def wait_many(
+        self, task_ids: Iterable[str], timeout: float | None = None
+    ) -> builtins.list[ScheduledTask]:
+        """Block until every task is terminal; return them in the given order. Raises
+        NotFound (before waiting) for an unknown id and TimeoutError after ``timeout``
+        seconds when some are still unfinished (its message counts them). Blocks on the
+        pool's event stream (XREAD BLOCK) and re-reads only the tasks still pending, in one
+        round trip, when one of them has an event."""
+        ids = self._existing_ids(task_ids, "wait_many")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = last_event_id(self.redis, self.keys)
+        finished: dict[str, ScheduledTask] = {}
+        pending = builtins.list(dict.fromkeys(ids))
+        while True:
+            for t in self.get_many(pending):
+                if t.status.terminal:
+                    finished[t.id] = t
+            pending = [t for t in pending if t not in finished]
+            if not pending:
+                return [finished[t] for t in ids]
+            remaining = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"{len(pending)} of {len(set(ids))} task(s) still unfinished: "
+                    + " ".join(pending[:10])
+                    + (" ..." if len(pending) > 10 else "")
+                )
+            waiting = set(pending)
+            cursor, events = read_events(
+                self.redis, self.keys, cursor, block_ms=max(1, int(remaining * 1000))
+            )
+            while events and not any(e.task in waiting for e in events):
+                cursor, events = read_events(self.redis, self.keys, cursor, block_ms=None)
+
+    def retry(self, task_id: str) -> str:
+        """Submit a failed or cancelled task again as a new task (same goal or workflow,
+        constraints, priority and max_attempts); returns the new id. The old task is not
+        changed. Raises NotFound, or InvalidInput if the task is not failed or cancelled."""
+        old = self.get(task_id, attempts=False)
+        if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
+            raise InvalidInput(
+                f"task {task_id} is {old.status.value}: only failed or cancelled tasks can be "
+                "retried"
+            )
+        return self.submit(
+            old.goal if old.kind == "goal" else None,
+            workflow=old.workflow if old.kind == "workflow" else None,
+            driver_type=old.driver_type,
+            tags=old.tags,
+            priority=old.priority,
+            max_attempts=old.max_attempts,
+        )
+
+    def _existing_ids(self, task_ids: Iterable[str], what: str) -> builtins.list[str]:
+        if isinstance(task_ids, str | bytes):
+            raise InvalidInput(f"{what} takes a list of task ids, not one id")
+        ids = [validate_id(t, "task id") for t in task_ids]
+        pipe = self.redis.pipeline(transaction=False)
+        for t in ids:
+            pipe.exists(self.keys.task(t))
+        missing = [t for t, n in zip(ids, pipe.execute(), strict=True) if not n]
+        if missing:
+            raise NotFound(
+                f"no task {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                f"in pool {self.pool}"
+            )
+        return ids
 
     def wait(self, task_id: str, timeout: float | None = None) -> ScheduledTask:
         """Block until the task is terminal and return it; raises TimeoutError after

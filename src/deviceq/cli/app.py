@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -18,8 +21,8 @@ from rich.console import Console
 
 from ..core.connection import TLSError, check_redis_url, redact_url, with_tls_files
 from ..core.durability import warn_if_unsafe
-from ..core.errors import DeviceqError
-from ..core.models import validate_id
+from ..core.errors import DeviceqError, InvalidInput
+from ..core.models import TaskStatus, validate_id
 from ..ops.admin import PoolAdmin
 from ..producer import Client
 
@@ -109,6 +112,60 @@ class Ctx:
             self._admin = PoolAdmin(self.client.redis, self.pool)
         return self._admin
 
+    def warn_if_unknown_pool(self) -> bool:
+        """For commands that only make sense on an existing pool: print a warning on stderr
+        when the pool has no hosts, devices, tasks, settings or workflows (most likely a typo
+        in --pool). Bounded: one EXISTS over a few keys, never a SCAN. Returns True if it
+        warned."""
+        k = self.client.keys
+        # not the event stream: a scheduler's leader lease writes one even on a typo's pool
+        keys = [k.hosts, k.devices, k.seq, k.config, k.workflows]
+        keys += [k.status(s.value) for s in TaskStatus]
+        try:
+            if int(self.client.redis.exists(*keys)):
+                return False
+        except redis.ResponseError:  # an ACL user without EXISTS: no warning, no failure
+            return False
+        click.echo(
+            f"warning: pool {self.pool!r} has no hosts, devices or tasks — is the name right? "
+            "(`deviceq status --all-pools` lists the pools of this Redis)",
+            err=True,
+        )
+        return True
+
+
+def write_output_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` only now that the command succeeded, atomically (a temporary
+    file in the same directory, renamed over ``path``) and readable by its owner only (it may
+    hold a secret): an error never leaves an empty or partial file behind."""
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # mkstemp: mode 0600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def output_option(what: str) -> Callable[[F], F]:
+    """``-o/--output FILE``: write ``what`` to FILE (atomically, mode 0600) instead of stdout."""
+    return click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Path(dir_okay=False, writable=False),
+        help=f"Write {what} to FILE (created only on success, atomically, mode 0600) instead "
+        "of stdout: unlike a shell redirect (> FILE), an error leaves no empty file behind.",
+    )
+
 
 def fail(message: str, code: int = 1) -> None:
     """Print one line to stderr and exit non-zero."""
@@ -180,9 +237,137 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+GLOBAL_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("--redis-url", "redis_url", "Redis to use (env DEVICEQ_REDIS_URL)."),
+    ("--pool", "pool", "Pool (namespace) to act on (env DEVICEQ_POOL)."),
+    ("--log-format", "log_format", "Format of daemon log lines."),
+    ("--log-level", "log_level", "Daemon log level."),
+    ("--redis-ca", "redis_ca", "TLS: PEM CA bundle that verifies the Redis server."),
+    ("--redis-cert", "redis_cert", "TLS: PEM client certificate."),
+    ("--redis-key", "redis_key", "TLS: the client certificate's unencrypted PEM key."),
+)
+"""The root group's options that every subcommand accepts too (``deviceq host add lab-1
+--pool lab``): a value given after the subcommand overrides one given before it."""
+
+_GLOBAL_PREFIX = "_global_"
+
+
+def _global_params(taken: set[str]) -> list[click.Parameter]:
+    """Copies of the root's global options for a subcommand: no default and no environment
+    variable (only a value typed after the subcommand counts), under a private name; an
+    option name the command already uses for itself (``acl --pool``, ``demo --redis-url``)
+    is left out."""
+    out: list[click.Parameter] = []
+    for opt, name, help_text in GLOBAL_OPTIONS:
+        if opt in taken:
+            continue
+        root = next(p for p in main.params if p.name == name)
+        assert isinstance(root, click.Option)
+        out.append(
+            click.Option(
+                [opt, _GLOBAL_PREFIX + name],
+                type=root.type,
+                multiple=root.multiple,
+                metavar=root.metavar,
+                default=None,
+                help=help_text,
+            )
+        )
+    return out
+
+
+def _apply_globals(ctx: click.Context) -> None:
+    """Move the global options given after a (sub)command from its params into ``Ctx``."""
+    given = {
+        k[len(_GLOBAL_PREFIX) :]: ctx.params.pop(k)
+        for k in list(ctx.params)
+        if k.startswith(_GLOBAL_PREFIX)
+    }
+    values = {k: v for k, v in given.items() if v not in (None, ())}
+    if not values:
+        return
+    obj = ctx.find_object(Ctx)
+    if obj is None:  # the root callback did not run (``--help``): nothing to override
+        return
+    if "pool" in values:
+        try:
+            for p in values["pool"]:
+                validate_id(p, "pool name")
+        except DeviceqError as exc:
+            fail(str(exc))
+        obj.pools = tuple(dict.fromkeys(values.pop("pool")))
+    if "redis_url" in values:
+        obj.raw_redis_url = values.pop("redis_url")
+    for k, v in values.items():
+        setattr(obj, k, v)
+    obj._client = None  # made on first use, from the final settings
+    obj._admin = None
+
+
+class _GlobalsMixin:
+    """Adds the root's global options to a subcommand (or sub-group), shows them in its
+    ``--help`` under "Global options", and applies them before it runs."""
+
+    params: list[click.Parameter]
+
+    def _add_globals(self) -> None:
+        taken = {o for p in self.params for o in getattr(p, "opts", ())}
+        self.params.extend(_global_params(taken))
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        own: list[tuple[str, str]] = []
+        glob: list[tuple[str, str]] = []
+        for p in self.get_params(ctx):  # type: ignore[attr-defined]
+            rec = p.get_help_record(ctx)
+            if rec is not None:
+                (glob if (p.name or "").startswith(_GLOBAL_PREFIX) else own).append(rec)
+        if own:
+            with formatter.section("Options"):
+                formatter.write_dl(own)
+        if glob:
+            with formatter.section("Global options (before or after the command; after wins)"):
+                formatter.write_dl(glob)
+        if isinstance(self, click.Group):
+            self.format_commands(ctx, formatter)
+
+
+class DqCommand(_GlobalsMixin, click.Command):
+    """A deviceq leaf command: accepts the global options after its name too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._add_globals()
+
+    def invoke(self, ctx: click.Context) -> Any:
+        _apply_globals(ctx)
+        return super().invoke(ctx)
+
+
+class DqGroup(_GlobalsMixin, click.Group):
+    """A deviceq sub-group (``task``, ``host``...): its commands are `DqCommand`s, and it
+    accepts the global options too (``deviceq task --pool lab list``)."""
+
+    command_class = DqCommand
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._add_globals()
+
+    def invoke(self, ctx: click.Context) -> Any:
+        _apply_globals(ctx)
+        return super().invoke(ctx)
+
+
+DqGroup.group_class = DqGroup
+
+
 class _Group(click.Group):
     """The root group: whatever command runs, a deviceq or Redis error it raises ends as one
-    line on stderr (`describe_error`, the one mapping) and exit 1."""
+    line on stderr (`describe_error`, the one mapping) and exit 1. Its commands and groups
+    accept its global options too (`DqCommand`, `DqGroup`)."""
+
+    command_class = DqCommand
+    group_class = DqGroup
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 
 import click
 from rich.table import Table
 
-from ..core.models import ScheduledTask, TaskStatus
-from .app import Ctx, config, console_for_tables, echo_json, host, main, pass_ctx, task
+from ..core.errors import InvalidInput
+from ..core.models import ScheduledTask, TaskStatus, validate_id
+from ..producer import TaskFilter
+from .app import (
+    Ctx,
+    F,
+    config,
+    console_for_tables,
+    echo_json,
+    fail,
+    host,
+    main,
+    output_option,
+    pass_ctx,
+    task,
+    write_output_file,
+)
 
 
 def task_json(t: ScheduledTask) -> dict[str, object]:
@@ -117,6 +135,8 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     Example:
       deviceq task show 3f2a9c0d1e2b4a5f --json
     """
+    validate_id(task_id, "task id")  # bad input: one error line, before any warning
+    ctx.warn_if_unknown_pool()
     t = ctx.client.get(task_id)
     if as_json:
         echo_json(task_json(t))
@@ -146,21 +166,241 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
         console.print(table)
 
 
+# -- filters and bulk operations (issue 15) -----------------------------------------------------
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_duration_ms(text: str, option: str) -> int:
+    """``90``, ``90s``, ``10m``, ``2h``, ``1d``, ``1w`` (or ``500ms``) as ms; InvalidInput."""
+    m = _DURATION.match(text)
+    if not m:
+        raise InvalidInput(
+            f"{option}: {text!r} is not a duration (e.g. 90s, 10m, 2h, 1d; a bare number is "
+            "seconds)"
+        )
+    return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "s"])
+
+
+def parse_since_ms(text: str, now_ms: int) -> int:
+    """``--since``: a duration ago (``1h``) or an ISO 8601 time (UTC unless it names a zone)."""
+    if _DURATION.match(text):
+        return now_ms - parse_duration_ms(text, "--since")
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(
+            f"--since: {text!r} is neither a duration (10m, 2h, 1d) nor an ISO time "
+            "(2026-12-01T08:00:00Z)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def filter_options(f: F) -> F:
+    """The task filters of ``task list|cancel|retry|wait``."""
+    for opt in reversed(
+        [
+            click.option(
+                "--status",
+                "statuses",
+                multiple=True,
+                type=click.Choice([s.value for s in TaskStatus]),
+                help="Only tasks in this status (repeatable).",
+            ),
+            click.option("--driver-type", help="Only tasks that require this driver type."),
+            click.option(
+                "--tag",
+                "tags",
+                multiple=True,
+                help="Only tasks that require this tag (repeatable, all must match; a comma "
+                "list also works).",
+            ),
+            click.option(
+                "--host",
+                "host_id",
+                help="Only tasks assigned to (or last run on) this host.",
+            ),
+            click.option(
+                "--older-than",
+                metavar="DURATION",
+                help="Only tasks submitted more than DURATION ago (90s, 10m, 2h, 1d).",
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+def build_filter(
+    ctx: Ctx,
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+    *,
+    allowed: tuple[TaskStatus, ...] | None = None,
+    verb: str = "",
+    since: str | None = None,
+) -> TaskFilter:
+    """The `TaskFilter` of the filter options (checked: clear errors, before any change).
+    ``allowed``: the statuses the operation applies to (the default selection; asking for
+    another is an error)."""
+    chosen = tuple(TaskStatus(s) for s in dict.fromkeys(statuses))
+    if allowed is not None:
+        bad = [s.value for s in chosen if s not in allowed]
+        if bad:
+            raise InvalidInput(
+                f"--status {bad[0]}: only {', '.join(s.value for s in allowed)} tasks can be {verb}"
+            )
+        chosen = chosen or allowed
+    if host_id is not None:
+        validate_id(host_id, "host id")
+    now = ctx.client.server_time_ms() if (older_than or since) else 0
+    return TaskFilter(
+        statuses=chosen,
+        driver_type=driver_type or None,
+        tags=frozenset(t for v in tags for t in v.split(",") if t),
+        host_id=host_id,
+        submitted_before=now - parse_duration_ms(older_than, "--older-than")
+        if older_than
+        else None,
+        submitted_after=parse_since_ms(since, now) if since else None,
+    )
+
+
+def describe_filter(flt: TaskFilter) -> str:
+    parts = ["status=" + ",".join(s.value for s in flt.statuses)] if flt.statuses else []
+    if flt.driver_type:
+        parts.append(f"driver_type={flt.driver_type}")
+    parts += [f"tag={t}" for t in sorted(flt.tags)]
+    if flt.host_id:
+        parts.append(f"host={flt.host_id}")
+    if flt.submitted_before is not None:
+        parts.append(f"submitted before {fmt_ms(flt.submitted_before)}")
+    return " ".join(parts)
+
+
+def select_tasks(
+    ctx: Ctx,
+    task_ids: tuple[str, ...],
+    flt: TaskFilter | None,
+    *,
+    verb: str,
+    yes: bool,
+    limit: int,
+) -> list[str]:
+    """The ids a bulk command acts on: the ids given, or the tasks a filter selects, after
+    showing their count and asking (``--yes`` skips the question; without a terminal on
+    stdin and without --yes: an error, nothing done)."""
+    if task_ids:
+        if flt is not None:
+            raise click.UsageError("give task ids or filters (--status, --tag...), not both")
+        return list(dict.fromkeys(task_ids))
+    if flt is None:
+        raise click.UsageError(
+            "give one or more task ids, or a filter (--status, --driver-type, --tag, --host, "
+            "--older-than)"
+        )
+    res = ctx.client.find(flt, limit=limit)
+    if res.truncated:
+        click.echo(
+            f"warning: stopped after examining {res.examined} index entries; more tasks may "
+            "match (narrow the filter, or run again)",
+            err=True,
+        )
+    ids = [t.id for t in res.tasks]
+    what = describe_filter(flt)
+    if not ids:
+        click.echo(f"no task matches ({what})", err=True)
+        return []
+    more = f" (the first {limit}: --limit)" if len(ids) >= limit else ""
+    click.echo(f"{len(ids)} task(s) match ({what}){more}", err=True)
+    if yes:
+        return ids
+    if not sys.stdin.isatty():
+        fail(
+            f"refusing to {verb} {len(ids)} task(s) without confirmation: stdin is not a "
+            "terminal; add --yes to confirm",
+            2,
+        )
+    if not click.confirm(f"{verb} {len(ids)} task(s)?", default=False, err=True):
+        fail("aborted: nothing done", 1)
+    return ids
+
+
+def _filter_given(
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+) -> bool:
+    return bool(statuses or driver_type or tags or host_id or older_than)
+
+
+YES_OPTION = click.option(
+    "--yes", "-y", is_flag=True, help="With a filter: act without asking for confirmation."
+)
+LIMIT_OPTION = click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="With a filter: act on at most this many matching tasks.",
+)
+
+
 @task.command("list")
+@filter_options
 @click.option(
-    "--status", type=click.Choice([s.value for s in TaskStatus]), help="Only this status."
+    "--since",
+    metavar="WHEN",
+    help="Only tasks submitted since WHEN: a duration ago (10m, 2h, 1d) or an ISO time "
+    "(2026-12-01T08:00:00Z).",
 )
 @click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
-    """List tasks: queued/active oldest first, finished newest first.
+def task_list(
+    ctx: Ctx,
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List tasks: queued/active oldest first, finished newest first. Filters read the
+    status indexes page by page (bounded), never the whole keyspace.
 
     \b
     Example:
       deviceq task list --status queued --limit 20
+      deviceq task list --host lab-1 --since 1h
+      deviceq task list --status failed --driver-type android --older-than 1d --json
     """
-    tasks = ctx.client.list(status, limit=limit)
+    ctx.warn_if_unknown_pool()
+    if since is None and not _filter_given(statuses, driver_type, tags, host_id, older_than):
+        tasks = ctx.client.list(None, limit=limit)
+    elif (
+        since is None and len(statuses) == 1 and not (driver_type or tags or host_id or older_than)
+    ):
+        tasks = ctx.client.list(statuses[0], limit=limit)
+    else:
+        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than, since=since)
+        res = ctx.client.find(flt, limit=limit)
+        if res.truncated:
+            click.echo(
+                f"warning: stopped after examining {res.examined} index entries; more tasks "
+                "may match",
+                err=True,
+            )
+        tasks = res.tasks
     if as_json:
         echo_json([task_json(t) for t in tasks])
         return
@@ -186,67 +426,164 @@ def task_list(ctx: Ctx, status: str | None, limit: int, as_json: bool) -> None:
     con.print(table)
 
 
+CANCELLABLE = (TaskStatus.queued, TaskStatus.assigned, TaskStatus.dispatched)
+
+
 @task.command("cancel")
-@click.argument("task_id")
+@click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @click.option("--reason", default="cancelled by user", show_default=True)
+@filter_options
+@YES_OPTION
+@LIMIT_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print {task_id: answer} as JSON.")
 @pass_ctx
-def task_cancel(ctx: Ctx, task_id: str, reason: str) -> None:
-    """Cancel a task: queued/assigned ones at once, running ones via their host.
+def task_cancel(
+    ctx: Ctx,
+    task_ids: tuple[str, ...],
+    reason: str,
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+    yes: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Cancel tasks: queued/assigned ones at once, running ones via their host. Give ids, or
+    a filter (queued, assigned and dispatched tasks; --status narrows it): the matching
+    count is shown and confirmed first (--yes skips the question; required when stdin is
+    not a terminal).
 
     \b
     Example:
-      deviceq task cancel 3f2a9c0d1e2b4a5f
+      deviceq task cancel 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c
+      deviceq task cancel --status queued --driver-type android --older-than 2h --yes
     """
-    res = ctx.client.cancel(task_id, reason)
+    for tid in task_ids:  # bad input: one error line, before any warning
+        validate_id(tid, "task id")
+    ctx.warn_if_unknown_pool()
+    flt = None
+    if _filter_given(statuses, driver_type, tags, host_id, older_than):
+        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
+                           allowed=CANCELLABLE, verb="cancelled")  # fmt: skip
+    ids = select_tasks(ctx, task_ids, flt, verb="cancel", yes=yes, limit=limit)
+    if not ids:
+        if as_json:
+            echo_json({})
+        return
+    answers = ctx.client.cancel_many(ids, reason)
+    if as_json:
+        echo_json(answers)
+        return
     messages = {
-        "cancelled": f"{task_id} cancelled",
-        "requested": f"{task_id} is running: cancel requested, its host will stop it",
+        "cancelled": "{} cancelled",
+        "requested": "{} is running: cancel requested, its host will stop it",
     }
-    click.echo(messages.get(res, f"{task_id} already {res.split(':', 1)[-1]}: nothing to do"))
+    for task_id, res in answers.items():
+        default = f"{{}} already {res.split(':', 1)[-1]}: nothing to do"
+        click.echo(messages.get(res, default).format(task_id))
+    if len(answers) > 1:
+        n = Counter("already" if a.startswith("already") else a for a in answers.values())
+        click.echo(
+            f"{n['cancelled']} cancelled, {n['requested']} cancel requested, "
+            f"{n['already']} already finished",
+            err=True,
+        )
+
+
+WAITABLE = (TaskStatus.queued, TaskStatus.assigned, TaskStatus.dispatched)
 
 
 @task.command("wait")
-@click.argument("task_id")
+@click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @click.option("--timeout", type=float, default=None, help="Give up after SECONDS (exit 124).")
-@click.option("--json", "as_json", is_flag=True, help="Print the finished task as JSON.")
+@filter_options
+@YES_OPTION
+@LIMIT_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the finished task(s) as JSON.")
 @pass_ctx
-def task_wait(ctx: Ctx, task_id: str, timeout: float | None, as_json: bool) -> None:
-    """Block until a task finishes. Exit 0 when done, 1 when failed or cancelled, 124 on
-    timeout.
+def task_wait(
+    ctx: Ctx,
+    task_ids: tuple[str, ...],
+    timeout: float | None,
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+    yes: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Block until tasks finish: one, several ids, or the unfinished tasks a filter selects
+    (confirmed like `task cancel`). Exit 0 when all are done, 1 when one failed or was
+    cancelled, 124 on timeout. Prints a line per task (a JSON object for one id, a list
+    otherwise, with --json).
 
     \b
     Example:
       deviceq task wait 3f2a9c0d1e2b4a5f --timeout 300 && echo passed
+      deviceq task wait 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c --timeout 600
+      deviceq task wait --tag nightly --yes
     """
+    for tid in task_ids:  # bad input: one error line, before any warning
+        validate_id(tid, "task id")
+    ctx.warn_if_unknown_pool()
+    flt = None
+    if _filter_given(statuses, driver_type, tags, host_id, older_than):
+        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
+                           allowed=WAITABLE, verb="waited for")  # fmt: skip
+    ids = select_tasks(ctx, task_ids, flt, verb="wait for", yes=yes, limit=limit)
+    if not ids:
+        if as_json:
+            echo_json([])
+        return
     try:
-        t = ctx.client.wait(task_id, timeout=timeout)
+        if len(ids) == 1 and flt is None:
+            done = [ctx.client.wait(ids[0], timeout=timeout)]
+        else:
+            done = ctx.client.wait_many(ids, timeout=timeout)
     except TimeoutError as exc:
         click.echo(f"error: timed out: {exc}", err=True)
         sys.exit(124)
     if as_json:
-        echo_json(task_json(t))
+        echo_json(task_json(done[0]) if len(ids) == 1 and flt is None else
+                  [task_json(t) for t in done])  # fmt: skip
     else:
-        detail = f" ({t.failure_kind.value}: {t.error})" if t.failure_kind else ""
-        click.echo(f"{t.id} {t.status.value}{detail}")
-    sys.exit(0 if t.status == TaskStatus.done else 1)
+        for t in done:
+            detail = f" ({t.failure_kind.value}: {t.error})" if t.failure_kind else ""
+            click.echo(f"{t.id} {t.status.value}{detail}")
+    sys.exit(0 if all(t.status == TaskStatus.done for t in done) else 1)
+
+
+def print_token(host_id: str, token: str, as_json: bool, output: str | None) -> None:
+    """A new token on stdout, or into ``output`` (written only now, after success)."""
+    if as_json:
+        text = json.dumps({"host_id": host_id, "token": token}, indent=2, sort_keys=True)
+    else:
+        text = token
+    if output is None:
+        click.echo(text)
+        return
+    write_output_file(output, text + "\n")
+    click.echo(f"token of host {host_id} written to {output}", err=True)
 
 
 @host.command("add")
 @click.argument("host_id")
 @click.option("--json", "as_json", is_flag=True, help="Print {host_id, token} as JSON.")
+@output_option("the token")
 @pass_ctx
-def host_add(ctx: Ctx, host_id: str, as_json: bool) -> None:
+def host_add(ctx: Ctx, host_id: str, as_json: bool, output: str | None) -> None:
     """Create a host and print its secret token once (only a digest is stored).
 
     \b
     Example:
-      deviceq host add lab-1 > lab-1.token
+      deviceq host add lab-1 -o lab-1.token     # no file at all if it fails
+      deviceq host add lab-1 --pool lab --redis-url redis://redis.lab:6379/0
     """
-    token = ctx.admin.add_host(host_id)
-    if as_json:
-        echo_json({"host_id": host_id, "token": token})
-    else:
-        click.echo(token)
+    print_token(host_id, ctx.admin.add_host(host_id), as_json, output)
 
 
 @config.command("get")

@@ -20,9 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..core.errors import DeviceqError, InvalidInput
+from ..core.errors import DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, read_events
-from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition
+from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition, validate_id
 from ..ops import status as st
 from ..producer import spec_from
 from .app import (
@@ -33,11 +33,20 @@ from .app import (
     fail,
     host,
     main,
+    output_option,
     pass_ctx,
     task,
     workflow,
 )
-from .core_cmds import fmt_ms
+from .core_cmds import (
+    LIMIT_OPTION,
+    YES_OPTION,
+    _filter_given,
+    build_filter,
+    filter_options,
+    fmt_ms,
+    select_tasks,
+)
 
 SUBMIT_FILE_CHUNK = 500
 
@@ -268,6 +277,8 @@ def status_cmd(
       deviceq status --json | jq '.queues[] | select(.unmatchable)'
       deviceq status --all-pools
     """
+    if not all_pools:
+        ctx.warn_if_unknown_pool()
     if all_pools:
         from ..core.connection import connect
         from ..ops.pools import all_pools_status
@@ -311,7 +322,8 @@ def status_cmd(
 
 # -- events ------------------------------------------------------------------------------------
 def event_json(e: Event) -> dict[str, Any]:
-    return {**e.as_dict(), "time_ms": e.ms}
+    """An event as printed by ``events --json``: the typed model (`Event.as_dict`)."""
+    return e.as_dict()
 
 
 def event_line(e: Event) -> str:
@@ -393,8 +405,6 @@ def events_cmd(
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
     if task_id is not None:
-        from ..core.models import validate_id
-
         validate_id(task_id, "task id")
     wanted: Callable[[Event], bool] | None = None
     if task_id is not None or types:
@@ -402,6 +412,7 @@ def events_cmd(
         def wanted(e: Event) -> bool:
             return (task_id is None or e.task == task_id) and (not types or e.type in types)
 
+    ctx.warn_if_unknown_pool()
     past, cursor = _backlog(ctx, since, wanted, limit, all_after=follow)
     if as_json and not follow:
         echo_json([event_json(e) for e in past])
@@ -431,30 +442,40 @@ def events_cmd(
 @pass_ctx
 def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
     """List devices with their effective state and why: idle, reserved (holds a lease), busy,
-    offline, draining (its host is drained), suspect (a lease on it expired), held (its host
-    refused an assignment), quarantined, or host_dead (its host stopped heartbeating).
+    offline, draining (its host is drained: shown as "idle (draining)"), suspect (a lease on
+    it expired), held (its host refused an assignment), quarantined, or host_dead (its host
+    stopped heartbeating). A device of a draining host that still runs work shows e.g.
+    "reserved (draining)"; JSON has "host_draining": true|false.
 
     \b
     Example:
       deviceq device list --state quarantined
       deviceq device list --host lab-1 --json
     """
-    _, devices = st.hosts_and_devices(ctx.admin)
+    ctx.warn_if_unknown_pool()
+    hosts, devices = st.hosts_and_devices(ctx.admin)
+    draining = {h.host_id for h in hosts if h.draining or h.stopping}
     rows = [
         (d, s)
         for d, s in devices
         if (host_id is None or d.host_id == host_id) and (state is None or s == state)
     ]
     if as_json:
-        echo_json([st.device_json(d, s) for d, s in rows])
+        echo_json([st.device_json(d, s, d.host_id in draining) for d, s in rows])
         return
     table = Table()
     for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why"):
         table.add_column(col)
     for d, s in rows:
         color = {"idle": "green", "reserved": "cyan", "busy": "cyan"}.get(s, "bold red")
+        if s == "draining":
+            color, shown = "yellow", f"{d.state.value} (draining)"
+        elif d.host_id in draining and s != "host_dead":
+            shown = f"{s} (draining)"  # finishes its work, then gets none
+        else:
+            shown = s
         table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
-                      f"[{color}]{s}[/]", d.reserved_by or "-", str(d.consecutive_failures),
+                      f"[{color}]{shown}[/]", d.reserved_by or "-", str(d.consecutive_failures),
                       st.device_reason(d, s) or "-")  # fmt: skip
     console_for_tables().print(table)
 
@@ -469,6 +490,7 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq host list --json
     """
+    ctx.warn_if_unknown_pool()
     now = ctx.admin.server_time_ms()
     hosts = [st.host_json(h, now) for h in ctx.admin.hosts()]
     if as_json:
@@ -501,6 +523,8 @@ def host_remove(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host drain lab-1 && deviceq host remove lab-1
     """
+    validate_id(host_id, "host id")
+    ctx.warn_if_unknown_pool()
     n = ctx.admin.remove_host(host_id)
     click.echo(f"removed host {host_id} and {n} device(s)")
 
@@ -508,20 +532,19 @@ def host_remove(ctx: Ctx, host_id: str) -> None:
 @host.command("rotate-token")
 @click.argument("host_id")
 @click.option("--json", "as_json", is_flag=True, help="Print {host_id, token} as JSON.")
+@output_option("the new token")
 @pass_ctx
-def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool) -> None:
+def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None) -> None:
     """Give a host a new secret token and print it once; the old token stops working at once
     (restart the host's daemon with the new one).
 
     \b
     Example:
-      deviceq host rotate-token lab-1 > lab-1.token
+      deviceq host rotate-token lab-1 -o lab-1.token   # replaced only if it succeeds
     """
-    token = ctx.admin.rotate_token(host_id)
-    if as_json:
-        echo_json({"host_id": host_id, "token": token})
-    else:
-        click.echo(token)
+    from .core_cmds import print_token
+
+    print_token(host_id, ctx.admin.rotate_token(host_id), as_json, output)
 
 
 def read_text(path: str) -> str:
@@ -631,44 +654,83 @@ def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
 
 
 # -- task retry --------------------------------------------------------------------------------
+RETRYABLE = (TaskStatus.failed, TaskStatus.cancelled)
+
+
 @task.command("retry")
-@click.argument("task_id")
-@click.option("--json", "as_json", is_flag=True, help="Print {id, retry_of, task} as JSON.")
+@click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
+@filter_options
+@YES_OPTION
+@LIMIT_OPTION
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {id, retry_of, task} as JSON (a list of them for several tasks or a filter).",
+)
 @pass_ctx
-def task_retry(ctx: Ctx, task_id: str, as_json: bool) -> None:
-    """Submit a failed or cancelled task again, as a new task with the same goal or workflow,
-    constraints, priority and max_attempts. Prints the new id and the id it came from.
+def task_retry(
+    ctx: Ctx,
+    task_ids: tuple[str, ...],
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+    yes: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Submit failed or cancelled tasks again, each as a new task with the same goal or
+    workflow, constraints, priority and max_attempts (the old task is not changed). Give
+    ids, or a filter (failed and cancelled tasks; --status narrows it), confirmed like
+    `task cancel`. Prints each new id and the id it came from. Every id is checked before
+    any is submitted.
 
     \b
     Example:
       deviceq task retry 3f2a9c0d1e2b4a5f
-      deviceq task list --status failed --json | jq -r '.[].id' | xargs -n1 deviceq task retry
+      deviceq task retry --status failed --driver-type android --older-than 1h --yes
     """
-    old = ctx.client.get(task_id, attempts=False)
-    if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
-        raise InvalidInput(
-            f"task {task_id} is {old.status.value}: only failed or cancelled tasks can be retried"
-        )
-    new_id = ctx.client.submit(
-        old.goal if old.kind == "goal" else None,
-        workflow=old.workflow if old.kind == "workflow" else None,
-        driver_type=old.driver_type,
-        tags=old.tags,
-        priority=old.priority,
-        max_attempts=old.max_attempts,
-    )
+    for tid in task_ids:  # bad input: one error line, before any warning
+        validate_id(tid, "task id")
+    ctx.warn_if_unknown_pool()
+    flt = None
+    if _filter_given(statuses, driver_type, tags, host_id, older_than):
+        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
+                           allowed=RETRYABLE, verb="retried")  # fmt: skip
+    ids = select_tasks(ctx, task_ids, flt, verb="retry", yes=yes, limit=limit)
+    if not ids:
+        if as_json:
+            echo_json([])
+        return
+    olds = {t.id: t for t in ctx.client.get_many(ids)}
+    for task_id in ids:  # all checked before the first is submitted
+        if task_id not in olds:
+            raise NotFound(f"no task {task_id} in pool {ctx.pool}")
+        if olds[task_id].status not in RETRYABLE:
+            raise InvalidInput(
+                f"task {task_id} is {olds[task_id].status.value}: only failed or cancelled "
+                "tasks can be retried"
+            )
+    out = []
+    for task_id in ids:
+        old = olds[task_id]
+        new_id = ctx.client.retry(task_id)
+        if as_json:
+            out.append(
+                {
+                    "id": new_id,
+                    "retry_of": task_id,
+                    "task": ctx.client.get(new_id).model_dump(mode="json"),
+                }
+            )
+        else:
+            kind = old.failure_kind.value if old.failure_kind else None
+            why = f", {kind}" if kind and kind != old.status.value else ""
+            click.echo(f"{new_id} (retry of {task_id}: {old.status.value}{why})")
     if as_json:
-        echo_json(
-            {
-                "id": new_id,
-                "retry_of": task_id,
-                "task": ctx.client.get(new_id).model_dump(mode="json"),
-            }
-        )
-    else:
-        kind = old.failure_kind.value if old.failure_kind else None
-        why = f", {kind}" if kind and kind != old.status.value else ""
-        click.echo(f"{new_id} (retry of {task_id}: {old.status.value}{why})")
+        echo_json(out[0] if len(ids) == 1 and flt is None else out)
 
 
 # -- submit --file -----------------------------------------------------------------------------

@@ -10,9 +10,10 @@ import click
 
 from ..core.errors import ConfigError
 from ..core.logs import configure
+from ..core.models import validate_id
 from ..scheduler.daemon import DEFAULT_TICK
 from ..scheduler.strategies import DEFAULT_STRATEGY, registered_strategies
-from ..scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
+from ..scheduler.task_scheduler import DEFAULT_BATCH, MAX_ROUNDS, TaskScheduler
 from .app import Ctx, echo_json, host, main, pass_ctx, scheduler
 
 DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST (imported lazily)
@@ -25,7 +26,24 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST
     show_default=True,
     help="Registered AssignmentStrategy name (see `deviceq scheduler strategies`).",
 )
-@click.option("--once", is_flag=True, help="Take the leader lease, run one pass, exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Take the leader lease, run one pass, exit (says so on stderr, naming the leader, "
+    "when another scheduler leads and the pass was skipped).",
+)
+@click.option(
+    "--force-pass",
+    is_flag=True,
+    help="Dry run, read-only: plan one pass now, leader or not, and print what it would "
+    "assign (TASK -> DEVICE); writes nothing (no lease, no expiry, no assignment).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="With --force-pass: print the plan as JSON.",
+)
 @click.option(
     "--tick",
     type=click.FloatRange(min=0, min_open=True),
@@ -56,6 +74,8 @@ def scheduler_run(
     ctx: Ctx,
     strategy: str,
     once: bool,
+    force_pass: bool,
+    as_json: bool,
     tick: float,
     owner: str | None,
     batch: int,
@@ -80,7 +100,15 @@ def scheduler_run(
       deviceq --pool lab scheduler run --once     # one pass, e.g. from cron or a test
       deviceq --pool lab scheduler run --metrics-port 9108 --metrics-host 10.0.0.5
       deviceq --pool lab-a --pool lab-b --pool lab-c scheduler run
+      deviceq --pool lab scheduler run --force-pass   # what would it assign? (read-only)
     """
+    if as_json and not force_pass:
+        raise click.UsageError("--json goes with --force-pass")
+    if force_pass:
+        if metrics_port is not None:
+            raise click.UsageError("--force-pass is a read-only dry run: no --metrics-port")
+        force_pass_cmd(ctx, strategy, batch, as_json)
+        return
     configure(ctx.log_format, ctx.log_level.upper())
     if len(ctx.pools) > 1:
         if metrics_port is not None:
@@ -104,8 +132,66 @@ def scheduler_run(
             raise ConfigError(
                 f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc.strerror or exc}"
             ) from None
+    if once:
+        ctx.warn_if_unknown_pool()
     sched.install_signal_handlers()
-    sched.run(tick=tick, once=once)
+    passes = sched.run(tick=tick, once=once)
+    if once and not passes:
+        say_standby(sched)
+
+
+def say_standby(sched: TaskScheduler) -> None:
+    """A ``--once`` run that skipped its pass because another scheduler leads: say so."""
+    cur = sched.leader()
+    who = f"{cur[0]} (epoch {cur[1]})" if cur else "another scheduler"
+    click.echo(
+        f"scheduler run --once: {who} leads pool {sched.pool!r}; this run did nothing "
+        "(the leader assigns; `--force-pass` shows what a pass would assign, read-only)",
+        err=True,
+    )
+
+
+def force_pass_cmd(ctx: Ctx, strategy: str, batch: int, as_json: bool) -> None:
+    """``scheduler run --force-pass``: read the snapshot and plan as a pass would, print the
+    pairs, write nothing. Expiry is not run (it writes), so leases due now are not freed."""
+    ctx.warn_if_unknown_pool()
+    sched = TaskScheduler(ctx.admin, strategy=strategy, owner="dry-run", batch=batch)
+    reader = sched.reader
+    base, want, heads = reader.read()
+    snap = reader.make_snapshot(base, want, heads)
+    pairs, dropped = sched.plan(snap)
+    for _ in range(MAX_ROUNDS):  # read deeper where the strategy used a bucket up (as assign)
+        grow = reader.grow(base, snap, pairs, want)
+        if not grow:
+            break
+        want.update(grow)
+        heads, _ = reader.read_heads(want, heads)
+        snap = reader.make_snapshot(base, want, heads)
+        pairs, dropped = sched.plan(snap)
+    hosts = {d.device_id: d.host_id for d in snap.devices}
+    cur = sched.leader()
+    plan_rows = [{"task_id": t, "device_id": d, "host_id": hosts.get(d)} for t, d in pairs]
+    if as_json:
+        echo_json(
+            {
+                "pool": ctx.pool,
+                "strategy": sched.strategy_name,
+                "leader": {"owner": cur[0], "epoch": cur[1]} if cur else None,
+                "idle_devices": len(snap.devices),
+                "queued_heads": sum(len(b.heads) for b in snap.buckets),
+                "dropped": dropped,
+                "would_assign": plan_rows,
+            }
+        )
+        return
+    lead = f"leader {cur[0]} (epoch {cur[1]})" if cur else "no leader"
+    click.echo(
+        f"dry run on pool {ctx.pool} ({sched.strategy_name}, {lead}): {len(pairs)} "
+        f"assignment(s) would be made; nothing written",
+        err=True,
+    )
+    for row in plan_rows:
+        click.echo(f"{row['task_id']} -> {row['device_id']} (host {row['host_id']})")
 
 
 def run_many(
@@ -182,6 +268,8 @@ def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
     """
     from ..scheduler.explain import explain
 
+    validate_id(task_id, "task id")  # bad input: one error line, before any warning
+    ctx.warn_if_unknown_pool()
     exp = explain(ctx.admin, task_id)
     if as_json:
         echo_json(exp.as_dict())
@@ -204,6 +292,9 @@ def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
     Example:
       deviceq dispatch 3f2a9c0d1e2b4a5f --device pixel-7-a
     """
+    validate_id(task_id, "task id")
+    validate_id(device_id, "device id")
+    ctx.warn_if_unknown_pool()
     lease = ctx.admin.dispatch(task_id, device_id)
     if as_json:
         echo_json({"task_id": task_id, "device_id": device_id, "lease_id": lease})
@@ -221,6 +312,8 @@ def host_drain(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host drain lab-1
     """
+    validate_id(host_id, "host id")
+    ctx.warn_if_unknown_pool()
     state = ctx.admin.drain(host_id, True)
     click.echo(f"{host_id} {state}")
 
@@ -235,5 +328,7 @@ def host_undrain(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host undrain lab-1
     """
+    validate_id(host_id, "host id")
+    ctx.warn_if_unknown_pool()
     state = ctx.admin.drain(host_id, False)
     click.echo(f"{host_id} {state}")

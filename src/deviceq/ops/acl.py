@@ -153,6 +153,8 @@ _TASK_READS: dict[str, str] = {
     "zcard": "tasks per status (Client.counts)",
     "xrevrange": "the newest event (where task wait and events start)",
     "xread": "task wait and events --follow block on the event stream",
+    "exists": "the command line's check that --pool names a pool with keys (one EXISTS); "
+    "task cancel/wait of several ids check them all first",
 }
 
 _WORKFLOW_WRITES: dict[str, str] = {
@@ -195,6 +197,8 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "pttl": "a standby sleeps until the leader lease could lapse",
         "lpush": "TaskScheduler.stop(wake=True) wakes a blocked leader",
         "ltrim": "TaskScheduler.stop(wake=True) keeps the wake list at one element",
+        "exists": "scheduler run --once/--force-pass: the check that --pool names a pool "
+        "with keys (one EXISTS)",
     },
     "host": {
         **_CONNECTION,

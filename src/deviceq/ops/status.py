@@ -77,9 +77,14 @@ def device_counts(devices: list[tuple[PooledDevice, str]]) -> dict[str, int]:
     return counts
 
 
-def device_json(d: PooledDevice, state: str) -> dict[str, Any]:
-    return {**d.model_dump(mode="json"), "effective_state": state,
-            "why": device_reason(d, state)}  # fmt: skip
+def device_json(d: PooledDevice, state: str, host_draining: bool | None = None) -> dict[str, Any]:
+    """A device as JSON: its fields, ``effective_state``, ``why`` and, when known,
+    ``host_draining`` (its host is drained or stopping: it gets no new work)."""
+    out = {**d.model_dump(mode="json"), "effective_state": state,
+           "why": device_reason(d, state)}  # fmt: skip
+    if host_draining is not None:
+        out["host_draining"] = host_draining
+    return out
 
 
 def host_json(h: Host, now_ms: int) -> dict[str, Any]:
