@@ -7,6 +7,7 @@ import importlib
 
 from . import acl_cmds  # noqa: F401  (registers ``deviceq acl``)
 from . import completion_cmds as _completion_cmds  # noqa: F401  (``deviceq completion``)
+from . import dashboard_cmds as _dashboard_cmds  # noqa: F401  (``deviceq dashboard``)
 from . import verify_cmds as _verify_cmds  # noqa: F401  (registers `deviceq verify`)
 from .app import main
 

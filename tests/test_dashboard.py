@@ -1,0 +1,354 @@
+"""``deviceq dashboard`` end to end: a real pool (scheduler and a host daemon as processes on a
+private Redis), the dashboard as a real server process (`deviceq dashboard --port N`), driven
+by a real headless Chromium through chromedriver (Debian's ``chromium`` and
+``chromium-driver``; ``.ci/run`` installs them). The tests write the README's screenshots to
+``docs/screenshots/``.
+
+Skipped only when no Chromium or chromedriver binary can be found."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deviceq import Client, TaskStatus
+from deviceq.core.errors import InvalidInput
+from deviceq.dashboard import data
+from harness import REPO_DIR, Deployment, deviceq, wait_for
+
+
+def _find(*names: str) -> str | None:
+    for n in names:
+        path = n if n.startswith("/") else shutil.which(n)
+        if path and Path(path).exists():
+            return path
+    return None
+
+
+CHROMIUM = _find("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
+CHROMEDRIVER = _find("/usr/bin/chromedriver", "chromedriver")
+
+pytestmark = pytest.mark.slow
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="no chromium/chromedriver binary (apt-get install chromium chromium-driver)",
+)
+
+SHOTS = Path(REPO_DIR) / "docs" / "screenshots"
+TOKEN = "op-token-" + "7c1f4e2a9b3d8e60f5a1c2b4d6e8f0a1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Env:
+    def __init__(self, d: Deployment, op_url: str, ro_url: str, browser: Any) -> None:
+        self.d, self.op, self.ro, self.browser = d, op_url, ro_url, browser
+
+    def cli(self, *args: str) -> str:
+        res = deviceq(self.d.url, self.d.pool, *args)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    def submit(self, goal: str, *extra: str) -> str:
+        return self.cli("submit", goal, *extra).split()[0]
+
+
+def _http(
+    url: str, data: dict[str, str] | None = None, cookie: str | None = None
+) -> tuple[int, str, Any]:
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+    if cookie:
+        req.add_header("Cookie", cookie)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - local test server
+            return resp.status, resp.read().decode(), resp.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), exc.headers
+
+
+@pytest.fixture(scope="module")
+def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    tmp = tmp_path_factory.mktemp("dashboard")
+    pool = "dash" + str(int(time.time() * 1000) % 10**9)
+    d = Deployment(redis_server.url, pool, tmp)
+    browser = None
+    try:
+        d.configure(lease_ttl=5.0, claim_ttl=5.0, host_timeout=5.0)
+        d.scheduler()
+        d.command_host("lab-1", "pixel-1:android:wifi", "pixel-2:android:wifi", "pixel-3:android")
+        d.command_host("lab-2", "chrome-1:browser", "chrome-2:browser:gpu")
+        token_file = tmp / "operator.token"
+        token_file.write_text(TOKEN + "\n")
+        op_port, ro_port = _free_port(), _free_port()
+        d.spawn("dash-op", "dashboard", "--port", str(op_port),
+                "--operator-token-file", str(token_file))  # fmt: skip
+        d.spawn("dash-ro", "dashboard", "--port", str(ro_port))
+        op, ro = f"http://127.0.0.1:{op_port}", f"http://127.0.0.1:{ro_port}"
+        for base in (op, ro):
+            wait_for(lambda b=base: _ok(b + "/healthz"), 20, f"dashboard at {base}")
+        wait_for(lambda: len(d.admin.devices()) == 5, 20, "the hosts' devices")
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = str(CHROMIUM)
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                    "--disable-gpu", "--window-size=1360,900", "--hide-scrollbars"):  # fmt: skip
+            opts.add_argument(arg)
+        browser = webdriver.Chrome(options=opts, service=Service(str(CHROMEDRIVER)))
+        browser.set_page_load_timeout(30)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        yield Env(d, op, ro, browser)
+    finally:
+        if browser is not None:
+            browser.quit()
+        d.close()
+        for log in tmp.glob("*.log"):  # the operator token is never logged
+            assert TOKEN not in log.read_text(errors="replace"), log.name
+
+
+def _ok(url: str) -> bool:
+    try:
+        return _http(url)[0] == 200
+    except OSError:
+        return False
+
+
+def _wait_css(browser: Any, css: str, timeout: float = 15) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, css), timeout, css)[0]
+
+
+def _wait_live(browser: Any) -> None:
+    _wait_css(browser, "body[data-stream='open']")
+
+
+def _shot(browser: Any, name: str) -> None:
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+    assert (SHOTS / f"{name}.png").stat().st_size > 5000
+
+
+@needs_browser
+def test_fleet_page_shows_hosts_and_devices(env: Env) -> None:
+    from selenium.webdriver.common.by import By
+
+    b = env.browser
+    b.get(env.ro + "/fleet")
+    _wait_css(b, "tr.host[data-host='lab-1']")
+    assert len(b.find_elements(By.CSS_SELECTOR, "#hosts a.dev")) == 5
+    assert "alive" in b.find_element(By.CSS_SELECTOR, "tr.host[data-host='lab-2']").text
+    # a busy device shows its current task
+    tid = env.submit("sleep 20", "--driver-type", "browser", "--tag", "gpu")
+    wait_for(lambda: env.d.client.get(tid).status == TaskStatus.dispatched, 20, "dispatched")
+    cell = _wait_css(b, f"#hosts a.dev.s-reserved[href='/tasks/{tid}']")
+    assert "sleep 20" in (cell.get_attribute("title") or "")
+    assert not b.find_elements(By.CSS_SELECTOR, "button.btn-drain")  # read-only
+    _shot(b, "fleet")
+    b.get(env.ro + "/fleet?host=lab-2")
+    row = _wait_css(b, "#devices tr[data-device='chrome-2']")
+    assert tid in row.text
+    env.d.client.cancel(tid)
+
+
+@needs_browser
+def test_task_submitted_from_cli_appears_without_reload(env: Env) -> None:
+    b = env.browser
+    b.get(env.ro + "/tasks")
+    _wait_live(b)
+    b.execute_script("window.dqMarker = 42;")
+    tid = env.submit("echo '<b>not bold</b> & done'", "--driver-type", "android")
+    row = _wait_css(b, f"#tasks tr[data-task='{tid}']")
+    assert "<b>not bold</b> & done" in row.text  # escaped: shown as text
+    assert b.execute_script("return window.dqMarker;") == 42  # the page was not reloaded
+    wait_for(lambda: env.d.client.get(tid).status == TaskStatus.done, 20, "done")
+    _wait_css(b, f"#tasks tr[data-task='{tid}'] .st-done")
+    _shot(b, "tasks")
+    # filters: by status and text; a bad filter value is a 400 page, not a traceback
+    b.get(env.ro + "/tasks?" + urllib.parse.urlencode({"status": "done", "q": "NOT BOLD"}))
+    _wait_css(b, f"#tasks tr[data-task='{tid}']")
+    b.get(env.ro + "/tasks?" + urllib.parse.urlencode({"status": "done", "q": "zzz-nothing"}))
+    _wait_css(b, "#tasks td.empty")
+    for bad in ("status=bogus", "limit=7", "host=%3Cx%3E", "after=queued:x:y", "nope=1"):
+        code, body, _ = _http(env.ro + "/tasks?" + bad)
+        assert code == 400, bad
+        assert "Traceback" not in body and 'id="error-message"' in body
+    # the task page: fields, attempts, explain, events, result
+    b.get(env.ro + f"/tasks/{tid}")
+    _wait_css(b, "#attempts tbody tr")
+    assert "&lt;b&gt;" not in b.find_element("id", "goal").text
+    assert "not bold" in b.find_element("id", "result").text
+    assert "done" in b.find_element("id", "explain").text
+    events = b.find_element("id", "task-events").text
+    for kind in ("submitted", "assigned", "dispatched", "done"):
+        assert kind in events
+    _shot(b, "task")
+    assert _http(env.ro + "/tasks/no-such-task")[0] == 404
+
+
+@needs_browser
+def test_cancel_from_the_browser(env: Env) -> None:
+    from selenium.webdriver.common.by import By
+
+    b = env.browser
+    tid = env.submit("sleep 30", "--driver-type", "android", "--tag", "wifi")
+    wait_for(lambda: env.d.client.get(tid).status == TaskStatus.dispatched, 20, "dispatched")
+    b.get(env.op + f"/tasks/{tid}")
+    assert not b.find_elements(By.ID, f"cancel-{tid}")  # not logged in: no action
+    b.get(env.op + "/login?" + urllib.parse.urlencode({"next": f"/tasks/{tid}"}))
+    b.find_element(By.ID, "token").send_keys("wrong-token-wrong-token")
+    b.find_element(By.ID, "login-submit").click()
+    _wait_css(b, "#login-failed")
+    b.find_element(By.ID, "token").send_keys(TOKEN)
+    b.find_element(By.ID, "login-submit").click()
+    button = _wait_css(b, f"#cancel-{tid}")
+    assert TOKEN not in b.page_source
+    button.click()
+    wait_for(lambda: b.switch_to.alert, 5, "the confirmation").accept()
+    wait_for(lambda: env.d.client.get(tid).status == TaskStatus.cancelled, 20, "cancelled")
+    _wait_css(b, ".st-cancelled")
+    # retry from the browser: a new task with the same goal
+    _wait_css(b, f"#retry-{tid}").click()
+    _wait_css(b, ".flash")
+    new_id = b.find_element(By.ID, "task-id").text
+    assert new_id != tid and env.d.client.get(new_id).goal == "sleep 30"
+    env.d.client.cancel(new_id)
+
+
+@needs_browser
+def test_actions_without_the_token_are_refused(env: Env) -> None:
+    tid = env.submit("queued forever", "--driver-type", "gpu-rig")  # no such device
+    for base in (env.op, env.ro):
+        code, body, _ = _http(base + f"/tasks/{tid}/cancel", {"csrf": "x"})
+        assert code == 403
+    code, body, _ = _http(env.ro + "/hosts/lab-1/drain", {})
+    assert code == 403 and "read-only" in body
+    # a logged-in session still needs the form's CSRF token
+    code, body, headers = _http(env.op + "/login")
+    nonce = body.split('name="nonce" value="')[1].split('"')[0]
+    login_cookie = headers["set-cookie"].split(";")[0]
+    req = urllib.request.Request(
+        env.op + "/login",
+        data=urllib.parse.urlencode({"nonce": nonce, "token": TOKEN, "next": "/fleet"}).encode(),
+    )
+    req.add_header("Cookie", login_cookie)
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as info:
+        opener.open(req, timeout=10)
+    assert info.value.code == 303
+    session = info.value.headers["set-cookie"].split(";")[0]
+    assert TOKEN not in session
+    code, _, _ = _http(env.op + f"/tasks/{tid}/cancel", {"csrf": "forged"}, cookie=session)
+    assert code == 403
+    assert env.d.client.get(tid).status == TaskStatus.queued
+    # with the session's CSRF token (from a page) it goes through the cancel script
+    _, page, _ = _http(env.op + f"/tasks/{tid}", cookie=session)
+    assert TOKEN not in page
+    form = page.split(f'action="/tasks/{tid}/cancel"')[1]
+    csrf = form.split('name="csrf" value="')[1].split('"')[0]
+    code, _, _ = _http(env.op + f"/tasks/{tid}/cancel", {"csrf": csrf}, cookie=session)
+    assert code == 200  # followed the redirect to the task page
+    assert env.d.client.get(tid).status == TaskStatus.cancelled
+    # drain / undrain a host, quarantine / unquarantine a device: the admin scripts
+    for path, check in (
+        ("/hosts/lab-2/drain", lambda: env.d.admin.host("lab-2").draining),
+        ("/hosts/lab-2/undrain", lambda: not env.d.admin.host("lab-2").draining),
+        ("/devices/chrome-1/quarantine", lambda: env.d.admin.device("chrome-1").quarantined),
+        ("/devices/chrome-1/unquarantine", lambda: not env.d.admin.device("chrome-1").quarantined),
+    ):
+        code, page, _ = _http(env.op + path, {"csrf": csrf}, cookie=session)
+        assert code == 200 and 'class="flash"' in page, path
+        assert check(), path
+    code, _, _ = _http(env.op + "/hosts/lab-2/explode", {"csrf": csrf}, cookie=session)
+    assert code == 404
+
+
+@needs_browser
+def test_queue_and_events_pages(env: Env) -> None:
+    from selenium.webdriver.common.by import By
+
+    b = env.browser
+    env.submit("needs a rig", "--driver-type", "gpu-rig")
+    b.get(env.ro + "/queue")
+    _wait_css(b, "#unmatchable")
+    rows = b.find_element(By.ID, "queues").text
+    assert "gpu-rig" in rows and "none" in rows
+    assert b.find_elements(By.CSS_SELECTOR, "#chart-throughput svg rect.bar")
+    _shot(b, "queue")
+    b.get(env.ro + "/events")
+    _wait_live(b)
+    tid = env.submit("echo events", "--driver-type", "android")
+    _wait_css(b, f"#event-rows a[href='/tasks/{tid}']")
+    wait_for(lambda: env.d.client.get(tid).status == TaskStatus.done, 20, "done")
+    wait_for(lambda: "done" in b.find_element(By.ID, "event-rows").text, 10, "done event")
+    _shot(b, "events")
+    # filtered: only this task's events, live
+    b.get(env.ro + "/events?" + urllib.parse.urlencode({"task": tid, "type": "done"}))
+    _wait_css(b, "#event-rows tr")
+    assert len(b.find_elements(By.CSS_SELECTOR, "#event-rows tr")) == 1
+    code, _, _ = _http(env.ro + "/events?type=%3Cscript%3E")
+    assert code == 400
+
+
+def test_task_pages_are_bounded_and_never_skip_or_repeat(
+    real_r: Any, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task list walks the status indexes from a cursor: every task once across pages,
+    also when many finished in the same millisecond (ties in score) and when a selective
+    filter stops a page at the scan bound."""
+    client = Client(real_r, pool)
+    ids = client.submit_many(
+        [
+            {"goal": f"job {i}{' needle' if i % 10 == 0 else ''}", "driver_type": "android"}
+            for i in range(130)
+        ]  # fmt: skip
+    )
+    for tid in ids[:90]:
+        client.cancel(tid)
+    real_r.zadd(client.keys.status("cancelled"), dict.fromkeys(ids[:90], 1))  # one tie
+
+    def walk(flt: data.TaskFilter) -> list[str]:
+        seen: list[str] = []
+        after = None
+        for _ in range(100):
+            page = data.list_tasks(client, flt, after)
+            assert len(page.tasks) <= flt.limit and page.scanned <= data.MAX_SCAN
+            seen += [t.id for t in page.tasks]
+            if page.next_cursor is None:
+                return seen
+            after = page.next_cursor
+        raise AssertionError("no end")
+
+    everything = walk(data.TaskFilter(limit=25))
+    assert sorted(everything) == sorted(ids) and len(set(everything)) == len(ids)
+    cancelled = walk(data.TaskFilter(status=TaskStatus.cancelled, limit=25))
+    assert sorted(cancelled) == sorted(ids[:90])
+    queued = walk(data.TaskFilter(status=TaskStatus.queued, limit=25))
+    assert queued == ids[90:]  # oldest first
+    monkeypatch.setattr(data, "MAX_SCAN", 30)
+    needles = walk(data.TaskFilter(text="NEEDLE", limit=25))
+    assert sorted(needles) == sorted(ids[::10])
+    with pytest.raises(InvalidInput):
+        data.list_tasks(client, data.TaskFilter(status=TaskStatus.queued), "done:1:x")
+    for bad in ({"status": "nope"}, {"limit": "0"}, {"tag": "a b"}, {"q": "x" * 201}):
+        with pytest.raises(InvalidInput):
+            data.TaskFilter.parse(bad)
