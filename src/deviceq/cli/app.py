@@ -310,9 +310,14 @@ class _GlobalsMixin:
 
     params: list[click.Parameter]
 
-    def _add_globals(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         taken = {o for p in self.params for o in getattr(p, "opts", ())}
         self.params.extend(_global_params(taken))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        _apply_globals(ctx)
+        return super().invoke(ctx)  # type: ignore[misc]
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         own: list[tuple[str, str]] = []
@@ -334,28 +339,12 @@ class _GlobalsMixin:
 class DqCommand(_GlobalsMixin, click.Command):
     """A deviceq leaf command: accepts the global options after its name too."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._add_globals()
-
-    def invoke(self, ctx: click.Context) -> Any:
-        _apply_globals(ctx)
-        return super().invoke(ctx)
-
 
 class DqGroup(_GlobalsMixin, click.Group):
     """A deviceq sub-group (``task``, ``host``...): its commands are `DqCommand`s, and it
     accepts the global options too (``deviceq task --pool lab list``)."""
 
     command_class = DqCommand
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._add_globals()
-
-    def invoke(self, ctx: click.Context) -> Any:
-        _apply_globals(ctx)
-        return super().invoke(ctx)
 
 
 DqGroup.group_class = DqGroup

@@ -331,6 +331,35 @@ def select_tasks(
     return ids
 
 
+def targets(
+    ctx: Ctx,
+    task_ids: tuple[str, ...],
+    statuses: tuple[str, ...],
+    driver_type: str | None,
+    tags: tuple[str, ...],
+    host_id: str | None,
+    older_than: str | None,
+    *,
+    allowed: tuple[TaskStatus, ...],
+    done: str,
+    verb: str,
+    yes: bool,
+    limit: int,
+) -> tuple[list[str], TaskFilter | None]:
+    """What a bulk command (``task cancel|retry|wait``) acts on: the ids given (checked, one
+    error line before any warning), or the tasks its filter options select among the
+    ``allowed`` statuses, counted and confirmed (`select_tasks`). Returns the ids and the
+    filter (None when ids were given)."""
+    for tid in task_ids:
+        validate_id(tid, "task id")
+    ctx.warn_if_unknown_pool()
+    flt = None
+    if _filter_given(statuses, driver_type, tags, host_id, older_than):
+        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
+                           allowed=allowed, verb=done)  # fmt: skip
+    return select_tasks(ctx, task_ids, flt, verb=verb, yes=yes, limit=limit), flt
+
+
 def _filter_given(
     statuses: tuple[str, ...],
     driver_type: str | None,
@@ -460,14 +489,9 @@ def task_cancel(
       deviceq task cancel 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c
       deviceq task cancel --status queued --driver-type android --older-than 2h --yes
     """
-    for tid in task_ids:  # bad input: one error line, before any warning
-        validate_id(tid, "task id")
-    ctx.warn_if_unknown_pool()
-    flt = None
-    if _filter_given(statuses, driver_type, tags, host_id, older_than):
-        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
-                           allowed=CANCELLABLE, verb="cancelled")  # fmt: skip
-    ids = select_tasks(ctx, task_ids, flt, verb="cancel", yes=yes, limit=limit)
+    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, older_than,
+                       allowed=CANCELLABLE, done="cancelled", verb="cancel",
+                       yes=yes, limit=limit)  # fmt: skip
     if not ids:
         if as_json:
             echo_json({})
@@ -527,14 +551,9 @@ def task_wait(
       deviceq task wait 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c --timeout 600
       deviceq task wait --tag nightly --yes
     """
-    for tid in task_ids:  # bad input: one error line, before any warning
-        validate_id(tid, "task id")
-    ctx.warn_if_unknown_pool()
-    flt = None
-    if _filter_given(statuses, driver_type, tags, host_id, older_than):
-        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
-                           allowed=WAITABLE, verb="waited for")  # fmt: skip
-    ids = select_tasks(ctx, task_ids, flt, verb="wait for", yes=yes, limit=limit)
+    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, older_than,
+                       allowed=WAITABLE, done="waited for", verb="wait for",
+                       yes=yes, limit=limit)  # fmt: skip
     if not ids:
         if as_json:
             echo_json([])

@@ -41,11 +41,9 @@ from .app import (
 from .core_cmds import (
     LIMIT_OPTION,
     YES_OPTION,
-    _filter_given,
-    build_filter,
     filter_options,
     fmt_ms,
-    select_tasks,
+    targets,
 )
 
 SUBMIT_FILE_CHUNK = 500
@@ -692,14 +690,9 @@ def task_retry(
       deviceq task retry 3f2a9c0d1e2b4a5f
       deviceq task retry --status failed --driver-type android --older-than 1h --yes
     """
-    for tid in task_ids:  # bad input: one error line, before any warning
-        validate_id(tid, "task id")
-    ctx.warn_if_unknown_pool()
-    flt = None
-    if _filter_given(statuses, driver_type, tags, host_id, older_than):
-        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
-                           allowed=RETRYABLE, verb="retried")  # fmt: skip
-    ids = select_tasks(ctx, task_ids, flt, verb="retry", yes=yes, limit=limit)
+    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, older_than,
+                       allowed=RETRYABLE, done="retried", verb="retry",
+                       yes=yes, limit=limit)  # fmt: skip
     if not ids:
         if as_json:
             echo_json([])
