@@ -72,6 +72,13 @@ class PoolConfig(BaseModel):
     reject_unmatchable: int = Field(
         0, ge=0, le=1, description="1: refuse submissions no registered device could run"
     )
+    aging_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=YEAR,
+        description="a queued task's effective priority rises by one level (up to 9) every "
+        "this many seconds it waits, so a low-priority task is never starved (0 = off)",
+    )
     leader_ttl: float = Field(
         10.0, ge=1, le=3600, description="seconds a scheduler leader lease lasts"
     )

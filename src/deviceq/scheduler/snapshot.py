@@ -11,7 +11,10 @@ round trips and never a queue scan:
   ``batch`` (at least ``MIN_HEADS``), never more than its matching idle devices, read deeper
   (x4 per round) only where the strategy used up every head it was given (``grow``), plus the
   strategy's optional ``lookahead``; and, only while some queued task has one, the heads'
-  anti-affinity (``avoid``: devices and hosts they lost an attempt on).
+  anti-affinity (``avoid``: devices and hosts they lost an attempt on);
+- with aging on (``aging_seconds``) and buckets of different priorities among those read,
+  the submission time of head tasks not seen before (cached while they stay heads), so each
+  head carries its effective priority (`deviceq.scheduler.strategies.aged`).
 
 Buckets no idle device matches are not read at all: a pass costs O(assignments + distinct
 signatures + idle devices), never O(queue length)."""
@@ -28,12 +31,21 @@ import redis
 from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.keys import Keys
-from .strategies import AssignmentStrategy, Bucket, IdleDevice, Pair, QueuedTask, Snapshot
+from .strategies import (
+    AssignmentStrategy,
+    Bucket,
+    IdleDevice,
+    Pair,
+    QueuedTask,
+    Snapshot,
+    aged,
+)
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
 SPECULATE = 32  # buckets and hosts whose heads and health a pass reads with its base
 DEFAULT_HOST_TIMEOUT = float(PoolConfig.model_fields["host_timeout"].default)
+DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
 
 
 @dataclass
@@ -45,6 +57,16 @@ class Base:
     devices: list[IdleDevice]
     matching: dict[str, list[IdleDevice]]
     signatures: int
+
+
+def _seconds_ms(raw: Any, default: float) -> int:
+    """A duration setting as read from the config hash (seconds) in ms; the default when it
+    is missing or not a number (the scripts treat a bad stored value the same way)."""
+    try:
+        v = float(raw) if raw not in (None, "") else default
+    except (TypeError, ValueError):
+        v = default
+    return int(v * 1000) if v == v and v >= 0 else int(default * 1000)
 
 
 class SnapshotReader:
@@ -75,6 +97,8 @@ class SnapshotReader:
         self._suspect: set[str] = set()
         self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
         self._host_timeout_ms = 0
+        self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
+        self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
         self._spec_hosts: list[str] = []
@@ -94,7 +118,7 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
-        pipe.hget(k.config, "host_timeout")
+        pipe.hmget(k.config, "host_timeout", "aging_seconds")
         pipe.get(k.devgen)
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
@@ -105,13 +129,14 @@ class SnapshotReader:
         for h in spec_hosts:
             pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
         res = pipe.execute()
-        (sec, usec), host_timeout_raw, devgen, idle_raw, queues_raw, avoiding = res[:6]
+        (sec, usec), (host_timeout_raw, aging_raw), devgen, idle_raw, queues_raw, avoiding = res[:6]
         spec = res[6 : 6 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
         spec_rows = dict(zip(spec_hosts, res[6 + len(spec_want) :], strict=True))
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
+        self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
         if devgen != self._devgen:  # a device registered, changed or was removed
             self._dev_cache.clear()
             self._devgen = devgen
@@ -282,6 +307,32 @@ class SnapshotReader:
             out.append(t)
         return tuple(out)
 
+    def with_age(self, buckets: list[Bucket], now: int) -> list[Bucket]:
+        """The buckets with each head's effective priority set (aging): the submission time
+        of heads not seen before is read (one pipelined round trip; a task's is read once
+        while it stays a head: the cache keeps only the current heads)."""
+        ids = [t.task_id for b in buckets for t in b.heads]
+        new = [t for t in ids if t not in self._submitted]
+        if new:
+            pipe = self.redis.pipeline(transaction=False)
+            for t in new:
+                pipe.hget(self.keys.task(t), "submitted_at")
+            for t, v in zip(new, pipe.execute(), strict=True):
+                self._submitted[t] = int(float(v or 0))
+        if len(self._submitted) > 2 * len(ids) + 1000:
+            self._submitted = {t: self._submitted[t] for t in ids}
+        sub, aging = self._submitted, self.aging_ms
+        return [
+            replace(
+                b,
+                heads=tuple(
+                    replace(t, effective_priority=aged(t.priority, sub[t.task_id], now, aging))
+                    for t in b.heads
+                ),
+            )
+            for b in buckets
+        ]
+
     def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
         device or bucket attributes must be read). The heads are chosen before the hosts'
@@ -320,6 +371,9 @@ class SnapshotReader:
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)
         ]
+        if self.aging_ms > 0 and len({b.priority for b in buckets}) > 1:
+            # (with one priority among them, aging cannot change any order: older is higher)
+            buckets = self.with_age(buckets, base.now)
         return Snapshot(
             buckets,
             base.devices,

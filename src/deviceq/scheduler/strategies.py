@@ -38,7 +38,8 @@ tasks with a matching idle device are considered at all):
     each gets the *first* matching idle device, "first" meaning the smallest ``device_id`` in
     plain string order. Deterministic: the same snapshot always gives the same pairs.
 ``priority_match``
-    Tasks by ``priority`` (0..9, higher first), oldest first within a priority; device choice as
+    Tasks by effective priority (0..9, higher first: ``priority`` raised one level per
+    ``aging_seconds`` waited, see `aged`), oldest first within a priority; device choice as
     in ``fifo_match``.
 ``lru_device``
     Tasks oldest first as in ``fifo_match``; each gets the matching device that has been idle the
@@ -67,7 +68,9 @@ Pair = tuple[str, str]
 @dataclass(frozen=True)
 class QueuedTask:
     """A queued task near the head of its bucket: id, submission order, bucket, priority, and
-    the devices and hosts it lost an attempt on (a retry prefers others: see `avoid_rank`)."""
+    the devices and hosts it lost an attempt on (a retry prefers others: see `avoid_rank`).
+    ``effective_priority`` is ``priority`` raised by aging (one level per ``aging_seconds``
+    waited, at most 9): what priority strategies order by (`aged_priority`)."""
 
     task_id: str
     seq: int
@@ -75,6 +78,12 @@ class QueuedTask:
     priority: int = 0
     avoid_devices: frozenset[str] = frozenset()
     avoid_hosts: frozenset[str] = frozenset()
+    effective_priority: int = -1  # -1: not aged (the snapshot sets it; see aged_priority)
+
+    @property
+    def aged_priority(self) -> int:
+        """The priority to order by: the effective one when the snapshot set it."""
+        return self.effective_priority if self.effective_priority >= 0 else self.priority
 
     def avoid_rank(self, device: IdleDevice) -> int:
         """0: a device and host this task has not failed on; 1: a new device on a host it
@@ -232,6 +241,17 @@ class Snapshot:
 _by_id = attrgetter("device_id")
 
 
+MAX_PRIORITY = 9
+
+
+def aged(priority: int, submitted_at: int, now_ms: int, aging_ms: int) -> int:
+    """``priority`` raised one level per ``aging_ms`` waited since ``submitted_at``, at most
+    9 (``aging_ms`` 0: no aging)."""
+    if aging_ms <= 0 or submitted_at <= 0 or priority >= MAX_PRIORITY:
+        return priority
+    return min(MAX_PRIORITY, priority + max(0, now_ms - submitted_at) // aging_ms)
+
+
 def _class_accepts(bucket: Bucket, key: tuple[str, frozenset[str]]) -> bool:
     return satisfies(bucket.driver_type, bucket.tags, key[0], key[1])
 
@@ -367,21 +387,15 @@ class FifoMatch:
 
 @register_strategy("priority_match")
 class PriorityMatch:
-    """Highest ``priority`` (9..0) first, oldest first within a priority; the matching device
-    with the smallest ``device_id``."""
+    """Highest effective priority (9..0: ``priority`` raised by aging, see the pool setting
+    ``aging_seconds``) first, oldest first within a priority; the matching device with the
+    smallest ``device_id``."""
 
     name = "priority_match"
 
     def propose(self, snapshot: Snapshot) -> list[Pair]:
-        by_prio: dict[int, list[Bucket]] = {}
-        for b in snapshot.buckets:
-            by_prio.setdefault(b.priority, []).append(b)
-
-        def order() -> Iterator[QueuedTask]:
-            for prio in sorted(by_prio, reverse=True):
-                yield from heapq.merge(*(b.heads for b in by_prio[prio]), key=lambda t: t.seq)
-
-        return snapshot.greedy(order(), device_key=lambda d: d.device_id)
+        order = sorted(snapshot.tasks(), key=lambda t: (-t.aged_priority, t.seq))
+        return snapshot.greedy(order, device_key=lambda d: d.device_id)
 
 
 @register_strategy("lru_device")
