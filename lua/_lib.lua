@@ -297,7 +297,8 @@ end
 local function release_device(device_id, id, hold)
   if not device_id or device_id == '' then return end
   local dk = k('device', device_id)
-  local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures', 'held')
+  local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures', 'held',
+    'booked_until')
   if d[1] ~= id then return end
   if hold then
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str(), 'held', hold,
@@ -305,11 +306,31 @@ local function release_device(device_id, id, hold)
     redis.call('ZREM', k('idle'), device_id)
   else
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
-    if d[2] == 'idle' and d[3] ~= '1' and (not d[5] or d[5] == '') then
+    if d[2] == 'idle' and d[3] ~= '1' and (not d[5] or d[5] == '') and (not d[6] or d[6] == '') then
       redis.call('ZADD', k('idle'), now_str(), device_id)
     end
   end
   return tonumber(d[4] or '0') or 0
+end
+
+-- end a person's reservation (booking) of device `did`: the device hash fields booked_by
+-- (note), booked_until (ms) and booked_at (ms) go, so does its `bookings` entry (zset by end),
+-- and the device is back among the idle candidates when it is idle, holds no lease, is not
+-- quarantined and not held. `kind` is the event: device_released | reservation_expired.
+-- Returns the device's host id, or nil when the device is not booked (or gone).
+local function end_booking(did, kind)
+  local dk = k('device', did)
+  redis.call('ZREM', k('bookings'), did)
+  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'held',
+    'booked_until', 'booked_by')
+  if not d[1] or not d[6] or d[6] == '' then return nil end
+  redis.call('HDEL', dk, 'booked_by', 'booked_until', 'booked_at')
+  if d[2] == 'idle' and (not d[3] or d[3] == '') and d[4] ~= '1' and (not d[5] or d[5] == '') then
+    redis.call('ZADD', k('idle'), 'NX', now_str(), did)
+    wake(k('sched', 'wake'))
+  end
+  emit(kind, 'device', did, 'host', d[1], 'by', d[7] or '', 'until', d[6])
+  return d[1]
 end
 
 -- close the current attempt record (list index attempt-1) with an outcome

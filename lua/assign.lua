@@ -10,7 +10,8 @@
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued device_not_found device_reserved
---          device_not_idle device_quarantined device_held host_dead host_draining
+--          device_not_idle device_quarantined device_held device_booked (reserved for a
+--          person, device_reserve.lua) host_dead host_draining
 --          host_suspect driver_type_mismatch missing_tag:TAG
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
@@ -36,11 +37,13 @@ local function check(id, did)
     'avoid_devices', 'avoid_hosts', 'queue_deadline')
   if not t[1] then return nil, 'task_not_found' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
-  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags', 'held')
+  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags', 'held',
+    'booked_until')
   if not d[1] then return nil, 'device_not_found' end
   if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
   if d[4] == '1' then return nil, 'device_quarantined' end
   if d[7] and d[7] ~= '' then return nil, 'device_held' end
+  if d[8] and d[8] ~= '' then return nil, 'device_booked' end
   if d[2] ~= 'idle' then return nil, 'device_not_idle' end
   if hosts_ok[d[1]] == nil then hosts_ok[d[1]] = host_placeable(k('host', d[1])) end
   if hosts_ok[d[1]] ~= true then return nil, hosts_ok[d[1]] end

@@ -7,12 +7,15 @@
 -- `queued` at its original place (attempts left; it then prefers another device and host) or
 -- becomes `failed` with failure_kind=lease_expired (hand-backs do not count); a task whose
 -- cancel was requested becomes `cancelled`. The expired attempt stays in task:ID:attempts.
+-- A person's reservation of a device (device_reserve.lua) past its end is ended too (at most
+-- `limit` per call, event reservation_expired): the device is back among the idle candidates.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     limit (1..10000)
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
 --          host:ID, host:ID:inbox, idle, queue:SIG, sig:SIG, queues, status:*, deadlines,
---          avoid, events, sched:wake
--- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed}
+--          avoid, bookings, events, sched:wake
+-- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed} (ended
+--          reservations are not counted: each is a reservation_expired event)
 -- Errors   INVALID (bad limit)
 local limit = int_in(ARGV[1], 1, 10000)
 if not limit or #ARGV ~= 1 then return fail('INVALID', 'limit must be an integer 1-10000') end
@@ -69,6 +72,16 @@ for _, id in ipairs(late) do
     unsched = unsched + 1
   end
 end
+-- reservations past their end (the score is the end: an extension re-scores the entry)
+local ended = redis.call('ZRANGEBYSCORE', k('bookings'), '-inf', now, 'LIMIT', 0, limit)
+for _, did in ipairs(ended) do
+  local untl = tonumber(redis.call('HMGET', k('device', did), 'booked_until')[1] or '')
+  if untl and untl > now then
+    redis.call('ZADD', k('bookings'), I(untl), did)  -- a stale score: the end is later
+  else
+    end_booking(did, 'reservation_expired')
+  end
+end
 -- terminal status indexes keep the retention window (their tasks' keys expire with it)
 local cutoff = I(now - cfg_ms('retention'))
 local trimmed, more_trim = 0, false
@@ -83,5 +96,5 @@ end
 -- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries)
 redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', 10000)
 if requeued > 0 then wake(k('sched', 'wake')) end
-local more = (#due == limit or #late == limit or more_trim) and 1 or 0
+local more = (#due == limit or #late == limit or #ended == limit or more_trim) and 1 or 0
 return {requeued, failed, cancelled, unsched, more, trimmed}

@@ -4,7 +4,7 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:inbox, host:ID:wake, host:ID:ctl,
---          device:ID, devices, idle, caps, drivers, qdrivers, hosts, devgen, events; reads config
+--          device:ID, devices, idle, bookings, caps, drivers, qdrivers, hosts, devgen, events; reads config
 -- Returns  the number of devices removed with it
 -- Errors   NOT_FOUND (no host), BUSY (a device is reserved), INVALID
 local host_id = ARGV[1]
@@ -31,6 +31,7 @@ for _, did in ipairs(devs) do
   redis.call('DEL', k('device', did))
   redis.call('SREM', k('devices'), did)
   redis.call('ZREM', k('idle'), did)
+  redis.call('ZREM', k('bookings'), did)
 end
 redis.call('DEL', hk, k('host', host_id, 'devices'), k('host', host_id, 'inbox'), k('host', host_id, 'wake'))
 redis.call('SREM', k('hosts'), host_id)

@@ -516,6 +516,15 @@ def test_every_transition_runs_under_its_roles_user(users: Users, pool: str) -> 
     assert not lead.leads and sched.leader() == ("s1", lead.epoch)
     assert sched.step_down("s1")
 
+    # reservations: reserve, extend, release (operator); the expiry scan ends one (scheduler)
+    assert op.reserve("d2", 60_000, "alice").reserved_by == "alice"
+    op.extend("d2", 1000)
+    op.release("d2")
+    op.reserve("d2", 1000, "bob")
+    time.sleep(1.1)
+    sched.expire(100)
+    assert op.reservation("d2") is None
+
     # durable mode: submissions and reports go through a pipeline with WAIT (no replica here:
     # applied, not confirmed)
     op.set_config("durability", "replica")

@@ -96,6 +96,7 @@ class Pool:
             "host_drain": ["h1", "1", "operator", "", ""],
             "host_remove": ["h2"],
             "device_quarantine": ["d2", "1"],
+            "device_reserve": ["reserve", "d3", "60000", "alice"],
             "leader": ["owner-1", "1000", "acquire"],
         }[name]  # fmt: skip
 

@@ -231,6 +231,20 @@ def test_device_reserved_by_disagrees_with_its_task(lab: Lab) -> None:
     lab.expect("reservation_mismatch", task=lab.ids["running"], device=run["device_id"])
 
 
+def test_device_held_by_a_lease_and_a_reservation(lab: Lab) -> None:
+    did = lab.task("running")["device_id"]
+    lab.r.hset(lab.keys.device(did), mapping={"booked_until": "4102444800000", "booked_by": "al"})
+    lab.r.zadd(lab.keys.bookings, {did: 4102444800000})
+    lab.expect("lease_and_booking", device=did)
+
+
+def test_reservation_missing_from_bookings(lab: Lab) -> None:
+    (did,) = lab.r.zrange(lab.keys.idle, 0, 0)  # type: ignore[misc]
+    lab.r.hset(lab.keys.device(did), mapping={"booked_until": "4102444800000", "booked_by": "al"})
+    lab.r.zrem(lab.keys.idle, did)
+    lab.expect("booking_index", device=did, key="bookings")
+
+
 def test_task_in_two_active_indexes_has_two_leases(lab: Lab) -> None:
     tid = lab.ids["running"]
     lab.r.zadd(lab.keys.status("assigned"), {tid: float(lab.task("running")["seq"])})

@@ -11,7 +11,14 @@ from . import dashboard_cmds as _dashboard_cmds  # noqa: F401  (``deviceq dashbo
 from . import verify_cmds as _verify_cmds  # noqa: F401  (registers `deviceq verify`)
 from .app import main
 
-for _module in ("core_cmds", "scheduler_cmds", "worker_cmds", "ops_cmds", "demo_cmds"):
+for _module in (
+    "core_cmds",
+    "scheduler_cmds",
+    "worker_cmds",
+    "ops_cmds",
+    "reserve_cmds",
+    "demo_cmds",
+):
     try:
         importlib.import_module(f"{__name__}.{_module}")
     except ModuleNotFoundError as exc:  # a module not written yet

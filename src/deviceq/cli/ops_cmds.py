@@ -172,6 +172,19 @@ def render_status(data: dict[str, Any]) -> RenderableType:
                 (x["error"] or "")[:60],
             )
         parts.append(ft)
+    if data.get("reservations"):
+        rt = Table(title="reservations (deviceq reserve)", title_justify="left")
+        for col in ("device", "host", "reserved by", "until", "ends in"):
+            rt.add_column(col)
+        for x in data["reservations"]:
+            rt.add_row(
+                x["device_id"],
+                x["host_id"] or "-",
+                x["reserved_by"],
+                fmt_ms(x["reserved_until"]),
+                fmt_age(x["reserved_until"] - data["time_ms"]),
+            )
+        parts.append(rt)
     for x in data.get("attention", []):
         parts.append(Text(f"device {x['device_id']} (host {x['host_id']}) needs attention: "
                           f"{x['why']}", style="bold yellow"))  # fmt: skip
@@ -442,8 +455,11 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
     """List devices with their effective state and why: idle, reserved (holds a lease), busy,
     offline, draining (its host is drained: shown as "idle (draining)"), suspect (a lease on
     it expired), held (its host refused an assignment), quarantined, or host_dead (its host
-    stopped heartbeating). A device of a draining host that still runs work shows e.g.
-    "reserved (draining)"; JSON has "host_draining": true|false.
+    stopped heartbeating), or booked (reserved for a person with `deviceq reserve`: the why
+    column says by whom and until when). A device of a draining host that still runs work
+    shows e.g. "reserved (draining)"; JSON has "host_draining": true|false and
+    "reservation": null or {"reserved_by": NOTE, "reserved_until": MS, "reserved_at": MS}
+    (the top-level "reserved_by" is the task whose lease holds the device).
 
     \b
     Example:
@@ -452,6 +468,7 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
     """
     ctx.warn_if_unknown_pool()
     hosts, devices = st.hosts_and_devices(ctx.admin)
+    booked = ctx.admin.reservations()
     draining = {h.host_id for h in hosts if h.draining or h.stopping}
     rows = [
         (d, s)
@@ -459,13 +476,17 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
         if (host_id is None or d.host_id == host_id) and (state is None or s == state)
     ]
     if as_json:
-        echo_json([st.device_json(d, s, d.host_id in draining) for d, s in rows])
+        echo_json(
+            [st.device_json(d, s, d.host_id in draining, booked.get(d.device_id)) for d, s in rows]
+        )
         return
     table = Table()
     for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why"):
         table.add_column(col)
     for d, s in rows:
-        color = {"idle": "green", "reserved": "cyan", "busy": "cyan"}.get(s, "bold red")
+        color = {"idle": "green", "reserved": "cyan", "busy": "cyan", "booked": "magenta"}.get(
+            s, "bold red"
+        )
         if s == "draining":
             color, shown = "yellow", f"{d.state.value} (draining)"
         elif d.host_id in draining and s != "host_dead":
@@ -474,7 +495,7 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
             shown = s
         table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
                       f"[{color}]{shown}[/]", d.reserved_by or "-", str(d.consecutive_failures),
-                      st.device_reason(d, s) or "-")  # fmt: skip
+                      st.device_reason(d, s, booked.get(d.device_id)) or "-")  # fmt: skip
     console_for_tables().print(table)
 
 

@@ -43,6 +43,10 @@ key                                type       holds
 ``devgen``                         string     bumped when a device registers, changes its
                                               driver type/tags or is removed (scheduler caches)
 ``leases``                         zset       task ids with an active lease, by expiry (ms)
+``bookings``                       zset       device ids reserved for a person (``deviceq
+                                              reserve``), by the reservation's end (ms); the
+                                              device hash holds ``booked_by`` (the note),
+                                              ``booked_until``, ``booked_at``
 ``events``                         stream     every transition (capped by ``event_maxlen``)
 ``sched:wake``                     list       one-element signal list the scheduler BLPOPs on
 ``leader``                         string     scheduler leader lease ``OWNER:EPOCH`` (PX ttl)
@@ -122,6 +126,10 @@ class Keys:
     @property
     def leases(self) -> str:
         return self._k("leases")
+
+    @property
+    def bookings(self) -> str:
+        return self._k("bookings")
 
     @property
     def events(self) -> str:

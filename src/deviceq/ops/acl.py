@@ -89,6 +89,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "pexpire time xadd zadd zcard zrem",
         "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire time xadd "
         "zadd zrem",
+        "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hgetall hmget hset lindex lpush lrem lset ltrim pexpire "
         "time xadd xtrim zadd zcard zrange zrangebyscore zrem",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
@@ -115,8 +116,9 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "scheduler": ("leader", "assign", "expire"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain"),
     # task retry submits, task cancel cancels, dispatch commits through assign
-    "operator": ("host_add", "host_remove", "host_drain", "device_quarantine", "assign",
-                 "cancel", "submit"),
+    # reserve/release run device_reserve
+    "operator": ("host_add", "host_remove", "host_drain", "device_quarantine", "device_reserve",
+                 "assign", "cancel", "submit"),
 }  # fmt: skip
 """The scripts each role runs."""
 
@@ -226,7 +228,8 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "hgetall": "task, device and bucket hashes, the pool config (status, explain, config "
         "get, task show, verify)",
         "get": "long goals, workflow definitions, the leader lease",
-        "zrange": "tasks of a status, queue buckets and heads, the next leases to expire",
+        "zrange": "tasks of a status, queue buckets and heads, the next leases to expire, "
+        "reservations (bookings: device list, status, explain, verify)",
         "smembers": "every host, every device, a host's devices, workflow list",
         "hset": "config set (the config hash)",
         "zrank": "explain: a task's place in its bucket",
@@ -259,11 +262,12 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     "producer": ("seq", "task:*", "idem:*", "queue:*", "queues", "sig:*", "status:*",
                  "deadlines", "avoid", "leases", "device:*", "idle", "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows"),
-    # leader.lua, assign.lua, expire.lua, the wake list; expire marks hosts suspect and assign
+    # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
+    # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
-                  "deadlines", "avoid", "leases", "device:*", "idle", "host:*", "events",
-                  "sched:wake"),
+                  "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
+                  "events", "sched:wake"),
     # session, heartbeat, claim, renew, report, host_drain; host:* becomes host:ID and
     # host:ID:* for a user bound to one host id
     "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "devgen",

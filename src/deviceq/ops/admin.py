@@ -6,14 +6,66 @@ are built on. What only the scheduler does (commit, expiry, leadership) is
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import fleet
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
-from ..core.errors import InvalidInput, NotFound
-from ..core.models import Host, PooledDevice, validate_id
+from ..core.errors import Busy, InvalidInput, NotFound
+from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
 from ..host.client import token_digest
+
+MAX_RESERVATION_MS = 7 * 86_400_000
+"""A reservation lasts 1 s to 7 days (``lua/device_reserve.lua`` enforces the same)."""
+MIN_RESERVATION_MS = 1000
+RESERVE_SCAN = 1000
+"""``reserve --driver-type/--tag`` looks at most at this many idle devices (oldest idle
+first)."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A person's reservation ("booking") of a device: ``reserved_by`` is the note (who,
+    why), ``reserved_until`` and ``reserved_at`` ms since the epoch (Redis time). Stored as
+    the device hash fields ``booked_by``/``booked_until``/``booked_at`` (``reserved_by`` of
+    the hash is the task whose lease holds the device) and indexed in ``bookings``."""
+
+    device_id: str
+    host_id: str | None
+    reserved_by: str
+    reserved_until: int
+    reserved_at: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "device_id": self.device_id,
+            "host_id": self.host_id,
+            "reserved_by": self.reserved_by,
+            "reserved_until": self.reserved_until,
+            "reserved_at": self.reserved_at,
+        }
+
+
+def _check_duration(duration_ms: int) -> int:
+    ms = int(duration_ms)
+    if not MIN_RESERVATION_MS <= ms <= MAX_RESERVATION_MS:
+        raise InvalidInput(
+            f"a reservation lasts 1s to 7d (7 days); {ms / 1000:g}s is "
+            + ("too long" if ms > MAX_RESERVATION_MS else "too short")
+        )
+    return ms
+
+
+def _check_note(note: str, required: bool) -> str:
+    if not isinstance(note, str) or len(note.encode()) > 200:
+        raise InvalidInput("the note must be text of at most 200 bytes")
+    if any(ord(c) < 32 or ord(c) == 127 for c in note):
+        raise InvalidInput("the note must not contain control characters (newlines, tabs)")
+    if required and not note:
+        raise InvalidInput("a reservation needs a note (who is it for?)")
+    return note
 
 
 class PoolAdmin(PoolConnection):
@@ -80,6 +132,96 @@ class PoolAdmin(PoolConnection):
                 [validate_id(device_id, "device id"), "1" if quarantined else "0"],
             )
         )
+
+    # -- reservations (a device for a person) ------------------------------------------------
+    def reserve(self, device_id: str, duration_ms: int, note: str) -> Reservation:
+        """Reserve an idle device for ``duration_ms`` (1 s - 7 days): it leaves the idle
+        candidates at once and comes back when the reservation ends (``release``, or the
+        scheduler's expiry scan at its end). Raises Busy (with the reason) unless the device
+        is idle now, holds no lease, is not quarantined or held and its host is alive;
+        AlreadyExists when it is reserved already (use ``extend``)."""
+        res = self._run(
+            "device_reserve",
+            ["reserve", validate_id(device_id, "device id"), str(_check_duration(duration_ms)),
+             _check_note(note, True)],
+        )  # fmt: skip
+        return Reservation(device_id, str(res[2]), str(res[1]), int(res[0]), None)
+
+    def extend(self, device_id: str, duration_ms: int, note: str = "") -> Reservation:
+        """Move the end of a device's reservation out by ``duration_ms`` (the end at most 7
+        days from now); a non-empty ``note`` replaces the note. NotFound unless reserved."""
+        res = self._run(
+            "device_reserve",
+            ["extend", validate_id(device_id, "device id"), str(_check_duration(duration_ms)),
+             _check_note(note, False)],
+        )  # fmt: skip
+        return Reservation(device_id, str(res[2]), str(res[1]), int(res[0]), None)
+
+    def release(self, device_id: str) -> str:
+        """End a device's reservation now (it is an idle candidate again if idle, not
+        quarantined and not held). Returns its host id; NotFound unless reserved."""
+        return str(
+            self._run("device_reserve", ["release", validate_id(device_id, "device id"), "", ""])
+        )
+
+    def reserve_matching(
+        self, driver_type: str | None, tags: Iterable[str], duration_ms: int, note: str
+    ) -> Reservation:
+        """Reserve the first idle device (longest idle first, among at most `RESERVE_SCAN`)
+        that offers ``driver_type`` and every tag. Raises Busy when none is idle now (no
+        reservation is left pending)."""
+        if driver_type is not None:
+            validate_id(driver_type, "driver type")
+        need = validate_tags(list(tags))
+        _check_duration(duration_ms)
+        _check_note(note, True)
+        r, k = self.redis, self.keys
+        ids: list[str] = r.zrange(k.idle, 0, RESERVE_SCAN - 1)  # type: ignore[assignment]
+        pipe = r.pipeline(transaction=False)
+        for did in ids:
+            pipe.hmget(k.device(did), "driver_type", "tags")
+        for did, (drv, tg) in zip(ids, pipe.execute(), strict=True):
+            if drv is None or not satisfies(driver_type, need, drv, (tg or "").split(",")):
+                continue
+            try:
+                return self.reserve(did, duration_ms, note)
+            except Busy:
+                continue  # taken meanwhile: the next one
+        want = " and ".join(
+            x
+            for x in (f"driver type {driver_type}" if driver_type else "",
+                      f"tags {','.join(need)}" if need else "")
+            if x
+        ) or "any device"  # fmt: skip
+        raise Busy(
+            f"no idle device offers {want} now (reservations take idle devices only; "
+            "see `deviceq device list`)"
+        )
+
+    def reservations(self) -> dict[str, Reservation]:
+        """Every current reservation by device id (one ZRANGE of ``bookings``, one pipeline).
+        A reservation past its end shows until the scheduler's next expiry scan ends it."""
+        r, k = self.redis, self.keys
+        ids: list[str] = r.zrange(k.bookings, 0, -1)  # type: ignore[assignment]
+        pipe = r.pipeline(transaction=False)
+        for did in ids:
+            pipe.hmget(k.device(did), "host_id", "booked_by", "booked_until", "booked_at")
+        out = {}
+        for did, (host_id, by, until, at) in zip(ids, pipe.execute(), strict=True):
+            if until:
+                out[did] = Reservation(did, host_id, by or "", int(until), int(at) if at else None)
+        return out
+
+    def reservation(self, device_id: str) -> Reservation | None:
+        """The device's current reservation, or None."""
+        raw: list[str | None] = self.redis.hmget(  # type: ignore[assignment]
+            self.keys.device(validate_id(device_id, "device id")),
+            "host_id", "booked_by", "booked_until", "booked_at",
+        )  # fmt: skip
+        host_id, by, until, at = raw
+        if not until:
+            return None
+        return Reservation(device_id, host_id, by or "", int(until), int(at) if at else None)
 
     # -- settings and maintenance --------------------------------------------------------------
     def set_config(self, key: str, value: Any) -> int | float | str:

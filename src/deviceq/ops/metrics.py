@@ -12,7 +12,8 @@ Two kinds of series:
   assignments, submit→assign latency (``queued_ms`` of ``assigned`` events), assign→dispatch
   latency (``claim_ms`` of ``dispatched``), lease expiries (``expired``), retries
   (``requeued``, ``released``), failures by kind (``failed`` by ``failure_kind``, plus
-  ``cancelled``), completions by status.
+  ``cancelled``), completions by status, reservations of devices for people (reserved,
+  extended, released, expired; and a gauge of the reserved devices).
 
 >>> handle = serve_metrics(admin, 9108, is_leader=lambda: scheduler.is_leader)  # 127.0.0.1
 >>> handle.stop()
@@ -131,6 +132,13 @@ class PoolCollector(Collector):
         )
         leases.add_metric([pool], float(self.admin.redis.zcard(self.admin.keys.leases)))
         yield leases
+        booked = GaugeMetricFamily(
+            "deviceq_reserved_devices",
+            "devices reserved for a person (deviceq reserve)",
+            labels=["pool"],
+        )
+        booked.add_metric([pool], float(self.admin.redis.zcard(self.admin.keys.bookings)))
+        yield booked
 
 
 class EventMetrics:
@@ -184,6 +192,13 @@ class EventMetrics:
         self.events_seen = Counter(
             "deviceq_events", "events read from the stream", lp, registry=registry
         )
+        self.reservations = Counter(
+            "deviceq_reservations",
+            "reservations of devices for people, by event: reserved, extended, released "
+            "(early), expired",
+            ["pool", "event"],
+            registry=registry,
+        )
         # every series exists (at 0) from the start, so rates and alerts work at once
         for metric in (
             self.assignments,
@@ -201,6 +216,8 @@ class EventMetrics:
             self.failures.labels(pool, kind.value)
         for status in ("done", "failed", "cancelled"):
             self.completions.labels(pool, status)
+        for event in ("reserved", "extended", "released", "expired"):
+            self.reservations.labels(pool, event)
 
     def observe(self, e: Event) -> None:
         p = self.pool
@@ -228,6 +245,13 @@ class EventMetrics:
             self.completions.labels(p, "cancelled").inc()
         elif t == "done":
             self.completions.labels(p, "done").inc()
+        elif t == "device_reserved":
+            event = "extended" if e.fields.get("extended") == "1" else "reserved"
+            self.reservations.labels(p, event).inc()
+        elif t == "device_released":
+            self.reservations.labels(p, "released").inc()
+        elif t == "reservation_expired":
+            self.reservations.labels(p, "expired").inc()
 
 
 class MetricsServer:

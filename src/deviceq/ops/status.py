@@ -6,13 +6,20 @@ failures by their limits; devices and hosts are read whole (one pipeline each)."
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from ..core import fleet
 from ..core.durability import server_report
-from ..core.fleet import DEVICE_STATES, device_reason, effective_state
+from ..core.fleet import effective_state
 from ..core.models import Host, PooledDevice, TaskStatus
 from ..scheduler.strategies import Bucket
-from .admin import PoolAdmin
+from .admin import PoolAdmin, Reservation
+
+DEVICE_STATES = (*fleet.DEVICE_STATES, "booked")
+"""Effective device states (`deviceq.core.fleet.DEVICE_STATES`) plus ``booked``: reserved for
+a person (``deviceq reserve``) until its reservation ends. A booked device that is also
+quarantined or whose host is dead shows that state."""
 
 
 def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
@@ -62,12 +69,37 @@ def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:
     return out
 
 
+def state_of(d: PooledDevice, host: Host | None, booked: bool) -> str:
+    """`effective_state`, or ``booked`` for a device reserved for a person (unless it is
+    quarantined, its host dead or it holds a lease)."""
+    state = effective_state(d, host)
+    if booked and state not in ("quarantined", "host_dead", "reserved"):
+        return "booked"
+    return state
+
+
 def hosts_and_devices(admin: PoolAdmin) -> tuple[list[Host], list[tuple[PooledDevice, str]]]:
     """Every host, and every device with its effective state."""
     hosts = admin.hosts()
     by_id = {h.host_id: h for h in hosts}
-    devices = [(d, effective_state(d, by_id.get(d.host_id))) for d in admin.devices()]
+    booked = admin.reservations()
+    devices = [
+        (d, state_of(d, by_id.get(d.host_id), d.device_id in booked)) for d in admin.devices()
+    ]
     return hosts, devices
+
+
+def fmt_time(ms: int) -> str:
+    """Epoch ms as ``YYYY-MM-DD HH:MM:SSZ`` (UTC)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def device_reason(d: PooledDevice, state: str, resv: Reservation | None = None) -> str | None:
+    """Why a device is not an idle candidate, in words (`deviceq.core.fleet.device_reason`,
+    and who reserved it until when)."""
+    if resv is not None:
+        return f"reserved by {resv.reserved_by!r} until {fmt_time(resv.reserved_until)}"
+    return fleet.device_reason(d, state)
 
 
 def device_counts(devices: list[tuple[PooledDevice, str]]) -> dict[str, int]:
@@ -77,13 +109,39 @@ def device_counts(devices: list[tuple[PooledDevice, str]]) -> dict[str, int]:
     return counts
 
 
-def device_json(d: PooledDevice, state: str, host_draining: bool | None = None) -> dict[str, Any]:
-    """A device as JSON: its fields, ``effective_state``, ``why`` and, when known,
-    ``host_draining`` (its host is drained or stopping: it gets no new work)."""
+def device_json(
+    d: PooledDevice,
+    state: str,
+    host_draining: bool | None = None,
+    resv: Reservation | None = None,
+) -> dict[str, Any]:
+    """A device as JSON: its fields, ``effective_state``, ``why``, ``reservation`` (null, or
+    ``{reserved_by: note, reserved_until: ms, reserved_at: ms}``: a person's reservation) and,
+    when known, ``host_draining`` (its host is drained or stopping: it gets no new work).
+    ``reserved_by`` at the top level stays the task whose lease holds the device."""
     out = {**d.model_dump(mode="json"), "effective_state": state,
-           "why": device_reason(d, state)}  # fmt: skip
+           "why": device_reason(d, state, resv)}  # fmt: skip
+    out["reservation"] = (
+        None
+        if resv is None
+        else {"reserved_by": resv.reserved_by, "reserved_until": resv.reserved_until,
+              "reserved_at": resv.reserved_at}
+    )  # fmt: skip
     if host_draining is not None:
         out["host_draining"] = host_draining
+    return out
+
+
+def device_show_json(
+    d: PooledDevice, state: str, host_draining: bool | None, resv: Reservation | None
+) -> dict[str, Any]:
+    """``device show --json``: `device_json` with the reservation's names at the top level:
+    ``reserved_by`` is the note of a person's reservation (null when none) and
+    ``reserved_until`` its end (ms); ``task_id`` is the task whose lease holds the device."""
+    out = device_json(d, state, host_draining, resv)
+    out["task_id"] = d.reserved_by
+    out["reserved_by"] = resv.reserved_by if resv else None
+    out["reserved_until"] = resv.reserved_until if resv else None
     return out
 
 
@@ -217,6 +275,10 @@ def pool_status(
         "unmatchable_tasks": sum(q["depth"] for q in queues if q["unmatchable"]),
         "devices": {"total": len(devices), "by_state": device_counts(devices)},
         "hosts": [host_json(h, now) for h in hosts],
+        "reservations": [
+            x.as_dict()
+            for x in sorted(admin.reservations().values(), key=lambda x: x.reserved_until)
+        ],
         "attention": [
             {"device_id": d.device_id, "host_id": d.host_id, "why": d.attention}
             for d, _ in devices

@@ -26,7 +26,10 @@ What is checked (each violation has a ``kind``, see `KINDS`):
 - the counters agree with what they count: ``caps``/``drivers``/``qdrivers`` with the
   registered devices, the queue depth with the buckets, ``queues`` with the buckets' heads,
   ``sig:SIG`` with the non-empty buckets, and the ``idle`` index holds only idle, unreserved,
-  unquarantined, unheld devices.
+  unquarantined, unheld, unbooked devices;
+- a device is held by at most one lease *or* one person's reservation (``deviceq reserve``:
+  the device fields ``booked_*``), never both, and ``bookings`` indexes exactly the reserved
+  devices, scored by their reservation's end.
 
 The event stream is capped (``event_maxlen``): history checks judge a task only from its
 ``submitted`` event on (a resubmitted id starts a new history); tasks whose submission was
@@ -70,6 +73,7 @@ TASK_FIELDS = (
 )  # fmt: skip
 DEVICE_FIELDS = (
     "host_id", "driver_type", "tags", "state", "reserved_by", "lease_id", "quarantined", "held",
+    "booked_until",
 )  # fmt: skip
 
 KINDS: dict[str, str] = {
@@ -104,6 +108,10 @@ KINDS: dict[str, str] = {
     "bucket_constraints": "sig:SIG exists while its bucket is empty, or is missing while it is not",
     "idle_not_assignable": "an idle index entry that is reserved, quarantined, held, not idle "
     "or not a registered device",
+    "lease_and_booking": "a device held by a task's lease and a person's reservation at once",
+    "booking_index": "bookings disagrees with the devices' reservations: an entry for a device "
+    "that is not reserved (or not registered), a reserved device without an entry, or an "
+    "entry scored other than the reservation's end",
     "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
     "not be read)",
 }
@@ -270,6 +278,7 @@ class _State:
     leases: list[tuple[str, float]]
     deadlines: list[tuple[str, float]]
     idle: list[tuple[str, float]]
+    bookings: list[tuple[str, float]]
     queues: list[tuple[str, float]]
     buckets: dict[str, list[tuple[str, float]]]
     avoid: dict[str, str]
@@ -280,7 +289,7 @@ class _State:
 
     def index_entries(self) -> int:
         """How many index entries were read."""
-        ranged = [self.leases, self.deadlines, self.idle, self.queues]
+        ranged = [self.leases, self.deadlines, self.idle, self.bookings, self.queues]
         ranged += [*self.status.values(), *self.buckets.values()]
         return (
             sum(len(x) for x in ranged)
@@ -557,7 +566,7 @@ def _read_state(rd: _Reader) -> _State:
     tasks, vanished = rd.tasks(sorted(space.tasks))
     sigs = sorted(space.queues)
     status_keys = [k.status(s) for s in STATUSES]
-    pool_zsets = [k.leases, k.deadlines, k.idle, k.queues]
+    pool_zsets = [k.leases, k.deadlines, k.idle, k.bookings, k.queues]
     z = rd.zsets(status_keys + pool_zsets, "reading indexes")
     queues = z[k.queues]
     sigs = sorted(set(sigs) | {sig for sig, _ in queues})
@@ -574,6 +583,7 @@ def _read_state(rd: _Reader) -> _State:
         leases=z[k.leases],
         deadlines=z[k.deadlines],
         idle=z[k.idle],
+        bookings=z[k.bookings],
         queues=queues,
         buckets={sig: buckets[k.queue(sig)] for sig in sigs},
         avoid=rd.hash(k.avoid),
@@ -941,6 +951,8 @@ def _check_idle(st: _State, f: _Findings) -> None:
             why.append("quarantined")
         if d["held"]:
             why.append(f"held ({d['held']})")
+        if d["booked_until"]:
+            why.append("reserved for a person")
         if d["state"] != "idle":
             why.append(f"state {d['state'] or '(none)'}")
         if why:
@@ -949,6 +961,40 @@ def _check_idle(st: _State, f: _Findings) -> None:
                 f"the device is an idle candidate but {', '.join(why)}",
                 device=did,
                 key="idle",
+            )
+
+
+def _check_bookings(st: _State, f: _Findings) -> None:
+    """A device is held by a lease or a person's reservation, not both; ``bookings`` indexes
+    exactly the reserved devices, by their reservation's end."""
+    indexed = dict(st.bookings)
+    for did, end in st.bookings:
+        d = st.device_rows.get(did)
+        if d is None or did not in st.devices:
+            f.add("booking_index", "bookings names a device that is not registered", device=did,
+                  key="bookings")  # fmt: skip
+        elif not d["booked_until"]:
+            f.add("booking_index", "bookings names a device that is not reserved", device=did,
+                  key="bookings")  # fmt: skip
+        elif _int(d["booked_until"]) != int(end):
+            f.add(
+                "booking_index",
+                f"the reservation ends at {d['booked_until']}, bookings says {int(end)}",
+                device=did,
+                key="bookings",
+            )
+    for did, d in sorted(st.device_rows.items()):
+        if not d["booked_until"]:
+            continue
+        if did not in indexed:
+            f.add("booking_index", "a reserved device is not in bookings (it never expires)",
+                  device=did, key="bookings")  # fmt: skip
+        if d["reserved_by"]:
+            f.add(
+                "lease_and_booking",
+                f"reserved for a person and held by task {d['reserved_by']}'s lease",
+                device=did,
+                task=d["reserved_by"],
             )
 
 
@@ -1180,6 +1226,7 @@ def _check_state(st: _State, f: _Findings) -> None:
     _check_task_entries(st, f)
     _check_devices(st, f)
     _check_idle(st, f)
+    _check_bookings(st, f)
 
 
 def _recheck_orphans(st: _State, rd: _Reader, f: _Findings) -> None:

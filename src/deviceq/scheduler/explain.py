@@ -10,6 +10,9 @@ For a queued task every device of the pool is classified against the task's cons
   lease on it expired) or ``held`` (its host refused an assignment) until its host's next
   heartbeat, ``host_draining``, ``offline``, ``busy`` (the host reports it busy), else ``idle``
   (assignable);
+* ``booked`` — reserved for a person (``deviceq reserve``): the reason says when the first of
+  those reservations ends (``detail.reserved_until``, ms) and by whom; a task that could only
+  run on reserved devices says so in its summary, with that time;
 * with assignable devices: ``waiting_turn`` (older tasks are queued ahead) or ``no_scheduler``
   (no scheduler holds the leader lease) — the scheduler assigns at its next pass.
 
@@ -20,6 +23,7 @@ dispatched (running on device D), or finished (done / failed with its failure ki
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..core import liveness
@@ -29,6 +33,7 @@ from ..core.fleet import effective_state, read_devices, read_hosts
 from ..core.models import ScheduledTask, TaskStatus, validate_id
 
 BLOCKERS = (
+    "booked",
     "reserved",
     "quarantined",
     "host_dead",
@@ -40,6 +45,7 @@ BLOCKERS = (
 )
 
 _BLOCKER_TEXT = {
+    "booked": "reserved for a person (deviceq reserve)",
     "reserved": "reserved by other tasks",
     "quarantined": "quarantined",
     "host_dead": "on a host that stopped heartbeating",
@@ -191,10 +197,16 @@ def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, s
             matching.append(d)
     counts["matching"] = len(matching)
     cls = dict.fromkeys((*BLOCKERS, "idle"), 0)
+    books = _bookings(admin)
+    booked_ends: list[tuple[int, str, str]] = []
     for d in matching:
         state = effective_state(d, hosts.get(d.host_id))
+        if d.device_id in books and state not in ("quarantined", "host_dead", "reserved"):
+            state = "booked"
+            booked_ends.append((*books[d.device_id], d.device_id))
         cls["host_draining" if state == "draining" else state] += 1
     counts.update(cls)
+    booked_ends.sort()
 
     sig = raw.get("sig", "")
     seq = int(raw.get("seq") or 0)
@@ -238,7 +250,18 @@ def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, s
         summary = f"no device offers {want}"
     else:
         for b in BLOCKERS:
-            if cls[b]:
+            if b == "booked" and cls[b]:
+                until, by, did = booked_ends[0]
+                reasons.append(
+                    Reason(
+                        "booked",
+                        f"{cls[b]} matching device(s) {_BLOCKER_TEXT[b]}; the first reservation "
+                        f"ends at {_at(until)} (in {_secs(until, now)}: {did}, by {by!r})",
+                        cls[b],
+                        {"reserved_until": until, "reserved_by": by, "device_id": did},
+                    )
+                )
+            elif cls[b]:
                 reasons.append(Reason(b, f"{cls[b]} matching device(s) {_BLOCKER_TEXT[b]}", cls[b]))
         if cls["idle"]:
             if not leader:
@@ -263,6 +286,12 @@ def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, s
                     )
                 )
                 summary = "matching devices are idle; waiting for its turn"
+        elif cls["booked"] == len(matching):
+            until = booked_ends[0][0]
+            summary = (
+                f"it can only run on reserved device(s) offering {want}; the first reservation "
+                f"ends at {_at(until)} (in {_secs(until, now)})"
+            )
         else:
             busiest = max(BLOCKERS, key=lambda b: cls[b])
             summary = (
@@ -300,6 +329,22 @@ def _describe(task: ScheduledTask) -> str:
     if task.tags:
         parts.append("tags " + ",".join(task.tags))
     return " and ".join(parts) or "any device"
+
+
+def _bookings(admin: PoolConnection) -> dict[str, tuple[int, str]]:
+    """Reserved devices (``bookings``): device id -> (end ms, note)."""
+    r, k = admin.redis, admin.keys
+    ends: list[tuple[str, float]] = r.zrange(k.bookings, 0, -1, withscores=True)  # type: ignore[assignment]
+    pipe = r.pipeline(transaction=False)
+    for did, _ in ends:
+        pipe.hget(k.device(did), "booked_by")
+    return {
+        did: (int(end), str(by or "")) for (did, end), by in zip(ends, pipe.execute(), strict=True)
+    }
+
+
+def _at(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _secs(at_ms: int | None, now: int) -> str:
