@@ -110,7 +110,8 @@ def test_several_pools_are_refused_by_one_pool_commands(redis_url: str) -> None:
         timeout=60,
     )
     assert res.returncode == 2 and res.stdout == ""
-    assert "--pool was given 2 times: only `deviceq scheduler run` serves several" in res.stderr
+    want = "--pool was given 2 times: only `deviceq scheduler run` and `deviceq host run` serve"
+    assert want in res.stderr
     res = subprocess.run(
         [str(exe), "--redis-url", redis_url, "--pool", "a", "--pool", "b", "scheduler", "run",
          "--metrics-port", "9999"],

@@ -215,7 +215,7 @@ def test_every_deviceq_command_is_valid_against_the_cli(compose: dict[str, Any])
         (args,) = seen[host_id]
         params = check_cli(args).params
         assert params["host_id"] == host_id
-        assert params["token_file"] == f"/tokens/{host_id}.token"
+        assert params["token_file"] == (f"/tokens/{host_id}.token",)
         assert params["goal_runner"] == "sim" and len(params["devices"]) >= 2
         assert all(len(d.split(":")) == 3 for d in params["devices"])
         assert seen[f"token-{host_id}"] == [

@@ -59,7 +59,7 @@ class Ctx:
         if len(self.pools) != 1:
             raise click.UsageError(
                 f"--pool was given {len(self.pools)} times: only `deviceq scheduler run` "
-                "serves several pools; other commands act on one"
+                "and `deviceq host run` serve several pools; other commands act on one"
             )
         return self.pools[0]
 
@@ -380,8 +380,8 @@ class _Group(click.Group):
     multiple=True,
     default=("default",),
     show_default=True,
-    help="Pool (namespace) to act on (env DEVICEQ_POOL). `scheduler run` takes it more than "
-    "once (--pool a --pool b; DEVICEQ_POOL='a b') to serve several pools.",
+    help="Pool (namespace) to act on (env DEVICEQ_POOL). `scheduler run` and `host run` take "
+    "it more than once (--pool a --pool b; DEVICEQ_POOL='a b') to serve several pools.",
 )
 @click.option(
     "--log-format",

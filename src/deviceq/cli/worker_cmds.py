@@ -13,11 +13,14 @@ import click
 import yaml
 
 from ..core import logs
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InvalidInput
+from ..core.models import ID_RE, validate_id
 from ..host.daemon import HostWorker
+from ..host.multipool import MultiPoolHost
 from ..host.runners import RunnerSpec
-from ..host.settings import WorkerSettings
-from .app import Ctx, device, echo_json, host, pass_ctx
+from ..host.settings import DeviceConfig, WorkerSettings
+from ..host.state import EXIT_START_REFUSED
+from .app import Ctx, device, echo_json, fail, host, pass_ctx
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
 
@@ -135,16 +138,151 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
     return settings, token
 
 
+def split_token_files(value: Any, pools: tuple[str, ...]) -> tuple[dict[str, str], str | None]:
+    """``--token-file`` values (or ``token_file`` of a config file: a path, a list, or a
+    mapping pool -> path): the per-pool files (``POOL=FILE``) and the plain one (at most one,
+    for every pool without a file of its own)."""
+    if value is None or value == ():
+        return {}, None
+    if isinstance(value, dict):
+        items = [f"{k}={v}" for k, v in value.items()]
+    elif isinstance(value, str):
+        items = [value]
+    else:
+        items = [str(v) for v in value]
+    per_pool: dict[str, str] = {}
+    plain: list[str] = []
+    for item in items:
+        key, sep, rest = item.partition("=")
+        if sep and ID_RE.fullmatch(key):
+            if key not in pools:
+                raise ConfigError(
+                    f"--token-file {key}=...: this daemon does not serve pool {key!r} "
+                    f"(it serves {', '.join(pools)})"
+                )
+            if key in per_pool:
+                raise ConfigError(f"--token-file {key}=... is given twice")
+            if not rest:
+                raise ConfigError(f"--token-file {key}=: the file is missing")
+            per_pool[key] = rest
+        else:
+            plain.append(item)
+    if len(plain) > 1:
+        raise ConfigError(
+            "--token-file FILE is given more than once: one plain FILE serves every pool; "
+            "give the others as POOL=FILE"
+        )
+    return per_pool, (plain[0] if plain else None)
+
+
+def split_devices(value: Any, pools: tuple[str, ...]) -> dict[str, list[DeviceConfig]]:
+    """The devices of each pool: ``POOL/ID:DRIVER[:TAGS]`` (in a config file also a mapping
+    with ``pool``, ``id``, ``driver_type``, ``tags``); a device without a pool only when
+    there is one pool. Each device id in one pool only, each pool with a device at least."""
+    out: dict[str, list[DeviceConfig]] = {p: [] for p in pools}
+    items: list[tuple[str | None, Any]] = []
+    raw: Any
+    for raw in [value] if isinstance(value, str | dict) else value or []:
+        pool: str | None = None
+        if isinstance(raw, str) and "/" in raw:
+            pool, _, raw = raw.partition("/")
+            validate_id(pool, "pool name")
+        elif isinstance(raw, dict) and "pool" in raw:
+            raw = dict(raw)
+            pool = validate_id(raw.pop("pool"), "pool name")
+        items.append((pool, raw))
+    where: dict[str, str] = {}
+    for pool, d in items:
+        dev = DeviceConfig.coerce(d)
+        if pool is None:
+            if len(pools) > 1:
+                raise ConfigError(
+                    f"device {dev.device_id}: say which pool it serves (--device "
+                    f"POOL/{dev.device_id}:{dev.driver_type}): serving several pools, each "
+                    "device belongs to exactly one"
+                )
+            pool = pools[0]
+        if pool not in out:
+            raise ConfigError(
+                f"device {pool}/{dev.device_id}: this daemon does not serve pool {pool!r} "
+                f"(it serves {', '.join(pools)})"
+            )
+        if dev.device_id in where:
+            other = where[dev.device_id]
+            raise ConfigError(
+                f"device {dev.device_id} is given twice"
+                + (f" (pools {other} and {pool})" if other != pool else "")
+                + ": a device serves one pool, since pools do not see each other's "
+                "reservations (two of them could run a task on it at the same moment)"
+            )
+        where[dev.device_id] = pool
+        out[pool].append(dev)
+    if len(pools) > 1:
+        empty = [p for p in pools if not out[p]]
+        if empty:
+            raise ConfigError(
+                f"pool(s) {', '.join(empty)} have no device: --device POOL/ID:DRIVER[:TAGS]"
+            )
+    return out
+
+
+def build_pool_settings(
+    cli: dict[str, Any], file_cfg: dict[str, Any], pools: tuple[str, ...]
+) -> dict[str, tuple[WorkerSettings, str]]:
+    """`build_settings` for each pool a daemon serves: pool -> (settings, token). Each pool
+    gets the devices given for it and its token: its own ``--token-file POOL=FILE``, else
+    ``--token``, the plain ``--token-file FILE`` or DEVICEQ_HOST_TOKEN. Checked before
+    anything starts: every pool has a token and a device (ConfigError otherwise)."""
+    cfg = dict(file_cfg)
+    for key, value in cli.items():
+        if value is not None and value != ():
+            cfg[key] = value
+    per_file, plain_file = split_token_files(cfg.pop("token_file", None), pools)
+    token = cfg.pop("token", None)
+    devices = split_devices(cfg.pop("devices", None) or cfg.pop("device", None) or [], pools)
+    cfg.pop("device", None)
+    general: str | None = None
+    if token or plain_file or os.environ.get("DEVICEQ_HOST_TOKEN", "").strip():
+        general = read_token(token, plain_file)
+    missing = [p for p in pools if p not in per_file and general is None]
+    if missing and len(pools) == 1:
+        read_token(None, None)  # the one-pool message: a host token is required ...
+    if missing:
+        raise ConfigError(
+            f"no host token for pool(s) {', '.join(missing)}: the host has a token of its own "
+            "in each pool; give --token-file POOL=FILE for each (or one --token-file FILE, "
+            "--token or DEVICEQ_HOST_TOKEN for the pools without one)"
+        )
+    out: dict[str, tuple[WorkerSettings, str]] = {}
+    for pool in pools:
+        tok = read_token(None, per_file[pool]) if pool in per_file else general
+        assert tok is not None
+        try:
+            out[pool] = build_settings({**cfg, "devices": devices[pool], "token": tok}, {})
+        except (ConfigError, InvalidInput) as exc:
+            if len(pools) == 1:
+                raise
+            raise ConfigError(f"pool {pool}: {exc}") from None
+    return out
+
+
 @host.command("run")
 @click.option("--host-id", help="This host's id (as created with `deviceq host add`).")
 @click.option("--token", help="The host token (prefer --token-file or DEVICEQ_HOST_TOKEN).")
-@click.option("--token-file", type=click.Path(dir_okay=False), help="File holding the token.")
+@click.option(
+    "--token-file",
+    multiple=True,
+    metavar="[POOL=]FILE",
+    help="File holding the token. Serving several pools: POOL=FILE per pool (repeatable; the "
+    "host has a token of its own in each pool), a plain FILE for the pools without one.",
+)
 @click.option(
     "--device",
     "devices",
     multiple=True,
-    metavar="ID:DRIVER[:TAG,TAG]",
-    help="A device this host serves (repeatable).",
+    metavar="[POOL/]ID:DRIVER[:TAG,TAG]",
+    help="A device this host serves (repeatable). Serving several pools: POOL/ID:DRIVER, "
+    "each device in exactly one pool.",
 )
 @click.option(
     "--config",
@@ -265,12 +403,27 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     within --grace, the rest are handed back, exit 0. Exit 2: could not start; 3: another
     daemon took over; 4: the host was removed or its token rotated.
 
+    Several pools in one process (--pool a --pool b): one worker per pool, each with its own
+    session, inbox, heartbeats and reports; the host is added in each pool (`deviceq --pool a
+    host add H`), with a token of its own: --token-file a=FILE per pool (a plain --token-file
+    FILE, --token or DEVICEQ_HOST_TOKEN serves the pools without one). Every pool is a separate
+    fleet: each device serves exactly one pool (--device POOL/ID:DRIVER), since pools do not
+    see each other's reservations and two of them could start a task on a shared device at
+    the same moment (for a device shared by teams, use one pool and tags). A pool without a
+    token or a device, or a device given for two pools: exit 2 before anything starts.
+    SIGTERM drains every pool, exit 0. When one pool's worker stops with an error (host
+    removed from that pool, token rotated, taken over, refused at start), the other pools
+    are drained and the process exits with that code, for a supervisor to restart it.
+
     \b
     Example:
       deviceq host run --host-id lab-1 --token-file lab-1.token \\
         --device pixel-7:android:wifi,camera --device emu-1:android \\
         --command 'adb -s {device_id} shell am start -d {goal:shell}' --infra-exit-code 75
       deviceq host run --config lab-1.yaml
+      deviceq --pool lab-a --pool lab-b host run --host-id lab-1 \\
+        --token-file lab-a=a.token --token-file lab-b=b.token \\
+        --device lab-a/pixel-7:android --device lab-b/emu-1:android --command '...'
 
     \b
     Config file (YAML or JSON; keys as the options, with underscores):
@@ -283,11 +436,20 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None
-    settings, token = build_settings(options, file_cfg)
+    pools = ctx.pools
+    try:
+        per_pool = build_pool_settings(options, file_cfg, pools)
+    except (ConfigError, InvalidInput) as exc:
+        if len(pools) == 1:
+            raise
+        fail(str(exc), EXIT_START_REFUSED)  # nothing started, nothing written
     logs.configure(ctx.log_format, ctx.log_level.upper())
-    ctx.preflight(need_reachable=False)  # a wrong password fails now, not in a retry loop
-    worker = HostWorker(ctx.redis_url, ctx.pool, settings, token)
-    sys.exit(worker.run())
+    # a wrong password fails now, not in a retry loop (one Redis for every pool: one PING)
+    ctx.for_pool(pools[0]).preflight(need_reachable=False)
+    if len(pools) == 1:
+        settings, token = per_pool[pools[0]]
+        sys.exit(HostWorker(ctx.redis_url, pools[0], settings, token).run())
+    sys.exit(MultiPoolHost(ctx.redis_url, per_pool).run())
 
 
 def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool) -> None:
@@ -328,4 +490,12 @@ def device_unquarantine(ctx: Ctx, device_id: str, as_json: bool) -> None:
     _quarantine(ctx, device_id, False, as_json)
 
 
-__all__ = ["build_settings", "host_run", "load_config_file", "read_token"]
+__all__ = [
+    "build_pool_settings",
+    "build_settings",
+    "host_run",
+    "load_config_file",
+    "read_token",
+    "split_devices",
+    "split_token_files",
+]

@@ -1,11 +1,13 @@
 """The host role: the worker daemon a host runs (`daemon.HostWorker`) and what it is made of —
 the host's Redis API (`client.HostClient`), its session identity (`session`), settings
 (`settings`), shared state (`state`), upkeep threads (`upkeep`), attempt execution
-(`execution`), the `TaskDispatcher` (`dispatcher`) and the runners (`runners`)."""
+(`execution`), the `TaskDispatcher` (`dispatcher`) and the runners (`runners`); one process
+serving several pools runs a `MultiPoolHost` (`multipool`): a `HostWorker` per pool."""
 
 from .client import DeviceReport, Heartbeat, HostClient, Renewal, Report, SessionInfo
 from .daemon import HostWorker
 from .dispatcher import DispatchOutcome, TaskDispatcher
+from .multipool import MultiPoolHost
 from .settings import DeviceConfig, WorkerSettings
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "Heartbeat",
     "HostClient",
     "HostWorker",
+    "MultiPoolHost",
     "Renewal",
     "Report",
     "SessionInfo",

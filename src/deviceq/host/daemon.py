@@ -30,6 +30,9 @@ started, let running tasks finish within the grace period, release what cannot f
 the session, exit 0. A second signal skips the rest of the grace period. An operator's drain
 (``deviceq host drain``) is a separate flag that a restart keeps.
 
+One process may serve several pools (``deviceq --pool a --pool b host run``): a `HostWorker`
+per pool, run by `deviceq.host.multipool.MultiPoolHost`, each device in one pool only.
+
 Under systemd use ``KillMode=mixed`` (the default ``control-group`` would SIGTERM the running
 commands too instead of letting them finish within the grace period) and ``TimeoutStopSec``
 above ``--grace``.
@@ -44,6 +47,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -58,8 +62,42 @@ from .execution import Executor
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
-from .state import EXIT_START_REFUSED, LOG, TRANSIENT, HostState, unreachable
+from .state import EXIT_START_REFUSED, TRANSIENT, HostState, unreachable
 from .upkeep import CTL_BLOCK, Upkeep
+
+
+def install_stop_signals(on_signal: Callable[[str], None]) -> None:
+    """SIGTERM/SIGINT call ``on_signal(NAME)`` (from the main thread only). The Python handler
+    does nothing itself (logging or taking a lock from a handler that interrupted the same
+    thread could raise or deadlock): the signal number arrives through the wakeup fd at a
+    watcher thread, which calls ``on_signal``."""
+    rsock, wsock = socket.socketpair()
+    wsock.setblocking(False)
+    signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+    _SIGNAL_SOCKS.append((rsock, wsock))  # kept open for the life of the process
+    wanted = {int(signal.SIGTERM), int(signal.SIGINT)}
+
+    def handler(signum: int, frame: Any) -> None:
+        return None
+
+    def watch() -> None:
+        while True:
+            try:
+                data = rsock.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum in wanted:
+                    on_signal(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    threading.Thread(target=watch, name="signals", daemon=True).start()
+
+
+_SIGNAL_SOCKS: list[tuple[socket.socket, socket.socket]] = []
 
 
 class HostWorker:
@@ -82,6 +120,7 @@ class HostWorker:
         dispatcher: TaskDispatcher | None = None,
     ) -> None:
         self.settings = settings
+        self.pool = pool
         self.session_id = new_session_id()
         self.owner = owner_id()
 
@@ -99,7 +138,7 @@ class HostWorker:
         self.host = client(settings.socket_timeout)
         self.waiter = client(settings.poll_interval * 1.25 + settings.socket_timeout)
         self.ctl = client(CTL_BLOCK + settings.socket_timeout)
-        self.state = HostState(settings)
+        self.state = HostState(settings, pool)
         self.state.nudge = self._nudge
         self.dispatcher = dispatcher or self._dispatcher(settings, pool)
         self.executor = Executor(self.state, self.host, self.dispatcher)
@@ -116,7 +155,11 @@ class HostWorker:
             settings.workflow_runner, spec, settings.isolation, kill_grace=settings.stop_grace
         )
         return TaskDispatcher(
-            goal, wf, self.host.get_workflow, stop_grace=settings.stop_grace + 2.0
+            goal,
+            wf,
+            self.host.get_workflow,
+            stop_grace=settings.stop_grace + 2.0,
+            log_fields={"pool": pool},
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -163,34 +206,11 @@ class HostWorker:
         threading.Thread(target=self._nudge, daemon=True).start()
 
     def _install_signals(self) -> None:
-        """SIGTERM/SIGINT start a drain. The Python handler does nothing itself (logging or
-        taking a lock from a handler that interrupted the same thread could raise or deadlock):
-        the signal number arrives through the wakeup fd at a watcher thread, which acts."""
-        rsock, wsock = socket.socketpair()
-        wsock.setblocking(False)
-        signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
-        self._signal_socks = (rsock, wsock)
-        wanted = {int(signal.SIGTERM), int(signal.SIGINT)}
+        def on_signal(name: str) -> None:
+            self.state.signalled = name
+            self.stop()
 
-        def handler(signum: int, frame: Any) -> None:
-            return None
-
-        def watch() -> None:
-            while True:
-                try:
-                    data = rsock.recv(64)
-                except OSError:
-                    return
-                if not data:
-                    return
-                for signum in data:
-                    if signum in wanted:
-                        self.state.signalled = signal.Signals(signum).name
-                        self.stop()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-        threading.Thread(target=watch, name="signals", daemon=True).start()
+        install_stop_signals(on_signal)
 
     def _summary(self) -> None:
         """One INFO line about what the host did since the last one (if anything)."""
@@ -206,7 +226,8 @@ class HostWorker:
 
     def _startup(self) -> int:
         with contextlib.suppress(redis.RedisError):
-            warn_if_unsafe(self.host.redis, f"host daemon {self.settings.host_id}")
+            what = f"host daemon {self.settings.host_id} (pool {self.pool})"
+            warn_if_unsafe(self.host.redis, what)
         if self.settings.device_check:
             self.upkeep.check_devices()
 
@@ -280,7 +301,7 @@ class HostWorker:
             try:
                 self._main_loop_inner()
             except Exception:  # noqa: BLE001 - the daemon must survive a bug in one pass
-                LOG.exception("main loop failed; continuing")
+                self.state.log_exception("main loop failed; continuing")
                 self.state.stopping.wait(1.0)
 
     def _main_loop_inner(self) -> None:

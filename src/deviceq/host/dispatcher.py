@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,12 +162,14 @@ class TaskDispatcher:
         *,
         stop_grace: float = 10.0,
         logger: logging.Logger | None = None,
+        log_fields: Mapping[str, Any] | None = None,
     ) -> None:
         self.goal_runner = goal_runner
         self.workflow_runner = workflow_runner
         self.workflow_loader = workflow_loader
         self.stop_grace = stop_grace
         self.log = logger or _LOG
+        self.log_fields = dict(log_fields or {})  # on every task's log lines (e.g. the pool)
         self.threads = RunnerThreads()  # a thread per run, reused (see runner_threads.py)
         self.watchdog = _Watchdog(stop_grace)
 
@@ -194,7 +196,7 @@ class TaskDispatcher:
             workflow=t.workflow,
             lease=lease,
         )
-        task.logger = task_logger(task, self.log)
+        task.logger = task_logger(task, self.log, self.log_fields)
         return task
 
     def dispatch(

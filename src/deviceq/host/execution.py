@@ -21,7 +21,7 @@ from .dispatcher import DispatchOutcome, TaskDispatcher
 from .reporter import Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
-from .state import LOG, TRANSIENT, HostState
+from .state import TRANSIENT, HostState
 
 
 def lease_margin(lease_s: float) -> float:
@@ -175,7 +175,7 @@ class Executor:
             else:
                 self.finish(run, outcome)
         except Exception:  # noqa: BLE001 - never lose the slot
-            LOG.exception("run failed", extra={"fields": run.fields()})
+            self.state.log_exception("run failed", **run.fields())
             with contextlib.suppress(Exception):
                 self.release(run, "worker error")
         finally:
@@ -200,7 +200,7 @@ class Executor:
         try:
             self.finish(run, outcome)
         except Exception:  # noqa: BLE001 - the lease then expires and the task is retried
-            LOG.exception("report of an abandoned run failed", extra={"fields": run.fields()})
+            self.state.log_exception("report of an abandoned run failed", **run.fields())
         with self.state.lock:  # no longer renewed or waited for at shutdown
             self.state.runs.pop(run.task_id, None)
         self.state.changed.set()

@@ -47,6 +47,7 @@ class HostState:
     write it)."""
 
     settings: WorkerSettings
+    pool: str = ""  # the pool this daemon serves: a field of every log line (none if "")
     devices: dict[str, DeviceConfig] = field(init=False)
     states: dict[str, DeviceState] = field(init=False)  # from the device checks
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -73,8 +74,18 @@ class HostState:
         self.devices = {d.device_id: d for d in self.settings.devices}
         self.states = {d.device_id: d.state for d in self.settings.devices}
 
+    def context(self) -> dict[str, Any]:
+        """The fields every log line of this daemon carries (pool, host)."""
+        ctx: dict[str, Any] = {"pool": self.pool} if self.pool else {}
+        ctx["host"] = self.settings.host_id
+        return ctx
+
     def log(self, level: int, msg: str, **fields: Any) -> None:
-        log(LOG, level, msg, **{"host": self.settings.host_id, **fields})
+        log(LOG, level, msg, **{**self.context(), **fields})
+
+    def log_exception(self, msg: str, **fields: Any) -> None:
+        """Log ``msg`` at ERROR with the exception being handled (and this daemon's fields)."""
+        LOG.exception(msg, extra={"fields": {**self.context(), **fields}})
 
     def free_devices(self) -> list[str]:
         """Devices with no run, no abandoned runner, not quarantined, idle by their check."""

@@ -18,7 +18,7 @@ from .client import HostClient
 from .execution import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DeviceConfig
-from .state import LOG, TRANSIENT, HostState, unreachable
+from .state import TRANSIENT, HostState, unreachable
 
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
@@ -68,7 +68,7 @@ class Upkeep:
                 self.state.log(logging.ERROR, f"heartbeat refused: {type(exc).__name__}: {exc}")
                 wait = max(1.0, self.hb_interval())
             except Exception:  # noqa: BLE001 - the heartbeat must survive anything
-                LOG.exception("heartbeat failed")
+                self.state.log_exception("heartbeat failed")
                 wait = 1.0
             self.state.beat_now.wait(wait)
             self.state.beat_now.clear()
@@ -117,7 +117,7 @@ class Upkeep:
                 self.state.log(logging.ERROR, f"renew refused: {type(exc).__name__}: {exc}")
                 self.state.closed.wait(0.5)
             except Exception:  # noqa: BLE001 - renewals must survive anything
-                LOG.exception("renew failed")
+                self.state.log_exception("renew failed")
                 self.state.closed.wait(0.5)
 
     def renew_once(self, runs: list[Run] | None = None) -> None:
@@ -158,7 +158,7 @@ class Upkeep:
             try:
                 self.check_devices()
             except Exception:  # noqa: BLE001 - keep checking
-                LOG.exception("device check failed")
+                self.state.log_exception("device check failed")
 
     def check_devices(self) -> None:
         """Run the device check for every device not running a deviceq task: exit 0 -> idle,

@@ -121,9 +121,13 @@ class LeaseClock:
         return left is not None and left <= 0
 
 
-def task_logger(task: Task, base: logging.Logger | None = None) -> TaskLogger:
-    """A `TaskLogger` carrying ``task``'s fields."""
+def task_logger(
+    task: Task, base: logging.Logger | None = None, context: Mapping[str, Any] | None = None
+) -> TaskLogger:
+    """A `TaskLogger` carrying ``task``'s fields, after those of ``context`` (the daemon's:
+    its pool, say)."""
     fields: dict[str, Any] = {
+        **(context or {}),
         "task": task.task_id, "lease": task.lease_id or None, "host": task.host_id or None,
         "device": task.device_id, "attempt": task.attempt,
     }  # fmt: skip

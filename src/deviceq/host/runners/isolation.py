@@ -15,7 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ...core.models import WorkflowDefinition
-from .base import Outcome, Task, as_outcome, tail
+from .base import Outcome, Task, as_outcome, tail, task_logger
 from .command import kill_group
 
 if TYPE_CHECKING:
@@ -50,10 +50,13 @@ def _child_main(
     logs.configure(log_format)
     cancel = threading.Event()
     left = task_data.pop("lease_left", None)
+    log_context = dict(task_data.pop("log_context", None) or {})  # the parent's task fields
     deadline = [None if left is None else time.monotonic() + float(left)]
 
     def die(why: str) -> None:
-        logging.getLogger("deviceq.runner").error(f"{why}: run killed")
+        logging.getLogger("deviceq.runner").error(
+            f"{why}: run killed", extra={"fields": log_context}
+        )
         logging.shutdown()
         os.killpg(os.getpid(), signal.SIGKILL)
 
@@ -84,6 +87,8 @@ def _child_main(
 
     threading.Thread(target=watch, daemon=True).start()
     task = Task.from_portable(task_data, cancel)
+    if log_context:
+        task.logger = task_logger(task, None, log_context)
     try:
         if kind == "workflow":
             assert goal_spec is not None and workflow_json is not None
@@ -139,7 +144,8 @@ class IsolatedRunner:
         cancel_r, cancel_w = ctx.Pipe(duplex=False)
         from ...core import logs
 
-        data = {**task.portable(), "lease_left": left}
+        data = {**task.portable(), "lease_left": left,
+                "log_context": dict(task.logger.extra or {})}  # fmt: skip
         proc = ctx.Process(
             target=_child_main,
             args=(result_w, cancel_r, self.kind, self.spec, self.goal_spec, data,

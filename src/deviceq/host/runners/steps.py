@@ -21,7 +21,7 @@ def run_steps(
         if task.cancel.is_set():
             return Outcome.failure(f"stopped before {label}")
         sub = replace(task, goal=step.goal, workflow=workflow.name, step=i)
-        sub.logger = task_logger(sub, task.logger.logger)
+        sub.logger = task_logger(sub, task.logger.logger, task.logger.extra)
         sub.logger.debug(f"workflow {workflow.name}: {label} started")
         out = as_outcome(goal_runner(sub))
         if not out.ok:
