@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceq import Client, DeviceReport, HostClient, TaskStatus, verify
+from deviceq import Client, DeviceReport, HostClient, NotConfirmed, TaskStatus, verify
 from deviceq.core.connection import connect
 from deviceq.embedded import LocalCluster
 from deviceq.ops.admin import PoolAdmin
@@ -203,7 +203,23 @@ def test_a_primary_sigkilled_mid_run_fails_over_and_work_goes_on(
     restarted, and verify finds no double booking. Tasks that ran twice (a lease that lapsed
     during the outage, or a last write that had not reached the replica: replication is
     asynchronous) are listed."""
-    c = replicated
+    failover_mid_run(replicated, tmp_path, durability="none")  # lost ones are only listed
+
+
+def test_durable_mode_loses_no_acknowledged_write_in_a_failover(
+    replicated: LocalCluster, tmp_path: Path
+) -> None:
+    """The same failover with ``durability replica``, and a producer submitting throughout:
+    a submission is acknowledged only once the shard's replica has it (WAIT), so every task
+    whose submission was acknowledged, just before the kill included, exists after the
+    promotion and runs to done. (Without durable mode the test lists the acknowledged
+    submissions the failover lost, if any: replication is asynchronous.)"""
+    lost = failover_mid_run(replicated, tmp_path, durability="replica")
+    assert lost == []
+
+
+def failover_mid_run(c: LocalCluster, tmp_path: Path, durability: str) -> list[str]:
+    """Run the failover scenario; returns the acknowledged submissions that were lost."""
     pool = pool_on(c, 0, "fo-")
     d = Deployment(c.url(1), pool, tmp_path)
     d.r.close()
@@ -211,19 +227,57 @@ def test_a_primary_sigkilled_mid_run_fails_over_and_work_goes_on(
     d.client, d.admin, d.store = Client(d.r, pool), PoolAdmin(d.r, pool), SchedulerClient(d.r, pool)
     try:
         d.configure(lease_ttl=4, claim_ttl=4, host_timeout=10)
+        d.admin.set_config("durability", durability)
         d.scheduler()
         d.command_host("h1", *(f"e{i}:android" for i in range(4)))
         ids = [d.client.submit(f"sleep 0.2; echo {i}", driver_type="android") for i in range(40)]
         wait_for(lambda: d.client.counts()["done"] >= 8, 60, "work under way")
 
-        c.nodes[0].kill()
+        acked: list[str] = []  # submissions the producer got an id back for
+        stop = threading.Event()
+
+        def produce() -> None:
+            producer = Client(connect(c.url(2), socket_timeout=30), pool)
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    acked.append(producer.submit(f"echo late {i}", driver_type="android"))
+                except NotConfirmed:
+                    pass  # applied, not confirmed: not an acknowledgement
+                except Exception:  # noqa: BLE001 - the outage: try again
+                    time.sleep(0.05)
+                time.sleep(0.01)  # ~100/s at most: a backlog 4 devices drain in seconds
+
+        t = threading.Thread(target=produce, daemon=True)
+        t.start()
+        wait_for(lambda: len(acked) >= 20, 30, "the producer submitting")
         (replica,) = c.replicas_of(0)
+        c.nodes[0].kill()  # while the producer's writes and the daemons' reports go on
         wait_for(lambda: c.client(replica).info("replication")["role"] == "master", 30,
                  "the replica promoted")  # fmt: skip
+        # the old primary comes back as the new primary's replica (durable writes need one)
+        c.nodes[0].start()
+        wait_for(lambda: c.client(0).info("replication").get("master_link_status") == "up", 60,
+                 "the old primary back as a replica")  # fmt: skip
+        n = len(acked)
+        wait_for(lambda: len(acked) >= n + 20, 60, "the producer submitting after the failover")
+        stop.set()
+        t.join(60)
 
-        done = d.wait_all(ids, timeout=120)
-        assert [t.status for t in done] == [TaskStatus.done] * 40, [
-            (t.id, t.status, t.error) for t in done if t.status is not TaskStatus.done
+        found = {x.id for x in d.client.get_many(acked)}
+        lost = [x for x in acked if x not in found]
+        print(f"acknowledged submissions lost in the failover ({durability}): {lost}")
+        try:
+            done = d.wait_all([*ids, *found], timeout=120)
+        except TimeoutError:
+            stuck = [x for x in d.client.get_many([*ids, *found]) if not x.status.terminal]
+            raise AssertionError(
+                f"unfinished: {[(x.id, x.status.value, x.attempt, x.host_id) for x in stuck]}; "
+                f"verify: {verify(d.r, pool).violations}"
+            ) from None
+        assert [x.status for x in done] == [TaskStatus.done] * len(done), [
+            (x.id, x.status, x.error) for x in done if x.status is not TaskStatus.done
         ]
         twice = [(t.id, t.attempt) for t in done if t.attempt > 1]
         print(f"run again after the failover (lease lapsed or last write lost): {twice}")
@@ -231,6 +285,7 @@ def test_a_primary_sigkilled_mid_run_fails_over_and_work_goes_on(
         result = verify(d.r, pool)
         assert result.ok, result.violations
         assert keys_per_node(c, pool, range(1, 3)) == [0, 0]  # the pool stayed on its shard
+        return lost
     finally:
         d.close()
 
