@@ -1,15 +1,18 @@
 """``deviceq dashboard`` end to end: a real pool (scheduler and a host daemon as processes on a
 private Redis), the dashboard as a real server process (`deviceq dashboard --port N`), driven
 by a real headless Chromium through chromedriver (Debian's ``chromium`` and
-``chromium-driver``; ``.ci/run`` installs them). The tests write the README's screenshots to
-``docs/screenshots/``.
+``chromium-driver``; ``.ci/run`` installs them). The tests write a screenshot of each page:
+with ``DEVICEQ_SCREENSHOTS=1`` to ``docs/screenshots/`` (the README's), else to a temporary
+folder (a test run leaves the checkout clean).
 
 Skipped only when no Chromium or chromedriver binary can be found."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -43,7 +46,11 @@ needs_browser = pytest.mark.skipif(
     reason="no chromium/chromedriver binary (apt-get install chromium chromium-driver)",
 )
 
-SHOTS = Path(REPO_DIR) / "docs" / "screenshots"
+SHOTS = (
+    Path(REPO_DIR) / "docs" / "screenshots"
+    if os.environ.get("DEVICEQ_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="deviceq-screenshots-"))
+)
 TOKEN = "op-token-" + "7c1f4e2a9b3d8e60f5a1c2b4d6e8f0a1"
 
 
