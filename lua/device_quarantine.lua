@@ -11,7 +11,7 @@ if not valid_id(did) then return fail('INVALID', 'malformed device id') end
 if (flag ~= '1' and flag ~= '0') or #ARGV ~= 2 then return fail('INVALID', 'quarantined must be 1 or 0') end
 local dk = k('device', did)
 local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'held',
-  'booked_until')
+  'booked_until', 'health')
 if not d[1] then return fail('NOT_FOUND', 'no device ' .. did) end
 local function count(by)
   if redis.call('HINCRBY', k('qdrivers'), d[5] or '', by) <= 0 then redis.call('HDEL', k('qdrivers'), d[5] or '') end
@@ -32,7 +32,8 @@ if d[4] == '1' then
   ctl(d[1], 'quarantine')
   emit('device_unquarantined', 'device', did, 'host', d[1])
 end
-if d[2] == 'idle' and (not d[3] or d[3] == '') and (not d[6] or d[6] == '') and (not d[7] or d[7] == '') then
+if d[2] == 'idle' and (not d[3] or d[3] == '') and (not d[6] or d[6] == '') and (not d[7] or d[7] == '')
+  and health_ok(d[8]) then
   redis.call('ZADD', k('idle'), 'NX', now_str(), did)
   wake(k('sched', 'wake'))
 end

@@ -17,7 +17,7 @@
 -- Errors   INVALID (bad arguments, or an extension past 7 days from now), NOT_FOUND (no
 --          device; extend/release of a device that is not reserved), EXISTS (reserve of a
 --          device already reserved: extend it instead), BUSY (the device is not idle: leased,
---          quarantined, held, busy/offline, or its host is dead)
+--          quarantined, held, running a health check, busy/offline, or its host is dead)
 local MAX_MS = 604800000
 local action, did, dur_s, note = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if #ARGV ~= 4 then return fail('INVALID', 'bad argument count') end
@@ -38,7 +38,7 @@ end
 
 local dk = k('device', did)
 local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'held',
-  'booked_until', 'booked_by')
+  'booked_until', 'booked_by', 'health')
 if not d[1] then return fail('NOT_FOUND', 'no device ' .. did) end
 local booked = d[6] and d[6] ~= ''
 local now = now_ms()
@@ -72,6 +72,9 @@ if d[3] and d[3] ~= '' then return fail('BUSY', 'device ' .. did .. ' is running
 if d[4] == '1' then return fail('BUSY', 'device ' .. did .. ' is quarantined') end
 if d[5] and d[5] ~= '' then
   return fail('BUSY', 'device ' .. did .. ' is held (' .. d[5] .. ') until its host\'s next heartbeat')
+end
+if d[8] == 'checking' then
+  return fail('BUSY', 'device ' .. did .. ' is running a health check')
 end
 if d[2] ~= 'idle' then
   return fail('BUSY', 'device ' .. did .. ' is ' .. (d[2] or 'offline') .. ', not idle')

@@ -14,7 +14,7 @@
 -- A heartbeat proves the host alive after a lost lease: it clears the host's `suspect` flag
 -- and its devices' `held` marks. A device with an active reservation is never put among the
 -- idle candidates, whatever the snapshot says; a quarantined or booked (reserved for a person,
--- device_reserve.lua) device neither.
+-- device_reserve.lua) device neither, nor one under or failing a health check (device_health.lua).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
 local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
@@ -62,7 +62,7 @@ for i = 0, n - 1 do
   local did, driver, tags, state, reason = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local dk = k('device', did)
   local d = redis.call('HMGET', dk, 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags',
-    'held', 'reason', 'booked_until')
+    'held', 'reason', 'booked_until', 'health')
   if not owners[did] then
     redis.call('SADD', k('devices'), did)
     redis.call('SADD', k('host', host_id, 'devices'), did)
@@ -97,7 +97,8 @@ for i = 0, n - 1 do
     redis.call('HSET', dk, 'held', '')
     emit('device_unheld', 'device', did, 'host', host_id, 'was', d[6])
   end
-  if state == 'idle' and (not d[2] or d[2] == '') and d[3] ~= '1' and (not d[8] or d[8] == '') then
+  if state == 'idle' and (not d[2] or d[2] == '') and d[3] ~= '1' and (not d[8] or d[8] == '')
+    and health_ok(d[9]) then
     -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
     if changed then
       redis.call('ZADD', k('idle'), now_s, did)

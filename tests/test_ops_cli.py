@@ -178,6 +178,8 @@ def test_status_json_field_by_field(real_fleet: Any, cli: Any) -> None:
             "draining": 0,
             "suspect": 0,
             "held": 0,
+            "checking": 0,
+            "unhealthy": 0,
             "quarantined": 1,
             "host_dead": 1,
             "booked": 0,

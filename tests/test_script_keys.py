@@ -122,6 +122,11 @@ def exercise(url: str, pool: str) -> None:
     admin.remove_host("h2")
     h3 = HostClient(r, pool, "h1", token)
     h3.heartbeat(beat)  # the expired leases' devices are back
+    h3.health_begin("d1")  # health checks: begin, end (unhealthy, then healthy), clear
+    h3.health_end("d1", False, "no usb", "exit code 1")
+    h3.health_begin("d1")
+    h3.health_end("d1", True, "ok")
+    h3.health_clear("d1")
     admin.dispatch(client.submit("by hand", driver_type="web"), "d3")
     admin.reserve("d1", 60_000, "alice")  # reservations: reserve, extend, release, expire
     admin.extend("d1", 1000)

@@ -126,10 +126,13 @@ def release(ctx: Ctx, device_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
 def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
-    """One device: host, driver type, tags, state and why, the task holding it, and its
-    reservation. JSON: "reserved_by" is the note of a person's reservation and
-    "reserved_until" its end (ms since the epoch), both null when it is not reserved;
-    "task_id" is the task whose lease holds the device.
+    """One device: host, driver type, tags, state and why, the task holding it, its
+    reservation and its health (the host's health check, `host run --health-check`). JSON:
+    "reserved_by" is the note of a person's reservation and "reserved_until" its end (ms since
+    the epoch), both null when it is not reserved; "task_id" is the task whose lease holds the
+    device; "health" is healthy, unhealthy, checking or null (never checked), with
+    "health_checked_at" (ms), "health_output" (the last check's output tail) and
+    "health_reason" (why it is unhealthy).
 
     \b
     Example:
@@ -156,6 +159,13 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
         ("reserved by", resv.reserved_by if resv else "-"),
         ("reserved until", fmt_ms(resv.reserved_until) if resv else "-"),
         ("failures", str(d.consecutive_failures)),
+        ("health", d.health or "-"),
+        ("health checked", fmt_ms(d.health_checked_at) if d.health_checked_at else "-"),
+        ("health reason", d.health_reason or "-"),
     ]
     for name, value in rows:
         click.echo(f"{name:15} {value}")
+    if d.health_output:
+        click.echo("health output (tail):")
+        for line in d.health_output.rstrip("\n").splitlines():
+            click.echo(f"  {line}")

@@ -18,7 +18,7 @@ from ..core.models import ID_RE, validate_id
 from ..host.daemon import HostWorker
 from ..host.multipool import MultiPoolHost
 from ..host.runners import RunnerSpec
-from ..host.settings import DeviceConfig, WorkerSettings
+from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
 from ..host.state import EXIT_START_REFUSED
 from .app import Ctx, device, echo_json, fail, host, pass_ctx
 
@@ -70,6 +70,18 @@ def _parse_options(items: tuple[str, ...] | list[str] | dict[str, Any]) -> dict[
             raise ConfigError(f"bad runner option {item!r}: use KEY=VALUE")
         out[key.replace("-", "_")] = yaml.safe_load(value) if value else ""
     return out
+
+
+def _check_health_checks(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``--health-check DRIVER=TEMPLATE`` values, checked as they are parsed: a bad one is a
+    usage error (exit 2) before anything starts."""
+    try:
+        parse_health_checks(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
 
 
 def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[WorkerSettings, str]:
@@ -381,6 +393,34 @@ def build_pool_settings(
     help="Seconds between device checks [default: 30].",
 )
 @click.option(
+    "--health-check",
+    "health_check",
+    multiple=True,
+    metavar="DRIVER=TEMPLATE",
+    callback=_check_health_checks,
+    help="Health check of the devices of a driver type (repeatable): a command template "
+    "like --command's ({device_id} {driver_type} {tags} {host_id}); exit 0 = healthy, "
+    "else the device is unhealthy (out of service) until a check passes. Runs when a "
+    "device joins, every --health-every-tasks tasks, every --health-every-seconds and "
+    "after an infrastructure failure, never while a task holds the device.",
+)
+@click.option(
+    "--health-every-tasks",
+    type=click.IntRange(min=0),
+    help="Check a device again after N tasks on it (0 = not by count) [default: 0].",
+)
+@click.option(
+    "--health-every-seconds",
+    type=click.FloatRange(min=0),
+    help="Check a device again every S seconds; an unhealthy one is re-checked every S "
+    "(60 when not given) [default: 0].",
+)
+@click.option(
+    "--health-check-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="A check running longer is killed and the device unhealthy [default: 60].",
+)
+@click.option(
     "--recover/--no-recover",
     default=None,
     help="At start, when the previous daemon of this host id ran on this machine and "
@@ -419,7 +459,8 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     Example:
       deviceq host run --host-id lab-1 --token-file lab-1.token \\
         --device pixel-7:android:wifi,camera --device emu-1:android \\
-        --command 'adb -s {device_id} shell am start -d {goal:shell}' --infra-exit-code 75
+        --command 'adb -s {device_id} shell am start -d {goal:shell}' --infra-exit-code 75 \\
+        --health-check 'android=adb -s {device_id} get-state' --health-every-tasks 20
       deviceq host run --config lab-1.yaml
       deviceq --pool lab-a --pool lab-b host run --host-id lab-1 \\
         --token-file lab-a=a.token --token-file lab-b=b.token \\
@@ -433,6 +474,8 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
       command: "run-test --serial {device_id} {goal}"
       infra_exit_code: [75]
       grace: 60
+      health_check: {android: "adb -s {device_id} shell getprop sys.boot_completed"}
+      health_every_tasks: 20
     """
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None

@@ -52,13 +52,15 @@ def read_devices(conn: PoolConnection) -> list[PooledDevice]:
 
 
 DEVICE_STATES = (
-    "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "quarantined",
-    "host_dead",
+    "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "checking",
+    "unhealthy", "quarantined", "host_dead",
 )  # fmt: skip
 """Effective device states, in the order ``status`` shows them. ``reserved``: holds a lease
 (assigned or running); ``draining``: its host is drained or shutting down; ``suspect``: one of
 its leases expired, ``held``: its host handed an assignment back (both until the host's next
-heartbeat); ``host_dead``: its host's heartbeat is older than ``host_timeout``."""
+heartbeat); ``checking``: its host's health check runs on it; ``unhealthy``: the last health
+check failed (out of service until one passes); ``host_dead``: its host's heartbeat is older
+than ``host_timeout``."""
 
 
 def effective_state(device: PooledDevice, host: Host | None) -> str:
@@ -71,6 +73,8 @@ def effective_state(device: PooledDevice, host: Host | None) -> str:
         return "reserved"
     if device.held:
         return "suspect" if device.held == "suspect" else "held"
+    if device.health in ("checking", "unhealthy"):
+        return device.health
     if device.state.value == "idle" and (host.draining or host.stopping):
         return "draining"
     return device.state.value
@@ -84,6 +88,12 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
         return "a lease on it expired; back at its host's next heartbeat"
     if state == "held":
         return "its host handed an assignment back; back at the host's next heartbeat"
+    if state == "checking":
+        return "its host's health check is running or due" + (
+            f" (last failure: {d.health_reason})" if d.health_reason else ""
+        )
+    if state == "unhealthy":
+        return d.health_reason or "health check failed"
     if d.attention:
         return d.attention
     if state in ("busy", "offline"):

@@ -15,7 +15,7 @@ import redis
 
 from ..core.connection import PoolConnection
 from ..core.durability import run_durably
-from ..core.errors import InvalidInput, NotConfirmed
+from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.models import (
     MAX_PAYLOAD_BYTES,
     Assignment,
@@ -28,6 +28,7 @@ from ..core.models import (
 )
 
 MAX_REASON_BYTES = 200
+HEALTH_OUTPUT_BYTES = 2000  # the tail of a health check's output kept on the device hash
 
 
 def token_digest(token: str) -> str:
@@ -114,6 +115,14 @@ class Report:
     outcome: str  # done | failed | cancelled | released
     failure_kind: FailureKind | str | None = None
     payload: str = ""
+
+
+def output_tail(text: str, limit: int = HEALTH_OUTPUT_BYTES) -> str:
+    """The last ``limit`` bytes of ``text`` at most, cut at a character boundary."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[-limit:].decode(errors="ignore")
 
 
 def _tail(text: str) -> str:
@@ -298,3 +307,53 @@ class HostClient(PoolConnection):
                 [self.host_id, "1" if draining else "0", "daemon", self._token, self.session],
             )
         )
+
+    # -- health checks -----------------------------------------------------------------------
+    def health_begin(self, device_id: str) -> bool:
+        """Take one of this host's devices for a health check (``lua/device_health.lua``):
+        True when it is now ``checking`` (out of the idle candidates: no task can be assigned
+        to it until `health_end`); False when it holds a task's lease or is booked by a person
+        (nothing changed: try later)."""
+        try:
+            did = validate_id(device_id, "device id")
+            self._run("device_health", [*self._auth(), "begin", did])
+        except Busy:
+            return False
+        return True
+
+    def health_next(self, device_id: str) -> bool:
+        """Mark a device for a check after the task that holds it (before that task's report):
+        it is ``checking`` at once, so it does not go back among the idle candidates when the
+        task ends; `health_begin` then takes it. False when it is booked by a person."""
+        try:
+            did = validate_id(device_id, "device id")
+            self._run("device_health", [*self._auth(), "next", did])
+        except Busy:
+            return False
+        return True
+
+    def health_end(self, device_id: str, healthy: bool, output: str = "", reason: str = "") -> str:
+        """Record the result of the check `health_begin` started: ``healthy`` puts the device
+        back among the idle candidates (when nothing else keeps it out), ``unhealthy`` keeps it
+        out of service with ``reason`` (at most 200 bytes). ``output`` is kept as its last
+        2,000 bytes. Returns the health recorded."""
+        # the check runs without the token in its environment; should it print it anyway
+        # (read from a file), it is never stored
+        output = (output or "").replace(self._token, "[host token]")
+        reason = "" if healthy else clean_reason(reason.replace(self._token, "[host token]"))
+        args = [*self._auth(), "end", validate_id(device_id, "device id"),
+                "healthy" if healthy else "unhealthy", output_tail(output), reason]  # fmt: skip
+        return str(self._run("device_health", args))
+
+    def health_clear(self, device_id: str) -> str:
+        """Forget a device's health (this host no longer checks it): it is a candidate again
+        when otherwise idle. Returns the health it had ('' for none)."""
+        args = [*self._auth(), "clear", validate_id(device_id, "device id")]
+        return str(self._run("device_health", args) or "")
+
+    def device_health(self, device_ids: Sequence[str]) -> dict[str, str]:
+        """The stored ``health`` of devices ('' when never checked or not registered)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for d in device_ids:
+            pipe.hmget(self.keys.device(d), "health")
+        return {d: str(v[0] or "") for d, v in zip(device_ids, pipe.execute(), strict=True)}

@@ -59,6 +59,7 @@ from ..core.models import Assignment
 from .client import HostClient
 from .dispatcher import TaskDispatcher
 from .execution import Executor
+from .health import HealthChecker
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
@@ -143,6 +144,9 @@ class HostWorker:
         self.dispatcher = dispatcher or self._dispatcher(settings, pool)
         self.executor = Executor(self.state, self.host, self.dispatcher)
         self.upkeep = Upkeep(self.state, self.host, self.ctl, summary=self._summary)
+        self.health = HealthChecker(self.state, self.host)
+        self.state.task_ending = self.health.task_ending
+        self.state.task_ended = self.health.task_ended
         self._threads: list[threading.Thread] = []
 
     def _dispatcher(self, settings: WorkerSettings, pool: str) -> TaskDispatcher:
@@ -173,6 +177,8 @@ class HostWorker:
         loops = [("heartbeat", self.upkeep.heartbeat_loop), ("renew", self.upkeep.renew_loop)]
         if self.settings.device_check:
             loops.append(("device-check", self.upkeep.check_loop))
+        if self.health.enabled:
+            loops.append(("health", self.health.loop))
         for name, target in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -234,8 +240,12 @@ class HostWorker:
         def first() -> Any:
             self.upkeep.refresh_config()
             info = self._start_session()
+            # health checks: registered devices are taken for their joining check before the
+            # heartbeat puts them among the idle candidates, new ones right after
+            self.health.prepare()
             hb = self.host.heartbeat(self.state.snapshot())
             self.state.apply_heartbeat(hb)
+            self.health.prepare()
             return info
 
         try:
@@ -256,6 +266,14 @@ class HostWorker:
             fields["replaced"] = info.replaced
         if info.handed_back:
             fields["handed_back"] = info.handed_back
+        if self.settings.health_check:
+            fields["health_checks"] = ",".join(sorted(self.settings.health_check))
+            unused = set(self.settings.health_check) - {
+                d.driver_type for d in self.settings.devices
+            }
+            if unused:
+                self.state.log(logging.WARNING, "health check for a driver type no device of "
+                               "this host has", driver_types=",".join(sorted(unused)))  # fmt: skip
         self.state.log(
             logging.INFO,
             "host worker started",

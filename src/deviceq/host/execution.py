@@ -254,6 +254,9 @@ class Executor:
         """Report through the `Reporter` (coalesced with the reports of runs that end at the
         same time) and log the answer; None when it was not delivered."""
         f = run.fields()
+        if report.outcome != "released":
+            kind = report.failure_kind
+            self.state.task_ending(run.device_id, report.outcome, str(kind) if kind else None)
         p = self.reporter.send(report, f)
         if p.error is not None:
             self.state.log(logging.ERROR, f"report refused: {p.error}", **f)
@@ -270,6 +273,9 @@ class Executor:
         answer = p.answer
         rejected = answer.startswith("rejected")
         self.stats.ended(report.outcome if not rejected else "rejected")
+        if not rejected and report.outcome != "released":
+            kind = report.failure_kind
+            self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
         self.state.log(
             logging.WARNING if rejected else logging.DEBUG,
             f"reported {report.outcome}",

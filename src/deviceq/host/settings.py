@@ -3,6 +3,7 @@ on the command line) and its behaviour (`WorkerSettings`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,51 @@ class DeviceConfig:
         return DeviceReport(self.device_id, self.driver_type, self.tags, self.state)
 
 
+HEALTH_PLACEHOLDERS = ("device_id", "driver_type", "tags", "host_id")
+"""The placeholders of a health check's command template (validated ids: safe anywhere)."""
+
+
+def parse_health_checks(value: Any) -> dict[str, str]:
+    """Health checks per driver type, from ``DRIVER=TEMPLATE`` texts (``--health-check``,
+    repeatable) or a mapping driver -> template (a config file): each template is split once
+    and checked now, like the command runner's (`CommandTemplate`), with the placeholders
+    ``{device_id}`` ``{driver_type}`` ``{tags}`` ``{host_id}``. ConfigError for a missing
+    ``=``, a malformed driver type, a driver given twice or a bad template."""
+    if value is None or value == () or value == []:
+        return {}
+    items: list[tuple[str, Any]]
+    if isinstance(value, Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    else:
+        texts = [value] if isinstance(value, str) else list(value)
+        items = []
+        for text in texts:
+            driver, sep, template = str(text).partition("=")
+            if not sep or not driver.strip() or not template.strip():
+                raise ConfigError(
+                    f"bad --health-check {text!r}: use DRIVER=TEMPLATE, e.g. "
+                    "android='adb -s {device_id} get-state'"
+                )
+            items.append((driver.strip(), template))
+    out: dict[str, str] = {}
+    for driver, template in items:
+        try:
+            validate_id(driver, "driver_type")
+        except InvalidInput as exc:
+            raise ConfigError(f"bad --health-check driver type {driver!r}: {exc}") from None
+        if driver in out:
+            raise ConfigError(f"--health-check {driver}=... is given twice")
+        if not isinstance(template, str):
+            raise ConfigError(f"--health-check {driver}: the template must be a string")
+        try:
+            CommandTemplate.parse(template, HEALTH_PLACEHOLDERS)
+        except ConfigError as exc:
+            why = str(exc).replace(" and {goal:shell}", "")  # (no goal in a health check)
+            raise ConfigError(f"--health-check {driver}: {why}") from None
+        out[driver] = template
+    return out
+
+
 @dataclass
 class WorkerSettings:
     """How a host worker behaves. Intervals left at None follow the pool's settings:
@@ -72,6 +118,13 @@ class WorkerSettings:
     device_check: str | None = None
     device_check_interval: float = 30.0
     device_check_timeout: float = 10.0
+    # health checks per driver type (DRIVER=TEMPLATE texts or a mapping; a dict after init):
+    # when a device joins, every health_every_tasks tasks, every health_every_seconds and
+    # after an infrastructure failure (deviceq.host.health)
+    health_check: Any = field(default_factory=dict)
+    health_every_tasks: int = 0
+    health_every_seconds: float = 0.0
+    health_check_timeout: float = 60.0
     recover: bool = True
     takeover: bool = False
 
@@ -93,6 +146,21 @@ class WorkerSettings:
                 raise ConfigError(f"{name} must be positive")
         if self.task_timeout < 0:
             raise ConfigError("task_timeout must be >= 0 (0 = no limit)")
+        self.health_check = parse_health_checks(self.health_check)
+        try:
+            self.health_every_tasks = int(self.health_every_tasks or 0)
+            self.health_every_seconds = float(self.health_every_seconds or 0.0)
+            self.health_check_timeout = float(self.health_check_timeout)
+        except (TypeError, ValueError):
+            raise ConfigError("health check intervals and timeout must be numbers") from None
+        if self.health_every_tasks < 0 or self.health_every_seconds < 0:
+            raise ConfigError("--health-every-tasks and --health-every-seconds must be >= 0")
+        if not self.health_check_timeout > 0:
+            raise ConfigError("--health-check-timeout must be positive")
+        if not self.health_check and (self.health_every_tasks or self.health_every_seconds):
+            raise ConfigError(
+                "--health-every-tasks/--health-every-seconds need a --health-check DRIVER=TEMPLATE"
+            )
         if self.device_check is not None:
             CommandTemplate.parse(self.device_check, ("device_id", "driver_type", "tags"))
             if self.device_check_interval <= 0 or self.device_check_timeout <= 0:

@@ -69,6 +69,10 @@ class HostState:
     exit_code: int = 0
     fatal_reason: str | None = None
     nudge: Callable[[], None] = lambda: None  # wakes the daemon's blocking waits
+    # a run is about to be reported / was reported: (device id, outcome, failure kind) -> the
+    # health check policy (deviceq.host.health)
+    task_ending: Callable[[str, str, str | None], None] = lambda device, outcome, kind: None
+    task_ended: Callable[[str, str, str | None], None] = lambda device, outcome, kind: None
 
     def __post_init__(self) -> None:
         self.devices = {d.device_id: d for d in self.settings.devices}

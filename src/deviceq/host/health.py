@@ -1,0 +1,330 @@
+"""Device health checks on a host (``deviceq host run --health-check DRIVER=TEMPLATE``): the
+policy of when a device's check is due, and the checks themselves, run in the background
+(a thread per running check) so that no device waits for another's.
+
+A check of a device is due when the device joins (first seen by this daemon), every
+``health_every_tasks`` tasks run on it, every ``health_every_seconds`` seconds, and after an
+infrastructure failure on it (a task reported failed with failure_kind ``infrastructure``,
+``runner_error`` or ``timeout``). An unhealthy device is checked again every
+``health_every_seconds`` (`UNHEALTHY_RECHECK` seconds when that is not set) until a check
+passes.
+
+A check goes through the same reservation as a task (``lua/device_health.lua``): `begin`
+takes the device only while it holds no lease and is not booked by a person, and takes it out
+of the idle candidates; no task can be assigned to it until the result is recorded. When a
+check falls due by a run on the device (every N tasks, an infrastructure failure) or while it
+runs (every S seconds), the device is marked before that run's report (``next``: it is
+``checking`` at once), so the report does not put it back among the idle candidates, where a
+busy scheduler would take it for the next task first; ``begin`` takes it once the run has
+ended. When ``begin`` is refused (a task holds the device) the check stays due and is tried
+again when the device is free. The host starts a check only on a device with no run of its own
+(and no runner that did not stop), so a check never overlaps a task on the device.
+
+The template is a command template like the command runner's (split once, never through a
+shell unless it names one; placeholders ``{device_id}`` ``{driver_type}`` ``{tags}``
+``{host_id}``): it runs through `CommandRunner`, in a process group of its own under the
+same watchdog (killed when the daemon dies or ``health_check_timeout`` passes), without the
+host token in its environment. Exit 0 is healthy; anything else (a timeout included) is
+unhealthy, with the reason (``exit code 1``, ``timed out after 60 s``) and the output's last
+2,000 bytes kept on the device hash (``deviceq device show``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
+from ..core.models import DeviceState
+from .client import HEALTH_OUTPUT_BYTES, HostClient
+from .runners import CommandRunner, LeaseClock, Task
+from .runners.command import WATCHDOG_MARK
+from .settings import DeviceConfig
+from .state import TRANSIENT, HostState, unreachable
+
+UNHEALTHY_RECHECK = 60.0  # seconds between checks of an unhealthy device by default
+INFRA_KINDS = frozenset({"infrastructure", "runner_error", "timeout"})
+LOOP_WAIT = 0.5  # longest wait of the policy loop between looks at the devices
+REFUSED_RETRY = 1.0  # seconds before a refused `begin` is tried again
+MARK_ERRORS: tuple[type[Exception], ...] = (DeviceqError, *TRANSIENT)
+
+
+@dataclass
+class DeviceHealth:
+    """What the host knows about one checked device (times are ``time.monotonic()``)."""
+
+    last_check: float | None = None  # end of the last check (None: not checked yet)
+    healthy: bool | None = None  # its last result
+    tasks: int = 0  # tasks ended on it since its last check
+    infra: bool = False  # an infrastructure failure on it since its last check
+    running: bool = False  # a check is running (or being started)
+    begun: bool = False  # `begin` was accepted already (the check has yet to run)
+    retry_at: float = 0.0  # after a refused `begin` (a lease or a booking holds the device)
+    pending: str | None = None  # marked with `next` before a report: why its check is due
+
+
+class HealthChecker:
+    """The health checks of one host daemon: `task_ended` (from the executor) feeds the
+    policy, `loop` (a thread of its own) starts the checks that are due."""
+
+    def __init__(self, state: HostState, host: HostClient) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.host = host
+        templates: dict[str, str] = dict(self.settings.health_check)
+        self.runners = {
+            driver: CommandRunner(
+                template, tail_bytes=2 * HEALTH_OUTPUT_BYTES, term_grace=self.settings.stop_grace
+            )
+            for driver, template in templates.items()
+        }
+        self.devices = {
+            d.device_id: DeviceHealth()
+            for d in self.settings.devices
+            if d.driver_type in self.runners
+        }
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.closing = False  # the daemon is closing: running checks are stopped
+        self.threads: dict[str, threading.Thread] = {}
+        self.cancels: dict[str, threading.Event] = {}  # device id -> its running check's
+        self.checks = 0  # checks run (tests, logs)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.devices)
+
+    # -- policy ------------------------------------------------------------------------------
+    def task_ending(self, device_id: str, outcome: str, failure_kind: str | None) -> None:
+        """A run on ``device_id`` is about to be reported: when its check will be due once the
+        run is reported, mark the device now (``next``: it is ``checking`` at once), so that
+        the report does not put it back among the idle candidates, where a busy scheduler would
+        take it for the next task before the check could begin."""
+        h = self.devices.get(device_id)
+        if h is None or self.state.stopping.is_set():
+            return
+        with self.lock:
+            infra = h.infra or (outcome == "failed" and failure_kind in INFRA_KINDS)
+            why = self._due(h, time.monotonic(), h.tasks + 1, infra)
+            if why is None or h.pending or h.running:
+                return
+        try:
+            marked = self.host.health_next(device_id)
+        except MARK_ERRORS as exc:  # the check still runs when the device is free
+            self.state.log(logging.WARNING, f"health check not marked: {type(exc).__name__}",
+                           device=device_id)  # fmt: skip
+            return
+        if marked:
+            with self.lock:
+                h.pending = why
+
+    def task_ended(self, device_id: str, outcome: str, failure_kind: str | None) -> None:
+        """A run on ``device_id`` was reported (done, failed or cancelled)."""
+        h = self.devices.get(device_id)
+        if h is None:
+            return
+        with self.lock:
+            h.tasks += 1
+            if outcome == "failed" and failure_kind in INFRA_KINDS:
+                h.infra = True
+        self.wake.set()
+
+    def due(self, device_id: str, now: float) -> str | None:
+        """Why the device's check is due now (joined | infrastructure_failure | unhealthy |
+        every_tasks | every_seconds), or None."""
+        h = self.devices[device_id]
+        return self._due(h, now, h.tasks, h.infra)
+
+    def _due(self, h: DeviceHealth, now: float, tasks: int, infra: bool) -> str | None:
+        s = self.settings
+        if h.last_check is None:
+            return "joined"
+        if infra:
+            return "infrastructure_failure"
+        if h.healthy is False:
+            every = s.health_every_seconds or UNHEALTHY_RECHECK
+            return "unhealthy" if now - h.last_check >= every else None
+        if s.health_every_tasks and tasks >= s.health_every_tasks:
+            return "every_tasks"
+        if s.health_every_seconds and now - h.last_check >= s.health_every_seconds:
+            return "every_seconds"
+        return None
+
+    def locally_free(self, device_id: str) -> bool:
+        """No run (or runner that did not stop) of this daemon on the device, not quarantined,
+        idle by the device check."""
+        st = self.state
+        with st.lock:
+            return (
+                device_id not in st.by_device
+                and device_id not in st.abandoned
+                and device_id not in st.quarantined
+                and st.states[device_id] is DeviceState.idle
+            )
+
+    # -- start-up ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """At start (called before the first heartbeat and right after it): take the checked
+        devices for their joining check at once (the registered ones before the heartbeat,
+        new ones right after it registered them), so that the scheduler does not hand them
+        work before their first check; forget the health of devices whose driver type this
+        daemon does not check. Idempotent; transient errors propagate (the start is
+        retried)."""
+        stored = self.host.device_health(list(self.state.devices))
+        for did, dev in self.state.devices.items():
+            if did in self.devices:
+                if not self.devices[did].begun:
+                    with contextlib.suppress(NotFound):  # not registered yet
+                        if self.host.health_begin(did):
+                            self.devices[did].begun = True
+            elif stored.get(did):
+                self.host.health_clear(did)
+                self.state.log(
+                    logging.INFO,
+                    f"no health check for driver type {dev.driver_type} here: health cleared",
+                    device=did,
+                )
+
+    # -- the loop ----------------------------------------------------------------------------
+    def loop(self) -> None:
+        """Start every due check of a device that is free here (a thread per check) until the
+        daemon closes; then stop the running checks."""
+        try:
+            while not self.state.closed.is_set():
+                if not self.state.stopping.is_set():
+                    try:
+                        self.start_due()
+                    except Exception:  # noqa: BLE001 - keep checking
+                        self.state.log_exception("health checks failed; continuing")
+                self.wake.wait(LOOP_WAIT)
+                self.wake.clear()
+        finally:
+            with self.lock:
+                self.closing = True
+                for ev in self.cancels.values():
+                    ev.set()
+            for t in list(self.threads.values()):
+                t.join(self.settings.stop_grace + 5.0)
+
+    def start_due(self) -> None:
+        now = time.monotonic()
+        for did in self.devices:
+            h = self.devices[did]
+            with self.lock:
+                if h.running:
+                    continue
+                if h.begun:  # taken at start (prepare): its joining check runs now
+                    why: str | None = "joined"
+                elif h.pending:  # marked before a report: runs once the run has ended here
+                    why = h.pending
+                    if not self.locally_free(did):
+                        continue
+                else:
+                    why = self.due(did, now)
+                    if why is None or now < h.retry_at or not self.locally_free(did):
+                        continue
+                h.running = True
+                t = threading.Thread(
+                    target=self._check_thread, args=(did, why), name=f"health-{did}", daemon=True
+                )
+                self.threads[did] = t
+            t.start()
+
+    def _check_thread(self, did: str, why: str) -> None:
+        h = self.devices[did]
+        try:
+            self.check(did, why)
+        except (AuthError, SessionSuperseded) as exc:
+            self.state.fatal(exc)
+        except TRANSIENT as exc:
+            self.state.log(logging.WARNING, "health check: Redis unreachable", device=did,
+                           **unreachable(exc))  # fmt: skip
+        except DeviceqError as exc:
+            self.state.log(logging.ERROR, f"health check refused: {type(exc).__name__}: {exc}",
+                           device=did)  # fmt: skip
+        except Exception:  # noqa: BLE001 - the device is checked again later
+            self.state.log_exception("health check failed", device=did)
+        finally:
+            with self.lock:
+                h.running = False
+                self.threads.pop(did, None)
+            self.wake.set()
+
+    def check(self, did: str, why: str) -> bool | None:
+        """One check of ``did``: begin (None when refused: a task holds the device; still due),
+        run the template, record the result. Returns the result."""
+        h = self.devices[did]
+        if not h.begun and not self.host.health_begin(did):
+            h.retry_at = time.monotonic() + REFUSED_RETRY
+            return None
+        h.begun, h.pending = False, None
+        dev = self.state.devices[did]
+        healthy, output, reason = self.run_template(dev)
+        if self.closing and not healthy:
+            # stopped by the daemon's shutdown: the result means nothing; the device stays
+            # `checking` (out of service) until the next daemon checks it as it joins
+            return None
+        self._end(did, healthy, output, reason)
+        with self.lock:
+            h.last_check = time.monotonic()
+            was, h.healthy = h.healthy, healthy
+            h.tasks, h.infra = 0, False
+        self.checks += 1
+        if healthy:
+            self.state.log(logging.INFO if was is False else logging.DEBUG,
+                           "device healthy" + (": back in service" if was is False else ""),
+                           device=did, why=why)  # fmt: skip
+        else:
+            self.state.log(logging.WARNING, f"device unhealthy: {reason}; out of service",
+                           device=did, why=why)  # fmt: skip
+        return healthy
+
+    def _end(self, did: str, healthy: bool, output: str, reason: str) -> None:
+        """Record the result, retrying while Redis is unreachable (the device stays out of
+        service meanwhile)."""
+        delay = 0.05
+        while True:
+            try:
+                self.host.health_end(did, healthy, output, reason)
+                return
+            except TRANSIENT as exc:
+                if self.state.closed.is_set():
+                    raise
+                self.state.log(logging.WARNING, "health result: Redis unreachable, retrying",
+                               device=did, **unreachable(exc))  # fmt: skip
+                self.state.closed.wait(delay)
+                delay = min(1.0, delay * 2)
+
+    def run_template(self, dev: DeviceConfig) -> tuple[bool, str, str]:
+        """Run the device's check: (healthy, output tail, reason when unhealthy)."""
+        runner = self.runners[dev.driver_type]
+        timeout = self.settings.health_check_timeout
+        cancel = threading.Event()
+        task = Task(
+            goal="", task_id=f"health-{dev.device_id}", device_id=dev.device_id,
+            driver_type=dev.driver_type, tags=dev.tags, host_id=self.settings.host_id,
+            cancel=cancel, lease=LeaseClock(time.monotonic() + timeout),
+        )  # fmt: skip
+        with self.lock:
+            if self.closing:
+                cancel.set()
+            self.cancels[dev.device_id] = cancel
+        try:
+            out = runner(task)
+        finally:
+            with self.lock:
+                self.cancels.pop(dev.device_id, None)
+        if out.ok:
+            return True, out.text, ""
+        first, _, rest = out.text.partition("\n")
+        if WATCHDOG_MARK.decode() in out.text or first.startswith("killed by the lease watchdog"):
+            reason = f"timed out after {timeout:g} s"
+        elif first.startswith("stopped"):
+            reason = "stopped: the host daemon is shutting down"
+        else:
+            # the exit status and the output's last line: "exit code 1: adb: device offline"
+            last = next((ln.strip() for ln in reversed(rest.splitlines()) if ln.strip()), "")
+            reason = f"{first}: {last}" if first and last else first or "health check failed"
+        return False, rest, reason
