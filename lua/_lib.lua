@@ -42,13 +42,16 @@ end
 -- a pool setting: the stored value, or the default when missing or not a number, clamped to
 -- its bounds (a raw HSET of garbage can never break a script half-way)
 local _cfg
-local function cfg(name)
+local function load_cfg()
   if not _cfg then
     _cfg = {}
     local flat = redis.call('HGETALL', k('config'))
     for i = 1, #flat, 2 do _cfg[flat[i]] = flat[i + 1] end
   end
-  local v = tonumber(_cfg[name])
+  return _cfg
+end
+local function cfg(name)
+  local v = tonumber(load_cfg()[name])
   if v == nil or v ~= v then v = DEFAULTS[name] end
   local b = BOUNDS[name]
   if b then
@@ -60,6 +63,83 @@ end
 -- a duration setting (seconds in the config hash) in ms
 local function cfg_ms(name)
   return math.floor(cfg(name) * 1000)
+end
+
+-- a text setting as stored ('' when unset; callers validate it and fall back to SDEFAULTS)
+local function cfg_text(name)
+  return load_cfg()[name] or ''
+end
+
+-- the last n bytes of s at most, never starting inside a UTF-8 sequence
+local function tail(s, n)
+  local i = #s - n + 1
+  if i <= 1 then return s end
+  while i <= #s do
+    local b = s:byte(i)
+    if b < 128 or b > 191 then break end
+    i = i + 1
+  end
+  return s:sub(i)
+end
+
+-- retry policy (deviceq.core.config check_retry_on / check_retry_backoff are the same checks).
+-- retry_on: 'none' or a csv of failure kinds -> a set, or nil when malformed
+local RETRY_KINDS = {infrastructure = true, runner_error = true, timeout = true,
+  runner_failed = true, lease_expired = true}
+local function retry_kinds(csv)
+  if csv == 'none' then return {} end
+  if csv == '' or csv:find(',,', 1, true) or csv:sub(1, 1) == ',' or csv:sub(-1) == ',' then
+    return nil
+  end
+  local set = {}
+  for w in string.gmatch(csv, '[^,]+') do
+    if not RETRY_KINDS[w] then return nil end
+    set[w] = true
+  end
+  return set
+end
+
+-- retry_backoff: 'none' | 'fixed:S' | 'exponential:BASE:MAX' (seconds, at most 999999.999,
+-- at most 3 decimals) -> base_ms, doubling(bool), max_ms; nil when malformed
+local function secs_ms(s)
+  if not s or not (s:match('^0$') or s:match('^[1-9]%d?%d?%d?%d?%d?$') or
+    s:match('^0%.%d%d?%d?$') or s:match('^[1-9]%d?%d?%d?%d?%d?%.%d%d?%d?$')) then return nil end
+  return math.floor(tonumber(s) * 1000 + 0.5)
+end
+local function parse_backoff(spec)
+  if spec == 'none' then return 0, false, 0 end
+  local f = spec:match('^fixed:([^:]+)$')
+  if f then
+    local v = secs_ms(f)
+    if v then return v, false, v end
+    return nil
+  end
+  local b, m = spec:match('^exponential:([^:]+):([^:]+)$')
+  local bv, mv = secs_ms(b), secs_ms(m)
+  if bv and mv then return bv, true, mv end
+  return nil
+end
+
+-- the delay (ms) before retrying task t (fields of load_task) after it failed with `kind`, or
+-- nil when it is not retried: no attempts left, or `kind` not in its retry_on (the task's own,
+-- else the pool's). Returns also the number of attempts used.
+local function retry_delay(t, kind)
+  local used = (tonumber(t.attempt) or 0) - (tonumber(t.handbacks) or 0)
+  if used >= (tonumber(t.max_attempts) or 1) then return nil, used end
+  local on = retry_kinds(t.retry_on or '') or retry_kinds(cfg_text('retry_on'))
+    or retry_kinds(SDEFAULTS.retry_on)
+  if not on[kind] then return nil, used end
+  local base, doubling, max = parse_backoff(t.retry_backoff or '')
+  if not base then base, doubling, max = parse_backoff(cfg_text('retry_backoff')) end
+  if not base then base, doubling, max = parse_backoff(SDEFAULTS.retry_backoff) end
+  local d = base
+  if doubling then
+    d = math.min(max, base * 2 ^ math.min(math.max(used - 1, 0), 40))
+    -- jitter: between half and all of it (the clock's microseconds: scripts get no RNG seed)
+    local us = tonumber(redis.call('TIME')[2]) or 0
+    d = d / 2 + (d / 2) * ((us % 1000) / 1000)
+  end
+  return math.floor(d), used
 end
 
 -- ids (task, device, host, lease, session, driver type, workflow): 1-128 of A-Z a-z 0-9 . _ -
@@ -189,9 +269,12 @@ local function satisfies(t_driver, t_tags, d_driver, d_tags)
   return true
 end
 
--- the bucket id of a constraint signature (deviceq.models.Constraints.signature mirrors it)
-local function signature(driver, tags, prio)
-  return string.sub(redis.sha1hex(driver .. '|' .. tags .. '|' .. prio), 1, 16)
+-- the bucket id of a constraint signature and tenant (deviceq.models.Constraints.signature
+-- mirrors it): a tenant's tasks have buckets of their own, so fair share sees every tenant
+local function signature(driver, tags, prio, tenant)
+  local raw = driver .. '|' .. tags .. '|' .. prio
+  if tenant and tenant ~= '' then raw = raw .. '|' .. tenant end
+  return string.sub(redis.sha1hex(raw), 1, 16)
 end
 
 -- move a task between status indexes; terminal sets are scored by finish time (expire.lua
@@ -206,11 +289,16 @@ local function index_status(id, old, new, seq)
     redis.call('ZADD', k('status', new), now_str(), id)
     redis.call('PEXPIRE', k('task', id), keep)
     -- the attempt history and a long goal (only these keys exist besides the hash)
-    local h = redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline')
+    local h = redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline',
+      'eligible_at')
     if h[1] and h[1] ~= '0' then redis.call('PEXPIRE', k('task', id, 'attempts'), keep) end
     if h[2] == '' then redis.call('PEXPIRE', k('task', id, 'goal'), keep) end
     if old == 'queued' and h[3] and h[3] ~= '' then redis.call('HDEL', k('avoid'), id) end
     if h[4] and h[4] ~= '' then redis.call('ZREM', k('deadlines'), id) end
+    if old == 'queued' and h[5] and h[5] ~= '' then  -- ended while waiting for its retry
+      redis.call('ZREM', k('retries'), id)
+      redis.call('HDEL', k('task', id), 'eligible_at')
+    end
   else
     redis.call('ZADD', k('status', new), seq, id)
   end
@@ -218,9 +306,10 @@ end
 
 -- put a task into its constraint bucket (keeps its original submission order); the bucket's
 -- constraints (sig:SIG) exist exactly while the bucket is non-empty
-local function enqueue(id, sig, seq, driver, tags, prio)
+local function enqueue(id, sig, seq, driver, tags, prio, tenant)
   if redis.call('ZADD', k('queue', sig), seq, id) == 1 and redis.call('ZCARD', k('queue', sig)) == 1 then
-    redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0')
+    redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0',
+      'tenant', tenant or '')
   end
   redis.call('ZADD', k('queues'), 'LT', seq, sig)
 end
@@ -266,7 +355,8 @@ end
 local TASK_FIELDS = {'status', 'lease_id', 'lease_expires_at', 'host_id', 'device_id', 'attempt',
   'max_attempts', 'handbacks', 'seq', 'sig', 'driver_type', 'tags', 'priority', 'queue_deadline',
   'cancel_requested', 'dispatched_at', 'session', 'avoid_devices', 'avoid_hosts', 'failure_kind',
-  'result', 'error', 'assigned_at', 'submitted_at'}
+  'result', 'error', 'assigned_at', 'submitted_at', 'retry_on', 'retry_backoff', 'eligible_at',
+  'tenant'}
 
 local function load_task(id)
   return hfields(k('task', id), TASK_FIELDS)
@@ -290,15 +380,22 @@ local function flat_set(flat, values)
   end
 end
 
+-- a device's health check state (device hash field `health`, device_health.lua) lets it be an
+-- idle candidate: not while a check runs on it (checking) nor after one failed (unhealthy)
+local function health_ok(h)
+  return h ~= 'checking' and h ~= 'unhealthy'
+end
+
 -- release the device reserved by task id. hold = nil: back among the idle candidates if it is
--- idle, not quarantined and not held; hold = 'suspect' (its lease expired) or 'refused' (its
--- host handed the assignment back): out of the candidates until its host's next heartbeat.
+-- idle, not quarantined, not held and its health allows (health_ok); hold = 'suspect' (its
+-- lease expired) or 'refused' (its host handed the assignment back): out of the candidates
+-- until its host's next heartbeat.
 -- Returns the device's consecutive infrastructure failure count (nil when not reserved by id).
 local function release_device(device_id, id, hold)
   if not device_id or device_id == '' then return end
   local dk = k('device', device_id)
   local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures', 'held',
-    'booked_until')
+    'booked_until', 'health')
   if d[1] ~= id then return end
   if hold then
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str(), 'held', hold,
@@ -306,7 +403,8 @@ local function release_device(device_id, id, hold)
     redis.call('ZREM', k('idle'), device_id)
   else
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
-    if d[2] == 'idle' and d[3] ~= '1' and (not d[5] or d[5] == '') and (not d[6] or d[6] == '') then
+    if d[2] == 'idle' and d[3] ~= '1' and (not d[5] or d[5] == '') and (not d[6] or d[6] == '')
+      and health_ok(d[7]) then
       redis.call('ZADD', k('idle'), now_str(), device_id)
     end
   end
@@ -316,16 +414,18 @@ end
 -- end a person's reservation (booking) of device `did`: the device hash fields booked_by
 -- (note), booked_until (ms) and booked_at (ms) go, so does its `bookings` entry (zset by end),
 -- and the device is back among the idle candidates when it is idle, holds no lease, is not
--- quarantined and not held. `kind` is the event: device_released | reservation_expired.
+-- quarantined, not held and its health allows (health_ok). `kind` is the event:
+-- device_released | reservation_expired.
 -- Returns the device's host id, or nil when the device is not booked (or gone).
 local function end_booking(did, kind)
   local dk = k('device', did)
   redis.call('ZREM', k('bookings'), did)
   local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'held',
-    'booked_until', 'booked_by')
+    'booked_until', 'booked_by', 'health')
   if not d[1] or not d[6] or d[6] == '' then return nil end
   redis.call('HDEL', dk, 'booked_by', 'booked_until', 'booked_at')
-  if d[2] == 'idle' and (not d[3] or d[3] == '') and d[4] ~= '1' and (not d[5] or d[5] == '') then
+  if d[2] == 'idle' and (not d[3] or d[3] == '') and d[4] ~= '1' and (not d[5] or d[5] == '')
+    and health_ok(d[8]) then
     redis.call('ZADD', k('idle'), 'NX', now_str(), did)
     wake(k('sched', 'wake'))
   end
@@ -368,11 +468,19 @@ local function avoid(id, t, device_id, host_id)
 end
 
 -- the task (fields t, status `old`) returns to `queued` at its original place in submission
--- order, without a lease; its queue deadline still applies
-local function requeue(id, t, old)
+-- order, without a lease; its queue deadline still applies. With delay_ms > 0 (a retry's
+-- backoff) it waits in `retries` (by the time it becomes eligible, field eligible_at) instead
+-- of its bucket: expire.lua moves it there when due.
+local function requeue(id, t, old, delay_ms)
   redis.call('HSET', k('task', id), 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
     'lease_expires_at', '', 'session', '', 'updated_at', now_str())
-  enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority)
+  if delay_ms and delay_ms > 0 then
+    local at = I(now_ms() + delay_ms)
+    redis.call('HSET', k('task', id), 'eligible_at', at)
+    redis.call('ZADD', k('retries'), at, id)
+  else
+    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+  end
   index_status(id, old, 'queued', t.seq)
   if t.queue_deadline and t.queue_deadline ~= '' then
     redis.call('ZADD', k('deadlines'), t.queue_deadline, id)
@@ -397,6 +505,11 @@ end
 -- if it was not claimed yet
 local function drop_lease(id, t)
   redis.call('ZREM', k('leases'), id)
+  if t.tenant and t.tenant ~= '' then  -- the devices a tenant holds (assign.lua counts up)
+    if redis.call('HINCRBY', k('tenant_held'), t.tenant, -1) <= 0 then
+      redis.call('HDEL', k('tenant_held'), t.tenant)
+    end
+  end
   if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
     redis.call('LREM', k('host', t.host_id, 'inbox'), 0, id)
   end

@@ -5,14 +5,16 @@
 -- ARGV     fence n(0..10000), then task_id device_id per pair. fence is the scheduler's
 --          leader epoch ('' for a manual dispatch): when given it must be the current
 --          leader's epoch.
--- Keys     reads leader, config, host:ID, device:ID, task:ID; writes task:ID,
+-- Keys     reads leader, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
 --          task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued device_not_found device_reserved
 --          device_not_idle device_quarantined device_held device_booked (reserved for a
---          person, device_reserve.lua) host_dead host_draining
---          host_suspect driver_type_mismatch missing_tag:TAG
+--          person, device_reserve.lua) device_checking device_unhealthy (a health check
+--          runs on it / failed: device_health.lua) host_dead host_draining
+--          host_suspect driver_type_mismatch missing_tag:TAG tenant_cap (the task's tenant
+--          holds its max_devices: `tenants`, counted in `tenant_held`)
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
 local fence = ARGV[1]
@@ -30,25 +32,38 @@ local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')
 local now_s, expires_s = now_str(), I(now + claim_ms)
 local out, hosts_ok, inboxes, touched = {}, {}, {}, {}
+-- a tenant's cap on devices held at once (`tenants` hash: WEIGHT:MAX_DEVICES, 0 = no cap)
+local caps = {}
+local function tenant_capped(tenant)
+  if caps[tenant] == nil then
+    local spec = redis.call('HGET', k('tenants'), tenant) or ''
+    caps[tenant] = tonumber(spec:match('^%d+:(%d+)$') or '0') or 0
+  end
+  if caps[tenant] <= 0 then return false end
+  return (tonumber(redis.call('HGET', k('tenant_held'), tenant) or '0') or 0) >= caps[tenant]
+end
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk, dk = k('task', id), k('device', did)
   local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at',
-    'avoid_devices', 'avoid_hosts', 'queue_deadline')
+    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant')
   if not t[1] then return nil, 'task_not_found' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
   local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags', 'held',
-    'booked_until')
+    'booked_until', 'health')
   if not d[1] then return nil, 'device_not_found' end
   if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
   if d[4] == '1' then return nil, 'device_quarantined' end
   if d[7] and d[7] ~= '' then return nil, 'device_held' end
   if d[8] and d[8] ~= '' then return nil, 'device_booked' end
+  if d[9] == 'checking' then return nil, 'device_checking' end
+  if d[9] == 'unhealthy' then return nil, 'device_unhealthy' end
   if d[2] ~= 'idle' then return nil, 'device_not_idle' end
   if hosts_ok[d[1]] == nil then hosts_ok[d[1]] = host_placeable(k('host', d[1])) end
   if hosts_ok[d[1]] ~= true then return nil, hosts_ok[d[1]] end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
+  if t[11] and t[11] ~= '' and tenant_capped(t[11]) then return nil, 'tenant_cap' end
   return {t = t, d = d}
 end
 
@@ -72,6 +87,7 @@ for i = 0, n - 1 do
     -- a queue deadline applies while queued only (requeue files it again)
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
+    if v.t[11] and v.t[11] ~= '' then redis.call('HINCRBY', k('tenant_held'), v.t[11], 1) end
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
     redis.call('ZREM', k('idle'), did)

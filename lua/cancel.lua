@@ -5,8 +5,8 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     task_id reason(at most 500 bytes)
 -- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, deadlines,
---          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, status:*, events,
---          sched:wake; reads config
+--          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, status:*, retries,
+--          tenant_held, events, sched:wake; reads config
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)
 -- Errors   NOT_FOUND (no such task), INVALID (malformed id or reason).
 local id, reason = ARGV[1], ARGV[2]

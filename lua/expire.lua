@@ -4,17 +4,19 @@
 -- older than `retention` are trimmed too (at most 10,000 per call, whole stream nodes).
 -- An expired lease is a fault: its device is held `suspect` and its host marked `suspect`, both
 -- out of the candidates until the host's next heartbeat proves it alive; the task returns to
--- `queued` at its original place (attempts left; it then prefers another device and host) or
--- becomes `failed` with failure_kind=lease_expired (hand-backs do not count); a task whose
--- cancel was requested becomes `cancelled`. The expired attempt stays in task:ID:attempts.
+-- `queued` at its original place (attempts left and lease_expired in its retry_on; it then
+-- prefers another device and host), after its retry_backoff, or becomes `failed` with
+-- failure_kind=lease_expired (hand-backs do not count); a task whose cancel was requested
+-- becomes `cancelled`. The expired attempt stays in task:ID:attempts.
+-- Retries whose backoff has passed (`retries`, by eligible time) join their bucket.
 -- A person's reservation of a device (device_reserve.lua) past its end is ended too (at most
 -- `limit` per call, event reservation_expired): the device is back among the idle candidates.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     limit (1..10000)
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
 --          host:ID, host:ID:inbox, idle, queue:SIG, sig:SIG, queues, status:*, deadlines,
---          avoid, bookings, events, sched:wake
--- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed} (ended
+--          avoid, bookings, retries, tenant_held, events, sched:wake
+-- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
 --          reservations are not counted: each is a reservation_expired event)
 -- Errors   INVALID (bad limit)
 local limit = int_in(ARGV[1], 1, 10000)
@@ -32,23 +34,34 @@ local function expire_lease(id)
   release_device(t.device_id, id, 'suspect')
   local hk = k('host', t.host_id)
   if redis.call('EXISTS', hk) == 1 then redis.call('HSET', hk, 'suspect', now_str()) end
-  close_attempt(id, t.attempt, 'expired', {failure_kind = 'lease_expired', expired_in = old,
-    dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil})
+  local rec = {failure_kind = 'lease_expired', expired_in = old,
+    dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil}
   emit('expired', 'task', id, 'lease', t.lease_id, 'host', t.host_id, 'device', t.device_id,
     'attempt', t.attempt)
   if t.cancel_requested == '1' then
+    close_attempt(id, t.attempt, 'expired', rec)
     finish(id, t, old, 'cancelled', 'cancelled', 'cancel requested; lease expired')
     return 'cancelled'
   end
-  local used = (tonumber(t.attempt) or 0) - (tonumber(t.handbacks) or 0)
-  local max = tonumber(t.max_attempts) or 1
-  if used >= max then
-    finish(id, t, old, 'failed', 'lease_expired', 'lease expired on attempt ' .. used .. ' of ' .. max)
+  local delay, used = retry_delay(t, 'lease_expired')
+  if delay then
+    rec.retry = 'lease_expired is in retry_on; attempt ' .. used .. ' of ' .. (t.max_attempts or '?')
+    rec.eligible_at = now_ms() + delay
+  end
+  close_attempt(id, t.attempt, 'expired', rec)
+  if not delay then
+    local max = tonumber(t.max_attempts) or 1
+    finish(id, t, old, 'failed', 'lease_expired', 'lease expired on attempt ' .. used .. ' of ' ..
+      max .. (used < max and ' (lease_expired is not in retry_on)' or ''))
     return 'failed'
   end
   avoid(id, t, t.device_id, t.host_id)
-  requeue(id, t, old)
-  emit('requeued', 'task', id, 'attempt', t.attempt)
+  requeue(id, t, old, delay)
+  if delay > 0 then
+    emit('requeued', 'task', id, 'attempt', t.attempt, 'eligible_at', I(now_ms() + delay))
+  else
+    emit('requeued', 'task', id, 'attempt', t.attempt)
+  end
   return 'requeued'
 end
 
@@ -61,6 +74,18 @@ for _, id in ipairs(due) do
   if what == 'requeued' then requeued = requeued + 1
   elseif what == 'failed' then failed = failed + 1
   elseif what == 'cancelled' then cancelled = cancelled + 1 end
+end
+-- retries whose backoff has passed join their bucket (at their original place)
+local ripe = redis.call('ZRANGEBYSCORE', k('retries'), '-inf', now, 'LIMIT', 0, limit)
+local retried = 0
+for _, id in ipairs(ripe) do
+  redis.call('ZREM', k('retries'), id)
+  local t = load_task(id)
+  if t.status == 'queued' and (t.eligible_at or '') ~= '' then
+    redis.call('HDEL', k('task', id), 'eligible_at')
+    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+    retried = retried + 1
+  end
 end
 local late = redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(late) do
@@ -95,6 +120,7 @@ for _, st in ipairs({'done', 'failed', 'cancelled'}) do
 end
 -- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries)
 redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', 10000)
-if requeued > 0 then wake(k('sched', 'wake')) end
-local more = (#due == limit or #late == limit or #ended == limit or more_trim) and 1 or 0
-return {requeued, failed, cancelled, unsched, more, trimmed}
+if requeued > 0 or retried > 0 then wake(k('sched', 'wake')) end
+local more = (#due == limit or #late == limit or #ended == limit or #ripe == limit or more_trim)
+  and 1 or 0
+return {requeued, failed, cancelled, unsched, more, trimmed, retried}

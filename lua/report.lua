@@ -7,14 +7,19 @@
 -- failure (runner_failed, rejected) never does. Automatic quarantine takes at most
 -- max_quarantine_fraction of one driver type's devices; beyond it a `quarantine_capped` event
 -- is emitted and the device is flagged `attention` instead.
+-- A failure whose kind is in the task's retry_on (else the pool's), with attempts left, is
+-- retried: the attempt is closed as failed (with why and when the retry becomes eligible), the
+-- task is `queued` again after its retry_backoff (in `retries` until then) and prefers another
+-- device and host; the reply is then "ok:queued".
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session n(1..10000), then 5 fields per report:
 --          task_id lease_id outcome(done|failed|cancelled|released)
 --          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
 --          '' otherwise) payload(result or error, at most 65536 bytes)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes task:ID, task:ID:attempts, task:ID:goal,
---          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, events, sched:wake; on a
---          hand-back also queue:SIG, sig:SIG, queues, deadlines, avoid
+--          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, events,
+--          sched:wake; on a hand-back also queue:SIG, sig:SIG, queues, deadlines, avoid,
+--          retries
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
 --          of not_found superseded not_owner expired already_terminal cancel_not_requested.
@@ -110,10 +115,25 @@ for i = 0, n - 1 do
       elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before then
         maybe_quarantine(t.device_id, redis.call('HINCRBY', dk, 'consecutive_failures', 1))
       end
-      close_attempt(id, t.attempt, outcome, {failure_kind = kind ~= '' and kind or nil,
-        dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil})
-      finish(id, t, old, outcome, kind, payload)
-      out[#out + 1] = 'ok:' .. outcome
+      local delay, used = nil, 0
+      if outcome == 'failed' then delay, used = retry_delay(t, kind) end
+      local dispatched = old == 'dispatched' and tonumber(t.dispatched_at) or nil
+      if delay then  -- retried (retry_on, attempts left) once its backoff has passed
+        local at = now_ms() + delay
+        close_attempt(id, t.attempt, outcome, {failure_kind = kind, dispatched_at = dispatched,
+          error = tail(payload, 2000), retry = kind .. ' is in retry_on; attempt ' .. used ..
+          ' of ' .. (t.max_attempts or '?'), eligible_at = at})
+        avoid(id, t, t.device_id, t.host_id)
+        requeue(id, t, old, delay)
+        emit('retrying', 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
+          t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind, 'eligible_at', I(at))
+        out[#out + 1] = 'ok:queued'
+      else
+        close_attempt(id, t.attempt, outcome, {failure_kind = kind ~= '' and kind or nil,
+          dispatched_at = dispatched})
+        finish(id, t, old, outcome, kind, payload)
+        out[#out + 1] = 'ok:' .. outcome
+      end
     end
   end
 end

@@ -1,10 +1,13 @@
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV[1]  n, the number of tasks (1..10000); then 11 fields per task:
---          id kind(goal|workflow) goal workflow driver_type('' = any) tags(csv, sorted,
---          distinct, at most 32) priority(0..9) max_attempts('' = pool default, else 1..1000)
---          idempotency_key('' = none) queue_timeout_s('' = pool default, else a decimal
---          0 < s <= 1 year) reject_unmatched('' = pool setting reject_unmatchable, '1' yes, '0' no)
+-- ARGV[1]  n, the number of tasks (1..10000); then 14 (or, without the last three, 11) fields
+--          per task: id kind(goal|workflow) goal workflow driver_type('' = any) tags(csv,
+--          sorted, distinct, at most 32) priority(0..9) max_attempts('' = pool default, else
+--          1..1000) idempotency_key('' = none) queue_timeout_s('' = pool default, else a
+--          decimal 0 < s <= 1 year) reject_unmatched('' = pool setting reject_unmatchable, '1'
+--          yes, '0' no) retry_on('' = pool setting; none or a csv of failure kinds)
+--          retry_backoff('' = pool setting; none | fixed:S | exponential:BASE:MAX)
+--          tenant('' = none; an id: the bucket is per tenant, see signature in _lib.lua)
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues,
 --          status:queued, events, sched:wake
@@ -14,8 +17,8 @@
 --          workflow), INVALID (any malformed argument; nothing is written), EXISTS (task id
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
-local F = 11
 local n = int_in(ARGV[1], 1, 10000)
+local F = n and (#ARGV == 1 + n * 14 and 14 or 11)
 if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
 
 -- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
@@ -66,6 +69,15 @@ local function check(b)
   end
   local rej = ARGV[b + 11]
   if rej ~= '' and rej ~= '0' and rej ~= '1' then return fail('INVALID', 'reject_unmatched must be 0 or 1') end
+  if F == 14 then
+    if ARGV[b + 12] ~= '' and not retry_kinds(ARGV[b + 12]) then
+      return fail('INVALID', 'retry_on must be none or a csv of infrastructure, runner_error, timeout, runner_failed, lease_expired')
+    end
+    if ARGV[b + 13] ~= '' and not parse_backoff(ARGV[b + 13]) then
+      return fail('INVALID', 'retry_backoff must be none, fixed:SECONDS or exponential:BASE:MAX')
+    end
+    if ARGV[b + 14] ~= '' and not valid_id(ARGV[b + 14]) then return fail('INVALID', 'malformed tenant') end
+  end
 end
 
 -- validate everything before writing anything
@@ -121,7 +133,8 @@ for i = 0, n - 1 do
       ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
     prio = I(tonumber(prio))
     if maxa == '' then maxa = I(cfg('max_attempts')) end
-    local sig = signature(driver, tags, prio)
+    local tenant = F == 14 and ARGV[b + 14] or ''
+    local sig = signature(driver, tags, prio, tenant)
     seq = seq + 1
     local seq_s = I(seq)
     local tk = k('task', id)
@@ -132,6 +145,9 @@ for i = 0, n - 1 do
     redis.call('HSET', tk, 'id', id, 'status', 'queued', 'kind', kind, 'goal', goal,
       'workflow', wf, 'driver_type', driver, 'tags', tags, 'priority', prio, 'attempt', '0',
       'max_attempts', maxa, 'seq', seq_s, 'sig', sig, 'submitted_at', now_s, 'updated_at', now_s)
+    if F == 14 and ARGV[b + 12] ~= '' then redis.call('HSET', tk, 'retry_on', ARGV[b + 12]) end
+    if F == 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
+    if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
     if idem ~= '' then
       redis.call('HSET', tk, 'idempotency_key', idem)
       redis.call('SET', k('idem', idem), id, 'PX', cfg_ms('idempotency_ttl'))
@@ -142,7 +158,7 @@ for i = 0, n - 1 do
       redis.call('HSET', tk, 'queue_deadline', deadline)
       redis.call('ZADD', k('deadlines'), deadline, id)
     end
-    enqueue(id, sig, seq_s, driver, tags, prio)
+    enqueue(id, sig, seq_s, driver, tags, prio, tenant)
     index_status(id, nil, 'queued', seq_s)
     emit('submitted', 'task', id, 'sig', sig)
   end

@@ -35,6 +35,7 @@ def devices_and_leases_agree(r: redis.Redis, keys: Keys) -> None:
         if did in idle:
             assert not tid and d.get("quarantined") != "1" and d.get("state") == "idle", d
             assert not d.get("held"), f"{did} is held ({d.get('held')}) yet a candidate"
+            assert d.get("health") not in ("checking", "unhealthy"), f"{did} {d.get('health')}"
         if not tid:
             continue
         assert tid not in holders, f"{tid} holds {holders.get(tid)} and {did}"
@@ -82,8 +83,12 @@ def queued_depth_is_consistent(r: redis.Redis, keys: Keys) -> None:
         members |= {m for m, _ in q}
         for m, _ in q:
             assert r.hget(keys.task(m), "sig") == sig
-    assert len(queued) == total == len(members)
-    assert {m for m, _ in queued} == members
+    retries = dict(r.zrange(keys.retries, 0, -1, withscores=True))
+    assert not members & set(retries), "a task waiting out its retry backoff is in no bucket"
+    for tid, at in retries.items():
+        assert float(r.hget(keys.task(tid), "eligible_at") or -1) == at
+    assert len(queued) == total + len(retries) == len(members) + len(retries)
+    assert {m for m, _ in queued} == members | set(retries)
     for tid, seq in queued:
         assert float(r.hget(keys.task(tid), "seq") or -1) == seq
     live = {sig for sig, _ in buckets}
@@ -109,12 +114,22 @@ def device_counts_agree(r: redis.Redis, keys: Keys) -> None:
     assert {k: int(v) for k, v in r.hgetall(keys.qdrivers).items()} == qdrivers
 
 
+def tenants_hold_their_leases(tasks: dict[str, dict[str, str]], r: redis.Redis, keys: Keys) -> None:
+    """``tenant_held`` counts, per tenant, its tasks holding a lease (assigned or running)."""
+    held: dict[str, int] = {}
+    for t in tasks.values():
+        if t.get("tenant") and t["status"] in ("assigned", "dispatched"):
+            held[t["tenant"]] = held.get(t["tenant"], 0) + 1
+    assert {k: int(v) for k, v in r.hgetall(keys.tenant_held).items()} == held
+
+
 def check_pool(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     """Every invariant above; returns the tasks."""
     devices_and_leases_agree(r, keys)
     tasks = nothing_lost(r, keys)
     queued_depth_is_consistent(r, keys)
     device_counts_agree(r, keys)
+    tenants_hold_their_leases(tasks, r, keys)
     return tasks
 
 

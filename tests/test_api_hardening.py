@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin
+from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin, TaskFilter
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError
 from deviceq.core.models import TaskSpec, validate_id, validate_tag, validate_tags
@@ -541,7 +541,11 @@ def test_readme_python_api_example_runs(daemons: dict[str, str], redis_url: str,
     first = client.submit("open the camera", idempotency_key="build-4711-camera")  # the same task
     assert client.get(first).status.value == "done" and client.get(first).device_id == "pixel-7"
     counts = client.counts()
-    assert sum(counts.values()) == 1 + 1000 + 1 and counts["cancelled"] == 1
+    # the camera task, the browser cases, the workflow run and team-a's "flash"
+    assert sum(counts.values()) == 1 + 1000 + 1 + 1 and counts["cancelled"] == 1
+    flash = client.find(TaskFilter(tenant="team-a")).tasks
+    assert [(t.goal, t.retry_backoff) for t in flash] == [("flash", "exponential:2:120")]
+    assert [(t.tenant, t.weight, t.max_devices) for t in admin.tenants()] == [("team-a", 3, 10)]
     assert counts["queued"] >= 999  # the browser cases: no browser device (the workflow may run)
     assert client.list_workflows() == ["smoke"]
     assert {h.host_id: h.draining for h in admin.hosts()} == {"lab-1": False, "lab-2": True}

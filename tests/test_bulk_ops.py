@@ -99,7 +99,13 @@ def test_retry_by_filter_and_wait_for_several(real_fleet: Any, redis_url: str) -
 
     # wait for a filter's tasks: finished by a host while it waits
     def finish() -> None:
-        time.sleep(1.0)
+        # once the command waits (blocked reading events): a loaded machine may take more
+        # than a second to start it, and then it would find no queued task at all
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(
+            c.get("cmd") == "xread" for c in f.r.client_list()
+        ):
+            time.sleep(0.05)
         TaskScheduler(f.admin, owner="bulk").assign()
         (a,) = h.claim(1)
         h.report(a.task.id, a.lease_id, "done")

@@ -97,6 +97,7 @@ class Pool:
             "host_remove": ["h2"],
             "device_quarantine": ["d2", "1"],
             "device_reserve": ["reserve", "d3", "60000", "alice"],
+            "device_health": ["h1", tok, "", "begin", "d3"],
             "leader": ["owner-1", "1000", "acquire"],
         }[name]  # fmt: skip
 

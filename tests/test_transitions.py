@@ -572,6 +572,7 @@ def test_expire_in_bounded_batches(fleet: Any) -> None:
         "unschedulable": 0,
         "more": 1,
         "trimmed": 0,
+        "retried": 0,
     }
     assert fleet.store.expire(limit=2)["requeued"] == 2
     last = fleet.store.expire(limit=2)

@@ -421,6 +421,34 @@ def test_queue_depth_disagrees_with_the_buckets(lab: Lab) -> None:
     lab.expect("queue_depth", also=frozenset({"bucket_mismatch"}), key="status:queued")
 
 
+def test_retries_hold_a_task_that_is_not_queued(lab: Lab) -> None:
+    # a done task left in the retries index (its backoff wait never ended cleanly)
+    lab.r.zadd(lab.keys.retries, {lab.ids["done"]: 1})
+    lab.expect("retry_index", also=frozenset({"queue_depth"}), task=lab.ids["done"], key="retries")
+
+
+def test_a_waiting_retry_is_queued_in_no_bucket_and_verifies(lab: Lab) -> None:
+    """A task waiting out its retry backoff (in retries, out of its bucket) is consistent."""
+    tid, sig = lab.ids["waiting"], _bucket(lab, "waiting")
+    lab.r.zrem(lab.keys.queue(sig), tid)
+    if not lab.r.zcard(lab.keys.queue(sig)):
+        lab.r.zrem(lab.keys.queues, sig)
+        lab.r.delete(lab.keys.sig(sig))
+    else:
+        head = lab.r.zrange(lab.keys.queue(sig), 0, 0, withscores=True)[0][1]
+        lab.r.zadd(lab.keys.queues, {sig: head})
+    lab.r.zadd(lab.keys.retries, {tid: 10**13})
+    lab.r.hset(lab.keys.task(tid), "eligible_at", 10**13)
+    assert verify(lab.r, lab.pool).ok
+    lab.r.zrem(lab.keys.retries, tid)  # now in neither: lost
+    lab.expect("queue_depth", also=frozenset({"bucket_mismatch"}), key="status:queued")
+
+
+def test_tenant_held_disagrees_with_the_leases(lab: Lab) -> None:
+    lab.r.hset(lab.keys.tenant_held, "team-x", 2)
+    lab.expect("tenant_held", key="tenant_held")
+
+
 def test_bucket_holds_a_task_out_of_order(lab: Lab) -> None:
     tid, sig = lab.ids["waiting"], _bucket(lab, "waiting")
     lab.r.zadd(lab.keys.queue(sig), {tid: 10**9})

@@ -40,6 +40,7 @@ from .core.models import (
     WorkflowDefinition,
     WorkflowStep,
 )
+from .core.tenants import TenantInfo
 from .host import (
     DeviceConfig,
     DeviceReport,
@@ -61,6 +62,7 @@ from .scheduler import (
     TaskScheduler,
     register_strategy,
 )
+from .scheduler.strategies import TenantShare
 
 __version__ = "0.1.0"
 
@@ -106,6 +108,8 @@ __all__ = [
     "Task",
     "TaskDispatcher",
     "TaskFilter",
+    "TenantInfo",
+    "TenantShare",
     "TaskScheduler",
     "TaskSpec",
     "TaskStatus",

@@ -70,6 +70,9 @@ def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
         spec.idempotency_key or "",
         "" if spec.queue_timeout is None else f"{spec.queue_timeout:.3f}",
         "" if spec.reject_unmatched is None else int(spec.reject_unmatched),
+        spec.retry_on or "",
+        spec.retry_backoff or "",
+        spec.tenant or "",
     ]
 
 
@@ -94,12 +97,14 @@ class TaskFilter:
     - ``driver_type``: the task's required driver type;
     - ``tags``: tags the task requires (all of them);
     - ``host_id``: the host it is (or last was) assigned to;
+    - ``tenant``: the tenant it was submitted for;
     - ``submitted_before`` / ``submitted_after``: its submission time."""
 
     statuses: tuple[TaskStatus, ...] = ()
     driver_type: str | None = None
     tags: frozenset[str] = frozenset()
     host_id: str | None = None
+    tenant: str | None = None
     submitted_before: int | None = None
     submitted_after: int | None = None
 
@@ -110,6 +115,7 @@ class TaskFilter:
             and (self.driver_type is None or t.driver_type == self.driver_type)
             and self.tags <= set(t.tags)
             and (self.host_id is None or t.host_id == self.host_id)
+            and (self.tenant is None or t.tenant == self.tenant)
             and (self.submitted_before is None or t.submitted_at < self.submitted_before)
             and (self.submitted_after is None or t.submitted_at >= self.submitted_after)
         )
@@ -146,6 +152,9 @@ class Client(PoolConnection):
         idempotency_key: str | None = None,
         queue_timeout: float | None = None,
         reject_unmatched: bool | None = None,
+        retry_on: str | Iterable[str] | None = None,
+        retry_backoff: str | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
 
@@ -154,7 +163,14 @@ class Client(PoolConnection):
         submission returns the first task's id instead of creating a copy. With
         ``reject_unmatched`` (default: the pool setting ``reject_unmatchable``) a task that no
         registered device could ever run raises Unmatchable; otherwise it waits queued
-        (``queue_timeout`` seconds at most, when given)."""
+        (``queue_timeout`` seconds at most, when given).
+
+        ``retry_on`` (failure kinds, as a list or csv, or ``"none"``) and ``retry_backoff``
+        (``none``, ``fixed:SECONDS`` or ``exponential:BASE:MAX``) override the pool's retry
+        policy for this task: after a failure of a listed kind, with attempts left, the task
+        is queued again once its backoff has passed, preferring another device and host.
+        ``tenant`` names who the task is for: the pool's per-tenant weights and device caps
+        (`PoolAdmin.set_tenant`) apply to it under the ``fair_share`` strategy."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -166,6 +182,9 @@ class Client(PoolConnection):
                 "idempotency_key": idempotency_key,
                 "queue_timeout": queue_timeout,
                 "reject_unmatched": reject_unmatched,
+                "retry_on": retry_on,
+                "retry_backoff": retry_backoff,
+                "tenant": tenant,
             }
         )
         return self.submit_many([spec])[0]
@@ -388,8 +407,9 @@ class Client(PoolConnection):
 
     def retry(self, task_id: str) -> str:
         """Submit a failed or cancelled task again as a new task (same goal or workflow,
-        constraints, priority and max_attempts); returns the new id. The old task is not
-        changed. Raises NotFound, or InvalidInput if the task is not failed or cancelled."""
+        constraints, priority, max_attempts, tenant and retry policy); returns the new id.
+        The old task is not changed. Raises NotFound, or InvalidInput if the task is not
+        failed or cancelled."""
         old = self.get(task_id, attempts=False)
         if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
             raise InvalidInput(
@@ -403,6 +423,9 @@ class Client(PoolConnection):
             tags=old.tags,
             priority=old.priority,
             max_attempts=old.max_attempts,
+            tenant=old.tenant,
+            retry_on=old.retry_on,
+            retry_backoff=old.retry_backoff,
         )
 
     def _existing_ids(self, task_ids: Iterable[str], what: str) -> builtins.list[str]:

@@ -17,6 +17,7 @@ for _module in (
     "worker_cmds",
     "ops_cmds",
     "reserve_cmds",
+    "tenant_cmds",
     "demo_cmds",
 ):
     try:

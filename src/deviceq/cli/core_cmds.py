@@ -71,6 +71,24 @@ def fmt_ms(ms: int | None) -> str:
     help="Refuse it now if no registered device could ever run it.",
 )
 @click.option(
+    "--tenant",
+    help="Who the task is for: fair_share gives tenants devices by their weights "
+    "(deviceq tenant set), and a tenant's cap on devices held applies.",
+)
+@click.option(
+    "--retry-on",
+    metavar="KINDS",
+    help="Failure kinds after which it is retried while attempts are left (comma list of "
+    "infrastructure, runner_error, timeout, runner_failed, lease_expired; or none). "
+    "Default: the pool's retry_on.",
+)
+@click.option(
+    "--retry-backoff",
+    metavar="SPEC",
+    help="Delay before a retry: none, fixed:SECONDS or exponential:BASE:MAX (doubling, "
+    "jittered). Default: the pool's retry_backoff.",
+)
+@click.option(
     "--file",
     "tasks_file",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -89,6 +107,9 @@ def submit(
     idempotency_key: str | None,
     queue_timeout: float | None,
     reject_unmatched: bool | None,
+    tenant: str | None,
+    retry_on: str | None,
+    retry_backoff: str | None,
     tasks_file: str | None,
     as_json: bool,
 ) -> None:
@@ -99,6 +120,7 @@ def submit(
     Example:
       deviceq submit "open the camera" --driver-type android --tag camera --tag wifi
       deviceq submit --workflow smoke-suite --max-attempts 5 --json
+      deviceq submit "flash the board" --retry-on infrastructure,timeout --retry-backoff fixed:30
       deviceq submit --file tasks.jsonl   # {"goal": "open settings", "tags": ["wifi"]} a line
     """
     if tasks_file is not None:
@@ -117,6 +139,9 @@ def submit(
         idempotency_key=idempotency_key,
         queue_timeout=queue_timeout,
         reject_unmatched=reject_unmatched,
+        retry_on=retry_on,
+        retry_backoff=retry_backoff,
+        tenant=tenant,
     )
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
@@ -222,6 +247,7 @@ def filter_options(f: F) -> F:
                 "host_id",
                 help="Only tasks assigned to (or last run on) this host.",
             ),
+            click.option("--tenant", help="Only tasks of this tenant."),
             click.option(
                 "--older-than",
                 metavar="DURATION",
@@ -239,6 +265,7 @@ def build_filter(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
     *,
     allowed: tuple[TaskStatus, ...] | None = None,
@@ -258,12 +285,15 @@ def build_filter(
         chosen = chosen or allowed
     if host_id is not None:
         validate_id(host_id, "host id")
+    if tenant is not None:
+        validate_id(tenant, "tenant")
     now = ctx.client.server_time_ms() if (older_than or since) else 0
     return TaskFilter(
         statuses=chosen,
         driver_type=driver_type or None,
         tags=frozenset(t for v in tags for t in v.split(",") if t),
         host_id=host_id,
+        tenant=tenant,
         submitted_before=now - parse_duration_ms(older_than, "--older-than")
         if older_than
         else None,
@@ -278,6 +308,8 @@ def describe_filter(flt: TaskFilter) -> str:
     parts += [f"tag={t}" for t in sorted(flt.tags)]
     if flt.host_id:
         parts.append(f"host={flt.host_id}")
+    if flt.tenant:
+        parts.append(f"tenant={flt.tenant}")
     if flt.submitted_before is not None:
         parts.append(f"submitted before {fmt_ms(flt.submitted_before)}")
     return " ".join(parts)
@@ -338,6 +370,7 @@ def targets(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
     *,
     allowed: tuple[TaskStatus, ...],
@@ -354,8 +387,8 @@ def targets(
         validate_id(tid, "task id")
     ctx.warn_if_unknown_pool()
     flt = None
-    if _filter_given(statuses, driver_type, tags, host_id, older_than):
-        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than,
+    if _filter_given(statuses, driver_type, tags, host_id, tenant, older_than):
+        flt = build_filter(ctx, statuses, driver_type, tags, host_id, tenant, older_than,
                            allowed=allowed, verb=done)  # fmt: skip
     return select_tasks(ctx, task_ids, flt, verb=verb, yes=yes, limit=limit), flt
 
@@ -365,9 +398,10 @@ def _filter_given(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
 ) -> bool:
-    return bool(statuses or driver_type or tags or host_id or older_than)
+    return bool(statuses or driver_type or tags or host_id or tenant or older_than)
 
 
 YES_OPTION = click.option(
@@ -399,6 +433,7 @@ def task_list(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
     since: str | None,
     limit: int,
@@ -414,14 +449,20 @@ def task_list(
       deviceq task list --status failed --driver-type android --older-than 1d --json
     """
     ctx.warn_if_unknown_pool()
-    if since is None and not _filter_given(statuses, driver_type, tags, host_id, older_than):
+    if since is None and not _filter_given(
+        statuses, driver_type, tags, host_id, tenant, older_than
+    ):
         tasks = ctx.client.list(None, limit=limit)
     elif (
-        since is None and len(statuses) == 1 and not (driver_type or tags or host_id or older_than)
+        since is None
+        and len(statuses) == 1
+        and not (driver_type or tags or host_id or tenant or older_than)
     ):
         tasks = ctx.client.list(statuses[0], limit=limit)
     else:
-        flt = build_filter(ctx, statuses, driver_type, tags, host_id, older_than, since=since)
+        flt = build_filter(
+            ctx, statuses, driver_type, tags, host_id, tenant, older_than, since=since
+        )
         res = ctx.client.find(flt, limit=limit)
         if res.truncated:
             click.echo(
@@ -474,6 +515,7 @@ def task_cancel(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
     yes: bool,
     limit: int,
@@ -489,7 +531,7 @@ def task_cancel(
       deviceq task cancel 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c
       deviceq task cancel --status queued --driver-type android --older-than 2h --yes
     """
-    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, older_than,
+    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
                        allowed=CANCELLABLE, done="cancelled", verb="cancel",
                        yes=yes, limit=limit)  # fmt: skip
     if not ids:
@@ -535,6 +577,7 @@ def task_wait(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
     yes: bool,
     limit: int,
@@ -551,7 +594,7 @@ def task_wait(
       deviceq task wait 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c --timeout 600
       deviceq task wait --tag nightly --yes
     """
-    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, older_than,
+    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
                        allowed=WAITABLE, done="waited for", verb="wait for",
                        yes=yes, limit=limit)  # fmt: skip
     if not ids:

@@ -70,6 +70,20 @@ def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> 
 
 
 # -- status ------------------------------------------------------------------------------------
+def tenant_table(rows: list[dict[str, Any]]) -> Table:
+    """Tenants: weight, cap, devices held (a tenant at its cap in bold), tasks queued."""
+    t = Table(title="tenants", title_justify="left")
+    for col in ("tenant", "weight", "max devices", "held", "queued"):
+        t.add_column(col, justify="left" if col == "tenant" else "right")
+    for x in rows:
+        cap = x["max_devices"]
+        held = str(x["held"])
+        if cap and x["held"] >= cap:
+            held = f"[bold]{held} (at cap)[/]"
+        t.add_row(x["tenant"], str(x["weight"]), str(cap or "-"), held, str(x["queued"]))
+    return t
+
+
 def render_status(data: dict[str, Any]) -> RenderableType:
     """The rich view of ``status.pool_status`` data."""
     counts = data["counts"]
@@ -116,6 +130,8 @@ def render_status(data: dict[str, Any]) -> RenderableType:
     if not data["queues"]:
         q.add_row("queue empty", "", "", "", "", "", "")
     parts.append(q)
+    if data.get("tenants"):
+        parts.append(tenant_table(data["tenants"]))
 
     d = Table(title=f"devices ({data['devices']['total']})", title_justify="left")
     by_state = data["devices"]["by_state"]
@@ -456,10 +472,12 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
     offline, draining (its host is drained: shown as "idle (draining)"), suspect (a lease on
     it expired), held (its host refused an assignment), quarantined, or host_dead (its host
     stopped heartbeating), or booked (reserved for a person with `deviceq reserve`: the why
-    column says by whom and until when). A device of a draining host that still runs work
-    shows e.g. "reserved (draining)"; JSON has "host_draining": true|false and
-    "reservation": null or {"reserved_by": NOTE, "reserved_until": MS, "reserved_at": MS}
-    (the top-level "reserved_by" is the task whose lease holds the device).
+    column says by whom and until when), checking (its host's health check runs on it) or
+    unhealthy (its last health check failed: the why column has the reason). A device of a
+    draining host that still runs work shows e.g. "reserved (draining)"; JSON has
+    "host_draining": true|false, "reservation": null or {"reserved_by": NOTE,
+    "reserved_until": MS, "reserved_at": MS} (the top-level "reserved_by" is the task whose
+    lease holds the device) and the health fields (see `device show`).
 
     \b
     Example:
@@ -484,9 +502,8 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
     for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why"):
         table.add_column(col)
     for d, s in rows:
-        color = {"idle": "green", "reserved": "cyan", "busy": "cyan", "booked": "magenta"}.get(
-            s, "bold red"
-        )
+        color = {"idle": "green", "reserved": "cyan", "busy": "cyan", "booked": "magenta",
+                 "checking": "cyan"}.get(s, "bold red")  # fmt: skip
         if s == "draining":
             color, shown = "yellow", f"{d.state.value} (draining)"
         elif d.host_id in draining and s != "host_dead":
@@ -695,23 +712,24 @@ def task_retry(
     driver_type: str | None,
     tags: tuple[str, ...],
     host_id: str | None,
+    tenant: str | None,
     older_than: str | None,
     yes: bool,
     limit: int,
     as_json: bool,
 ) -> None:
     """Submit failed or cancelled tasks again, each as a new task with the same goal or
-    workflow, constraints, priority and max_attempts (the old task is not changed). Give
-    ids, or a filter (failed and cancelled tasks; --status narrows it), confirmed like
-    `task cancel`. Prints each new id and the id it came from. Every id is checked before
-    any is submitted.
+    workflow, constraints, priority, max_attempts, tenant and retry policy (the old task
+    is not changed). Give ids, or a filter (failed and cancelled tasks; --status narrows
+    it), confirmed like `task cancel`. Prints each new id and the id it came from. Every id
+    is checked before any is submitted.
 
     \b
     Example:
       deviceq task retry 3f2a9c0d1e2b4a5f
       deviceq task retry --status failed --driver-type android --older-than 1h --yes
     """
-    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, older_than,
+    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
                        allowed=RETRYABLE, done="retried", verb="retry",
                        yes=yes, limit=limit)  # fmt: skip
     if not ids:
@@ -778,6 +796,9 @@ def _chunks(specs: list[TaskSpec], size: int) -> Iterator[list[TaskSpec]]:
 
 SUBMIT_FILE_EXCLUSIVE = (
     "goal",
+    "tenant",
+    "retry_on",
+    "retry_backoff",
     "workflow_name",
     "driver_type",
     "tags",

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
 
 YEAR = 365 * 86400.0
+
+# the failure kinds a retry policy may name (``retry_on``): the host-reported ones a retry can
+# help with, and ``lease_expired`` (the host went silent)
+RETRY_KINDS = ("infrastructure", "runner_error", "timeout", "runner_failed", "lease_expired")
+_SECS = re.compile(r"(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?")
+
+
+def check_retry_on(v: str) -> str:
+    """``none`` or a csv of RETRY_KINDS (the same check as ``retry_kinds`` in lua/_lib.lua)."""
+    kinds = v.split(",")
+    if v != "none" and (not v or any(k not in RETRY_KINDS for k in kinds)):
+        kinds_list = ", ".join(RETRY_KINDS)
+        raise ValueError(f"must be none or a comma-separated list of {kinds_list}")
+    return v
+
+
+def check_retry_backoff(v: str) -> str:
+    """``none``, ``fixed:SECONDS`` or ``exponential:BASE:MAX`` (seconds up to 999999.999, at
+    most 3 decimals; the same check as ``parse_backoff`` in lua/_lib.lua)."""
+    parts = v.split(":")
+    ok = (parts == ["none"]) or (
+        (parts[0], len(parts)) in (("fixed", 2), ("exponential", 3))
+        and all(_SECS.fullmatch(p) for p in parts[1:])
+    )
+    if not ok:
+        raise ValueError(
+            "must be none, fixed:SECONDS or exponential:BASE:MAX (seconds, e.g. exponential:1:300)"
+        )
+    return v
 
 
 class PoolConfig(BaseModel):
@@ -79,6 +109,17 @@ class PoolConfig(BaseModel):
         description="a queued task's effective priority rises by one level (up to 9) every "
         "this many seconds it waits, so a low-priority task is never starved (0 = off)",
     )
+    retry_on: str = Field(
+        "infrastructure,lease_expired",
+        description="failure kinds after which a task with attempts left is retried (csv of "
+        f"{', '.join(RETRY_KINDS)}; or none); a task may set its own",
+    )
+    retry_backoff: str = Field(
+        "none",
+        description="delay before a retry: none (at once, on another device where one is free) "
+        "| fixed:SECONDS | exponential:BASE:MAX (BASE doubled per failed attempt up to MAX, "
+        "with jitter: between half and all of it); a task may set its own",
+    )
     leader_ttl: float = Field(
         10.0, ge=1, le=3600, description="seconds a scheduler leader lease lasts"
     )
@@ -90,6 +131,16 @@ class PoolConfig(BaseModel):
     durability_timeout: float = Field(
         1.0, ge=0.01, le=60, description="seconds a durable write waits for its confirmation"
     )
+
+    @field_validator("retry_on")
+    @classmethod
+    def _retry_on(cls, v: str) -> str:
+        return check_retry_on(v)
+
+    @field_validator("retry_backoff")
+    @classmethod
+    def _retry_backoff(cls, v: str) -> str:
+        return check_retry_backoff(v)
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -135,7 +186,12 @@ class PoolConfig(BaseModel):
         bounds = ", ".join(
             f"{k} = {{{num(cls.bounds(k)[0])}, {num(cls.bounds(k)[1])}}}" for k in numeric
         )
-        return "local DEFAULTS = {" + items + "}\nlocal BOUNDS = {" + bounds + "}\n"
+        texts = [k for k, f in cls.model_fields.items() if isinstance(f.default, str)]
+        strs = ", ".join(f"{k} = {cls.model_fields[k].default!r}" for k in texts)
+        return (
+            "local DEFAULTS = {" + items + "}\nlocal BOUNDS = {" + bounds + "}\n"
+            "local SDEFAULTS = {" + strs + "}\n"
+        )
 
 
 class Settings(BaseSettings):

@@ -18,13 +18,21 @@ key                                type       holds
 ``queues``                         zset       non-empty bucket ids, scored by their head's seq
 ``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
 ``deadlines``                      zset       queued task ids with a queue timeout, by deadline
+``retries``                        zset       queued task ids waiting out a retry's backoff, by
+                                              the time they become eligible (ms; the task's
+                                              ``eligible_at``): expire.lua then enqueues them
+``tenants``                        hash       tenant -> ``WEIGHT:MAX_DEVICES`` (fair share weight,
+                                              cap on devices held at once; 0 = none)
+``tenant_held``                    hash       tenant -> devices its tasks hold (leases)
 ``avoid``                          hash       queued task id -> ``DEVICES|HOSTS`` (csv) it lost an
                                               attempt on: a retry prefers others (anti-affinity)
 ``status:STATUS``                  zset       task ids by status (queued/active by seq,
                                               terminal by finish time, trimmed by retention)
 ``idem:KEY``                       string     idempotency key -> task id (expires)
 ``device:ID``                      hash       one device (host, driver_type, tags, state and
-                                              its reason, reserved_by, quarantined, held, ...)
+                                              its reason, reserved_by, quarantined, held,
+                                              health and health_checked_at/_output/_reason:
+                                              its host's health check, ...)
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
@@ -86,6 +94,18 @@ class Keys:
     @property
     def deadlines(self) -> str:
         return self._k("deadlines")
+
+    @property
+    def retries(self) -> str:
+        return self._k("retries")
+
+    @property
+    def tenants(self) -> str:
+        return self._k("tenants")
+
+    @property
+    def tenant_held(self) -> str:
+        return self._k("tenant_held")
 
     @property
     def devgen(self) -> str:

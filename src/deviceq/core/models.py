@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from .config import check_retry_backoff, check_retry_on
 from .errors import InvalidInput
 
 ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -168,9 +169,12 @@ class Constraints(BaseModel):
     driver_type: OptDriverType = None
     tags: Tags = ()
 
-    def signature(self, priority: int = 0) -> str:
-        """Bucket id of the queued index: tasks with equal constraints and priority share it."""
+    def signature(self, priority: int = 0, tenant: str | None = None) -> str:
+        """Bucket id of the queued index: tasks with equal constraints, priority and tenant
+        share it (``signature`` in lua/_lib.lua)."""
         raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
+        if tenant:
+            raw += f"|{tenant}"
         return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
     def matches(self, driver_type: str, tags: Iterable[str]) -> bool:
@@ -209,6 +213,21 @@ class TaskSpec(BaseModel):
     idempotency_key: Annotated[str, _named("idempotency key")] | None = None
     queue_timeout: float | None = Field(None, gt=0, le=365 * 86400.0, allow_inf_nan=False)
     reject_unmatched: bool | None = None
+    retry_on: str | None = None
+    retry_backoff: str | None = None
+    tenant: Annotated[str, _named("tenant")] | None = None
+
+    @field_validator("retry_on", mode="before")
+    @classmethod
+    def _retry_on(cls, v: Any) -> Any:
+        if isinstance(v, list | tuple | set | frozenset):  # kinds as a list: a csv
+            v = ",".join(sorted(str(x) for x in v)) or "none"
+        return v if v is None else check_retry_on(v) if isinstance(v, str) else v
+
+    @field_validator("retry_backoff")
+    @classmethod
+    def _retry_backoff(cls, v: str | None) -> str | None:
+        return v if v is None else check_retry_backoff(v)
 
     @model_validator(mode="after")
     def _one_of(self) -> TaskSpec:
@@ -235,6 +254,8 @@ class Attempt(BaseModel):
     failure_kind: str | None = None
     error: str | None = None
     expired_in: str | None = None
+    retry: str | None = None
+    eligible_at: int | None = None
 
 
 def _opt_int(v: Any) -> int | None:
@@ -288,6 +309,10 @@ class ScheduledTask(BaseModel):
     avoid_hosts: tuple[str, ...] = ()
     idempotency_key: str | None = None
     queue_deadline: int | None = None
+    retry_on: str | None = None
+    retry_backoff: str | None = None
+    eligible_at: int | None = None
+    tenant: str | None = None
     seq: int = 0
     submitted_at: int = 0
     updated_at: int = 0
@@ -334,6 +359,10 @@ class ScheduledTask(BaseModel):
             "avoid_hosts": tuple(x for x in (h.get("avoid_hosts") or "").split(",") if x),
             "idempotency_key": s("idempotency_key"),
             "queue_deadline": _opt_int(h.get("queue_deadline")),
+            "retry_on": s("retry_on"),
+            "retry_backoff": s("retry_backoff"),
+            "eligible_at": _opt_int(h.get("eligible_at")),
+            "tenant": s("tenant"),
             "seq": int(h.get("seq") or 0),
             "submitted_at": int(h.get("submitted_at") or 0),
             "updated_at": int(h.get("updated_at") or 0),
@@ -366,6 +395,10 @@ class PooledDevice(BaseModel):
     consecutive_failures: int = 0
     released_at: int | None = None
     last_assigned_at: int | None = None
+    health: str | None = None  # healthy | unhealthy | checking (its host's health check)
+    health_checked_at: int | None = None  # ms, the last check's end
+    health_output: str | None = None  # the last check's output tail
+    health_reason: str | None = None  # why it is unhealthy
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -384,6 +417,10 @@ class PooledDevice(BaseModel):
             consecutive_failures=int(h.get("consecutive_failures") or 0),
             released_at=_opt_int(h.get("released_at")),
             last_assigned_at=_opt_int(h.get("last_assigned_at")),
+            health=h.get("health") or None,
+            health_checked_at=_opt_int(h.get("health_checked_at")),
+            health_output=h.get("health_output") or None,
+            health_reason=h.get("health_reason") or None,
         )
 
 

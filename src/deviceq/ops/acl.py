@@ -81,16 +81,18 @@ which nodes to try on a failover)."""
 SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
     name: frozenset(cmds.split())
     for name, cmds in {
-        "assign": "del get hdel hgetall hmget hset lpush ltrim pexpire rpush time xadd zadd "
-        "zrange zrem",
-        "cancel": "del hdel hgetall hmget hset lindex lpush lrem lset ltrim pexpire time xadd "
+        "assign": "del get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush time "
+        "xadd zadd zrange zrem",
+        "cancel": "del hdel hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire time "
+        "xadd "
         "zadd zrange zrem",
         "claim": "get hdel hgetall hincrby hmget hset lindex lpop lpush lrem lset ltrim "
         "pexpire time xadd zadd zcard zrem",
         "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire time xadd "
         "zadd zrem",
+        "device_health": "hdel hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
-        "expire": "del exists hdel hgetall hmget hset lindex lpush lrem lset ltrim pexpire "
+        "expire": "del exists hdel hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
         "time xadd xtrim zadd zcard zrange zrangebyscore zrem",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
         "time xadd zadd zrem",
@@ -114,7 +116,7 @@ checks that it covers what the scripts call)."""
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),
     "scheduler": ("leader", "assign", "expire"),
-    "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain"),
+    "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
     "operator": ("host_add", "host_remove", "host_drain", "device_quarantine", "device_reserve",
@@ -205,8 +207,9 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
     "host": {
         **_CONNECTION,
         **_DURABLE,
-        "hmget": "the host's own session record before it starts a session; the pool's "
-        "durability setting, read before a report",
+        "hmget": "the host's own session record before it starts a session; its devices' "
+        "health at start (deviceq.host.health); the pool's durability setting, read before a "
+        "report",
         "hgetall": "the pool config (lease_ttl, host_timeout) the daemon paces itself by",
         "get": "a workflow definition, for a workflow task",
         "blpop": "the daemon blocks on its wake list (inbox) and its control list",
@@ -261,18 +264,19 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # submit.lua, cancel.lua, workflow put
     "producer": ("seq", "task:*", "idem:*", "queue:*", "queues", "sig:*", "status:*",
                  "deadlines", "avoid", "leases", "device:*", "idle", "host:*:inbox",
-                 "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows"),
+                 "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
+                 "tenant_held"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
                   "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
-                  "events", "sched:wake"),
-    # session, heartbeat, claim, renew, report, host_drain; host:* becomes host:ID and
-    # host:ID:* for a user bound to one host id
+                  "events", "sched:wake", "retries", "tenant_held"),
+    # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
+    # host:ID and host:ID:* for a user bound to one host id
     "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
-             "leases", "events", "sched:wake"),
+             "leases", "events", "sched:wake", "retries", "tenant_held"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write."""

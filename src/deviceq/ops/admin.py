@@ -15,6 +15,7 @@ from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
+from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
 from ..host.client import token_digest
 
 MAX_RESERVATION_MS = 7 * 86_400_000
@@ -222,6 +223,22 @@ class PoolAdmin(PoolConnection):
         if not until:
             return None
         return Reservation(device_id, host_id, by or "", int(until), int(at) if at else None)
+
+    # -- tenants ----------------------------------------------------------------------------------
+    def set_tenant(self, tenant: str, *, weight: int = 1, max_devices: int = 0) -> TenantInfo:
+        """Set a tenant's fair-share ``weight`` (1..1000) and its cap on devices held at once
+        (``max_devices``, 0 = none; enforced when tasks are assigned). Raises InvalidInput
+        (nothing written) for bad values."""
+        set_tenant(self.redis, self.keys, tenant, weight, max_devices)
+        return next(t for t in self.tenants() if t.tenant == tenant)
+
+    def remove_tenant(self, tenant: str) -> bool:
+        """Forget a tenant's policy (weight 1, no cap). True if it had one."""
+        return remove_tenant(self.redis, self.keys, tenant)
+
+    def tenants(self) -> list[TenantInfo]:
+        """Every tenant with a policy or holding devices: weight, cap, devices held."""
+        return tenant_infos(self.redis, self.keys)
 
     # -- settings and maintenance --------------------------------------------------------------
     def set_config(self, key: str, value: Any) -> int | float | str:

@@ -99,12 +99,30 @@ class PoolCollector(Collector):
             "queued tasks per constraint signature",
             labels=["pool", "signature", "driver_type", "tags", "priority"],
         )
+        queued_by_tenant: dict[str, int] = {}
         for b in st.buckets(self.admin, MAX_SIGNATURES):
             depth.add_metric(
                 [pool, b.sig, b.driver_type or "", ",".join(sorted(b.tags)), str(b.priority)],
                 float(b.depth or 0),
             )
+            if b.tenant:
+                queued_by_tenant[b.tenant] = queued_by_tenant.get(b.tenant, 0) + (b.depth or 0)
         yield depth
+        tq = GaugeMetricFamily(
+            "deviceq_tenant_queued", "queued tasks per tenant", labels=["pool", "tenant"]
+        )
+        th = GaugeMetricFamily(
+            "deviceq_tenant_held",
+            "devices held by a tenant's tasks, and its cap (0 = none)",
+            labels=["pool", "tenant", "max_devices"],
+        )
+        infos = {t.tenant: t for t in self.admin.tenants()}
+        for name in sorted(set(infos) | set(queued_by_tenant)):
+            tq.add_metric([pool, name], float(queued_by_tenant.get(name, 0)))
+            t = infos.get(name)
+            th.add_metric([pool, name, str(t.max_devices if t else 0)], float(t.held if t else 0))
+        yield tq
+        yield th
         tasks = GaugeMetricFamily(
             "deviceq_tasks",
             "tasks per status (terminal: within retention)",

@@ -49,6 +49,7 @@ def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
                 driver_type=info.get("driver_type") or None,
                 tags=frozenset(t for t in (info.get("tags") or "").split(",") if t),
                 priority=int(info.get("priority") or 0),
+                tenant=info.get("tenant") or None,
                 depth=int(res[3 * i + 1]),
                 head_task=heads[i],
                 head_submitted_at=int(submitted[i]) if submitted[i] else None,
@@ -240,39 +241,43 @@ def status_counts(admin: PoolAdmin) -> dict[str, int]:
     return {st.value: int(n) for st, n in zip(TaskStatus, pipe.execute(), strict=True)}
 
 
+def tenant_summary(admin: PoolAdmin, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per tenant: weight, cap, devices held and tasks queued in its buckets (tasks without
+    a tenant are not listed). Bounded by the buckets read and the tenants configured."""
+    queued: dict[str, int] = {}
+    for q in queues:
+        if q["tenant"]:
+            queued[q["tenant"]] = queued.get(q["tenant"], 0) + int(q["depth"] or 0)
+    infos = {t.tenant: t for t in admin.tenants()}
+    out = []
+    for name in sorted(set(infos) | set(queued)):
+        t = infos.get(name)
+        out.append(
+            {
+                "tenant": name,
+                "weight": t.weight if t else 1,
+                "max_devices": t.max_devices if t else 0,
+                "held": t.held if t else 0,
+                "queued": queued.get(name, 0),
+            }
+        )
+    return out
+
+
 def pool_status(
     admin: PoolAdmin, *, leases: int = 10, failures: int = 10, max_queues: int = 1000
 ) -> dict[str, Any]:
     """Everything ``deviceq status`` shows, as plain data (its ``--json`` output)."""
     now = admin.server_time_ms()
     hosts, devices = hosts_and_devices(admin)
-    profiles = device_profiles(admin)
-    idle_devices = [d for d, state in devices if state == "idle"]
-    queues = []
-    for b in buckets(admin, max_queues):
-        c = b.constraints
-        matching = sum(n for drv, tags, n in profiles if c.matches(drv, tags))
-        idle = sum(1 for d in idle_devices if c.matches(d.driver_type, d.tags))
-        queues.append(
-            {
-                "sig": b.sig,
-                "driver_type": b.driver_type,
-                "tags": sorted(b.tags),
-                "priority": b.priority,
-                "depth": b.depth,
-                "head_task": b.head_task,
-                "oldest_wait_ms": now - b.head_submitted_at if b.head_submitted_at else None,
-                "matching_devices": matching,
-                "idle_matching": idle,
-                "unmatchable": matching == 0,
-            }
-        )
+    queues = pool_queues(admin, devices, max_queues)
     return {
         "pool": admin.pool,
         "time_ms": now,
         "counts": status_counts(admin),
         "queues": queues,
         "unmatchable_tasks": sum(q["depth"] for q in queues if q["unmatchable"]),
+        "tenants": tenant_summary(admin, queues),
         "devices": {"total": len(devices), "by_state": device_counts(devices)},
         "hosts": [host_json(h, now) for h in hosts],
         "reservations": [
@@ -290,3 +295,38 @@ def pool_status(
         "redis": server_report(admin.redis),
         "durability": admin.config().durability,
     }
+
+
+def pool_queues(
+    admin: PoolAdmin,
+    devices: list[tuple[PooledDevice, str]] | None = None,
+    max_queues: int = 1000,
+) -> list[dict[str, Any]]:
+    """The queue buckets as ``status`` shows them: constraints, tenant, depth, oldest wait,
+    matching and idle matching devices."""
+    now = admin.server_time_ms()
+    if devices is None:
+        devices = hosts_and_devices(admin)[1]
+    profiles = device_profiles(admin)
+    idle_devices = [d for d, state in devices if state == "idle"]
+    queues = []
+    for b in buckets(admin, max_queues):
+        c = b.constraints
+        matching = sum(n for drv, tags, n in profiles if c.matches(drv, tags))
+        idle = sum(1 for d in idle_devices if c.matches(d.driver_type, d.tags))
+        queues.append(
+            {
+                "sig": b.sig,
+                "driver_type": b.driver_type,
+                "tags": sorted(b.tags),
+                "priority": b.priority,
+                "tenant": b.tenant,
+                "depth": b.depth,
+                "head_task": b.head_task,
+                "oldest_wait_ms": now - b.head_submitted_at if b.head_submitted_at else None,
+                "matching_devices": matching,
+                "idle_matching": idle,
+                "unmatchable": matching == 0,
+            }
+        )
+    return queues

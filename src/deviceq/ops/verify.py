@@ -26,7 +26,7 @@ What is checked (each violation has a ``kind``, see `KINDS`):
 - the counters agree with what they count: ``caps``/``drivers``/``qdrivers`` with the
   registered devices, the queue depth with the buckets, ``queues`` with the buckets' heads,
   ``sig:SIG`` with the non-empty buckets, and the ``idle`` index holds only idle, unreserved,
-  unquarantined, unheld, unbooked devices;
+  unquarantined, unheld, unbooked devices whose health check neither runs nor failed;
 - a device is held by at most one lease *or* one person's reservation (``deviceq reserve``:
   the device fields ``booked_*``), never both, and ``bookings`` indexes exactly the reserved
   devices, scored by their reservation's end.
@@ -69,11 +69,11 @@ TERMINAL = ("done", "failed", "cancelled")
 STATUSES = ("queued", *ACTIVE, *TERMINAL)
 TASK_FIELDS = (
     "status", "attempt", "lease_id", "lease_expires_at", "device_id", "host_id", "seq", "sig",
-    "finished_at",
+    "finished_at", "tenant",
 )  # fmt: skip
 DEVICE_FIELDS = (
     "host_id", "driver_type", "tags", "state", "reserved_by", "lease_id", "quarantined", "held",
-    "booked_until",
+    "booked_until", "health",
 )  # fmt: skip
 
 KINDS: dict[str, str] = {
@@ -101,13 +101,17 @@ KINDS: dict[str, str] = {
     "than its lease_expires_at",
     "lease_entry_missing": "an active task without a leases entry (its lease never expires)",
     "device_counts": "caps/drivers/qdrivers disagree with the registered devices",
-    "queue_depth": "ZCARD status:queued differs from the sum of the queue buckets",
+    "queue_depth": "ZCARD status:queued differs from the sum of the queue buckets and the "
+    "retries waiting out their backoff",
+    "retry_index": "retries holds a task that is not queued, or that is also in a bucket",
+    "tenant_held": "tenant_held disagrees with the leases of the tenants' tasks (the cap on "
+    "devices a tenant holds would be wrong)",
     "bucket_mismatch": "a queue bucket holds a task that is not queued in it, or a queued "
     "task is missing from its bucket",
     "queue_head": "the queues index disagrees with the buckets' heads",
     "bucket_constraints": "sig:SIG exists while its bucket is empty, or is missing while it is not",
-    "idle_not_assignable": "an idle index entry that is reserved, quarantined, held, not idle "
-    "or not a registered device",
+    "idle_not_assignable": "an idle index entry that is reserved, quarantined, held, not idle, "
+    "under or failing a health check, or not a registered device",
     "lease_and_booking": "a device held by a task's lease and a person's reservation at once",
     "booking_index": "bookings disagrees with the devices' reservations: an entry for a device "
     "that is not reserved (or not registered), a reserved device without an entry, or an "
@@ -212,6 +216,7 @@ class _Task:
     sig: str
     finished_at: int | None
     attempts_len: int
+    tenant: str
     records: list[tuple[str | None, str]]
 
     @classmethod
@@ -229,6 +234,7 @@ class _Task:
             sig=f["sig"] or "",
             finished_at=_int(f["finished_at"]),
             attempts_len=int(n),
+            tenant=f["tenant"] or "",
             records=[_record(x) for x in raw],
         )
 
@@ -277,6 +283,7 @@ class _State:
     status: dict[str, list[tuple[str, float]]]
     leases: list[tuple[str, float]]
     deadlines: list[tuple[str, float]]
+    retries: list[tuple[str, float]]
     idle: list[tuple[str, float]]
     bookings: list[tuple[str, float]]
     queues: list[tuple[str, float]]
@@ -289,7 +296,7 @@ class _State:
 
     def index_entries(self) -> int:
         """How many index entries were read."""
-        ranged = [self.leases, self.deadlines, self.idle, self.bookings, self.queues]
+        ranged = [self.leases, self.deadlines, self.retries, self.idle, self.bookings, self.queues]
         ranged += [*self.status.values(), *self.buckets.values()]
         return (
             sum(len(x) for x in ranged)
@@ -566,7 +573,7 @@ def _read_state(rd: _Reader) -> _State:
     tasks, vanished = rd.tasks(sorted(space.tasks))
     sigs = sorted(space.queues)
     status_keys = [k.status(s) for s in STATUSES]
-    pool_zsets = [k.leases, k.deadlines, k.idle, k.bookings, k.queues]
+    pool_zsets = [k.leases, k.deadlines, k.retries, k.idle, k.bookings, k.queues]
     z = rd.zsets(status_keys + pool_zsets, "reading indexes")
     queues = z[k.queues]
     sigs = sorted(set(sigs) | {sig for sig, _ in queues})
@@ -582,6 +589,7 @@ def _read_state(rd: _Reader) -> _State:
         status={s: z[k.status(s)] for s in STATUSES},
         leases=z[k.leases],
         deadlines=z[k.deadlines],
+        retries=z[k.retries],
         idle=z[k.idle],
         bookings=z[k.bookings],
         queues=queues,
@@ -590,7 +598,10 @@ def _read_state(rd: _Reader) -> _State:
         inboxes={h: inboxes[k.inbox(h)] for h in sorted(space.inboxes)},
         devices=devices,
         device_rows=rd.devices(sorted(devices | space.devices)),
-        counters={name: rd.hash(getattr(k, name)) for name in ("caps", "drivers", "qdrivers")},
+        counters={
+            name: rd.hash(getattr(k, name))
+            for name in ("caps", "drivers", "qdrivers", "tenant_held")
+        },
     )
 
 
@@ -801,10 +812,11 @@ def _check_buckets(st: _State, f: _Findings) -> None:
     """Queue depth, bucket membership and order, bucket heads and bucket constraints."""
     depth = len(st.status["queued"])
     total = sum(len(e) for e in st.buckets.values())
-    if depth != total:
+    if depth != total + len(st.retries):
         f.add(
             "queue_depth",
-            f"status:queued holds {depth} task(s), the queue buckets {total}",
+            f"status:queued holds {depth} task(s), the queue buckets {total} and retries "
+            f"{len(st.retries)}",
             key="status:queued",
         )
     members: set[tuple[str, str]] = set()
@@ -829,8 +841,20 @@ def _check_buckets(st: _State, f: _Findings) -> None:
                     task=tid,
                     key=f"queue:{sig}",
                 )
+    waiting = {tid for tid, _ in st.retries}
+    _orphans(st, f, "retries", st.retries)
+    for tid in sorted(waiting):
+        t = st.tasks.get(tid)
+        if t is not None and (t.status != "queued" or (t.sig, tid) in members):
+            f.add(
+                "retry_index",
+                f"retries holds the task, which is {t.status or '?'}"
+                + (" and also in its bucket" if (t.sig, tid) in members else ""),
+                task=tid,
+                key="retries",
+            )
     for tid, t in st.tasks.items():
-        if t.status == "queued" and (t.sig, tid) not in members:
+        if t.status == "queued" and (t.sig, tid) not in members and tid not in waiting:
             f.add(
                 "bucket_mismatch",
                 f"task is queued but not in its bucket queue:{t.sig or '?'} (never scheduled)",
@@ -933,7 +957,8 @@ def _check_devices(st: _State, f: _Findings) -> None:
 
 
 def _check_idle(st: _State, f: _Findings) -> None:
-    """Every ``idle`` entry is a registered, idle, unreserved, unquarantined, unheld device."""
+    """Every ``idle`` entry is a registered, idle, unreserved, unquarantined, unheld device
+    whose health check is neither running nor failed."""
     for did, _ in st.idle:
         d = st.device_rows.get(did)
         if d is None or did not in st.devices:
@@ -953,6 +978,8 @@ def _check_idle(st: _State, f: _Findings) -> None:
             why.append(f"held ({d['held']})")
         if d["booked_until"]:
             why.append("reserved for a person")
+        if d["health"] in ("checking", "unhealthy"):
+            why.append(f"health {d['health']}")
         if d["state"] != "idle":
             why.append(f"state {d['state'] or '(none)'}")
         if why:
@@ -1227,6 +1254,24 @@ def _check_state(st: _State, f: _Findings) -> None:
     _check_devices(st, f)
     _check_idle(st, f)
     _check_bookings(st, f)
+    _check_tenants(st, f)
+
+
+def _check_tenants(st: _State, f: _Findings) -> None:
+    """``tenant_held`` counts each tenant's tasks holding a lease (assigned or running)."""
+    held: dict[str, int] = {}
+    for t in st.tasks.values():
+        if t.tenant and t.status in ACTIVE:
+            held[t.tenant] = held.get(t.tenant, 0) + 1
+    stored = st.counters.get("tenant_held", {})
+    for name in sorted(set(held) | set(stored)):
+        want, got = held.get(name, 0), _int(stored.get(name)) or 0
+        if want != got:
+            f.add(
+                "tenant_held",
+                f"tenant_held counts {got} device(s) for tenant {name}, its tasks hold {want}",
+                key="tenant_held",
+            )
 
 
 def _recheck_orphans(st: _State, rd: _Reader, f: _Findings) -> None:

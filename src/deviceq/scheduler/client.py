@@ -11,7 +11,7 @@ from typing import Any
 from ..core.connection import PoolConnection
 from ..core.models import validate_id
 
-EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed")
+EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed", "retried")
 """What an expiry batch answers, in the order of ``lua/expire.lua``'s reply."""
 
 

@@ -36,8 +36,8 @@ logger = logging.getLogger("deviceq.scheduler")
 DEFAULT_TICK = 2.0
 MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
 SUMMARY_EVERY = 10.0  # seconds between INFO summaries of the passes (each pass is DEBUG)
-SUMMED = ("assigned", "proposed", "rejected", "requeued", "expired_failed", "expired_cancelled",
-          "unschedulable")  # fmt: skip
+SUMMED = ("assigned", "proposed", "rejected", "requeued", "retried", "expired_failed",
+          "expired_cancelled", "unschedulable")  # fmt: skip
 
 
 class Daemon:
@@ -53,6 +53,7 @@ class Daemon:
         self.passes = 0
         self.last_pass = float("-inf")
         self.last_expire = float("-inf")
+        self.retry_at: float | None = None  # monotonic time the earliest retry backoff ends
         self.last_lead = float("-inf")
         self.ttl_ms = 0
         self.due = True
@@ -139,8 +140,13 @@ class Daemon:
         if self.due or now - self.last_pass >= self.tick:
             # expiry runs on the tick (and while it has a backlog), not on every wake-up: a
             # steady submit stream then costs no expiry round trips
-            expire = self.once or now - self.last_expire >= self.tick
+            retry_due = self.retry_at is not None and now >= self.retry_at
+            expire = self.once or retry_due or now - self.last_expire >= self.tick
             res = self._pass(expire)
+            # a retry waiting out its backoff: wake when it is due (not on a polling tick)
+            self.retry_at = (
+                None if res.retry_in_ms is None else now + max(0, res.retry_in_ms) / 1000
+            )
             self.passes += 1
             self.last_pass = time.monotonic()
             if expire:
@@ -151,6 +157,11 @@ class Daemon:
                 self.due = True
                 return False  # a full batch (or an expiry backlog): go again now
         left = self.tick - (time.monotonic() - self.last_pass)
+        if self.retry_at is not None:
+            left = min(left, self.retry_at - time.monotonic())
+            if left <= 0:
+                self.due = True
+                return False
         self.due = self._wait_wake(max(0.01, min(left, MAX_BLOCK, self.ttl_ms / 3000)))
         return False
 

@@ -8,7 +8,8 @@ For a queued task every device of the pool is classified against the task's cons
   order of precedence (``status.effective_state``): ``quarantined``, ``host_dead`` (no heartbeat
   within ``host_timeout``), ``reserved`` (running or assigned another task), ``suspect`` (a
   lease on it expired) or ``held`` (its host refused an assignment) until its host's next
-  heartbeat, ``host_draining``, ``offline``, ``busy`` (the host reports it busy), else ``idle``
+  heartbeat, ``unhealthy`` (its last health check failed) or ``checking`` (a health check runs
+  on it), ``host_draining``, ``offline``, ``busy`` (the host reports it busy), else ``idle``
   (assignable);
 * ``booked`` — reserved for a person (``deviceq reserve``): the reason says when the first of
   those reservations ends (``detail.reserved_until``, ms) and by whom; a task that could only
@@ -30,7 +31,9 @@ from ..core import liveness
 from ..core.connection import PoolConnection
 from ..core.errors import NotFound
 from ..core.fleet import effective_state, read_devices, read_hosts
-from ..core.models import ScheduledTask, TaskStatus, validate_id
+from ..core.models import Attempt, ScheduledTask, TaskStatus, validate_id
+from ..core.tenants import parse_tenant
+from .strategies import MAX_PRIORITY, IdleDevice, aged
 
 BLOCKERS = (
     "booked",
@@ -39,6 +42,8 @@ BLOCKERS = (
     "host_dead",
     "suspect",
     "held",
+    "unhealthy",
+    "checking",
     "host_draining",
     "offline",
     "busy",
@@ -51,6 +56,8 @@ _BLOCKER_TEXT = {
     "host_dead": "on a host that stopped heartbeating",
     "suspect": "suspect after a lost lease (until their host's next heartbeat)",
     "held": "held after their host refused an assignment (until its next heartbeat)",
+    "unhealthy": "unhealthy: their last health check failed; out of service until one passes",
+    "checking": "running (or due) a health check",
     "host_draining": "on a draining host",
     "offline": "offline",
     "busy": "reported busy by their host",
@@ -98,12 +105,40 @@ def explain(admin: PoolConnection, task_id: str) -> Explanation:
         raise NotFound(f"no task {task_id} in pool {admin.pool}")
     task = ScheduledTask.from_hash(raw)
     cons = {"driver_type": task.driver_type, "tags": list(task.tags), "priority": task.priority}
-    if task.status is TaskStatus.queued:
+    if task.status is TaskStatus.queued and task.eligible_at is not None:
+        exp = _explain_retry_wait(admin, task)
+    elif task.status is TaskStatus.queued:
         exp = _explain_queued(admin, task, raw)
     else:
         exp = _explain_other(admin, task)
     exp.constraints = cons
     return exp
+
+
+def _explain_retry_wait(admin: PoolConnection, task: ScheduledTask) -> Explanation:
+    """A queued task waiting out its retry backoff (in ``retries``, not yet in its bucket)."""
+    now = admin.server_time_ms()
+    left = max(0.0, ((task.eligible_at or now) - now) / 1000)
+    raw_last = admin.redis.lindex(admin.keys.attempts(task.id), -1)
+    last = Attempt.model_validate_json(raw_last) if raw_last else None
+    why = f"attempt {task.attempt} failed ({last.failure_kind})" if last else "it failed"
+    summary = (
+        f"{why}; it is retried in {left:.1f}s, once its retry backoff has passed "
+        f"(attempt {task.attempt + 1} of {task.max_attempts})"
+    )
+    reasons = [
+        Reason(
+            "retry_backoff",
+            f"waiting out its retry backoff until {_at(task.eligible_at or now)}"
+            + (f": {last.retry}" if last and last.retry else ""),
+            detail={"eligible_at": task.eligible_at, "seconds_left": round(left, 3)},
+        )
+    ]
+    if task.avoid_devices:
+        reasons.append(
+            Reason("anti_affinity", "it prefers other devices than " + ",".join(task.avoid_devices))
+        )
+    return Explanation(task.id, task.status.value, summary, reasons)
 
 
 def _explain_other(admin: PoolConnection, task: ScheduledTask) -> Explanation:
@@ -308,6 +343,16 @@ def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, s
                     {"missing": missing},
                 )
             )
+    if matching:
+        reasons.append(_position(admin, task, matching, now, counts))
+    aging = _aging(admin, task, now)
+    if aging:
+        reasons.append(aging)
+    if task.tenant:
+        capped = _tenant(admin, task.tenant)
+        reasons.insert(0, capped[0]) if capped[1] else reasons.append(capped[0])
+        if capped[1]:
+            summary = f"its tenant {task.tenant} holds its cap of {capped[1]} device(s)"
     if task.queue_deadline:
         reasons.append(
             Reason(
@@ -320,6 +365,109 @@ def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, s
             Reason("retry", f"attempt {task.attempt} of {task.max_attempts} ended; queued again")
         )
     return Explanation(task.id, task.status.value, summary, reasons, counts)
+
+
+def _aging(admin: PoolConnection, task: ScheduledTask, now: int) -> Reason | None:
+    """Its priority raised by aging (pool setting ``aging_seconds``): what priority strategies
+    order it by now, and when it next rises."""
+    period = admin.config().aging_seconds
+    if period <= 0 or task.priority >= MAX_PRIORITY or not task.submitted_at:
+        return None
+    ms = int(period * 1000)
+    eff = aged(task.priority, task.submitted_at, now, ms)
+    waited = (now - task.submitted_at) / 1000
+    text = f"priority {task.priority}, aged to {eff} after waiting {waited:.0f}s"
+    text += f" (one level per aging_seconds {period:g})"
+    if eff < MAX_PRIORITY:
+        nxt = task.submitted_at + (eff - task.priority + 1) * ms
+        text += f"; {eff + 1} in {_secs(nxt, now)}"
+    detail = {"priority": task.priority, "effective_priority": eff, "aging_seconds": period}
+    return Reason("aging", text, eff, detail)
+
+
+def _tenant(admin: PoolConnection, tenant: str) -> tuple[Reason, int]:
+    """The task's tenant: its weight and held devices, and whether it is at its cap (then
+    the cap is returned: the task waits for one of the tenant's tasks to end)."""
+    pipe = admin.redis.pipeline(transaction=False)
+    pipe.hget(admin.keys.tenants, tenant)
+    pipe.hget(admin.keys.tenant_held, tenant)
+    spec, held_raw = pipe.execute()
+    weight, cap = parse_tenant(spec)
+    held = int(held_raw or 0)
+    if cap and held >= cap:
+        return (
+            Reason(
+                "tenant_cap",
+                f"tenant {tenant} holds {held} device(s), its cap (max_devices {cap}): it waits "
+                "until one of the tenant's tasks ends",
+                held,
+                {"tenant": tenant, "held": held, "max_devices": cap, "weight": weight},
+            ),
+            cap,
+        )
+    text = f"tenant {tenant}: weight {weight}, holds {held} device(s)"
+    text += f" of at most {cap}" if cap else ""
+    detail = {"tenant": tenant, "held": held, "max_devices": cap, "weight": weight}
+    return Reason("tenant", text, held, detail), 0
+
+
+RATE_EVENTS = 5000  # recent events read to estimate the matching devices' throughput
+
+
+def _position(
+    admin: PoolConnection,
+    task: ScheduledTask,
+    matching: list[Any],
+    now: int,
+    counts: dict[str, int],
+) -> Reason:
+    """The task's place among the queued tasks that compete for its devices (buckets some
+    matching device could serve: higher priority ones ahead in full, equal priority ones by
+    submission order; aging and tenants' shares are not modelled) and an estimate of its wait
+    from how many tasks those devices finished recently (the last RATE_EVENTS events)."""
+    from ..ops.status import buckets
+
+    r, k = admin.redis, admin.keys
+    seq = task.seq
+    rivals = [
+        b
+        for b in buckets(admin)  # type: ignore[arg-type]
+        if any(b.accepts(_idle(d)) for d in matching) and b.priority >= task.priority
+    ]
+    pipe = r.pipeline(transaction=False)
+    for b in rivals:
+        if b.priority > task.priority:
+            pipe.zcard(k.queue(b.sig))
+        else:
+            pipe.zcount(k.queue(b.sig), "-inf", f"({seq}")
+    pipe.xrevrange(k.events, "+", "-", count=RATE_EVENTS)
+    res = pipe.execute()
+    ahead = sum(int(n) for n in res[:-1])
+    ids = {d.device_id for d in matching}
+    ended = [
+        int(str(eid).split("-")[0])
+        for eid, f in res[-1]
+        if f.get("type") in ("done", "failed", "cancelled") and f.get("device") in ids
+    ]
+    counts["competing_ahead"] = ahead
+    detail: dict[str, Any] = {"position": ahead + 1, "rate_per_s": None, "estimated_wait_s": None}
+    text = f"position {ahead + 1} among the queued tasks competing for its {len(ids)} device(s)"
+    if len(ended) >= 2 and now > min(ended):
+        span = (now - min(ended)) / 1000
+        rate = len(ended) / span
+        eta = (ahead + 1) / rate
+        detail.update(rate_per_s=round(rate, 3), estimated_wait_s=round(eta, 1))
+        text += (
+            f"; those devices finished {len(ended)} task(s) in the last {span:.0f}s "
+            f"({rate:.2f}/s): it should start in about {eta:.0f}s"
+        )
+    else:
+        text += "; too few recent runs on those devices to estimate its wait"
+    return Reason("position", text, ahead + 1, detail)
+
+
+def _idle(d: Any) -> IdleDevice:
+    return IdleDevice(d.device_id, d.host_id or "", d.driver_type or "", frozenset(d.tags or ()))
 
 
 def _describe(task: ScheduledTask) -> str:

@@ -31,6 +31,7 @@ import redis
 from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.keys import Keys
+from ..core.tenants import parse_tenant
 from .strategies import (
     AssignmentStrategy,
     Bucket,
@@ -38,6 +39,7 @@ from .strategies import (
     Pair,
     QueuedTask,
     Snapshot,
+    TenantShare,
     aged,
 )
 
@@ -91,7 +93,9 @@ class SnapshotReader:
         self.max_devices = max_devices
         self.max_buckets = max_buckets
         self.device_refresh = device_refresh
-        self._sig_cache: dict[str, tuple[str | None, frozenset[str], int]] = {}
+        # bucket -> (driver type, tags, priority, tenant)
+        self._sig_cache: dict[str, tuple[str | None, frozenset[str], int, str | None]] = {}
+        self._tenants: dict[str, TenantShare] = {}  # read per pass for a uses_tenants strategy
         # device id -> (idle score as read, read at (monotonic), the device)
         self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
         self._suspect: set[str] = set()
@@ -100,6 +104,7 @@ class SnapshotReader:
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
+        self.retry_in_ms: int | None = None  # until the earliest retry is due (last read)
         self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
         self._spec_hosts: list[str] = []
 
@@ -124,17 +129,21 @@ class SnapshotReader:
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
         pipe.hlen(k.avoid)
+        pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
         for sig, n in spec_want.items():
             pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
         for h in spec_hosts:
             pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
         res = pipe.execute()
         (sec, usec), (host_timeout_raw, aging_raw), devgen, idle_raw, queues_raw, avoiding = res[:6]
-        spec = res[6 : 6 + len(spec_want)]
+        spec = res[7 : 7 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        spec_rows = dict(zip(spec_hosts, res[6 + len(spec_want) :], strict=True))
+        spec_rows = dict(zip(spec_hosts, res[7 + len(spec_want) :], strict=True))
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
+        # ms until the earliest retry becomes eligible (<= 0: due now), None when none waits
+        first_retry = _pairs(res[6])
+        self.retry_in_ms = int(float(first_retry[0][1])) - now if first_retry else None
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
         self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
         if devgen != self._devgen:  # a device registered, changed or was removed
@@ -148,9 +157,12 @@ class SnapshotReader:
             self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in live}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
         cached, sig_rows = self.device_rows(idle, [k.sig(s) for s in new_sigs])
-        for s, (drv, tags, prio) in zip(new_sigs, sig_rows, strict=True):
-            self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0))
-        shells = [Bucket(s, *self._sig_cache[s], head_seq=int(float(score))) for s, score in queues]
+        for s, (drv, tags, prio, tenant) in zip(new_sigs, sig_rows, strict=True):
+            self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0), tenant or None)
+        shells = []
+        for s, score in queues:
+            drv, tags, prio, tenant = self._sig_cache[s]
+            shells.append(Bucket(s, drv, tags, prio, head_seq=int(float(score)), tenant=tenant))
         pre = Snapshot.build(shells, cached, self.batch, now)
         hosts = sorted({d.host_id for d in pre.devices})
         base = Base(now, shells, pre.devices, pre.matching, len(queues))
@@ -214,7 +226,7 @@ class SnapshotReader:
                     "tags",
                 )
             for sk in sig_keys:
-                pipe.hmget(sk, "driver_type", "tags", "priority")
+                pipe.hmget(sk, "driver_type", "tags", "priority", "tenant")
             res = pipe.execute()
         for did, d in zip(fetch, res[: len(fetch)], strict=True):
             host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
@@ -244,12 +256,15 @@ class SnapshotReader:
         return devices, res[len(fetch) :]
 
     def initial_want(self, base: Base) -> dict[str, int]:
-        """Heads to read per servable bucket: a fair share of the batch (at least
-        ``MIN_HEADS``), never more than its matching idle devices; plus ``lookahead``."""
+        """Heads to read per servable bucket: a fair share of twice the batch (at least
+        ``MIN_HEADS`` while that reads at most 4 x batch heads in all: with hundreds of
+        buckets, e.g. tenants x priorities, one each), never more than its matching idle
+        devices; plus ``lookahead``. A bucket the plan uses up is read deeper (`grow`)."""
         servable = [b for b in base.shells if base.matching[b.sig]]
         if not servable:
             return {}
-        share = max(MIN_HEADS, -(-2 * self.batch // len(servable)))
+        n = len(servable)
+        share = max(min(MIN_HEADS, -(-4 * self.batch // n)), -(-2 * self.batch // n))
         extra = self.lookahead()
         return {b.sig: min(len(base.matching[b.sig]), self.batch, share) + extra for b in servable}
 
@@ -356,18 +371,37 @@ class SnapshotReader:
         # next pass, read these with the base (bounded: a steady pool's few buckets and hosts)
         self._spec_want = dict(list(want.items())[:SPECULATE])
         self._spec_hosts = hosts[:SPECULATE]
+        self._tenants = self.read_tenants(base) if getattr(self.strategy, "uses_tenants", 0) else {}
         return base, want, heads
 
+    def read_tenants(self, base: Base) -> dict[str, TenantShare]:
+        """The weight, cap and held devices of the tenants of the servable buckets (one round
+        trip, only when some bucket has a tenant; bounded by the buckets read)."""
+        names = sorted({b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)})
+        if not names:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.keys.tenants, names)
+        pipe.hmget(self.keys.tenant_held, names)
+        specs, held = pipe.execute()
+        out = {}
+        for name, spec, h in zip(names, specs, held, strict=True):
+            weight, cap = parse_tenant(spec)
+            out[name] = TenantShare(weight, cap, int(h or 0))
+        return out
+
     def _queued(self, sig: str, pairs: list[Any]) -> tuple[QueuedTask, ...]:
-        prio = self._sig_cache[sig][2]
-        fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio) for t, seq in pairs)
+        _, _, prio, tenant = self._sig_cache[sig]
+        fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in pairs)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
     def make_snapshot(
         self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
     ) -> Snapshot:
         buckets = [
-            Bucket(b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq)
+            Bucket(
+                b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq, tenant=b.tenant
+            )  # fmt: skip
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)
         ]
@@ -381,6 +415,7 @@ class SnapshotReader:
             base.now,
             {b.sig: base.matching[b.sig] for b in buckets},
             signatures=base.signatures,
+            tenants=self._tenants,
         )
 
     def grow(

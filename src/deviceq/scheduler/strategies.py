@@ -45,6 +45,10 @@ tasks with a matching idle device are considered at all):
     Tasks oldest first as in ``fifo_match``; each gets the matching device that has been idle the
     longest (smallest idle-since time in the ``idle`` zset; ties by ``device_id``). Spreads work
     evenly over devices (and hence hosts), so no device sits unused while another is hammered.
+``fair_share``
+    Tenants (``submit --tenant``) get contended devices in proportion to their weights, with
+    an optional cap on the devices a tenant holds at once, on top of priority and aging (see
+    `FairShare`).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class QueuedTask:
     avoid_devices: frozenset[str] = frozenset()
     avoid_hosts: frozenset[str] = frozenset()
     effective_priority: int = -1  # -1: not aged (the snapshot sets it; see aged_priority)
+    tenant: str | None = None  # who it is for (its bucket's tenant; fair_share)
 
     @property
     def aged_priority(self) -> int:
@@ -110,6 +115,17 @@ class IdleDevice:
 
 
 @dataclass(frozen=True)
+class TenantShare:
+    """A tenant as fair share sees it: its ``weight`` (share of contended devices, default 1),
+    ``max_devices`` (cap on devices held at once; 0 = none) and the devices it ``held`` when
+    the snapshot was read (leases of its tasks, assigned or running)."""
+
+    weight: int = 1
+    max_devices: int = 0
+    held: int = 0
+
+
+@dataclass(frozen=True)
 class Bucket:
     """One constraint bucket of the queue: its signature, constraints (driver type, tags) and
     priority. In a strategy's snapshot it carries its oldest queued tasks (``heads``) and the
@@ -124,6 +140,7 @@ class Bucket:
     depth: int | None = None
     head_task: str | None = None
     head_submitted_at: int | None = None
+    tenant: str | None = None
 
     def accepts(self, device: IdleDevice) -> bool:
         """True if a device satisfies this bucket's constraints (the one rule, `satisfies`)."""
@@ -147,6 +164,9 @@ class Snapshot:
     now_ms: int = 0
     matching: dict[str, list[IdleDevice]] = field(default_factory=dict)
     signatures: int = 0  # non-empty buckets in the pool (read or not)
+    # the tenants of the buckets, with their weight, cap and the devices they hold now (read
+    # only for a strategy with ``uses_tenants = True``)
+    tenants: dict[str, TenantShare] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -408,3 +428,73 @@ class LeastRecentlyUsedDevice:
         return snapshot.greedy(
             snapshot.tasks_by_seq(), device_key=lambda d: (d.idle_since, d.device_id)
         )
+
+
+@register_strategy("fair_share")
+class FairShare:
+    """Tenants share contended devices in proportion to their weights (pool setting per
+    tenant: `PoolAdmin.set_tenant`, ``deviceq tenant set``), on top of priority and aging.
+
+    A pass hands out devices one at a time: to the next task (highest effective priority,
+    then oldest) of the tenant whose tasks hold the fewest devices per unit of weight
+    (``held / weight``, counting what this pass already gave it), so, like deficit round
+    robin, a tenant of weight 3 ends up holding three devices for every one a tenant of
+    weight 1 holds while both have work waiting. A higher effective priority still goes
+    first across tenants. A tenant at its ``max_devices`` cap gets nothing more (the commit
+    enforces the cap too: ``tenant_cap``). Tasks without a tenant form one tenant of weight 1.
+    A task with no free matching device is skipped and never blocks its tenant's others.
+    Device choice as in ``fifo_match`` (smallest ``device_id``), preferring devices and hosts
+    a retry has not failed on."""
+
+    name = "fair_share"
+    uses_tenants = True  # the snapshot reads the tenants' weights, caps and held devices
+
+    def propose(self, snapshot: Snapshot) -> list[Pair]:
+        none = TenantShare()
+        queues: dict[str, list[QueuedTask]] = {}
+        for t in snapshot.tasks():
+            queues.setdefault(t.tenant or "", []).append(t)
+        for q in queues.values():  # best last: popped from the end
+            q.sort(key=lambda t: (t.aged_priority, -t.seq))
+        held = {n: snapshot.tenants.get(n, none).held for n in queues}
+        heap: list[tuple[int, float, int, str]] = []
+
+        def push(name: str) -> None:
+            share = snapshot.tenants.get(name, none)
+            if not queues[name] or (share.max_devices and held[name] >= share.max_devices):
+                return
+            t = queues[name][-1]
+            heapq.heappush(heap, (-t.aged_priority, held[name] / max(1, share.weight), t.seq, name))
+
+        for name in queues:
+            push(name)
+        used: set[str] = set()
+        pos: dict[str, int] = {}
+        pairs: list[Pair] = []
+        while heap and len(pairs) < snapshot.limit:
+            name = heapq.heappop(heap)[3]
+            task = queues[name].pop()
+            device = self._device(snapshot, task, used, pos)
+            if device is not None:
+                used.add(device)
+                pairs.append((task.task_id, device))
+                held[name] += 1
+            push(name)
+        return pairs
+
+    @staticmethod
+    def _device(
+        snap: Snapshot, task: QueuedTask, used: set[str], pos: dict[str, int]
+    ) -> str | None:
+        """The unused matching device with the smallest id (the best anti-affinity rank
+        first for a retry)."""
+        devs = snap.matching.get(task.sig, [])
+        if task.avoid_devices or task.avoid_hosts:
+            free = [d for d in devs if d.device_id not in used]
+            best = min(free, key=lambda d: (task.avoid_rank(d), d.device_id), default=None)
+            return None if best is None else best.device_id
+        i = pos.get(task.sig, 0)
+        while i < len(devs) and devs[i].device_id in used:
+            i += 1
+        pos[task.sig] = i
+        return devs[i].device_id if i < len(devs) else None

@@ -54,6 +54,7 @@ class AssignResult:
     fenced: bool = False
     more: bool = False
     duration_ms: float = 0.0
+    retry_in_ms: int | None = None  # until the earliest retry backoff ends (None: none waits)
 
     @property
     def rejected_total(self) -> int:
@@ -75,6 +76,7 @@ class AssignResult:
             "expired_failed": self.expired.get("failed", 0),
             "expired_cancelled": self.expired.get("cancelled", 0),
             "unschedulable": self.expired.get("unschedulable", 0),
+            "retried": self.expired.get("retried", 0),
             "signatures": self.signatures,
             "buckets": self.buckets,
             "heads": self.heads,
@@ -183,6 +185,7 @@ class TaskScheduler:
         res = AssignResult()
         res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
         base, want, heads = self.reader.read()
+        res.retry_in_ms = self.reader.retry_in_ms
         for _ in range(MAX_ROUNDS):
             snap = self.reader.make_snapshot(base, want, heads)
             pairs, dropped = self.plan(snap)
