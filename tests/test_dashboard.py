@@ -199,7 +199,15 @@ def test_task_submitted_from_cli_appears_without_reload(env: Env) -> None:
     _wait_css(b, f"#tasks tr[data-task='{tid}']")
     b.get(env.ro + "/tasks?" + urllib.parse.urlencode({"status": "done", "q": "zzz-nothing"}))
     _wait_css(b, "#tasks td.empty")
-    for bad in ("status=bogus", "limit=7", "host=%3Cx%3E", "after=queued:x:y", "nope=1"):
+    # by tenant (the form's field, and the query string)
+    mine = env.submit("echo for team-a", "--tenant", "team-a", "--driver-type", "nothing-here")
+    b.get(env.ro + "/tasks?" + urllib.parse.urlencode({"tenant": "team-a"}))
+    _wait_css(b, f"#tasks tr[data-task='{mine}']")
+    rows = b.find_elements("css selector", "#tasks tbody tr[data-task]")
+    assert [r.get_attribute("data-task") for r in rows] == [mine]
+    assert b.find_element("id", "f-tenant").get_attribute("value") == "team-a"
+    for bad in ("status=bogus", "limit=7", "host=%3Cx%3E", "tenant=a%20b", "after=queued:x:y",
+                "nope=1"):  # fmt: skip
         code, body, _ = _http(env.ro + "/tasks?" + bad)
         assert code == 400, bad
         assert "Traceback" not in body and 'id="error-message"' in body

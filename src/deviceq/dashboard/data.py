@@ -57,12 +57,13 @@ class TaskFilter:
     driver_type: str | None = None
     tag: str | None = None
     host: str | None = None
+    tenant: str | None = None
     text: str | None = None
     limit: int = 50
 
     @classmethod
     def parse(cls, q: dict[str, str]) -> TaskFilter:
-        unknown = set(q) - {"status", "driver_type", "tag", "host", "q", "limit", "after"}
+        unknown = set(q) - {"status", "driver_type", "tag", "host", "tenant", "q", "limit", "after"}
         if unknown:
             raise InvalidInput(f"unknown query parameter {sorted(unknown)[0]!r}")
         status_s = q.get("status") or None
@@ -88,6 +89,7 @@ class TaskFilter:
             driver_type=_opt_id(q.get("driver_type"), "driver_type"),
             tag=validate_tag(tag) if tag else None,
             host=_opt_id(q.get("host"), "host id"),
+            tenant=_opt_id(q.get("tenant"), "tenant"),
             text=text,
             limit=int(limit_s),
         )
@@ -99,6 +101,7 @@ class TaskFilter:
             "driver_type": self.driver_type or "",
             "tag": self.tag or "",
             "host": self.host or "",
+            "tenant": self.tenant or "",
             "q": self.text or "",
             "limit": str(self.limit) if self.limit != 50 else "",
             "after": after or "",
@@ -112,6 +115,8 @@ class TaskFilter:
             return False
         if self.host and t.host_id != self.host:
             return False
+        if self.tenant and t.tenant != self.tenant:
+            return False
         if self.text:
             hay = (t.goal or t.workflow or "").casefold()
             if self.text.casefold() not in hay:
@@ -120,7 +125,7 @@ class TaskFilter:
 
     @property
     def active(self) -> bool:
-        return bool(self.driver_type or self.tag or self.host or self.text)
+        return bool(self.driver_type or self.tag or self.host or self.tenant or self.text)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,9 @@
       timer = setTimeout(function () { timer = null; refresh(); }, wait);
     };
     var es = new EventSource("/api/stream");
-    es.onopen = function () { setLive(true); };
+    // the stream starts at connect time: refresh once connected, so that an event between
+    // the page's render and the connection (a cancel that just completed) is not missed
+    es.onopen = function () { setLive(true); schedule(); };
     es.onerror = function () { setLive(false); };
     es.onmessage = function () { schedule(); };
     return;
