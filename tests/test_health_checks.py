@@ -366,7 +366,7 @@ def test_a_check_past_its_timeout_is_killed_and_the_device_unhealthy(tmp_path: P
     )  # fmt: skip
     checker = HealthChecker(HostState(settings), host=None)  # type: ignore[arg-type]
     started = time.monotonic()
-    healthy, output, reason = checker.run_template(settings.devices[0])
+    healthy, output, reason = checker.run_check(settings.devices[0])
     assert time.monotonic() - started < 3.0
     assert (healthy, reason) == (False, "timed out after 0.5 s")
     assert "started" in output

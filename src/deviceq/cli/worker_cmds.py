@@ -74,14 +74,15 @@ def _parse_options(items: tuple[str, ...] | list[str] | dict[str, Any]) -> dict[
 
 def _check_health_checks(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
-) -> tuple[str, ...]:
-    """``--health-check DRIVER=TEMPLATE`` values, checked as they are parsed: a bad one is a
-    usage error (exit 2) before anything starts."""
+) -> dict[str, Any] | tuple[str, ...]:
+    """``--health-check DRIVER=TEMPLATE|python:PATH`` values, checked as they are parsed (a
+    Python check is imported now): a bad one is a usage error (exit 2) before anything
+    starts. The parsed mapping goes on (a Python check is not loaded twice); () when none."""
     try:
-        parse_health_checks(value)
+        parsed = parse_health_checks(value)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
-    return value
+    return parsed or ()
 
 
 def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[WorkerSettings, str]:
@@ -396,13 +397,17 @@ def build_pool_settings(
     "--health-check",
     "health_check",
     multiple=True,
-    metavar="DRIVER=TEMPLATE",
+    metavar="DRIVER=TEMPLATE|python:PATH",
     callback=_check_health_checks,
     help="Health check of the devices of a driver type (repeatable): a command template "
-    "like --command's ({device_id} {driver_type} {tags} {host_id}); exit 0 = healthy, "
-    "else the device is unhealthy (out of service) until a check passes. Runs when a "
-    "device joins, every --health-every-tasks tasks, every --health-every-seconds and "
-    "after an infrastructure failure, never while a task holds the device.",
+    "like --command's ({device_id} {driver_type} {tags} {host_id}), exit 0 = healthy; or "
+    "python:package.module:callable (a class is instantiated), called as check(task) in a "
+    "thread: True, None or an ok Outcome = healthy; False, a failed Outcome or an "
+    "exception = unhealthy. An unhealthy device is out of service until a check passes. "
+    "Runs when a device joins, every --health-every-tasks tasks, every "
+    "--health-every-seconds and after an infrastructure failure, never while a task holds "
+    "the device. A Python check past --health-check-timeout is asked to stop (task.cancel) "
+    "and the device is not checked again until it returns.",
 )
 @click.option(
     "--health-every-tasks",

@@ -1,6 +1,7 @@
-"""Device health checks on a host (``deviceq host run --health-check DRIVER=TEMPLATE``): the
-policy of when a device's check is due, and the checks themselves, run in the background
-(a thread per running check) so that no device waits for another's.
+"""Device health checks on a host (``deviceq host run --health-check DRIVER=TEMPLATE`` or
+``DRIVER=python:package.module:callable``): the policy of when a device's check is due, and
+running the checks in the background (a thread per running check) so that no device waits for
+another's.
 
 A check of a device is due when the device joins (first seen by this daemon), every
 ``health_every_tasks`` tasks run on it, every ``health_every_seconds`` seconds, and after an
@@ -20,13 +21,14 @@ ended. When ``begin`` is refused (a task holds the device) the check stays due a
 again when the device is free. The host starts a check only on a device with no run of its own
 (and no runner that did not stop), so a check never overlaps a task on the device.
 
-The template is a command template like the command runner's (split once, never through a
-shell unless it names one; placeholders ``{device_id}`` ``{driver_type}`` ``{tags}``
-``{host_id}``): it runs through `CommandRunner`, in a process group of its own under the
-same watchdog (killed when the daemon dies or ``health_check_timeout`` passes), without the
-host token in its environment. Exit 0 is healthy; anything else (a timeout included) is
-unhealthy, with the reason (``exit code 1``, ``timed out after 60 s``) and the output's last
-2,000 bytes kept on the device hash (``deviceq device show``)."""
+A check is a command template or a Python callable (`deviceq.host.health_checks`: how each
+kind runs and what it answers), called with a `Task` for the device (``device_id``,
+``driver_type``, ``tags``, ``host_id``, a ``cancel`` event and a lease clock running out at
+``health_check_timeout``). It answers healthy, or unhealthy with a reason (``exit code 1: no
+usb``, ``raised OSError: ...``, ``timed out after 60 s``); the reason and the output's last
+2,000 bytes are kept on the device hash (``deviceq device show``), the host token never. A
+Python check that times out cannot be killed: the device stays out of service, and is not
+checked again, until that call returns."""
 
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ from dataclasses import dataclass
 
 from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
-from .client import HEALTH_OUTPUT_BYTES, HostClient
-from .runners import CommandRunner, LeaseClock, Task
-from .runners.command import WATCHDOG_MARK
+from .client import HostClient
+from .health_checks import CheckResult, HealthCheck, build_check
+from .runners import LeaseClock, Task
 from .settings import DeviceConfig
 from .state import TRANSIENT, HostState, unreachable
 
@@ -73,17 +75,13 @@ class HealthChecker:
         self.state = state
         self.settings = state.settings
         self.host = host
-        templates: dict[str, str] = dict(self.settings.health_check)
-        self.runners = {
-            driver: CommandRunner(
-                template, tail_bytes=2 * HEALTH_OUTPUT_BYTES, term_grace=self.settings.stop_grace
-            )
-            for driver, template in templates.items()
+        s = self.settings
+        self.by_driver: dict[str, HealthCheck] = {
+            driver: build_check(spec, timeout=s.health_check_timeout, term_grace=s.stop_grace)
+            for driver, spec in s.health_check.items()
         }
         self.devices = {
-            d.device_id: DeviceHealth()
-            for d in self.settings.devices
-            if d.driver_type in self.runners
+            d.device_id: DeviceHealth() for d in s.devices if d.driver_type in self.by_driver
         }
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -213,7 +211,7 @@ class HealthChecker:
         for did in self.devices:
             h = self.devices[did]
             with self.lock:
-                if h.running:
+                if h.running or self.check_of(did).busy(did):  # (a timed-out call not returned)
                     continue
                 if h.begun:  # taken at start (prepare): its joining check runs now
                     why: str | None = "joined"
@@ -261,7 +259,7 @@ class HealthChecker:
             return None
         h.begun, h.pending = False, None
         dev = self.state.devices[did]
-        healthy, output, reason = self.run_template(dev)
+        healthy, output, reason = self.run_check(dev)
         if self.closing and not healthy:
             # stopped by the daemon's shutdown: the result means nothing; the device stays
             # `checking` (out of service) until the next daemon checks it as it joins
@@ -277,7 +275,10 @@ class HealthChecker:
                            "device healthy" + (": back in service" if was is False else ""),
                            device=did, why=why)  # fmt: skip
         else:
-            self.state.log(logging.WARNING, f"device unhealthy: {reason}; out of service",
+            # (scrubbed as in the stored reason: a Python check runs in this process)
+            token = getattr(self.host, "_token", None)
+            shown = reason.replace(token, "[host token]") if token else reason
+            self.state.log(logging.WARNING, f"device unhealthy: {shown}; out of service",
                            device=did, why=why)  # fmt: skip
         return healthy
 
@@ -297,9 +298,11 @@ class HealthChecker:
                 self.state.closed.wait(delay)
                 delay = min(1.0, delay * 2)
 
-    def run_template(self, dev: DeviceConfig) -> tuple[bool, str, str]:
-        """Run the device's check: (healthy, output tail, reason when unhealthy)."""
-        runner = self.runners[dev.driver_type]
+    def check_of(self, did: str) -> HealthCheck:
+        return self.by_driver[self.state.devices[did].driver_type]
+
+    def run_check(self, dev: DeviceConfig) -> CheckResult:
+        """Run the device's check: (healthy, output, reason when unhealthy)."""
         timeout = self.settings.health_check_timeout
         cancel = threading.Event()
         task = Task(
@@ -312,19 +315,8 @@ class HealthChecker:
                 cancel.set()
             self.cancels[dev.device_id] = cancel
         try:
-            out = runner(task)
+            return self.by_driver[dev.driver_type](task)
         finally:
             with self.lock:
                 self.cancels.pop(dev.device_id, None)
-        if out.ok:
-            return True, out.text, ""
-        first, _, rest = out.text.partition("\n")
-        if WATCHDOG_MARK.decode() in out.text or first.startswith("killed by the lease watchdog"):
-            reason = f"timed out after {timeout:g} s"
-        elif first.startswith("stopped"):
-            reason = "stopped: the host daemon is shutting down"
-        else:
-            # the exit status and the output's last line: "exit code 1: adb: device offline"
-            last = next((ln.strip() for ln in reversed(rest.splitlines()) if ln.strip()), "")
-            reason = f"{first}: {last}" if first and last else first or "health check failed"
-        return False, rest, reason
+

@@ -10,6 +10,7 @@ from typing import Any
 from ..core.errors import ConfigError, InvalidInput
 from ..core.models import DeviceState, validate_id, validate_tags
 from .client import DeviceReport
+from .health_checks import PythonCheckSpec, check_spec
 from .runners import CommandTemplate, RunnerSpec
 
 
@@ -56,12 +57,15 @@ HEALTH_PLACEHOLDERS = ("device_id", "driver_type", "tags", "host_id")
 """The placeholders of a health check's command template (validated ids: safe anywhere)."""
 
 
-def parse_health_checks(value: Any) -> dict[str, str]:
-    """Health checks per driver type, from ``DRIVER=TEMPLATE`` texts (``--health-check``,
-    repeatable) or a mapping driver -> template (a config file): each template is split once
-    and checked now, like the command runner's (`CommandTemplate`), with the placeholders
-    ``{device_id}`` ``{driver_type}`` ``{tags}`` ``{host_id}``. ConfigError for a missing
-    ``=``, a malformed driver type, a driver given twice or a bad template."""
+def parse_health_checks(value: Any) -> dict[str, str | PythonCheckSpec]:
+    """Health checks per driver type, from ``DRIVER=CHECK`` texts (``--health-check``,
+    repeatable) or a mapping driver -> check (a config file). A check is a command template,
+    split once and checked now like the command runner's (`CommandTemplate`), with the
+    placeholders ``{device_id}`` ``{driver_type}`` ``{tags}`` ``{host_id}``; or
+    ``python:package.module:callable`` (in a mapping also a callable), resolved now like a
+    runner (`deviceq.host.health_checks`). ConfigError for a missing ``=``, a malformed
+    driver type, a driver given twice, a bad template or a Python check that cannot be
+    loaded."""
     if value is None or value == () or value == []:
         return {}
     items: list[tuple[str, Any]]
@@ -75,25 +79,29 @@ def parse_health_checks(value: Any) -> dict[str, str]:
             if not sep or not driver.strip() or not template.strip():
                 raise ConfigError(
                     f"bad --health-check {text!r}: use DRIVER=TEMPLATE, e.g. "
-                    "android='adb -s {device_id} get-state'"
+                    "android='adb -s {device_id} get-state', or "
+                    "DRIVER=python:package.module:callable"
                 )
             items.append((driver.strip(), template))
-    out: dict[str, str] = {}
-    for driver, template in items:
+    out: dict[str, str | PythonCheckSpec] = {}
+    for driver, check in items:
         try:
             validate_id(driver, "driver_type")
         except InvalidInput as exc:
             raise ConfigError(f"bad --health-check driver type {driver!r}: {exc}") from None
         if driver in out:
             raise ConfigError(f"--health-check {driver}=... is given twice")
-        if not isinstance(template, str):
-            raise ConfigError(f"--health-check {driver}: the template must be a string")
         try:
-            CommandTemplate.parse(template, HEALTH_PLACEHOLDERS)
+            spec = check_spec(check)
         except ConfigError as exc:
-            why = str(exc).replace(" and {goal:shell}", "")  # (no goal in a health check)
-            raise ConfigError(f"--health-check {driver}: {why}") from None
-        out[driver] = template
+            raise ConfigError(f"--health-check {driver}={check}: {exc}") from None
+        if isinstance(spec, str):
+            try:
+                CommandTemplate.parse(spec, HEALTH_PLACEHOLDERS)
+            except ConfigError as exc:
+                why = str(exc).replace(" and {goal:shell}", "")  # (no goal in a health check)
+                raise ConfigError(f"--health-check {driver}: {why}") from None
+        out[driver] = spec
     return out
 
 
@@ -118,7 +126,8 @@ class WorkerSettings:
     device_check: str | None = None
     device_check_interval: float = 30.0
     device_check_timeout: float = 10.0
-    # health checks per driver type (DRIVER=TEMPLATE texts or a mapping; a dict after init):
+    # health checks per driver type (DRIVER=TEMPLATE or DRIVER=python:PATH texts, or a
+    # mapping; a dict driver -> template | PythonCheckSpec after init):
     # when a device joins, every health_every_tasks tasks, every health_every_seconds and
     # after an infrastructure failure (deviceq.host.health)
     health_check: Any = field(default_factory=dict)
