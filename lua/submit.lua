@@ -43,8 +43,8 @@ local function check(b)
     ARGV[b + 5], ARGV[b + 6]
   if not valid_id(id) then return fail('INVALID', 'malformed task id') end
   if kind == 'goal' then
-    if #goal < 1 or #goal > 16384 or not goal:match('%S') then
-      return fail('INVALID', 'goal must be 1-16384 bytes and not blank')
+    if #goal < 1 or #goal > 16384 or not goal:match('%S') or not valid_utf8(goal) then
+      return fail('INVALID', 'goal must be 1-16384 bytes of UTF-8 text and not blank')
     end
     if wf ~= '' then return fail('INVALID', 'a goal task names no workflow') end
   elseif kind == 'workflow' then

@@ -98,8 +98,12 @@ class Pool:
             "device_quarantine": ["d2", "1"],
             "device_reserve": ["reserve", "d3", "60000", "alice"],
             "device_health": ["h1", tok, "", "begin", "d3"],
+            "heads": ["3", self.r.hget(self.keys.task(self.queued), "sig") or "", "0", "9"],
             "leader": ["owner-1", "1000", "acquire"],
         }[name]  # fmt: skip
+
+
+READ_ONLY = {"heads"}  # scripts that read for the scheduler and never write
 
 
 def stable(d: dict[str, Any]) -> dict[str, Any]:
@@ -182,4 +186,23 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
         before = dump(pool.r, pool.keys)
         pool.scripts[name](keys=[pool.keys.prefix], args=pool.valid(name))
         check_pool(pool.r, pool.keys)
-        assert dump(pool.r, pool.keys) != before, f"{name}'s valid call changed nothing"
+        if name in READ_ONLY:
+            assert dump(pool.r, pool.keys) == before, f"{name} is a read, but it wrote"
+        else:
+            assert dump(pool.r, pool.keys) != before, f"{name}'s valid call changed nothing"
+
+
+def test_submit_refuses_a_goal_that_is_not_utf8_and_keeps_one_that_is(redis_server: Any) -> None:
+    """Every client decodes a goal as UTF-8 (a host daemon would fail on the task): the
+    script refuses other bytes, writing nothing, and keeps multi-byte text intact."""
+    pool = Pool(redis_server.url)
+    args = pool.valid("submit")
+    for bad in (b"h\xbe8", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\xe2\x82"):
+        before = dump(pool.r, pool.keys)
+        call = [*args[:3], bad, *args[4:]]
+        with pytest.raises(redis.ResponseError, match="^INVALID goal must be"):
+            pool.scripts["submit"](keys=[pool.keys.prefix], args=call)
+        assert dump(pool.r, pool.keys) == before
+    text = "résumé ✓ 𝄞"
+    pool.scripts["submit"](keys=[pool.keys.prefix], args=[*args[:3], text, *args[4:]])
+    assert pool.r.hget(pool.keys.task(args[1]), "goal") == text

@@ -94,6 +94,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
         "time xadd xtrim zadd zcard zrange zrangebyscore zrem",
+        "heads": "hget zrange",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
         "time xadd zadd zrem",
         "host_add": "exists hgetall hset lpush ltrim pexpire sadd time xadd",
@@ -115,7 +116,7 @@ checks that it covers what the scripts call)."""
 
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),
-    "scheduler": ("leader", "assign", "expire"),
+    "scheduler": ("leader", "assign", "expire", "heads"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve

@@ -14,7 +14,18 @@ round trips and never a queue scan:
   anti-affinity (``avoid``: devices and hosts they lost an attempt on);
 - with aging on (``aging_seconds``) and buckets of different priorities among those read,
   the submission time of head tasks not seen before (cached while they stay heads), so each
-  head carries its effective priority (`deviceq.scheduler.strategies.aged`).
+  head carries its effective priority (`deviceq.scheduler.strategies.aged`; a head's aged
+  copy is kept until its next level is due).
+
+A bucket's heads are cached between passes while its head score in ``queues`` (the head
+task's ``seq``) is unchanged, for at most ``HEAD_CACHE_SECONDS``: with hundreds of buckets
+(tenants x priorities) a pass reads the heads of the buckets whose head changed (those it
+assigned from, new ones), not of every servable bucket. The buckets a pass committed pairs
+from are read again at the next pass (`forget_heads`), and the whole cache is dropped when the
+number of queued tasks with an anti-affinity record changes (a retry that comes back with its
+old ``seq`` is read with its record). A cached head that left the queue otherwise (a cancel, a
+queue timeout, a dispatch by another process) costs one rejected pair, and its bucket is read
+again at the next pass.
 
 Buckets no idle device matches are not read at all: a pass costs O(assignments + distinct
 signatures + idle devices), never O(queue length)."""
@@ -24,6 +35,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from math import inf
 from typing import Any
 
 import redis
@@ -31,6 +43,7 @@ import redis
 from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.keys import Keys
+from ..core.scripts import Scripts, sha
 from ..core.tenants import parse_tenant
 from .strategies import (
     AssignmentStrategy,
@@ -48,6 +61,18 @@ MIN_HEADS = 8  # heads first read per servable bucket (at least)
 SPECULATE = 32  # buckets and hosts whose heads and health a pass reads with its base
 DEFAULT_HOST_TIMEOUT = float(PoolConfig.model_fields["host_timeout"].default)
 DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
+HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
+HEAD_CACHE_SECONDS = 10.0  # longest a bucket's cached heads are used without a read
+
+
+@dataclass(frozen=True)
+class CachedHeads:
+    """A bucket's heads as read: valid while the bucket's head score is still ``head_seq``."""
+
+    head_seq: int
+    heads: tuple[QueuedTask, ...]
+    complete: bool  # the read returned fewer than asked: the bucket held only these
+    read_at: float  # time.monotonic()
 
 
 @dataclass
@@ -85,8 +110,10 @@ class SnapshotReader:
         max_devices: int,
         max_buckets: int,
         device_refresh: float,
+        scripts: Scripts | None = None,
     ) -> None:
         self.redis = r
+        self.scripts = scripts or Scripts(r)
         self.keys = keys
         self.strategy = strategy
         self.batch = batch
@@ -103,9 +130,17 @@ class SnapshotReader:
         self._host_timeout_ms = 0
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
+        # head task id -> (the task as read, its aged copy, until when that copy holds (ms))
+        self._aged: dict[str, tuple[QueuedTask, QueuedTask, float]] = {}
+        # bucket -> (its heads as read, the bucket with them aged, until when that holds (ms))
+        self._aged_buckets: dict[str, tuple[tuple[QueuedTask, ...], Bucket, float]] = {}
+        self._heads: dict[str, CachedHeads] = {}  # bucket -> its heads (see HEAD_CACHE_SECONDS)
+        self._head_seq: dict[str, int] = {}  # bucket -> head score, as read with the last base
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self.retry_in_ms: int | None = None  # until the earliest retry is due (last read)
         self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
+        self._want: dict[str, int] = {}  # the heads wanted by the last read
+        self._shells: dict[str, Bucket] = {}  # the last base's buckets (without heads)
         self._spec_hosts: list[str] = []
 
     def read_base(
@@ -139,6 +174,8 @@ class SnapshotReader:
         spec = res[7 : 7 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
         spec_rows = dict(zip(spec_hosts, res[7 + len(spec_want) :], strict=True))
+        if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
+            self._heads.clear()
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         # ms until the earliest retry becomes eligible (<= 0: due now), None when none waits
@@ -152,17 +189,25 @@ class SnapshotReader:
         idle = _pairs(idle_raw)
         queues = _pairs(queues_raw)
 
+        self._head_seq = {s: int(float(score)) for s, score in queues}
         if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
-            live = {s for s, _ in queues}
+            live = self._head_seq
             self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in live}
+        if len(self._heads) > 2 * len(queues) + 1000:
+            self._heads = {s: v for s, v in self._heads.items() if s in self._head_seq}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
         cached, sig_rows = self.device_rows(idle, [k.sig(s) for s in new_sigs])
         for s, (drv, tags, prio, tenant) in zip(new_sigs, sig_rows, strict=True):
             self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0), tenant or None)
         shells = []
-        for s, score in queues:
-            drv, tags, prio, tenant = self._sig_cache[s]
-            shells.append(Bucket(s, drv, tags, prio, head_seq=int(float(score)), tenant=tenant))
+        old_shells, self._shells = self._shells, {}
+        for s, seq in self._head_seq.items():
+            b = old_shells.get(s)
+            if b is None or b.head_seq != seq:  # (a bucket's constraints never change)
+                drv, tags, prio, tenant = self._sig_cache[s]
+                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant)
+            self._shells[s] = b
+            shells.append(b)
         pre = Snapshot.build(shells, cached, self.batch, now)
         hosts = sorted({d.host_id for d in pre.devices})
         base = Base(now, shells, pre.devices, pre.matching, len(queues))
@@ -294,19 +339,86 @@ class SnapshotReader:
         if not todo and not hosts:
             return out, []
         k = self.keys
-        pipe = self.redis.pipeline(transaction=False)
-        for h in hosts:
-            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+        # flags of lua/heads.lua: +1 the heads' submit times (aging), +2 their anti-affinity
+        flags = (1 if self.aging_ms > 0 else 0) | (2 if self.avoiding else 0)
+        args: list[Any] = [flags]
+        for sig, start, n in todo:
+            for lo in range(start, n, HEADS_RANGE):
+                args += [sig, lo, min(n, lo + HEADS_RANGE) - 1]
+        rows: list[Any] = []
+        replies: Any = None
+        if hosts:  # one round trip: the hosts' rows and (EVALSHA) the heads
+            pipe = self.redis.pipeline(transaction=False)
+            for h in hosts:
+                pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+            if todo:
+                pipe.evalsha(sha("heads"), 1, k.prefix, *args)
+            res = pipe.execute(raise_on_error=False)
+            rows = res[: len(hosts)]
+            for row in rows:
+                if isinstance(row, Exception):
+                    raise row
+            if todo and not isinstance(res[-1], Exception):
+                replies = res[-1]
+        if todo and replies is None:  # (NOSCRIPT after a restart: run answers it, typed errors)
+            replies = self.scripts.run("heads", k.prefix, args)
+        mono = time.monotonic()
+        ranges = iter(replies or [])
         for s, start, n in todo:
-            pipe.execute_command("ZRANGE", k.queue(s), start, n - 1, "WITHSCORES")
-        res = pipe.execute()
-        for (s, _, _), raw in zip(todo, res[len(hosts) :], strict=True):
-            got = _pairs(raw)
+            flat: list[Any] = []
+            for _ in range(start, n, HEADS_RANGE):
+                flat += next(ranges)
+            complete = len(flat) < 4 * (n - start)
+            got = self._head_tasks(s, flat)
             if s in out:
                 seen = {t.task_id for t in out[s]}
-                got = [(t, seq) for t, seq in got if t not in seen]
-            out[s] = out.get(s, ()) + self._queued(s, got)
-        return out, res[: len(hosts)]
+                got = tuple(t for t in got if t.task_id not in seen)
+            out[s] = out.get(s, ()) + got
+            self._remember(s, out[s], complete, mono)
+        return out, rows
+
+    def _head_tasks(self, sig: str, flat: list[Any]) -> tuple[QueuedTask, ...]:
+        """Heads from lua/heads.lua's flat reply (task_id, seq, submitted_at, avoid, ...); the
+        submit times go to the aging cache."""
+        _, _, prio, tenant = self._sig_cache[sig]
+        out = []
+        for i in range(0, len(flat), 4):
+            tid, seq, sub, avoid = flat[i : i + 4]
+            if sub:
+                self._submitted[tid] = int(float(sub))
+            t = QueuedTask(tid, int(float(seq)), sig, prio, tenant=tenant)
+            if avoid:
+                devs, _, hosts = str(avoid).partition("|")
+                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+            out.append(t)
+        return tuple(out)
+
+    def _remember(
+        self, sig: str, heads: tuple[QueuedTask, ...], complete: bool, mono: float
+    ) -> None:
+        seq = self._head_seq.get(sig)
+        if seq is not None and heads and heads[0].seq == seq:
+            self._heads[sig] = CachedHeads(seq, heads, complete, mono)
+        else:  # the bucket changed since the base was read: read it again next time
+            self._heads.pop(sig, None)
+
+    def cached_heads(self, sig: str, mono: float) -> CachedHeads | None:
+        """The bucket's heads from an earlier pass, while still valid (same head score as
+        this pass's base, younger than ``HEAD_CACHE_SECONDS``)."""
+        c = self._heads.get(sig)
+        if c is None or c.head_seq != self._head_seq.get(sig):
+            return None
+        return c if mono - c.read_at < HEAD_CACHE_SECONDS else None
+
+    def forget_heads(self, sigs: set[str]) -> None:
+        """Pairs of these buckets were committed (or refused: a head may have left the queue
+        meanwhile): read their heads again at the next pass."""
+        for sig in sigs:
+            self._heads.pop(sig, None)
+        # the next pass needs their new heads: read them with its base (a steady pool's few)
+        self._spec_want = {s: n for s, n in self._want.items() if s in sigs}
+        if len(self._spec_want) > SPECULATE:
+            self._spec_want = dict(list(self._spec_want.items())[:SPECULATE])
 
     def with_avoid(self, heads: tuple[QueuedTask, ...]) -> tuple[QueuedTask, ...]:
         """Heads with their anti-affinity (devices and hosts they lost an attempt on), read
@@ -325,7 +437,8 @@ class SnapshotReader:
     def with_age(self, buckets: list[Bucket], now: int) -> list[Bucket]:
         """The buckets with each head's effective priority set (aging): the submission time
         of heads not seen before is read (one pipelined round trip; a task's is read once
-        while it stays a head: the cache keeps only the current heads)."""
+        while it stays a head: the cache keeps only the current heads). A head's aged copy
+        is reused until its next level is due."""
         ids = [t.task_id for b in buckets for t in b.heads]
         new = [t for t in ids if t not in self._submitted]
         if new:
@@ -336,17 +449,36 @@ class SnapshotReader:
                 self._submitted[t] = int(float(v or 0))
         if len(self._submitted) > 2 * len(ids) + 1000:
             self._submitted = {t: self._submitted[t] for t in ids}
-        sub, aging = self._submitted, self.aging_ms
-        return [
-            replace(
-                b,
-                heads=tuple(
-                    replace(t, effective_priority=aged(t.priority, sub[t.task_id], now, aging))
-                    for t in b.heads
-                ),
-            )
-            for b in buckets
-        ]
+            self._aged = {t: self._aged[t] for t in ids if t in self._aged}
+            live = {b.sig for b in buckets}
+            self._aged_buckets = {s: v for s, v in self._aged_buckets.items() if s in live}
+        return [self._aged_bucket(b, now) for b in buckets]
+
+    def _aged_bucket(self, b: Bucket, now: int) -> Bucket:
+        """``b`` with its heads aged; the aged bucket is reused while its heads are the same
+        (the head cache's tuple) and none of them has reached its next level."""
+        c = self._aged_buckets.get(b.sig)
+        if c is not None and c[0] is b.heads and now < c[2]:
+            return c[1]
+        heads = tuple(self._aged_head(t, now) for t in b.heads)
+        until = min((self._aged[t.task_id][2] for t in b.heads), default=inf)
+        aged_b = Bucket(
+            b.sig, b.driver_type, b.tags, b.priority, heads, b.head_seq, tenant=b.tenant
+        )
+        self._aged_buckets[b.sig] = (b.heads, aged_b, until)
+        return aged_b
+
+    def _aged_head(self, t: QueuedTask, now: int) -> QueuedTask:
+        c = self._aged.get(t.task_id)
+        if c is not None and c[0] is t and now < c[2]:
+            return c[1]
+        sub, aging = self._submitted[t.task_id], self.aging_ms
+        e = aged(t.priority, sub, now, aging)
+        # the next level is due at sub + (levels + 1) x aging; none past the top or without aging
+        until = sub + (e - t.priority + 1) * aging if sub > 0 and aging > 0 and e < 9 else inf
+        a = t if e == t.effective_priority else replace(t, effective_priority=e)
+        self._aged[t.task_id] = (t, a, until)
+        return a
 
     def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
@@ -356,20 +488,29 @@ class SnapshotReader:
         base, hosts, spec_heads, spec_rows = self.read_base(self._spec_want, self._spec_hosts)
         want = self.initial_want(base)
         have: dict[str, tuple[QueuedTask, ...]] = {}
+        mono = time.monotonic()
         for sig, n in want.items():
             got = spec_heads.get(sig)
             if got is None:
+                c = self.cached_heads(sig, mono)
+                if c is not None:
+                    if c.complete:  # the bucket held only these (newer ones: next read)
+                        want[sig] = min(n, len(c.heads))
+                    have[sig] = c.heads[:n]
                 continue
-            if len(got) < self._spec_want[sig]:  # the bucket holds only these
+            complete = len(got) < self._spec_want[sig]
+            if complete:  # the bucket holds only these
                 want[sig] = min(n, len(got))
             have[sig] = self._queued(sig, got[:n])
+            self._remember(sig, have[sig], complete and len(got) <= n, mono)
         missing = [h for h in hosts if h not in spec_rows]
         heads, rows = self.read_heads(want, have, missing)
         rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
         base = self.host_filter(base, hosts, [rowmap[h] for h in hosts])
         want = {s: n for s, n in want.items() if base.matching.get(s)}
         # next pass, read these with the base (bounded: a steady pool's few buckets and hosts)
-        self._spec_want = dict(list(want.items())[:SPECULATE])
+        self._want = want  # the buckets the next pass reads speculatively: see forget_heads
+        self._spec_want = {}
         self._spec_hosts = hosts[:SPECULATE]
         self._tenants = self.read_tenants(base) if getattr(self.strategy, "uses_tenants", 0) else {}
         return base, want, heads

@@ -183,11 +183,15 @@ class Snapshot:
         for d in devs:
             classes.setdefault(d.device_class, []).append(d)
         matching: dict[str, list[IdleDevice]] = {}
+        # buckets of one constraint (e.g. tenants x priorities of one driver type) share it
+        by_constraint: dict[tuple[str | None, frozenset[str]], list[IdleDevice]] = {}
         for b in buckets:
-            ms = [c for key, c in classes.items() if _class_accepts(b, key)]
-            matching[b.sig] = (
-                ms[0] if len(ms) == 1 else sorted((d for c in ms for d in c), key=_by_id)
-            )
+            got = by_constraint.get((b.driver_type, b.tags))
+            if got is None:
+                ms = [c for key, c in classes.items() if _class_accepts(b, key)]
+                got = ms[0] if len(ms) == 1 else sorted((d for c in ms for d in c), key=_by_id)
+                by_constraint[(b.driver_type, b.tags)] = got
+            matching[b.sig] = got
         return cls(list(buckets), devs, limit, now_ms, matching)
 
     def tasks(self) -> Iterator[QueuedTask]:
@@ -469,7 +473,7 @@ class FairShare:
         for name in queues:
             push(name)
         used: set[str] = set()
-        pos: dict[str, int] = {}
+        pos: dict[int, int] = {}
         pairs: list[Pair] = []
         while heap and len(pairs) < snapshot.limit:
             name = heapq.heappop(heap)[3]
@@ -484,17 +488,18 @@ class FairShare:
 
     @staticmethod
     def _device(
-        snap: Snapshot, task: QueuedTask, used: set[str], pos: dict[str, int]
+        snap: Snapshot, task: QueuedTask, used: set[str], pos: dict[int, int]
     ) -> str | None:
         """The unused matching device with the smallest id (the best anti-affinity rank
-        first for a retry)."""
+        first for a retry). ``pos`` is kept per matching list (buckets of one device class
+        share theirs), so the used devices at its front are skipped once, not per bucket."""
         devs = snap.matching.get(task.sig, [])
         if task.avoid_devices or task.avoid_hosts:
             free = [d for d in devs if d.device_id not in used]
             best = min(free, key=lambda d: (task.avoid_rank(d), d.device_id), default=None)
             return None if best is None else best.device_id
-        i = pos.get(task.sig, 0)
+        i = pos.get(id(devs), 0)
         while i < len(devs) and devs[i].device_id in used:
             i += 1
-        pos[task.sig] = i
+        pos[id(devs)] = i
         return devs[i].device_id if i < len(devs) else None

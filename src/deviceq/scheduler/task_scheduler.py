@@ -143,6 +143,7 @@ class TaskScheduler:
             max_devices=max_devices,
             max_buckets=max_buckets,
             device_refresh=device_refresh,
+            scripts=self.store.scripts,
         )
         self.leadership = Leadership(self.store, owner)
         self._stop = threading.Event()
@@ -205,6 +206,10 @@ class TaskScheduler:
             f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
             outcome = self.commit(pairs, f)
             reasons: Counter[str] = Counter()
+            task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
+            # their heads changed: read them again (a task of theirs may come back later with
+            # the same seq, as a retry, with a record of where it failed)
+            self.reader.forget_heads({task_sig[t] for t, _ in pairs})
             for (task_id, device_id), r in zip(pairs, outcome, strict=True):
                 if r.startswith("ok:"):
                     res.assignments.append((task_id, device_id, r[3:]))
