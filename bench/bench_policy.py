@@ -255,7 +255,7 @@ def table(cells: list[Cell]) -> str:
     lines = [
         "| queued | configuration | passes | assigned/pass | ms/pass median (min–max) | ratio "
         "| Redis CPU µs/assign median (min–max) | ratio | cmd µs/assign | calls/assign "
-        "| heads read/pass | buckets/pass |",
+        "| heads/pass (snapshot) | buckets/pass |",
         "|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in sorted(cells, key=lambda c: (c.queued, c.config)):

@@ -319,4 +319,3 @@ class HealthChecker:
         finally:
             with self.lock:
                 self.cancels.pop(dev.device_id, None)
-

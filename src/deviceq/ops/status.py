@@ -13,49 +13,13 @@ from ..core import fleet
 from ..core.durability import server_report
 from ..core.fleet import effective_state
 from ..core.models import Host, PooledDevice, TaskStatus
-from ..scheduler.strategies import Bucket
+from ..scheduler.buckets import buckets
 from .admin import PoolAdmin, Reservation
 
 DEVICE_STATES = (*fleet.DEVICE_STATES, "booked")
 """Effective device states (`deviceq.core.fleet.DEVICE_STATES`) plus ``booked``: reserved for
 a person (``deviceq reserve``) until its reservation ends. A booked device that is also
 quarantined or whose host is dead shows that state."""
-
-
-def buckets(admin: PoolAdmin, max_queues: int = 1000) -> list[Bucket]:
-    """Non-empty queue buckets, oldest head first (at most ``max_queues``)."""
-    r, k = admin.redis, admin.keys
-    sigs: list[str] = r.zrange(k.queues, 0, max_queues - 1)  # type: ignore[assignment]
-    pipe = r.pipeline(transaction=False)
-    for sig in sigs:
-        pipe.hgetall(k.sig(sig))
-        pipe.zcard(k.queue(sig))
-        pipe.zrange(k.queue(sig), 0, 0)
-    res = pipe.execute()
-    heads = [res[3 * i + 2][0] if res[3 * i + 2] else None for i in range(len(sigs))]
-    pipe = r.pipeline(transaction=False)
-    for head in heads:
-        if head:
-            pipe.hget(k.task(head), "submitted_at")
-        else:
-            pipe.echo("")
-    submitted = pipe.execute()
-    out = []
-    for i, sig in enumerate(sigs):
-        info = res[3 * i] or {}
-        out.append(
-            Bucket(
-                sig=sig,
-                driver_type=info.get("driver_type") or None,
-                tags=frozenset(t for t in (info.get("tags") or "").split(",") if t),
-                priority=int(info.get("priority") or 0),
-                tenant=info.get("tenant") or None,
-                depth=int(res[3 * i + 1]),
-                head_task=heads[i],
-                head_submitted_at=int(submitted[i]) if submitted[i] else None,
-            )
-        )
-    return out
 
 
 def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:

@@ -33,6 +33,7 @@ from ..core.errors import NotFound
 from ..core.fleet import effective_state, read_devices, read_hosts
 from ..core.models import Attempt, ScheduledTask, TaskStatus, validate_id
 from ..core.tenants import parse_tenant
+from .buckets import buckets
 from .strategies import MAX_PRIORITY, IdleDevice, aged
 
 BLOCKERS = (
@@ -425,13 +426,12 @@ def _position(
     matching device could serve: higher priority ones ahead in full, equal priority ones by
     submission order; aging and tenants' shares are not modelled) and an estimate of its wait
     from how many tasks those devices finished recently (the last RATE_EVENTS events)."""
-    from ..ops.status import buckets
 
     r, k = admin.redis, admin.keys
     seq = task.seq
     rivals = [
         b
-        for b in buckets(admin)  # type: ignore[arg-type]
+        for b in buckets(admin)
         if any(b.accepts(_idle(d)) for d in matching) and b.priority >= task.priority
     ]
     pipe = r.pipeline(transaction=False)
