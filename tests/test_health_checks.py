@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from deviceq import PoolAdmin, TaskStatus
+from deviceq import PoolAdmin, TaskScheduler, TaskStatus
 from deviceq.cli import main
 from deviceq.core.errors import Busy, DeviceOwned, InvalidInput, NotFound
-from deviceq.host.client import HEALTH_OUTPUT_BYTES
-from deviceq.host.health import HealthChecker
+from deviceq.host.client import HEALTH_OUTPUT_BYTES, HostClient
+from deviceq.host.health import JOINING, HealthChecker
 from deviceq.host.runners import RunnerSpec
 from deviceq.host.settings import WorkerSettings
 from deviceq.host.state import HostState
@@ -372,3 +372,38 @@ def test_a_check_past_its_timeout_is_killed_and_the_device_unhealthy(tmp_path: P
     assert "started" in output
     time.sleep(5.0)
     assert not (tmp_path / "finished").exists(), "the check's process outlived its timeout"
+
+
+def test_a_new_device_is_never_an_idle_candidate_before_its_joining_check(
+    real_fleet: Any, tmp_path: Path
+) -> None:
+    """The daemon's start, step by step on real Redis: d1 is registered already, d2 is new.
+    The first heartbeat registers d2 as busy (joining), so neither is among the idle
+    candidates before `prepare` takes both for their check; after the checks and the next
+    heartbeat both are."""
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()))
+    settings = WorkerSettings(
+        host_id="h1", devices=["d1:x", "d2:x"], goal_runner=RunnerSpec("sim"),
+        health_check={"x": "true"},
+    )  # fmt: skip
+    state = HostState(settings)
+    host = HostClient(f.r, f.pool, "h1", f.tokens["h1"])
+    checker = HealthChecker(state, host)
+    checker.prepare()  # d1 taken; d2 unknown yet
+    assert health(f.admin, "d1") == "checking" and idle(f.admin) == set()
+    first = checker.first_snapshot(state.snapshot())
+    assert {r.device_id: (r.state.value, r.reason) for r in first} == {
+        "d1": ("idle", ""), "d2": ("busy", JOINING)}  # fmt: skip
+    host.heartbeat(first)
+    assert idle(f.admin) == set(), "a device became a candidate before its joining check"
+    tid = f.client.submit("g", driver_type="x")
+    assert TaskScheduler(f.admin).assign().assigned == 0
+    checker.prepare()  # now d2 is registered: taken too
+    assert health(f.admin, "d2") == "checking"
+    for did in ("d1", "d2"):
+        assert checker.check(did, "joined") is True
+    host.heartbeat(state.snapshot())
+    assert idle(f.admin) == {"d1", "d2"}
+    assert TaskScheduler(f.admin).assign().assigned == 1
+    assert f.client.get(tid).status == TaskStatus.assigned

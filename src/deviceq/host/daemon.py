@@ -241,9 +241,10 @@ class HostWorker:
             self.upkeep.refresh_config()
             info = self._start_session()
             # health checks: registered devices are taken for their joining check before the
-            # heartbeat puts them among the idle candidates, new ones right after
+            # heartbeat puts them among the idle candidates, new ones right after (the
+            # heartbeat that registers them reports them busy meanwhile)
             self.health.prepare()
-            hb = self.host.heartbeat(self.state.snapshot())
+            hb = self.host.heartbeat(self.health.first_snapshot(self.state.snapshot()))
             self.state.apply_heartbeat(hb)
             self.health.prepare()
             return info

@@ -36,16 +36,17 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
-from .client import HostClient
+from .client import DeviceReport, HostClient
 from .health_checks import CheckResult, HealthCheck, build_check
 from .runners import LeaseClock, Task
 from .settings import DeviceConfig
 from .state import TRANSIENT, HostState, unreachable
 
+JOINING = "joining: health check pending"  # a new device's state reason until its first check
 UNHEALTHY_RECHECK = 60.0  # seconds between checks of an unhealthy device by default
 INFRA_KINDS = frozenset({"infrastructure", "runner_error", "timeout"})
 LOOP_WAIT = 0.5  # longest wait of the policy loop between looks at the devices
@@ -184,6 +185,21 @@ class HealthChecker:
                     f"no health check for driver type {dev.driver_type} here: health cleared",
                     device=did,
                 )
+
+    def first_snapshot(self, reports: list[DeviceReport]) -> list[DeviceReport]:
+        """The start's first heartbeat snapshot, after `prepare`: a checked device not taken
+        for its joining check yet (not registered before this heartbeat) is reported ``busy``
+        (``JOINING``), so the heartbeat that registers it does not put it among the idle
+        candidates, where the scheduler could give it a task before `prepare` takes it for
+        the check. Its check makes it healthy; the next heartbeat reports it as it is."""
+        return [
+            replace(r, state=DeviceState.busy, reason=JOINING)
+            if r.device_id in self.devices
+            and not self.devices[r.device_id].begun
+            and r.state is DeviceState.idle
+            else r
+            for r in reports
+        ]
 
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
