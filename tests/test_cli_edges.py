@@ -302,3 +302,16 @@ def test_events_are_typed_like_the_task_json(real_fleet: Any, redis_url: str) ->
     assert TaskScheduler(f.admin, owner="edges").try_lead(5000)
     (elected,) = [e for e in f.client.events() if e.type == "leader_elected"]
     assert elected.data == {"owner": "edges", "epoch": 1} and elected.fields["epoch"] == "1"
+
+
+def test_config_set_takes_a_negative_value_as_the_value(redis_url: str, pool: str) -> None:
+    """`config set aging_seconds -1` used to fail with "No such option '-1'" (a value that
+    looks like an option needed `--`): it is the value, refused by the setting's validation,
+    and nothing is stored; a valid value is stored."""
+    bad = deviceq(redis_url, pool, "config", "set", "aging_seconds", "-1")
+    assert bad.returncode == 1 and "No such option" not in bad.stderr, bad.stderr
+    assert "aging_seconds" in bad.stderr and "greater than or equal to 0" in bad.stderr
+    got = deviceq(redis_url, pool, "config", "get", "--json").stdout
+    assert json.loads(got)["aging_seconds"] != -1
+    ok = deviceq(redis_url, pool, "config", "set", "aging_seconds", "5")
+    assert ok.returncode == 0 and ok.stdout.strip() == "aging_seconds 5.0"

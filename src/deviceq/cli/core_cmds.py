@@ -672,7 +672,7 @@ def config_get(ctx: Ctx, key: str | None, as_json: bool) -> None:
             click.echo(f"{k:<{width}}  {v}" + ("" if k in stored else "  (default)"))
 
 
-@config.command("set")
+@config.command("set", context_settings={"ignore_unknown_options": True})  # VALUE may be -1
 @click.argument("key")
 @click.argument("value")
 @pass_ctx
