@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from deviceq import PoolAdmin
 from deviceq.cli import main
 from deviceq.core.errors import AlreadyExists, Busy, InvalidInput, NotFound
+from deviceq.core.events import read_events
 from deviceq.ops.verify import verify
 from deviceq.scheduler.explain import explain
 from harness import Deployment, deviceq, wait_for
@@ -217,3 +218,17 @@ def test_cli_reserve_release_show_and_errors(real_fleet: Any, cli: Any) -> None:
     assert show["effective_state"] == "idle"
     out = cli("release", "d1")
     assert out.exit_code != 0 and "not reserved" in out.output
+
+
+def test_reservation_events_carry_until_as_an_integer(real_fleet: Any) -> None:
+    """The typed view of device_reserved / device_released gives ``until`` (ms) as an int,
+    like the other times (it was a string)."""
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()))
+    res = f.admin.reserve("d1", 60_000, "alice debugging")
+    f.admin.release("d1")
+    _, events = read_events(f.r, f.admin.keys, "0-0", block_ms=None)
+    got = {e.type: e.as_dict() for e in events if e.type in ("device_reserved", "device_released")}
+    assert set(got) == {"device_reserved", "device_released"}, [e.type for e in events]
+    for data in got.values():
+        assert isinstance(data["until"], int) and data["until"] == res.reserved_until, data

@@ -26,6 +26,8 @@ INT_FIELDS = frozenset(
         "since_submit_ms",
         "quarantined",
         "devices",
+        "until",  # ms: a reservation's end (device_reserved, device_released)
+        "eligible_at",  # ms: when a retry waiting out its backoff is enqueued (requeued)
     }
 )
 """Fields the scripts write as decimal integers: ints in the typed view."""
