@@ -13,8 +13,10 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
+from click.testing import CliRunner, Result
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
+from deviceq.cli import main
 from deviceq.core import fakeredis_compat
 from deviceq.embedded import RedisServer
 from harness import Deployment
@@ -117,3 +119,14 @@ def deploy(redis_server: Any, pool: str, tmp_path: Path) -> Iterator[Deployment]
         yield d
     finally:
         d.close()
+
+
+@pytest.fixture
+def cli(redis_url: str, pool: str) -> Any:
+    """The CLI in-process (click's CliRunner) on this test's pool: ``cli("task", "list")``."""
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args])
+
+    return run

@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
 from deviceq import PoolAdmin, TaskScheduler, TaskStatus
-from deviceq.cli import main
 from deviceq.core.errors import Busy, DeviceOwned, InvalidInput, NotFound
 from deviceq.host.client import HEALTH_OUTPUT_BYTES, HostClient
 from deviceq.host.health import JOINING, HealthChecker
@@ -26,16 +24,6 @@ from deviceq.host.state import HostState
 from deviceq.ops.verify import verify
 from deviceq.scheduler.explain import explain
 from harness import Deployment, deviceq, wait_for
-
-
-@pytest.fixture
-def cli(redis_url: str, pool: str) -> Any:
-    runner = CliRunner()
-
-    def run(*args: str) -> Result:
-        return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args])
-
-    return run
 
 
 def idle(admin: PoolAdmin) -> set[str]:

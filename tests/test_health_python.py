@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
 from deviceq import PoolAdmin, TaskStatus
-from deviceq.cli import main
 from deviceq.core.errors import ConfigError
 from deviceq.host.client import HEALTH_OUTPUT_BYTES
 from deviceq.host.health_checks import STOPPED, PythonCheck, PythonCheckSpec, result_of
@@ -110,16 +108,6 @@ def health(admin: PoolAdmin, did: str) -> str | None:
 
 def idle(admin: PoolAdmin) -> set[str]:
     return set(admin.redis.zrange(admin.keys.idle, 0, -1))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def cli(redis_url: str, pool: str) -> Any:
-    runner = CliRunner()
-
-    def run(*args: str) -> Result:
-        return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args])
-
-    return run
 
 
 def show(cli: Any, did: str) -> dict[str, Any]:

@@ -9,25 +9,13 @@ import time
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
 from deviceq import PoolAdmin
-from deviceq.cli import main
 from deviceq.core.errors import AlreadyExists, Busy, InvalidInput, NotFound
 from deviceq.core.events import read_events
 from deviceq.ops.verify import verify
 from deviceq.scheduler.explain import explain
 from harness import Deployment, deviceq, wait_for
-
-
-@pytest.fixture
-def cli(redis_url: str, pool: str) -> Any:
-    runner = CliRunner()
-
-    def run(*args: str) -> Result:
-        return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args])
-
-    return run
 
 
 def events(admin: PoolAdmin) -> list[dict[str, str]]:
