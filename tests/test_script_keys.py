@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 import redis
 
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin, Report, SchedulerClient
+from deviceq import (
+    Client,
+    DeviceReport,
+    HostClient,
+    PoolAdmin,
+    Report,
+    SchedulerClient,
+    TaskScheduler,
+)
 from deviceq.core.scripts import lua_dir, names, source
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "*"}
@@ -134,6 +142,10 @@ def exercise(url: str, pool: str) -> None:
     admin.reserve("d1", 1000, "bob")
     time.sleep(1.1)
     store.expire(100)
+    h3.heartbeat(beat)
+    client.submit("read by the scheduler", driver_type="android")  # lua/heads.lua
+    snap = TaskScheduler(admin).snapshot()
+    assert any(b.heads for b in snap.buckets), "the scheduler read no heads"
     r.close()
 
 
