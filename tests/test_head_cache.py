@@ -108,3 +108,25 @@ def test_the_cache_is_bounded_and_expires(real_fleet: Any, monkeypatch: Any) -> 
     assert len(set(reads)) == 5
     reader: SnapshotReader = sched.reader
     assert set(reader._heads) <= set(reader._head_seq)
+
+
+def test_a_new_leadership_reads_every_bucket_afresh(real_fleet: Any) -> None:
+    """Another scheduler may lead (and assign) between two leaderships of this one: taking
+    the lead again drops the head cache."""
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()))
+    for i in range(3):
+        f.client.submit("g", tenant=f"t{i}")
+    a = TaskScheduler(f.admin, strategy="fair_share", owner="sched-a")
+    assert a.try_lead()
+    a.snapshot()
+    assert len(a.reader._heads) == 3
+    a.release()
+    b = TaskScheduler(f.admin, strategy="fair_share", owner="sched-b")
+    assert b.try_lead()
+    b.release()
+    reads = _spy_reads(a)
+    assert a.try_lead()  # a new epoch
+    assert a.reader._heads == {}
+    a.snapshot()
+    assert len(set(reads)) == 3

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 import redis
 
@@ -25,12 +26,20 @@ def default_owner() -> str:
 
 class Leadership:
     """One scheduler's view of the leader lease: ``epoch`` (the fencing token) while it
-    leads, None otherwise."""
+    leads, None otherwise. ``on_elected`` runs whenever this scheduler starts a leadership
+    (a new epoch): another scheduler may have worked meanwhile, so caches built while
+    leading before are stale."""
 
-    def __init__(self, store: SchedulerClient, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        store: SchedulerClient,
+        owner: str | None = None,
+        on_elected: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.owner = owner or default_owner()
         self.epoch: int | None = None
+        self.on_elected = on_elected
 
     @property
     def leads(self) -> bool:
@@ -46,6 +55,8 @@ class Leadership:
         if ans.leads:
             if self.epoch != ans.epoch:
                 log(logger, logging.INFO, "leader elected", epoch=ans.epoch, **fields)
+                if self.on_elected is not None:
+                    self.on_elected()
             self.epoch = ans.epoch
             return True
         if self.epoch is not None:

@@ -410,6 +410,12 @@ class SnapshotReader:
             return None
         return c if mono - c.read_at < HEAD_CACHE_SECONDS else None
 
+    def forget_all(self) -> None:
+        """Drop every cached head (e.g. on becoming the leader: another scheduler may have
+        assigned, and its tasks come back, meanwhile)."""
+        self._heads.clear()
+        self._spec_want = {}
+
     def forget_heads(self, sigs: set[str]) -> None:
         """Pairs of these buckets were committed (or refused: a head may have left the queue
         meanwhile): read their heads again at the next pass."""

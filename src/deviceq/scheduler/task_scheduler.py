@@ -145,7 +145,8 @@ class TaskScheduler:
             device_refresh=device_refresh,
             scripts=self.store.scripts,
         )
-        self.leadership = Leadership(self.store, owner)
+        # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
+        self.leadership = Leadership(self.store, owner, on_elected=self.reader.forget_all)
         self._stop = threading.Event()
         self.passes = 0
 
