@@ -130,3 +130,21 @@ def test_a_new_leadership_reads_every_bucket_afresh(real_fleet: Any) -> None:
     assert a.reader._heads == {}
     a.snapshot()
     assert len(set(reads)) == 3
+
+
+def test_a_cached_bucket_read_deeper_is_read_from_its_head(real_fleet: Any) -> None:
+    """Cached heads [A, B]; B is cancelled (the head, A, is unchanged, so the cache stays
+    valid); more devices come, the bucket must be read deeper: it is read again from its head,
+    so C is not skipped (reading on from rank 2 would have given [A, B, D, E])."""
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()), ("d2", "x", ()))
+    a, b, c, d, e = (f.client.submit(g, driver_type="x") for g in "abcde")
+    sched = TaskScheduler(f.admin, strategy="fifo_match")
+    assert _heads(sched.snapshot()) == {f.r.hget(f.admin.keys.task(a), "sig"): [a, b]}
+    f.client.cancel(b)
+    f.add_host("h2", ("d3", "x", ()), ("d4", "x", ()))
+    (got,) = _heads(sched.snapshot()).values()
+    assert got == [a, c, d, e]
+    res = sched.assign()
+    assert sorted(t for t, _, _ in res.assignments) == sorted([a, c, d, e])
+    check_pool(f.r, f.admin.keys)

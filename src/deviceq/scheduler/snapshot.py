@@ -141,6 +141,7 @@ class SnapshotReader:
         self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
         self._want: dict[str, int] = {}  # the heads wanted by the last read
         self._shells: dict[str, Bucket] = {}  # the last base's buckets (without heads)
+        self._from_cache: set[str] = set()  # buckets whose heads this pass took from the cache
         self._spec_hosts: list[str] = []
 
     def read_base(
@@ -334,7 +335,13 @@ class SnapshotReader:
         round trip the health (last heartbeat, draining) of ``hosts``. Returns the heads and
         the host rows."""
         out = dict(have)
-        todo = [(s, len(have.get(s, ())), n) for s, n in want.items() if n > len(have.get(s, ()))]
+        # a bucket served from the cache is read again from its head when it must be read
+        # deeper: a task before the last cached one may have left (or come back) meanwhile
+        todo = [
+            (s, 0 if s in self._from_cache else len(have.get(s, ())), n)
+            for s, n in want.items()
+            if n > len(have.get(s, ()))
+        ]
         hosts = hosts or []
         if not todo and not hosts:
             return out, []
@@ -370,10 +377,12 @@ class SnapshotReader:
                 flat += next(ranges)
             complete = len(flat) < 4 * (n - start)
             got = self._head_tasks(s, flat)
-            if s in out:
-                seen = {t.task_id for t in out[s]}
-                got = tuple(t for t in got if t.task_id not in seen)
-            out[s] = out.get(s, ()) + got
+            if start == 0:
+                out[s] = got
+                self._from_cache.discard(s)
+            else:
+                seen = {t.task_id for t in out.get(s, ())}
+                out[s] = out.get(s, ()) + tuple(t for t in got if t.task_id not in seen)
             self._remember(s, out[s], complete, mono)
         return out, rows
 
@@ -494,12 +503,14 @@ class SnapshotReader:
         base, hosts, spec_heads, spec_rows = self.read_base(self._spec_want, self._spec_hosts)
         want = self.initial_want(base)
         have: dict[str, tuple[QueuedTask, ...]] = {}
+        self._from_cache = set()
         mono = time.monotonic()
         for sig, n in want.items():
             got = spec_heads.get(sig)
             if got is None:
                 c = self.cached_heads(sig, mono)
                 if c is not None:
+                    self._from_cache.add(sig)
                     if c.complete:  # the bucket held only these (newer ones: next read)
                         want[sig] = min(n, len(c.heads))
                     have[sig] = c.heads[:n]
