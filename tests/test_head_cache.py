@@ -6,6 +6,7 @@ record. Real Redis."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from deviceq import TaskScheduler, TaskStatus
@@ -148,3 +149,26 @@ def test_a_cached_bucket_read_deeper_is_read_from_its_head(real_fleet: Any) -> N
     res = sched.assign()
     assert sorted(t for t, _, _ in res.assignments) == sorted([a, c, d, e])
     check_pool(f.r, f.admin.keys)
+
+
+def test_changing_aging_seconds_while_running_applies_at_the_next_pass(real_fleet: Any) -> None:
+    """Aged copies are kept until their next level is due, by the aging in force when they
+    were made: a changed ``aging_seconds`` drops them, so the next snapshot ages by the new
+    setting (with 3600 s the prio-0 task stays 0; with 0.01 s it is 9 at once)."""
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()))
+    f.admin.set_config("aging_seconds", 3600)
+    low = f.client.submit("low", driver_type="x", priority=0)
+    f.client.submit("high", driver_type="x", priority=5)
+    sched = TaskScheduler(f.admin, strategy="priority_match")
+
+    def effective(task_id: str) -> int:
+        snap = sched.snapshot()
+        return next(
+            t.effective_priority for b in snap.buckets for t in b.heads if t.task_id == task_id
+        )
+
+    assert effective(low) == 0
+    f.admin.set_config("aging_seconds", 0.01)
+    time.sleep(0.2)
+    assert effective(low) == 9

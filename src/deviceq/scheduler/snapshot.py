@@ -183,7 +183,11 @@ class SnapshotReader:
         first_retry = _pairs(res[6])
         self.retry_in_ms = int(float(first_retry[0][1])) - now if first_retry else None
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
-        self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
+        aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
+        if aging_ms != self.aging_ms:  # aging_seconds changed: every aged copy is stale
+            self._aged.clear()
+            self._aged_buckets.clear()
+        self.aging_ms = aging_ms
         if devgen != self._devgen:  # a device registered, changed or was removed
             self._dev_cache.clear()
             self._devgen = devgen
