@@ -197,12 +197,23 @@ def test_submit_refuses_a_goal_that_is_not_utf8_and_keeps_one_that_is(redis_serv
     script refuses other bytes, writing nothing, and keeps multi-byte text intact."""
     pool = Pool(redis_server.url)
     args = pool.valid("submit")
-    for bad in (b"h\xbe8", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\xe2\x82"):
+    bad_goals = (
+        b"h\xbe8",
+        b"\xc0\xaf",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"ok\xe2\x82",
+        b"\xe1\xc2\x80\x80\x80",
+        b"a\x80",
+        b"\xc3\xa9\x80",
+        b"\xf8\x88\x80\x80\x80",
+    )
+    for bad in bad_goals:
         before = dump(pool.r, pool.keys)
         call = [*args[:3], bad, *args[4:]]
         with pytest.raises(redis.ResponseError, match="^INVALID goal must be"):
             pool.scripts["submit"](keys=[pool.keys.prefix], args=call)
         assert dump(pool.r, pool.keys) == before
-    text = "résumé ✓ 𝄞"
+    text = "résumé ✓ 𝄞 日本 \ue000 \U0010fffd \u0800"
     pool.scripts["submit"](keys=[pool.keys.prefix], args=[*args[:3], text, *args[4:]])
     assert pool.r.hget(pool.keys.task(args[1]), "goal") == text
