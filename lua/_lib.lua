@@ -300,24 +300,25 @@ end
 local TERMINAL = {done = true, failed = true, cancelled = true}
 local _keep
 local function index_status(id, old, new, seq)
-  if old then redis.call('ZREM', k('status', old), id) end
+  local part = seq == ''  -- a gang's part (gang_assign.lua): only its gang's task is indexed
+  if old and not part then redis.call('ZREM', k('status', old), id) end
   if TERMINAL[new] then
     if not _keep then _keep = I(cfg_ms('retention')) end
     local keep = _keep
-    redis.call('ZADD', k('status', new), now_str(), id)
+    if not part then redis.call('ZADD', k('status', new), now_str(), id) end
     redis.call('PEXPIRE', k('task', id), keep)
     -- the attempt history and a long goal (only these keys exist besides the hash)
     local h = redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline',
       'eligible_at')
     if h[1] and h[1] ~= '0' then redis.call('PEXPIRE', k('task', id, 'attempts'), keep) end
-    if h[2] == '' then redis.call('PEXPIRE', k('task', id, 'goal'), keep) end
+    if h[2] == '' and not part then redis.call('PEXPIRE', k('task', id, 'goal'), keep) end
     if old == 'queued' and h[3] and h[3] ~= '' then redis.call('HDEL', k('avoid'), id) end
     if h[4] and h[4] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     if old == 'queued' and h[5] and h[5] ~= '' then  -- ended while waiting for its retry
       redis.call('ZREM', k('retries'), id)
       redis.call('HDEL', k('task', id), 'eligible_at')
     end
-  else
+  elseif not part then
     redis.call('ZADD', k('status', new), seq, id)
   end
 end
@@ -349,6 +350,50 @@ local function dequeue(id, sig)
   fix_head(sig)
 end
 
+-- a multi-device (gang) task's roles, as submitted: NAME=DRIVER:TAGS entries joined by ';'
+-- (first = the leader; DRIVER '' = any; TAGS a sorted csv) -> {{name, driver, tags}, ...}, or
+-- nil and why. Each role runs on a device of its own, as part task ID.NAME (gang_assign.lua).
+local function parse_roles(spec)
+  local out, seen = {}, {}
+  for entry in string.gmatch(spec, '[^;]+') do
+    local name, driver, tags = entry:match('^([^=]*)=([^:]*):?(.*)$')
+    if not name or not valid_id(name) or #name > 32 then return nil, 'malformed role name' end
+    if seen[name] then return nil, 'role ' .. name .. ' given twice' end
+    if driver ~= '' and not valid_id(driver) then return nil, 'malformed driver_type of role ' .. name end
+    if not valid_tags(tags) then return nil, 'malformed tags of role ' .. name end
+    seen[name] = true
+    out[#out + 1] = {name = name, driver = driver, tags = tags}
+  end
+  if #out < 1 or #out > 8 or #out ~= select(2, spec:gsub(';', '')) + 1 then
+    return nil, 'a task has 1-8 roles'
+  end
+  return out
+end
+
+-- where a queued task waits: a gang task (roles) in `gangs` by seq, any other in its bucket
+local function to_queue(id, t)
+  if (t.roles or '') ~= '' then
+    redis.call('ZADD', k('gangs'), t.seq, id)
+  else
+    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+  end
+end
+local function from_queue(id, t)
+  if (t.roles or '') ~= '' then redis.call('ZREM', k('gangs'), id) else dequeue(id, t.sig) end
+end
+
+-- the scheduler's fence: nil when `fence` ('' = none, a manual dispatch) is the current
+-- leader's epoch, else the error reply
+local function check_fence(fence)
+  if fence ~= '' and not fence:match('^%d+$') then return fail('INVALID', 'fence must be an epoch') end
+  if fence ~= '' then
+    local cur = redis.call('GET', k('leader'))
+    if not cur or cur:match(':(%d+)$') ~= fence then
+      return fail('FENCED', 'scheduler epoch ' .. fence .. ' is not the current leader')
+    end
+  end
+end
+
 -- a task hash as a flat field/value array, with a long goal (kept in task:ID:goal so that the
 -- hash stays a compact listpack) put back in place
 local function task_flat(id)
@@ -374,7 +419,7 @@ local TASK_FIELDS = {'status', 'lease_id', 'lease_expires_at', 'host_id', 'devic
   'max_attempts', 'handbacks', 'seq', 'sig', 'driver_type', 'tags', 'priority', 'queue_deadline',
   'cancel_requested', 'dispatched_at', 'session', 'avoid_devices', 'avoid_hosts', 'failure_kind',
   'result', 'error', 'assigned_at', 'submitted_at', 'retry_on', 'retry_backoff', 'eligible_at',
-  'tenant'}
+  'tenant', 'gang', 'roles'}
 
 local function load_task(id)
   return hfields(k('task', id), TASK_FIELDS)
@@ -427,6 +472,25 @@ local function release_device(device_id, id, hold)
     end
   end
   return tonumber(d[4] or '0') or 0
+end
+
+-- can device `did` take an assignment now? Returns its row (host_id state reserved_by
+-- quarantined driver_type tags held booked_until health), or nil and the reason (assign.lua's
+-- err: reasons). `hosts_ok` caches host_placeable per host for the call.
+local function device_assignable(did, hosts_ok)
+  local d = redis.call('HMGET', k('device', did), 'host_id', 'state', 'reserved_by', 'quarantined',
+    'driver_type', 'tags', 'held', 'booked_until', 'health')
+  if not d[1] then return nil, 'device_not_found' end
+  if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
+  if d[4] == '1' then return nil, 'device_quarantined' end
+  if d[7] and d[7] ~= '' then return nil, 'device_held' end
+  if d[8] and d[8] ~= '' then return nil, 'device_booked' end
+  if d[9] == 'checking' then return nil, 'device_checking' end
+  if d[9] == 'unhealthy' then return nil, 'device_unhealthy' end
+  if d[2] ~= 'idle' then return nil, 'device_not_idle' end
+  if hosts_ok[d[1]] == nil then hosts_ok[d[1]] = host_placeable(k('host', d[1])) end
+  if hosts_ok[d[1]] ~= true then return nil, hosts_ok[d[1]] end
+  return d
 end
 
 -- end a person's reservation (booking) of device `did`: the device hash fields booked_by
@@ -489,15 +553,20 @@ end
 -- order, without a lease; its queue deadline still applies. With delay_ms > 0 (a retry's
 -- backoff) it waits in `retries` (by the time it becomes eligible, field eligible_at) instead
 -- of its bucket: expire.lua moves it there when due.
+local gang_end  -- (below) a gang's attempt ends with one of its parts
 local function requeue(id, t, old, delay_ms)
   redis.call('HSET', k('task', id), 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
     'lease_expires_at', '', 'session', '', 'updated_at', now_str())
+  if (t.gang or '') ~= '' then  -- a part: its whole gang is retried
+    gang_end(t.gang, id, 'retry', nil, nil, delay_ms)
+    return
+  end
   if delay_ms and delay_ms > 0 then
     local at = I(now_ms() + delay_ms)
     redis.call('HSET', k('task', id), 'eligible_at', at)
     redis.call('ZADD', k('retries'), at, id)
   else
-    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+    to_queue(id, t)
   end
   index_status(id, old, 'queued', t.seq)
   if t.queue_deadline and t.queue_deadline ~= '' then
@@ -517,6 +586,7 @@ local function finish(id, t, old, status, kind, payload, extra_event)
   index_status(id, old, status, t.seq)
   emit(status, 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
     t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind or '', unpack(extra_event or {}))
+  if (t.gang or '') ~= '' then gang_end(t.gang, id, status, kind, payload) end
 end
 
 -- end the active lease of task `id` (fields t): out of the lease index, off the host's inbox
@@ -560,4 +630,45 @@ local function hand_back(id, t, why, free_device)
   avoid(id, t, t.device_id, nil)
   requeue(id, t, old)
   return 'queued'
+end
+
+-- a gang's attempt ends (`outcome` done | failed | cancelled, or retry after delay_ms) because
+-- its part `part_id` ended ('' = the gang task itself, e.g. cancelled): every other part still
+-- holding a lease ends with it (lease dropped, device released, its host told at once), then
+-- the gang task is finished or queued again in `gangs`. Nothing happens when the gang task
+-- holds no attempt (already ended).
+gang_end = function(gid, part_id, outcome, kind, payload, delay_ms)
+  local g = load_task(gid)
+  if g.status ~= 'assigned' and g.status ~= 'dispatched' then return end
+  local why = part_id ~= '' and ('part ' .. part_id .. ' ended: ' .. outcome) or outcome
+  local parts = redis.call('HGET', k('task', gid), 'parts') or ''
+  for pid in string.gmatch(parts, '[^,]+') do
+    local p = pid ~= part_id and load_task(pid) or {}
+    if p.status == 'assigned' or p.status == 'dispatched' then
+      -- (not drop_lease: an unclaimed part stays in its host's inbox, where claim drops it as
+      -- stale; so a host's call never writes another host's inbox, only its control list)
+      redis.call('ZREM', k('leases'), pid)
+      release_device(p.device_id, pid, nil)
+      close_attempt(pid, p.attempt, 'ended', {error = 'gang attempt ended (' .. why .. ')',
+        dispatched_at = p.status == 'dispatched' and tonumber(p.dispatched_at) or nil})
+      if outcome == 'retry' then
+        redis.call('HSET', k('task', pid), 'status', 'queued', 'host_id', '', 'device_id', '',
+          'lease_id', '', 'lease_expires_at', '', 'session', '', 'updated_at', now_str())
+      else
+        redis.call('HSET', k('task', pid), 'status', outcome, 'failure_kind', kind or '',
+          'finished_at', now_str(), 'updated_at', now_str(), 'lease_expires_at', '')
+        index_status(pid, p.status, outcome, '')
+      end
+      ctl(p.host_id, 'gang')
+    end
+  end
+  wake(k('sched', 'wake'))
+  if outcome == 'retry' then
+    close_attempt(gid, g.attempt, 'ended', {error = why})
+    requeue(gid, g, g.status, delay_ms)
+    emit('requeued', 'task', gid, 'attempt', g.attempt or '0', 'reason', why)
+  else
+    close_attempt(gid, g.attempt, outcome, {failure_kind = kind ~= '' and kind or nil})
+    finish(gid, g, g.status, outcome, kind, payload)
+  end
 end

@@ -9,7 +9,8 @@
 --          task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
---          invalid_id task_not_found task_not_queued device_not_found device_reserved
+--          invalid_id task_not_found task_not_queued task_multi_device (a task with roles,
+--          or one of its parts: gang_assign.lua places those) device_not_found device_reserved
 --          device_not_idle device_quarantined device_held device_booked (reserved for a
 --          person, device_reserve.lua) device_checking device_unhealthy (a health check
 --          runs on it / failed: device_health.lua) host_dead host_draining
@@ -20,13 +21,8 @@
 local fence = ARGV[1]
 local n = int_in(ARGV[2], 0, 10000)
 if not n or #ARGV ~= 2 + n * 2 then return fail('INVALID', 'bad argument count') end
-if fence ~= '' and not fence:match('^%d+$') then return fail('INVALID', 'fence must be an epoch') end
-if fence ~= '' then
-  local cur = redis.call('GET', k('leader'))
-  if not cur or cur:match(':(%d+)$') ~= fence then
-    return fail('FENCED', 'scheduler epoch ' .. fence .. ' is not the current leader')
-  end
-end
+local fenced = check_fence(fence)
+if fenced then return fenced end
 
 local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')
@@ -44,23 +40,14 @@ local function tenant_capped(tenant)
 end
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
-  local tk, dk = k('task', id), k('device', did)
+  local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at',
-    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant')
+    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant', 'roles', 'gang')
   if not t[1] then return nil, 'task_not_found' end
+  if (t[12] or '') ~= '' or (t[13] or '') ~= '' then return nil, 'task_multi_device' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
-  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags', 'held',
-    'booked_until', 'health')
-  if not d[1] then return nil, 'device_not_found' end
-  if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
-  if d[4] == '1' then return nil, 'device_quarantined' end
-  if d[7] and d[7] ~= '' then return nil, 'device_held' end
-  if d[8] and d[8] ~= '' then return nil, 'device_booked' end
-  if d[9] == 'checking' then return nil, 'device_checking' end
-  if d[9] == 'unhealthy' then return nil, 'device_unhealthy' end
-  if d[2] ~= 'idle' then return nil, 'device_not_idle' end
-  if hosts_ok[d[1]] == nil then hosts_ok[d[1]] = host_placeable(k('host', d[1])) end
-  if hosts_ok[d[1]] ~= true then return nil, hosts_ok[d[1]] end
+  local d, bad = device_assignable(did, hosts_ok)
+  if not d then return nil, bad end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
   if t[11] and t[11] ~= '' and tenant_capped(t[11]) then return nil, 'tenant_cap' end

@@ -1,12 +1,14 @@
 -- cancel.lua: cancel a task. queued: cancelled at once. assigned (no runner started yet):
 -- cancelled at once, reservation released, inbox entry dropped. dispatched: flagged
 -- (cancel_requested=1) and its host told at once (host:ID:ctl); the host stops the runner and
--- reports `cancelled`, or expiry ends it.
+-- reports `cancelled`, or expiry ends it. A multi-device task that holds devices is cancelled
+-- at once: every part's lease ends, its devices are released and its hosts told (their
+-- renewal then finds the lease lost and stops the runner).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     task_id reason(at most 500 bytes)
 -- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, deadlines,
 --          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, status:*, retries,
---          tenant_held, events, sched:wake; reads config
+--          tenant_held, gangs, task:ID.ROLE, events, sched:wake; reads config
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)
 -- Errors   NOT_FOUND (no such task), INVALID (malformed id or reason).
 local id, reason = ARGV[1], ARGV[2]
@@ -15,6 +17,13 @@ if #ARGV ~= 2 or #reason > 500 then return fail('INVALID', 'reason must be at mo
 local t = load_task(id)
 if not t.status then return fail('NOT_FOUND', 'no task ' .. id) end
 if TERMINAL[t.status] then return 'already:' .. t.status end
+if (t.gang or '') ~= '' then
+  return fail('INVALID', 'task ' .. id .. ' is a part of multi-device task ' .. t.gang .. ': cancel that')
+end
+if (t.roles or '') ~= '' and t.status ~= 'queued' then  -- a gang: every part ends now
+  gang_end(id, '', 'cancelled', 'cancelled', reason)
+  return 'cancelled'
+end
 if t.status == 'dispatched' then
   if t.cancel_requested ~= '1' then
     redis.call('HSET', k('task', id), 'cancel_requested', '1', 'updated_at', now_str())
@@ -24,7 +33,7 @@ if t.status == 'dispatched' then
   return 'requested'
 end
 if t.status == 'queued' then
-  dequeue(id, t.sig)
+  from_queue(id, t)
   redis.call('ZREM', k('deadlines'), id)
 else -- assigned: nothing runs yet
   drop_lease(id, t)

@@ -3,6 +3,7 @@
 -- stamped with the claiming session. Exactly one caller gets each.
 -- An assignment whose device was quarantined or held since it was committed is handed back
 -- here (atomically, so the host never sees it; it counts against max_handbacks).
+-- A multi-device task (GANG) becomes `dispatched` once each of its parts (GANG.ROLE) is claimed.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session max(1..1000)
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
@@ -22,6 +23,19 @@ local now = now_ms()
 local ttl = cfg_ms('lease_ttl')
 local now_s, expires_s = now_str(), I(now + ttl)
 local inbox = k('host', host_id, 'inbox')
+-- a part of gang task `gid` was claimed: once every part is, the gang task is `dispatched`
+local function gang_claimed(gid)
+  local g = redis.call('HMGET', k('task', gid), 'status', 'parts', 'seq', 'attempt', 'assigned_at',
+    'submitted_at')
+  if g[1] ~= 'assigned' then return end
+  for pid in string.gmatch(g[2] or '', '[^,]+') do
+    if redis.call('HGET', k('task', pid), 'status') ~= 'dispatched' then return end
+  end
+  redis.call('HSET', k('task', gid), 'status', 'dispatched', 'dispatched_at', now_s, 'updated_at', now_s)
+  index_status(gid, 'assigned', 'dispatched', g[3])
+  emit('dispatched', 'task', gid, 'attempt', g[4] or '0', 'claim_ms',
+    I(now - (tonumber(g[5]) or now)), 'since_submit_ms', I(now - (tonumber(g[6]) or now)))
+end
 local out = {ttl}
 local refused = false
 while #out <= max do
@@ -45,7 +59,11 @@ while #out <= max do
         I(now - tonumber(t.submitted_at)))
       flat_set(flat, {status = 'dispatched', lease_expires_at = expires_s, dispatched_at = now_s,
         updated_at = now_s, session = session or ''})
-      if t.goal == '' then flat_set(flat, {goal = redis.call('GET', k('task', id, 'goal')) or ''}) end
+      local gang = t.gang or ''
+      if t.goal == '' then  -- a long goal lives in its own key (a part's: its gang task's)
+        flat_set(flat, {goal = redis.call('GET', k('task', gang ~= '' and gang or id, 'goal')) or ''})
+      end
+      if gang ~= '' then gang_claimed(gang) end
       out[#out + 1] = flat
     end
   end

@@ -8,14 +8,15 @@
 -- prefers another device and host), after its retry_backoff, or becomes `failed` with
 -- failure_kind=lease_expired (hand-backs do not count); a task whose cancel was requested
 -- becomes `cancelled`. The expired attempt stays in task:ID:attempts.
--- Retries whose backoff has passed (`retries`, by eligible time) join their bucket.
+-- Retries whose backoff has passed (`retries`, by eligible time) join their bucket (a gang
+-- task: `gangs`).
 -- A person's reservation of a device (device_reserve.lua) past its end is ended too (at most
 -- `limit` per call, event reservation_expired): the device is back among the idle candidates.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     limit (1..10000)
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
 --          host:ID, host:ID:inbox, idle, queue:SIG, sig:SIG, queues, status:*, deadlines,
---          avoid, bookings, retries, tenant_held, events, sched:wake
+--          avoid, bookings, retries, tenant_held, gangs, host:ID:ctl, events, sched:wake
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
 --          reservations are not counted: each is a reservation_expired event)
 -- Errors   INVALID (bad limit)
@@ -83,7 +84,7 @@ for _, id in ipairs(ripe) do
   local t = load_task(id)
   if t.status == 'queued' and (t.eligible_at or '') ~= '' then
     redis.call('HDEL', k('task', id), 'eligible_at')
-    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+    to_queue(id, t)
     retried = retried + 1
   end
 end
@@ -92,7 +93,7 @@ for _, id in ipairs(late) do
   redis.call('ZREM', k('deadlines'), id)
   local t = load_task(id)
   if t.status == 'queued' then
-    dequeue(id, t.sig)
+    from_queue(id, t)
     finish(id, t, 'queued', 'failed', 'unschedulable', 'waited longer than its queue timeout')
     unsched = unsched + 1
   end

@@ -11,6 +11,8 @@
 -- retried: the attempt is closed as failed (with why and when the retry becomes eligible), the
 -- task is `queued` again after its retry_backoff (in `retries` until then) and prefers another
 -- device and host; the reply is then "ok:queued".
+-- A part of a multi-device task (task GANG.ROLE) that ends ends every other part and its task
+-- GANG with it (gang_end in _lib.lua): the other parts' hosts are told on host:ID:ctl.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session n(1..10000), then 5 fields per report:
 --          task_id lease_id outcome(done|failed|cancelled|released)
@@ -19,7 +21,7 @@
 -- Keys     reads host:ID, config, drivers, qdrivers; writes task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, events,
 --          sched:wake; on a hand-back also queue:SIG, sig:SIG, queues, deadlines, avoid,
---          retries
+--          retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
 --          of not_found superseded not_owner expired already_terminal cancel_not_requested.

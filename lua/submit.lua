@@ -8,8 +8,11 @@
 --          yes, '0' no) retry_on('' = pool setting; none or a csv of failure kinds)
 --          retry_backoff('' = pool setting; none | fixed:S | exponential:BASE:MAX)
 --          tenant('' = none; an id: the bucket is per tenant, see signature in _lib.lua)
+--          and, as a 15th field, roles ('' = none; NAME=DRIVER:TAGS;... see parse_roles in
+--          _lib.lua: a multi-device task, which waits in `gangs` instead of a bucket and has
+--          no driver_type, tags or tenant of its own)
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
---          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues,
+--          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          status:queued, events, sched:wake
 -- Returns  a flat array: per task, its id and 1 (created) or 0 (an earlier task with the same
 --          idempotency key, whose id is returned instead).
@@ -18,7 +21,7 @@
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
 local n = int_in(ARGV[1], 1, 10000)
-local F = n and (#ARGV == 1 + n * 14 and 14 or 11)
+local F = n and (#ARGV == 1 + n * 15 and 15 or #ARGV == 1 + n * 14 and 14 or 11)
 if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
 
 -- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
@@ -69,7 +72,7 @@ local function check(b)
   end
   local rej = ARGV[b + 11]
   if rej ~= '' and rej ~= '0' and rej ~= '1' then return fail('INVALID', 'reject_unmatched must be 0 or 1') end
-  if F == 14 then
+  if F >= 14 then
     if ARGV[b + 12] ~= '' and not retry_kinds(ARGV[b + 12]) then
       return fail('INVALID', 'retry_on must be none or a csv of infrastructure, runner_error, timeout, runner_failed, lease_expired')
     end
@@ -77,6 +80,17 @@ local function check(b)
       return fail('INVALID', 'retry_backoff must be none, fixed:SECONDS or exponential:BASE:MAX')
     end
     if ARGV[b + 14] ~= '' and not valid_id(ARGV[b + 14]) then return fail('INVALID', 'malformed tenant') end
+  end
+  if F == 15 and ARGV[b + 15] ~= '' then
+    local roles, why = parse_roles(ARGV[b + 15])
+    if not roles then return fail('INVALID', why) end
+    if driver ~= '' or tags ~= '' then
+      return fail('INVALID', 'a task with roles has no driver_type or tags of its own: give them per role')
+    end
+    if ARGV[b + 14] ~= '' then return fail('INVALID', 'a task with roles cannot have a tenant') end
+    for _, r in ipairs(roles) do
+      if #id + 1 + #r.name > 128 then return fail('INVALID', 'task id too long for its role names') end
+    end
   end
 end
 
@@ -94,8 +108,15 @@ for i = 0, n - 1 do
   end
   local rej = ARGV[b + 11]
   if rej == '' then rej = cfg('reject_unmatchable') == 1 and '1' or '0' end
+  local roles = F == 15 and ARGV[b + 15] ~= '' and parse_roles(ARGV[b + 15])
   if rej == '1' then
-    local ok, why = matchable(ARGV[b + 5], ARGV[b + 6])
+    local ok, why = true, nil
+    for _, r in ipairs(roles or {{driver = ARGV[b + 5], tags = ARGV[b + 6]}}) do
+      if ok then
+        ok, why = matchable(r.driver, r.tags)
+        if not ok and roles then why = why .. ' (role ' .. r.name .. ')' end
+      end
+    end
     if not ok then
       return fail('UNMATCHABLE', 'no registered device could run task ' .. id .. ': ' .. why)
     end
@@ -133,8 +154,9 @@ for i = 0, n - 1 do
       ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
     prio = I(tonumber(prio))
     if maxa == '' then maxa = I(cfg('max_attempts')) end
-    local tenant = F == 14 and ARGV[b + 14] or ''
-    local sig = signature(driver, tags, prio, tenant)
+    local tenant = F >= 14 and ARGV[b + 14] or ''
+    local roles = F == 15 and ARGV[b + 15] or ''
+    local sig = roles == '' and signature(driver, tags, prio, tenant) or ''
     seq = seq + 1
     local seq_s = I(seq)
     local tk = k('task', id)
@@ -145,8 +167,9 @@ for i = 0, n - 1 do
     redis.call('HSET', tk, 'id', id, 'status', 'queued', 'kind', kind, 'goal', goal,
       'workflow', wf, 'driver_type', driver, 'tags', tags, 'priority', prio, 'attempt', '0',
       'max_attempts', maxa, 'seq', seq_s, 'sig', sig, 'submitted_at', now_s, 'updated_at', now_s)
-    if F == 14 and ARGV[b + 12] ~= '' then redis.call('HSET', tk, 'retry_on', ARGV[b + 12]) end
-    if F == 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
+    if F >= 14 and ARGV[b + 12] ~= '' then redis.call('HSET', tk, 'retry_on', ARGV[b + 12]) end
+    if F >= 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
+    if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
     if idem ~= '' then
       redis.call('HSET', tk, 'idempotency_key', idem)
@@ -158,7 +181,11 @@ for i = 0, n - 1 do
       redis.call('HSET', tk, 'queue_deadline', deadline)
       redis.call('ZADD', k('deadlines'), deadline, id)
     end
-    enqueue(id, sig, seq_s, driver, tags, prio, tenant)
+    if roles ~= '' then  -- a gang task waits in `gangs` (the scheduler places all its roles at once)
+      redis.call('ZADD', k('gangs'), seq_s, id)
+    else
+      enqueue(id, sig, seq_s, driver, tags, prio, tenant)
+    end
     index_status(id, nil, 'queued', seq_s)
     emit('submitted', 'task', id, 'sig', sig)
   end

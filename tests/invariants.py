@@ -47,6 +47,15 @@ def devices_and_leases_agree(r: redis.Redis, keys: Keys) -> None:
     active = set(r.zrange(keys.status("assigned"), 0, -1)) | set(
         r.zrange(keys.status("dispatched"), 0, -1)
     )
+    # a multi-device task holds no device itself: each of its parts (GANG.ROLE, in no status
+    # index) does, and it holds all of them or none
+    for tid in list(active):
+        parts = r.hget(keys.task(tid), "parts")
+        if parts:
+            active.discard(tid)
+            states = [r.hget(keys.task(p), "status") for p in parts.split(",")]
+            assert all(st in ACTIVE for st in states), f"gang {tid} holds only some parts {states}"
+            active.update(parts.split(","))
     assert set(holders) == active, "every active task holds exactly its device"
     leased = dict(r.zrange(keys.leases, 0, -1, withscores=True))
     assert set(leased) == active
@@ -64,9 +73,17 @@ def nothing_lost(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     tasks = {tid: r.hgetall(keys.task(tid)) for tid in task_ids(r, keys)}
     assert set(index) <= set(tasks), f"index entries without a task: {set(index) - set(tasks)}"
     for tid, t in tasks.items():
-        assert index.get(tid) == [t["status"]], (tid, index.get(tid), t["status"])
+        if t.get("gang"):  # a part of a multi-device task: only the task is indexed
+            assert tid not in index and t["status"] in (*ACTIVE, *TERMINAL, "queued"), (tid, t)
+            assert t["status"] in ACTIVE or tid not in holders_of(r, keys)
+        else:
+            assert index.get(tid) == [t["status"]], (tid, index.get(tid), t["status"])
         assert r.llen(keys.attempts(tid)) == int(t["attempt"]), (tid, t["attempt"])
     return tasks
+
+
+def holders_of(r: redis.Redis, keys: Keys) -> set[str]:
+    return {r.hget(keys.device(d), "reserved_by") or "" for d in r.smembers(keys.devices)}
 
 
 def queued_depth_is_consistent(r: redis.Redis, keys: Keys) -> None:
@@ -87,8 +104,12 @@ def queued_depth_is_consistent(r: redis.Redis, keys: Keys) -> None:
     assert not members & set(retries), "a task waiting out its retry backoff is in no bucket"
     for tid, at in retries.items():
         assert float(r.hget(keys.task(tid), "eligible_at") or -1) == at
-    assert len(queued) == total + len(retries) == len(members) + len(retries)
-    assert {m for m, _ in queued} == members | set(retries)
+    gangs = dict(r.zrange(keys.gangs, 0, -1, withscores=True))  # multi-device tasks waiting
+    assert not set(gangs) & (members | set(retries))
+    for tid, seq in gangs.items():
+        assert r.hget(keys.task(tid), "roles") and float(r.hget(keys.task(tid), "seq") or -1) == seq
+    assert len(queued) == total + len(retries) + len(gangs)
+    assert {m for m, _ in queued} == members | set(retries) | set(gangs)
     for tid, seq in queued:
         assert float(r.hget(keys.task(tid), "seq") or -1) == seq
     live = {sig for sig, _ in buckets}

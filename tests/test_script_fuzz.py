@@ -70,6 +70,7 @@ class Pool:
                       DeviceReport("d3", "web")])  # fmt: skip
         self.client.put_workflow({"name": "wf", "steps": [{"goal": "x"}]})
         self.queued = self.client.submit("waiting", driver_type="web")
+        self.gang = self.client.submit("a multi-device task", roles={"web": "web"})
         self.run = self.client.submit("running", driver_type="android")
         self.store.commit([(self.run, "d1")])
         (a,) = h1.claim(1)
@@ -92,6 +93,7 @@ class Pool:
             "expire": ["10"],
             "cancel": [self.queued, "no longer needed"],
             "assign": ["", "1", self.queued, "d3"],
+            "gang_assign": ["", self.gang, "1", "d3"],
             "host_add": ["h9", "sha1:" + "a" * 40, "add"],
             "host_drain": ["h1", "1", "operator", "", ""],
             "host_remove": ["h2"],

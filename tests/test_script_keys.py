@@ -143,6 +143,24 @@ def exercise(url: str, pool: str) -> None:
     time.sleep(1.1)
     store.expire(100)
     h3.heartbeat(beat)
+    # a multi-device task: placed, one part fails (the gang is retried), placed again, done;
+    # another is cancelled while it runs
+    beat4 = [*beat, DeviceReport("d4", "web")]
+    h3.heartbeat(beat4)
+    roles = {"phone": "android:wifi", "web": "web"}
+    g = client.submit("on two devices", roles=roles, max_attempts=2, retry_on="runner_failed")
+    assert store.commit_gang(g, ["d1", "d4"]) == "ok:1"
+    parts = {a.task.id: a for a in h3.claim(5)}
+    assert (
+        h3.report(f"{g}.web", parts[f"{g}.web"].lease_id, "failed", "runner_failed") == "ok:queued"
+    )
+    assert store.commit_gang(g, ["d1", "d4"]) == "ok:2"
+    parts = {a.task.id: a for a in h3.claim(5)}
+    assert h3.report(f"{g}.phone", parts[f"{g}.phone"].lease_id, "done") == "ok:done"
+    g2 = client.submit("cancelled while it runs", roles={"web": "web"})
+    assert store.commit_gang(g2, ["d4"]) == "ok:1"
+    h3.claim(5)
+    assert client.cancel(g2) == "cancelled"
     client.submit("read by the scheduler", driver_type="android")  # lua/heads.lua
     snap = TaskScheduler(admin).snapshot()
     assert any(b.heads for b in snap.buckets), "the scheduler read no heads"

@@ -699,3 +699,18 @@ def test_key_of_the_wrong_type_is_reported_not_fatal(lab: Lab) -> None:
         also=frozenset({"lease_entry_missing", "attempt_missing"}),
         key="leases",
     )
+
+
+def test_a_retried_task_is_not_two_leases(real_fleet: Fleet) -> None:
+    """A failure that is retried (`retrying` event) ends its lease: the next assignment is
+    not a second live lease."""
+    h = real_fleet.add_host("h1", ("d1", "android", ()))
+    tid = real_fleet.client.submit("flaky", max_attempts=2, retry_on="runner_failed")
+    for attempt in (1, 2):
+        assert real_fleet.store.commit([(tid, "d1")])[0].startswith("ok:")
+        (a,) = h.claim(1)
+        outcome = "failed" if attempt == 1 else "done"
+        h.report(tid, a.lease_id, outcome, "runner_failed" if attempt == 1 else None, "x")
+    assert real_fleet.client.get(tid).status.value == "done"
+    res = verify(real_fleet.r, real_fleet.pool)
+    assert res.ok, [str(v) for v in res.violations]

@@ -16,10 +16,12 @@ from .core.durability import run_durably
 from .core.errors import InvalidInput, NotConfirmed, NotFound
 from .core.events import Event, last_event_id, read_events
 from .core.models import (
+    Role,
     ScheduledTask,
     TaskSpec,
     TaskStatus,
     WorkflowDefinition,
+    encode_roles,
     validate_id,
 )
 
@@ -74,6 +76,18 @@ def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
         spec.retry_backoff or "",
         spec.tenant or "",
     ]
+
+
+def _chunk_args(specs: list[TaskSpec]) -> list[Any]:
+    """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
+    task of the chunk is a multi-device one."""
+    gang = any(s.roles for s in specs)
+    args: list[Any] = [len(specs)]
+    for spec in specs:
+        args += _submit_args(spec, new_task_id())
+        if gang:
+            args.append(encode_roles(spec.roles) if spec.roles else "")
+    return args
 
 
 def _with_goal(h: dict[str, str], goal: str | None) -> dict[str, str]:
@@ -155,6 +169,7 @@ class Client(PoolConnection):
         retry_on: str | Iterable[str] | None = None,
         retry_backoff: str | None = None,
         tenant: str | None = None,
+        roles: Mapping[str, Role | Mapping[str, Any] | str] | None = None,
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
 
@@ -170,7 +185,16 @@ class Client(PoolConnection):
         policy for this task: after a failure of a listed kind, with attempts left, the task
         is queued again once its backoff has passed, preferring another device and host.
         ``tenant`` names who the task is for: the pool's per-tenant weights and device caps
-        (`PoolAdmin.set_tenant`) apply to it under the ``fair_share`` strategy."""
+        (`PoolAdmin.set_tenant`) apply to it under the ``fair_share`` strategy.
+
+        ``roles`` makes a multi-device task: role name -> constraints (a `Role`, a mapping
+        with ``driver_type`` and ``tags``, or ``"DRIVER[:TAG,TAG]"``), at most 8, the first
+        being the leader. The scheduler places every role at once on a device of its own (any
+        host) or none; each role runs as part task ``ID.ROLE`` on its device's host; the
+        leader's runner runs the goal once every part is claimed and gets the other roles'
+        devices (``task.roles``); the others hold their device meanwhile. Losing any part
+        ends the attempt for all. Such a task has no ``driver_type``, ``tags`` or ``tenant``
+        of its own."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -185,6 +209,7 @@ class Client(PoolConnection):
                 "retry_on": retry_on,
                 "retry_backoff": retry_backoff,
                 "tenant": tenant,
+                "roles": dict(roles) if roles is not None else None,
             }
         )
         return self.submit_many([spec])[0]
@@ -207,10 +232,7 @@ class Client(PoolConnection):
         validated = [spec_from(s) for s in specs]
         ids: list[str] = []
         for start in range(0, len(validated), chunk):
-            part = validated[start : start + chunk]
-            args: list[Any] = [len(part)]
-            for spec in part:
-                args += _submit_args(spec, new_task_id())
+            args = _chunk_args(validated[start : start + chunk])
             try:
                 flat = run_durably(self, "submit", args)
             except NotConfirmed as exc:
@@ -233,7 +255,18 @@ class Client(PoolConnection):
         res = pipe.execute()
         if not res[0]:
             raise NotFound(f"no task {task_id} in pool {self.pool}")
-        return ScheduledTask.from_hash(_with_goal(res[0], res[1]), res[2] if attempts else None)
+        task = ScheduledTask.from_hash(_with_goal(res[0], res[1]), res[2] if attempts else None)
+        if task.roles and res[0].get("roles"):  # a multi-device task: how each part is doing
+            pipe = self.redis.pipeline(transaction=False)
+            for name in task.roles:
+                pipe.hmget(self.keys.task(f"{task.id}.{name}"), "status", "device_id", "host_id")
+            for role, (status, device, host) in zip(
+                task.roles.values(), pipe.execute(), strict=True
+            ):
+                role.__dict__.update(status=status or None)
+                if status in ("assigned", "dispatched"):
+                    role.__dict__.update(device_id=device or None, host_id=host or None)
+        return task
 
     def get_many(self, task_ids: Iterable[str]) -> list[ScheduledTask]:
         """Tasks by id, in order, skipping ids that no longer exist (one round trip)."""

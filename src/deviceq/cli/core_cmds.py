@@ -89,6 +89,15 @@ def fmt_ms(ms: int | None) -> str:
     "jittered). Default: the pool's retry_backoff.",
 )
 @click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    metavar="NAME=DRIVER[:TAG,TAG]",
+    help="A multi-device task: one device per role, all placed at once (repeatable, up to "
+    "8; the first role is the leader, whose runner runs the goal once every role's device "
+    "is claimed). Replaces --driver-type and --tag.",
+)
+@click.option(
     "--file",
     "tasks_file",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -110,6 +119,7 @@ def submit(
     tenant: str | None,
     retry_on: str | None,
     retry_backoff: str | None,
+    roles: tuple[str, ...],
     tasks_file: str | None,
     as_json: bool,
 ) -> None:
@@ -122,6 +132,7 @@ def submit(
       deviceq submit --workflow smoke-suite --max-attempts 5 --json
       deviceq submit "flash the board" --retry-on infrastructure,timeout --retry-backoff fixed:30
       deviceq submit --file tasks.jsonl   # {"goal": "open settings", "tags": ["wifi"]} a line
+      deviceq submit "log in on both" --role phone=android:sim --role web=browser
     """
     if tasks_file is not None:
         from .ops_cmds import submit_file
@@ -142,11 +153,28 @@ def submit(
         retry_on=retry_on,
         retry_backoff=retry_backoff,
         tenant=tenant,
+        roles=parse_role_options(roles) if roles else None,
     )
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
     else:
         click.echo(task_id)
+
+
+def parse_role_options(values: tuple[str, ...]) -> dict[str, str]:
+    """``--role NAME=DRIVER[:TAG,TAG]`` options -> role name -> ``DRIVER[:TAGS]`` (in order;
+    `deviceq.core.models.check_roles` validates each)."""
+    out: dict[str, str] = {}
+    for v in values:
+        name, eq, spec = v.partition("=")
+        if not eq or not name or not spec or spec.startswith(":"):
+            raise click.BadParameter(
+                f"{v!r}: expected NAME=DRIVER or NAME=DRIVER:TAG,TAG", param_hint="'--role'"
+            )
+        if name in out:
+            raise click.BadParameter(f"role {name!r} given twice", param_hint="'--role'")
+        out[name] = spec
+    return out
 
 
 @task.command("show")
@@ -168,11 +196,25 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
         return
     console = console_for_tables()
     grid = Table.grid(padding=(0, 2))
-    for name, value in t.model_dump(mode="json", exclude={"attempts"}).items():
+    for name, value in t.model_dump(mode="json", exclude={"attempts", "roles"}).items():
         if name.endswith("_at") or name in ("lease_expires_at", "queue_deadline"):
             value = fmt_ms(value)
         grid.add_row(f"[bold]{name}[/]", "-" if value in (None, "", []) else str(value))
     console.print(grid)
+    if t.roles:
+        roles = Table(title="roles")
+        for col in ("role", "driver_type", "tags", "device", "host", "status"):
+            roles.add_column(col)
+        for name, r in t.roles.items():
+            roles.add_row(
+                name + (" (leader)" if name == next(iter(t.roles)) else ""),
+                r.driver_type or "any",
+                ",".join(r.tags) or "-",
+                r.device_id or "-",
+                r.host_id or "-",
+                r.status or "-",
+            )
+        console.print(roles)
     if t.attempts:
         table = Table(title="attempts")
         for col in ("#", "lease", "host", "device", "assigned", "ended", "outcome", "kind"):

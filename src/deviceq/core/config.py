@@ -123,6 +123,21 @@ class PoolConfig(BaseModel):
     leader_ttl: float = Field(
         10.0, ge=1, le=3600, description="seconds a scheduler leader lease lasts"
     )
+    gang_reserve_after: float = Field(
+        60.0,
+        ge=0,
+        le=YEAR,
+        description="a multi-device task that waited this many seconds without all its roles "
+        "matching idle devices at once gets idle matching devices kept for it (0 = at once)",
+    )
+    gang_hold_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=YEAR,
+        description="longest a multi-device task keeps idle devices while waiting for the rest "
+        "(then they serve other tasks for gang_reserve_after before it may keep any again; "
+        "0 = never keep devices)",
+    )
     durability: Literal["none", "aof", "replica"] = Field(
         "none",
         description="none | aof | replica: submissions and reports wait until the write is "

@@ -21,6 +21,14 @@ key                                type       holds
 ``retries``                        zset       queued task ids waiting out a retry's backoff, by
                                               the time they become eligible (ms; the task's
                                               ``eligible_at``): expire.lua then enqueues them
+``gangs``                          zset       queued multi-device task ids (their ``roles``), by
+                                              seq: the scheduler places every role at once
+                                              (gang_assign.lua); their parts are tasks
+                                              ``ID.ROLE`` (field ``gang``), in no status index
+``gang_holds``                     hash       multi-device task id -> ``UNTIL_MS|DEV,DEV``: idle
+                                              devices the scheduler keeps for it (written by the
+                                              scheduler past ``gang_reserve_after``, at most
+                                              ``gang_hold_seconds``)
 ``tenants``                        hash       tenant -> ``WEIGHT:MAX_DEVICES`` (fair share weight,
                                               cap on devices held at once; 0 = none)
 ``tenant_held``                    hash       tenant -> devices its tasks hold (leases)
@@ -98,6 +106,14 @@ class Keys:
     @property
     def retries(self) -> str:
         return self._k("retries")
+
+    @property
+    def gangs(self) -> str:
+        return self._k("gangs")
+
+    @property
+    def gang_holds(self) -> str:
+        return self._k("gang_holds")
 
     @property
     def tenants(self) -> str:

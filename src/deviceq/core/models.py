@@ -199,6 +199,79 @@ def satisfies(
     return all(t in have for t in task_tags)
 
 
+MAX_ROLES = 8
+
+
+class Role(BaseModel):
+    """One role of a multi-device task: the device it needs (and, once placed, where it runs
+    and how its part is doing: ``device_id``, ``host_id``, ``status``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    driver_type: OptDriverType = None
+    tags: Tags = ()
+    device_id: str | None = None
+    host_id: str | None = None
+    status: str | None = None
+
+
+def _role_name(value: object) -> str:
+    name = validate_id(value, "role name")
+    if len(name) > 32:
+        raise InvalidInput(f"invalid role name {_shown(name)}: at most 32 characters")
+    return name
+
+
+def encode_roles(roles: dict[str, Role]) -> str:
+    """The roles as submit.lua takes them: ``NAME=DRIVER:TAGS`` joined by ``;`` (first = leader)."""
+    return ";".join(f"{n}={r.driver_type or ''}:{','.join(r.tags)}" for n, r in roles.items())
+
+
+def decode_roles(spec: str | None, placement: str | None = None) -> dict[str, Role] | None:
+    """The roles of a stored task (``roles``: its constraints; ``peers``: where each role was
+    placed, ``NAME=DEVICE@HOST`` joined by ``;``), or None for a single-device task."""
+    out: dict[str, Role] = {}
+    for entry in filter(None, (spec or "").split(";")):
+        name, _, rest = entry.partition("=")
+        driver, _, tags = rest.partition(":")
+        out[name] = trusted_model(
+            Role,
+            {"driver_type": driver or None, "tags": tuple(filter(None, tags.split(","))),
+             "device_id": None, "host_id": None, "status": None},
+        )  # fmt: skip
+    for entry in filter(None, (placement or "").split(";")):
+        name, _, where = entry.partition("=")
+        device, _, host = where.partition("@")
+        role = out.get(name) or trusted_model(
+            Role, {"driver_type": None, "tags": (), "device_id": None, "host_id": None,
+                   "status": None}
+        )  # fmt: skip
+        role.__dict__.update(device_id=device or None, host_id=host or None)
+        out[name] = role
+    return out or None
+
+
+def check_roles(v: Any) -> Any:
+    """``roles`` of a submission: 1-8 named roles, each a `Role` or a mapping with
+    ``driver_type`` and ``tags`` (or a ``DRIVER[:TAG,TAG]`` string, as on the command line)."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not v:
+        raise InvalidInput("roles must be a non-empty mapping of role name -> constraints")
+    if len(v) > MAX_ROLES:
+        raise InvalidInput(f"a task has at most {MAX_ROLES} roles, not {len(v)}")
+    out: dict[str, Role] = {}
+    for name, spec in v.items():
+        if isinstance(spec, str):
+            driver, _, tags = spec.partition(":")
+            spec = {"driver_type": driver or None, "tags": [t for t in tags.split(",") if t]}
+        role = spec if isinstance(spec, Role) else Role.model_validate(spec)
+        if role.device_id or role.host_id or role.status:
+            raise InvalidInput(f"role {name}: give only driver_type and tags")
+        out[_role_name(name)] = role
+    return out
+
+
 class TaskSpec(BaseModel):
     """A submission: a ``goal`` or a ``workflow`` name, with constraints and options."""
 
@@ -216,6 +289,7 @@ class TaskSpec(BaseModel):
     retry_on: str | None = None
     retry_backoff: str | None = None
     tenant: Annotated[str, _named("tenant")] | None = None
+    roles: Annotated[dict[str, Role] | None, BeforeValidator(check_roles)] = None
 
     @field_validator("retry_on", mode="before")
     @classmethod
@@ -233,6 +307,11 @@ class TaskSpec(BaseModel):
     def _one_of(self) -> TaskSpec:
         if (self.goal is None) == (self.workflow is None):
             raise InvalidInput("give exactly one of a goal or a workflow name")
+        if self.roles is not None and (self.driver_type or self.tags or self.tenant):
+            raise InvalidInput(
+                "a task with roles has no driver_type, tags or tenant of its own: "
+                "give the constraints per role"
+            )
         return self
 
     @property
@@ -313,6 +392,13 @@ class ScheduledTask(BaseModel):
     retry_backoff: str | None = None
     eligible_at: int | None = None
     tenant: str | None = None
+    # a multi-device task: its roles (constraints, and where each runs once placed); for a
+    # part (task ``GANG.ROLE``): its ``gang`` and ``role``; the ``leader`` part also gets every
+    # role's placement in ``roles``
+    roles: dict[str, Role] | None = None
+    gang: str | None = None
+    role: str | None = None
+    leader: bool = False
     seq: int = 0
     submitted_at: int = 0
     updated_at: int = 0
@@ -363,6 +449,12 @@ class ScheduledTask(BaseModel):
             "retry_backoff": s("retry_backoff"),
             "eligible_at": _opt_int(h.get("eligible_at")),
             "tenant": s("tenant"),
+            "roles": decode_roles(h.get("roles"), h.get("peers"))
+            if h.get("roles") or h.get("peers")
+            else None,
+            "gang": s("gang"),
+            "role": s("role"),
+            "leader": h.get("leader") == "1",
             "seq": int(h.get("seq") or 0),
             "submitted_at": int(h.get("submitted_at") or 0),
             "updated_at": int(h.get("updated_at") or 0),

@@ -195,6 +195,12 @@ class TaskDispatcher:
             host_id=assignment.host_id,
             workflow=t.workflow,
             lease=lease,
+            gang=t.gang,
+            role=t.role,
+            roles={
+                name: {"device_id": r.device_id or "", "host_id": r.host_id or ""}
+                for name, r in (t.roles or {}).items()
+            },
         )
         task.logger = task_logger(task, self.log, self.log_fields)
         return task

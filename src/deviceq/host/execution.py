@@ -157,7 +157,15 @@ class Executor:
             timeout = self.settings.task_timeout
             deadline = time.monotonic() + timeout if timeout > 0 else None
             device = self.state.devices[run.device_id]
-            if run.reason is None and not run.lease.expired:
+            task = run.assignment.task
+            if task.gang and run.reason is None:
+                if not task.leader:  # a role that only holds its device for the leader's run
+                    self.hold_part(run)
+                else:
+                    self.await_parts(run)
+            if task.gang and not task.leader:
+                outcome = DispatchOutcome("cancelled", None, "the multi-device attempt ended")
+            elif run.reason is None and not run.lease.expired:
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -185,6 +193,37 @@ class Executor:
                 if self.state.by_device.get(run.device_id) is run:
                     del self.state.by_device[run.device_id]
             self.state.changed.set()
+
+    def hold_part(self, run: Run) -> None:
+        """A non-leader role of a multi-device task: keep the device (its lease renewed like
+        any run's) until the attempt ends. The leader's report, or the loss of any part, ends
+        every part in Redis and tells this host at once; its renewal then finds the lease
+        lost and stops the run (nothing is reported). A drain hands the part back, which
+        ends the attempt for every role."""
+        self.state.log(logging.DEBUG, "holding the device for a multi-device task", **run.fields())
+        while not run.cancel.wait(1.0):
+            if run.lease.expired:
+                run.stop("expired")
+
+    def await_parts(self, run: Run) -> None:
+        """The leader role of a multi-device task runs once every other role's part is
+        claimed (``dispatched``); until then it polls their status (bounded by its lease:
+        an attempt whose parts never all start ends by expiry, for every part)."""
+        t = run.assignment.task
+        others = [self.host.keys.task(f"{t.gang}.{name}") for name in (t.roles or {})]
+        others = [k for k in others if k != self.host.keys.task(t.id)]
+        delay = 0.01
+        while not run.cancel.is_set() and not run.lease.expired:
+            try:
+                pipe = self.host.redis.pipeline(transaction=False)
+                for key in others:
+                    pipe.hget(key, "status")
+                if all(st == "dispatched" for st in pipe.execute()):
+                    return
+            except TRANSIENT:
+                pass
+            run.cancel.wait(delay)
+            delay = min(0.1, delay * 1.5)
 
     def abandon(self, run: Run, outcome: DispatchOutcome) -> None:
         """A runner that did not stop keeps its device: it is reported ``busy`` (before the

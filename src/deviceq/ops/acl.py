@@ -83,17 +83,18 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
     for name, cmds in {
         "assign": "del get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush time "
         "xadd zadd zrange zrem",
-        "cancel": "del hdel hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire time "
-        "xadd "
-        "zadd zrange zrem",
-        "claim": "get hdel hgetall hincrby hmget hset lindex lpop lpush lrem lset ltrim "
+        "cancel": "del hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
+        "time xadd zadd zcard zrange zrem",
+        "claim": "get hdel hget hgetall hincrby hmget hset lindex lpop lpush lrem lset ltrim "
         "pexpire time xadd zadd zcard zrem",
         "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire time xadd "
         "zadd zrem",
         "device_health": "hdel hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
-        "expire": "del exists hdel hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
-        "time xadd xtrim zadd zcard zrange zrangebyscore zrem",
+        "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
+        "pexpire time xadd xtrim zadd zcard zrange zrangebyscore zrem",
+        "gang_assign": "get hdel hgetall hmget hset lpush ltrim pexpire rpush time xadd zadd "
+        "zrem zscore",
         "heads": "hget zrange",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
         "time xadd zadd zrem",
@@ -116,7 +117,7 @@ checks that it covers what the scripts call)."""
 
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),
-    "scheduler": ("leader", "assign", "expire", "heads"),
+    "scheduler": ("leader", "assign", "gang_assign", "expire", "heads"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
@@ -204,6 +205,9 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "ltrim": "TaskScheduler.stop(wake=True) keeps the wake list at one element",
         "exists": "scheduler run --once/--force-pass: the check that --pool names a pool "
         "with keys (one EXISTS)",
+        "hset": "gang_holds: the devices kept for waiting multi-device tasks",
+        "hdel": "gang_holds: a multi-device task no longer keeps devices",
+        "del": "gang_holds: a new leader rewrites it whole",
     },
     "host": {
         **_CONNECTION,
@@ -215,6 +219,8 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "get": "a workflow definition, for a workflow task",
         "blpop": "the daemon blocks on its wake list (inbox) and its control list",
         "lpush": "the daemon wakes its own blocked inbox wait when it stops",
+        "hget": "the leader role of a multi-device task waits until every other role's part "
+        "is claimed (their status)",
     },
     "operator": {
         **_CONNECTION,
@@ -266,18 +272,22 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     "producer": ("seq", "task:*", "idem:*", "queue:*", "queues", "sig:*", "status:*",
                  "deadlines", "avoid", "leases", "device:*", "idle", "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
-                 "tenant_held"),
+                 "tenant_held", "gangs"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
                   "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
-                  "events", "sched:wake", "retries", "tenant_held"),
+                  "events", "sched:wake", "retries", "tenant_held", "gangs", "gang_holds"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
+    # (a part of a multi-device task that ends ends every part and tells their hosts: their
+    # control lists are written, also by a user bound to one host id; a message there only
+    # makes a daemon renew and heartbeat at once)
     "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
-             "leases", "events", "sched:wake", "retries", "tenant_held"),
+             "leases", "events", "sched:wake", "retries", "tenant_held", "gangs",
+             "host:*:ctl"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write."""

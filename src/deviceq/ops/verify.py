@@ -27,6 +27,8 @@ What is checked (each violation has a ``kind``, see `KINDS`):
   registered devices, the queue depth with the buckets, ``queues`` with the buckets' heads,
   ``sig:SIG`` with the non-empty buckets, and the ``idle`` index holds only idle, unreserved,
   unquarantined, unheld, unbooked devices whose health check neither runs nor failed;
+- a multi-device task holds all its devices or none (every part's lease while it is active,
+  none otherwise), and ``gangs`` holds exactly the queued ones;
 - a device is held by at most one lease *or* one person's reservation (``deviceq reserve``:
   the device fields ``booked_*``), never both, and ``bookings`` indexes exactly the reserved
   devices, scored by their reservation's end.
@@ -69,7 +71,7 @@ TERMINAL = ("done", "failed", "cancelled")
 STATUSES = ("queued", *ACTIVE, *TERMINAL)
 TASK_FIELDS = (
     "status", "attempt", "lease_id", "lease_expires_at", "device_id", "host_id", "seq", "sig",
-    "finished_at", "tenant",
+    "finished_at", "tenant", "gang", "parts", "roles",
 )  # fmt: skip
 DEVICE_FIELDS = (
     "host_id", "driver_type", "tags", "state", "reserved_by", "lease_id", "quarantined", "held",
@@ -116,6 +118,11 @@ KINDS: dict[str, str] = {
     "booking_index": "bookings disagrees with the devices' reservations: an entry for a device "
     "that is not reserved (or not registered), a reserved device without an entry, or an "
     "entry scored other than the reservation's end",
+    "gang_partial": "a multi-device task holding only some of its devices: it is active while "
+    "a part holds no lease (or holds one of another attempt), or a part holds a lease while "
+    "the task is not active",
+    "gang_index": "gangs holds a task that is not a queued multi-device task, or a queued "
+    "multi-device task is neither in gangs nor waiting out a retry",
     "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
     "not be read)",
 }
@@ -218,6 +225,9 @@ class _Task:
     attempts_len: int
     tenant: str
     records: list[tuple[str | None, str]]
+    gang: str = ""  # a part of multi-device task ``gang`` (in no status index)
+    parts: tuple[str, ...] = ()  # a multi-device task's parts (after its first placement)
+    roles: bool = False  # a multi-device task (waits in ``gangs``, not a bucket)
 
     @classmethod
     def parse(cls, tid: str, vals: Sequence[str | None], n: int, raw: Iterable[str]) -> _Task:
@@ -236,6 +246,9 @@ class _Task:
             attempts_len=int(n),
             tenant=f["tenant"] or "",
             records=[_record(x) for x in raw],
+            gang=f["gang"] or "",
+            parts=tuple(filter(None, (f["parts"] or "").split(","))),
+            roles=bool(f["roles"]),
         )
 
 
@@ -287,6 +300,7 @@ class _State:
     idle: list[tuple[str, float]]
     bookings: list[tuple[str, float]]
     queues: list[tuple[str, float]]
+    gangs: list[tuple[str, float]]
     buckets: dict[str, list[tuple[str, float]]]
     avoid: dict[str, str]
     inboxes: dict[str, list[str]]
@@ -296,7 +310,8 @@ class _State:
 
     def index_entries(self) -> int:
         """How many index entries were read."""
-        ranged = [self.leases, self.deadlines, self.retries, self.idle, self.bookings, self.queues]
+        ranged = [self.leases, self.deadlines, self.retries, self.idle, self.bookings, self.queues,
+                  self.gangs]  # fmt: skip
         ranged += [*self.status.values(), *self.buckets.values()]
         return (
             sum(len(x) for x in ranged)
@@ -573,7 +588,7 @@ def _read_state(rd: _Reader) -> _State:
     tasks, vanished = rd.tasks(sorted(space.tasks))
     sigs = sorted(space.queues)
     status_keys = [k.status(s) for s in STATUSES]
-    pool_zsets = [k.leases, k.deadlines, k.retries, k.idle, k.bookings, k.queues]
+    pool_zsets = [k.leases, k.deadlines, k.retries, k.idle, k.bookings, k.queues, k.gangs]
     z = rd.zsets(status_keys + pool_zsets, "reading indexes")
     queues = z[k.queues]
     sigs = sorted(set(sigs) | {sig for sig, _ in queues})
@@ -593,6 +608,7 @@ def _read_state(rd: _Reader) -> _State:
         idle=z[k.idle],
         bookings=z[k.bookings],
         queues=queues,
+        gangs=z[k.gangs],
         buckets={sig: buckets[k.queue(sig)] for sig in sigs},
         avoid=rd.hash(k.avoid),
         inboxes={h: inboxes[k.inbox(h)] for h in sorted(space.inboxes)},
@@ -615,6 +631,14 @@ def _check_status_indexes(st: _State, f: _Findings) -> None:
             where[tid].append(s)
     for tid, t in st.tasks.items():
         found = where.get(tid, [])
+        if t.gang:  # a part of a multi-device task: only its task is indexed
+            if found:
+                f.add(
+                    "status_index_mismatch",
+                    f"a part of multi-device task {t.gang} is in status:{found[0]}",
+                    task=tid,
+                )
+            continue
         if not found:
             if t.status in TERMINAL and (t.finished_at or 0) <= st.cutoff:
                 f.skip("past_retention")
@@ -672,7 +696,7 @@ def _check_leases(st: _State, f: _Findings) -> None:
         t = st.tasks.get(tid)
         if t is None:
             continue  # an orphan, reported by _orphans
-        if t.status not in ACTIVE:
+        if t.status not in ACTIVE or t.parts:
             f.add(
                 "lease_entry_stale",
                 f"leases holds the task, which is {t.status or '?'} (no live lease)",
@@ -686,7 +710,7 @@ def _check_leases(st: _State, f: _Findings) -> None:
                 task=tid,
             )
     for tid, t in st.tasks.items():
-        if t.status in ACTIVE and tid not in leased:
+        if t.status in ACTIVE and tid not in leased and not t.parts:
             f.add(
                 "lease_entry_missing",
                 f"task is {t.status} with lease {t.lease_id} but has no leases entry "
@@ -699,7 +723,7 @@ def _check_reservations(st: _State, f: _Findings) -> None:
     """One live lease per device, and each reservation agrees with its task."""
     by_device: dict[str, list[str]] = defaultdict(list)
     for tid, t in st.tasks.items():
-        if t.status not in ACTIVE:
+        if t.status not in ACTIVE or t.parts:  # (a multi-device task's parts hold its devices)
             continue
         if not t.device_id:
             f.add("reservation_mismatch", f"task is {t.status} but names no device", task=tid)
@@ -812,11 +836,11 @@ def _check_buckets(st: _State, f: _Findings) -> None:
     """Queue depth, bucket membership and order, bucket heads and bucket constraints."""
     depth = len(st.status["queued"])
     total = sum(len(e) for e in st.buckets.values())
-    if depth != total + len(st.retries):
+    if depth != total + len(st.retries) + len(st.gangs):
         f.add(
             "queue_depth",
-            f"status:queued holds {depth} task(s), the queue buckets {total} and retries "
-            f"{len(st.retries)}",
+            f"status:queued holds {depth} task(s), the queue buckets {total}, retries "
+            f"{len(st.retries)} and gangs {len(st.gangs)}",
             key="status:queued",
         )
     members: set[tuple[str, str]] = set()
@@ -853,7 +877,10 @@ def _check_buckets(st: _State, f: _Findings) -> None:
                 task=tid,
                 key="retries",
             )
+    in_gangs = {tid for tid, _ in st.gangs}
     for tid, t in st.tasks.items():
+        if t.gang or t.roles:  # parts wait in no index; multi-device tasks: _check_gangs
+            continue
         if t.status == "queued" and (t.sig, tid) not in members and tid not in waiting:
             f.add(
                 "bucket_mismatch",
@@ -861,6 +888,41 @@ def _check_buckets(st: _State, f: _Findings) -> None:
                 task=tid,
             )
     _check_heads(st, f)
+    _check_gangs(st, f, in_gangs, waiting)
+
+
+def _check_gangs(st: _State, f: _Findings, in_gangs: set[str], waiting: set[str]) -> None:
+    """A multi-device task holds all its devices or none: while it is active every part
+    holds a lease of its attempt; otherwise no part holds one. ``gangs`` holds exactly the
+    queued multi-device tasks not waiting out a retry."""
+    _orphans(st, f, "gangs", st.gangs)
+    for tid in sorted(in_gangs):
+        t = st.tasks.get(tid)
+        if t is not None and (t.status != "queued" or not t.roles or tid in waiting):
+            f.add("gang_index", f"gangs holds the task, which is {t.status or '?'}", task=tid)
+    for tid, t in st.tasks.items():
+        if t.roles and t.status == "queued" and tid not in in_gangs and tid not in waiting:
+            f.add("gang_index", "queued multi-device task is not in gangs (never placed)", task=tid)
+        if t.gang and t.status in ACTIVE:
+            g = st.tasks.get(t.gang)
+            if g is None or g.status not in ACTIVE:
+                f.add(
+                    "gang_partial",
+                    f"part holds lease {t.lease_id} while its task {t.gang} is "
+                    f"{g.status if g else 'gone'}",
+                    task=tid,
+                )
+        if not t.parts or t.status not in ACTIVE:
+            continue
+        for pid in t.parts:
+            p = st.tasks.get(pid)
+            if p is None or p.status not in ACTIVE or p.attempt != t.attempt:
+                state = "gone" if p is None else f"{p.status} (attempt {p.attempt})"
+                f.add(
+                    "gang_partial",
+                    f"task is {t.status} (attempt {t.attempt}) but its part {pid} is {state}",
+                    task=tid,
+                )
 
 
 def _check_heads(st: _State, f: _Findings) -> None:
@@ -910,6 +972,8 @@ def _check_task_entries(st: _State, f: _Findings) -> None:
         _orphans(st, f, key, ((tid, 0.0) for tid in entries))
         for tid in entries:
             t = st.tasks.get(tid)
+            if t is not None and t.gang and t.status != "assigned":
+                continue  # a part ended with its task: the host's next claim drops it
             if t is not None and (t.status != "assigned" or t.host_id != host):
                 f.add(
                     "stale_index_entry",
@@ -1063,9 +1127,9 @@ class _History:
         lease = fields.get("lease", "")
         if kind == "assigned":
             self._assigned(tid, tr, eid, lease)
-        elif kind == "expired":
+        elif kind in ("expired", "requeued"):  # (requeued: a multi-device task's parts ended)
             tr.live = False
-        elif kind == "released":
+        elif kind in ("released", "retrying"):  # retrying: failed, queued again (retry_on)
             self._lease_is_latest(tid, tr, eid, kind, lease)
             tr.live = False
         elif kind in TERMINAL:

@@ -37,6 +37,14 @@ class SchedulerClient(PoolConnection):
             args += [validate_id(task_id, "task id"), validate_id(device_id, "device id")]
         return [str(x) for x in self._run("assign", args)]
 
+    def commit_gang(self, task_id: str, devices: list[str], fence: int | str = "") -> str:
+        """Place a multi-device task: one device per role, in its role order, all or none
+        (``lua/gang_assign.lua``). Returns ``ok:ATTEMPT`` or ``err:REASON``; Fenced as
+        ``commit``."""
+        args: list[Any] = [str(fence), validate_id(task_id, "task id"), str(len(devices))]
+        args += [validate_id(d, "device id") for d in devices]
+        return str(self._run("gang_assign", args))
+
     def expire(self, limit: int = 1000) -> dict[str, int]:
         """One bounded expiry batch: leases past expiry, queue deadlines, retention trim
         (each at most ``limit``); ``more`` says whether any is left."""

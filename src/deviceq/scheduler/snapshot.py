@@ -45,6 +45,7 @@ from ..core.config import PoolConfig
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
 from ..core.tenants import parse_tenant
+from .gangs import GANG_SCAN
 from .strategies import (
     AssignmentStrategy,
     Bucket,
@@ -61,6 +62,9 @@ MIN_HEADS = 8  # heads first read per servable bucket (at least)
 SPECULATE = 32  # buckets and hosts whose heads and health a pass reads with its base
 DEFAULT_HOST_TIMEOUT = float(PoolConfig.model_fields["host_timeout"].default)
 DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
+GANG_SETTINGS = ("gang_reserve_after", "gang_hold_seconds")
+DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].default)
+DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
 HEAD_CACHE_SECONDS = 10.0  # longest a bucket's cached heads are used without a read
 
@@ -143,6 +147,9 @@ class SnapshotReader:
         self._shells: dict[str, Bucket] = {}  # the last base's buckets (without heads)
         self._from_cache: set[str] = set()  # buckets whose heads this pass took from the cache
         self._spec_hosts: list[str] = []
+        self.gang_ids: list[str] = []  # queued multi-device tasks, oldest first (last read)
+        self.gang_reserve_ms = int(DEFAULT_GANG_RESERVE * 1000)
+        self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
 
     def read_base(
         self, spec_want: dict[str, int] | None = None, spec_hosts: list[str] | None = None
@@ -159,22 +166,27 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
-        pipe.hmget(k.config, "host_timeout", "aging_seconds")
+        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS)
         pipe.get(k.devgen)
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
         pipe.hlen(k.avoid)
         pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
+        pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
         for sig, n in spec_want.items():
             pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
         for h in spec_hosts:
             pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
         res = pipe.execute()
-        (sec, usec), (host_timeout_raw, aging_raw), devgen, idle_raw, queues_raw, avoiding = res[:6]
-        spec = res[7 : 7 + len(spec_want)]
+        (sec, usec), cfg, devgen, idle_raw, queues_raw, avoiding = res[:6]
+        host_timeout_raw, aging_raw = cfg[0], cfg[1]
+        self.gang_ids = [str(g) for g in res[7]]
+        self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
+        self.gang_hold_ms = _seconds_ms(cfg[3], DEFAULT_GANG_HOLD)
+        spec = res[8 : 8 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        spec_rows = dict(zip(spec_hosts, res[7 + len(spec_want) :], strict=True))
+        spec_rows = dict(zip(spec_hosts, res[8 + len(spec_want) :], strict=True))
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
             self._heads.clear()
         self.avoiding = int(avoiding or 0)
@@ -218,6 +230,14 @@ class SnapshotReader:
         base = Base(now, shells, pre.devices, pre.matching, len(queues))
         return base, hosts, spec_heads, spec_rows
 
+    def without(self, base: Base, device_ids: set[str]) -> Base:
+        """The base without ``device_ids`` (placed or kept for multi-device tasks)."""
+        if not device_ids:
+            return base
+        devices = [d for d in base.devices if d.device_id not in device_ids]
+        pre = Snapshot.build(base.shells, devices, self.batch, base.now)
+        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures)
+
     def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base:
         """Drop the devices of hosts that cannot take work (``rows``: HMGET of
         ``liveness.HOST_FIELDS`` per host, read together with the first heads), by the one
@@ -227,11 +247,7 @@ class SnapshotReader:
             for h, row in zip(hosts, rows, strict=True)
             if liveness.unplaceable(liveness.row(row), base.now, self._host_timeout_ms)
         }
-        if not bad:
-            return base
-        devices = [d for d in base.devices if d.host_id not in bad]
-        pre = Snapshot.build(base.shells, devices, self.batch, base.now)
-        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures)
+        return self.without(base, {d.device_id for d in base.devices if d.host_id in bad})
 
     def device_rows(
         self, idle: list[Any], sig_keys: list[str]

@@ -28,10 +28,18 @@ from ..core.errors import ConfigError
 from ..core.keys import Keys
 from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
+from .gangs import GangPlanner
 from .leadership import Leadership
 from .plan import plan
 from .snapshot import SnapshotReader
-from .strategies import DEFAULT_STRATEGY, AssignmentStrategy, Pair, Snapshot, get_strategy
+from .strategies import (
+    DEFAULT_STRATEGY,
+    AssignmentStrategy,
+    IdleDevice,
+    Pair,
+    Snapshot,
+    get_strategy,
+)
 
 DEFAULT_BATCH = 200
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
@@ -55,6 +63,8 @@ class AssignResult:
     more: bool = False
     duration_ms: float = 0.0
     retry_in_ms: int | None = None  # until the earliest retry backoff ends (None: none waits)
+    gangs_assigned: int = 0  # multi-device tasks placed (all roles each; not in ``assigned``)
+    gangs_waiting: int = 0  # multi-device tasks still queued among those read
 
     @property
     def rejected_total(self) -> int:
@@ -63,7 +73,13 @@ class AssignResult:
     @property
     def busy(self) -> bool:
         """True if this pass changed something (the daemon sums it into its INFO summary)."""
-        return bool(self.assigned or self.rejected or any(self.expired.values()) or self.more)
+        return bool(
+            self.assigned
+            or self.gangs_assigned
+            or self.rejected
+            or any(self.expired.values())
+            or self.more
+        )
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -86,6 +102,9 @@ class AssignResult:
             "rejected": self.rejected_total,
             "ms": round(self.duration_ms, 2),
         }
+        if self.gangs_assigned or self.gangs_waiting:
+            fields["gangs_assigned"] = self.gangs_assigned
+            fields["gangs_waiting"] = self.gangs_waiting
         if self.rejected:
             fields["reasons"] = ",".join(f"{k}:{v}" for k, v in sorted(self.rejected.items()))
         if self.fenced:
@@ -145,10 +164,15 @@ class TaskScheduler:
             device_refresh=device_refresh,
             scripts=self.store.scripts,
         )
+        self.gangs = GangPlanner(self.store.redis, self.store.keys)
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
-        self.leadership = Leadership(self.store, owner, on_elected=self.reader.forget_all)
+        self.leadership = Leadership(self.store, owner, on_elected=self._elected)
         self._stop = threading.Event()
         self.passes = 0
+
+    def _elected(self) -> None:
+        self.reader.forget_all()
+        self.gangs.forget_all()
 
     # -- accessors -------------------------------------------------------------------------------
     @property
@@ -188,6 +212,10 @@ class TaskScheduler:
         res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
         base, want, heads = self.reader.read()
         res.retry_in_ms = self.reader.retry_in_ms
+        f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
+        if self.reader.gang_ids or self.gangs.kept:
+            # multi-device tasks first: what they take or keep is not offered to other tasks
+            base = self.reader.without(base, self.assign_gangs(base.devices, base.now, f, res))
         for _ in range(MAX_ROUNDS):
             snap = self.reader.make_snapshot(base, want, heads)
             pairs, dropped = self.plan(snap)
@@ -204,7 +232,6 @@ class TaskScheduler:
         if dropped:
             res.rejected["strategy_invalid"] = dropped
         if pairs:
-            f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
             outcome = self.commit(pairs, f)
             reasons: Counter[str] = Counter()
             task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
@@ -229,6 +256,29 @@ class TaskScheduler:
         res.duration_ms = (time.perf_counter() - started) * 1000
         self.passes += 1
         return res
+
+    def assign_gangs(
+        self, devices: list[IdleDevice], now: int, fence: int | str, res: AssignResult
+    ) -> set[str]:
+        """Place the waiting multi-device tasks that fit the idle ``devices`` now (one
+        ``gang_assign`` call each, all roles or none) and keep devices for those waiting past
+        ``gang_reserve_after`` (`gangs.GangPlanner`). Returns the devices taken or kept."""
+        r = self.reader
+        gp = self.gangs.plan(r.gang_ids, devices, now, r.gang_reserve_ms, r.gang_hold_ms)
+        for gid, devs in gp.place:
+            out = self.store.commit_gang(gid, devs, fence)
+            if out.startswith("ok:"):
+                res.gangs_assigned += 1
+                continue
+            why = out[4:] if out.startswith("err:") else out
+            reason, _, _role = why.partition("@")
+            res.rejected[reason] = res.rejected.get(reason, 0) + 1
+            if reason.startswith(DEVICE_REASONS):
+                for d in devs:
+                    r.rejected(d)
+        self.gangs.publish(gp.kept)
+        res.gangs_waiting = len(r.gang_ids) - res.gangs_assigned
+        return gp.used
 
     def expire(self) -> dict[str, int]:
         """Run the expiry script in bounded batches (at most ``expire_rounds`` calls)."""

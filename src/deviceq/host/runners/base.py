@@ -3,6 +3,7 @@ cancellation signal, its lease clock, a logger) and the `Outcome` it returns."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -33,7 +34,10 @@ class Task:
     ``deadline`` is a ``time.monotonic()`` value (None: no limit); ``cancel`` is set when the
     runner must stop (cancel requested, deadline passed, lease lost or host draining): check it
     often, or wait on it instead of sleeping. ``workflow``/``step`` are set for the steps of a
-    workflow task."""
+    workflow task. For the leader role of a multi-device task, ``gang`` is the task's id
+    (``task_id`` is its part ``GANG.ROLE``), ``role`` the role's name and ``roles`` every
+    role's placement: role name -> ``{"device_id": ..., "host_id": ...}``; it runs once every
+    role's part is claimed."""
 
     goal: str
     task_id: str
@@ -49,6 +53,9 @@ class Task:
     workflow: str | None = None
     step: int | None = None
     lease: LeaseClock | None = None
+    gang: str | None = None
+    role: str | None = None
+    roles: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
@@ -74,6 +81,10 @@ class Task:
             env["DEVICEQ_WORKFLOW"] = self.workflow
         if self.step is not None:
             env["DEVICEQ_STEP"] = str(self.step)
+        if self.gang:
+            env["DEVICEQ_GANG"] = self.gang
+            env["DEVICEQ_ROLE"] = self.role or ""
+            env["DEVICEQ_ROLES"] = json.dumps(self.roles, sort_keys=True)
         return env
 
     def portable(self) -> dict[str, Any]:
@@ -83,7 +94,8 @@ class Task:
             "goal": self.goal, "task_id": self.task_id, "device_id": self.device_id,
             "driver_type": self.driver_type, "tags": tuple(self.tags), "attempt": self.attempt,
             "deadline_in": self.time_left(), "lease_id": self.lease_id, "host_id": self.host_id,
-            "workflow": self.workflow, "step": self.step,
+            "workflow": self.workflow, "step": self.step, "gang": self.gang, "role": self.role,
+            "roles": self.roles,
         }  # fmt: skip
 
     @classmethod

@@ -1,0 +1,93 @@
+-- gang_assign.lua: commit one multi-device (gang) task: each of its roles gets its device, as
+-- part task ID.ROLE (queued -> assigned, a lease of claim_ttl, the device reserved, the part in
+-- its device's host's inbox), all in this one call or none (nothing is written when any
+-- device cannot take its role). The gang task becomes `assigned` (attempt+1); the leader
+-- part (first role) carries every role's placement in field `peers`.
+-- KEYS[1]  pool prefix "dq:{POOL}:"
+-- ARGV     fence task_id n(1..8), then n device ids: one per role, in the task's role order.
+--          fence is the scheduler's leader epoch ('' for a manual dispatch).
+-- Keys     reads leader, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
+--          task:*:attempts, device:ID, idle, gangs, deadlines, status:*, leases,
+--          host:ID:inbox, host:ID:wake, events
+-- Returns  "ok:ATTEMPT" or "err:REASON" with REASON one of task_not_found not_multi_device
+--          task_not_queued invalid_id duplicate_device, or a device's reason as in assign.lua
+--          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...)
+-- Errors   FENCED (the fence is not the current leader epoch), INVALID (bad arguments).
+local fence, id = ARGV[1], ARGV[2]
+local n = int_in(ARGV[3], 1, 8)
+if not n or #ARGV ~= 3 + n then return fail('INVALID', 'bad argument count') end
+if not valid_id(id) then return fail('INVALID', 'malformed task id') end
+local fenced = check_fence(fence)
+if fenced then return fenced end
+
+local t = load_task(id)
+if not t.status then return 'err:task_not_found' end
+if (t.roles or '') == '' then return 'err:not_multi_device' end
+if t.status ~= 'queued' or not redis.call('ZSCORE', k('gangs'), id) then return 'err:task_not_queued' end
+local roles = parse_roles(t.roles)
+if not roles or #roles ~= n then return fail('INVALID', 'the task has ' .. #(roles or {}) .. ' roles') end
+local hosts_ok, seen, rows = {}, {}, {}
+for i, r in ipairs(roles) do
+  local did = ARGV[3 + i]
+  if not valid_id(did) then return 'err:invalid_id' end
+  if seen[did] then return 'err:duplicate_device' end
+  seen[did] = true
+  local d, why = device_assignable(did, hosts_ok)
+  if d then
+    local ok, miss = satisfies(r.driver, r.tags, d[5], d[6])
+    if not ok then d, why = nil, miss end
+  end
+  if not d then return 'err:' .. why .. '@' .. r.name end
+  rows[i] = d
+end
+
+local now = now_ms()
+local now_s, expires_s = now_str(), I(now + cfg_ms('claim_ttl'))
+local attempt = (tonumber(t.attempt) or 0) + 1
+local attempt_s = I(attempt)
+local what = hfields(k('task', id), {'kind', 'goal', 'workflow'})
+local placed, parts = {}, {}
+for i, r in ipairs(roles) do
+  placed[i] = r.name .. '=' .. ARGV[3 + i] .. '@' .. rows[i][1]
+  parts[i] = id .. '.' .. r.name
+end
+local placement = table.concat(placed, ';')
+for i, r in ipairs(roles) do
+  local did, host_id, pid = ARGV[3 + i], rows[i][1], parts[i]
+  local pk = k('task', pid)
+  local lease = pid .. '-a' .. attempt_s
+  -- a part hash is kept across its gang's attempts (its fields are reset here); seq '' keeps it
+  -- out of the status indexes: only its gang task is listed and counted
+  redis.call('HDEL', pk, 'failure_kind', 'result', 'error', 'finished_at', 'dispatched_at',
+    'cancel_requested', 'eligible_at')
+  redis.call('HSET', pk, 'id', pid, 'gang', id, 'role', r.name, 'leader', i == 1 and '1' or '',
+    'status', 'assigned', 'kind', what.kind or 'goal', 'goal', what.goal or '', 'workflow',
+    what.workflow or '', 'driver_type', r.driver, 'tags', r.tags, 'priority', t.priority or '0',
+    'seq', '', 'sig', '', 'attempt', attempt_s, 'max_attempts', t.max_attempts or '1',
+    'retry_on', t.retry_on or '', 'retry_backoff', t.retry_backoff or '', 'host_id', host_id,
+    'device_id', did, 'lease_id', lease, 'lease_expires_at', expires_s, 'assigned_at', now_s,
+    'submitted_at', t.submitted_at or now_s, 'updated_at', now_s, 'session', '',
+    'peers', i == 1 and placement or '')
+  redis.call('ZADD', k('leases'), expires_s, pid)
+  redis.call('HSET', k('device', did), 'reserved_by', pid, 'lease_id', lease, 'last_assigned_at', now_s)
+  redis.call('ZREM', k('idle'), did)
+  redis.call('RPUSH', k('task', pid, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
+    host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
+  redis.call('RPUSH', k('host', host_id, 'inbox'), pid)
+  wake(k('host', host_id, 'wake'))
+  emit('assigned', 'task', pid, 'lease', lease, 'host', host_id, 'device', did, 'attempt',
+    attempt_s, 'gang', id, 'role', r.name)
+end
+redis.call('ZREM', k('gangs'), id)
+if (t.queue_deadline or '') ~= '' then redis.call('ZREM', k('deadlines'), id) end
+index_status(id, 'queued', 'assigned', t.seq)
+redis.call('HSET', k('task', id), 'status', 'assigned', 'attempt', attempt_s, 'parts',
+  table.concat(parts, ','), 'peers', placement, 'host_id', rows[1][1], 'device_id', ARGV[4],
+  'lease_id', parts[1] .. '-a' .. attempt_s, 'assigned_at', now_s, 'updated_at', now_s)
+redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt,
+  lease_id = parts[1] .. '-a' .. attempt_s, host_id = rows[1][1], device_id = ARGV[4],
+  assigned_at = now, outcome = 'active'}))
+emit('assigned', 'task', id, 'lease', parts[1] .. '-a' .. attempt_s, 'attempt', attempt_s,
+  'roles', placement, 'queued_ms',
+  I(now - (tonumber(t.submitted_at) or now)))
+return 'ok:' .. attempt_s

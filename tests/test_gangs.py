@@ -1,0 +1,237 @@
+"""Multi-device (gang) tasks on real Redis (issue 16): every role placed at once or none, never
+blocking single-device tasks, devices kept for a starving gang for at most gang_hold_seconds,
+and an attempt that ends for every part together (report, failure, expiry, cancel)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from conftest import Fleet
+from deviceq import InvalidInput, PoolAdmin, TaskStatus
+from deviceq.core.keys import Keys
+from deviceq.ops.verify import verify
+from deviceq.scheduler.task_scheduler import TaskScheduler
+from harness import wait_for
+from invariants import check_pool
+
+PHONE = ("p1", "android", ("sim",))
+WEB = ("w1", "browser", ())
+ROLES = {"phone": "android:sim", "web": "browser"}
+
+
+def two_hosts(fleet: Fleet) -> None:
+    fleet.add_host("ha", PHONE)
+    fleet.add_host("hb", WEB)
+
+
+def idle(r: redis.Redis, pool: str) -> set[str]:
+    return set(r.zrange(Keys(pool).idle, 0, -1))
+
+
+def sound(fleet: Fleet) -> None:
+    """The pool's invariants hold (the test's own model and `deviceq verify`)."""
+    check_pool(fleet.r, Keys(fleet.pool))
+    res = verify(fleet.r, fleet.pool)
+    assert res.ok, [str(v) for v in res.violations]
+
+
+def claim_all(fleet: Fleet, *hosts: str) -> dict[str, tuple[str, str]]:
+    """Each host claims what its inbox holds: part id -> (host, lease)."""
+    out = {}
+    for h in hosts:
+        for a in fleet.host(h).claim(10):
+            out[a.task.id] = (h, a.lease_id)
+    return out
+
+
+def test_submit_validates_roles_and_writes_nothing_on_bad_input(real_fleet: Fleet) -> None:
+    c = real_fleet.client
+    bad: list[dict[str, object]] = [
+        {},
+        {"bad name": "android"},
+        {"phone": "android:not a tag"},
+        {f"r{i}": "android" for i in range(9)},
+        {"x" * 33: "android"},
+    ]
+    for roles in bad:
+        with pytest.raises(InvalidInput):
+            c.submit("g", roles=roles)
+    with pytest.raises(InvalidInput, match="per role"):
+        c.submit("g", driver_type="android", roles=ROLES)
+    assert c.counts().get("queued", 0) == 0
+    tid = c.submit("log in on both", roles=ROLES)
+    t = c.get(tid)
+    assert t.status is TaskStatus.queued and t.roles is not None
+    assert list(t.roles) == ["phone", "web"]
+    assert t.roles["phone"].driver_type == "android" and t.roles["phone"].tags == ("sim",)
+    assert real_fleet.r.zrange(Keys(real_fleet.pool).gangs, 0, -1) == [tid]
+    assert real_fleet.r.zcard(Keys(real_fleet.pool).queues) == 0  # in no single-task bucket
+    sound(real_fleet)
+
+
+def test_all_roles_placed_at_once_on_two_hosts_and_done_together(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("log in on both", roles=ROLES)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    res = s.assign()
+    assert res.gangs_assigned == 1
+    t = real_fleet.client.get(tid)
+    assert t.status is TaskStatus.assigned and t.roles is not None
+    assert (t.roles["phone"].device_id, t.roles["phone"].host_id) == ("p1", "ha")
+    assert (t.roles["web"].device_id, t.roles["web"].host_id) == ("w1", "hb")
+    assert idle(real_fleet.r, real_fleet.pool) == set()
+    sound(real_fleet)
+    claimed = claim_all(real_fleet, "hb")
+    assert list(claimed) == [f"{tid}.web"]
+    assert real_fleet.client.get(tid).status is TaskStatus.assigned  # not every part yet
+    leader = real_fleet.host("ha").claim(10)
+    assert [a.task.id for a in leader] == [f"{tid}.phone"]
+    lt = leader[0].task
+    assert lt.leader and lt.gang == tid and lt.role == "phone" and lt.goal == "log in on both"
+    assert lt.roles is not None and lt.roles["web"].device_id == "w1"
+    assert real_fleet.client.get(tid).status is TaskStatus.dispatched
+    sound(real_fleet)
+    ans = real_fleet.host("ha").report(lt.id, leader[0].lease_id, "done", None, "ok")
+    assert ans == "ok:done"
+    t = real_fleet.client.get(tid)
+    assert t.status is TaskStatus.done and t.result == "ok"
+    assert t.roles is not None and {r.status for r in t.roles.values()} == {"done"}
+    assert idle(real_fleet.r, real_fleet.pool) == {"p1", "w1"}
+    # the web part ended with it: its host's late report changes nothing
+    web_lease = claimed[f"{tid}.web"][1]
+    assert real_fleet.host("hb").report(f"{tid}.web", web_lease, "done").startswith("rejected")
+    counts = real_fleet.client.counts()
+    assert counts.get("done") == 1 and not counts.get("assigned") and not counts.get("dispatched")
+    sound(real_fleet)
+
+
+def test_a_gang_that_does_not_fit_takes_nothing_and_blocks_nobody(real_fleet: Fleet) -> None:
+    real_fleet.add_host("ha", PHONE)  # no browser at all
+    gid = real_fleet.client.submit("needs both", roles=ROLES)
+    single = real_fleet.client.submit("phone only", driver_type="android")
+    res = TaskScheduler(real_fleet.r, real_fleet.pool).assign()
+    assert res.gangs_assigned == 0 and res.assigned == 1
+    assert real_fleet.client.get(single).device_id == "p1"
+    assert real_fleet.client.get(gid).status is TaskStatus.queued
+
+
+def test_a_failure_of_one_part_retries_the_whole_gang(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("flaky", roles=ROLES, max_attempts=2)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    s.assign()
+    claimed = claim_all(real_fleet, "hb", "ha")
+    host, lease = claimed[f"{tid}.web"]
+    # the non-leader's device fails under it (infrastructure is in the pool's retry_on)
+    assert real_fleet.host(host).report(
+        f"{tid}.web", lease, "failed", "infrastructure", "usb gone"
+    ) == "ok:queued"  # fmt: skip
+    t = real_fleet.client.get(tid)
+    assert t.status is TaskStatus.queued and t.attempt == 1
+    assert t.roles is not None and {r.status for r in t.roles.values()} == {"queued"}
+    assert idle(real_fleet.r, real_fleet.pool) == {"p1", "w1"}  # both devices released
+    assert real_fleet.r.zrange(Keys(real_fleet.pool).gangs, 0, -1) == [tid]
+    sound(real_fleet)
+    # the leader's part ended too: its late report is refused
+    ph, pl = claimed[f"{tid}.phone"]
+    assert real_fleet.host(ph).report(f"{tid}.phone", pl, "done").startswith("rejected")
+    assert s.assign().gangs_assigned == 1
+    assert real_fleet.client.get(tid).attempt == 2
+    sound(real_fleet)
+
+
+def test_an_expired_part_ends_every_part(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    PoolAdmin(real_fleet.r, real_fleet.pool).set_config("claim_ttl", 1)
+    tid = real_fleet.client.submit("slow start", roles=ROLES, max_attempts=1)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    s.assign()
+    claim_all(real_fleet, "ha")  # the leader claims; the web host never does
+    time.sleep(1.2)
+    s.assign()  # expiry: the unclaimed web part's lease ends the attempt for both
+    t = real_fleet.client.get(tid)
+    assert t.status is TaskStatus.failed and t.failure_kind == "lease_expired"
+    assert t.roles is not None and {r.status for r in t.roles.values()} == {"failed"}
+    assert real_fleet.r.zcard(Keys(real_fleet.pool).leases) == 0
+    dev = {d.device_id: d for d in real_fleet.admin.devices()}
+    assert dev["p1"].reserved_by is None and dev["w1"].reserved_by is None
+    sound(real_fleet)
+
+
+def test_cancel_ends_a_running_gang_at_once(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("long", roles=ROLES)
+    TaskScheduler(real_fleet.r, real_fleet.pool).assign()
+    claim_all(real_fleet, "ha", "hb")
+    with pytest.raises(InvalidInput, match="part"):
+        real_fleet.client.cancel(f"{tid}.web")
+    assert real_fleet.client.cancel(tid) == "cancelled"
+    t = real_fleet.client.get(tid)
+    assert t.status is TaskStatus.cancelled
+    assert t.roles is not None and {r.status for r in t.roles.values()} == {"cancelled"}
+    assert idle(real_fleet.r, real_fleet.pool) == {"p1", "w1"}
+    assert real_fleet.r.lrange(Keys(real_fleet.pool).host_ctl("ha"), 0, -1)  # told at once
+    sound(real_fleet)
+
+
+def test_a_starving_gang_keeps_devices_for_at_most_gang_hold_seconds(real_fleet: Fleet) -> None:
+    admin = PoolAdmin(real_fleet.r, real_fleet.pool)
+    admin.set_config("gang_reserve_after", 0)
+    admin.set_config("gang_hold_seconds", 1)
+    real_fleet.add_host("ha", PHONE, ("p2", "android", ("sim",)))
+    real_fleet.add_host("hb", WEB)
+    k = Keys(real_fleet.pool)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    # the browser is busy with a single task: the gang cannot be placed
+    busy = real_fleet.client.submit("browse", driver_type="browser")
+    s.assign()
+    gid = real_fleet.client.submit("needs both", roles=ROLES)
+    singles = [real_fleet.client.submit(f"phone {i}", driver_type="android") for i in range(2)]
+    res = s.assign()
+    # one phone is kept for the gang; the other serves the oldest single task
+    assert res.assigned == 1
+    hold = real_fleet.r.hget(k.gang_holds, gid)
+    assert hold is not None and hold.split("|")[1] in ("p1", "p2")
+    kept = hold.split("|")[1]
+    assert kept in idle(real_fleet.r, real_fleet.pool)
+    assert real_fleet.client.get(singles[1]).status is TaskStatus.queued
+    time.sleep(1.1)
+    res = s.assign()  # the hold ran out: the kept phone serves the waiting single task
+    assert real_fleet.r.hget(k.gang_holds, gid) is None
+    assert real_fleet.client.get(singles[1]).device_id == kept
+    # the browser frees up while a phone is idle: the gang is placed at once
+    a = next(a for a in real_fleet.host("hb").claim(5) if a.task.id == busy)
+    real_fleet.host("hb").report(busy, a.lease_id, "done")
+    for sid in singles:
+        t = real_fleet.client.get(sid)
+        host = real_fleet.host(t.host_id or "")
+        for a in host.claim(5):
+            host.report(a.task.id, a.lease_id, "done")
+    res = s.assign()
+    assert res.gangs_assigned == 1
+    assert real_fleet.client.get(gid).status is TaskStatus.assigned
+
+
+def test_single_task_commit_refuses_a_gang_and_its_parts(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("both", roles=ROLES)
+    assert real_fleet.store.commit([(tid, "p1")]) == ["err:task_multi_device"]
+    wait_for(lambda: TaskScheduler(real_fleet.r, real_fleet.pool).assign().gangs_assigned, 5)
+    assert real_fleet.store.commit([(f"{tid}.phone", "p1")]) == ["err:task_multi_device"]
+
+
+def test_verify_finds_a_gang_holding_only_some_of_its_devices(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("both", roles=ROLES)
+    TaskScheduler(real_fleet.r, real_fleet.pool).assign()
+    sound(real_fleet)
+    # break it by hand: the web part loses its lease while the task still runs
+    k = Keys(real_fleet.pool)
+    real_fleet.r.hset(k.task(f"{tid}.web"), "status", "failed")
+    real_fleet.r.zrem(k.leases, f"{tid}.web")
+    real_fleet.r.hset(k.device("w1"), mapping={"reserved_by": "", "lease_id": ""})
+    res = verify(real_fleet.r, real_fleet.pool)
+    assert "gang_partial" in res.kinds(), [str(v) for v in res.violations]
