@@ -4,7 +4,9 @@ and an attempt that ends for every part together (report, failure, expiry, cance
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -235,3 +237,54 @@ def test_verify_finds_a_gang_holding_only_some_of_its_devices(real_fleet: Fleet)
     real_fleet.r.hset(k.device("w1"), mapping={"reserved_by": "", "lease_id": ""})
     res = verify(real_fleet.r, real_fleet.pool)
     assert "gang_partial" in res.kinds(), [str(v) for v in res.violations]
+
+
+def test_explain_a_waiting_gang_role_by_role(real_fleet: Fleet) -> None:
+    from deviceq.scheduler.explain import explain
+
+    real_fleet.add_host("ha", PHONE)
+    tid = real_fleet.client.submit("needs both", roles=ROLES)
+    exp = explain(real_fleet.admin, tid)
+    assert exp.summary == "no registered device could run role(s) web"
+    assert {r.code for r in exp.reasons} >= {"role_devices", "role_unmatched", "gang_policy"}
+    assert exp.constraints == {"phone": {"driver_type": "android", "tags": ["sim"]},
+                               "web": {"driver_type": "browser", "tags": []}}  # fmt: skip
+    # a browser that is busy: the gang waits, and (reserve 0) the scheduler keeps the phone
+    real_fleet.add_host("hb", WEB)
+    real_fleet.admin.set_config("gang_reserve_after", 0)
+    busy = real_fleet.client.submit("browse", driver_type="browser")
+    assert real_fleet.store.commit([(busy, "w1")])[0].startswith("ok:")
+    TaskScheduler(real_fleet.r, real_fleet.pool).assign()
+    exp = explain(real_fleet.admin, tid)
+    assert "none idle for: web" in exp.summary, exp.summary
+    kept = next(r for r in exp.reasons if r.code == "kept_devices")
+    assert kept.detail["devices"] == ["p1"] and "keeps p1" in kept.message
+    # placed: the explanation names every role's device
+    a = real_fleet.host("hb").claim(1)[0]
+    real_fleet.host("hb").report(busy, a.lease_id, "done")
+    TaskScheduler(real_fleet.r, real_fleet.pool).assign()
+    exp = explain(real_fleet.admin, tid)
+    assert exp.status == "assigned" and "phone on p1 (ha), web on w1 (hb)" in exp.summary
+
+
+def test_cli_role_option_and_task_show(real_fleet: Fleet, cli: Any) -> None:
+    run = cli
+    for bad in ("phone", "=android", "phone=", "phone=:sim", "bad name=android"):
+        res = run("submit", "x", "--role", bad)
+        assert res.exit_code == 2 or "invalid role name" in res.output, (bad, res.output)
+    res = run("submit", "x", "--role", "a=android", "--role", "a=browser")
+    assert res.exit_code == 2 and "given twice" in res.output
+    res = run("submit", "x", "--role", "a=android", "--driver-type", "android")
+    assert res.exit_code != 0 and "per role" in res.output
+    assert real_fleet.client.counts().get("queued", 0) == 0  # nothing was written
+    res = run("submit", "both", "--role", "phone=android:sim", "--role", "web=browser", "--json")
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.output)
+    assert shown["roles"] == {
+        "phone": {"driver_type": "android", "tags": ["sim"], "device_id": None,
+                  "host_id": None, "status": None},
+        "web": {"driver_type": "browser", "tags": [], "device_id": None, "host_id": None,
+                "status": None},
+    }  # fmt: skip
+    res = run("task", "show", shown["id"])
+    assert res.exit_code == 0 and "phone (leader)" in res.output, res.output

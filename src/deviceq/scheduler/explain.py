@@ -17,6 +17,8 @@ For a queued task every device of the pool is classified against the task's cons
 * with assignable devices: ``waiting_turn`` (older tasks are queued ahead) or ``no_scheduler``
   (no scheduler holds the leader lease) — the scheduler assigns at its next pass.
 
+A queued multi-device task (roles) is explained role by role (`explain_gang`).
+
 Other states are explained from the task hash: assigned (waiting for its host to claim it),
 dispatched (running on device D), or finished (done / failed with its failure kind / cancelled).
 """
@@ -105,9 +107,32 @@ def explain(admin: PoolConnection, task_id: str) -> Explanation:
     if not raw:
         raise NotFound(f"no task {task_id} in pool {admin.pool}")
     task = ScheduledTask.from_hash(raw)
-    cons = {"driver_type": task.driver_type, "tags": list(task.tags), "priority": task.priority}
+    cons: dict[str, Any] = {
+        "driver_type": task.driver_type,
+        "tags": list(task.tags),
+        "priority": task.priority,
+    }
+    if (
+        task.roles
+        and raw.get("roles")
+        and task.status in (TaskStatus.assigned, TaskStatus.dispatched)
+    ):
+        pipe = admin.redis.pipeline(transaction=False)
+        for name in task.roles:
+            pipe.hget(admin.keys.task(f"{task.id}.{name}"), "status")
+        for role, st in zip(task.roles.values(), pipe.execute(), strict=True):
+            role.__dict__.update(status=st or None)
+    if task.roles and raw.get("roles"):
+        cons = {
+            name: {"driver_type": r.driver_type, "tags": list(r.tags)}
+            for name, r in task.roles.items()
+        }
     if task.status is TaskStatus.queued and task.eligible_at is not None:
         exp = _explain_retry_wait(admin, task)
+    elif task.status is TaskStatus.queued and raw.get("roles"):
+        from .explain_gang import explain_gang  # (it builds on this module)
+
+        exp = explain_gang(admin, task)
     elif task.status is TaskStatus.queued:
         exp = _explain_queued(admin, task, raw)
     else:
@@ -147,6 +172,27 @@ def _explain_other(admin: PoolConnection, task: ScheduledTask) -> Explanation:
     where = f"device {task.device_id} on host {task.host_id}"
     tries = f"attempt {task.attempt} of {task.max_attempts}"
     reasons: list[Reason] = []
+    if task.roles and task.status in (TaskStatus.assigned, TaskStatus.dispatched):
+        placed = ", ".join(f"{n} on {r.device_id} ({r.host_id})" for n, r in task.roles.items())
+        waiting = task.status is TaskStatus.assigned
+        summary = f"multi-device task ({tries}): {placed}; " + (
+            "waiting for every host to claim its part" if waiting else "running"
+        )
+        for name, r in task.roles.items():
+            reasons.append(
+                Reason(
+                    "role",
+                    f"role {name}: {r.status or '?'} on device {r.device_id} of host {r.host_id}",
+                    0,
+                    {
+                        "role": name,
+                        "device_id": r.device_id,
+                        "host_id": r.host_id,
+                        "status": r.status,
+                    },
+                )  # fmt: skip
+            )
+        return Explanation(task.id, task.status.value, summary, reasons)
     if task.status is TaskStatus.assigned:
         left = _secs(task.lease_expires_at, now)
         summary = f"assigned to {where} ({tries}); waiting for the host to claim it"
