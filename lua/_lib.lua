@@ -206,6 +206,12 @@ local function emit(kind, ...)
   redis.call('XADD', k('events'), 'MAXLEN', '~', _maxlen, '*', 'type', kind, ...)
 end
 
+-- the event field naming the multi-device task of a part (none for any other task); pass it
+-- last to emit: emit(kind, ..., gang_field(t))
+local function gang_field(t)
+  if t.gang and t.gang ~= '' then return 'gang', t.gang end
+end
+
 local function wake(list)
   redis.call('LPUSH', list, '1')
   redis.call('LTRIM', list, '0', '0')
@@ -584,8 +590,10 @@ local function finish(id, t, old, status, kind, payload, extra_event)
   redis.call('HSET', k('task', id), 'status', status, 'failure_kind', kind or '', field, payload or '',
     'finished_at', now_str(), 'updated_at', now_str(), 'lease_expires_at', '')
   index_status(id, old, status, t.seq)
+  local extra = extra_event or {}
+  if (t.gang or '') ~= '' then extra = {'gang', t.gang, unpack(extra)} end
   emit(status, 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
-    t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind or '', unpack(extra_event or {}))
+    t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind or '', unpack(extra))
   if (t.gang or '') ~= '' then gang_end(t.gang, id, status, kind, payload) end
 end
 
@@ -621,7 +629,7 @@ local function hand_back(id, t, why, free_device)
   local n = redis.call('HINCRBY', k('task', id), 'handbacks', 1)
   local limit = cfg('max_handbacks')
   emit('released', 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
-    t.device_id or '', 'attempt', t.attempt or '0', 'handbacks', I(n), 'reason', why)
+    t.device_id or '', 'attempt', t.attempt or '0', 'handbacks', I(n), 'reason', why, gang_field(t))
   if n > limit then
     finish(id, t, old, 'failed', 'rejected', 'handed back ' .. n .. ' times (max_handbacks ' ..
       limit .. '); last: ' .. why)

@@ -56,7 +56,7 @@ while #out <= max do
       redis.call('ZADD', k('leases'), expires_s, id)
       emit('dispatched', 'task', id, 'lease', t.lease_id, 'host', host_id, 'device', t.device_id,
         'attempt', t.attempt, 'claim_ms', I(now - tonumber(t.assigned_at)), 'since_submit_ms',
-        I(now - tonumber(t.submitted_at)))
+        I(now - tonumber(t.submitted_at)), gang_field(t))
       flat_set(flat, {status = 'dispatched', lease_expires_at = expires_s, dispatched_at = now_s,
         updated_at = now_s, session = session or ''})
       local gang = t.gang or ''

@@ -38,7 +38,7 @@ local function expire_lease(id)
   local rec = {failure_kind = 'lease_expired', expired_in = old,
     dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil}
   emit('expired', 'task', id, 'lease', t.lease_id, 'host', t.host_id, 'device', t.device_id,
-    'attempt', t.attempt)
+    'attempt', t.attempt, gang_field(t))
   if t.cancel_requested == '1' then
     close_attempt(id, t.attempt, 'expired', rec)
     finish(id, t, old, 'cancelled', 'cancelled', 'cancel requested; lease expired')
@@ -59,9 +59,9 @@ local function expire_lease(id)
   avoid(id, t, t.device_id, t.host_id)
   requeue(id, t, old, delay)
   if delay > 0 then
-    emit('requeued', 'task', id, 'attempt', t.attempt, 'eligible_at', I(now_ms() + delay))
+    emit('requeued', 'task', id, 'attempt', t.attempt, 'eligible_at', I(now_ms() + delay), gang_field(t))
   else
-    emit('requeued', 'task', id, 'attempt', t.attempt)
+    emit('requeued', 'task', id, 'attempt', t.attempt, gang_field(t))
   end
   return 'requeued'
 end

@@ -128,7 +128,8 @@ for i = 0, n - 1 do
         avoid(id, t, t.device_id, t.host_id)
         requeue(id, t, old, delay)
         emit('retrying', 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',
-          t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind, 'eligible_at', I(at))
+          t.device_id or '', 'attempt', t.attempt or '0', 'failure_kind', kind, 'eligible_at', I(at),
+          gang_field(t))
         out[#out + 1] = 'ok:queued'
       else
         close_attempt(id, t.attempt, outcome, {failure_kind = kind ~= '' and kind or nil,

@@ -288,3 +288,43 @@ def test_cli_role_option_and_task_show(real_fleet: Fleet, cli: Any) -> None:
     }  # fmt: skip
     res = run("task", "show", shown["id"])
     assert res.exit_code == 0 and "phone (leader)" in res.output, res.output
+
+
+def test_metrics_count_a_multi_device_task_once(real_fleet: Fleet) -> None:
+    import urllib.request
+
+    from deviceq.embedded import free_port
+    from deviceq.ops.metrics import parse_metrics, serve_metrics
+
+    two_hosts(real_fleet)
+    pool = real_fleet.pool
+    server = serve_metrics(real_fleet.admin, free_port(), lambda: True, addr="127.0.0.1")
+
+    def scrape() -> dict[Any, float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+        return samples.get((name, tuple(sorted({"pool": pool, **labels}.items()))), 0.0)
+
+    try:
+        tid = real_fleet.client.submit("both", roles=ROLES, max_attempts=2)
+        assert value(scrape(), "deviceq_gangs_waiting") == 1
+        s = TaskScheduler(real_fleet.r, real_fleet.pool)
+        s.assign()
+        claimed = claim_all(real_fleet, "hb", "ha")
+        host, lease = claimed[f"{tid}.web"]
+        real_fleet.host(host).report(f"{tid}.web", lease, "failed", "infrastructure", "usb")
+        s.assign()
+        claimed = claim_all(real_fleet, "hb", "ha")
+        host, lease = claimed[f"{tid}.phone"]
+        real_fleet.host(host).report(f"{tid}.phone", lease, "done")
+        assert server.wait_caught_up()
+        got = scrape()
+        assert value(got, "deviceq_assignments_total") == 2  # two attempts of one task
+        assert value(got, "deviceq_dispatches_total") == 2
+        assert value(got, "deviceq_completions_total", status="done") == 1
+        assert value(got, "deviceq_retries_total", reason="part_ended") == 1
+        assert value(got, "deviceq_gangs_waiting") == 0
+    finally:
+        server.stop()

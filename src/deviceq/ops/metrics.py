@@ -157,6 +157,24 @@ class PoolCollector(Collector):
         )
         booked.add_metric([pool], float(self.admin.redis.zcard(self.admin.keys.bookings)))
         yield booked
+        k = self.admin.keys
+        gangs = GaugeMetricFamily(
+            "deviceq_gangs_waiting",
+            "queued multi-device tasks waiting for every role's device at once",
+            labels=["pool"],
+        )
+        gangs.add_metric([pool], float(self.admin.redis.zcard(k.gangs)))
+        yield gangs
+        kept = GaugeMetricFamily(
+            "deviceq_gang_kept_devices",
+            "idle devices the scheduler keeps for waiting multi-device tasks (gang_holds)",
+            labels=["pool"],
+        )
+        holds: dict[str, str] = self.admin.redis.hgetall(k.gang_holds)  # type: ignore[assignment]
+        kept.add_metric(
+            [pool], float(sum(len(v.partition("|")[2].split(",")) for v in holds.values()))
+        )
+        yield kept
 
 
 class EventMetrics:
@@ -240,6 +258,8 @@ class EventMetrics:
     def observe(self, e: Event) -> None:
         p = self.pool
         self.events_seen.labels(p).inc()
+        if e.fields.get("gang"):  # a part of a multi-device task: counted as its task
+            return
         t = e.type
         if t == "submitted":
             self.submissions.labels(p).inc()
@@ -253,6 +273,8 @@ class EventMetrics:
                 self.assign_to_dispatch.labels(p).observe(max(0, int(e.fields["claim_ms"])) / 1000)
         elif t == "expired":
             self.expiries.labels(p).inc()
+        elif t == "requeued" and "reason" in e.fields:  # a multi-device task's part ended
+            self.retries.labels(p, "part_ended").inc()
         elif t in ("requeued", "released"):
             self.retries.labels(p, "lease_expired" if t == "requeued" else "released").inc()
         elif t == "failed":
