@@ -196,7 +196,8 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
         return
     console = console_for_tables()
     grid = Table.grid(padding=(0, 2))
-    for name, value in t.model_dump(mode="json", exclude={"attempts", "roles"}).items():
+    hide = {"attempts", "roles"} | (set() if t.gang else {"gang", "role", "leader"})
+    for name, value in t.model_dump(mode="json", exclude=hide).items():
         if name.endswith("_at") or name in ("lease_expires_at", "queue_deadline"):
             value = fmt_ms(value)
         grid.add_row(f"[bold]{name}[/]", "-" if value in (None, "", []) else str(value))
