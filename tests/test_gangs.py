@@ -328,3 +328,16 @@ def test_metrics_count_a_multi_device_task_once(real_fleet: Fleet) -> None:
         assert value(got, "deviceq_gangs_waiting") == 0
     finally:
         server.stop()
+
+
+def test_retry_of_a_cancelled_gang_keeps_its_roles(real_fleet: Fleet) -> None:
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("both", roles=ROLES)
+    TaskScheduler(real_fleet.r, real_fleet.pool).assign()
+    real_fleet.client.cancel(tid)
+    with pytest.raises(InvalidInput, match="part"):
+        real_fleet.client.retry(f"{tid}.web")
+    new = real_fleet.client.get(real_fleet.client.retry(tid))
+    assert new.roles is not None and list(new.roles) == ["phone", "web"]
+    assert new.roles["phone"].tags == ("sim",) and new.driver_type is None
+    assert new.status is TaskStatus.queued

@@ -440,10 +440,15 @@ class Client(PoolConnection):
 
     def retry(self, task_id: str) -> str:
         """Submit a failed or cancelled task again as a new task (same goal or workflow,
-        constraints, priority, max_attempts, tenant and retry policy); returns the new id.
+        constraints or roles, priority, max_attempts, tenant and retry policy); returns the
+        new id.
         The old task is not changed. Raises NotFound, or InvalidInput if the task is not
         failed or cancelled."""
         old = self.get(task_id, attempts=False)
+        if old.gang:
+            raise InvalidInput(
+                f"task {task_id} is a part of multi-device task {old.gang}: retry that"
+            )
         if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
             raise InvalidInput(
                 f"task {task_id} is {old.status.value}: only failed or cancelled tasks can be "
@@ -459,6 +464,9 @@ class Client(PoolConnection):
             tenant=old.tenant,
             retry_on=old.retry_on,
             retry_backoff=old.retry_backoff,
+            roles={n: Role(driver_type=r.driver_type, tags=r.tags) for n, r in old.roles.items()}
+            if old.roles
+            else None,
         )
 
     def _existing_ids(self, task_ids: Iterable[str], what: str) -> builtins.list[str]:
