@@ -662,10 +662,13 @@ gang_end = function(gid, part_id, outcome, kind, payload, delay_ms)
       if outcome == 'retry' then
         redis.call('HSET', k('task', pid), 'status', 'queued', 'host_id', '', 'device_id', '',
           'lease_id', '', 'lease_expires_at', '', 'session', '', 'updated_at', now_str())
+        emit('requeued', 'task', pid, 'attempt', p.attempt or '0', 'reason', why, 'gang', gid)
       else
         redis.call('HSET', k('task', pid), 'status', outcome, 'failure_kind', kind or '',
           'finished_at', now_str(), 'updated_at', now_str(), 'lease_expires_at', '')
         index_status(pid, p.status, outcome, '')
+        emit(outcome, 'task', pid, 'lease', p.lease_id or '', 'host', p.host_id or '', 'device',
+          p.device_id or '', 'attempt', p.attempt or '0', 'failure_kind', kind or '', 'gang', gid)
       end
       ctl(p.host_id, 'gang')
     end

@@ -6,8 +6,8 @@
 -- Returns  per lease a flat triple: {"ok", expires_at_ms, lease_ms} or {"cancel", expires_at_ms,
 --          lease_ms} (renewed, and a cancel was requested: stop the runner and report
 --          `cancelled`), or {"lost", REASON, 0} with REASON one of not_found superseded expired
---          finished not_owner: the lease is gone and the worker must stop that runner and
---          report nothing.
+--          gang_ended (another part of its multi-device task ended) finished not_owner: the
+--          lease is gone and the worker must stop that runner and report nothing.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
 --          INVALID (bad arguments).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
@@ -28,10 +28,11 @@ for i = 0, n - 1 do
   local id, lease = ARGV[5 + i * 2], ARGV[6 + i * 2]
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'lease_expires_at',
-    'cancel_requested', 'session')
+    'cancel_requested', 'session', 'gang')
   local reason
   if not t[1] then reason = 'not_found'
   elseif TERMINAL[t[1]] then reason = t[2] == lease and 'finished' or 'superseded'
+  elseif t[1] == 'queued' and (t[7] or '') ~= '' then reason = 'gang_ended'  -- another part ended
   elseif t[1] == 'queued' then reason = 'expired'  -- its lease expired (or was handed back)
   elseif t[2] ~= lease then reason = 'superseded'
   elseif t[3] ~= host_id then reason = 'not_owner'

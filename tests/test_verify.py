@@ -97,8 +97,16 @@ def realistic_run(f: Any) -> dict[str, str]:
     t["running"] = t["handed_back"]
     assert store.commit([(t["running"], "d5")])[0].startswith("ok:")
     (a,) = h2.claim(5)
+    # multi-device tasks: one running on two hosts (its parts are tasks too), one waiting
+    t["gang"] = c.submit("ios and browser at once", roles={"a": "ios", "b": "browser"})
+    assert store.commit_gang(t["gang"], ["d3", "d4"]) == "ok:1"
+    t["gang_a"], t["gang_b"] = f"{t['gang']}.a", f"{t['gang']}.b"
+    assert [x.task.id for x in h1.claim(5)] == [t["gang_a"]]
+    assert [x.task.id for x in h2.claim(5)] == [t["gang_b"]]
+    t["gang_waiting"] = c.submit("gpu and browser", roles={"g": "gpu", "b": "browser"})
     t["assigned"] = c.submit("assigned only", driver_type="android", tags=["wifi"])
     assert store.commit([(t["assigned"], "d1")])[0].startswith("ok:")
+
     return t
 
 
@@ -419,6 +427,20 @@ def test_queue_depth_disagrees_with_the_buckets(lab: Lab) -> None:
     lab.r.zrem(lab.keys.queues, sig)
     lab.r.delete(lab.keys.sig(sig))
     lab.expect("queue_depth", also=frozenset({"bucket_mismatch"}), key="status:queued")
+
+
+def test_gangs_holds_a_task_that_is_not_a_queued_multi_device_one(lab: Lab) -> None:
+    lab.r.zadd(lab.keys.gangs, {lab.ids["done"]: 1})
+    lab.expect("gang_index", also=frozenset({"queue_depth"}), task=lab.ids["done"])
+
+
+def test_a_multi_device_task_holding_only_some_of_its_devices(lab: Lab) -> None:
+    # one part lost its lease and device while its task still runs
+    part = lab.ids["gang_b"]
+    lab.r.hset(lab.keys.task(part), mapping={"status": "queued", "lease_expires_at": ""})
+    lab.r.zrem(lab.keys.leases, part)
+    lab.r.hset(lab.keys.device("d4"), mapping={"reserved_by": "", "lease_id": ""})
+    lab.expect("gang_partial", also=frozenset({"unclosed_attempt"}), task=lab.ids["gang"])
 
 
 def test_retries_hold_a_task_that_is_not_queued(lab: Lab) -> None:

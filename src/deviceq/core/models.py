@@ -216,10 +216,12 @@ class Role(BaseModel):
 
 
 def _role_name(value: object) -> str:
-    name = validate_id(value, "role name")
-    if len(name) > 32:
-        raise InvalidInput(f"invalid role name {_shown(name)}: at most 32 characters")
-    return name
+    if not isinstance(value, str) or len(value) > 32 or not ID_RE.fullmatch(value):
+        raise InvalidInput(
+            f"invalid role name {_shown(value)}: use 1-32 characters from A-Z a-z 0-9 . _ - "
+            "starting with a letter or digit"
+        )
+    return value
 
 
 def encode_roles(roles: dict[str, Role]) -> str:

@@ -1122,8 +1122,8 @@ class _History:
             self.trails[tid] = _Trail(complete=True)
             return
         tr = self.trails.get(tid)
-        if tr is None:
-            tr = self.trails[tid] = _Trail()
+        if tr is None:  # (a multi-device task's part: its history starts at its assignment)
+            tr = self.trails[tid] = _Trail(complete=kind == "assigned" and bool(fields.get("gang")))
         lease = fields.get("lease", "")
         if kind == "assigned":
             self._assigned(tid, tr, eid, lease)
