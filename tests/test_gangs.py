@@ -341,3 +341,24 @@ def test_retry_of_a_cancelled_gang_keeps_its_roles(real_fleet: Fleet) -> None:
     assert new.roles is not None and list(new.roles) == ["phone", "web"]
     assert new.roles["phone"].tags == ("sim",) and new.driver_type is None
     assert new.status is TaskStatus.queued
+
+
+def test_a_part_handed_back_at_claim_retries_the_whole_gang(real_fleet: Fleet) -> None:
+    """The web device is quarantined between the commit and its host's claim: claim hands
+    the part back (a hand-back uses no attempt), which ends the other part as well."""
+    two_hosts(real_fleet)
+    tid = real_fleet.client.submit("both", roles=ROLES)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    s.assign()
+    claim_all(real_fleet, "ha")
+    real_fleet.admin.quarantine("w1")
+    assert real_fleet.host("hb").claim(5) == []  # handed back inside the claim
+    t = real_fleet.client.get(tid)
+    assert t.status is TaskStatus.queued
+    assert t.roles is not None and {r.status for r in t.roles.values()} == {"queued"}
+    assert idle(real_fleet.r, real_fleet.pool) == {"p1"}  # w1 quarantined, p1 free again
+    sound(real_fleet)
+    real_fleet.admin.quarantine("w1", False)
+    real_fleet.beat()
+    assert s.assign().gangs_assigned == 1
+    sound(real_fleet)
