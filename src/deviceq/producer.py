@@ -15,6 +15,7 @@ from .core.connection import PoolConnection
 from .core.durability import run_durably
 from .core.errors import InvalidInput, NotConfirmed, NotFound
 from .core.events import Event, last_event_id, read_events
+from .core.fleet import read_parts
 from .core.models import (
     Role,
     ScheduledTask,
@@ -256,16 +257,8 @@ class Client(PoolConnection):
         if not res[0]:
             raise NotFound(f"no task {task_id} in pool {self.pool}")
         task = ScheduledTask.from_hash(_with_goal(res[0], res[1]), res[2] if attempts else None)
-        if task.roles and res[0].get("roles"):  # a multi-device task: how each part is doing
-            pipe = self.redis.pipeline(transaction=False)
-            for name in task.roles:
-                pipe.hmget(self.keys.task(f"{task.id}.{name}"), "status", "device_id", "host_id")
-            for role, (status, device, host) in zip(
-                task.roles.values(), pipe.execute(), strict=True
-            ):
-                role.__dict__.update(status=status or None)
-                if status in ("assigned", "dispatched"):
-                    role.__dict__.update(device_id=device or None, host_id=host or None)
+        if res[0].get("roles"):  # a multi-device task: how each part is doing
+            read_parts(self, task)
         return task
 
     def get_many(self, task_ids: Iterable[str]) -> list[ScheduledTask]:

@@ -1,12 +1,13 @@
 """The fleet as operators and the scheduler's explanations see it, read from Redis: every host
 with its liveness (the one rule, `liveness`), every device, and one word for what a device can
-do now (`effective_state`) with the reason in words (`device_reason`)."""
+do now (`effective_state`) with the reason in words (`device_reason`); and where a
+multi-device task's parts are (`read_parts`)."""
 
 from __future__ import annotations
 
 from .connection import PoolConnection
 from .liveness import host_alive
-from .models import Host, PooledDevice
+from .models import Host, PooledDevice, ScheduledTask
 
 
 def read_hosts(conn: PoolConnection) -> list[Host]:
@@ -99,3 +100,18 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
     if state in ("busy", "offline"):
         return d.reason
     return None
+
+
+def read_parts(conn: PoolConnection, task: ScheduledTask) -> None:
+    """Fill in how each role of multi-device ``task`` is doing, from its part tasks
+    ``ID.ROLE`` (one round trip): each role's ``status``, and while a part holds a lease its
+    device and host (otherwise the roles keep the last placement)."""
+    if not task.roles:
+        return
+    pipe = conn.redis.pipeline(transaction=False)
+    for name in task.roles:
+        pipe.hmget(conn.keys.task(f"{task.id}.{name}"), "status", "device_id", "host_id")
+    for role, (status, device, host) in zip(task.roles.values(), pipe.execute(), strict=True):
+        role.__dict__.update(status=status or None)
+        if status in ("assigned", "dispatched"):
+            role.__dict__.update(device_id=device or None, host_id=host or None)

@@ -201,17 +201,14 @@ class Executor:
         lost and stops the run (nothing is reported). A drain hands the part back, which
         ends the attempt for every role."""
         self.state.log(logging.DEBUG, "holding the device for a multi-device task", **run.fields())
-        while not run.cancel.wait(1.0):
-            if run.lease.expired:
-                run.stop("expired")
+        run.cancel.wait()  # (the renew loop also stops a run whose lease ended unrenewed)
 
     def await_parts(self, run: Run) -> None:
         """The leader role of a multi-device task runs once every other role's part is
         claimed (``dispatched``); until then it polls their status (bounded by its lease:
         an attempt whose parts never all start ends by expiry, for every part)."""
         t = run.assignment.task
-        others = [self.host.keys.task(f"{t.gang}.{name}") for name in (t.roles or {})]
-        others = [k for k in others if k != self.host.keys.task(t.id)]
+        others = [self.host.keys.task(f"{t.gang}.{n}") for n in (t.roles or {}) if n != t.role]
         delay = 0.01
         while not run.cancel.is_set() and not run.lease.expired:
             try:

@@ -32,7 +32,7 @@ from typing import Any
 from ..core import liveness
 from ..core.connection import PoolConnection
 from ..core.errors import NotFound
-from ..core.fleet import effective_state, read_devices, read_hosts
+from ..core.fleet import effective_state, read_devices, read_hosts, read_parts
 from ..core.models import Attempt, ScheduledTask, TaskStatus, validate_id
 from ..core.tenants import parse_tenant
 from .buckets import buckets
@@ -112,17 +112,9 @@ def explain(admin: PoolConnection, task_id: str) -> Explanation:
         "tags": list(task.tags),
         "priority": task.priority,
     }
-    if (
-        task.roles
-        and raw.get("roles")
-        and task.status in (TaskStatus.assigned, TaskStatus.dispatched)
-    ):
-        pipe = admin.redis.pipeline(transaction=False)
-        for name in task.roles:
-            pipe.hget(admin.keys.task(f"{task.id}.{name}"), "status")
-        for role, st in zip(task.roles.values(), pipe.execute(), strict=True):
-            role.__dict__.update(status=st or None)
     if task.roles and raw.get("roles"):
+        if task.status in (TaskStatus.assigned, TaskStatus.dispatched):
+            read_parts(admin, task)  # how each part is doing
         cons = {
             name: {"driver_type": r.driver_type, "tags": list(r.tags)}
             for name, r in task.roles.items()

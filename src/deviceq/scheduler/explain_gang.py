@@ -11,7 +11,7 @@ from typing import Any
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.fleet import effective_state, read_devices, read_hosts
-from ..core.models import ScheduledTask
+from ..core.models import ScheduledTask, satisfies
 from .explain import Explanation, Reason, _at, _bookings, _secs
 
 
@@ -42,11 +42,8 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
     unmatched: list[str] = []
     short: list[str] = []
     for name, role in (task.roles or {}).items():
-        need = set(role.tags)
         matching = [
-            d
-            for d in devices
-            if (not role.driver_type or d.driver_type == role.driver_type) and need <= set(d.tags)
+            d for d in devices if satisfies(role.driver_type, role.tags, d.driver_type, d.tags)
         ]
         states: Counter[str] = Counter()
         for d in matching:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import redis
 
 from ..core.keys import Keys
-from ..core.models import decode_roles
+from ..core.models import decode_roles, satisfies
 from .strategies import IdleDevice
 
 GANG_SCAN = 50
@@ -49,11 +49,6 @@ class _Waiting:
     since: int  # ms: when this scheduler first saw it queued
     hold_from: int | None = None  # ms: when it began keeping devices
     no_hold_until: int = 0  # ms: it may not keep devices before this (after a hold ran out)
-
-
-def _fits(need: RoleNeed, d: IdleDevice) -> bool:
-    _, driver, tags = need
-    return (driver is None or driver == d.driver_type) and tags <= d.tags
 
 
 class GangPlanner:
@@ -115,8 +110,9 @@ class GangPlanner:
         for gid, needs in self.roles(waiting).items():
             w = self._waiting.setdefault(gid, _Waiting(now))
             picks: list[str] = []
-            for need in needs:
-                d = next((d for d in free if d.device_id not in used and _fits(need, d)), None)
+            for _, driver, tags in needs:
+                ok = (x for x in free if satisfies(driver, tags, x.driver_type, x.tags))
+                d = next((x for x in ok if x.device_id not in used), None)
                 if d is None:
                     break
                 picks.append(d.device_id)
