@@ -24,7 +24,6 @@ Usage: ``python bench/bench_batch.py [--quick] [--repeat N] [--out FILE]``"""
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,23 +126,20 @@ class Cell:
     cmds: float  # commands per task (scripts' inner commands included)
     calls: float  # script calls per task
     script_us: float  # server time inside script calls per task
-    seconds: float
 
 
 def measure(r: redis.Redis, impl: str, batch: int, step: Callable[[], int]) -> Cell:
     """Run ``step`` (one lifecycle round of up to ``batch`` tasks; returns how many ended)
     until it ends none; what the server did meanwhile, per task."""
-    before, cpu0, t0 = commandstats(r), redis_cpu_s(r), time.perf_counter()
+    before, cpu0 = commandstats(r), redis_cpu_s(r)
     done = 0
     while n := step():
         done += n
-    secs, cpu = time.perf_counter() - t0, redis_cpu_s(r) - cpu0
+    cpu = redis_cpu_s(r) - cpu0
     d = stat_delta(before, commandstats(r))
     cmds = sum(v for c, v in d.per_command.items() if not c.startswith("info"))
     n = max(1, done)
-    return Cell(
-        impl, batch, done, cpu * 1e6 / n, cmds / n, d.evalsha_calls / n, d.evalsha_usec / n, secs
-    )
+    return Cell(impl, batch, done, cpu * 1e6 / n, cmds / n, d.evalsha_calls / n, d.evalsha_usec / n)
 
 
 def run_deviceq(batch: int, tasks: int) -> Cell:
@@ -223,7 +219,6 @@ def combine(cells: list[Cell]) -> tuple[Cell, float, float]:
             median(c.cmds for c in cells),
             median(c.calls for c in cells),
             median(c.script_us for c in cells),
-            median(c.seconds for c in cells),
         ),
         min(cpus),
         max(cpus),
@@ -238,6 +233,10 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=None, help="also write the results (markdown) here")
     args = ap.parse_args()
+    if args.repeat is not None and args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.out is not None and not args.out.parent.is_dir():
+        ap.error(f"--out: no such directory: {args.out.parent}")
     sizes = (1, 5, 16) if args.quick else (1, 5, 16, 64)
     repeat = args.repeat or (1 if args.quick else 3)
     tasks = 640 if args.quick else 3_200
