@@ -449,51 +449,78 @@ local function flat_set(flat, values)
   end
 end
 
--- a device's health check state (device hash field `health`, device_health.lua) lets it be an
--- idle candidate: not while a check runs on it (checking) nor after one failed (unhealthy)
-local function health_ok(h)
-  return h ~= 'checking' and h ~= 'unhealthy'
+-- THE eligibility rule (deviceq.core.eligibility.device_blocker mirrors it; a test compares
+-- the two over every combination of these fields): why a device with hash fields `d`
+-- (GATE_FIELDS, read by gate()) is not an idle candidate, or nil when it is one. In precedence
+-- order: quarantined, reserved (a lease holds it), booked (reserved for a person), suspect (a
+-- lease on it expired) / held (its host handed an assignment back) until its host's next
+-- heartbeat, checking / unhealthy (its host's health check), then its state busy | offline.
+-- Host-level reasons (dead, draining, suspect) are host_placeable's.
+local GATE_FIELDS = {'state', 'reserved_by', 'quarantined', 'held', 'booked_until', 'health'}
+local function gate(did)
+  return hfields(k('device', did), GATE_FIELDS)
+end
+local function device_blocker(d)
+  if d.quarantined == '1' then return 'quarantined' end
+  if (d.reserved_by or '') ~= '' then return 'reserved' end
+  if (d.booked_until or '') ~= '' then return 'booked' end
+  if (d.held or '') ~= '' then return d.held == 'suspect' and 'suspect' or 'held' end
+  if d.health == 'checking' or d.health == 'unhealthy' then return d.health end
+  if d.state ~= 'idle' then return d.state or 'offline' end
+  return nil
 end
 
--- release the device reserved by task id. hold = nil: back among the idle candidates if it is
--- idle, not quarantined, not held and its health allows (health_ok); hold = 'suspect' (its
--- lease expired) or 'refused' (its host handed the assignment back): out of the candidates
--- until its host's next heartbeat.
+-- (re)decide whether device `did` (gate fields `d`, as they are after this call's writes) is
+-- among the idle candidates, by the rule: added (score: now, kept when already there unless
+-- `rescore`) or removed. Returns true when it is a candidate, and whether it was newly added.
+local function refresh_idle(did, d, rescore)
+  if device_blocker(d) then
+    redis.call('ZREM', k('idle'), did)
+    return false, false
+  end
+  if rescore then
+    return true, redis.call('ZADD', k('idle'), now_str(), did) == 1
+  end
+  return true, redis.call('ZADD', k('idle'), 'NX', now_str(), did) == 1
+end
+
+-- release the device reserved by task id. hold = nil: back among the idle candidates when
+-- the rule allows (refresh_idle); hold = 'suspect' (its lease expired) or 'refused' (its host
+-- handed the assignment back): out of the candidates until its host's next heartbeat.
 -- Returns the device's consecutive infrastructure failure count (nil when not reserved by id).
 local function release_device(device_id, id, hold)
   if not device_id or device_id == '' then return end
   local dk = k('device', device_id)
-  local d = redis.call('HMGET', dk, 'reserved_by', 'state', 'quarantined', 'consecutive_failures', 'held',
-    'booked_until', 'health')
-  if d[1] ~= id then return end
+  local d = gate(device_id)
+  if d.reserved_by ~= id then return end
+  d.reserved_by = ''
   if hold then
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str(), 'held', hold,
       'held_at', now_str())
-    redis.call('ZREM', k('idle'), device_id)
+    d.held = hold
   else
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
-    if d[2] == 'idle' and d[3] ~= '1' and (not d[5] or d[5] == '') and (not d[6] or d[6] == '')
-      and health_ok(d[7]) then
-      redis.call('ZADD', k('idle'), now_str(), device_id)
-    end
   end
-  return tonumber(d[4] or '0') or 0
+  refresh_idle(device_id, d)
+  return tonumber(redis.call('HGET', dk, 'consecutive_failures') or '0') or 0
 end
+
+-- the assign errors (err:REASON) for the rule's reasons
+local ASSIGN_ERR = {quarantined = 'device_quarantined', reserved = 'device_reserved',
+  booked = 'device_booked', suspect = 'device_held', held = 'device_held',
+  checking = 'device_checking', unhealthy = 'device_unhealthy'}
 
 -- can device `did` take an assignment now? Returns its row (host_id state reserved_by
 -- quarantined driver_type tags held booked_until health), or nil and the reason (assign.lua's
--- err: reasons). `hosts_ok` caches host_placeable per host for the call.
+-- err: reasons: the rule's reasons as ASSIGN_ERR, device_not_idle, device_not_found, or the
+-- host's). `hosts_ok` caches host_placeable per host for the call.
 local function device_assignable(did, hosts_ok)
   local d = redis.call('HMGET', k('device', did), 'host_id', 'state', 'reserved_by', 'quarantined',
     'driver_type', 'tags', 'held', 'booked_until', 'health')
   if not d[1] then return nil, 'device_not_found' end
-  if d[3] and d[3] ~= '' then return nil, 'device_reserved' end
-  if d[4] == '1' then return nil, 'device_quarantined' end
-  if d[7] and d[7] ~= '' then return nil, 'device_held' end
-  if d[8] and d[8] ~= '' then return nil, 'device_booked' end
-  if d[9] == 'checking' then return nil, 'device_checking' end
-  if d[9] == 'unhealthy' then return nil, 'device_unhealthy' end
-  if d[2] ~= 'idle' then return nil, 'device_not_idle' end
+  local why = device_blocker({state = d[2], reserved_by = d[3], quarantined = d[4], held = d[7],
+    booked_until = d[8], health = d[9]})
+  if why then return nil, ASSIGN_ERR[why] or 'device_not_idle' end
   if hosts_ok[d[1]] == nil then hosts_ok[d[1]] = host_placeable(k('host', d[1])) end
   if hosts_ok[d[1]] ~= true then return nil, hosts_ok[d[1]] end
   return d
@@ -501,23 +528,19 @@ end
 
 -- end a person's reservation (booking) of device `did`: the device hash fields booked_by
 -- (note), booked_until (ms) and booked_at (ms) go, so does its `bookings` entry (zset by end),
--- and the device is back among the idle candidates when it is idle, holds no lease, is not
--- quarantined, not held and its health allows (health_ok). `kind` is the event:
+-- and the device is back among the idle candidates when the rule allows. `kind` is the event:
 -- device_released | reservation_expired.
 -- Returns the device's host id, or nil when the device is not booked (or gone).
 local function end_booking(did, kind)
   local dk = k('device', did)
   redis.call('ZREM', k('bookings'), did)
-  local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'held',
-    'booked_until', 'booked_by', 'health')
-  if not d[1] or not d[6] or d[6] == '' then return nil end
+  local d = redis.call('HMGET', dk, 'host_id', 'booked_until', 'booked_by')
+  if not d[1] or not d[2] or d[2] == '' then return nil end
   redis.call('HDEL', dk, 'booked_by', 'booked_until', 'booked_at')
-  if d[2] == 'idle' and (not d[3] or d[3] == '') and d[4] ~= '1' and (not d[5] or d[5] == '')
-    and health_ok(d[8]) then
-    redis.call('ZADD', k('idle'), 'NX', now_str(), did)
-    wake(k('sched', 'wake'))
-  end
-  emit(kind, 'device', did, 'host', d[1], 'by', d[7] or '', 'until', d[6])
+  local g = gate(did)
+  local _, added = refresh_idle(did, g)
+  if added then wake(k('sched', 'wake')) end
+  emit(kind, 'device', did, 'host', d[1], 'by', d[3] or '', 'until', d[2])
   return d[1]
 end
 

@@ -75,14 +75,10 @@ if action == 'next' then
   return before
 end
 
--- back among the idle candidates when nothing else keeps it out (the same conditions as
--- release_device / end_booking in _lib.lua)
+-- back among the idle candidates when the rule allows (refresh_idle in _lib.lua)
 local function maybe_idle()
-  if d[2] == 'idle' and (not d[3] or d[3] == '') and d[4] ~= '1' and (not d[5] or d[5] == '')
-    and (not d[6] or d[6] == '') then
-    redis.call('ZADD', k('idle'), 'NX', now_str(), did)
-    wake(k('sched', 'wake'))
-  end
+  local _, added = refresh_idle(did, gate(did))
+  if added then wake(k('sched', 'wake')) end
 end
 
 if action == 'clear' then

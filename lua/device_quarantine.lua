@@ -32,9 +32,6 @@ if d[4] == '1' then
   ctl(d[1], 'quarantine')
   emit('device_unquarantined', 'device', did, 'host', d[1])
 end
-if d[2] == 'idle' and (not d[3] or d[3] == '') and (not d[6] or d[6] == '') and (not d[7] or d[7] == '')
-  and health_ok(d[8]) then
-  redis.call('ZADD', k('idle'), 'NX', now_str(), did)
-  wake(k('sched', 'wake'))
-end
+local _, added = refresh_idle(did, gate(did))
+if added then wake(k('sched', 'wake')) end
 return 'released'

@@ -12,7 +12,8 @@
 --          INVALID (malformed device, state or reason), DEVICE_OWNED (a device id registered
 --          by another host; nothing is changed).
 -- A heartbeat proves the host alive after a lost lease: it clears the host's `suspect` flag
--- and its devices' `held` marks. A device with an active reservation is never put among the
+-- and its devices' `held` marks (of the absent ones too, which also leave a due or running
+-- health check: they are offline). A device with an active reservation is never put among the
 -- idle candidates, whatever the snapshot says; a quarantined or booked (reserved for a person,
 -- device_reserve.lua) device neither, nor one under or failing a health check (device_health.lua).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
@@ -97,27 +98,31 @@ for i = 0, n - 1 do
     redis.call('HSET', dk, 'held', '')
     emit('device_unheld', 'device', did, 'host', host_id, 'was', d[6])
   end
-  if state == 'idle' and (not d[2] or d[2] == '') and d[3] ~= '1' and (not d[8] or d[8] == '')
-    and health_ok(d[9]) then
-    -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
-    if changed then
-      redis.call('ZADD', k('idle'), now_s, did)
-      woke = true
-    elseif redis.call('ZADD', k('idle'), 'NX', now_s, did) == 1 then
-      woke = true
-    end
-    idle_count = idle_count + 1
-  else
-    redis.call('ZREM', k('idle'), did)
-  end
+  local cand, added = refresh_idle(did, {state = state, reserved_by = d[2], quarantined = d[3],
+    held = '', booked_until = d[8], health = d[9]}, changed)
+  -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
+  if added or (cand and changed) then woke = true end
+  if cand then idle_count = idle_count + 1 end
 end
--- devices owned by this host but absent from the snapshot are offline
+-- devices owned by this host but absent from the snapshot are offline, and leave every
+-- transient state at once (held/suspect: nothing will come back to clear it; a health check
+-- due or running: the host no longer checks it); a quarantine, a booking, an unhealthy result
+-- and a lease (its expiry ends it) stay
 for _, did in ipairs(redis.call('SMEMBERS', k('host', host_id, 'devices'))) do
   if not listed[did] then
     local dk = k('device', did)
-    if redis.call('HGET', dk, 'state') ~= 'offline' then
+    local d = redis.call('HMGET', dk, 'state', 'held', 'health')
+    if d[1] ~= 'offline' then
       redis.call('HSET', dk, 'state', 'offline', 'reason', 'not in the host snapshot', 'updated_at', now_s)
       emit('device_state', 'device', did, 'host', host_id, 'state', 'offline')
+    end
+    if d[2] and d[2] ~= '' then
+      redis.call('HSET', dk, 'held', '')
+      emit('device_unheld', 'device', did, 'host', host_id, 'was', d[2])
+    end
+    if d[3] == 'checking' then
+      redis.call('HDEL', dk, 'health', 'health_started_at')
+      emit('device_health_cleared', 'device', did, 'host', host_id, 'was', 'checking')
     end
     redis.call('ZREM', k('idle'), did)
   end

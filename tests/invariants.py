@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from deviceq.core import eligibility
 from deviceq.core.keys import Keys
 
 ACTIVE = {"assigned", "dispatched"}
@@ -26,16 +27,14 @@ def task_ids(r: redis.Redis, keys: Keys) -> set[str]:
 
 def devices_and_leases_agree(r: redis.Redis, keys: Keys) -> None:
     """A device is reserved by at most one active lease; every active task holds exactly its
-    device and has one lease-index entry; an idle candidate is unreserved, healthy, not held."""
+    device and has one lease-index entry; an idle candidate is one by the eligibility rule."""
     holders: dict[str, str] = {}
     idle = set(r.zrange(keys.idle, 0, -1))
     for did in r.smembers(keys.devices):
         d = r.hgetall(keys.device(did))
         tid = d.get("reserved_by") or ""
-        if did in idle:
-            assert not tid and d.get("quarantined") != "1" and d.get("state") == "idle", d
-            assert not d.get("held"), f"{did} is held ({d.get('held')}) yet a candidate"
-            assert d.get("health") not in ("checking", "unhealthy"), f"{did} {d.get('health')}"
+        if did in idle:  # the one rule (deviceq.core.eligibility) makes it a candidate
+            assert eligibility.device_blocker(d) is None, (did, d)
         if not tid:
             continue
         assert tid not in holders, f"{tid} holds {holders.get(tid)} and {did}"

@@ -8,6 +8,7 @@ import getpass
 import click
 
 from ..core.errors import InvalidInput
+from ..core.fleet import effective_state
 from ..core.models import validate_id
 from ..ops import status as st
 from ..ops.admin import MAX_RESERVATION_MS, Reservation
@@ -142,7 +143,7 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     d = admin.device(device_id)
     host = next((h for h in admin.hosts() if h.host_id == d.host_id), None)
     resv = admin.reservation(device_id)
-    state = st.state_of(d, host, resv is not None)
+    state = effective_state(d, host)
     draining = bool(host and (host.draining or host.stopping))
     data = st.device_show_json(d, state, draining, resv)
     if as_json:

@@ -5,6 +5,7 @@ multi-device task's parts are (`read_parts`)."""
 
 from __future__ import annotations
 
+from . import eligibility
 from .connection import PoolConnection
 from .liveness import host_alive
 from .models import Host, PooledDevice, ScheduledTask
@@ -52,33 +53,14 @@ def read_devices(conn: PoolConnection) -> list[PooledDevice]:
     return [PooledDevice.from_hash(h) for h in pipe.execute() if h]
 
 
-DEVICE_STATES = (
-    "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "checking",
-    "unhealthy", "quarantined", "host_dead",
-)  # fmt: skip
-"""Effective device states, in the order ``status`` shows them. ``reserved``: holds a lease
-(assigned or running); ``draining``: its host is drained or shutting down; ``suspect``: one of
-its leases expired, ``held``: its host handed an assignment back (both until the host's next
-heartbeat); ``checking``: its host's health check runs on it; ``unhealthy``: the last health
-check failed (out of service until one passes); ``host_dead``: its host's heartbeat is older
-than ``host_timeout``."""
+DEVICE_STATES = eligibility.STATES
+"""Effective device states, in the order ``status`` shows them (`deviceq.core.eligibility`)."""
 
 
 def effective_state(device: PooledDevice, host: Host | None) -> str:
-    """One word for what a device can do now (see ``DEVICE_STATES``)."""
-    if device.quarantined:
-        return "quarantined"
-    if host is None or not host.alive:
-        return "host_dead"
-    if device.reserved_by:
-        return "reserved"
-    if device.held:
-        return "suspect" if device.held == "suspect" else "held"
-    if device.health in ("checking", "unhealthy"):
-        return device.health
-    if device.state.value == "idle" and (host.draining or host.stopping):
-        return "draining"
-    return device.state.value
+    """One word for what a device can do now (see ``DEVICE_STATES``): the first reason of the
+    one rule (`deviceq.core.eligibility.verdict`), or ``idle``."""
+    return eligibility.verdict(device, host).state
 
 
 def device_reason(d: PooledDevice, state: str) -> str | None:
@@ -86,6 +68,8 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
     if state == "quarantined":
         return d.quarantine_reason or "quarantined"
     if state == "suspect":
+        if d.held != "suspect":
+            return "a lease of its host expired; back at the host's next heartbeat"
         return "a lease on it expired; back at its host's next heartbeat"
     if state == "held":
         return "its host handed an assignment back; back at the host's next heartbeat"

@@ -493,6 +493,7 @@ class PooledDevice(BaseModel):
     health_checked_at: int | None = None  # ms, the last check's end
     health_output: str | None = None  # the last check's output tail
     health_reason: str | None = None  # why it is unhealthy
+    booked_until: int | None = None  # ms: reserved for a person until then (deviceq reserve)
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -515,6 +516,7 @@ class PooledDevice(BaseModel):
             health_checked_at=_opt_int(h.get("health_checked_at")),
             health_output=h.get("health_output") or None,
             health_reason=h.get("health_reason") or None,
+            booked_until=_opt_int(h.get("booked_until")),
         )
 
 

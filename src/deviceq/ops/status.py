@@ -16,10 +16,8 @@ from ..core.models import Host, PooledDevice, TaskStatus
 from ..scheduler.buckets import buckets
 from .admin import PoolAdmin, Reservation
 
-DEVICE_STATES = (*fleet.DEVICE_STATES, "booked")
-"""Effective device states (`deviceq.core.fleet.DEVICE_STATES`) plus ``booked``: reserved for
-a person (``deviceq reserve``) until its reservation ends. A booked device that is also
-quarantined or whose host is dead shows that state."""
+DEVICE_STATES = fleet.DEVICE_STATES
+"""Effective device states (`deviceq.core.eligibility.STATES`)."""
 
 
 def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:
@@ -34,23 +32,11 @@ def device_profiles(admin: PoolAdmin) -> list[tuple[str, tuple[str, ...], int]]:
     return out
 
 
-def state_of(d: PooledDevice, host: Host | None, booked: bool) -> str:
-    """`effective_state`, or ``booked`` for a device reserved for a person (unless it is
-    quarantined, its host dead or it holds a lease)."""
-    state = effective_state(d, host)
-    if booked and state not in ("quarantined", "host_dead", "reserved"):
-        return "booked"
-    return state
-
-
 def hosts_and_devices(admin: PoolAdmin) -> tuple[list[Host], list[tuple[PooledDevice, str]]]:
     """Every host, and every device with its effective state."""
     hosts = admin.hosts()
     by_id = {h.host_id: h for h in hosts}
-    booked = admin.reservations()
-    devices = [
-        (d, state_of(d, by_id.get(d.host_id), d.device_id in booked)) for d in admin.devices()
-    ]
+    devices = [(d, effective_state(d, by_id.get(d.host_id))) for d in admin.devices()]
     return hosts, devices
 
 

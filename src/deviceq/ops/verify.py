@@ -56,6 +56,7 @@ from typing import Any
 
 import redis
 
+from ..core import eligibility
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.errors import InvalidInput, NotFound
@@ -1021,8 +1022,8 @@ def _check_devices(st: _State, f: _Findings) -> None:
 
 
 def _check_idle(st: _State, f: _Findings) -> None:
-    """Every ``idle`` entry is a registered, idle, unreserved, unquarantined, unheld device
-    whose health check is neither running nor failed."""
+    """Every ``idle`` entry is a registered device that the one rule
+    (`deviceq.core.eligibility.device_blocker`) makes an idle candidate."""
     for did, _ in st.idle:
         d = st.device_rows.get(did)
         if d is None or did not in st.devices:
@@ -1033,19 +1034,7 @@ def _check_idle(st: _State, f: _Findings) -> None:
                 key="idle",
             )
             continue
-        why = []
-        if d["reserved_by"]:
-            why.append(f"reserved by {d['reserved_by']}")
-        if d["quarantined"] == "1":
-            why.append("quarantined")
-        if d["held"]:
-            why.append(f"held ({d['held']})")
-        if d["booked_until"]:
-            why.append("reserved for a person")
-        if d["health"] in ("checking", "unhealthy"):
-            why.append(f"health {d['health']}")
-        if d["state"] != "idle":
-            why.append(f"state {d['state'] or '(none)'}")
+        why = eligibility.device_blockers(d)
         if why:
             f.add(
                 "idle_not_assignable",

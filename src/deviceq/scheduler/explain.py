@@ -5,12 +5,12 @@ For a queued task every device of the pool is classified against the task's cons
 * ``no_driver_type`` — no device of the task's driver type is registered;
 * ``missing_tags`` — devices of that driver type exist but lack required tags (counted per tag);
 * the devices that do satisfy the constraints, by what keeps them from this task, in this
-  order of precedence (``status.effective_state``): ``quarantined``, ``host_dead`` (no heartbeat
-  within ``host_timeout``), ``reserved`` (running or assigned another task), ``suspect`` (a
-  lease on it expired) or ``held`` (its host refused an assignment) until its host's next
-  heartbeat, ``unhealthy`` (its last health check failed) or ``checking`` (a health check runs
-  on it), ``host_draining``, ``offline``, ``busy`` (the host reports it busy), else ``idle``
-  (assignable);
+  order of precedence (the one rule, ``deviceq.core.eligibility.REASONS``): ``quarantined``,
+  ``host_dead`` (no heartbeat within ``host_timeout``), ``reserved`` (running or assigned
+  another task), ``booked``, ``suspect`` (a lease on it expired) or ``held`` (its host refused
+  an assignment) until its host's next heartbeat, ``checking`` (a health check runs on it) or
+  ``unhealthy`` (its last health check failed), ``busy`` (the host reports it busy),
+  ``offline``, ``host_draining``, ``host_suspect``, else ``idle`` (assignable);
 * ``booked`` — reserved for a person (``deviceq reserve``): the reason says when the first of
   those reservations ends (``detail.reserved_until``, ms) and by whom; a task that could only
   run on reserved devices says so in its summary, with that time;
@@ -31,8 +31,9 @@ from typing import Any
 
 from ..core import liveness
 from ..core.connection import PoolConnection
+from ..core.eligibility import verdict
 from ..core.errors import NotFound
-from ..core.fleet import effective_state, read_devices, read_hosts, read_parts
+from ..core.fleet import read_devices, read_hosts, read_parts
 from ..core.models import Attempt, ScheduledTask, TaskStatus, validate_id
 from ..core.tenants import parse_tenant
 from .buckets import buckets
@@ -48,9 +49,12 @@ BLOCKERS = (
     "unhealthy",
     "checking",
     "host_draining",
+    "host_suspect",
     "offline",
     "busy",
 )
+"""The reasons of the one rule (`deviceq.core.eligibility.REASONS`) in the order explain
+lists them."""
 
 _BLOCKER_TEXT = {
     "booked": "reserved for a person (deviceq reserve)",
@@ -62,6 +66,7 @@ _BLOCKER_TEXT = {
     "unhealthy": "unhealthy: their last health check failed; out of service until one passes",
     "checking": "running (or due) a health check",
     "host_draining": "on a draining host",
+    "host_suspect": "on a host one of whose leases expired (until its next heartbeat)",
     "offline": "offline",
     "busy": "reported busy by their host",
 }
@@ -274,11 +279,11 @@ def _explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, s
     books = _bookings(admin)
     booked_ends: list[tuple[int, str, str]] = []
     for d in matching:
-        state = effective_state(d, hosts.get(d.host_id))
-        if d.device_id in books and state not in ("quarantined", "host_dead", "reserved"):
-            state = "booked"
+        v = verdict(d, hosts.get(d.host_id))
+        first = v.reasons[0] if v.reasons else "idle"
+        if first == "booked" and d.device_id in books:
             booked_ends.append((*books[d.device_id], d.device_id))
-        cls["host_draining" if state == "draining" else state] += 1
+        cls[first] += 1
     counts.update(cls)
     booked_ends.sort()
 

@@ -12,7 +12,7 @@ from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.fleet import effective_state, read_devices, read_hosts
 from ..core.models import ScheduledTask, satisfies
-from .explain import Explanation, Reason, _at, _bookings, _secs
+from .explain import Explanation, Reason, _at, _secs
 
 
 def _setting(raw: Any, name: str) -> float:
@@ -28,7 +28,6 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
     now = admin.server_time_ms()
     devices = read_devices(admin)
     hosts = {h.host_id: h for h in read_hosts(admin)}
-    books = _bookings(admin)
     pipe = r.pipeline(transaction=False)
     pipe.hget(k.gang_holds, task.id)
     pipe.zrank(k.gangs, task.id)
@@ -47,10 +46,7 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
         ]
         states: Counter[str] = Counter()
         for d in matching:
-            state = effective_state(d, hosts.get(d.host_id))
-            if d.device_id in books and state not in ("quarantined", "host_dead", "reserved"):
-                state = "booked"
-            states[state] += 1
+            states[effective_state(d, hosts.get(d.host_id))] += 1
         want = (
             " and ".join(
                 x

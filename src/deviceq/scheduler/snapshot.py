@@ -40,7 +40,7 @@ from typing import Any
 
 import redis
 
-from ..core import liveness
+from ..core import eligibility, liveness
 from ..core.config import PoolConfig
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
@@ -67,6 +67,8 @@ DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].defau
 DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
 HEAD_CACHE_SECONDS = 10.0  # longest a bucket's cached heads are used without a read
+GATE = eligibility.GATE_FIELDS
+DEVICE_ROW = ("host_id", "driver_type", "tags", *GATE)  # a device row as a pass reads it
 
 
 @dataclass(frozen=True)
@@ -255,8 +257,9 @@ class SnapshotReader:
         """The assignable idle devices with their static attributes (host, driver type, tags),
         and the rows of ``sig_keys`` (read in the same round trip).
 
-        The ``idle`` zset is maintained by the scripts (a device is in it only while idle,
-        unreserved and not quarantined; its score is the time it became idle), and the
+        The ``idle`` zset is maintained by the scripts (a device is in it only while the one
+        rule, `deviceq.core.eligibility`, makes it a candidate; its score is the time it
+        became idle), and the
         ``devgen`` counter is bumped whenever a device registers, changes its driver type or
         tags, or is removed (the whole cache is dropped then). So a device hash is read only
         when the device is new to this scheduler, after a ``devgen`` change, or when it was
@@ -282,27 +285,19 @@ class SnapshotReader:
         if fetch or sig_keys:
             pipe = self.redis.pipeline(transaction=False)
             for did in fetch:
-                pipe.hmget(
-                    k.device(did),
-                    "host_id",
-                    "state",
-                    "reserved_by",
-                    "quarantined",
-                    "driver_type",
-                    "tags",
-                )
+                pipe.hmget(k.device(did), *DEVICE_ROW)
             for sk in sig_keys:
                 pipe.hmget(sk, "driver_type", "tags", "priority", "tenant")
             res = pipe.execute()
         for did, d in zip(fetch, res[: len(fetch)], strict=True):
-            host_id, state, reserved, quarantined = d[0], d[1], d[2], d[3]
-            if not host_id or state != "idle" or reserved or quarantined == "1":
+            host_id, driver, tags = d[:3]
+            if not host_id or eligibility.device_blocker(dict(zip(GATE, d[3:], strict=True))):
                 cache.pop(did, None)  # a stale idle entry: excluded, re-checked next pass
                 suspect.add(did)
                 continue
             suspect.discard(did)
             score = scores[did]
-            dev = IdleDevice(did, host_id, d[4] or "", _tagset(d[5]), int(float(score)))
+            dev = IdleDevice(did, host_id, driver or "", _tagset(tags), int(float(score)))
             cache[did] = (score, mono, dev)
         if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
             for did in set(cache) - set(scores):
