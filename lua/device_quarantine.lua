@@ -3,7 +3,7 @@
 -- is told at once (host:ID:ctl).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     device_id quarantined(1|0)
--- Keys     reads/writes device:ID, idle, qdrivers, host:ID:ctl, events, sched:wake; reads config
+-- Keys     reads/writes device:ID, idle, qdrivers, faults, host:ID:ctl, events, sched:wake; reads config
 -- Returns  "quarantined" | "released"
 -- Errors   NOT_FOUND (no device), INVALID
 local did, flag = ARGV[1], ARGV[2]
@@ -27,6 +27,7 @@ if flag == '1' then
   return 'quarantined'
 end
 redis.call('HSET', dk, 'quarantined', '0', 'consecutive_failures', '0', 'attention', '', 'quarantine_reason', '')
+redis.call('HDEL', k('faults'), did)
 if d[4] == '1' then
   count(-1)
   ctl(d[1], 'quarantine')

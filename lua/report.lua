@@ -5,8 +5,11 @@
 -- A failure counts against the device (toward quarantine_after) only when it is the device's:
 -- failure_kind infrastructure, runner_error (the runner crashed) or timeout; a task's own
 -- failure (runner_failed, rejected) never does. Automatic quarantine takes at most
--- max_quarantine_fraction of one driver type's devices; beyond it a `quarantine_capped` event
--- is emitted and the device is flagged `attention` instead.
+-- max_quarantine_fraction of one driver type's devices (but always one of two or more: a
+-- small lab's only flaky phone is taken out while another stays); beyond it a
+-- `quarantine_capped` event is emitted and the device is flagged `attention` instead. A device
+-- with consecutive device faults is in `faults` (device -> count) until a task succeeds on
+-- it: the scheduler offers it last.
 -- A failure whose kind is in the task's retry_on (else the pool's), with attempts left, is
 -- retried: the attempt is closed as failed (with why and when the retry becomes eligible), the
 -- task is `queued` again after its retry_backoff (in `retries` until then) and prefers another
@@ -18,7 +21,7 @@
 --          task_id lease_id outcome(done|failed|cancelled|released)
 --          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
 --          '' otherwise) payload(result or error, at most 65536 bytes)
--- Keys     reads host:ID, config, drivers, qdrivers; writes task:ID, task:ID:attempts, task:ID:goal,
+-- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, events,
 --          sched:wake; on a hand-back also queue:SIG, sig:SIG, queues, deadlines, avoid,
 --          retries, gangs, host:ID:ctl
@@ -62,12 +65,16 @@ local function maybe_quarantine(did, fails)
   if d[1] == '1' then return end
   local total = tonumber(redis.call('HGET', k('drivers'), d[2] or '') or '0') or 0
   local q = tonumber(redis.call('HGET', k('qdrivers'), d[2] or '') or '0') or 0
-  local cap = math.floor(cfg('max_quarantine_fraction') * total + 1e-9)
+  local frac = cfg('max_quarantine_fraction')
+  -- the cap never keeps a driver type's first device in service while another one stays
+  local cap = math.max(math.floor(frac * total + 1e-9), total >= 2 and 1 or 0)
   if q + 1 > cap then
     if d[3] ~= '1' then
       redis.call('HSET', dk, 'attention', '1', 'attention_reason', fails ..
-        ' consecutive infrastructure failures; not quarantined: ' .. q .. ' of ' .. total .. ' ' ..
-        (d[2] or '?') .. ' devices already are (max_quarantine_fraction)')
+        ' consecutive infrastructure failures; not quarantined: quarantining it would take ' ..
+        (q + 1) .. ' of ' .. total .. ' ' .. (d[2] or '?') .. ' devices (' ..
+        math.floor((q + 1) * 100 / math.max(total, 1) + 0.5) .. '%) > ' ..
+        math.floor(frac * 100 + 0.5) .. '% (max_quarantine_fraction)')
       emit('quarantine_capped', 'device', did, 'host', host_id, 'failures', I(fails), 'driver_type',
         d[2] or '', 'quarantined', I(q), 'devices', I(total))
     end
@@ -113,9 +120,12 @@ for i = 0, n - 1 do
       if outcome == 'done' then
         if fails_before and fails_before > 0 then
           redis.call('HSET', dk, 'consecutive_failures', '0', 'attention', '')
+          redis.call('HDEL', k('faults'), t.device_id)
         end
       elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before then
-        maybe_quarantine(t.device_id, redis.call('HINCRBY', dk, 'consecutive_failures', 1))
+        local fails = redis.call('HINCRBY', dk, 'consecutive_failures', 1)
+        redis.call('HSET', k('faults'), t.device_id, I(fails))
+        maybe_quarantine(t.device_id, fails)
       end
       local delay, used = nil, 0
       if outcome == 'failed' then delay, used = retry_delay(t, kind) end

@@ -37,12 +37,16 @@ return {why or '', cand and 1 or 0, member, err or ''}
 
 def _combos() -> list[dict[str, str | None]]:
     out = []
-    for s, r, q, h, b, he in itertools.product(
-        STATES, RESERVED, QUARANTINED, HELD, BOOKED, HEALTH
-    ):
+    for s, r, q, h, b, he in itertools.product(STATES, RESERVED, QUARANTINED, HELD, BOOKED, HEALTH):
         out.append(
-            {"state": s, "reserved_by": r, "quarantined": q, "held": h, "booked_until": b,
-             "health": he}  # fmt: skip
+            {
+                "state": s,
+                "reserved_by": r,
+                "quarantined": q,
+                "held": h,
+                "booked_until": b,
+                "health": he,
+            }  # fmt: skip
         )
     return out
 

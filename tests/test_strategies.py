@@ -276,3 +276,28 @@ def test_entry_point_strategy_listed_by_the_cli(tmp_path: Path):
     assert out.returncode == 0, out.stderr
     listed = out.stdout.split("\n")
     assert "plugin_lifo" in listed and "fifo_match (default)" in listed
+
+
+@pytest.mark.parametrize("name", [*BUILTINS, "fair_share"])
+def test_every_strategy_offers_a_device_with_recent_faults_last(name: str):
+    """The pass corrects every strategy's choice: a device with consecutive device faults is
+    used only when no fault-free matching device is free, the one with fewer faults first."""
+    from dataclasses import replace
+
+    from deviceq.scheduler.plan import plan as plan_pass
+
+    b = bucket("s", "android", "", [1, 2, 3])
+    devices = [
+        replace(dev("a-phone1", "android", idle_since=1), faults=3),
+        replace(dev("b-phone2", "android", idle_since=2), faults=1),
+        dev("c-phone3", "android", idle_since=3),
+    ]
+    snap = Snapshot.build([b], devices, 100)
+    one, _ = plan_pass(get_strategy(name), Snapshot.build([bucket("s", "android", "", [1])],
+                                                         devices, 100), avoiding=False)  # fmt: skip
+    assert one == [("s-1", "c-phone3")]
+    two = Snapshot.build([bucket("s", "android", "", [1, 2])], devices, 100)
+    pairs, _ = plan_pass(get_strategy(name), two, avoiding=False)
+    assert sorted(d for _, d in pairs) == ["b-phone2", "c-phone3"]
+    pairs, _ = plan_pass(get_strategy(name), snap, avoiding=False)  # every device is needed
+    assert sorted(d for _, d in pairs) == ["a-phone1", "b-phone2", "c-phone3"]

@@ -856,6 +856,31 @@ def test_automatic_quarantine_is_capped_per_driver_type(fleet: Any) -> None:
     assert fleet.r.hget(fleet.admin.keys.qdrivers, "android") == "2"
 
 
+def test_a_small_labs_first_flaky_device_is_quarantined_despite_the_fraction(fleet: Any) -> None:
+    """With 3 phones the default 0.25 would allow none: the cap still takes one device of a
+    driver type while another stays in service, and says the real numbers for the next."""
+    h = fleet.add_host("h1", *[(f"p{i}", "android", ()) for i in range(3)], ("w1", "web", ()))
+    fleet.admin.set_config("quarantine_after", 1)
+    for i in range(2):
+        tid, a = running(fleet, device=f"p{i}", max_attempts=1)
+        assert h.report(tid, a.lease_id, "failed", "infrastructure", "adb gone") == "ok:failed"
+    devs = {d.device_id: d for d in fleet.admin.devices()}
+    assert devs["p0"].quarantined and not devs["p1"].quarantined
+    assert devs["p1"].attention is not None
+    assert "would take 2 of 3 android devices (67%) > 25%" in devs["p1"].attention
+    # the only device of its type is never taken out automatically
+    tid, a = running(fleet, device="w1", max_attempts=1)
+    assert h.report(tid, a.lease_id, "failed", "infrastructure", "x") == "ok:failed"
+    assert not fleet.admin.device("w1").quarantined
+    # a device with device faults is in `faults` until a task succeeds on it
+    assert fleet.r.hgetall(fleet.admin.keys.faults) == {"p0": "1", "p1": "1", "w1": "1"}
+    tid, a = running(fleet, device="p1")
+    assert h.report(tid, a.lease_id, "done", "", "ok") == "ok:done"
+    assert "p1" not in fleet.r.hgetall(fleet.admin.keys.faults)
+    fleet.admin.quarantine("p0", False)
+    assert "p0" not in fleet.r.hgetall(fleet.admin.keys.faults)
+
+
 # -- hosts ---------------------------------------------------------------------------------------
 
 

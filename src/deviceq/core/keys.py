@@ -56,6 +56,9 @@ key                                type       holds
 ``drivers``                        hash       driver type -> registered devices
 ``qdrivers``                       hash       driver type -> quarantined devices (the cap of
                                               automatic quarantine, ``max_quarantine_fraction``)
+``faults``                         hash       device id -> its consecutive device faults
+                                              (infrastructure, runner_error, timeout) while
+                                              above 0: the scheduler offers it last
 ``devgen``                         string     bumped when a device registers, changes its
                                               driver type/tags or is removed (scheduler caches)
 ``leases``                         zset       task ids with an active lease, by expiry (ms)
@@ -138,6 +141,10 @@ class Keys:
     @property
     def qdrivers(self) -> str:
         return self._k("qdrivers")
+
+    @property
+    def faults(self) -> str:
+        return self._k("faults")
 
     @property
     def avoid(self) -> str:

@@ -284,7 +284,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
     # control lists are written, also by a user bound to one host id; a message there only
     # makes a daemon renew and heartbeat at once)
-    "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "devgen",
+    "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "faults",
+             "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", "tenant_held", "gangs",
              "host:*:ctl"),

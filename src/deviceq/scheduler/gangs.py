@@ -105,7 +105,7 @@ class GangPlanner:
             del self._waiting[t]  # placed, cancelled or gone
         if not waiting:
             return out
-        free = sorted(devices, key=lambda d: (d.idle_since, d.device_id))
+        free = sorted(devices, key=lambda d: (d.faults, d.idle_since, d.device_id))
         used: set[str] = set()
         for gid, needs in self.roles(waiting).items():
             w = self._waiting.setdefault(gid, _Waiting(now))

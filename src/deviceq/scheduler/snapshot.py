@@ -176,6 +176,7 @@ class SnapshotReader:
         pipe.hlen(k.avoid)
         pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
         pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
+        pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
         for sig, n in spec_want.items():
             pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
         for h in spec_hosts:
@@ -186,9 +187,10 @@ class SnapshotReader:
         self.gang_ids = [str(g) for g in res[7]]
         self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
         self.gang_hold_ms = _seconds_ms(cfg[3], DEFAULT_GANG_HOLD)
-        spec = res[8 : 8 + len(spec_want)]
+        faults = res[8]
+        spec = res[9 : 9 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        spec_rows = dict(zip(spec_hosts, res[8 + len(spec_want) :], strict=True))
+        spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) :], strict=True))
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
             self._heads.clear()
         self.avoiding = int(avoiding or 0)
@@ -216,6 +218,8 @@ class SnapshotReader:
             self._heads = {s: v for s, v in self._heads.items() if s in self._head_seq}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
         cached, sig_rows = self.device_rows(idle, [k.sig(s) for s in new_sigs])
+        if faults:
+            cached = [with_faults(d, faults) for d in cached]
         for s, (drv, tags, prio, tenant) in zip(new_sigs, sig_rows, strict=True):
             self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0), tenant or None)
         shells = []
@@ -614,6 +618,17 @@ class SnapshotReader:
             if any(dev_sig.get(d.device_id, "") != b.sig for d in snap.matching[b.sig]):
                 grow[b.sig] = min(self.cap(base, b.sig), n * 4)
         return grow
+
+
+def with_faults(device: IdleDevice, faults: dict[str, str]) -> IdleDevice:
+    """``device`` with its consecutive device faults (the ``faults`` hash), when it has any."""
+    n = faults.get(device.device_id)
+    if not n:
+        return device
+    try:
+        return replace(device, faults=max(0, int(n)))
+    except ValueError:  # a raw write of garbage: counts as one fault
+        return replace(device, faults=1)
 
 
 def _pairs(raw: list[Any]) -> list[Any]:

@@ -101,13 +101,16 @@ class QueuedTask:
 @dataclass(frozen=True)
 class IdleDevice:
     """An assignable device: idle, unreserved, not quarantined, on a live, non-draining host.
-    ``idle_since`` is the Redis time (ms) it joined the ``idle`` index."""
+    ``idle_since`` is the Redis time (ms) it joined the ``idle`` index; ``faults`` its
+    consecutive device faults (infrastructure, runner_error, timeout) since its last success:
+    every strategy's choice is corrected to offer such a device last (`plan.respect_avoid`)."""
 
     device_id: str
     host_id: str
     driver_type: str
     tags: frozenset[str]
     idle_since: int = 0
+    faults: int = 0
 
     @property
     def device_class(self) -> tuple[str, frozenset[str]]:
