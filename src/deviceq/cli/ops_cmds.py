@@ -550,19 +550,61 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
 
 @host.command("remove")
 @click.argument("host_id")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Hand back the tasks its devices run (no attempt spent: they are queued again) "
+    "and remove it anyway.",
+)
 @pass_ctx
-def host_remove(ctx: Ctx, host_id: str) -> None:
-    """Delete a host, its token and its devices. Refused while one of its devices runs a task:
-    drain it first and let the work finish.
+def host_remove(ctx: Ctx, host_id: str, force: bool) -> None:
+    """Delete a host, its token and its devices. Refused while one of its devices runs a task
+    (drain it first and let the work finish) unless --force.
 
     \b
     Example:
       deviceq host drain lab-1 && deviceq host remove lab-1
+      deviceq host remove lab-1 --force    # its running tasks go back to the queue
     """
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
-    n = ctx.admin.remove_host(host_id)
+    n = ctx.admin.remove_host(host_id, force=force)
     click.echo(f"removed host {host_id} and {n} device(s)")
+
+
+@device.command("remove")
+@click.argument("device_id")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Hand back the task it runs (no attempt spent: it is queued again; its host stops "
+    "the run) and remove it even while its host still reports it.",
+)
+@pass_ctx
+def device_remove(ctx: Ctx, device_id: str, force: bool) -> None:
+    """Delete a device: retired, replaced, or a ghost its host no longer reports. Refused
+    while it runs a task and while its live host still reports it (take it out of the host's
+    --device list or --devices-file first), unless --force; a host that still reports it
+    registers it again at its next heartbeat.
+
+    \b
+    Example:
+      deviceq device remove pixel-3
+      deviceq device remove pixel-3 --force   # its running task goes back to the queue
+    """
+    validate_id(device_id, "device id")
+    ctx.warn_if_unknown_pool()
+    res = ctx.admin.remove_device(device_id, force=force)
+    click.echo(
+        f"removed device {device_id} of host {res.host_id}"
+        + (f"; task {res.handed_back} handed back to the queue" if res.handed_back else "")
+    )
+    if res.still_reported:
+        click.echo(
+            f"warning: host {res.host_id} still reports {device_id}: it is registered again at "
+            "the host's next heartbeat unless it leaves the host's device list",
+            err=True,
+        )
 
 
 @host.command("rotate-token")

@@ -219,6 +219,12 @@ class Keys:
     def device(self, device_id: str) -> str:
         return self._k("device", device_id)
 
+    def device_history(self, device_id: str) -> str:
+        return self._k("device", device_id, "history")
+
+    def device_log(self, device_id: str) -> str:
+        return self._k("device", device_id, "log")
+
     def host(self, host_id: str) -> str:
         return self._k("host", host_id)
 

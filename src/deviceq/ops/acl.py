@@ -100,8 +100,10 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "time xadd zadd zrem",
         "host_add": "exists hgetall hset lpush ltrim pexpire sadd time xadd",
         "host_drain": "exists hget hgetall hmget hset lpush ltrim xadd",
-        "host_remove": "del exists hdel hget hgetall hincrby hmget incr lpush ltrim pexpire "
-        "smembers srem xadd zrem",
+        "host_remove": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lrem "
+        "lset ltrim pexpire smembers srem time xadd zadd zcard zrange zrem",
+        "device_remove": "del hdel hget hgetall hincrby hmget hset incr lindex lpush lrem lset "
+        "ltrim pexpire srem time xadd zadd zcard zrange zrem",
         "leader": "del get hgetall incr pexpire set xadd",
         "renew": "hgetall hmget hset time zadd",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
@@ -121,8 +123,8 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
-    "operator": ("host_add", "host_remove", "host_drain", "device_quarantine", "device_reserve",
-                 "assign", "cancel", "submit"),
+    "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
+                 "device_reserve", "assign", "cancel", "submit"),
 }  # fmt: skip
 """The scripts each role runs."""
 

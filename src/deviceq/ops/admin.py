@@ -8,7 +8,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import fleet
 from ..core.config import PoolConfig
@@ -24,6 +24,16 @@ MIN_RESERVATION_MS = 1000
 RESERVE_SCAN = 1000
 """``reserve --driver-type/--tag`` looks at most at this many idle devices (oldest idle
 first)."""
+
+
+class RemovedDevice(NamedTuple):
+    """What ``remove_device`` did: the device and its host, the task it handed back (None
+    when none held the device) and whether its live host still reported it."""
+
+    device_id: str
+    host_id: str
+    handed_back: str | None
+    still_reported: bool
 
 
 @dataclass(frozen=True)
@@ -88,9 +98,22 @@ class PoolAdmin(PoolConnection):
         self._run("host_add", [host_id, token_digest(token), "rotate"])
         return token
 
-    def remove_host(self, host_id: str) -> int:
-        """Delete a host and its devices (refused with Busy while one runs a task)."""
-        return int(self._run("host_remove", [validate_id(host_id, "host id")]))
+    def remove_host(self, host_id: str, force: bool = False) -> int:
+        """Delete a host and its devices; returns the number of devices removed. Refused with
+        Busy while one holds a lease, unless ``force``: each such task is handed back first
+        (no attempt spent: it is queued again)."""
+        n, _ = self._run("host_remove", [validate_id(host_id, "host id"), "1" if force else "0"])
+        return int(n)
+
+    def remove_device(self, device_id: str, force: bool = False) -> RemovedDevice:
+        """Delete one device (retired, replaced, or a ghost its host no longer reports).
+        Refused with Busy while a lease holds it or its live host still reports it, unless
+        ``force``: a task holding it is handed back first (no attempt spent) and its host stops
+        the run; a host that still reports it registers it again at its next heartbeat."""
+        host_id, task_id, reported = self._run(
+            "device_remove", [validate_id(device_id, "device id"), "1" if force else "0"]
+        )
+        return RemovedDevice(str(device_id), str(host_id), str(task_id) or None, reported == 1)
 
     def drain(self, host_id: str, draining: bool = True) -> str:
         """No new assignments to the host (``draining=False`` resumes them)."""
