@@ -154,3 +154,30 @@ def test_a_ghost_after_a_crash_is_offline_and_removable_with_real_daemons(deploy
     wait_for(lambda: d.status(tid) == TaskStatus.cancelled, 30, "cancelled")
     time.sleep(0.5)
     assert verify(d.admin).ok, verify(d.admin).findings
+
+
+@pytest.mark.slow
+def test_the_flaky_phone_of_a_three_phone_lab_is_quarantined_with_real_daemons(
+    deploy: Any,
+) -> None:
+    """3 phones, one of which fails every run as infrastructure (exit 75): at the default
+    max_quarantine_fraction 0.25 none could be quarantined; now the flaky one is, after
+    quarantine_after failures, and the rest of the queue runs on the other two."""
+    d = deploy
+    d.configure(quarantine_after=3)
+    d.scheduler()
+    d.host("lab", "p1:android", "p2:android", "p3:android", extra=(
+        "--goal-runner", "command", "--infra-exit-code", "75",
+        "--command", "sh -c 'test {device_id} != p1 || exit 75; sleep 0.3'",
+    ))  # fmt: skip
+    wait_for(lambda: len(d.admin.devices()) == 3 and d.alive("lab"), 30, "host up")
+    ids = [d.client.submit(f"case {i}", driver_type="android", max_attempts=1) for i in range(9)]
+    done = d.wait_all(ids, 60)
+    failed = [t for t in done if t.status == TaskStatus.failed]
+    assert {t.failure_kind.value for t in failed if t.failure_kind} == {"infrastructure"}
+    assert {t.device_id for t in failed} == {"p1"}
+    assert len(failed) == 3, [(t.device_id, t.status) for t in done]
+    p1 = d.admin.device("p1")
+    assert p1.quarantined and p1.quarantine_reason == "3 consecutive infrastructure failures"
+    assert not d.admin.device("p2").quarantined and not d.admin.device("p3").quarantined
+    assert verify(d.admin).ok, verify(d.admin).findings
