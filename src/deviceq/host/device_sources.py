@@ -443,6 +443,7 @@ class DeviceWatch:
         self.sources = sources or DeviceSources(state.settings.devices)
         self.sources.log = lambda level, msg: state.log(level, msg)
         self.wake = threading.Event()
+        self.lock = threading.Lock()  # one change applied at a time (the loop, a refusal)
         state.adjust_snapshot = health.joining_snapshot
         state.after_heartbeat = self.after_heartbeat
         state.device_refused = self.refused
@@ -474,6 +475,10 @@ class DeviceWatch:
             self.state.log(logging.INFO, "removed device released: nothing runs on it", device=did)
 
     def apply(self, wanted: list[DeviceConfig]) -> None:
+        with self.lock:
+            self._apply(wanted)
+
+    def _apply(self, wanted: list[DeviceConfig]) -> None:
         current = {d.device_id: d for d in self.state.served()}
         new = {d.device_id: d for d in wanted}
         # health first for a new device (reported joining from its first heartbeat on)
