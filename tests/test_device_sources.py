@@ -391,3 +391,21 @@ def test_a_discovered_device_joins_after_its_health_check(
     tid = d.client.submit("echo ok", driver_type="x")
     assert d.client.wait(tid, timeout=30).status is TaskStatus.done
     assert verify(d.admin).ok
+
+
+def test_a_listed_device_another_host_owns_is_left_out_and_the_host_keeps_beating(
+    deploy: Deployment, tmp_path: Path
+) -> None:
+    d = deploy
+    f = tmp_path / "devices.yaml"
+    f.write_text("- d1:x\n")
+    d.command_host("h2", "o1:x")
+    wait_for(lambda: served(d.admin, "o1"), 20, "o1 served by h2")
+    d.command_host("h1", extra=("--devices-file", str(f)))
+    wait_for(lambda: served(d.admin, "d1"), 20, "d1 served")
+    f.write_text("- d1:x\n- o1:x\n- d2:x\n")
+    wait_for(lambda: served(d.admin, "d2"), 20, "d2 served")
+    assert device(d.admin, "o1")["host_id"] == "h2" and served(d.admin, "o1")
+    assert "device o1 left out: it belongs to another host" in d.log("h1")
+    assert d.alive("h1") and d.alive("h2")
+    assert verify(d.admin).ok
