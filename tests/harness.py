@@ -97,7 +97,8 @@ class Deployment:
             "DEVICEQ_REDIS_URL": self.url,
             "DEVICEQ_POOL": self.pool,
             "DQTEST_MARK": self.mark,
-            "PYTHONPATH": os.pathsep.join((TESTS_DIR, REPO_DIR)),
+            # (this tree's src first: the daemons run the code under test, not an install)
+            "PYTHONPATH": os.pathsep.join((TESTS_DIR, REPO_DIR, os.path.join(REPO_DIR, "src"))),
             **(env or {}),
         }
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process

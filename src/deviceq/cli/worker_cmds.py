@@ -16,6 +16,7 @@ from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from ..core.models import ID_RE, validate_id
 from ..host.daemon import HostWorker
+from ..host.device_sources import DeviceSourceError
 from ..host.multipool import MultiPoolHost
 from ..host.runners import RunnerSpec
 from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
@@ -137,7 +138,7 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
         goal_opts = {**sim, **runner_options}
     else:
         goal_opts = runner_options
-    known = set(WorkerSettings.__dataclass_fields__)
+    known = {n for n, f in WorkerSettings.__dataclass_fields__.items() if f.init}
     unknown = sorted(set(cfg) - known - {"workflow_runner"})
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(unknown)}")
@@ -250,6 +251,10 @@ def build_pool_settings(
     for key, value in cli.items():
         if value is not None and value != ():
             cfg[key] = value
+    if len(pools) > 1 and (cfg.get("devices_file") or cfg.get("discover")):
+        raise DeviceSourceError(
+            "--devices-file and --discover serve one pool: run a daemon per pool for them"
+        )
     per_file, plain_file = split_token_files(cfg.pop("token_file", None), pools)
     token = cfg.pop("token", None)
     devices = split_devices(cfg.pop("devices", None) or cfg.pop("device", None) or [], pools)
@@ -298,6 +303,36 @@ def build_pool_settings(
     "each device in exactly one pool.",
 )
 @click.option(
+    "--devices-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="YAML or JSON list of devices (ID:DRIVER[:TAGS] texts or mappings with id, "
+    "driver_type, tags and optional serial), with --device's devices (an id in both is an "
+    "error). Read again on SIGHUP and when it changes (looked at every second): devices "
+    "added, removed and retagged while running; a removed device's running task is stopped "
+    "and handed back, a retag applies to its next task. A bad file at start: exit 2; a file "
+    "that becomes bad is logged and the last good list stays.",
+)
+@click.option(
+    "--discover",
+    multiple=True,
+    metavar="adb|command:CMD",
+    help="Find devices while running (repeatable; with --device/--devices-file: union). "
+    "adb: `adb devices -l`, one android device per serial in state device, tags model=, "
+    "product=, device=; a serial that is no valid id is mapped to one (192.168.1.5:5555 -> "
+    "192.168.1.5-5555) and the real one is {serial} in --command and $ANDROID_SERIAL. "
+    'command:CMD (no shell) prints one JSON device per line: {"id": ..., "driver_type": '
+    '..., "tags": [...], "serial": ...} (serial optional). A device that appears joins (after '
+    "its health check), one that disappears goes offline and its task is handed back; a "
+    "failing command is logged and the last good list stays.",
+)
+@click.option(
+    "--discover-every",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Seconds between discoveries [default: 5].",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(exists=True, dir_okay=False),
@@ -318,7 +353,7 @@ def build_pool_settings(
     "--command",
     metavar="TEMPLATE",
     help="Command per task for the command runner, split into arguments once; "
-    "{device_id} {driver_type} {task_id} {attempt} {tags} {host_id} are "
+    "{device_id} {driver_type} {task_id} {attempt} {tags} {host_id} {serial} are "
     "substituted, {goal} must be a whole argument ({goal:shell} quotes it for "
     "a shell: sh -c '...', adb shell, ssh). Values are also in DEVICEQ_* env.",
 )
@@ -488,7 +523,7 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     try:
         per_pool = build_pool_settings(options, file_cfg, pools)
     except (ConfigError, InvalidInput) as exc:
-        if len(pools) == 1:
+        if len(pools) == 1 and not isinstance(exc, DeviceSourceError):
             raise
         fail(str(exc), EXIT_START_REFUSED)  # nothing started, nothing written
     logs.configure(ctx.log_format, ctx.log_level.upper())

@@ -57,6 +57,7 @@ from ..core.durability import warn_if_unsafe
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
 from .client import HostClient
+from .device_sources import DeviceWatch
 from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
@@ -67,8 +68,11 @@ from .state import EXIT_START_REFUSED, TRANSIENT, HostState, unreachable
 from .upkeep import CTL_BLOCK, Upkeep
 
 
-def install_stop_signals(on_signal: Callable[[str], None]) -> None:
-    """SIGTERM/SIGINT call ``on_signal(NAME)`` (from the main thread only). The Python handler
+def install_stop_signals(
+    on_signal: Callable[[str], None], on_hup: Callable[[], None] | None = None
+) -> None:
+    """SIGTERM/SIGINT call ``on_signal(NAME)`` (from the main thread only); with ``on_hup``,
+    SIGHUP calls it (re-read the devices) instead of ending the process. The Python handler
     does nothing itself (logging or taking a lock from a handler that interrupted the same
     thread could raise or deadlock): the signal number arrives through the wakeup fd at a
     watcher thread, which calls ``on_signal``."""
@@ -92,9 +96,13 @@ def install_stop_signals(on_signal: Callable[[str], None]) -> None:
             for signum in data:
                 if signum in wanted:
                     on_signal(signal.Signals(signum).name)
+                elif signum == signal.SIGHUP and on_hup is not None:
+                    on_hup()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if on_hup is not None:
+        signal.signal(signal.SIGHUP, handler)
     threading.Thread(target=watch, name="signals", daemon=True).start()
 
 
@@ -147,6 +155,7 @@ class HostWorker:
         self.health = HealthChecker(self.state, self.host)
         self.state.task_ending = self.health.task_ending
         self.state.task_ended = self.health.task_ended
+        self.devices = DeviceWatch(self.state, self.health, settings.sources)
         self._threads: list[threading.Thread] = []
 
     def _dispatcher(self, settings: WorkerSettings, pool: str) -> TaskDispatcher:
@@ -177,8 +186,10 @@ class HostWorker:
         loops = [("heartbeat", self.upkeep.heartbeat_loop), ("renew", self.upkeep.renew_loop)]
         if self.settings.device_check:
             loops.append(("device-check", self.upkeep.check_loop))
-        if self.health.enabled:
+        if self.health.enabled or (self.devices.dynamic and self.settings.health_check):
             loops.append(("health", self.health.loop))
+        if self.devices.dynamic:
+            loops.append(("devices", self.devices.loop))
         for name, target in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -216,7 +227,7 @@ class HostWorker:
             self.state.signalled = name
             self.stop()
 
-        install_stop_signals(on_signal)
+        install_stop_signals(on_signal, self.devices.reload if self.devices.dynamic else None)
 
     def _summary(self) -> None:
         """One INFO line about what the host did since the last one (if anything)."""
@@ -234,6 +245,8 @@ class HostWorker:
         with contextlib.suppress(redis.RedisError):
             what = f"host daemon {self.settings.host_id} (pool {self.pool})"
             warn_if_unsafe(self.host.redis, what)
+        if self.devices.dynamic:
+            self.devices.refresh()  # discovered devices are in the first heartbeat
         if self.settings.device_check:
             self.upkeep.check_devices()
 
@@ -247,6 +260,7 @@ class HostWorker:
             hb = self.host.heartbeat(self.health.first_snapshot(self.state.snapshot()))
             self.state.apply_heartbeat(hb)
             self.health.prepare()
+            self.health.take_joining()
             return info
 
         try:
@@ -395,7 +409,9 @@ class HostWorker:
                 sent = time.monotonic()
                 claimed = (
                     self.state.retry(
-                        "drain inbox", lambda: self.host.claim(len(self.state.devices)), past_grace
+                        "drain inbox",
+                        lambda: self.host.claim(max(1, len(self.state.devices))),
+                        past_grace,
                     )
                     or []
                 )

@@ -212,6 +212,7 @@ class TaskDispatcher:
         deadline: float | None = None,
         *,
         driver_type: str | None = None,
+        serial: str = "",
         lease: LeaseClock | None = None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
     ) -> DispatchOutcome:
@@ -219,13 +220,15 @@ class TaskDispatcher:
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
         ``deadline`` is a ``time.monotonic()`` value after which the runner is stopped and
         the attempt fails with ``timeout``. ``driver_type`` is the device's (the task's
-        constraint may be empty); ``lease`` is the run's `LeaseClock` (runners outside this
-        process kill the run when it ends unrenewed)."""
+        constraint may be empty), ``serial`` its real serial if it has one; ``lease`` is the
+        run's `LeaseClock` (runners outside this process kill the run when it ends
+        unrenewed)."""
         cancel_event = cancel_event or threading.Event()
         stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
         task = self.make_task(assignment, stop, deadline, lease)
         if driver_type:
             task.driver_type = driver_type
+        task.serial = serial  # the device's real serial (discovered devices), else ""
         run: Callable[[], Any]
         if assignment.task.kind == "workflow":
             if self.workflow_runner is None or self.workflow_loader is None:

@@ -30,6 +30,13 @@ def lease_margin(lease_s: float) -> float:
     return min(1.0, 0.1 * lease_s)
 
 
+RELEASED_WHY = {
+    "drain": "host shut down before the task finished",
+    "removed": "device removed from this host",
+}
+"""Stop reasons whose unfinished run is handed back (released: no attempt spent)."""
+
+
 @dataclass(eq=False)
 class Run:
     """One claimed attempt running (or about to run) on one device."""
@@ -38,7 +45,7 @@ class Run:
     lease: LeaseClock
     renew_at: float  # time.monotonic() of the next renewal (a third into the lease)
     cancel: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None  # why it was stopped: cancel | lost | expired | drain
+    reason: str | None = None  # why it was stopped: cancel | lost | expired | drain | removed
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
 
@@ -124,7 +131,7 @@ class Executor:
             return
         with self.state.lock:
             busy = self.state.abandoned.get(a.device_id)
-        state = self.state.states[a.device_id]
+        state = self.state.states.get(a.device_id, DeviceState.offline)
         if self.state.stopping.is_set() or busy or state is not DeviceState.idle:
             why = (
                 "host shutting down"
@@ -171,6 +178,7 @@ class Executor:
                     run.cancel,
                     deadline,
                     driver_type=device.driver_type,
+                    serial=device.serial,
                     lease=run.lease,
                     on_abandon=lambda out: self.abandon(run, out),
                 )
@@ -268,8 +276,8 @@ class Executor:
                 **f,
             )
             return
-        if run.reason == "drain" and not out.ok:
-            self.release(run, "host shut down before the task finished")
+        if run.reason in RELEASED_WHY and not out.ok:
+            self.release(run, RELEASED_WHY[run.reason])
             return
         if run.reason == "cancel" and not out.ok:
             report = Report(

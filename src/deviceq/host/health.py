@@ -90,6 +90,7 @@ class HealthChecker:
         self.threads: dict[str, threading.Thread] = {}
         self.cancels: dict[str, threading.Event] = {}  # device id -> its running check's
         self.checks = 0  # checks run (tests, logs)
+        self.joining: set[str] = set()  # joined while running, not taken for their check yet
 
     @property
     def enabled(self) -> bool:
@@ -160,7 +161,8 @@ class HealthChecker:
                 device_id not in st.by_device
                 and device_id not in st.abandoned
                 and device_id not in st.quarantined
-                and st.states[device_id] is DeviceState.idle
+                and device_id not in st.retiring
+                and st.states.get(device_id) is DeviceState.idle
             )
 
     # -- start-up ----------------------------------------------------------------------------
@@ -201,6 +203,67 @@ class HealthChecker:
             for r in reports
         ]
 
+    # -- devices that join or leave while the daemon runs ---------------------------------------
+    def device_added(self, dev: DeviceConfig) -> None:
+        """A device joined while running (or its driver type changed): when its driver type
+        is checked it is reported busy (``JOINING``) until `take_joining` took it for its
+        joining check, as at start."""
+        if dev.driver_type not in self.by_driver:
+            self.device_removed(dev.device_id)
+            return
+        with self.lock:
+            if dev.device_id not in self.devices:
+                self.devices = {**self.devices, dev.device_id: DeviceHealth()}  # (copy: loops)
+                self.joining.add(dev.device_id)
+
+    def device_removed(self, device_id: str) -> None:
+        """A device left: forget its health here; a check running on it is stopped."""
+        with self.lock:
+            if device_id in self.devices:
+                self.devices = {k: v for k, v in self.devices.items() if k != device_id}
+            self.joining.discard(device_id)
+            if device_id in self.cancels:
+                self.cancels[device_id].set()
+
+    def joining_snapshot(self, reports: list[DeviceReport]) -> list[DeviceReport]:
+        """A heartbeat's snapshot with the devices joining while running reported busy."""
+        with self.lock:
+            joining = set(self.joining)
+        if not joining:
+            return reports
+        return [
+            replace(r, state=DeviceState.busy, reason=JOINING)
+            if r.device_id in joining and r.state is DeviceState.idle
+            else r
+            for r in reports
+        ]
+
+    def take_joining(self) -> None:
+        """After a heartbeat: take the joining devices it registered for their check (like
+        `prepare`); a refused one is checked when the loop finds it free."""
+        with self.lock:
+            joining = sorted(self.joining)
+        for did in joining:
+            h = self.devices.get(did)
+            if h is not None and h.begun:  # taken at start already (prepare)
+                with self.lock:
+                    self.joining.discard(did)
+                continue
+            try:
+                begun = h is not None and self.host.health_begin(did)
+            except NotFound:
+                continue  # not registered yet: the next heartbeat does
+            except MARK_ERRORS as exc:
+                self.state.log(logging.WARNING, f"health check not begun: {type(exc).__name__}",
+                               device=did)  # fmt: skip
+                continue
+            with self.lock:
+                if h is not None and begun:
+                    h.begun = True
+                self.joining.discard(did)
+        if joining:
+            self.wake.set()
+
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
         """Start every due check of a device that is free here (a thread per check) until the
@@ -224,8 +287,9 @@ class HealthChecker:
 
     def start_due(self) -> None:
         now = time.monotonic()
-        for did in self.devices:
-            h = self.devices[did]
+        for did, h in self.devices.items():
+            if did not in self.state.devices:
+                continue  # left meanwhile
             with self.lock:
                 if h.running or self.check_of(did).busy(did):  # (a timed-out call not returned)
                     continue

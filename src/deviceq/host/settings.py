@@ -22,6 +22,7 @@ class DeviceConfig:
     driver_type: str
     tags: tuple[str, ...] = ()
     state: DeviceState = DeviceState.idle
+    serial: str = ""  # the real serial of a discovered device ({serial}, $ANDROID_SERIAL)
 
     @classmethod
     def parse(cls, text: str) -> DeviceConfig:
@@ -52,6 +53,9 @@ class DeviceConfig:
     def report(self) -> DeviceReport:
         return DeviceReport(self.device_id, self.driver_type, self.tags, self.state)
 
+
+DEVICE_CHECK_PLACEHOLDERS = ("device_id", "driver_type", "tags", "serial")
+"""The placeholders of ``--device-check`` (``{serial}``: the device's serial, else its id)."""
 
 HEALTH_PLACEHOLDERS = ("device_id", "driver_type", "tags", "host_id")
 """The placeholders of a health check's command template (validated ids: safe anywhere)."""
@@ -136,6 +140,12 @@ class WorkerSettings:
     health_check_timeout: float = 60.0
     recover: bool = True
     takeover: bool = False
+    # devices that change while the daemon runs (deviceq.host.device_sources): a YAML/JSON
+    # list re-read on SIGHUP and when it changes, and discovery providers (adb, command:CMD)
+    devices_file: str | None = None
+    discover: Any = ()
+    discover_every: float = 5.0
+    sources: Any = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
@@ -145,11 +155,10 @@ class WorkerSettings:
                 "import path; RunnerSpec('sim') only simulates work"
             )
         self.devices = [DeviceConfig.coerce(d) for d in self.devices]
-        if not self.devices:
-            raise ConfigError("a host needs at least one --device ID:DRIVER[:TAG,TAG]")
         ids = [d.device_id for d in self.devices]
         if len(set(ids)) != len(ids):
             raise ConfigError("device ids must be unique")
+        self._device_sources()
         for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
@@ -171,6 +180,38 @@ class WorkerSettings:
                 "--health-every-tasks/--health-every-seconds need a --health-check DRIVER=TEMPLATE"
             )
         if self.device_check is not None:
-            CommandTemplate.parse(self.device_check, ("device_id", "driver_type", "tags"))
+            CommandTemplate.parse(self.device_check, DEVICE_CHECK_PLACEHOLDERS)
             if self.device_check_interval <= 0 or self.device_check_timeout <= 0:
                 raise ConfigError("device check interval and timeout must be positive")
+
+    def _device_sources(self) -> None:
+        """Check ``devices_file``/``discover``/``discover_every`` and read the devices file
+        (ConfigError: one line); ``devices`` becomes the starting list (the flags' and the
+        file's devices; discovered ones join once the daemon runs), ``sources`` what the daemon
+        asks for the current list."""
+        from .device_sources import (  # (it imports DeviceConfig)
+            DeviceSourceError,
+            DeviceSources,
+            DiscoverySpec,
+        )
+
+        texts = [self.discover] if isinstance(self.discover, str) else list(self.discover or ())
+        specs = [DiscoverySpec.parse(t) for t in texts]
+        if len({str(s) for s in specs}) != len(specs):
+            raise DeviceSourceError("the same --discover is given twice")
+        try:
+            self.discover_every = float(self.discover_every)
+        except (TypeError, ValueError):
+            raise DeviceSourceError("--discover-every must be a number of seconds") from None
+        if not self.discover_every > 0:
+            raise DeviceSourceError("--discover-every must be positive")
+        if self.devices_file is not None:
+            self.devices_file = str(self.devices_file)
+        self.sources = DeviceSources(self.devices, self.devices_file, specs, self.discover_every)
+        self.discover = tuple(str(s) for s in specs)
+        if not self.sources.dynamic and not self.devices:
+            raise ConfigError(
+                "a host needs at least one --device ID:DRIVER[:TAG,TAG] (or --devices-file "
+                "FILE, --discover adb|command:CMD)"
+            )
+        self.devices = self.sources.merged()

@@ -42,6 +42,19 @@ EXIT_REVOKED = 4  # the host was removed or its token rotated while running
 
 
 @dataclass
+class DeviceChanges:
+    """What `HostState.set_devices` changed."""
+
+    added: list[DeviceConfig] = field(default_factory=list)
+    changed: list[tuple[DeviceConfig, DeviceConfig]] = field(default_factory=list)  # old, new
+    removed: list[DeviceConfig] = field(default_factory=list)
+    stopped: list[Run] = field(default_factory=list)  # runs on removed devices, told to stop
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
+
+
+@dataclass
 class HostState:
     """The shared state of one host daemon (every field guarded by ``lock`` where threads
     write it)."""
@@ -54,6 +67,9 @@ class HostState:
     runs: dict[str, Run] = field(default_factory=dict)  # task id -> run (until reported)
     by_device: dict[str, Run] = field(default_factory=dict)  # device id -> newest run on it
     abandoned: dict[str, str] = field(default_factory=dict)  # device id -> why it is busy
+    # devices no longer served whose runner is still stopping: out of every snapshot, never
+    # given work; forgotten once nothing runs on them (`forget_retired`)
+    retiring: set[str] = field(default_factory=set)
     quarantined: set[str] = field(default_factory=set)
     remote_draining: bool = False
     lease_ttl: float = 60.0
@@ -73,6 +89,11 @@ class HostState:
     # health check policy (deviceq.host.health)
     task_ending: Callable[[str, str, str | None], None] = lambda device, outcome, kind: None
     task_ended: Callable[[str, str, str | None], None] = lambda device, outcome, kind: None
+    # the heartbeat's snapshot as sent (joining devices reported busy) / after it got through
+    adjust_snapshot: Callable[[list[DeviceReport]], list[DeviceReport]] = lambda reports: reports
+    after_heartbeat: Callable[[], None] = lambda: None
+    # Redis refused a device (another host owns it): (device id, why) -> leave it out
+    device_refused: Callable[[str, str], None] = lambda device, why: None
 
     def __post_init__(self) -> None:
         self.devices = {d.device_id: d for d in self.settings.devices}
@@ -100,6 +121,7 @@ class HostState:
                 if d not in self.by_device
                 and d not in self.abandoned
                 and d not in self.quarantined
+                and d not in self.retiring
                 and self.states[d] is DeviceState.idle
             ]
 
@@ -113,9 +135,10 @@ class HostState:
         that did not stop; offline = broken (from the device check)."""
         with self.lock:
             abandoned = dict(self.abandoned)
+            devices = [(d, self.states[d.device_id]) for d in self.served_locked()]
         out = []
-        for d in self.devices.values():
-            state, reason = self.states[d.device_id], ""
+        for d, state in devices:
+            reason = ""
             if d.device_id in abandoned:
                 state, reason = DeviceState.busy, abandoned[d.device_id]
             elif state is DeviceState.busy:
@@ -124,6 +147,59 @@ class HostState:
                 reason = "device check failed"
             out.append(DeviceReport(d.device_id, d.driver_type, d.tags, state, reason))
         return out
+
+    def served_locked(self) -> list[DeviceConfig]:
+        """The devices this host serves now (not the retiring ones); hold ``lock``."""
+        return [d for did, d in self.devices.items() if did not in self.retiring]
+
+    def served(self) -> list[DeviceConfig]:
+        with self.lock:
+            return self.served_locked()
+
+    def set_devices(self, wanted: list[DeviceConfig]) -> DeviceChanges:
+        """Serve ``wanted`` from now on. New devices start idle (by their local check); a
+        changed one (tags, driver type, serial) applies to its next task (a running task keeps
+        what it was given); a removed one is retired: out of the snapshot and of service at
+        once, its run (if any) stopped with reason ``removed`` (handed back, like a drain),
+        forgotten once nothing runs on it. A retiring device given again is served again."""
+        new = {d.device_id: d for d in wanted}
+        ch = DeviceChanges()
+        with self.lock:
+            for did, dev in new.items():
+                old = self.devices.get(did)
+                if old is None or did in self.retiring:
+                    ch.added.append(dev)
+                    self.retiring.discard(did)
+                    self.states[did] = dev.state
+                elif old != dev:
+                    ch.changed.append((old, dev))
+                self.devices[did] = dev
+            for did in list(self.devices):
+                if did in new or did in self.retiring:
+                    continue
+                ch.removed.append(self.devices[did])
+                self.retiring.add(did)
+                self.states[did] = DeviceState.offline
+                run = self.by_device.get(did)
+                if run is not None and not run.ended.is_set():
+                    ch.stopped.append(run)
+        for run in ch.stopped:
+            run.stop("removed")
+        self.forget_retired()
+        if ch:
+            self.beat_now.set()
+            self.changed.set()
+        return ch
+
+    def forget_retired(self) -> list[str]:
+        """Forget the retiring devices nothing runs on any more; returns their ids."""
+        with self.lock:
+            done = [d for d in self.retiring if d not in self.by_device and d not in self.abandoned]
+            for did in done:
+                self.retiring.discard(did)
+                self.devices.pop(did, None)
+                self.states.pop(did, None)
+        return done
 
     def apply_heartbeat(self, hb: Heartbeat) -> None:
         """Take the quarantine set and the operator's drain flag from a heartbeat answer."""

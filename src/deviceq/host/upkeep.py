@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
 
-from ..core.errors import AuthError, DeviceqError, SessionSuperseded
+from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
 from .client import HostClient
 from .execution import Run
 from .runners import CommandTemplate, kill_group
-from .settings import DeviceConfig
+from .settings import DEVICE_CHECK_PLACEHOLDERS, DeviceConfig
 from .state import TRANSIENT, HostState, unreachable
 
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
 CTL_BLOCK = 1.0  # longest wait on the control list (bounds how late a stop is noticed)
+OWNED_RE = re.compile(r"device (\S+) belongs to another host")  # heartbeat.lua's DEVICE_OWNED
 
 
 class Upkeep:
@@ -52,7 +54,9 @@ class Upkeep:
         next_cfg = time.monotonic() + 10.0
         while not self.state.closed.is_set():
             try:
-                self.state.apply_heartbeat(self.host.heartbeat(self.state.snapshot()))
+                reports = self.state.adjust_snapshot(self.state.snapshot())
+                self.state.apply_heartbeat(self.host.heartbeat(reports))
+                self.state.after_heartbeat()
                 if time.monotonic() >= next_cfg:
                     self.refresh_config()
                     self.summary()
@@ -64,6 +68,16 @@ class Upkeep:
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
                 return
+            except DeviceOwned as exc:
+                # a device that joined while running is another host's: leave it out (the
+                # others must go on heartbeating), beat again at once without it
+                m = OWNED_RE.search(str(exc))
+                if m and m.group(1) in self.state.devices:
+                    self.state.device_refused(m.group(1), "it belongs to another host")
+                    wait = 0.0
+                else:
+                    self.state.log(logging.ERROR, f"heartbeat refused: DeviceOwned: {exc}")
+                    wait = max(1.0, self.hb_interval())
             except DeviceqError as exc:
                 self.state.log(logging.ERROR, f"heartbeat refused: {type(exc).__name__}: {exc}")
                 wait = max(1.0, self.hb_interval())
@@ -163,36 +177,43 @@ class Upkeep:
     def check_devices(self) -> None:
         """Run the device check for every device not running a deviceq task: exit 0 -> idle,
         exit 3 -> busy (in use outside deviceq), anything else or a timeout -> offline."""
-        for dev in self.state.devices.values():
+        for dev in self.state.served():
             with self.state.lock:
                 running = dev.device_id in self.state.by_device
             if running or self.state.closed.is_set():
                 continue
             state = self.check(dev)
-            if state is not self.state.states[dev.device_id]:
+            with self.state.lock:
+                if self.state.devices.get(dev.device_id) is not dev or dev.device_id in (
+                    self.state.retiring
+                ):
+                    continue  # removed or changed meanwhile: its result means nothing now
+                was = self.state.states[dev.device_id]
+                self.state.states[dev.device_id] = state
+            if state is not was:
                 self.state.log(
                     logging.WARNING if state is not DeviceState.idle else logging.INFO,
                     f"device now {state.value}",
                     device=dev.device_id,
                 )
-                self.state.states[dev.device_id] = state
                 self.state.beat_now.set()
                 self.state.changed.set()
 
     def check(self, dev: DeviceConfig) -> DeviceState:
         assert self.settings.device_check is not None
-        template = CommandTemplate.parse(
-            self.settings.device_check, ("device_id", "driver_type", "tags")
-        )
+        template = CommandTemplate.parse(self.settings.device_check, DEVICE_CHECK_PLACEHOLDERS)
         argv = template.render(
-            {"device_id": dev.device_id, "driver_type": dev.driver_type, "tags": ",".join(dev.tags)}
-        )
+            {"device_id": dev.device_id, "driver_type": dev.driver_type,
+             "tags": ",".join(dev.tags), "serial": dev.serial or dev.device_id}
+        )  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"}
         env.update(
             DEVICEQ_DEVICE_ID=dev.device_id,
             DEVICEQ_DRIVER_TYPE=dev.driver_type,
             DEVICEQ_TAGS=",".join(dev.tags),
         )
+        if dev.serial:
+            env["ANDROID_SERIAL"] = dev.serial
         try:
             proc = subprocess.Popen(
                 argv,

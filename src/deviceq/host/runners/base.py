@@ -56,6 +56,7 @@ class Task:
     gang: str | None = None
     role: str | None = None
     roles: dict[str, dict[str, str]] = field(default_factory=dict)
+    serial: str = ""  # the device's real serial (a discovered device), else ""
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
@@ -66,7 +67,8 @@ class Task:
         return self.cancel.is_set()
 
     def env(self) -> dict[str, str]:
-        """The ``DEVICEQ_*`` environment variables describing this task."""
+        """The ``DEVICEQ_*`` environment variables describing this task (and, for a device
+        with a serial, ``ANDROID_SERIAL``)."""
         env = {
             "DEVICEQ_GOAL": self.goal,
             "DEVICEQ_DEVICE_ID": self.device_id,
@@ -77,6 +79,8 @@ class Task:
             "DEVICEQ_LEASE_ID": self.lease_id,
             "DEVICEQ_HOST_ID": self.host_id,
         }
+        if self.serial:
+            env["DEVICEQ_SERIAL"] = env["ANDROID_SERIAL"] = self.serial
         if self.workflow:
             env["DEVICEQ_WORKFLOW"] = self.workflow
         if self.step is not None:
@@ -95,7 +99,7 @@ class Task:
             "driver_type": self.driver_type, "tags": tuple(self.tags), "attempt": self.attempt,
             "deadline_in": self.time_left(), "lease_id": self.lease_id, "host_id": self.host_id,
             "workflow": self.workflow, "step": self.step, "gang": self.gang, "role": self.role,
-            "roles": self.roles,
+            "roles": self.roles, "serial": self.serial,
         }  # fmt: skip
 
     @classmethod

@@ -20,7 +20,8 @@ from ...core.errors import ConfigError
 from ...core.models import MAX_PAYLOAD_BYTES
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, tail
 
-PLACEHOLDERS = ("goal", "device_id", "driver_type", "task_id", "attempt", "tags", "host_id")
+PLACEHOLDERS = ("goal", "device_id", "driver_type", "task_id", "attempt", "tags", "host_id",
+                "serial")  # fmt: skip
 SAFE_PLACEHOLDERS = frozenset(PLACEHOLDERS) - {"goal"}  # validated ids: safe anywhere
 SECRET_ENV = ("DEVICEQ_HOST_TOKEN",)
 _FIELD_RE = re.compile(r"\$\{[^{}]*\}|\{\{|\}\}|\{([^{}]*)\}|[{}]")
@@ -33,7 +34,8 @@ class CommandTemplate:
     never split, globbed or re-parsed here, whatever it contains.
 
     Placeholders: ``{device_id}`` ``{driver_type}`` ``{task_id}`` ``{attempt}`` ``{tags}``
-    ``{host_id}`` (validated ids: allowed anywhere in an argument, e.g. ``--serial={device_id}``)
+    ``{host_id}`` ``{serial}`` (the device's real serial, else its id) (validated: allowed
+    anywhere in an argument, e.g. ``--serial={device_id}``)
     and ``{goal}``, free text, which must be a whole argument. Where the goal must travel through
     a shell — a script (``sh -c 'echo {goal:shell}'``) or a command that hands its arguments to
     a shell (``adb shell``, ``ssh``) — write ``{goal:shell}``: it is quoted as one word for that
@@ -278,7 +280,7 @@ class CommandRunner:
         values = {
             "goal": task.goal, "device_id": task.device_id, "driver_type": task.driver_type,
             "task_id": task.task_id, "attempt": str(task.attempt), "tags": ",".join(task.tags),
-            "host_id": task.host_id,
+            "host_id": task.host_id, "serial": task.serial or task.device_id,
         }  # fmt: skip
         return self.parsed.render(values)
 

@@ -1,0 +1,525 @@
+"""Where a host daemon's devices come from, merged into the one list it serves.
+
+Sources (any combination; their union is the list, an id in two of them is an error):
+
+- static: ``--device ID:DRIVER[:TAGS]`` flags (or ``devices`` of ``--config``); fixed;
+- a devices file: ``--devices-file FILE``, a YAML or JSON list of devices with the fields of
+  ``--device`` (``ID:DRIVER[:TAGS]`` texts or mappings ``id``, ``driver_type``, ``tags``,
+  optional ``serial``); re-read on SIGHUP and when it changes (`DeviceSources.poll` looks at
+  its size, mtime and content about every second);
+- discovery: ``--discover adb`` (``adb devices -l``: one ``android`` device per serial in
+  state ``device``) or ``--discover command:CMD`` (any command, run without a shell, printing
+  one JSON device per line), run every ``--discover-every`` seconds.
+
+While the daemon runs, a bad devices file, a failing discovery command or a device id given
+by two sources is logged (one warning line naming the problem) and the last good list of
+that source stays in force; bad lines of a discovery's output are skipped with a warning
+naming them. At start a bad devices file, or an id given twice among the flags and the file,
+is a ConfigError (nothing is registered)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from ..core.errors import ConfigError, DeviceqError
+from ..core.models import ID_RE, TAG_RE
+from .settings import DeviceConfig
+
+if TYPE_CHECKING:
+    from .health import HealthChecker
+    from .state import HostState
+
+SERIAL_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@+/=,-]{0,254}\Z")
+"""A device serial as adb and the like print it (``emulator-5554``, ``192.168.1.5:5555``,
+``adb-R5CT.._adb-tls-connect._tcp``): no whitespace, quote or shell metacharacter, so that it
+is safe anywhere in a command's argument (``{serial}``)."""
+DEFAULT_DISCOVER_EVERY = 5.0
+DISCOVER_TIMEOUT = 20.0  # a discovery command running longer is killed (the last list stays)
+FILE_POLL = 1.0  # seconds between looks at the devices file
+ADB_TAG_KEYS = ("model", "product", "device")
+MAX_OUTPUT = 1024 * 1024  # bytes of a discovery command's output read at most
+
+Log = Callable[[int, str], None]
+
+
+class DeviceSourceError(ConfigError):
+    """A devices file, a discovery spec or a device of them is not valid (at start: exit 2,
+    nothing registered)."""
+
+
+def validate_serial(value: object) -> str:
+    if not isinstance(value, str) or not SERIAL_RE.fullmatch(value):
+        raise DeviceSourceError(
+            f"invalid serial {value!r}: use 1-255 characters from A-Z a-z 0-9 . _ : @ + / = , - "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def device_id_for_serial(serial: str) -> str:
+    """A valid deviceq id for ``serial``, the same every time: the serial itself when it is
+    one; else every character outside ``A-Z a-z 0-9 . _ -`` becomes ``-`` (``192.168.1.5:5555``
+    -> ``192.168.1.5-5555``), a leading punctuation gets an ``d`` before it, and a result past
+    128 characters is cut and ends with a hash of the serial (so two long serials differ)."""
+    if ID_RE.fullmatch(serial):
+        return serial
+    out = re.sub(r"[^A-Za-z0-9._-]", "-", serial) or "-"
+    if not out[0].isalnum():
+        out = "d" + out
+    if len(out) > 128:
+        out = out[:119] + "-" + hashlib.sha1(serial.encode()).hexdigest()[:8]
+    return out
+
+
+def tag_for(key: str, value: str) -> str | None:
+    """The tag ``key=value`` with characters a tag may not hold made ``_`` (cut to 64
+    characters); None when nothing valid is left."""
+    text = f"{key}=" + re.sub(r"[^A-Za-z0-9._=/+-]", "_", value)
+    text = text[:64]
+    return text if TAG_RE.fullmatch(text) and value else None
+
+
+def parse_adb_devices(text: str) -> tuple[list[DeviceConfig], list[str]]:
+    """The devices of an ``adb devices -l`` output: one per serial in state ``device``
+    (``offline``, ``unauthorized``, ``recovery`` ... are skipped), driver type ``android``,
+    tags ``model=``, ``product=``, ``device=`` from the line, the real serial as ``serial``.
+    Returns (devices, warnings about the lines that could not be used)."""
+    devices: list[DeviceConfig] = []
+    warnings: list[str] = []
+    seen: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("*") or line.startswith("List of devices"):
+            continue
+        words = line.split()
+        if len(words) < 2:
+            warnings.append(f"adb: unexpected line {line[:120]!r}")
+            continue
+        serial, state = words[0], words[1]
+        if state != "device":
+            continue  # offline, unauthorized, no permissions ...: not usable now
+        try:
+            validate_serial(serial)
+        except ConfigError as exc:
+            warnings.append(f"adb: skipped {line[:120]!r}: {exc}")
+            continue
+        attrs = dict(w.split(":", 1) for w in words[2:] if ":" in w)
+        tags = tuple(sorted(t for k in ADB_TAG_KEYS if (t := tag_for(k, attrs.get(k, "")))))
+        did = device_id_for_serial(serial)
+        if did in seen:
+            warnings.append(f"adb: serials {seen[did]!r} and {serial!r} map to the same id {did}")
+            continue
+        seen[did] = serial
+        devices.append(DeviceConfig(did, "android", tags, serial=serial))
+    return devices, warnings
+
+
+def parse_json_lines(text: str, what: str = "discovery") -> tuple[list[DeviceConfig], list[str]]:
+    """One JSON device per line (``{"id": ..., "driver_type": ..., "tags": [...],
+    "serial": ...}``, serial optional; blank lines ignored). Returns (devices, warnings naming
+    each bad line, which is skipped)."""
+    devices: list[DeviceConfig] = []
+    warnings: list[str] = []
+    ids: set[str] = set()
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+            if not isinstance(value, dict):
+                raise DeviceSourceError("not a JSON object")
+            dev = coerce_device(value)
+        except (ValueError, DeviceqError) as exc:
+            warnings.append(f"{what}: line {n} {line[:120]!r} skipped: {exc}")
+            continue
+        if dev.device_id in ids:
+            warnings.append(f"{what}: line {n}: device {dev.device_id} is listed twice; skipped")
+            continue
+        ids.add(dev.device_id)
+        devices.append(dev)
+    return devices, warnings
+
+
+def coerce_device(value: Any) -> DeviceConfig:
+    """A device of a devices file or a discovery line: ``ID:DRIVER[:TAGS]`` text or a mapping
+    (``id``, ``driver_type``, ``tags``, optional ``serial``; nothing else)."""
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"id", "device_id", "driver_type", "tags", "serial"})
+        if unknown:
+            raise DeviceSourceError(f"unknown field(s) {', '.join(map(str, unknown))}")
+        serial = value.get("serial")
+        dev = DeviceConfig.coerce({k: v for k, v in value.items() if k != "serial"})
+        if serial is not None:
+            dev = DeviceConfig(dev.device_id, dev.driver_type, dev.tags,
+                               serial=validate_serial(serial))  # fmt: skip
+        return dev
+    if isinstance(value, str):
+        return DeviceConfig.parse(value)
+    raise DeviceSourceError(f"bad device {value!r}: use ID:DRIVER[:TAGS] or a mapping")
+
+
+def parse_devices_text(text: str, path: str) -> list[DeviceConfig]:
+    """The devices of a devices file's text (YAML or JSON list; empty = no device).
+    ConfigError (one line naming the file and the problem) when it is not valid."""
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DeviceSourceError(f"devices file {path} is not valid YAML/JSON: {first}") from None
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise DeviceSourceError(f"devices file {path} must hold a list of devices")
+    out: list[DeviceConfig] = []
+    ids: set[str] = set()
+    for i, item in enumerate(data, 1):
+        try:
+            dev = coerce_device(item)
+        except (ValueError, DeviceqError) as exc:
+            raise DeviceSourceError(f"devices file {path}, device {i}: {exc}") from None
+        if dev.device_id in ids:
+            raise DeviceSourceError(f"devices file {path}: device {dev.device_id} is listed twice")
+        ids.add(dev.device_id)
+        out.append(dev)
+    return out
+
+
+def read_devices_file(path: str) -> tuple[list[DeviceConfig], bytes]:
+    """The devices of ``path`` and its content (ConfigError when unreadable or invalid)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise DeviceSourceError(f"cannot read devices file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise DeviceSourceError(f"devices file {path} is not UTF-8 text") from None
+    return parse_devices_text(text, path), data
+
+
+@dataclass(frozen=True)
+class DiscoverySpec:
+    """``adb`` or ``command:CMD`` (CMD split like a shell would, run without one)."""
+
+    kind: str  # adb | command
+    argv: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> DiscoverySpec:
+        text = str(text).strip()
+        if text == "adb":
+            return cls("adb", ("adb", "devices", "-l"))
+        kind, sep, cmd = text.partition(":")
+        if kind == "command" and sep:
+            try:
+                argv = tuple(shlex.split(cmd))
+            except ValueError as exc:
+                raise DeviceSourceError(f"bad --discover {text!r}: {exc}") from None
+            if argv:
+                return cls("command", argv)
+        raise DeviceSourceError(f"bad --discover {text!r}: use adb or command:CMD")
+
+    def __str__(self) -> str:
+        return "adb" if self.kind == "adb" else "command:" + shlex.join(self.argv)
+
+    def parse_output(self, text: str) -> tuple[list[DeviceConfig], list[str]]:
+        if self.kind == "adb":
+            return parse_adb_devices(text)
+        return parse_json_lines(text, f"--discover {self}")
+
+
+def run_discovery(spec: DiscoverySpec, timeout: float = DISCOVER_TIMEOUT) -> str:
+    """Run a discovery command (no shell, no stdin, the host token not in its environment)
+    and return its standard output; ConfigError (one line) when it cannot start, times out
+    or exits non-zero."""
+    env = {k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"}
+    try:
+        proc = subprocess.run(
+            list(spec.argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise DeviceSourceError(f"--discover {spec}: {spec.argv[0]} not found") from None
+    except OSError as exc:
+        raise DeviceSourceError(f"--discover {spec}: cannot start: {exc.strerror or exc}") from None
+    except subprocess.TimeoutExpired:
+        raise DeviceSourceError(f"--discover {spec}: timed out after {timeout:g} s") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        why = f": {err[-1][:200]}" if err else ""
+        raise DeviceSourceError(f"--discover {spec}: exit code {proc.returncode}{why}")
+    return proc.stdout[:MAX_OUTPUT].decode(errors="replace")
+
+
+@dataclass
+class _Discovery:
+    spec: DiscoverySpec
+    devices: list[DeviceConfig] = field(default_factory=list)  # the last good list
+    last_warning: str = ""
+
+
+class DeviceSources:
+    """The devices a host serves, from every source (see the module docstring). The daemon
+    asks `poll` for the current merged list (about every second, and at once after
+    `request_reload`); ``log`` gets the warnings (one line each, repeated only when they
+    change)."""
+
+    def __init__(
+        self,
+        static: Sequence[DeviceConfig],
+        devices_file: str | None = None,
+        discover: Iterable[DiscoverySpec] = (),
+        discover_every: float = DEFAULT_DISCOVER_EVERY,
+        log: Log = lambda level, msg: None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.static = list(static)
+        self.devices_file = devices_file
+        self.discoveries = [_Discovery(s) for s in discover]
+        self.discover_every = discover_every
+        self.log = log
+        self.clock = clock
+        self.file_devices: list[DeviceConfig] = []
+        self._file_stamp: tuple[int, int] | None = None
+        self._file_hash = ""
+        self._next_discovery = 0.0
+        self._reload = False
+        self._last_merge_warning = ""
+        self.refused: dict[str, str] = {}  # device id -> why Redis refused it (another host's)
+        if devices_file is not None:
+            self.file_devices, data = read_devices_file(devices_file)
+            self._file_hash = hashlib.sha256(data).hexdigest()
+            self._file_stamp = self._stamp()
+            static_ids = {d.device_id for d in self.static}
+            for d in self.file_devices:
+                if d.device_id in static_ids:
+                    raise DeviceSourceError(
+                        f"device {d.device_id} is given by --device and in the devices file "
+                        f"{devices_file}"
+                    )
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the list may change while the daemon runs."""
+        return self.devices_file is not None or bool(self.discoveries)
+
+    def request_reload(self) -> None:
+        """Re-read the devices file and run the discoveries at the next `poll` (SIGHUP)."""
+        self._reload = True
+
+    def refuse(self, device_id: str, why: str) -> None:
+        """Leave ``device_id`` out of the list (Redis refused it: another host owns it)
+        until no source gives it any more."""
+        if device_id not in self.refused:
+            self.refused[device_id] = why
+            self.log(logging.WARNING, f"device {device_id} left out: {why}")
+
+    def poll(self) -> list[DeviceConfig]:
+        """The current merged list, after looking at the file (when it changed, or on a
+        reload) and running the discoveries that are due."""
+        reload, self._reload = self._reload, False
+        self._poll_file(force=reload)
+        now = self.clock()
+        if self.discoveries and (reload or now >= self._next_discovery):
+            self._next_discovery = now + self.discover_every
+            for d in self.discoveries:
+                self._discover(d)
+        return self.merged()
+
+    def merged(self) -> list[DeviceConfig]:
+        """Static devices, then the file's, then each discovery's; an id already given by an
+        earlier source is skipped with a warning (the file's duplicates refuse the whole
+        file instead, in `_poll_file`)."""
+        out: dict[str, DeviceConfig] = {}
+        problems: list[str] = []
+        sources: list[tuple[str, list[DeviceConfig]]] = [
+            ("--device", self.static),
+            ("the devices file", self.file_devices),
+            *((f"--discover {d.spec}", d.devices) for d in self.discoveries),
+        ]
+        where: dict[str, str] = {}
+        for name, devices in sources:
+            for dev in devices:
+                if dev.device_id in out:
+                    problems.append(
+                        f"device {dev.device_id} from {name} is also given by "
+                        f"{where[dev.device_id]}: skipped"
+                    )
+                    continue
+                out[dev.device_id] = dev
+                where[dev.device_id] = name
+        given = set(out)
+        for did in list(self.refused):
+            if did not in given:
+                del self.refused[did]  # no source gives it now: it may come back later
+        warning = "; ".join(problems)
+        if warning and warning != self._last_merge_warning:
+            self.log(logging.WARNING, warning)
+        self._last_merge_warning = warning
+        return [d for d in out.values() if d.device_id not in self.refused]
+
+    # -- the devices file --------------------------------------------------------------------
+    def _stamp(self) -> tuple[int, int] | None:
+        assert self.devices_file is not None
+        try:
+            st = os.stat(self.devices_file)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def _poll_file(self, force: bool = False) -> None:
+        if self.devices_file is None:
+            return
+        stamp = self._stamp()
+        if not force and stamp == self._file_stamp:
+            return
+        self._file_stamp = stamp
+        try:
+            devices, data = read_devices_file(self.devices_file)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest == self._file_hash and not force:
+                return
+            static_ids = {d.device_id for d in self.static}
+            for d in devices:
+                if d.device_id in static_ids:
+                    raise DeviceSourceError(
+                        f"devices file {self.devices_file}: device {d.device_id} is also "
+                        "given by --device"
+                    )
+        except ConfigError as exc:
+            self.log(logging.WARNING, f"{exc}; keeping the last good device list")
+            self._file_hash = ""  # (a later valid content is taken even if it is the old one)
+            return
+        self._file_hash = digest
+        self.file_devices = devices
+
+    # -- discovery ---------------------------------------------------------------------------
+    def _discover(self, d: _Discovery) -> None:
+        try:
+            text = run_discovery(d.spec, min(DISCOVER_TIMEOUT, max(2.0, 4 * self.discover_every)))
+        except ConfigError as exc:
+            self._warn(d, f"{exc}; keeping the last good device list")
+            return
+        devices, warnings = d.spec.parse_output(text)
+        self._warn(d, "; ".join(warnings))
+        d.devices = devices
+
+    def _warn(self, d: _Discovery, text: str) -> None:
+        """Log a discovery's warning once (not again at every poll while it stays the same)."""
+        if text and text != d.last_warning:
+            self.log(logging.WARNING, text)
+        d.last_warning = text
+
+
+class DeviceWatch:
+    """Keeps a host daemon's devices (`HostState`) and their health checks
+    (`HealthChecker`) in step with its `DeviceSources`: `loop` (a thread of its own) polls
+    them about every second (at once on SIGHUP: `reload`) and applies what changed, each
+    change logged in one line."""
+
+    def __init__(self, state: HostState, health: HealthChecker, sources: DeviceSources | None):
+        self.state = state
+        self.health = health
+        self.sources = sources or DeviceSources(state.settings.devices)
+        self.sources.log = lambda level, msg: state.log(level, msg)
+        self.wake = threading.Event()
+        self.lock = threading.Lock()  # one change applied at a time (the loop, a refusal)
+        state.adjust_snapshot = health.joining_snapshot
+        state.after_heartbeat = self.after_heartbeat
+        state.device_refused = self.refused
+
+    @property
+    def dynamic(self) -> bool:
+        return self.sources.dynamic
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the devices file and run the discoveries now."""
+        self.state.log(logging.INFO, "SIGHUP: reading the device sources again")
+        self.sources.request_reload()
+        self.wake.set()
+
+    def loop(self) -> None:
+        while not self.state.closed.is_set():
+            if not self.state.stopping.is_set():
+                try:
+                    self.refresh()
+                except Exception:  # noqa: BLE001 - the device list must survive anything
+                    self.state.log_exception("device sources failed; keeping the device list")
+            self.wake.wait(FILE_POLL)
+            self.wake.clear()
+
+    def refresh(self) -> None:
+        """Apply the sources' current list; forget retired devices whose runs ended."""
+        self.apply(self.sources.poll())
+        for did in self.state.forget_retired():
+            self.state.log(logging.INFO, "removed device released: nothing runs on it", device=did)
+
+    def apply(self, wanted: list[DeviceConfig]) -> None:
+        with self.lock:
+            self._apply(wanted)
+
+    def _apply(self, wanted: list[DeviceConfig]) -> None:
+        current = {d.device_id: d for d in self.state.served()}
+        new = {d.device_id: d for d in wanted}
+        # health first for a new device (reported joining from its first heartbeat on)
+        for did, dev in new.items():
+            old = current.get(did)
+            if old is None or old.driver_type != dev.driver_type:
+                self.health.device_added(dev)
+        ch = self.state.set_devices(wanted)
+        for dev in ch.removed:
+            self.health.device_removed(dev.device_id)
+        for dev in ch.added:
+            self.state.log(logging.INFO, "device added", device=dev.device_id,
+                           driver_type=dev.driver_type, tags=",".join(dev.tags))  # fmt: skip
+        for _old, dev in ch.changed:
+            self.state.log(logging.INFO, "device changed: applies to its next task",
+                           device=dev.device_id, driver_type=dev.driver_type,
+                           tags=",".join(dev.tags))  # fmt: skip
+        for dev in ch.removed:
+            running = [r for r in ch.stopped if r.device_id == dev.device_id]
+            self.state.log(logging.INFO, "device removed" + (": stopping its run, handing "
+                           "the task back" if running else ""), device=dev.device_id,
+                           **({"task": running[0].task_id} if running else {}))  # fmt: skip
+
+    def after_heartbeat(self) -> None:
+        self.health.take_joining()
+
+    def refused(self, device_id: str, why: str) -> None:
+        """Redis refused ``device_id`` in a heartbeat: leave it out, apply the list at once."""
+        self.sources.refuse(device_id, why)
+        self.apply(self.sources.merged())
+
+
+__all__ = [
+    "DeviceSources",
+    "DeviceWatch",
+    "DiscoverySpec",
+    "coerce_device",
+    "device_id_for_serial",
+    "parse_adb_devices",
+    "parse_devices_text",
+    "parse_json_lines",
+    "read_devices_file",
+    "run_discovery",
+]
