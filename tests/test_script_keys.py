@@ -161,6 +161,11 @@ def exercise(url: str, pool: str) -> None:
     assert store.commit_gang(g2, ["d4"]) == "ok:1"
     h3.claim(5)
     assert client.cancel(g2) == "cancelled"
+    # a device removed while it runs (its task handed back), then its host with the rest
+    t9 = client.submit("on a device that is removed", driver_type="web")
+    store.commit([(t9, "d3")])
+    h3.claim(1)
+    admin.remove_device("d3", force=True)
     client.submit("read by the scheduler", driver_type="android")  # lua/heads.lua
     snap = TaskScheduler(admin).snapshot()
     assert any(b.heads for b in snap.buckets), "the scheduler read no heads"
