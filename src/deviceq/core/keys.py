@@ -41,6 +41,12 @@ key                                type       holds
                                               its reason, reserved_by, quarantined, held,
                                               health and health_checked_at/_output/_reason:
                                               its host's health check, ...)
+``device:ID:history``               list       the device's last 20 attempt ends, newest first:
+                                              JSON ``{task, attempt, outcome, failure_kind,
+                                              at}`` (written by close_attempt in _lib.lua)
+``device:ID:log``                   list       the device's last 20 quarantine, health check and
+                                              booking changes, newest first: JSON ``{event,
+                                              at, ...}`` (device_log in _lib.lua)
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
@@ -211,6 +217,12 @@ class Keys:
 
     def device(self, device_id: str) -> str:
         return self._k("device", device_id)
+
+    def device_history(self, device_id: str) -> str:
+        return self._k("device", device_id, "history")
+
+    def device_log(self, device_id: str) -> str:
+        return self._k("device", device_id, "log")
 
     def host(self, host_id: str) -> str:
         return self._k("host", host_id)
