@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from deviceq import TaskStatus
 from deviceq.core.errors import InvalidInput
+from deviceq.embedded import free_port
 from deviceq.ops.verify import verify
 from harness import CLI, REPO_DIR, TESTS_DIR, Deployment, deviceq, wait_for
 
@@ -30,6 +32,15 @@ def run_one(d: Deployment, goal: str, driver: str, **kw: Any) -> str:
     t = d.client.wait(tid, timeout=60)
     assert t.status.terminal, t
     return tid
+
+
+def page(url: str) -> str:
+    """A dashboard page's HTML ('' while it does not answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - a local server
+            return str(resp.read().decode())
+    except OSError:
+        return ""
 
 
 def listed(res: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -148,6 +159,15 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
     assert h["when"] >= recent[0]["when"]
     text = deviceq(d.url, d.pool, "device", "show", "d1").stdout
     assert "quarantined  by=operator reason=cracked screen" in text
+    # the dashboard's fleet grid (a device's tooltip) and a host's device table show it
+    port = free_port()
+    d.spawn("dashboard", "dashboard", "--port", str(port), env=TREE_ENV)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: page(base + "/healthz"), 20, "the dashboard")
+    grid = page(base + "/fleet")
+    assert 'data-device="d1"' in grid and "quarantined · cracked screen" in grid
+    table = page(base + "/fleet?host=h1")
+    assert "<td>cracked screen</td>" in table
 
     # bad ids and a bad reason: exit 2, one line, nothing changed
     before = d.admin.redis.hgetall(d.admin.keys.device("d1"))
