@@ -567,8 +567,34 @@ local function delete_device(did)
   return d[1]
 end
 
--- close the current attempt record (list index attempt-1) with an outcome
-local function close_attempt(id, attempt, outcome, extra)
+-- a device's recent attempts, newest first: device:ID:history holds the last DEVICE_RECENT
+-- attempt ends on it as JSON {task, attempt, outcome, failure_kind, at (ms)} (LPUSH + LTRIM:
+-- O(1) per call). `rec` is the closed attempt record of task `id`.
+local DEVICE_RECENT = 20
+local function device_history(did, id, rec)
+  if not did or did == '' then return end
+  local key = k('device', did, 'history')
+  redis.call('LPUSH', key, cjson.encode({task = id, attempt = rec.attempt, outcome = rec.outcome,
+    failure_kind = rec.failure_kind or cjson.null, at = rec.ended_at}))
+  redis.call('LTRIM', key, '0', I(DEVICE_RECENT - 1))
+end
+
+-- a device's change log, newest first: device:ID:log holds its last DEVICE_RECENT quarantine,
+-- health check and booking changes as JSON {event, at (ms), ...}: quarantined (reason, by),
+-- unquarantined (by), health (result, reason), booked (by, until), booking_ended (event,
+-- by). O(1) per call.
+local function device_log(did, entry)
+  if not did or did == '' then return end
+  entry.at = now_ms()
+  local key = k('device', did, 'log')
+  redis.call('LPUSH', key, cjson.encode(entry))
+  redis.call('LTRIM', key, '0', I(DEVICE_RECENT - 1))
+end
+
+-- close the current attempt record (list index attempt-1) with an outcome; the attempt's device
+-- remembers it (device_history) unless `whole_gang` (a multi-device task's own record: its
+-- parts' records are the ones on their devices)
+local function close_attempt(id, attempt, outcome, extra, whole_gang)
   local ak = k('task', id, 'attempts')
   local idx = (tonumber(attempt) or 0) - 1
   if idx < 0 then return end
@@ -579,6 +605,7 @@ local function close_attempt(id, attempt, outcome, extra)
   rec.ended_at = now_ms()
   if extra then for key, v in pairs(extra) do rec[key] = v end end
   redis.call('LSET', ak, I(idx), cjson.encode(rec))
+  if not whole_gang then device_history(rec.device_id, id, rec) end
 end
 
 -- append `item` to a csv list of at most 8 (oldest dropped), without duplicates
@@ -721,11 +748,11 @@ gang_end = function(gid, part_id, outcome, kind, payload, delay_ms)
   end
   wake(k('sched', 'wake'))
   if outcome == 'retry' then
-    close_attempt(gid, g.attempt, 'ended', {error = why})
+    close_attempt(gid, g.attempt, 'ended', {error = why}, true)
     requeue(gid, g, g.status, delay_ms)
     emit('requeued', 'task', gid, 'attempt', g.attempt or '0', 'reason', why)
   else
-    close_attempt(gid, g.attempt, outcome, {failure_kind = kind ~= '' and kind or nil})
+    close_attempt(gid, g.attempt, outcome, {failure_kind = kind ~= '' and kind or nil}, true)
     finish(gid, g, g.status, outcome, kind, payload)
   end
 end

@@ -17,7 +17,7 @@
 -- ARGV     host_id token session action(begin | next | end | clear) device_id, and for end:
 --          result(healthy | unhealthy) output(at most 4096 bytes) reason(at most 200 bytes,
 --          no control characters; '' for healthy)
--- Keys     reads host:ID, config; reads/writes device:ID, idle, events, sched:wake
+-- Keys     reads host:ID, config; reads/writes device:ID, device:ID:log, idle, events, sched:wake
 -- Returns  begin, next: the device's health before ('' when never checked); end: the health
 --          recorded; clear: the health before
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session), INVALID
@@ -87,6 +87,7 @@ if action == 'clear' then
       'health_reason')
     maybe_idle()
     emit('device_health_cleared', 'device', did, 'host', host_id, 'was', before)
+    device_log(did, {event = 'health', result = 'cleared'})
   end
   return before
 end
@@ -101,6 +102,7 @@ end
 if result == 'unhealthy' and reason == '' then reason = 'health check failed' end
 redis.call('HSET', dk, 'health', result, 'health_checked_at', now_str(), 'health_output', output,
   'health_reason', reason)
+device_log(did, {event = 'health', result = result, reason = reason})
 if result == 'healthy' then
   maybe_idle()
   emit('device_healthy', 'device', did, 'host', host_id)

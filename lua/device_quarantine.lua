@@ -1,14 +1,24 @@
 -- device_quarantine.lua: take a device out of (1) or put it back into (0) assignment, by an
 -- operator. Unquarantine also resets its consecutive failure count. The owning host's daemon
--- is told at once (host:ID:ctl).
+-- is told at once (host:ID:ctl). The reason (default "operator") is stored as the device's
+-- quarantine_reason and carried by the device_quarantined event; both changes are written to
+-- the device's change log (device:ID:log).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     device_id quarantined(1|0)
--- Keys     reads/writes device:ID, idle, qdrivers, faults, host:ID:ctl, events, sched:wake; reads config
+-- ARGV     device_id quarantined(1|0) [reason: at most 200 bytes of UTF-8, no control
+--          characters; '' or absent = "operator"]
+-- Keys     reads/writes device:ID, device:ID:log, idle, qdrivers, faults, host:ID:ctl, events,
+--          sched:wake; reads config
 -- Returns  "quarantined" | "released"
 -- Errors   NOT_FOUND (no device), INVALID
-local did, flag = ARGV[1], ARGV[2]
+local did, flag, reason = ARGV[1], ARGV[2], ARGV[3] or ''
 if not valid_id(did) then return fail('INVALID', 'malformed device id') end
-if (flag ~= '1' and flag ~= '0') or #ARGV ~= 2 then return fail('INVALID', 'quarantined must be 1 or 0') end
+if (flag ~= '1' and flag ~= '0') or (#ARGV ~= 2 and #ARGV ~= 3) then
+  return fail('INVALID', 'quarantined must be 1 or 0')
+end
+if #reason > 200 or reason:find('%c') or not valid_utf8(reason) then
+  return fail('INVALID', 'reason must be at most 200 bytes of text without control characters')
+end
+if reason == '' then reason = 'operator' end
 local dk = k('device', did)
 local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'held',
   'booked_until', 'health')
@@ -18,11 +28,12 @@ local function count(by)
 end
 if flag == '1' then
   if d[4] ~= '1' then
-    redis.call('HSET', dk, 'quarantined', '1', 'quarantined_at', now_str(), 'quarantine_reason', 'operator')
+    redis.call('HSET', dk, 'quarantined', '1', 'quarantined_at', now_str(), 'quarantine_reason', reason)
     redis.call('ZREM', k('idle'), did)
     count(1)
     ctl(d[1], 'quarantine')
-    emit('device_quarantined', 'device', did, 'host', d[1], 'by', 'operator')
+    emit('device_quarantined', 'device', did, 'host', d[1], 'by', 'operator', 'reason', reason)
+    device_log(did, {event = 'quarantined', reason = reason, by = 'operator'})
   end
   return 'quarantined'
 end
@@ -32,6 +43,7 @@ if d[4] == '1' then
   count(-1)
   ctl(d[1], 'quarantine')
   emit('device_unquarantined', 'device', did, 'host', d[1])
+  device_log(did, {event = 'unquarantined', by = 'operator'})
 end
 local _, added = refresh_idle(did, gate(did))
 if added then wake(k('sched', 'wake')) end

@@ -12,7 +12,8 @@
 --          reserve: duration_ms 1000..604800000 (7 days), note 1-200 bytes, no control
 --          characters. extend: the end moves out by duration_ms (the end at most 7 days from
 --          now); note '' keeps the current one. release: duration_ms and note ''.
--- Keys     reads config, host:ID; reads/writes device:ID, idle, bookings, events, sched:wake
+-- Keys     reads config, host:ID; reads/writes device:ID, device:ID:log, idle, bookings, events,
+--          sched:wake
 -- Returns  reserve/extend: {booked_until(ms), booked_by, host_id}; release: the host id
 -- Errors   INVALID (bad arguments, or an extension past 7 days from now), NOT_FOUND (no
 --          device; extend/release of a device that is not reserved), EXISTS (reserve of a
@@ -46,6 +47,7 @@ local now = now_ms()
 if action == 'release' then
   if not booked then return fail('NOT_FOUND', 'device ' .. did .. ' is not reserved') end
   end_booking(did, 'device_released')
+  device_log(did, {event = 'released', by = d[7] or ''})
   return d[1]
 end
 
@@ -60,6 +62,7 @@ if action == 'extend' then
   redis.call('HSET', dk, 'booked_until', I(untl), 'booked_by', by)
   redis.call('ZADD', k('bookings'), I(untl), did)
   emit('device_reserved', 'device', did, 'host', d[1], 'by', by, 'until', I(untl), 'extended', '1')
+  device_log(did, {event = 'booked', by = by, ['until'] = untl, extended = true})
   return {I(untl), by, d[1]}
 end
 
@@ -87,4 +90,5 @@ redis.call('HSET', dk, 'booked_by', note, 'booked_until', untl, 'booked_at', now
 redis.call('ZREM', k('idle'), did)
 redis.call('ZADD', k('bookings'), untl, did)
 emit('device_reserved', 'device', did, 'host', d[1], 'by', note, 'until', untl)
+device_log(did, {event = 'booked', by = note, ['until'] = now + dur})
 return {untl, note, d[1]}

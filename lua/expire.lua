@@ -16,7 +16,8 @@
 -- ARGV     limit (1..10000)
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
 --          host:ID, host:ID:inbox, idle, queue:SIG, sig:SIG, queues, status:*, deadlines,
---          avoid, bookings, retries, tenant_held, gangs, host:ID:ctl, events, sched:wake
+--          avoid, bookings, retries, tenant_held, gangs, host:ID:ctl, events, sched:wake,
+--          device:ID:history, device:ID:log
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
 --          reservations are not counted: each is a reservation_expired event)
 -- Errors   INVALID (bad limit)
@@ -105,7 +106,10 @@ for _, did in ipairs(ended) do
   if untl and untl > now then
     redis.call('ZADD', k('bookings'), I(untl), did)  -- a stale score: the end is later
   else
-    end_booking(did, 'reservation_expired')
+    local by = redis.call('HGET', k('device', did), 'booked_by')
+    if end_booking(did, 'reservation_expired') then
+      device_log(did, {event = 'reservation_expired', by = by or ''})
+    end
   end
 end
 -- terminal status indexes keep the retention window (their tasks' keys expire with it)

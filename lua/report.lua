@@ -23,8 +23,8 @@
 --          '' otherwise) payload(result or error, at most 65536 bytes)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, events,
---          sched:wake; on a hand-back also queue:SIG, sig:SIG, queues, deadlines, avoid,
---          retries, gangs, host:ID:ctl
+--          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
+--          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
 --          of not_found superseded not_owner expired already_terminal cancel_not_requested.
@@ -80,11 +80,14 @@ local function maybe_quarantine(did, fails)
     end
     return
   end
-  redis.call('HSET', dk, 'quarantined', '1', 'quarantined_at', now_str(), 'quarantine_reason',
-    fails .. ' consecutive infrastructure failures', 'attention', '')
+  local why = fails .. ' consecutive infrastructure failures'
+  redis.call('HSET', dk, 'quarantined', '1', 'quarantined_at', now_str(), 'quarantine_reason', why,
+    'attention', '')
   redis.call('HINCRBY', k('qdrivers'), d[2] or '', 1)
   redis.call('ZREM', k('idle'), did)
-  emit('device_quarantined', 'device', did, 'host', host_id, 'failures', I(fails), 'by', 'automatic')
+  emit('device_quarantined', 'device', did, 'host', host_id, 'failures', I(fails), 'by', 'automatic',
+    'reason', why)
+  device_log(did, {event = 'quarantined', reason = why, by = 'automatic'})
 end
 
 local out, freed = {}, false

@@ -112,6 +112,7 @@ class TaskFilter:
     - ``driver_type``: the task's required driver type;
     - ``tags``: tags the task requires (all of them);
     - ``host_id``: the host it is (or last was) assigned to;
+    - ``device_id``: the device it is (or last was) assigned to;
     - ``tenant``: the tenant it was submitted for;
     - ``submitted_before`` / ``submitted_after``: its submission time."""
 
@@ -120,6 +121,7 @@ class TaskFilter:
     tags: frozenset[str] = frozenset()
     host_id: str | None = None
     tenant: str | None = None
+    device_id: str | None = None
     submitted_before: int | None = None
     submitted_after: int | None = None
 
@@ -130,6 +132,7 @@ class TaskFilter:
             and (self.driver_type is None or t.driver_type == self.driver_type)
             and self.tags <= set(t.tags)
             and (self.host_id is None or t.host_id == self.host_id)
+            and (self.device_id is None or t.device_id == self.device_id)
             and (self.tenant is None or t.tenant == self.tenant)
             and (self.submitted_before is None or t.submitted_at < self.submitted_before)
             and (self.submitted_after is None or t.submitted_at >= self.submitted_after)

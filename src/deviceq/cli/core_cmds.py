@@ -6,7 +6,9 @@ import json
 import re
 import sys
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 import click
 from rich.table import Table
@@ -266,6 +268,23 @@ def parse_since_ms(text: str, now_ms: int) -> int:
     return int(when.timestamp() * 1000)
 
 
+def usage_checked(check: Callable[[], object]) -> None:
+    """Run ``check`` (a validation raising InvalidInput) before a command reads or changes
+    anything: a bad value is a usage error, one line on stderr and exit 2."""
+    try:
+        check()
+    except InvalidInput as exc:
+        fail(str(exc), 2)
+
+
+def usage_ids(**ids: str | None) -> None:
+    """Check ids given as options (``device_id="d1", host_id=None``; the name says what the
+    id is) with `usage_checked`: a malformed one ends the command with exit 2."""
+    for name, value in ids.items():
+        if value is not None:
+            usage_checked(partial(validate_id, value, name.removesuffix("_id") + " id"))
+
+
 def filter_options(f: F) -> F:
     """The task filters of ``task list|cancel|retry|wait``."""
     for opt in reversed(
@@ -314,6 +333,7 @@ def build_filter(
     allowed: tuple[TaskStatus, ...] | None = None,
     verb: str = "",
     since: str | None = None,
+    device_id: str | None = None,
 ) -> TaskFilter:
     """The `TaskFilter` of the filter options (checked: clear errors, before any change).
     ``allowed``: the statuses the operation applies to (the default selection; asking for
@@ -330,6 +350,8 @@ def build_filter(
         validate_id(host_id, "host id")
     if tenant is not None:
         validate_id(tenant, "tenant")
+    if device_id is not None:
+        validate_id(device_id, "device id")
     now = ctx.client.server_time_ms() if (older_than or since) else 0
     return TaskFilter(
         statuses=chosen,
@@ -337,6 +359,7 @@ def build_filter(
         tags=frozenset(t for v in tags for t in v.split(",") if t),
         host_id=host_id,
         tenant=tenant,
+        device_id=device_id,
         submitted_before=now - parse_duration_ms(older_than, "--older-than")
         if older_than
         else None,
@@ -351,6 +374,8 @@ def describe_filter(flt: TaskFilter) -> str:
     parts += [f"tag={t}" for t in sorted(flt.tags)]
     if flt.host_id:
         parts.append(f"host={flt.host_id}")
+    if flt.device_id:
+        parts.append(f"device={flt.device_id}")
     if flt.tenant:
         parts.append(f"tenant={flt.tenant}")
     if flt.submitted_before is not None:
@@ -467,6 +492,12 @@ LIMIT_OPTION = click.option(
     help="Only tasks submitted since WHEN: a duration ago (10m, 2h, 1d) or an ISO time "
     "(2026-12-01T08:00:00Z).",
 )
+@click.option(
+    "--device",
+    "device_id",
+    help="Only tasks assigned to (or last run on) this device (combines with the other "
+    "filters; see also device show's recent attempts).",
+)
 @click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
@@ -479,6 +510,7 @@ def task_list(
     tenant: str | None,
     older_than: str | None,
     since: str | None,
+    device_id: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
@@ -489,23 +521,29 @@ def task_list(
     Example:
       deviceq task list --status queued --limit 20
       deviceq task list --host lab-1 --since 1h
+      deviceq task list --device pixel-7 --status failed
       deviceq task list --status failed --driver-type android --older-than 1d --json
     """
+    usage_ids(device_id=device_id, host_id=host_id)
     ctx.warn_if_unknown_pool()
-    if since is None and not _filter_given(
-        statuses, driver_type, tags, host_id, tenant, older_than
+    if (
+        since is None
+        and device_id is None
+        and not _filter_given(statuses, driver_type, tags, host_id, tenant, older_than)
     ):
         tasks = ctx.client.list(None, limit=limit)
     elif (
         since is None
+        and device_id is None
         and len(statuses) == 1
         and not (driver_type or tags or host_id or tenant or older_than)
     ):
         tasks = ctx.client.list(statuses[0], limit=limit)
     else:
         flt = build_filter(
-            ctx, statuses, driver_type, tags, host_id, tenant, older_than, since=since
-        )
+            ctx, statuses, driver_type, tags, host_id, tenant, older_than, since=since,
+            device_id=device_id,
+        )  # fmt: skip
         res = ctx.client.find(flt, limit=limit)
         if res.truncated:
             click.echo(

@@ -44,6 +44,7 @@ from .core_cmds import (
     filter_options,
     fmt_ms,
     targets,
+    usage_ids,
 )
 
 SUBMIT_FILE_CHUNK = 500
@@ -393,6 +394,8 @@ def _backlog(
 @main.command("events")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--task", "task_id", help="Only events of this task.")
+@click.option("--device", "device_id", help="Only events naming this device (its device field).")
+@click.option("--host", "host_id", help="Only events naming this host (its host field).")
 @click.option(
     "--type",
     "types",
@@ -417,6 +420,8 @@ def events_cmd(
     ctx: Ctx,
     follow: bool,
     task_id: str | None,
+    device_id: str | None,
+    host_id: str | None,
     types: tuple[str, ...],
     since: str | None,
     limit: int,
@@ -429,15 +434,22 @@ def events_cmd(
     Example:
       deviceq events --task 3f2a9c0d1e2b4a5f
       deviceq events --type failed --type expired --limit 20
+      deviceq events --device pixel-7 --follow
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
     if task_id is not None:
         validate_id(task_id, "task id")
+    usage_ids(device_id=device_id, host_id=host_id)
     wanted: Callable[[Event], bool] | None = None
-    if task_id is not None or types:
+    if task_id is not None or device_id is not None or host_id is not None or types:
 
         def wanted(e: Event) -> bool:
-            return (task_id is None or e.task == task_id) and (not types or e.type in types)
+            return (
+                (task_id is None or e.task == task_id)
+                and (device_id is None or e.fields.get("device") == device_id)
+                and (host_id is None or e.fields.get("host") == host_id)
+                and (not types or e.type in types)
+            )
 
     ctx.warn_if_unknown_pool()
     past, cursor = _backlog(ctx, since, wanted, limit, all_after=follow)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import getpass
+from typing import Any
 
 import click
 
@@ -13,7 +14,7 @@ from ..core.models import validate_id
 from ..ops import status as st
 from ..ops.admin import MAX_RESERVATION_MS, Reservation
 from .app import Ctx, device, echo_json, main, pass_ctx
-from .core_cmds import fmt_ms, parse_duration_ms
+from .core_cmds import fmt_ms, parse_duration_ms, usage_ids
 
 
 def _default_note() -> str:
@@ -133,19 +134,23 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     the epoch), both null when it is not reserved; "task_id" is the task whose lease holds the
     device; "health" is healthy, unhealthy, checking or null (never checked), with
     "health_checked_at" (ms), "health_output" (the last check's output tail) and
-    "health_reason" (why it is unhealthy).
+    "health_reason" (why it is unhealthy); "recent_attempts" are the last 20 attempts that
+    ended on it (task, attempt, outcome, failure_kind, when) and "history" its last 20
+    quarantine, health check and booking changes (event, when, and e.g. reason, by, result),
+    both newest first, "when" in ms since the epoch.
 
     \b
     Example:
       deviceq device show pixel-7 --json | jq '{reserved_by, reserved_until}'
     """
+    usage_ids(device_id=device_id)
     admin = ctx.admin
     d = admin.device(device_id)
     host = next((h for h in admin.hosts() if h.host_id == d.host_id), None)
     resv = admin.reservation(device_id)
     state = effective_state(d, host)
     draining = bool(host and (host.draining or host.stopping))
-    data = st.device_show_json(d, state, draining, resv)
+    data = st.device_show_json(d, state, draining, resv, admin.device_past(device_id))
     if as_json:
         echo_json(data)
         return
@@ -170,3 +175,21 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
         click.echo("health output (tail):")
         for line in d.health_output.rstrip("\n").splitlines():
             click.echo(f"  {line}")
+    _show_past(data["recent_attempts"], data["history"])
+
+
+def _show_past(recent: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
+    """``device show``'s recent attempts and change history, newest first."""
+    click.echo("recent attempts:" if recent else "recent attempts: none")
+    for e in recent:
+        kind = f" ({e['failure_kind']})" if e.get("failure_kind") else ""
+        click.echo(
+            f"  {fmt_ms(e.get('when'))}  {e.get('task')} attempt {e.get('attempt')}: "
+            f"{e.get('outcome')}{kind}"
+        )
+    click.echo("history:" if history else "history: none")
+    for e in history:
+        rest = " ".join(
+            f"{k}={v}" for k, v in sorted(e.items()) if k not in ("event", "when") and v != ""
+        )
+        click.echo(f"  {fmt_ms(e.get('when'))}  {e.get('event')}  {rest}".rstrip())

@@ -21,7 +21,9 @@ from ..host.multipool import MultiPoolHost
 from ..host.runners import RunnerSpec
 from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
 from ..host.state import EXIT_START_REFUSED
+from ..ops.admin import check_reason
 from .app import Ctx, device, echo_json, fail, host, pass_ctx
+from .core_cmds import usage_checked, usage_ids
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
 
@@ -535,8 +537,10 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     sys.exit(MultiPoolHost(ctx.redis_url, per_pool).run())
 
 
-def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool) -> None:
-    res = ctx.admin.quarantine(device_id, flag)
+def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool, reason: str = "") -> None:
+    usage_ids(device_id=device_id)
+    usage_checked(lambda: check_reason(reason))
+    res = ctx.admin.quarantine(device_id, flag, reason)
     if as_json:
         echo_json({"device_id": device_id, "result": res})
     elif flag:
@@ -547,16 +551,24 @@ def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool) -> None:
 
 @device.command("quarantine")
 @click.argument("device_id")
+@click.option(
+    "--reason",
+    default="",
+    metavar="TEXT",
+    help="Why (at most 200 bytes, no control characters): shown by device list/show and the "
+    "dashboard, carried in the device_quarantined event. Default: operator.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_ctx
-def device_quarantine(ctx: Ctx, device_id: str, as_json: bool) -> None:
-    """Take a device out of service: no new assignments (a running task finishes).
+def device_quarantine(ctx: Ctx, device_id: str, reason: str, as_json: bool) -> None:
+    """Take a device out of service: no new assignments (a running task finishes). Quarantining
+    a device that is quarantined already changes nothing (its reason stays).
 
     \b
     Example:
-      deviceq device quarantine pixel-7
+      deviceq device quarantine pixel-7 --reason "cracked screen"
     """
-    _quarantine(ctx, device_id, True, as_json)
+    _quarantine(ctx, device_id, True, as_json, reason)
 
 
 @device.command("unquarantine")

@@ -41,6 +41,12 @@ key                                type       holds
                                               its reason, reserved_by, quarantined, held,
                                               health and health_checked_at/_output/_reason:
                                               its host's health check, ...)
+``device:ID:history``               list       the device's last 20 attempt ends, newest first:
+                                              JSON ``{task, attempt, outcome, failure_kind,
+                                              at}`` (written by close_attempt in _lib.lua)
+``device:ID:log``                   list       the device's last 20 quarantine, health check and
+                                              booking changes, newest first: JSON ``{event,
+                                              at, ...}`` (device_log in _lib.lua)
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)

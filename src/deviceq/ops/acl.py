@@ -293,7 +293,10 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
              "host:*:ctl"),
     "operator": ("*",),
 }  # fmt: skip
-"""Per role, the key patterns (after ``dq:{POOL}:``) it may write."""
+"""Per role, the key patterns (after ``dq:{POOL}:``) it may write. ``device:*`` covers a
+device's ``device:ID:history`` (every script that ends an attempt writes it: cancel, claim,
+expire, report, session) and ``device:ID:log`` (device_quarantine, device_reserve,
+device_health, report's automatic quarantine, expire's end of a reservation)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ are built on. What only the scheduler does (commit, expiry, leadership) is
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,6 +80,34 @@ def _check_note(note: str, required: bool) -> str:
     return note
 
 
+DEVICE_PAST = 20
+"""Entries kept in a device's ``device:ID:history`` and ``device:ID:log`` (the Lua side
+trims both to this many: ``DEVICE_RECENT`` in lua/_lib.lua)."""
+
+
+def _json_objects(raw: Iterable[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in raw:
+        try:
+            v = json.loads(item)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(v, dict):
+            out.append(v)
+    return out
+
+
+def check_reason(reason: str) -> str:
+    """A quarantine reason: text of at most 200 bytes without control characters."""
+    if not isinstance(reason, str) or len(reason.encode("utf-8", "replace")) > 200:
+        raise InvalidInput("the reason must be text of at most 200 bytes")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in reason):
+        raise InvalidInput("the reason must be valid text (a lone surrogate is not)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise InvalidInput("the reason must not contain control characters (newlines, tabs)")
+    return reason
+
+
 class PoolAdmin(PoolConnection):
     """Hosts, devices and settings of one pool."""
 
@@ -148,14 +177,29 @@ class PoolAdmin(PoolConnection):
             raise NotFound(f"no device {device_id} in pool {self.pool}")
         return PooledDevice.from_hash(h)
 
-    def quarantine(self, device_id: str, quarantined: bool = True) -> str:
-        """Take a device out of assignment (or release it and reset its failure count)."""
+    def quarantine(self, device_id: str, quarantined: bool = True, reason: str = "") -> str:
+        """Take a device out of assignment (or release it and reset its failure count).
+        ``reason`` (at most 200 bytes, no control characters; '' = "operator") is stored as
+        the device's ``quarantine_reason`` and carried by the ``device_quarantined`` event."""
         return str(
             self._run(
                 "device_quarantine",
-                [validate_id(device_id, "device id"), "1" if quarantined else "0"],
+                [validate_id(device_id, "device id"), "1" if quarantined else "0",
+                 check_reason(reason)],
             )
-        )
+        )  # fmt: skip
+
+    def device_past(self, device_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """A device's recent attempts (``device:ID:history``: task, attempt, outcome,
+        failure_kind, at) and its change log (``device:ID:log``: quarantine, health check and
+        booking changes), each at most 20 entries, newest first (one round trip). An entry
+        that is not a JSON object is skipped."""
+        validate_id(device_id, "device id")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(self.keys.device_history(device_id), 0, DEVICE_PAST - 1)
+        pipe.lrange(self.keys.device_log(device_id), 0, DEVICE_PAST - 1)
+        recent, log = pipe.execute()
+        return _json_objects(recent), _json_objects(log)
 
     # -- reservations (a device for a person) ------------------------------------------------
     def reserve(self, device_id: str, duration_ms: int, note: str) -> Reservation:

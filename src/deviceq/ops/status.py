@@ -84,15 +84,34 @@ def device_json(
 
 
 def device_show_json(
-    d: PooledDevice, state: str, host_draining: bool | None, resv: Reservation | None
+    d: PooledDevice,
+    state: str,
+    host_draining: bool | None,
+    resv: Reservation | None,
+    past: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
 ) -> dict[str, Any]:
     """``device show --json``: `device_json` with the reservation's names at the top level:
     ``reserved_by`` is the note of a person's reservation (null when none) and
-    ``reserved_until`` its end (ms); ``task_id`` is the task whose lease holds the device."""
+    ``reserved_until`` its end (ms); ``task_id`` is the task whose lease holds the device.
+    ``past`` (`PoolAdmin.device_past`) gives ``recent_attempts`` (the last 20 attempt ends
+    on it: task, attempt, outcome, failure_kind, when) and ``history`` (its last 20
+    quarantine, health and booking changes: event, when and the event's fields), newest
+    first, ``when`` in ms."""
     out = device_json(d, state, host_draining, resv)
     out["task_id"] = d.reserved_by
     out["reserved_by"] = resv.reserved_by if resv else None
     out["reserved_until"] = resv.reserved_until if resv else None
+    recent, log = past
+    out["recent_attempts"] = [
+        {"task": e.get("task"), "attempt": e.get("attempt"), "outcome": e.get("outcome"),
+         "failure_kind": e.get("failure_kind"), "when": e.get("at")}
+        for e in recent
+    ]  # fmt: skip
+    out["history"] = [
+        {"event": e.get("event"), "when": e.get("at"),
+         **{k: v for k, v in e.items() if k not in ("event", "at")}}
+        for e in log
+    ]  # fmt: skip
     return out
 
 
