@@ -7,7 +7,6 @@ throughout; the end-to-end test runs real scheduler and host daemons."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import urllib.request
@@ -20,10 +19,9 @@ from deviceq import TaskStatus
 from deviceq.core.errors import InvalidInput
 from deviceq.embedded import free_port
 from deviceq.ops.verify import verify
-from harness import CLI, REPO_DIR, TESTS_DIR, Deployment, deviceq, wait_for
+from harness import CLI, Deployment, deviceq, wait_for
 
 # the daemons import this tree's deviceq (and so run its Lua), not an installed copy
-TREE_ENV = {"PYTHONPATH": os.pathsep.join((TESTS_DIR, REPO_DIR, str(Path(REPO_DIR) / "src")))}
 
 
 def run_one(d: Deployment, goal: str, driver: str, **kw: Any) -> str:
@@ -78,9 +76,9 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
     deploy: Deployment, tmp_path: Path
 ) -> None:
     d = deploy
-    d.spawn("scheduler", "scheduler", "run", "--tick", "0.2", env=TREE_ENV)
-    d.command_host("h1", "d1:x", env=TREE_ENV)
-    d.command_host("h2", "d2:y", env=TREE_ENV)
+    d.spawn("scheduler", "scheduler", "run", "--tick", "0.2")
+    d.command_host("h1", "d1:x")
+    d.command_host("h2", "d2:y")
     wait_for(lambda: {"d1", "d2"} <= {x.device_id for x in d.admin.devices()}, 20, "devices")
     t1 = run_one(d, "true", "x")
     t2 = run_one(d, "exit 3", "x", max_attempts=1)
@@ -161,7 +159,7 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
     assert "quarantined  by=operator reason=cracked screen" in text
     # the dashboard's fleet grid (a device's tooltip) and a host's device table show it
     port = free_port()
-    d.spawn("dashboard", "dashboard", "--port", str(port), env=TREE_ENV)
+    d.spawn("dashboard", "dashboard", "--port", str(port))
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: page(base + "/healthz"), 20, "the dashboard")
     grid = page(base + "/fleet")
