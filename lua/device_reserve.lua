@@ -71,17 +71,17 @@ if booked then
   return fail('EXISTS', 'device ' .. did .. ' is already reserved by "' .. (d[7] or '') .. '" until ' ..
     d[6] .. ' (ms); extend it instead')
 end
-if d[3] and d[3] ~= '' then return fail('BUSY', 'device ' .. did .. ' is running task ' .. d[3]) end
-if d[4] == '1' then return fail('BUSY', 'device ' .. did .. ' is quarantined') end
-if d[5] and d[5] ~= '' then
+-- idle now by the eligibility rule (device_blocker), except that a person may take an
+-- unhealthy device (to look at it)
+local why = device_blocker({state = d[2], reserved_by = d[3], quarantined = d[4], held = d[5],
+  booked_until = '', health = d[8] ~= 'unhealthy' and d[8] or ''})
+if why == 'reserved' then return fail('BUSY', 'device ' .. did .. ' is running task ' .. d[3]) end
+if why == 'quarantined' then return fail('BUSY', 'device ' .. did .. ' is quarantined') end
+if why == 'suspect' or why == 'held' then
   return fail('BUSY', 'device ' .. did .. ' is held (' .. d[5] .. ') until its host\'s next heartbeat')
 end
-if d[8] == 'checking' then
-  return fail('BUSY', 'device ' .. did .. ' is running a health check')
-end
-if d[2] ~= 'idle' then
-  return fail('BUSY', 'device ' .. did .. ' is ' .. (d[2] or 'offline') .. ', not idle')
-end
+if why == 'checking' then return fail('BUSY', 'device ' .. did .. ' is running a health check') end
+if why then return fail('BUSY', 'device ' .. did .. ' is ' .. why .. ', not idle') end
 if not host_alive(k('host', d[1])) then
   return fail('BUSY', 'host ' .. d[1] .. ' of device ' .. did .. ' stopped heartbeating')
 end
