@@ -114,7 +114,7 @@ for i = 0, n - 1 do
         if fails_before and fails_before > 0 then
           redis.call('HSET', dk, 'consecutive_failures', '0', 'attention', '')
         end
-      elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before then
+      elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before and not (kind == 'timeout' and redis.call('HGET', k('task', id), 'timeout')) then  -- a task's own timeout is not the device's fault
         maybe_quarantine(t.device_id, redis.call('HINCRBY', dk, 'consecutive_failures', 1))
       end
       local delay, used = nil, 0
