@@ -171,7 +171,8 @@ class FailureKind(StrEnum):
     @property
     def device_fault(self) -> bool:
         """Counts against the device toward ``quarantine_after``: the runner crashed, timed out
-        or marked the failure as the device's. A task's own failure never does."""
+        or marked the failure as the device's. A task's own failure never does, nor does a
+        timeout of a task with a ``timeout`` of its own (report.lua decides)."""
         return self in (FailureKind.infrastructure, FailureKind.runner_error, FailureKind.timeout)
 
 
