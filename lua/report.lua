@@ -125,7 +125,9 @@ for i = 0, n - 1 do
           redis.call('HSET', dk, 'consecutive_failures', '0', 'attention', '')
           redis.call('HDEL', k('faults'), t.device_id)
         end
-      elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before then
+      elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before
+        and not (kind == 'timeout' and redis.call('HGET', k('task', id), 'timeout')) then
+        -- (a timeout at the task's own limit is not the device's fault)
         local fails = redis.call('HINCRBY', dk, 'consecutive_failures', 1)
         redis.call('HSET', k('faults'), t.device_id, I(fails))
         maybe_quarantine(t.device_id, fails)

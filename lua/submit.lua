@@ -10,7 +10,9 @@
 --          tenant('' = none; an id: the bucket is per tenant, see signature in _lib.lua)
 --          and, as a 15th field, roles ('' = none; NAME=DRIVER:TAGS;... see parse_roles in
 --          _lib.lua: a multi-device task, which waits in `gangs` instead of a bucket and has
---          no driver_type, tags or tenant of its own)
+--          no driver_type, tags or tenant of its own) and, as a 16th, timeout ('' = none, else
+--          a decimal 0.001 <= s <= 7 days: the longest a run may take, capped by the host's
+--          --task-timeout; not with roles). A goal holds no NUL byte (no runner can pass one).
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          status:queued, events, sched:wake
@@ -21,7 +23,8 @@
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
 local n = int_in(ARGV[1], 1, 10000)
-local F = n and (#ARGV == 1 + n * 15 and 15 or #ARGV == 1 + n * 14 and 14 or 11)
+local F = n and (#ARGV == 1 + n * 16 and 16 or #ARGV == 1 + n * 15 and 15
+  or #ARGV == 1 + n * 14 and 14 or 11)
 if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
 
 -- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
@@ -48,6 +51,9 @@ local function check(b)
   if kind == 'goal' then
     if #goal < 1 or #goal > 16384 or not goal:match('%S') or not valid_utf8(goal) then
       return fail('INVALID', 'goal must be 1-16384 bytes of UTF-8 text and not blank')
+    end
+    if goal:find('\0', 1, true) then
+      return fail('INVALID', 'goal must not contain a NUL byte (no runner could pass it)')
     end
     if wf ~= '' then return fail('INVALID', 'a goal task names no workflow') end
   elseif kind == 'workflow' then
@@ -81,7 +87,13 @@ local function check(b)
     end
     if ARGV[b + 14] ~= '' and not valid_id(ARGV[b + 14]) then return fail('INVALID', 'malformed tenant') end
   end
-  if F == 15 and ARGV[b + 15] ~= '' then
+  if F == 16 and ARGV[b + 16] ~= '' then
+    if not num_in(ARGV[b + 16], 0.001, 604800) then
+      return fail('INVALID', 'timeout must be a number of seconds, 0.001 <= s <= 7 days')
+    end
+    if ARGV[b + 15] ~= '' then return fail('INVALID', 'a task with roles cannot have a timeout of its own') end
+  end
+  if F >= 15 and ARGV[b + 15] ~= '' then
     local roles, why = parse_roles(ARGV[b + 15])
     if not roles then return fail('INVALID', why) end
     if driver ~= '' or tags ~= '' then
@@ -108,7 +120,7 @@ for i = 0, n - 1 do
   end
   local rej = ARGV[b + 11]
   if rej == '' then rej = cfg('reject_unmatchable') == 1 and '1' or '0' end
-  local roles = F == 15 and ARGV[b + 15] ~= '' and parse_roles(ARGV[b + 15])
+  local roles = F >= 15 and ARGV[b + 15] ~= '' and parse_roles(ARGV[b + 15])
   if rej == '1' then
     local ok, why = true, nil
     for _, r in ipairs(roles or {{driver = ARGV[b + 5], tags = ARGV[b + 6]}}) do
@@ -155,7 +167,7 @@ for i = 0, n - 1 do
     prio = I(tonumber(prio))
     if maxa == '' then maxa = I(cfg('max_attempts')) end
     local tenant = F >= 14 and ARGV[b + 14] or ''
-    local roles = F == 15 and ARGV[b + 15] or ''
+    local roles = F >= 15 and ARGV[b + 15] or ''
     local sig = roles == '' and signature(driver, tags, prio, tenant) or ''
     seq = seq + 1
     local seq_s = I(seq)
@@ -170,6 +182,7 @@ for i = 0, n - 1 do
     if F >= 14 and ARGV[b + 12] ~= '' then redis.call('HSET', tk, 'retry_on', ARGV[b + 12]) end
     if F >= 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
+    if F == 16 and ARGV[b + 16] ~= '' then redis.call('HSET', tk, 'timeout', ARGV[b + 16]) end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
     if idem ~= '' then
       redis.call('HSET', tk, 'idempotency_key', idem)

@@ -24,6 +24,7 @@ from deviceq import Client, PoolAdmin, SchedulerClient, TaskStatus
 CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
 TESTS_DIR = str(Path(__file__).resolve().parent)
 REPO_DIR = str(Path(TESTS_DIR).parent)  # daemons import test runners and ``bench.runlog``
+SRC_DIR = str(Path(REPO_DIR) / "src")  # and this tree's deviceq, whatever is installed
 
 
 def deviceq(url: str, pool: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -98,7 +99,7 @@ class Deployment:
             "DEVICEQ_POOL": self.pool,
             "DQTEST_MARK": self.mark,
             # (this tree's src first: the daemons run the code under test, not an install)
-            "PYTHONPATH": os.pathsep.join((TESTS_DIR, REPO_DIR, os.path.join(REPO_DIR, "src"))),
+            "PYTHONPATH": os.pathsep.join((TESTS_DIR, SRC_DIR, REPO_DIR)),
             **(env or {}),
         }
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process

@@ -81,13 +81,16 @@ def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
 
 def _chunk_args(specs: list[TaskSpec]) -> list[Any]:
     """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
-    task of the chunk is a multi-device one."""
-    gang = any(s.roles for s in specs)
+    task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout."""
+    timed = any(s.timeout is not None for s in specs)
+    gang = timed or any(s.roles for s in specs)
     args: list[Any] = [len(specs)]
     for spec in specs:
         args += _submit_args(spec, new_task_id())
         if gang:
             args.append(encode_roles(spec.roles) if spec.roles else "")
+        if timed:
+            args.append("" if spec.timeout is None else f"{spec.timeout:.3f}")
     return args
 
 
@@ -169,6 +172,7 @@ class Client(PoolConnection):
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         queue_timeout: float | None = None,
+        timeout: float | None = None,
         reject_unmatched: bool | None = None,
         retry_on: str | Iterable[str] | None = None,
         retry_backoff: str | None = None,
@@ -183,6 +187,12 @@ class Client(PoolConnection):
         ``reject_unmatched`` (default: the pool setting ``reject_unmatchable``) a task that no
         registered device could ever run raises Unmatchable; otherwise it waits queued
         (``queue_timeout`` seconds at most, when given).
+
+        ``timeout`` (seconds, 0.001 to 7 days) is the longest a run of this task may take: its
+        host stops it then and the task fails with ``timeout``. The host's ``--task-timeout``,
+        when smaller, still wins. A timeout of a task with a timeout of its own never counts
+        against the device (one of a task without, at the host's limit, does). Not for a task
+        with ``roles``.
 
         ``retry_on`` (failure kinds, as a list or csv, or ``"none"``) and ``retry_backoff``
         (``none``, ``fixed:SECONDS`` or ``exponential:BASE:MAX``) override the pool's retry
@@ -209,6 +219,7 @@ class Client(PoolConnection):
                 "max_attempts": max_attempts,
                 "idempotency_key": idempotency_key,
                 "queue_timeout": queue_timeout,
+                "timeout": timeout,
                 "reject_unmatched": reject_unmatched,
                 "retry_on": retry_on,
                 "retry_backoff": retry_backoff,
@@ -436,7 +447,7 @@ class Client(PoolConnection):
 
     def retry(self, task_id: str) -> str:
         """Submit a failed or cancelled task again as a new task (same goal or workflow,
-        constraints or roles, priority, max_attempts, tenant and retry policy); returns the
+        constraints or roles, priority, max_attempts, timeout, tenant and retry policy); returns the
         new id.
         The old task is not changed. Raises NotFound, or InvalidInput if the task is not
         failed or cancelled."""
@@ -457,6 +468,7 @@ class Client(PoolConnection):
             tags=old.tags,
             priority=old.priority,
             max_attempts=old.max_attempts,
+            timeout=old.timeout,
             tenant=old.tenant,
             retry_on=old.retry_on,
             retry_backoff=old.retry_backoff,

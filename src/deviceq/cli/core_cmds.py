@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 from functools import partial
 
 import click
+import redis
 from rich.table import Table
 
 from ..core.errors import InvalidInput
-from ..core.models import ScheduledTask, TaskStatus, validate_id
+from ..core.models import MAX_TASK_TIMEOUT, ScheduledTask, TaskStatus, validate_id
 from ..producer import TaskFilter
 from .app import (
     Ctx,
@@ -67,6 +68,14 @@ def fmt_ms(ms: int | None) -> str:
     help="Fail as unschedulable after waiting this many seconds queued.",
 )
 @click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.001, max=MAX_TASK_TIMEOUT),
+    metavar="SECONDS",
+    help="Longest a run may take (up to 7 days): its host stops it then and the task fails "
+    "with `timeout` (not counted against the device). The host's --task-timeout, when "
+    "smaller, wins.",
+)
+@click.option(
     "--reject-unmatched",
     is_flag=True,
     default=None,
@@ -117,6 +126,7 @@ def submit(
     max_attempts: int | None,
     idempotency_key: str | None,
     queue_timeout: float | None,
+    timeout: float | None,
     reject_unmatched: bool | None,
     tenant: str | None,
     retry_on: str | None,
@@ -132,6 +142,7 @@ def submit(
     Example:
       deviceq submit "open the camera" --driver-type android --tag camera --tag wifi
       deviceq submit --workflow smoke-suite --max-attempts 5 --json
+      deviceq submit "run the benchmark" --timeout 600   # fails `timeout` after 10 minutes
       deviceq submit "flash the board" --retry-on infrastructure,timeout --retry-backoff fixed:30
       deviceq submit --file tasks.jsonl   # {"goal": "open settings", "tags": ["wifi"]} a line
       deviceq submit "log in on both" --role phone=android:sim --role web=browser
@@ -141,26 +152,57 @@ def submit(
 
         submit_file(ctx, tasks_file, as_json, reject_unmatched)
         return
+    tag_list = [t for value in tags for t in value.split(",")]
     task_id = ctx.client.submit(
         goal,
         workflow=workflow_name,
         driver_type=driver_type,
         # the command line is where a comma list is split (the Python API refuses a bare str)
-        tags=[t for value in tags for t in value.split(",")],
+        tags=tag_list,
         priority=priority,
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
         queue_timeout=queue_timeout,
+        timeout=timeout,
         reject_unmatched=reject_unmatched,
         retry_on=retry_on,
         retry_backoff=retry_backoff,
         tenant=tenant,
         roles=parse_role_options(roles) if roles else None,
     )
+    for line in unknown_constraints(ctx, driver_type, sorted(set(tag_list))):
+        click.echo(f"warning: {line}", err=True)  # stderr: stdout stays the id (or --json)
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
     else:
         click.echo(task_id)
+
+
+def unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> list[str]:
+    """Why no registered device could run a task of ``driver_type`` and ``tags`` (most
+    likely a typo), one line per driver type or tag that no device has, naming the ones that
+    exist; read from the ``caps`` hash of device profiles (one HGETALL), nothing is scanned.
+    Empty when some device has them, or when the caller may not read ``caps``."""
+    from ..ops.status import device_profiles
+
+    try:
+        profiles = device_profiles(ctx.admin)
+    except redis.ResponseError:  # an ACL user without HGETALL on caps: no warning
+        return []
+    drivers = sorted({d for d, _, _ in profiles})
+    out: list[str] = []
+    if driver_type and driver_type not in drivers:
+        out.append(
+            f"no device has driver type {driver_type!r} (known: {', '.join(drivers) or 'none'})"
+        )
+        driver_type = None  # its tags are checked against every device
+    of = [t for d, t, _ in profiles if not driver_type or d == driver_type]
+    known = sorted({t for ts in of for t in ts})
+    where = f"known tags of {driver_type} devices" if driver_type else "known tags"
+    for tag in tags:
+        if tag not in known:
+            out.append(f"no device has tag {tag!r} ({where}: {', '.join(known) or 'none'})")
+    return out
 
 
 def parse_role_options(values: tuple[str, ...]) -> dict[str, str]:

@@ -860,6 +860,7 @@ SUBMIT_FILE_EXCLUSIVE = (
     "max_attempts",
     "idempotency_key",
     "queue_timeout",
+    "timeout",
 )
 
 

@@ -397,7 +397,8 @@ def build_pool_settings(
 @click.option(
     "--task-timeout",
     type=click.FloatRange(min=0),
-    help="Fail a run with `timeout` after SECONDS (0 = no limit) [default: 0].",
+    help="Fail a run with `timeout` after SECONDS (0 = no limit) [default: 0]; a task's own "
+    "`submit --timeout` may only shorten it.",
 )
 @click.option(
     "--stop-grace",

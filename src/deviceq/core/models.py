@@ -24,6 +24,9 @@ MAX_GOAL_BYTES = 16 * 1024
 MAX_TAGS = 32
 MAX_PRIORITY = 9
 MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_TASK_TIMEOUT = 7 * 86400.0
+"""The longest per-task ``timeout`` (seconds) a submission may ask for (``submit.lua`` checks
+the same bound)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -98,10 +101,27 @@ def validate_goal(goal: object) -> str:
         raise InvalidInput(f"goal must be a str, not {type(goal).__name__}")
     if not goal.strip():
         raise InvalidInput("goal must be a non-empty string")
+    if "\x00" in goal:
+        raise InvalidInput("must not contain a NUL byte (\\x00): no runner could pass it")
     size = len(goal.encode())
     if size > MAX_GOAL_BYTES:
         raise InvalidInput(f"goal is {size} bytes; the limit is {MAX_GOAL_BYTES}")
     return goal
+
+
+def check_task_timeout(value: object) -> float | None:
+    """A task's own ``timeout``: None, or a number of seconds, 0.001 <= s <= 7 days (a bool or
+    a string is refused: ``timeout="30"`` is a mistake in the Python API)."""
+    if value is None:
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    seconds = float(value) if isinstance(value, int | float) else float("nan")
+    if not number or not 0.001 <= seconds <= MAX_TASK_TIMEOUT:  # (NaN fails both)
+        raise InvalidInput(
+            f"must be a number of seconds from 0.001 to {MAX_TASK_TIMEOUT:.0f} (7 days), "
+            f"got {_shown(value)}"
+        )
+    return seconds
 
 
 def _named(what: str) -> Any:
@@ -151,7 +171,8 @@ class FailureKind(StrEnum):
     @property
     def device_fault(self) -> bool:
         """Counts against the device toward ``quarantine_after``: the runner crashed, timed out
-        or marked the failure as the device's. A task's own failure never does."""
+        or marked the failure as the device's. A task's own failure never does, nor does a
+        timeout of a task with a ``timeout`` of its own (report.lua decides)."""
         return self in (FailureKind.infrastructure, FailureKind.runner_error, FailureKind.timeout)
 
 
@@ -287,6 +308,7 @@ class TaskSpec(BaseModel):
     max_attempts: int | None = Field(None, ge=1, le=1000)
     idempotency_key: Annotated[str, _named("idempotency key")] | None = None
     queue_timeout: float | None = Field(None, gt=0, le=365 * 86400.0, allow_inf_nan=False)
+    timeout: Annotated[float | None, BeforeValidator(check_task_timeout)] = None
     reject_unmatched: bool | None = None
     retry_on: str | None = None
     retry_backoff: str | None = None
@@ -309,6 +331,8 @@ class TaskSpec(BaseModel):
     def _one_of(self) -> TaskSpec:
         if (self.goal is None) == (self.workflow is None):
             raise InvalidInput("give exactly one of a goal or a workflow name")
+        if self.roles is not None and self.timeout is not None:
+            raise InvalidInput("a task with roles cannot have a timeout of its own")
         if self.roles is not None and (self.driver_type or self.tags or self.tenant):
             raise InvalidInput(
                 "a task with roles has no driver_type, tags or tenant of its own: "
@@ -390,6 +414,7 @@ class ScheduledTask(BaseModel):
     avoid_hosts: tuple[str, ...] = ()
     idempotency_key: str | None = None
     queue_deadline: int | None = None
+    timeout: float | None = None  # seconds a run may take (the host's --task-timeout caps it)
     retry_on: str | None = None
     retry_backoff: str | None = None
     eligible_at: int | None = None
@@ -447,6 +472,7 @@ class ScheduledTask(BaseModel):
             "avoid_hosts": tuple(x for x in (h.get("avoid_hosts") or "").split(",") if x),
             "idempotency_key": s("idempotency_key"),
             "queue_deadline": _opt_int(h.get("queue_deadline")),
+            "timeout": float(h["timeout"]) if h.get("timeout") else None,
             "retry_on": s("retry_on"),
             "retry_backoff": s("retry_backoff"),
             "eligible_at": _opt_int(h.get("eligible_at")),

@@ -25,6 +25,7 @@ from .runners import (
     Task,
     WorkflowRunner,
     as_outcome,
+    describe_exception,
     tail,
     task_logger,
 )
@@ -144,7 +145,8 @@ class TaskDispatcher:
 
     Outcome mapping: the runner's success -> ``done``; its reported failure -> ``failed`` /
     ``runner_failed`` (``infrastructure`` when the runner marks it as the device's, see
-    ``Outcome.infrastructure``); an exception -> ``failed`` / ``runner_error``; past the deadline ->
+    ``Outcome.infrastructure``); an exception -> ``failed`` / ``runner_error`` (the error says
+    its type and message; its traceback goes to the host's log); past the deadline ->
     ``failed`` / ``timeout``; stopped because ``cancel_event`` was set -> ``cancelled``; a
     workflow that no longer exists -> ``failed`` / ``rejected`` (not the device's fault).
     A runner still running ``stop_grace`` seconds after it was told to stop is abandoned.
@@ -240,8 +242,11 @@ class TaskDispatcher:
             except NotFound as exc:
                 return DispatchOutcome("failed", FailureKind.rejected, str(exc))
             except Exception as exc:  # noqa: BLE001
+                self.log.warning("cannot load workflow", exc_info=True)
                 return DispatchOutcome(
-                    "failed", FailureKind.runner_error, f"cannot load workflow: {exc}"
+                    "failed",
+                    FailureKind.runner_error,
+                    f"cannot load workflow: {describe_exception(exc)}",
                 )
             wf_runner, goal_runner = self.workflow_runner, self.goal_runner
 
@@ -308,11 +313,10 @@ class TaskDispatcher:
                 )
         cause = w.cause
         elapsed = time.monotonic() - started
-        if "exc" in box:
+        if "exc" in box:  # the traceback goes to the host's log, never into the task
             exc = box["exc"]
-            task.logger.warning(f"runner raised {type(exc).__name__}: {exc}")
-            text = f"{type(exc).__name__}: {exc}\n{box.get('tb', '')}"
-            return DispatchOutcome("failed", FailureKind.runner_error, tail(text))
+            task.logger.warning(f"runner raised {type(exc).__name__}: {exc}\n{box.get('tb', '')}")
+            return DispatchOutcome("failed", FailureKind.runner_error, describe_exception(exc))
         out: Outcome = box["out"]
         fields = {"ok": out.ok, "seconds": round(elapsed, 3)}
         task.logger.debug("runner finished", fields=fields)

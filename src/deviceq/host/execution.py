@@ -24,6 +24,13 @@ from .runners import LeaseClock
 from .state import TRANSIENT, HostState
 
 
+def run_timeout(host_limit: float, task_limit: float | None) -> float | None:
+    """Seconds a run may take: the smaller of the host's ``--task-timeout`` (0: no limit) and
+    the task's own ``timeout``; None when neither limits it."""
+    limits = [x for x in (host_limit, task_limit) if x is not None and x > 0]
+    return min(limits) if limits else None
+
+
 def lease_margin(lease_s: float) -> float:
     """How long before a lease's expiry in Redis the host treats it as ended (clock rates,
     the time a kill takes): a tenth of it, at most a second."""
@@ -161,10 +168,10 @@ class Executor:
         try:
             if run.after is not None:
                 run.after.ended.wait()
-            timeout = self.settings.task_timeout
-            deadline = time.monotonic() + timeout if timeout > 0 else None
-            device = self.state.devices[run.device_id]
             task = run.assignment.task
+            timeout = run_timeout(self.settings.task_timeout, task.timeout)
+            deadline = time.monotonic() + timeout if timeout is not None else None
+            device = self.state.devices[run.device_id]
             if task.gang and run.reason is None:
                 if not task.leader:  # a role that only holds its device for the leader's run
                     self.hold_part(run)

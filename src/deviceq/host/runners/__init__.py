@@ -31,6 +31,7 @@ from .base import (
     TaskLogger,
     WorkflowRunner,
     as_outcome,
+    describe_exception,
     tail,
     task_logger,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "as_outcome",
     "build_goal_runner",
     "build_workflow_runner",
+    "describe_exception",
     "kill_group",
     "load_runner",
     "parse_duration",

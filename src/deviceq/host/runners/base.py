@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -198,6 +199,18 @@ def as_outcome(value: Any) -> Outcome:
         text = getattr(value, "result" if ok_attr else "error", None) or ""
         return Outcome(ok_attr, str(text))
     raise TypeError(f"runner returned {type(value).__name__}; expected an Outcome")
+
+
+_PATH_RE = re.compile(r"(?<![\w.:/~-])(?:/[^\s/'\"(),:;<>]+)+/([^\s/'\"(),:;<>]+)")
+
+
+def describe_exception(exc: BaseException, limit: int = 2000) -> str:
+    """What a task's ``error`` says about an exception its runner raised: the type and the
+    message, on no more than ``limit`` bytes, with the directories of any absolute file path
+    left out (``.../name``). Never a traceback: that, with the host's paths, belongs in the
+    host's log only."""
+    text = f"{type(exc).__name__}: {exc}".rstrip()
+    return tail(_PATH_RE.sub(r".../\1", text), limit)
 
 
 def tail(text: str | bytes, limit: int = DEFAULT_TAIL_BYTES) -> str:

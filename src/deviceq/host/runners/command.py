@@ -18,7 +18,7 @@ from typing import Any
 
 from ...core.errors import ConfigError
 from ...core.models import MAX_PAYLOAD_BYTES
-from .base import DEFAULT_TAIL_BYTES, Outcome, Task, tail
+from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception, tail
 
 PLACEHOLDERS = ("goal", "device_id", "driver_type", "task_id", "attempt", "tags", "host_id",
                 "serial")  # fmt: skip
@@ -302,10 +302,13 @@ class CommandRunner:
                 stderr=subprocess.STDOUT, env=env, cwd=self.cwd, start_new_session=True,
                 pass_fds=(ctl_r,),
             )  # fmt: skip
-        except OSError as exc:
+        except (ValueError, OSError) as exc:
+            # the task's own values cannot be passed (a NUL byte: ValueError; an argument
+            # list too long: E2BIG): its failure (runner_failed), not the device's
             os.close(ctl_r)
             os.close(ctl_w)
-            return Outcome.failure(f"cannot start {argv[0]!r}: {exc}")
+            task.logger.warning(f"cannot start {argv[0]!r}: {type(exc).__name__}: {exc}")
+            return Outcome.failure(f"cannot start the command: {describe_exception(exc)}")
         os.close(ctl_r)
         task.logger.debug("command started", fields={"pid": proc.pid, "argv0": argv[0]})
         buf = bytearray()

@@ -206,8 +206,9 @@ class IsolatedRunner:
         if answer is None:
             raise RunnerCrashed(f"runner process exited with code {proc.exitcode} and no answer")
         # (a child that answered ends itself and its group with SIGKILL: exit code -9 is fine)
-        if answer[0] == "error":
-            raise RunnerCrashed(f"{answer[1]}\n{tail(answer[2], 4096)}")
+        if answer[0] == "error":  # its traceback (the host's paths) stays in the host's log
+            task.logger.error(f"isolated runner raised {answer[1]}\n{tail(answer[2], 4096)}")
+            raise RunnerCrashed(answer[1])
         return Outcome(
             bool(answer[1]), str(answer[2]), bool(answer[3]) if len(answer) > 3 else False
         )
