@@ -1,14 +1,487 @@
 """The host protocol over HTTP (session, heartbeat, claim, renew, report, control messages):
 each call carries the host's own token (``Authorization: Bearer``) and acts as that host and
-no other (the Lua scripts check the token's digest)."""
+no other (the Lua scripts check the token's digest).
+
+Every route is ``/hosts/{host_id}/...`` and builds a `deviceq.host.client.HostClient` for the
+host of its path, with the token of the request and its daemon session (header
+``X-Deviceq-Session``, once ``POST /hosts/{host_id}/session`` started one). A call that runs a
+script is authenticated by the script; one that does not (a long poll on the host's wake or
+control list, a read) authenticates the token in Python first (and the session, where the
+scripts would check it), so a host can only ever read or wait on what is its own. Answers are
+JSON; errors are the API's one error shape (`deviceq.api.errors`): 401 ``AUTH`` for a wrong
+token or another host's id, 409 ``SUPERSEDED`` for a fenced session, 503 ``UNAVAILABLE``
+while Redis is unreachable (retry)."""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+import redis
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ..core.errors import (
+    AuthError,
+    DeviceqError,
+    InvalidInput,
+    NotConfirmed,
+    NotFound,
+    SessionSuperseded,
+)
+from ..core.models import ScheduledTask, validate_id
+from ..core.redirects import UNAVAILABLE
+from ..host.client import DeviceReport, HostClient, Report, token_digest
 from .context import ApiContext
+from .errors import error, from_exception
+
+LOG = logging.getLogger("deviceq.api")
+
+SESSION_HEADER = "X-Deviceq-Session"
+MAX_ITEMS = 1000  # devices of a heartbeat, leases of a renewal, reports of a call, at most
+CTL_MAX = 16  # control messages kept per host (lua/_lib.lua ``ctl``): one poll drains them
+SESSION_MODES = ("start", "dead", "takeover")
+MAX_TOKEN = 256  # the longest token the scripts accept
+
+
+@dataclass
+class Call:
+    """One authenticated-to-be host call: the host of the path, the request's token and
+    session, its JSON body (``{}`` for a GET) and the other path parameters."""
+
+    ctx: ApiContext
+    host_id: str
+    token: str
+    session: str
+    body: dict[str, Any]
+    params: dict[str, str]
+
+    def client(self) -> HostClient:
+        """The host's client on the pool's Redis: the scripts authenticate each call."""
+        return HostClient(self.ctx.redis, self.ctx.pool, self.host_id, self.token, self.session)
+
+    def authenticate(self, *, session: bool) -> None:
+        """For a call that runs no script: the token must be this host's (compared with the
+        stored digest in constant time) and, with ``session``, the request's session the
+        host's current one (as the scripts require). AuthError / SessionSuperseded."""
+        digest, current = self.ctx.redis.hmget(
+            self.ctx.keys.host(self.host_id), "token_digest", "session"
+        )
+        if not digest:
+            raise AuthError(f"host {self.host_id} is not registered in this pool (removed?)")
+        if not hmac.compare_digest(str(digest), token_digest(self.token)):
+            raise AuthError(f"wrong token for host {self.host_id} (rotated?)")
+        if session and str(current or "") != self.session:
+            if not self.session:
+                raise SessionSuperseded(
+                    f"host {self.host_id} has a daemon session; this call carries none"
+                )
+            raise SessionSuperseded(
+                f"session {self.session} of host {self.host_id} was superseded by a newer "
+                "daemon (takeover, restart or token rotation)"
+            )
+
+    def block_seconds(self, name: str) -> float:
+        """A long poll's ``name`` seconds from the body, bounded by the service's
+        ``max_wait`` and kept below the Redis socket timeout (a blocking read must not
+        outlast it)."""
+        wanted = _number(self.body, name, 0.0, 0.0, 3600.0)
+        limit = self.ctx.max_wait
+        sock = self.ctx.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        if sock:
+            limit = min(limit, max(0.0, float(sock) - 1.0))
+        return min(wanted, limit)
+
+    def blpop(self, key: str, seconds: float) -> str | None:
+        """Pop the head of one of this host's lists, blocking up to ``seconds`` (0: no wait)."""
+        if seconds <= 0:
+            got = self.ctx.redis.lpop(key)
+            return None if got is None else str(got)
+        popped = self.ctx.redis.blpop([key], timeout=seconds)
+        return str(popped[1]) if popped else None
+
+
+Handler = Callable[[Call], dict[str, Any]]
+
+
+# -- request parsing ------------------------------------------------------------------------
+def _bearer(request: Request) -> str:
+    """The token of ``Authorization: Bearer TOKEN`` (never echoed in an error)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthError("missing host token: send Authorization: Bearer TOKEN")
+    if len(token) > MAX_TOKEN or not token.isascii() or not token.isprintable():
+        raise AuthError("malformed host token")
+    return token
+
+
+def _session(request: Request) -> str:
+    raw = request.headers.get(SESSION_HEADER, "").strip()
+    return validate_id(raw, "session id") if raw else ""
+
+
+class TooLarge(DeviceqError):
+    code = "TOO_LARGE"
+
+
+async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object (``{}`` for an empty body): INVALID when it is not a JSON
+    object, TOO_LARGE past ``limit`` bytes (read no further)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"request body over {limit} bytes")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise TooLarge(f"request body over {limit} bytes")
+    if not data.strip():
+        return {}
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return body
+
+
+def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+        raise InvalidInput(f"{name} must be a number from {lo:g} to {hi:g}")
+    return float(v)
+
+
+def _int(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    v = body.get(name, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise InvalidInput(f"{name} must be an integer from {lo} to {hi}")
+    return v
+
+
+def _str(body: dict[str, Any], name: str, default: str | None = None) -> str:
+    v = body.get(name, default)
+    if not isinstance(v, str):
+        raise InvalidInput(
+            f"{name} must be a string" + ("" if default is not None else " (required)")
+        )
+    return v
+
+
+def _bool(body: dict[str, Any], name: str, default: bool | None = None) -> bool:
+    v = body.get(name, default)
+    if not isinstance(v, bool):
+        raise InvalidInput(f"{name} must be true or false")
+    return v
+
+
+def _items(body: dict[str, Any], name: str) -> list[Any]:
+    v = body.get(name)
+    if not isinstance(v, list) or len(v) > MAX_ITEMS:
+        raise InvalidInput(f"{name} must be a list of at most {MAX_ITEMS} items")
+    return v
+
+
+def _objects(body: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    items = _items(body, name)
+    if not all(isinstance(x, dict) for x in items):
+        raise InvalidInput(f"each item of {name} must be a JSON object")
+    return items
+
+
+# -- session --------------------------------------------------------------------------------
+def get_session(call: Call) -> dict[str, Any]:
+    """The host's daemon session as stored: ``{"session", "session_owner",
+    "last_heartbeat"}`` (a starting daemon reads it to tell whether the previous one is
+    gone). Token checked; no session needed."""
+    call.authenticate(session=False)
+    return dict(call.client().host_record())
+
+
+def start_session(call: Call) -> dict[str, Any]:
+    """Start a daemon session: body ``{"session", "mode": "start"|"dead"|"takeover",
+    "owner", "expected"}`` (see lua/session.lua); answers ``{"epoch", "replaced",
+    "handed_back"}``. 409 SESSION_ACTIVE while another daemon's session is live."""
+    mode = _str(call.body, "mode", "start")
+    if mode not in SESSION_MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(SESSION_MODES)}")
+    info = call.client().start_session(
+        _str(call.body, "session"),
+        mode,
+        _str(call.body, "owner", ""),
+        _str(call.body, "expected", ""),
+    )
+    return {"epoch": info.epoch, "replaced": info.replaced, "handed_back": info.handed_back}
+
+
+def end_session(call: Call) -> dict[str, Any]:
+    """End the session of the ``X-Deviceq-Session`` header if it is still current (a clean
+    daemon exit): ``{"ended": bool}``."""
+    return {"ended": call.client().end_session()}
+
+
+# -- protocol -------------------------------------------------------------------------------
+def _device(d: dict[str, Any]) -> DeviceReport:
+    tags = d.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise InvalidInput("a device's tags must be a list of strings")
+    return DeviceReport(
+        _str(d, "device_id"),
+        _str(d, "driver_type"),
+        tuple(tags),
+        _str(d, "state", "idle"),  # type: ignore[arg-type]  # (checked by DeviceReport.args)
+        _str(d, "reason", ""),
+    )
+
+
+def heartbeat(call: Call) -> dict[str, Any]:
+    """Report the host alive with its full device snapshot: body ``{"devices": [{"device_id",
+    "driver_type", "tags": [...], "state": "idle"|"busy"|"offline", "reason"}]}``; answers
+    ``{"devices", "idle", "draining", "stopping", "quarantined": [...]}``."""
+    devices = [_device(d) for d in _objects(call.body, "devices")]
+    hb = call.client().heartbeat(devices)
+    return {"devices": hb.devices, "idle": hb.idle, "draining": hb.draining,
+            "stopping": hb.stopping, "quarantined": sorted(hb.quarantined)}  # fmt: skip
+
+
+def _assignments(client: HostClient, max_count: int) -> list[dict[str, Any]]:
+    return [a.model_dump(mode="json") for a in client.claim(max_count)]
+
+
+def claim(call: Call) -> dict[str, Any]:
+    """Claim up to ``max`` assignments from the host's inbox (body ``{"max": 1, "wait": 0}``):
+    with ``wait`` seconds and an empty inbox, a long poll (bounded by the service's max wait)
+    on the host's wake list, then a second claim. Answers ``{"assignments": [{"task": {...},
+    "lease_id", "attempt", "device_id", "host_id", "lease_expires_at", "lease_ms"}]}``."""
+    max_count = _int(call.body, "max", 1, 1, MAX_ITEMS)
+    wait = call.block_seconds("wait")
+    client = call.client()
+    got = _assignments(client, max_count)
+    if not got and wait > 0:
+        call.blpop(call.ctx.keys.host_wake(call.host_id), wait)
+        got = _assignments(client, max_count)
+    return {"assignments": got}
+
+
+def wait_for_work(call: Call) -> dict[str, Any]:
+    """Long poll on the host's wake list until an assignment may be waiting (body
+    ``{"timeout": SECONDS}``, bounded by the service's max wait): ``{"woken": bool}``. Token
+    and session checked first."""
+    seconds = call.block_seconds("timeout")
+    call.authenticate(session=True)
+    return {"woken": call.blpop(call.ctx.keys.host_wake(call.host_id), seconds) is not None}
+
+
+def nudge(call: Call) -> dict[str, Any]:
+    """Wake the host's own blocked inbox wait (its daemon is stopping): ``{"ok": true}``.
+    Token checked."""
+    call.authenticate(session=False)
+    key = call.ctx.keys.host_wake(call.host_id)
+    pipe = call.ctx.redis.pipeline(transaction=True)
+    pipe.lpush(key, "stop")
+    pipe.ltrim(key, 0, 0)  # (a wake list holds one hint, as the scripts keep it)
+    pipe.execute()
+    return {"ok": True}
+
+
+def control(call: Call) -> dict[str, Any]:
+    """Long poll on the host's control list (body ``{"timeout": SECONDS, "max": 16}``): the
+    first message waited for, then the rest drained at once (LPOP with a count), oldest
+    pending last as stored. Answers ``{"messages": [...]}`` (empty after the timeout).
+    Messages are hints (cancel, quarantine, superseded, removed, token rotated): act on what
+    the next renew or heartbeat answers. Token and session checked first."""
+    seconds = call.block_seconds("timeout")
+    most = _int(call.body, "max", CTL_MAX, 1, CTL_MAX)
+    call.authenticate(session=True)
+    key = call.ctx.keys.host_ctl(call.host_id)
+    first = call.blpop(key, seconds)
+    if first is None:
+        return {"messages": []}
+    rest = call.ctx.redis.lpop(key, most - 1) if most > 1 else None
+    return {"messages": [first, *(str(m) for m in rest or [])]}
+
+
+def renew(call: Call) -> dict[str, Any]:
+    """Extend leases: body ``{"leases": [{"task_id", "lease_id"}]}``; answers ``{"renewals":
+    [{"task_id", "status": "ok"|"cancel"|"lost", "expires_at", "reason", "lease_ms"}]}``."""
+    leases = [(_str(x, "task_id"), _str(x, "lease_id")) for x in _objects(call.body, "leases")]
+    out = call.client().renew(leases)
+    return {"renewals": [{"task_id": r.task_id, "status": r.status, "expires_at": r.expires_at,
+                          "reason": r.reason, "lease_ms": r.lease_ms} for r in out]}  # fmt: skip
+
+
+def _report(x: dict[str, Any]) -> Report:
+    kind = x.get("failure_kind")
+    if kind is not None and not isinstance(kind, str):
+        raise InvalidInput("failure_kind must be a string or null")
+    return Report(
+        _str(x, "task_id"),
+        _str(x, "lease_id"),
+        _str(x, "outcome"),
+        kind or None,
+        _str(x, "payload", ""),
+    )
+
+
+def _not_confirmed(exc: NotConfirmed) -> JSONResponse:
+    """409 NOT_CONFIRMED with the answers of the applied write in ``error.result``."""
+    return JSONResponse(
+        {"error": {"code": exc.code, "message": str(exc).splitlines()[0],
+                   "result": [str(a) for a in exc.result or []]}},
+        status_code=409,
+    )  # fmt: skip
+
+
+def report(call: Call) -> dict[str, Any]:
+    """End attempts: body ``{"reports": [{"task_id", "lease_id", "outcome":
+    "done"|"failed"|"cancelled"|"released", "failure_kind", "payload"}]}``; answers
+    ``{"answers": ["ok:STATUS"|"dup:STATUS"|"rejected:REASON", ...]}``. With the pool's
+    durability set and the write not confirmed: 409 NOT_CONFIRMED with the answers in
+    ``error.result`` (send the reports again: an applied one answers ``dup:``)."""
+    reports = [_report(x) for x in _objects(call.body, "reports")]
+    return {"answers": call.client().report_many(reports)}
+
+
+def release(call: Call) -> dict[str, Any]:
+    """Hand an attempt back (queued again at once, keeping its place): body ``{"task_id",
+    "lease_id", "reason"}``; answers ``{"answer": "ok:queued"|...}``."""
+    answer = call.client().release(
+        _str(call.body, "task_id"), _str(call.body, "lease_id"),
+        _str(call.body, "reason", "handed back"),
+    )  # fmt: skip
+    return {"answer": answer}
+
+
+def draining(call: Call) -> dict[str, Any]:
+    """Mark the host's daemon stopping (``{"draining": true}``: no new assignments) or
+    running again; answers ``{"result"}``."""
+    return {"result": call.client().set_draining(_bool(call.body, "draining", True))}
+
+
+# -- health checks --------------------------------------------------------------------------
+def device_health_action(call: Call) -> dict[str, Any]:
+    """A device health check step (path ``action``): ``begin`` (take the device for a check)
+    and ``next`` (check it after its task) answer ``{"taken": bool}``; ``end`` (body
+    ``{"healthy": bool, "output", "reason"}``) and ``clear`` answer ``{"health"}``."""
+    did = validate_id(call.params["device_id"], "device id")
+    action = call.params["action"]
+    client = call.client()
+    if action == "begin":
+        return {"taken": client.health_begin(did)}
+    if action == "next":
+        return {"taken": client.health_next(did)}
+    if action == "end":
+        healthy = _bool(call.body, "healthy")
+        output, reason = _str(call.body, "output", ""), _str(call.body, "reason", "")
+        return {"health": client.health_end(did, healthy, output, reason)}
+    if action == "clear":
+        return {"health": client.health_clear(did)}
+    raise NotFound(f"no health action {action[:20]!r}: use begin, next, end or clear")
+
+
+def device_health(call: Call) -> dict[str, Any]:
+    """The stored health of this host's devices: body ``{"device_ids": [...]}``; answers
+    ``{"health": {ID: "healthy"|"unhealthy"|""}}`` ('' when never checked, not registered or
+    another host's). Token checked."""
+    ids = [validate_id(d, "device id") for d in _items(call.body, "device_ids")]
+    call.authenticate(session=False)
+    pipe = call.ctx.redis.pipeline(transaction=False)
+    for d in ids:
+        pipe.hmget(call.ctx.keys.device(d), "host_id", "health")
+    rows = pipe.execute()
+    return {"health": {d: str(h or "") if owner == call.host_id else ""
+                       for d, (owner, h) in zip(ids, rows, strict=True)}}  # fmt: skip
+
+
+# -- reads ----------------------------------------------------------------------------------
+def config(call: Call) -> dict[str, Any]:
+    """The pool's settings (stored values over the defaults), as ``deviceq config`` shows
+    them; a daemon follows ``lease_ttl`` and ``host_timeout``. Token checked."""
+    call.authenticate(session=False)
+    return call.client().config().model_dump(mode="json")
+
+
+def workflow(call: Call) -> dict[str, Any]:
+    """A stored workflow definition (``{"name", "description", "steps"}``) a workflow task
+    of this host refers to; 404 NOT_FOUND when there is none. Token checked."""
+    name = validate_id(call.params["name"], "workflow name")
+    call.authenticate(session=False)
+    return call.client().get_workflow(name).model_dump(mode="json")
+
+
+def task_parts(call: Call) -> dict[str, Any]:
+    """The status of the other parts of a multi-device task whose part this host holds
+    (its leader runs once they are all ``dispatched``): ``{"statuses": [...]}``; 404
+    NOT_FOUND for a task this host does not hold. Token checked."""
+    tid = validate_id(call.params["task_id"], "task id")
+    call.authenticate(session=False)
+    h: dict[str, str] = call.ctx.redis.hgetall(call.ctx.keys.task(tid))  # type: ignore[assignment]
+    if not h or h.get("host_id") != call.host_id:
+        raise NotFound(f"task {tid} is not held by host {call.host_id}")
+    return {"statuses": call.client().part_statuses(ScheduledTask.from_hash(h))}
+
+
+# -- routing --------------------------------------------------------------------------------
+def _endpoint(ctx: ApiContext, handler: Handler) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            host_id = validate_id(request.path_params["host_id"], "host id")
+            token = _bearer(request)
+            session = _session(request)
+            body = await _json_body(request, ctx.max_body) if request.method != "GET" else {}
+            params = {k: str(v) for k, v in request.path_params.items() if k != "host_id"}
+            call = Call(ctx, host_id, token, session, body, params)
+            return JSONResponse(await run_in_threadpool(handler, call))
+        except NotConfirmed as exc:
+            return _not_confirmed(exc)
+        except DeviceqError as exc:
+            return from_exception(exc)
+        except UNAVAILABLE as exc:
+            LOG.warning("host call: Redis unreachable (%s)", type(exc).__name__)
+            return error("UNAVAILABLE", "the pool's Redis is unreachable: try again")
+        except redis.RedisError as exc:
+            LOG.error("host call: Redis error (%s)", type(exc).__name__)
+            return error("INTERNAL", "internal error", 500)
+
+    endpoint.__name__ = handler.__name__
+    endpoint.__qualname__ = handler.__name__
+    endpoint.__doc__ = handler.__doc__
+    return endpoint
+
+
+ROUTES: list[tuple[str, str, Handler]] = [
+    ("/hosts/{host_id}/session", "GET", get_session),
+    ("/hosts/{host_id}/session", "POST", start_session),
+    ("/hosts/{host_id}/session", "DELETE", end_session),
+    ("/hosts/{host_id}/heartbeat", "POST", heartbeat),
+    ("/hosts/{host_id}/claim", "POST", claim),
+    ("/hosts/{host_id}/wait", "POST", wait_for_work),
+    ("/hosts/{host_id}/nudge", "POST", nudge),
+    ("/hosts/{host_id}/control", "POST", control),
+    ("/hosts/{host_id}/renew", "POST", renew),
+    ("/hosts/{host_id}/report", "POST", report),
+    ("/hosts/{host_id}/release", "POST", release),
+    ("/hosts/{host_id}/draining", "POST", draining),
+    ("/hosts/{host_id}/devices/health", "POST", device_health),
+    ("/hosts/{host_id}/devices/{device_id}/health/{action}", "POST", device_health_action),
+    ("/hosts/{host_id}/config", "GET", config),
+    ("/hosts/{host_id}/workflows/{name}", "GET", workflow),
+    ("/hosts/{host_id}/tasks/{task_id}/parts", "GET", task_parts),
+]
+"""Path, method and handler of every host route (relative to ``/api/v1``)."""
 
 
 def host_routes(ctx: ApiContext) -> list[BaseRoute]:
     """The routes of the host protocol, relative to ``/api/v1``."""
-    return []
+    return [
+        Route(path, _endpoint(ctx, handler), methods=[method], name=f"host_{handler.__name__}")
+        for path, method, handler in ROUTES
+    ]

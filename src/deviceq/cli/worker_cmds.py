@@ -17,6 +17,7 @@ from ..core.errors import ConfigError, InvalidInput
 from ..core.models import ID_RE, validate_id
 from ..host.daemon import HostWorker
 from ..host.device_sources import DeviceSourceError
+from ..host.http_client import check_api_url
 from ..host.multipool import MultiPoolHost
 from ..host.runners import RunnerSpec
 from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
@@ -86,6 +87,16 @@ def _check_health_checks(
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
     return parsed or ()
+
+
+def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--api-url``, checked as it is parsed: a malformed one is a usage error (exit 2)."""
+    if value is None:
+        return None
+    try:
+        return check_api_url(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[WorkerSettings, str]:
@@ -478,6 +489,23 @@ def build_pool_settings(
     "(its claims, renewals and reports are refused), stops its runners and "
     "exits; its running attempts come back when their leases expire.",
 )
+@click.option(
+    "--api-url",
+    metavar="URL",
+    callback=_check_api_url,
+    help="Talk to the HTTP service `deviceq api` at URL (http(s)://HOST[:PORT]) instead of "
+    "Redis: this host then needs no Redis credentials, only its token (--token-file), and "
+    "every call acts as this host only. Same daemon, same guarantees (leases, watchdog, "
+    "takeover, drain, reports resent after an outage); an unreachable API is ridden out like "
+    "an unreachable Redis. Serves one pool (the API's).",
+)
+@click.option(
+    "--api-ca",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="PEM CA bundle the https:// API's certificate is checked against [default: the "
+    "system's trust store].",
+)
 @pass_ctx
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them
@@ -530,6 +558,13 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
             raise
         fail(str(exc), EXIT_START_REFUSED)  # nothing started, nothing written
     logs.configure(ctx.log_format, ctx.log_level.upper())
+    first, _ = per_pool[pools[0]]
+    if first.api_url:  # one API serves one pool; no Redis to check from here
+        if len(pools) > 1:
+            fail("--api-url serves one pool (the API's): run a daemon per pool",
+                 EXIT_START_REFUSED)  # fmt: skip
+        settings, token = per_pool[pools[0]]
+        sys.exit(HostWorker("", pools[0], settings, token).run())
     # a wrong password fails now, not in a retry loop (one Redis for every pool: one PING)
     ctx.for_pool(pools[0]).preflight(need_reachable=False)
     if len(pools) == 1:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import redis
 
+from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
-from ..core.durability import run_durably
+from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.models import (
     MAX_PAYLOAD_BYTES,
@@ -22,6 +24,7 @@ from ..core.models import (
     DeviceState,
     FailureKind,
     ScheduledTask,
+    WorkflowDefinition,
     trusted_model,
     validate_id,
     validate_tag_list,
@@ -130,6 +133,42 @@ def _tail(text: str) -> str:
     if len(data) <= MAX_PAYLOAD_BYTES:
         return text
     return data[-MAX_PAYLOAD_BYTES:].decode(errors="ignore")
+
+
+class HostLink(Protocol):
+    """What a host daemon calls: `HostClient` (straight to Redis) and
+    `deviceq.host.http_client.ApiHostClient` (through ``deviceq api``) both provide it, with
+    the same answers and the same errors (a transient outage is a ``redis.ConnectionError``)."""
+
+    host_id: str
+    session: str
+
+    def host_record(self) -> dict[str, str]: ...
+    def start_session(
+        self, session: str, mode: str = "start", owner: str = "", expected: str = ""
+    ) -> SessionInfo: ...
+    def end_session(self) -> bool: ...
+    def heartbeat(self, devices: Iterable[DeviceReport]) -> Heartbeat: ...
+    def claim(self, max_count: int = 1) -> list[Assignment]: ...
+    def wait_for_work(self, timeout: float) -> bool: ...
+    def nudge(self) -> None: ...
+    def wait_for_control(self, timeout: float) -> str | None: ...
+    def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]: ...
+    def report_many(self, reports: Sequence[Report]) -> list[str]: ...
+    def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str: ...
+    def set_draining(self, draining: bool = True) -> str: ...
+    def health_begin(self, device_id: str) -> bool: ...
+    def health_next(self, device_id: str) -> bool: ...
+    def health_end(
+        self, device_id: str, healthy: bool, output: str = "", reason: str = ""
+    ) -> str: ...
+    def health_clear(self, device_id: str) -> str: ...
+    def device_health(self, device_ids: Sequence[str]) -> dict[str, str]: ...
+    def part_statuses(self, task: ScheduledTask) -> list[str]: ...
+    def storage_warning(self, what: str) -> str | None: ...
+    def config(self) -> PoolConfig: ...
+    def get_workflow(self, name: str) -> WorkflowDefinition: ...
+    def close(self) -> None: ...
 
 
 class HostClient(PoolConnection):
@@ -357,3 +396,23 @@ class HostClient(PoolConnection):
         for d in device_ids:
             pipe.hmget(self.keys.device(d), "health")
         return {d: str(v[0] or "") for d, v in zip(device_ids, pipe.execute(), strict=True)}
+
+    # -- reads the daemon makes --------------------------------------------------------------
+    def part_statuses(self, task: ScheduledTask) -> list[str]:
+        """The status of every other part of the multi-device task whose part ``task`` is
+        (its leader waits until they are all ``dispatched``); '' for a part that is gone."""
+        if not task.gang:
+            return []
+        others = [n for n in (task.roles or {}) if n != task.role]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in others:
+            pipe.hget(self.keys.task(validate_id(f"{task.gang}.{name}", "task id")), "status")
+        return [str(v or "") for v in pipe.execute()]
+
+    def storage_warning(self, what: str) -> str | None:
+        """Warn (and return the warning) when Redis may evict keys (``maxmemory-policy`` not
+        ``noeviction``); None otherwise or when it cannot be told."""
+        try:
+            return warn_if_unsafe(self.redis, what)
+        except redis.RedisError:
+            return None

@@ -53,14 +53,14 @@ from typing import Any
 import redis
 
 from ..core.connection import TLSError, connect
-from ..core.durability import warn_if_unsafe
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
-from .client import HostClient
+from .client import HostClient, HostLink
 from .device_sources import DeviceWatch
 from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
+from .http_client import ApiHostClient
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
@@ -113,7 +113,9 @@ class HostWorker:
     """The host worker daemon. ``run()`` blocks until stopped (``stop()`` or SIGTERM) and
     returns the exit code (0 after a drain; ``EXIT_*`` in `deviceq.host.state` for the
     others). It talks to Redis only through `HostClient` (three of them: one for calls, one
-    for the blocking inbox wait, one for the blocking control wait).
+    for the blocking inbox wait, one for the blocking control wait), or, with
+    ``settings.api_url``, to the HTTP service ``deviceq api`` through `ApiHostClient` (same
+    interface, same guarantees; ``redis_url`` is then unused).
 
     >>> w = HostWorker("redis://localhost:6379/0", "default", settings, token)
     >>> sys.exit(w.run())
@@ -133,7 +135,10 @@ class HostWorker:
         self.session_id = new_session_id()
         self.owner = owner_id()
 
-        def client(socket_timeout: float) -> HostClient:
+        def client(socket_timeout: float) -> HostLink:
+            if settings.api_url:  # through `deviceq api`: no Redis credentials on this host
+                return ApiHostClient(settings.api_url, pool, settings.host_id, token,
+                                     settings.api_ca, timeout=socket_timeout)  # fmt: skip
             r = connect(
                 redis_url,
                 socket_timeout=socket_timeout,
@@ -145,8 +150,11 @@ class HostWorker:
             return HostClient(r, pool, settings.host_id, token)
 
         self.host = client(settings.socket_timeout)
-        self.waiter = client(settings.poll_interval * 1.25 + settings.socket_timeout)
-        self.ctl = client(CTL_BLOCK + settings.socket_timeout)
+        api = bool(settings.api_url)  # (an API request's timeout adds the wait it asks for)
+        self.waiter = client(
+            settings.socket_timeout + (0 if api else settings.poll_interval * 1.25)
+        )
+        self.ctl = client(settings.socket_timeout + (0 if api else CTL_BLOCK))
         self.state = HostState(settings, pool)
         self.state.nudge = self._nudge
         self.dispatcher = dispatcher or self._dispatcher(settings, pool)
@@ -242,9 +250,7 @@ class HostWorker:
             self.host.nudge()
 
     def _startup(self) -> int:
-        with contextlib.suppress(redis.RedisError):
-            what = f"host daemon {self.settings.host_id} (pool {self.pool})"
-            warn_if_unsafe(self.host.redis, what)
+        self.host.storage_warning(f"host daemon {self.settings.host_id} (pool {self.pool})")
         if self.devices.dynamic:
             self.devices.refresh()  # discovered devices are in the first heartbeat
         if self.settings.device_check:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
-from .client import HostClient, Report
+from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .reporter import Reporter
 from .runner_threads import RunnerThreads
@@ -108,7 +108,7 @@ class Stats:
 class Executor:
     """Starts, runs and reports the attempts a host claimed."""
 
-    def __init__(self, state: HostState, host: HostClient, dispatcher: TaskDispatcher) -> None:
+    def __init__(self, state: HostState, host: HostLink, dispatcher: TaskDispatcher) -> None:
         self.state = state
         self.settings = state.settings
         self.reporter = Reporter(state, host)
@@ -223,14 +223,10 @@ class Executor:
         claimed (``dispatched``); until then it polls their status (bounded by its lease:
         an attempt whose parts never all start ends by expiry, for every part)."""
         t = run.assignment.task
-        others = [self.host.keys.task(f"{t.gang}.{n}") for n in (t.roles or {}) if n != t.role]
         delay = 0.01
         while not run.cancel.is_set() and not run.lease.expired:
             try:
-                pipe = self.host.redis.pipeline(transaction=False)
-                for key in others:
-                    pipe.hget(key, "status")
-                if all(st == "dispatched" for st in pipe.execute()):
+                if all(st == "dispatched" for st in self.host.part_statuses(t)):
                     return
             except TRANSIENT:
                 pass

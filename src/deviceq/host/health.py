@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
-from .client import DeviceReport, HostClient
+from .client import DeviceReport, HostLink
 from .health_checks import CheckResult, HealthCheck, build_check
 from .runners import LeaseClock, Task
 from .settings import DeviceConfig
@@ -72,7 +72,7 @@ class HealthChecker:
     """The health checks of one host daemon: `task_ended` (from the executor) feeds the
     policy, `loop` (a thread of its own) starts the checks that are due."""
 
-    def __init__(self, state: HostState, host: HostClient) -> None:
+    def __init__(self, state: HostState, host: HostLink) -> None:
         self.state = state
         self.settings = state.settings
         self.host = host

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..core.errors import AuthError, DeviceqError, NotConfirmed, SessionSuperseded
-from .client import HostClient, Report
+from .client import HostLink, Report
 from .state import HostState
 
 MAX_BATCH = 200
@@ -36,7 +36,7 @@ class Pending:
 class Reporter:
     """Sends the host's reports (see the module docstring)."""
 
-    def __init__(self, state: HostState, host: HostClient) -> None:
+    def __init__(self, state: HostState, host: HostLink) -> None:
         self.state = state
         self.host = host
         self._queue: deque[Pending] = deque()

@@ -146,6 +146,10 @@ class WorkerSettings:
     discover: Any = ()
     discover_every: float = 5.0
     sources: Any = field(init=False, default=None, repr=False)
+    # through the HTTP service `deviceq api` instead of Redis (deviceq.host.http_client):
+    # its address and, for https, the CA bundle its certificate is checked against
+    api_url: str | None = None
+    api_ca: str | None = None
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
@@ -159,6 +163,7 @@ class WorkerSettings:
         if len(set(ids)) != len(ids):
             raise ConfigError("device ids must be unique")
         self._device_sources()
+        self._api()
         for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
@@ -183,6 +188,21 @@ class WorkerSettings:
             CommandTemplate.parse(self.device_check, DEVICE_CHECK_PLACEHOLDERS)
             if self.device_check_interval <= 0 or self.device_check_timeout <= 0:
                 raise ConfigError("device check interval and timeout must be positive")
+
+    def _api(self) -> None:
+        """Check ``api_url``/``api_ca`` (ConfigError: one line); nothing is contacted."""
+        from .http_client import check_api_url, tls_context
+
+        if self.api_url is None:
+            if self.api_ca is not None:
+                raise ConfigError("--api-ca applies with --api-url")
+            return
+        self.api_url = check_api_url(self.api_url)
+        if self.api_ca is not None:
+            if not self.api_url.startswith("https://"):
+                raise ConfigError("--api-ca applies to an https:// API URL")
+            self.api_ca = str(self.api_ca)
+            tls_context(self.api_ca)
 
     def _device_sources(self) -> None:
         """Check ``devices_file``/``discover``/``discover_every`` and read the devices file

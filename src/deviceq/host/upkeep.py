@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
-from .client import HostClient
+from .client import HostLink
 from .execution import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DEVICE_CHECK_PLACEHOLDERS, DeviceConfig
@@ -33,8 +33,8 @@ class Upkeep:
     def __init__(
         self,
         state: HostState,
-        host: HostClient,
-        ctl: HostClient,
+        host: HostLink,
+        ctl: HostLink,
         summary: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
