@@ -134,6 +134,22 @@ class Ctx:
         return True
 
 
+def check_output_path(path: str) -> None:
+    """Before a command changes anything: InvalidInput unless `write_output_file` can create
+    ``path`` (its folder exists, is a folder and is writable; ``path`` is not a folder), so a
+    token is never minted (or rotated) only to be lost."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise InvalidInput(f"cannot write {path}: it is a directory")
+    if not folder.exists():
+        raise InvalidInput(f"cannot write {path}: no such directory {folder}")
+    if not folder.is_dir():
+        raise InvalidInput(f"cannot write {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidInput(f"cannot write {path}: directory {folder} is not writable")
+
+
 def write_output_file(path: str, text: str) -> None:
     """Write ``text`` to ``path`` only now that the command succeeded, atomically (a temporary
     file in the same directory, renamed over ``path``) and readable by its owner only (it may

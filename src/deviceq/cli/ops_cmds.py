@@ -27,6 +27,7 @@ from ..ops import status as st
 from ..producer import spec_from
 from .app import (
     Ctx,
+    check_output_path,
     console_for_tables,
     device,
     echo_json,
@@ -634,6 +635,8 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None)
     """
     from .core_cmds import print_token
 
+    if output is not None:
+        check_output_path(output)
     print_token(host_id, ctx.admin.rotate_token(host_id), as_json, output)
 
 
