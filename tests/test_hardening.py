@@ -6,11 +6,16 @@ cut short by a full queue says which tasks it queued."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import redis
 
-from deviceq import PoolAdmin
+from deviceq import Client, PoolAdmin
+from deviceq.cli.ops_cmds import SUBMIT_FILE_CHUNK
+from deviceq.core.errors import QueueFull
+from deviceq.core.keys import Keys
 from harness import deviceq
 
 
@@ -58,3 +63,39 @@ def test_rotate_token_to_a_missing_directory_keeps_the_old_token(
     out = deviceq(redis_url, pool, "host", "rotate-token", "lab-1", "-o", str(tmp_path / "t"))
     assert out.returncode == 0, out.stderr
     assert real_r.hgetall(admin.keys.host("lab-1")) != before
+
+
+# -- a bulk submit cut short by a full queue says what it queued -------------------------------
+def test_submit_many_queue_full_part_way_carries_the_queued_ids(
+    real_r: redis.Redis, pool: str
+) -> None:
+    client = Client(real_r, pool)
+    PoolAdmin(real_r, pool).set_config("max_queue_depth", 5)
+    with pytest.raises(QueueFull) as info:
+        client.submit_many([{"goal": f"g{i}"} for i in range(9)], chunk=2)
+    queued = info.value.queued_ids
+    assert len(queued) == 4  # two chunks of 2; the third would make 6 > 5
+    assert [client.get(t, attempts=False).goal for t in queued] == ["g0", "g1", "g2", "g3"]
+    assert real_r.zcard(Keys(pool).status("queued")) == 4
+    # a QueueFull from a plain submit carries none
+    client.submit("g4")
+    with pytest.raises(QueueFull) as one:
+        client.submit("g5")
+    assert one.value.queued_ids == []
+
+
+def test_submit_file_prints_the_ids_queued_before_the_queue_filled(
+    redis_url: str, pool: str, real_r: redis.Redis, tmp_path: Path
+) -> None:
+    PoolAdmin(real_r, pool).set_config("max_queue_depth", SUBMIT_FILE_CHUNK + 10)
+    lines = [json.dumps({"goal": f"g{i}"}) for i in range(SUBMIT_FILE_CHUNK + 20)]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(lines) + "\n")
+    out = deviceq(redis_url, pool, "submit", "--file", str(tasks))
+    assert out.returncode == 1, out
+    line = _one_error_line(out.stderr)
+    assert "QueueFull" in line and f"{SUBMIT_FILE_CHUNK} of {len(lines)}" in line
+    printed = out.stdout.split()
+    assert len(printed) == SUBMIT_FILE_CHUNK
+    queued = {str(t) for t in real_r.zrange(Keys(pool).status("queued"), 0, -1)}
+    assert set(printed) == queued

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..core.errors import DeviceqError, InvalidInput, NotFound
+from ..core.errors import DeviceqError, InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, read_events
 from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition, validate_id
 from ..ops import status as st
@@ -867,6 +867,15 @@ SUBMIT_FILE_EXCLUSIVE = (
 )
 
 
+def queued_before(exc: DeviceqError) -> list[str]:
+    """The ids a refused `Client.submit_many` call queued before it stopped."""
+    if isinstance(exc, QueueFull):
+        return exc.queued_ids
+    if isinstance(exc, NotConfirmed):
+        return [str(i) for i in exc.result or []]
+    return []
+
+
 def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | None) -> None:
     """``submit --file``: validate every line first, then submit in chunks with a progress
     bar. Prints the ids (or a JSON list). A refused chunk (e.g. QueueFull) stops it: the ids
@@ -915,6 +924,7 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
             try:
                 ids += ctx.client.submit_many(part, chunk=SUBMIT_FILE_CHUNK)
             except DeviceqError as exc:
+                ids += queued_before(exc)
                 error = exc
                 break
             progress.advance(bar, len(part))
