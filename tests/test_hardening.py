@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from deviceq import Client, PoolAdmin
+from deviceq.cli.app import MAX_INPUT_BYTES
 from deviceq.cli.ops_cmds import SUBMIT_FILE_CHUNK
 from deviceq.core.errors import QueueFull
 from deviceq.core.keys import Keys
@@ -99,3 +100,36 @@ def test_submit_file_prints_the_ids_queued_before_the_queue_filled(
     assert len(printed) == SUBMIT_FILE_CHUNK
     queued = {str(t) for t in real_r.zrange(Keys(pool).status("queued"), 0, -1)}
     assert set(printed) == queued
+
+
+# -- input nested too deeply, or too big, is one error line ------------------------------------
+def test_deeply_nested_input_is_one_error_line(
+    redis_url: str, pool: str, real_r: redis.Redis, tmp_path: Path
+) -> None:
+    lines = tmp_path / "tasks.jsonl"
+    lines.write_text(json.dumps({"goal": "fine"}) + "\n" + "[" * 100_000 + "\n")
+    out = deviceq(redis_url, pool, "submit", "--file", str(lines))
+    assert out.returncode == 1, out
+    assert "line 2: nested too deeply" in _one_error_line(out.stderr)
+    assert out.stdout == ""
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 200_000)
+    out = deviceq(redis_url, pool, "workflow", "put", str(deep))
+    assert out.returncode == 1, out
+    assert "nested too deeply" in _one_error_line(out.stderr)
+    out = deviceq(redis_url, pool, "host", "run", "--config", str(deep))
+    assert out.returncode == 1, out
+    assert "nested too deeply" in _one_error_line(out.stderr)
+    block = tmp_path / "block.yaml"  # block style: `- - - ...` lists
+    block.write_text("- " * 200_000 + "x\n")
+    out = deviceq(redis_url, pool, "workflow", "put", str(block))
+    assert out.returncode == 1, out
+    assert "nested too deeply" in _one_error_line(out.stderr)
+    assert real_r.exists(Keys(pool).workflows, Keys(pool).status("queued")) == 0
+
+
+def test_submit_file_reads_at_most_its_cap(redis_url: str, pool: str, real_r: redis.Redis) -> None:
+    out = deviceq(redis_url, pool, "submit", "--file", "/dev/zero")
+    assert out.returncode == 1, out
+    assert f"larger than {MAX_INPUT_BYTES // 2**20} MiB" in _one_error_line(out.stderr)
+    assert real_r.exists(Keys(pool).status("queued")) == 0

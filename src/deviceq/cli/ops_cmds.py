@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import collections
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import click
@@ -34,8 +32,10 @@ from .app import (
     fail,
     host,
     main,
+    nesting_guard,
     output_option,
     pass_ctx,
+    read_input,
     task,
     workflow,
 )
@@ -641,19 +641,16 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None)
 
 
 def read_text(path: str) -> str:
-    """A file's text ('-' = stdin); InvalidInput when it cannot be read."""
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    """A file's text ('-' = stdin), bounded (`read_input`); InvalidInput when it cannot be
+    read."""
+    return read_input(path)
 
 
 # -- workflows ---------------------------------------------------------------------------------
 def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
     try:
-        data = yaml.safe_load(text)  # JSON is YAML too
+        with nesting_guard(source):
+            data = yaml.safe_load(text)  # JSON is YAML too
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise InvalidInput(f"{source}: not valid YAML or JSON: {first}") from None
@@ -832,7 +829,8 @@ def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            with nesting_guard(f"line {n}"):
+                data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"line {n}: not valid JSON: {exc.msg}") from None
         if not isinstance(data, dict):
