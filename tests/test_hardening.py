@@ -6,18 +6,26 @@ cut short by a full queue says which tasks it queued."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from deviceq import Client, PoolAdmin
+from deviceq import Client, PoolAdmin, TaskStatus
 from deviceq.cli.app import MAX_INPUT_BYTES
 from deviceq.cli.ops_cmds import SUBMIT_FILE_CHUNK
 from deviceq.core.errors import QueueFull
 from deviceq.core.keys import Keys
-from harness import deviceq
+from deviceq.embedded import RedisServer
+from deviceq.host.client import CTL_DRAIN
+from harness import CLI, REPO_DIR, SRC_DIR, Deployment, deviceq, wait_for
 
 
 def _one_error_line(stderr: str) -> str:
@@ -133,3 +141,111 @@ def test_submit_file_reads_at_most_its_cap(redis_url: str, pool: str, real_r: re
     assert out.returncode == 1, out
     assert f"larger than {MAX_INPUT_BYTES // 2**20} MiB" in _one_error_line(out.stderr)
     assert real_r.exists(Keys(pool).status("queued")) == 0
+
+
+# -- a flood of control messages costs a bounded number of script calls ------------------------
+def _script_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
+
+
+def test_a_flood_of_control_messages_does_not_make_a_script_call_each(
+    private_redis: RedisServer, pool: str, tmp_path: Path
+) -> None:
+    """200,000 raw LPUSHes to a host's control list (what any holder of a Redis user can do)
+    while the host runs a task: the daemon drains the list with each wake-up and reacts a
+    few times a second, so it renews and heartbeats a bounded number of times, not once per
+    message. (Leases and heartbeats are slow here, so nearly every call counted is a
+    reaction to the flood.)"""
+    d = Deployment(private_redis.url, pool, tmp_path)
+    try:
+        d.configure(lease_ttl=300, host_timeout=120, claim_ttl=60)
+        d.scheduler()
+        d.command_host("h1", "d1:android")
+        tid = d.client.submit("sleep 120", driver_type="android")
+        wait_for(lambda: d.status(tid) == TaskStatus.dispatched, 30, "the task running")
+        sched = d.procs.pop("scheduler")  # only the host daemon calls scripts from now on
+        os.killpg(sched.pid, signal.SIGKILL)
+        sched.wait(10)
+        ctl = d.admin.keys.host_ctl("h1")
+        flood = 200_000
+        before = _script_calls(d.r)
+        for _ in range(flood // 10_000):
+            pipe = d.r.pipeline(transaction=False)
+            for _ in range(10_000):
+                pipe.lpush(ctl, "x")
+            pipe.execute()
+        wait_for(lambda: d.r.llen(ctl) == 0, 120, "the daemon draining its control list")
+        calls = _script_calls(d.r) - before
+        wakes = flood // CTL_DRAIN + 1
+        assert calls <= 4 * wakes + 20, calls  # a renew and a heartbeat per reaction
+        assert d.alive("h1") and d.status(tid) == TaskStatus.dispatched
+        d.client.cancel(tid)  # still acted on at once after the flood
+        assert d.client.wait(tid, timeout=30).status == TaskStatus.cancelled
+    finally:
+        d.close()
+
+
+# -- the Redis password from a file or the environment, never on a command line ----------------
+def _cmdlines_holding(secret: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes()
+                if secret.encode() in cmdline:
+                    found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def test_the_redis_password_from_a_file_or_the_environment(pool: str, tmp_path: Path) -> None:
+    secret = "pw-" + uuid.uuid4().hex
+    with RedisServer(password=secret) as server:
+        bare = f"redis://127.0.0.1:{server.port}/0"  # no password in the URL
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEQ_REDIS_PASS")}
+        pw_file = tmp_path / "redis.pw"
+        pw_file.write_text(secret + "\n")
+
+        def cli(*args: str, extra_env: dict[str, str] | None = None) -> Any:
+            return subprocess.run(
+                [*CLI, "--redis-url", bare, "--pool", pool, *args],
+                capture_output=True, text=True, timeout=60, env={**env, **(extra_env or {})},
+            )  # fmt: skip
+
+        # without it: one line naming the ways to give it
+        out = cli("host", "list")
+        assert out.returncode == 1 and "--redis-password-file" in _one_error_line(out.stderr)
+        # from a file (before or after the command), and from the environment
+        out = cli("--redis-password-file", str(pw_file), "host", "add", "h1")
+        assert out.returncode == 0, out.stderr
+        token = out.stdout.strip()
+        out = cli("host", "list", "--json", "--redis-password-file", str(pw_file))
+        assert out.returncode == 0 and "h1" in out.stdout, out.stderr
+        out = cli("host", "list", "--json", extra_env={"DEVICEQ_REDIS_PASSWORD": secret})
+        assert out.returncode == 0 and "h1" in out.stdout, out.stderr
+        out = cli("--redis-password-file", str(tmp_path / "nosuch"), "host", "list")
+        assert out.returncode == 1
+        assert "cannot read the Redis password file" in _one_error_line(out.stderr)
+        # a daemon: works with the password from the file, which is on no process's cmdline
+        (tmp_path / "h1.token").write_text(token)
+        r = redis.Redis(port=server.port, password=secret, decode_responses=True)
+        admin = PoolAdmin(r, pool)
+        log = open(tmp_path / "h1.log", "ab")  # noqa: SIM115 - closed once the daemon has it
+        proc = subprocess.Popen(
+            [*CLI, "--redis-url", bare, "--pool", pool, "--redis-password-file", str(pw_file),
+             "host", "run", "--host-id", "h1", "--token-file", str(tmp_path / "h1.token"),
+             "--device", "d1:android", "--command", "true"],
+            env={**env, "PYTHONPATH": os.pathsep.join((SRC_DIR, REPO_DIR))},
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        try:
+            wait_for(lambda: proc.poll() is not None or admin.host("h1").alive, 30, "the host")
+            assert proc.poll() is None, (tmp_path / "h1.log").read_text()
+            assert _cmdlines_holding(secret) == []
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            r.close()
