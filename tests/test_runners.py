@@ -154,6 +154,50 @@ def test_command_templates_are_checked_at_start() -> None:
                                          "${HOME}", "a b"]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        "timeout 60 adb -s {device_id} shell {goal}",
+        "sudo -u lab ssh rig1 {goal}",
+        "/usr/bin/env ssh -p 2222 rig1 run {goal}",
+        "su -c {goal}",
+        "sudo runuser -u lab --command {goal}",
+    ],
+)
+def test_a_remote_shell_anywhere_in_the_argv_is_refused_at_start(template: str) -> None:
+    """The guard looks at the whole argument vector, not only its first word: a wrapper
+    (timeout, sudo, env) in front of adb shell / ssh / su -c hands the goal to a shell too."""
+    with pytest.raises(ConfigError, match="hands its arguments to a shell"):
+        CommandRunner(template)
+    CommandRunner(template.replace("{goal}", "{goal:shell}"))  # the quoted form is fine
+
+
+def test_a_goal_that_looks_like_an_option_is_refused_unless_after_double_dash(
+    tmp_path: Path,
+) -> None:
+    """`git clone {goal}` with the goal `--upload-pack=touch X` would run `touch X`: a goal
+    starting with '-' in a whole-argument placeholder fails the task (runner_failed), and
+    nothing runs, unless the template ends the options with `--` before it."""
+    marker = tmp_path / "pwned"
+    script = tmp_path / "opt.sh"  # runs its --run=CMD option, like git's --upload-pack
+    script.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in --run=*) sh -c "${a#--run=}";; '
+                      'esac; done; echo "args: $*"\n')  # fmt: skip
+    script.chmod(0o755)
+    goal = f"--run=touch {marker}"
+    out = CommandRunner(f"{script} {{goal}}")(make_task(goal))
+    assert not out.ok and not out.infra  # the task's failure (runner_failed)
+    assert "starts with '-'" in out.text and "--" in out.text
+    assert not marker.exists()
+    out = CommandRunner(f"{script} -v {{goal}}")(make_task("-x"))
+    assert not out.ok and not marker.exists()
+    # after `--` the program takes it as an operand: the template said so
+    out = CommandRunner("printf -- [%s] {goal}")(make_task(goal))
+    assert out.ok and out.text == f"[{goal}]"
+    # a goal that does not start with '-' runs as before
+    out = CommandRunner(f"{script} {{goal}}")(make_task("plain"))
+    assert out.ok and out.text == "args: plain\n" and not marker.exists()
+
+
 def test_command_failure_gives_exit_code_and_bounded_tail() -> None:
     r = CommandRunner(
         "sh -c 'head -c 200000 /dev/zero | tr \"\\0\" a; echo END; exit 3'", tail_bytes=1000

@@ -736,3 +736,27 @@ def test_a_retried_task_is_not_two_leases(real_fleet: Fleet) -> None:
     assert real_fleet.client.get(tid).status.value == "done"
     res = verify(real_fleet.r, real_fleet.pool)
     assert res.ok, [str(v) for v in res.violations]
+
+
+def test_a_task_rewritten_to_another_host_is_reported(real_fleet: Fleet, redis_url: str) -> None:
+    """The forgery a host with a Redis user can do: rewrite another host's running task to
+    name itself (host_id and its own session), then report it with its own token. The
+    report is accepted; the auditor flags the task, whose host is neither its device's nor
+    its attempt's."""
+    f = real_fleet
+    ha = f.add_host("hA", ("dA", "android", ()))
+    hb = f.add_host("hB", ("dB", "ios", ()))
+    ha.start_session("sessA")
+    hb.start_session("sessB")
+    tid = f.client.submit("on B", driver_type="ios")
+    assert f.store.commit([(tid, "dB")])[0].startswith("ok:")
+    (a,) = hb.claim(1)
+    assert verify(f.r, f.pool).ok
+    f.r.hset(f.admin.keys.task(tid), mapping={"host_id": "hA", "session": "sessA"})
+    assert ha.report(tid, a.lease_id, "done", payload="forged") == "ok:done"
+    res = verify(f.r, f.pool)
+    found = [v for v in res.violations if v.kind == "task_host_mismatch"]
+    assert [(v.task, v.host, v.device) for v in found] == [(tid, "hA", "dB")], res.violations
+    assert "hB" in found[0].detail
+    lab = Lab(f.r, redis_url, f.pool, f.admin.keys, {})
+    lab.expect("task_host_mismatch", task=tid, host="hA")

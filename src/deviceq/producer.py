@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from .core.connection import PoolConnection
 from .core.durability import run_durably
-from .core.errors import InvalidInput, NotConfirmed, NotFound
+from .core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from .core.events import Event, last_event_id, read_events
 from .core.fleet import read_parts
 from .core.models import (
@@ -237,7 +237,8 @@ class Client(PoolConnection):
         QueueFull error leaves earlier chunks submitted and the failing chunk unwritten. With
         the pool's ``durability`` set, each chunk is confirmed durable; if it cannot be, the
         call raises NotConfirmed whose ``result`` holds the ids submitted so far (resubmit
-        with the same idempotency keys to be safe)."""
+        with the same idempotency keys to be safe). A QueueFull raised part-way carries the
+        ids queued before it in ``queued_ids``."""
         if isinstance(specs, str | bytes | Mapping | TaskSpec):
             raise InvalidInput(
                 f"submit_many takes a list of task specs, not one {type(specs).__name__}"
@@ -254,6 +255,9 @@ class Client(PoolConnection):
                 flat = exc.result or []
                 ids += [flat[i] for i in range(0, len(flat), 2)]
                 exc.result = ids
+                raise
+            except QueueFull as exc:
+                exc.queued_ids = list(ids)
                 raise
             ids += [flat[i] for i in range(0, len(flat), 2)]
         return ids

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +19,14 @@ import click
 import redis
 from rich.console import Console
 
-from ..core.connection import TLSError, check_redis_url, redact_url, with_tls_files
+from ..core.connection import (
+    PASSWORD_ENV,
+    PASSWORD_FILE_ENV,
+    TLSError,
+    check_redis_url,
+    redact_url,
+    with_tls_files,
+)
 from ..core.durability import warn_if_unsafe
 from ..core.errors import DeviceqError, InvalidInput
 from ..core.models import TaskStatus, validate_id
@@ -134,6 +141,66 @@ class Ctx:
         return True
 
 
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+"""The largest file (or stdin) a command reads as its input (``submit --file``, ``workflow
+put``): read bounded, so ``/dev/zero`` or a runaway pipe is an error, not a hang."""
+
+
+def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """A file's text ('-' = stdin), at most ``limit`` bytes; InvalidInput when it cannot be
+    read, is larger or is not UTF-8."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {name}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InvalidInput(f"{name} is larger than {limit // (1024 * 1024)} MiB: not read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"cannot read {name}: not UTF-8 text ({exc.reason})") from None
+
+
+@contextlib.contextmanager
+def nesting_guard(source: str, error: type[DeviceqError] = InvalidInput) -> Iterator[None]:
+    """Parse JSON/YAML inside this: input nested deeper than the parser's recursion allows
+    (``[[[[...``) is one ``error`` naming ``source``, never a RecursionError traceback."""
+    try:
+        yield
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to parse") from None
+
+
+def check_output_path(path: str) -> None:
+    """Before a command changes anything: InvalidInput unless `write_output_file` can create
+    ``path`` (its folder exists, is a folder and is writable; ``path`` is not a folder), so a
+    token is never minted (or rotated) only to be lost."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise InvalidInput(f"cannot write {path}: it is a directory")
+    if not folder.exists():
+        raise InvalidInput(f"cannot write {path}: no such directory {folder}")
+    if not folder.is_dir():
+        raise InvalidInput(f"cannot write {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidInput(f"cannot write {path}: directory {folder} is not writable")
+
+
+def use_password_file(path: str) -> None:
+    """``--redis-password-file``: every client this process makes, and every daemon it
+    starts, reads the Redis password from ``path`` (`deviceq.core.connection.redis_password`,
+    through ``DEVICEQ_REDIS_PASSWORD_FILE``); the password itself is never on a command line.
+    It replaces a ``DEVICEQ_REDIS_PASSWORD`` of the environment."""
+    os.environ.pop(PASSWORD_ENV, None)
+    os.environ[PASSWORD_FILE_ENV] = os.path.abspath(path)
+
+
 def write_output_file(path: str, text: str) -> None:
     """Write ``text`` to ``path`` only now that the command succeeded, atomically (a temporary
     file in the same directory, renamed over ``path``) and readable by its owner only (it may
@@ -195,10 +262,12 @@ def describe_error(exc: BaseException, redis_url: str | None = None) -> str | No
     if isinstance(exc, DeviceqError):
         return _one_line(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, redis.AuthenticationError):
-        if redis_url and "@" not in redis_url:
+        given = os.environ.get(PASSWORD_ENV) or os.environ.get(PASSWORD_FILE_ENV)
+        if redis_url and "@" not in redis_url and not given:
             return _one_line(
-                f"Redis{where} requires a password and the URL gives none "
-                f"(redis://:PASSWORD@HOST:PORT/DB in --redis-url / DEVICEQ_REDIS_URL): {exc}"
+                f"Redis{where} requires a password and none is given (--redis-password-file, "
+                f"DEVICEQ_REDIS_PASSWORD, or redis://:PASSWORD@HOST:PORT/DB in --redis-url / "
+                f"DEVICEQ_REDIS_URL): {exc}"
             )
         return _one_line(
             f"Redis{where} refused the credentials: check the user and password in "
@@ -239,6 +308,11 @@ def echo_json(data: Any) -> None:
 
 GLOBAL_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--redis-url", "redis_url", "Redis to use (env DEVICEQ_REDIS_URL)."),
+    (
+        "--redis-password-file",
+        "redis_password_file",
+        "The Redis password from FILE's first line, not argv (env DEVICEQ_REDIS_PASSWORD).",
+    ),
     ("--pool", "pool", "Pool (namespace) to act on (env DEVICEQ_POOL)."),
     ("--log-format", "log_format", "Format of daemon log lines."),
     ("--log-level", "log_level", "Daemon log level."),
@@ -298,6 +372,8 @@ def _apply_globals(ctx: click.Context) -> None:
         obj.pools = tuple(dict.fromkeys(values.pop("pool")))
     if "redis_url" in values:
         obj.raw_redis_url = values.pop("redis_url")
+    if "redis_password_file" in values:
+        use_password_file(values.pop("redis_password_file"))
     for k, v in values.items():
         setattr(obj, k, v)
     obj._client = None  # made on first use, from the final settings
@@ -391,6 +467,14 @@ class _Group(click.Group):
     help="Format of daemon log lines.",
 )
 @click.option(
+    "--redis-password-file",
+    metavar="FILE",
+    help="Read the Redis password from FILE's first line (for a URL without one), so it is "
+    "not on the command line, where any user of the machine can read it (ps, "
+    "/proc/PID/cmdline). Daemons this command starts use it too. Or set "
+    "DEVICEQ_REDIS_PASSWORD in the environment.",
+)
+@click.option(
     "--redis-ca",
     metavar="FILE",
     help="TLS (rediss://): PEM CA bundle that verifies the Redis server's certificate "
@@ -426,6 +510,7 @@ def main(
     redis_ca: str | None,
     redis_cert: str | None,
     redis_key: str | None,
+    redis_password_file: str | None,
 ) -> None:
     """deviceq: schedule tasks onto a fleet of devices owned by hosts, through Redis.
 
@@ -441,6 +526,8 @@ def main(
             validate_id(p, "pool name")
     except DeviceqError as exc:
         fail(str(exc))
+    if redis_password_file:
+        use_password_file(redis_password_file)
     ctx.obj = Ctx(
         raw_redis_url=redis_url,
         pools=tuple(dict.fromkeys(pool)),  # in order, each once

@@ -20,6 +20,7 @@ from ..producer import TaskFilter
 from .app import (
     Ctx,
     F,
+    check_output_path,
     config,
     console_for_tables,
     echo_json,
@@ -768,6 +769,8 @@ def host_add(ctx: Ctx, host_id: str, as_json: bool, output: str | None) -> None:
       deviceq host add lab-1 -o lab-1.token     # no file at all if it fails
       deviceq host add lab-1 --pool lab --redis-url redis://redis.lab:6379/0
     """
+    if output is not None:
+        check_output_path(output)
     print_token(host_id, ctx.admin.add_host(host_id), as_json, output)
 
 

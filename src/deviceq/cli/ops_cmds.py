@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import collections
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,21 +18,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..core.errors import DeviceqError, InvalidInput, NotFound
+from ..core.errors import DeviceqError, InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, read_events
 from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition, validate_id
 from ..ops import status as st
 from ..producer import spec_from
 from .app import (
     Ctx,
+    check_output_path,
     console_for_tables,
     device,
     echo_json,
     fail,
     host,
     main,
+    nesting_guard,
     output_option,
     pass_ctx,
+    read_input,
     task,
     workflow,
 )
@@ -634,23 +635,22 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None)
     """
     from .core_cmds import print_token
 
+    if output is not None:
+        check_output_path(output)
     print_token(host_id, ctx.admin.rotate_token(host_id), as_json, output)
 
 
 def read_text(path: str) -> str:
-    """A file's text ('-' = stdin); InvalidInput when it cannot be read."""
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    """A file's text ('-' = stdin), bounded (`read_input`); InvalidInput when it cannot be
+    read."""
+    return read_input(path)
 
 
 # -- workflows ---------------------------------------------------------------------------------
 def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
     try:
-        data = yaml.safe_load(text)  # JSON is YAML too
+        with nesting_guard(source):
+            data = yaml.safe_load(text)  # JSON is YAML too
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise InvalidInput(f"{source}: not valid YAML or JSON: {first}") from None
@@ -829,7 +829,8 @@ def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            with nesting_guard(f"line {n}"):
+                data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"line {n}: not valid JSON: {exc.msg}") from None
         if not isinstance(data, dict):
@@ -862,6 +863,15 @@ SUBMIT_FILE_EXCLUSIVE = (
     "queue_timeout",
     "timeout",
 )
+
+
+def queued_before(exc: DeviceqError) -> list[str]:
+    """The ids a refused `Client.submit_many` call queued before it stopped."""
+    if isinstance(exc, QueueFull):
+        return exc.queued_ids
+    if isinstance(exc, NotConfirmed):
+        return [str(i) for i in exc.result or []]
+    return []
 
 
 def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | None) -> None:
@@ -912,6 +922,7 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
             try:
                 ids += ctx.client.submit_many(part, chunk=SUBMIT_FILE_CHUNK)
             except DeviceqError as exc:
+                ids += queued_before(exc)
                 error = exc
                 break
             progress.advance(bar, len(part))

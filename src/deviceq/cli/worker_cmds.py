@@ -23,7 +23,7 @@ from ..host.runners import RunnerSpec
 from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
 from ..host.state import EXIT_START_REFUSED
 from ..ops.admin import check_reason
-from .app import Ctx, device, echo_json, fail, host, pass_ctx
+from .app import Ctx, device, echo_json, fail, host, nesting_guard, pass_ctx
 from .core_cmds import usage_checked, usage_ids
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
@@ -36,7 +36,8 @@ def load_config_file(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        with nesting_guard(path, ConfigError):
+            data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path} is not valid YAML/JSON: {exc}") from None
     if data is None:

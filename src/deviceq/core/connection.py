@@ -38,6 +38,42 @@ _CLI_OPTION = {"ssl_ca_certs": "--redis-ca", "ssl_certfile": "--redis-cert",
                "ssl_keyfile": "--redis-key"}  # fmt: skip
 
 
+PASSWORD_ENV = "DEVICEQ_REDIS_PASSWORD"
+PASSWORD_FILE_ENV = "DEVICEQ_REDIS_PASSWORD_FILE"
+MAX_PASSWORD_BYTES = 4096
+
+
+def redis_password() -> str | None:
+    """The Redis password when the URL gives none: ``DEVICEQ_REDIS_PASSWORD``, else the
+    first line of the file ``DEVICEQ_REDIS_PASSWORD_FILE`` names (what the command line's
+    ``--redis-password-file`` sets), else None. Neither is on a command line, where every
+    user of the machine could read it (``/proc/PID/cmdline``); a child process (a daemon the
+    command line starts) inherits them. ConfigError when the file cannot be read or is
+    empty."""
+    value = os.environ.get(PASSWORD_ENV)
+    if value:
+        return value
+    path = os.environ.get(PASSWORD_FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PASSWORD_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the Redis password file {path}: {exc.strerror}") from None
+    lines = raw.decode("utf-8", "replace").splitlines()
+    if len(raw) > MAX_PASSWORD_BYTES or not lines or not lines[0]:
+        raise ConfigError(
+            f"the Redis password file {path} must hold the password on its first line"
+        )
+    return lines[0]
+
+
+def _url_has_password(url: str) -> bool:
+    userinfo, at, _ = url.partition("://")[2].split("/", 1)[0].rpartition("@")
+    return bool(at) and ":" in userinfo
+
+
 def redact_url(url: str) -> str:
     """``url`` with the password (everything of the user info but the user name) replaced by
     ``***``, for messages and logs. Works on malformed URLs too (no scheme, bad port)."""
@@ -453,7 +489,8 @@ def connect(
     may be a keyword argument (paths: ``str`` or ``os.PathLike``), a query option of the URL
     (``rediss://h:6380/0?ssl_ca_certs=/etc/deviceq/ca.pem``) or, for the three files, the
     environment (``DEVICEQ_REDIS_CA``, ``DEVICEQ_REDIS_CERT``, ``DEVICEQ_REDIS_KEY``) when
-    neither says: see :func:`tls_options`. A missing or unreadable file, or one that is not
+    neither says: see :func:`tls_options`. The password, when the URL gives none, may come
+    from the environment (:func:`redis_password`). A missing or unreadable file, or one that is not
     what it should be, raises ConfigError here; a failed handshake (a certificate not
     accepted either way) raises :class:`TLSError` on first use."""
     given = {
@@ -479,6 +516,9 @@ def connect(
     extra: dict[str, Any] = {}
     if _scheme_is_tls(bare):
         extra = {"connection_class": TLSConnection, **tls}
+    password = None if _url_has_password(bare) else redis_password()
+    if password is not None:
+        extra["password"] = password
     return FollowingRedis.from_url(bare, **options, **extra)
 
 

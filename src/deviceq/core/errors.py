@@ -30,9 +30,16 @@ class AlreadyExists(DeviceqError):
 
 
 class QueueFull(DeviceqError):
-    """The pool already holds ``max_queue_depth`` queued tasks."""
+    """The pool already holds ``max_queue_depth`` queued tasks.
+
+    ``queued_ids``: the ids a bulk submit (`Client.submit_many`) queued, in order, before the
+    chunk that was refused (that chunk and the rest were not written); empty otherwise."""
 
     code = "QUEUE_FULL"
+
+    def __init__(self, *args: object, queued_ids: list[str] | None = None) -> None:
+        super().__init__(*args)
+        self.queued_ids: list[str] = list(queued_ids or [])
 
 
 class AuthError(DeviceqError, PermissionError):

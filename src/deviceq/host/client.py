@@ -32,6 +32,7 @@ from ..core.models import (
 
 MAX_REASON_BYTES = 200
 HEALTH_OUTPUT_BYTES = 2000  # the tail of a health check's output kept on the device hash
+CTL_DRAIN = 10_000  # control messages dropped with each wake-up (they are only hints)
 
 
 def token_digest(token: str) -> str:
@@ -271,10 +272,16 @@ class HostClient(PoolConnection):
 
     def wait_for_control(self, timeout: float) -> str | None:
         """Block until a control message arrives for this host (cancel requested, quarantine
-        changed, session superseded, host removed, token rotated) or ``timeout`` seconds pass.
-        Messages are hints: act on what the next renew/heartbeat answers."""
-        got = self.redis.blpop([self.keys.host_ctl(self.host_id)], timeout=max(0.01, timeout))
-        return str(got[1]) if got else None
+        changed, session superseded, host removed, token rotated) or ``timeout`` seconds pass;
+        returns the first message. Messages are hints: act on what the next renew/heartbeat
+        answers. So the rest of the list is drained with the same wake-up (one ``LPOP`` of up
+        to `CTL_DRAIN`): a flood of messages costs one reaction per wake-up, not one each."""
+        key = self.keys.host_ctl(self.host_id)
+        got = self.redis.blpop([key], timeout=max(0.01, timeout))
+        if not got:
+            return None
+        self.redis.lpop(key, CTL_DRAIN)
+        return str(got[1])
 
     def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]:
         """Extend leases given as (task_id, lease_id) pairs, in one call."""

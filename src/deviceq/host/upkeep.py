@@ -2,7 +2,8 @@
 its answer brings the quarantine set and the operator's drain), lease renewals and the control
 list (`Upkeep.renew_loop`: each lease renewed a third into it; between renewals a blocking wait
 on ``host:ID:ctl``, so a cancel, a quarantine change, a takeover or a removal is acted on at
-once), and the optional device checks (`Upkeep.check_loop`)."""
+once, at most a few times a second however many messages arrive), and the optional device
+checks (`Upkeep.check_loop`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .state import TRANSIENT, HostState, unreachable
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
 CTL_BLOCK = 1.0  # longest wait on the control list (bounds how late a stop is noticed)
+CTL_MIN_INTERVAL = 0.25  # at most one reaction to control messages per this many seconds
 OWNED_RE = re.compile(r"device (\S+) belongs to another host")  # heartbeat.lua's DEVICE_OWNED
 
 
@@ -42,6 +44,7 @@ class Upkeep:
         self.host = host
         self.ctl = ctl
         self.summary = summary  # logs what the host did lately (every ~10 s)
+        self.last_ctl = float("-inf")  # when the renew loop last reacted to a control message
 
     def hb_interval(self) -> float:
         return self.settings.heartbeat_interval or max(0.05, self.state.host_timeout / 3)
@@ -117,10 +120,7 @@ class Upkeep:
                     wait = min(wait, max(0.01, min(pending) - time.monotonic()))
                 if self.state.closed.is_set():
                     return
-                msg = self.ctl.wait_for_control(wait)
-                if msg is not None:
-                    self.state.renew_now.set()
-                    self.state.beat_now.set()
+                self.wait_for_control(wait)
             except TRANSIENT as exc:
                 self.state.log(logging.WARNING, "renew: Redis unreachable", **unreachable(exc))
                 self.state.closed.wait(0.2)
@@ -133,6 +133,18 @@ class Upkeep:
             except Exception:  # noqa: BLE001 - renewals must survive anything
                 self.state.log_exception("renew failed")
                 self.state.closed.wait(0.5)
+
+    def wait_for_control(self, wait: float) -> None:
+        """Wait up to ``wait`` seconds for a control message, then renew and heartbeat at
+        once. At most one reaction per `CTL_MIN_INTERVAL` whoever fills the list (each wake-up
+        drains it): a flood of messages cannot make the daemon call a script per message."""
+        quiet = self.last_ctl + CTL_MIN_INTERVAL - time.monotonic()
+        if quiet > 0:
+            self.state.closed.wait(min(wait, quiet))
+        elif self.ctl.wait_for_control(wait) is not None:
+            self.last_ctl = time.monotonic()
+            self.state.renew_now.set()
+            self.state.beat_now.set()
 
     def renew_once(self, runs: list[Run] | None = None) -> None:
         """Renew the given leases (every active one by default), batched; act on ``cancel``

@@ -220,6 +220,7 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "hgetall": "the pool config (lease_ttl, host_timeout) the daemon paces itself by",
         "get": "a workflow definition, for a workflow task",
         "blpop": "the daemon blocks on its wake list (inbox) and its control list",
+        "lpop": "the daemon drains its control list with each wake-up (one LPOP with a count)",
         "lpush": "the daemon wakes its own blocked inbox wait when it stops",
         "hget": "the leader role of a multi-device task waits until every other role's part "
         "is claimed (their status)",

@@ -15,6 +15,8 @@ What is checked (each violation has a ``kind``, see `KINDS`):
 - a task holds at most one live lease (one status index, one open attempt, its open attempt
   is its lease, no assignment while a lease is live), reaches a terminal state once (two
   terminal events in the stream) and closes its attempt when it ends;
+- a task names the host of its device or of its current attempt (``host_id`` decides whose
+  token may report it);
 - no report from a superseded lease was accepted: every terminal or ``released`` event carries
   the lease of the task's latest ``assigned`` event before it;
 - the attempt history is whole: one record per attempt, one per ``assigned`` event;
@@ -124,6 +126,8 @@ KINDS: dict[str, str] = {
     "the task is not active",
     "gang_index": "gangs holds a task that is not a queued multi-device task, or a queued "
     "multi-device task is neither in gangs nor waiting out a retry",
+    "task_host_mismatch": "a task whose host_id is neither its device's host nor the host of "
+    "its current attempt (its hash was rewritten to let another host report it)",
     "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
     "not be read)",
 }
@@ -211,7 +215,8 @@ class _Findings:
 # -- what is read ------------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Task:
-    """The fields of one task the checks need, with its attempt records (lease, outcome)."""
+    """The fields of one task the checks need, with its attempt records (lease, outcome,
+    host)."""
 
     id: str
     status: str
@@ -225,7 +230,7 @@ class _Task:
     finished_at: int | None
     attempts_len: int
     tenant: str
-    records: list[tuple[str | None, str]]
+    records: list[tuple[str | None, str, str]]
     gang: str = ""  # a part of multi-device task ``gang`` (in no status index)
     parts: tuple[str, ...] = ()  # a multi-device task's parts (after its first placement)
     roles: bool = False  # a multi-device task (waits in ``gangs``, not a bucket)
@@ -336,15 +341,16 @@ def _float(x: str | None) -> float | None:
         return None
 
 
-def _record(raw: str) -> tuple[str | None, str]:
-    """(lease_id, outcome) of one attempt record (``(None, "?")`` when it is not JSON)."""
+def _record(raw: str) -> tuple[str | None, str, str]:
+    """(lease_id, outcome, host_id) of one attempt record (``(None, "?", "")`` when it is not
+    JSON)."""
     try:
         rec = json.loads(raw)
     except ValueError:
-        return None, "?"
+        return None, "?", ""
     if not isinstance(rec, dict):
-        return None, "?"
-    return rec.get("lease_id"), str(rec.get("outcome", "?"))
+        return None, "?", ""
+    return rec.get("lease_id"), str(rec.get("outcome", "?")), str(rec.get("host_id") or "")
 
 
 def _chunks(items: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
@@ -795,7 +801,7 @@ def _check_attempts(st: _State, f: _Findings) -> None:
                 f"attempt is {t.attempt} but the history holds {t.attempts_len} record(s)",
                 task=tid,
             )
-        open_ = [i + 1 for i, (_, outcome) in enumerate(t.records) if outcome == "active"]
+        open_ = [i + 1 for i, (_, outcome, _) in enumerate(t.records) if outcome == "active"]
         if len(open_) > 1:
             f.add(
                 "task_two_leases",
@@ -814,11 +820,34 @@ def _check_attempts(st: _State, f: _Findings) -> None:
             )
 
 
+def _check_task_hosts(st: _State, f: _Findings) -> None:
+    """A task's ``host_id`` (the host whose token may report it) is its device's host or the
+    host of its current attempt: any other host was written into the hash by hand."""
+    for tid, t in st.tasks.items():
+        if not t.host_id:
+            continue
+        d = st.device_rows.get(t.device_id) if t.device_id else None
+        device_host = (d or {}).get("host_id") or ""
+        n = t.attempt or 0
+        attempt_host = t.records[n - 1][2] if 0 < n <= len(t.records) else ""
+        known = {h for h in (device_host, attempt_host) if h}
+        if known and t.host_id not in known:
+            f.add(
+                "task_host_mismatch",
+                f"task is {t.status or '?'} on host {t.host_id}, but its device "
+                f"{t.device_id or '(none)'} belongs to {device_host or '(unknown)'} and its "
+                f"attempt {n} was assigned to {attempt_host or '(unknown)'}",
+                task=tid,
+                host=t.host_id,
+                device=t.device_id or None,
+            )
+
+
 def _live_attempt(f: _Findings, t: _Task) -> None:
     """An active task's last attempt record is open and is its lease."""
     if not t.records:
         return  # the count check above already reports a missing history
-    lease, outcome = t.records[-1]
+    lease, outcome, _ = t.records[-1]
     if outcome != "active":
         f.add(
             "attempt_missing",
@@ -1177,7 +1206,7 @@ class _History:
                 if tr.complete and not tr.terminal and tid not in st.vanished:
                     lost.append(tid)
                 continue
-            recorded = {lease for lease, _ in t.records}
+            recorded = {lease for lease, *_ in t.records}
             for lease in tr.leases:
                 if lease not in recorded:
                     self.f.add(
@@ -1302,6 +1331,7 @@ def _check_state(st: _State, f: _Findings) -> None:
     _check_leases(st, f)
     _check_reservations(st, f)
     _check_attempts(st, f)
+    _check_task_hosts(st, f)
     _check_buckets(st, f)
     _check_task_entries(st, f)
     _check_devices(st, f)

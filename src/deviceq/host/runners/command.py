@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.errors import ConfigError
+from ...core.errors import ConfigError, InvalidInput
 from ...core.models import MAX_PAYLOAD_BYTES
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception, tail
 
@@ -42,10 +42,19 @@ class CommandTemplate:
     shell. ``sh -c {goal}`` runs the goal itself as a shell script, on purpose (producers then
     have code execution on the host). ``{{`` and ``}}`` are literal braces, and so is a shell's
     ``${VAR}`` (the task's values are also in the environment: ``"$DEVICEQ_GOAL"``). An unknown
-    placeholder, or ``{goal}`` inside a larger argument, is a ConfigError at start."""
+    placeholder, or ``{goal}`` inside a larger argument, is a ConfigError at start; so is a
+    raw ``{goal}`` anywhere after a program that hands its arguments to a shell, wherever it
+    stands in the argument vector (``timeout 60 adb -s X shell {goal}``, ``sudo ssh H {goal}``,
+    ``su -c {goal}``).
+
+    A value that starts with ``-`` in a whole-argument placeholder would be read as an option
+    by the program (``git clone {goal}`` with the goal ``--upload-pack=CMD`` runs CMD): it is
+    refused (InvalidInput, nothing runs) unless the template puts ``--`` (the end of the
+    options) before that placeholder."""
 
     template: str
     parts: tuple[tuple[tuple[str, str], ...], ...]  # per argument: (literal | name, kind)
+    after_options: tuple[bool, ...] = ()  # per argument: a ``--`` argument comes before it
 
     @classmethod
     def parse(cls, template: str, allowed: frozenset[str] | tuple[str, ...] = PLACEHOLDERS
@@ -99,19 +108,23 @@ class CommandTemplate:
                         "to a shell script write {goal:shell} (quoted for that shell), or pass "
                         "it as its own argument"
                     )
-                if piece == "goal" and kind == "value" and _to_remote_shell(words, i):
+                shell = _to_remote_shell(words, i) if piece == "goal" and kind == "value" else ""
+                if shell:
                     raise ConfigError(
-                        f"command template {template!r}: {words[0]} hands its arguments to a "
+                        f"command template {template!r}: {shell} hands its arguments to a "
                         "shell, which would parse the goal; write {goal:shell} so it arrives "
                         "as one quoted word"
                     )
             parts.append(tuple(pieces))
-        return cls(template, tuple(parts))
+        after = tuple("--" in words[:i] for i in range(len(words)))
+        return cls(template, tuple(parts), after)
 
     def render(self, values: Mapping[str, str]) -> list[str]:
         """The argument vector for ``values`` (every placeholder of the template given)."""
         argv: list[str] = []
-        for pieces in self.parts:
+        for i, pieces in enumerate(self.parts):
+            if len(pieces) == 1 and pieces[0][1] == "value":
+                self._check_not_an_option(i, pieces[0][0], values[pieces[0][0]])
             out = []
             for piece, kind in pieces:
                 if kind == "lit":
@@ -123,18 +136,41 @@ class CommandTemplate:
             argv.append("".join(out))
         return argv
 
+    def _check_not_an_option(self, i: int, name: str, value: str) -> None:
+        """InvalidInput when ``value``, argument ``i`` of its own, would be taken for an
+        option (it starts with ``-`` and no ``--`` comes before it in the template)."""
+        if value.startswith("-") and not (i < len(self.after_options) and self.after_options[i]):
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise InvalidInput(
+                f"the {name} {shown!r} starts with '-': the command would take it for an "
+                f"option; not run (a template that means it as an operand puts -- before "
+                f"{{{name}}})"
+            )
+
     @property
     def names(self) -> frozenset[str]:
         return frozenset(p for pieces in self.parts for p, kind in pieces if kind != "lit")
 
 
-def _to_remote_shell(words: list[str], i: int) -> bool:
-    """True when argument ``i`` reaches a shell as command-line text: after ``adb ... shell``
-    or ``ssh HOST`` (both join their arguments into one command line for a shell)."""
-    prog = os.path.basename(words[0])
-    if prog == "adb" and "shell" in words[1:i]:
-        return True
-    return prog == "ssh" and i >= 2
+REMOTE_SHELLS = frozenset({"ssh", "rsh", "slogin"})
+"""Programs that join the arguments after their host into one command line for a shell."""
+SHELL_COMMAND_OPTION = {"su": ("-c", "--command"), "runuser": ("-c", "--command")}
+"""Programs whose option hands its value to a shell as a command line."""
+
+
+def _to_remote_shell(words: list[str], i: int) -> str:
+    """The program (or '' for none) that makes argument ``i`` reach a shell as command-line
+    text: ``adb ... shell``, ``ssh HOST``, ``su -c``, wherever it stands before ``i`` (after
+    ``timeout 60``, ``sudo -u lab``, ...)."""
+    for j, word in enumerate(words[:i]):
+        prog = os.path.basename(word)
+        if prog == "adb" and "shell" in words[j + 1 : i]:
+            return "adb shell"
+        if prog in REMOTE_SHELLS and i >= j + 2:
+            return prog
+        if any(opt in words[j + 1 : i] for opt in SHELL_COMMAND_OPTION.get(prog, ())):
+            return f"{prog} -c"
+    return ""
 
 
 def render_argv(template: str, values: Mapping[str, str]) -> list[str]:
@@ -285,7 +321,11 @@ class CommandRunner:
         return self.parsed.render(values)
 
     def __call__(self, task: Task) -> Outcome:
-        argv = self.argv(task)
+        try:
+            argv = self.argv(task)
+        except InvalidInput as exc:  # the task's own value: its failure, nothing runs
+            task.logger.warning(f"not started: {exc}")
+            return Outcome.failure(f"not started: {exc}")
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
         env.update(self.extra_env)
         env.update(task.env())
