@@ -138,17 +138,25 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
     return error("INTERNAL", "internal error", 500)
 
 
+def _prefixed(route: BaseRoute) -> BaseRoute:
+    assert isinstance(route, Route)
+    return Route(API_PREFIX + route.path, route.endpoint, methods=route.methods,
+                 name=route.name)  # fmt: skip
+
+
 def create_app(ctx: ApiContext, *, limiter: FailureLimiter | None = None) -> Starlette:
     """The HTTP service of ``ctx``'s pool. ``limiter``: the rate limit of failed
     authentications (default: `FailureLimiter`'s limits)."""
-    api_routes: list[BaseRoute] = [*producer_routes(ctx), *host_routes(ctx)]
-    everything: list[BaseRoute] = []
 
     async def openapi_json(request: Request) -> Response:
         """The OpenAPI description of every route of this service (no token needed)."""
         return JSONResponse(schema)
 
-    everything = [Mount(API_PREFIX, routes=[Route("/openapi.json", openapi_json), *api_routes])]
+    # the producer routes at their full paths (a Mount's ``.*`` would not match an id with a
+    # newline: such an id is refused by validate_id, 400, not 404); the host routes mounted
+    ours = [Route("/openapi.json", openapi_json), *producer_routes(ctx)]
+    everything: list[BaseRoute] = [_prefixed(r) for r in ours]
+    everything.append(Mount(API_PREFIX, routes=host_routes(ctx)))
     schema = openapi(everything)
     app = Starlette(
         routes=everything,
