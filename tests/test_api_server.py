@@ -9,6 +9,7 @@ import hashlib
 import http.client
 import json
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -473,3 +474,13 @@ def test_bad_serve_options_exit_2_in_one_line(deploy: Deployment, args: tuple[st
     assert out.returncode == 2
     assert out.stdout == ""
     assert "Traceback" not in out.stderr
+
+
+def test_the_http_producer_client_does_not_import_the_web_stack() -> None:
+    code = (
+        "import sys; from deviceq import ApiClient, Client; "
+        "print(sorted(m for m in ('starlette', 'uvicorn', 'anyio') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"
