@@ -2,13 +2,16 @@
 
 The three roles a user knows, over one shared core (`deviceq.core`):
 
-- producers: `Client` (submit, inspect, cancel, wait; store workflows);
+- producers: `Client` (submit, inspect, cancel, wait; store workflows), or, without Redis
+  credentials, `ApiClient` (the same producer methods over the HTTP API of ``deviceq api``;
+  ``Client("https://...", token=...)`` makes one);
 - the scheduler: `TaskScheduler` with a named `AssignmentStrategy` (`register_strategy`);
 - hosts: `HostWorker` (the daemon), `HostClient` (its Redis API), `TaskDispatcher` and the
   runners (`Task`, `Outcome`, `RunnerSpec`);
 
 and the operator's `PoolAdmin`. Errors are typed (`DeviceqError` and its subclasses)."""
 
+from .api_client import ApiClient, ApiError
 from .core.config import PoolConfig, Settings
 from .core.connection import TLSError
 from .core.errors import (
@@ -68,6 +71,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",
+    "ApiClient",
+    "ApiError",
     "Assignment",
     "AssignmentStrategy",
     "Attempt",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import os
 import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from pydantic import ValidationError
 
 from .core.connection import PoolConnection
@@ -152,13 +154,53 @@ class FindResult:
     truncated: bool
 
 
+def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
+    """The HTTP API URL a `Client` is made for: ``redis_or_url`` when it is ``http(s)://``,
+    else env ``DEVICEQ_API_URL`` when no Redis is named at all; None for Redis."""
+    if isinstance(redis_or_url, str):
+        return redis_or_url if redis_or_url.lower().startswith(("http://", "https://")) else None
+    return os.environ.get("DEVICEQ_API_URL") or None if redis_or_url is None else None
+
+
 class Client(PoolConnection):
     """Producer-side client of one pool.
 
     >>> client = Client("redis://localhost:6379/0", pool="default")
     >>> task_id = client.submit("open the settings app", driver_type="android", tags=["wifi"])
     >>> client.wait(task_id, timeout=60).status
-    """
+
+    Given an ``http(s)://`` URL of a ``deviceq api`` service (or, with no URL, env
+    ``DEVICEQ_API_URL``), ``Client(url, token=..., ca=...)`` is a
+    `deviceq.api_client.ApiClient` instead: the same producer methods over HTTP, no Redis
+    credentials needed (``token`` defaults to env ``DEVICEQ_API_TOKEN``; ``pool`` is the
+    service's)."""
+
+    def __new__(
+        cls,
+        redis_or_url: redis.Redis | str | None = None,
+        pool: str | None = None,
+        *,
+        token: str | None = None,
+        ca: str | None = None,
+    ) -> Client:
+        url = api_url_of(redis_or_url)
+        if url is not None and cls is Client:
+            from .api_client import ApiClient
+
+            return ApiClient(url, token, ca)  # type: ignore[return-value]
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        redis_or_url: redis.Redis | str | None = None,
+        pool: str | None = None,
+        *,
+        token: str | None = None,
+        ca: str | None = None,
+    ) -> None:
+        if token is not None or ca is not None:
+            raise InvalidInput("token and ca are for the http(s):// URL of a deviceq api")
+        super().__init__(redis_or_url, pool)
 
     # -- submission -------------------------------------------------------------------------
     def submit(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 
 from . import acl_cmds  # noqa: F401  (registers ``deviceq acl``)
+from . import api_cmds as _api_cmds  # noqa: F401  (``deviceq api``, ``--api-url``)
 from . import completion_cmds as _completion_cmds  # noqa: F401  (``deviceq completion``)
 from . import dashboard_cmds as _dashboard_cmds  # noqa: F401  (``deviceq dashboard``)
 from . import verify_cmds as _verify_cmds  # noqa: F401  (registers `deviceq verify`)

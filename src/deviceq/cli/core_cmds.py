@@ -17,6 +17,7 @@ from rich.table import Table
 from ..core.errors import InvalidInput
 from ..core.models import MAX_TASK_TIMEOUT, ScheduledTask, TaskStatus, validate_id
 from ..producer import TaskFilter
+from . import api_cmds
 from .app import (
     Ctx,
     F,
@@ -45,6 +46,7 @@ def fmt_ms(ms: int | None) -> str:
 
 
 @main.command()
+@api_cmds.via_api(api_cmds.submit_via_api)
 @click.argument("goal", required=False)
 @click.option("--workflow", "workflow_name", help="Run this stored workflow instead of a goal.")
 @click.option("--driver-type", help="Only devices of this driver type may run it.")
@@ -223,6 +225,7 @@ def parse_role_options(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @task.command("show")
+@api_cmds.via_api(api_cmds.show_via_api)
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
@@ -528,6 +531,7 @@ LIMIT_OPTION = click.option(
 
 
 @task.command("list")
+@api_cmds.via_api(api_cmds.list_via_api)
 @filter_options
 @click.option(
     "--since",
@@ -624,6 +628,7 @@ CANCELLABLE = (TaskStatus.queued, TaskStatus.assigned, TaskStatus.dispatched)
 
 
 @task.command("cancel")
+@api_cmds.via_api(api_cmds.cancel_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @click.option("--reason", default="cancelled by user", show_default=True)
 @filter_options
@@ -686,6 +691,7 @@ WAITABLE = (TaskStatus.queued, TaskStatus.assigned, TaskStatus.dispatched)
 
 
 @task.command("wait")
+@api_cmds.via_api(api_cmds.wait_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @click.option("--timeout", type=float, default=None, help="Give up after SECONDS (exit 124).")
 @filter_options

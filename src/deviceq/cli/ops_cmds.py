@@ -23,6 +23,7 @@ from ..core.events import Event, read_events
 from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition, validate_id
 from ..ops import status as st
 from ..producer import spec_from
+from . import api_cmds
 from .app import (
     Ctx,
     check_output_path,
@@ -393,6 +394,7 @@ def _backlog(
 
 
 @main.command("events")
+@api_cmds.via_api(api_cmds.events_via_api)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--task", "task_id", help="Only events of this task.")
 @click.option("--device", "device_id", help="Only events naming this device (its device field).")
@@ -748,6 +750,7 @@ RETRYABLE = (TaskStatus.failed, TaskStatus.cancelled)
 
 
 @task.command("retry")
+@api_cmds.via_api(api_cmds.retry_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @filter_options
 @YES_OPTION

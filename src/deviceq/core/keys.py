@@ -78,6 +78,10 @@ key                                type       holds
 ``leader:epoch``                   string     fencing counter, bumped at each new leadership
 ``workflow:NAME``                  string     a ``WorkflowDefinition`` as JSON
 ``workflows``                      set        every workflow name
+``api_tokens``                     hash       HTTP API token digest (sha256 hex) -> JSON
+                                              ``{name, role, created_at}`` (``deviceq api
+                                              token``; the token itself is never stored)
+``api_token_names``                hash       HTTP API token name -> its digest (add, remove)
 =================================  =========  ==================================================
 """
 
@@ -199,6 +203,14 @@ class Keys:
     @property
     def workflows(self) -> str:
         return self._k("workflows")
+
+    @property
+    def api_tokens(self) -> str:
+        return self._k("api_tokens")
+
+    @property
+    def api_token_names(self) -> str:
+        return self._k("api_token_names")
 
     # per entity
     def task(self, task_id: str) -> str:

@@ -1,0 +1,177 @@
+"""The ASGI app of ``deviceq api``: the producer and host protocols under ``/api/v1``, their
+OpenAPI description at ``GET /api/v1/openapi.json``, and the `Guard` in front of them."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import redis
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from ..core.errors import DeviceqError
+from .auth import API_PREFIX, HOST_PREFIX, OPEN_PATHS, FailureLimiter, Guard
+from .context import ApiContext
+from .errors import error, from_exception
+from .host_routes import host_routes
+from .producer_routes import producer_routes
+from .tokens import TokenStore
+
+log = logging.getLogger("deviceq.api")
+
+HTTP_CODES = {400: "INVALID", 401: "AUTH", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "TOO_LARGE"}
+
+
+def _operations(routes: list[BaseRoute], prefix: str) -> list[tuple[str, str, Any]]:
+    """(method, full path, endpoint) of every route, mounts included."""
+    out: list[tuple[str, str, Any]] = []
+    for route in routes:
+        if isinstance(route, Mount):
+            out += _operations(list(route.routes), prefix + route.path)
+        elif isinstance(route, Route):
+            for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
+                out.append((method.lower(), prefix + route.path, route.endpoint))
+    return out
+
+
+def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of ``routes``: one operation per route and method, its
+    summary and description from the endpoint's docstring, its path parameters, and the
+    token it needs (an API token; a host's token for ``/api/v1/hosts/...``)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, endpoint in _operations(routes, ""):
+        doc = inspect.cleandoc(endpoint.__doc__ or "")
+        summary, _, description = doc.partition("\n")
+        host = path == HOST_PREFIX or path.startswith(HOST_PREFIX + "/")
+        params = [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in _path_params(path)
+        ]
+        op: dict[str, Any] = {
+            "operationId": f"{method}_{path}".replace("/", "_").replace("{", "").replace("}", ""),
+            "summary": summary.strip(),
+            "description": description.strip(),
+            "security": [] if path in OPEN_PATHS else [{"hostToken" if host else "apiToken": []}],
+            "responses": {
+                "200": {"description": "success (201 for a creation)"},
+                "default": {
+                    "description": "an error",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                    },
+                },
+            },
+        }
+        if params:
+            op["parameters"] = params
+        if method == "post":
+            op["requestBody"] = {"content": {"application/json": {"schema": {"type": "object"}}}}
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "deviceq", "version": _version()},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "apiToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "an API token (deviceq api token add)",
+                },
+                "hostToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the host's own token (deviceq host add)",
+                },
+            },  # fmt: skip
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "properties": {
+                                "code": {"type": "string"},
+                                "message": {"type": "string"},
+                            },
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+def _path_params(path: str) -> list[str]:
+    return [part[1:-1].split(":")[0] for part in path.split("/") if part.startswith("{")]
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+async def _on_deviceq_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DeviceqError)
+    return from_exception(exc)
+
+
+async def _on_redis_error(request: Request, exc: Exception) -> Response:
+    log.warning("redis error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    return error("UNAVAILABLE", "the pool's Redis is unavailable; try again")
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = HTTP_CODES.get(exc.status_code, "INVALID")
+    return error(code, str(exc.detail), exc.status_code)
+
+
+async def _on_crash(request: Request, exc: Exception) -> Response:
+    log.error("internal error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    return error("INTERNAL", "internal error", 500)
+
+
+def _prefixed(route: BaseRoute) -> BaseRoute:
+    assert isinstance(route, Route)
+    return Route(API_PREFIX + route.path, route.endpoint, methods=route.methods,
+                 name=route.name)  # fmt: skip
+
+
+def create_app(ctx: ApiContext, *, limiter: FailureLimiter | None = None) -> Starlette:
+    """The HTTP service of ``ctx``'s pool. ``limiter``: the rate limit of failed
+    authentications (default: `FailureLimiter`'s limits)."""
+
+    async def openapi_json(request: Request) -> Response:
+        """The OpenAPI description of every route of this service (no token needed)."""
+        return JSONResponse(schema)
+
+    # the producer routes at their full paths (a Mount's ``.*`` would not match an id with a
+    # newline: such an id is refused by validate_id, 400, not 404); the host routes mounted
+    ours = [Route("/openapi.json", openapi_json), *producer_routes(ctx)]
+    everything: list[BaseRoute] = [_prefixed(r) for r in ours]
+    everything.append(Mount(API_PREFIX, routes=host_routes(ctx)))
+    schema = openapi(everything)
+    app = Starlette(
+        routes=everything,
+        exception_handlers={
+            DeviceqError: _on_deviceq_error,
+            redis.RedisError: _on_redis_error,
+            HTTPException: _on_http_error,
+            Exception: _on_crash,
+        },
+    )
+    tokens = TokenStore(ctx.redis, ctx.keys)
+    app.add_middleware(
+        Guard,
+        lookup=tokens.lookup,
+        max_body=ctx.max_body,
+        limiter=limiter or FailureLimiter(),
+    )
+    return app

@@ -1,0 +1,306 @@
+"""The producer protocol over HTTP: submit, inspect, list, cancel, retry and wait for tasks,
+and follow the pool's event stream (Server-Sent Events). Every route runs the same
+`deviceq.producer.Client` call a Python producer would, on the service's own connection."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+import redis
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from ..cli.core_cmds import task_json
+from ..core.errors import AuthError, InvalidInput
+from ..core.events import Event, last_event_id, read_events
+from ..core.models import TaskStatus, validate_id
+from ..producer import Client, TaskFilter
+from .context import ApiContext
+from .tokens import ROLES, TokenInfo
+
+LIST_MAX = 1000
+"""Most tasks one ``GET /tasks`` answers."""
+BATCH_MAX = 10_000
+"""Most tasks one ``POST /tasks/batch`` submits."""
+EVENTS_MAX = 10_000
+"""Most events one ``GET /events`` stream sends."""
+EVENTS_MAX_SECONDS = 300.0
+"""Longest one ``GET /events`` stream stays open."""
+SSE_BLOCK_MS = 1000
+BLOCKING_THREADS = 64
+"""Long polls and event streams held at once (each holds a thread while Redis blocks)."""
+
+EVENT_ID_CHARS = frozenset("0123456789-")
+
+
+def _role(request: Request, allowed: tuple[str, ...] = ROLES) -> TokenInfo:
+    info = request.scope.get("state", {}).get("api_token")
+    if not isinstance(info, TokenInfo):
+        raise AuthError("unauthenticated")
+    if info.role not in allowed:
+        raise AuthError(f"a {info.role} token may not do this")
+    return info
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"the request body is not JSON: {exc}") from None
+
+
+def _query_float(request: Request, name: str, default: float, maximum: float) -> float:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a number of seconds, got {text[:40]!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise InvalidInput(f"{name} must be > 0 seconds, got {text[:40]!r}")
+    return min(value, maximum)
+
+
+def _query_int(request: Request, name: str, default: int, maximum: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= maximum:
+        raise InvalidInput(f"{name} must be an integer from 1 to {maximum}, got {text[:40]!r}")
+    return int(text)
+
+
+def _query_id(request: Request, name: str, what: str) -> str | None:
+    value = request.query_params.get(name)
+    return None if value is None else validate_id(value, what)
+
+
+class ProducerApi:
+    """The producer routes of one pool (``ctx``)."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.client = Client(ctx.redis, ctx.pool)
+        self.blocking = anyio.CapacityLimiter(BLOCKING_THREADS)
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+    async def submit(self, request: Request) -> Response:
+        """Submit one task.
+
+        The body is a JSON object of the submit fields: ``goal`` or ``workflow``,
+        ``driver_type``, ``tags`` (a list), ``priority``, ``max_attempts``,
+        ``idempotency_key``, ``queue_timeout``, ``reject_unmatched``, ``tenant``,
+        ``retry_on``, ``retry_backoff``, ``timeout``, ``roles``. Answers 201 ``{"id": ID}``."""
+        _role(request)
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            raise InvalidInput("the request body must be a JSON object of task fields")
+        ids = await self.call(self.client.submit_many, [body])
+        return JSONResponse({"id": ids[0]}, status_code=201)
+
+    async def submit_batch(self, request: Request) -> Response:
+        """Submit many tasks at once.
+
+        The body is ``{"tasks": [TASK, ...]}`` (each as for ``POST /tasks``; all validated
+        before any is written; idempotency keys honoured). Answers 201 ``{"ids": [...]}`` in
+        order."""
+        _role(request)
+        body = await _json_body(request)
+        tasks = body.get("tasks") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or set(body) != {"tasks"} or not isinstance(tasks, list):
+            raise InvalidInput('the request body must be {"tasks": [TASK, ...]}')
+        if not 1 <= len(tasks) <= BATCH_MAX:
+            raise InvalidInput(f"a batch holds 1 to {BATCH_MAX} tasks, not {len(tasks)}")
+        if not all(isinstance(t, dict) for t in tasks):
+            raise InvalidInput("every task of a batch must be a JSON object of task fields")
+        ids = await self.call(self.client.submit_many, tasks)
+        return JSONResponse({"ids": ids}, status_code=201)
+
+    async def get(self, request: Request) -> Response:
+        """One task with its attempt history: the JSON of ``deviceq task show --json``."""
+        _role(request)
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        return JSONResponse(task_json(await self.call(self.client.get, task_id)))
+
+    async def list(self, request: Request) -> Response:
+        """List tasks (queued and active oldest first, finished newest first).
+
+        Query filters as ``deviceq task list``: ``status`` (repeatable), ``driver_type``,
+        ``tag`` (repeatable, all required), ``host``, ``device``, ``tenant``; ``limit``
+        (default 50, at most 1000). Answers ``{"tasks": [TASK, ...], "truncated": bool}``
+        (``truncated``: the bounded scan stopped before every candidate was read)."""
+        _role(request)
+        flt = self._filter(request)
+        limit = _query_int(request, "limit", 50, LIST_MAX)
+        if flt == TaskFilter():
+            tasks, truncated = await self.call(self.client.list, None, limit=limit), False
+        else:
+            res = await self.call(self.client.find, flt, limit=limit)
+            tasks, truncated = res.tasks, res.truncated
+        return JSONResponse({"tasks": [task_json(t) for t in tasks], "truncated": truncated})
+
+    @staticmethod
+    def _filter(request: Request) -> TaskFilter:
+        q = request.query_params
+        statuses = []
+        for s in dict.fromkeys(q.getlist("status")):
+            try:
+                statuses.append(TaskStatus(s))
+            except ValueError:
+                raise InvalidInput(
+                    f"unknown status {s[:40]!r}; one of: {', '.join(TaskStatus)}"
+                ) from None
+        driver = q.get("driver_type")
+        return TaskFilter(
+            statuses=tuple(statuses),
+            driver_type=validate_id(driver, "driver type") if driver else None,
+            tags=frozenset(validate_id(t, "tag") for t in q.getlist("tag")),
+            host_id=_query_id(request, "host", "host id"),
+            device_id=_query_id(request, "device", "device id"),
+            tenant=_query_id(request, "tenant", "tenant"),
+        )
+
+    async def cancel(self, request: Request) -> Response:
+        """Cancel a task.
+
+        Optional body ``{"reason": TEXT}``. Answers ``{"id": ID, "answer": A}``, A being
+        ``cancelled`` (ended now), ``requested`` (running: its host stops it) or
+        ``already:STATUS``."""
+        _role(request)
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        body = await _json_body(request)
+        if body is None:
+            body = {}
+        if not isinstance(body, dict) or set(body) - {"reason"}:
+            raise InvalidInput('the request body must be empty or {"reason": TEXT}')
+        reason = body.get("reason", "cancelled by user")
+        if not isinstance(reason, str):
+            raise InvalidInput("reason must be a string")
+        answer = await self.call(self.client.cancel_many, [task_id], reason)
+        return JSONResponse({"id": task_id, "answer": answer[task_id]})
+
+    async def retry(self, request: Request) -> Response:
+        """Submit a failed or cancelled task again as a new task.
+
+        Answers 201 ``{"id": NEW_ID, "retry_of": ID}``."""
+        _role(request)
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        new_id = await self.call(self.client.retry, task_id)
+        return JSONResponse({"id": new_id, "retry_of": task_id}, status_code=201)
+
+    async def wait(self, request: Request) -> Response:
+        """Wait for a task to finish (a long poll).
+
+        ``timeout`` seconds (default and at most the service's ``max_wait``). Answers
+        ``{"task": TASK, "terminal": bool}`` as soon as the task is terminal, or with
+        ``terminal: false`` and the task as it is when the time is up."""
+        _role(request)
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        timeout = _query_float(request, "timeout", self.ctx.max_wait, self.ctx.max_wait)
+        try:
+            task = await anyio.to_thread.run_sync(
+                partial(self.client.wait, task_id, timeout=timeout), limiter=self.blocking
+            )
+        except TimeoutError:
+            task = await self.call(self.client.get, task_id)
+        return JSONResponse({"task": task_json(task), "terminal": task.status.terminal})
+
+    async def events(self, request: Request) -> Response:
+        """Follow the pool's transitions as Server-Sent Events.
+
+        Filters: ``task``, ``device``, ``host``, ``type`` (repeatable). ``since``: start
+        after this event id (``0-0``: the whole capped stream; default: from now, or the
+        ``Last-Event-ID`` header). The stream ends after ``limit`` events (default 1000, at
+        most 10000), after ``timeout`` seconds (default the service's ``max_wait``, at most
+        300), or, with ``follow=0``, once the events so far are sent. Each event is
+        ``id: ID``, ``event: TYPE`` and ``data: JSON`` (the object of ``deviceq events
+        --json``)."""
+        _role(request)
+        wanted = _event_filter(request)
+        since = request.query_params.get("since") or request.headers.get("last-event-id")
+        if since is not None and (
+            len(since) > 41 or not set(since) <= EVENT_ID_CHARS or since.count("-") != 1
+        ):
+            raise InvalidInput(f"bad event id {since[:41]!r} (expected MS-SEQ, e.g. 0-0)")
+        limit = _query_int(request, "limit", 1000, EVENTS_MAX)
+        duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
+        follow = request.query_params.get("follow", "1")
+        if follow not in ("0", "1"):
+            raise InvalidInput(f"follow must be 0 or 1, got {follow[:40]!r}")
+        r, keys = self.client.redis, self.client.keys
+        cursor = since or await self.call(last_event_id, r, keys)
+
+        async def stream() -> AsyncIterator[str]:
+            nonlocal cursor
+            deadline = time.monotonic() + duration
+            sent = 0
+            yield ": connected\n\n"
+            while sent < limit and not await request.is_disconnected():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    cursor, batch = await anyio.to_thread.run_sync(
+                        partial(read_events, r, keys, cursor, count=min(500, limit - sent),
+                                block_ms=max(1, min(SSE_BLOCK_MS, int(left * 1000)))),
+                        limiter=self.blocking,
+                    )  # fmt: skip
+                except redis.RedisError:
+                    yield ": redis unavailable\n\n"
+                    return
+                for e in batch:
+                    if wanted(e) and sent < limit:
+                        sent += 1
+                        yield f"id: {e.id}\nevent: {e.type}\ndata: {json.dumps(e.as_dict())}\n\n"
+                if not batch:
+                    if follow == "0":
+                        return
+                    yield ": keepalive\n\n"
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+
+def _event_filter(request: Request) -> Callable[[Event], bool]:
+    task = _query_id(request, "task", "task id")
+    device = _query_id(request, "device", "device id")
+    host = _query_id(request, "host", "host id")
+    types = frozenset(validate_id(t, "event type") for t in request.query_params.getlist("type"))
+
+    def wanted(e: Event) -> bool:
+        return (
+            (task is None or e.task == task)
+            and (device is None or e.fields.get("device") == device)
+            and (host is None or e.fields.get("host") == host)
+            and (not types or e.type in types)
+        )
+
+    return wanted
+
+
+def producer_routes(ctx: ApiContext) -> list[BaseRoute]:
+    """The routes of the producer protocol, relative to ``/api/v1``."""
+    api = ProducerApi(ctx)
+    return [
+        Route("/tasks", api.submit, methods=["POST"]),
+        Route("/tasks", api.list, methods=["GET"]),
+        Route("/tasks/batch", api.submit_batch, methods=["POST"]),
+        Route("/tasks/{task_id}", api.get, methods=["GET"]),
+        Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
+        Route("/tasks/{task_id}/retry", api.retry, methods=["POST"]),
+        Route("/tasks/{task_id}/wait", api.wait, methods=["GET"]),
+        Route("/events", api.events, methods=["GET"]),
+    ]

@@ -1,0 +1,252 @@
+"""The producer client over HTTP: `ApiClient` talks to a ``deviceq api`` service instead of
+Redis, with the producer methods of `deviceq.producer.Client` that the HTTP protocol has
+(``submit``, ``submit_many``, ``get``, ``list``, ``cancel``, ``retry``, ``wait``,
+``events``), returning the same model types and raising the same typed errors.
+
+Standard library only (``urllib``, ``ssl``): a producer needs neither Redis credentials nor
+the server's web stack."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .core.errors import _BY_CODE, DeviceqError, InvalidInput
+from .core.events import RENAMED, Event
+from .core.models import ScheduledTask, TaskSpec, validate_id
+
+API_PATH = "/api/v1"
+WAIT_STEP = 30.0
+"""Seconds one long poll of `ApiClient.wait` asks for (the server may cap it lower)."""
+SLACK = 15.0
+"""Seconds a request may take beyond the long poll it asks for."""
+
+
+class ApiError(DeviceqError):
+    """An error answer of the HTTP service with a code no other deviceq error has
+    (``RATE_LIMITED``, ``TOO_LARGE``, ``UNAVAILABLE``, ``INTERNAL``...): ``code`` holds it,
+    ``status`` the HTTP status."""
+
+    def __init__(self, code: str, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def _raise_for(status: int, payload: bytes) -> None:
+    try:
+        err = json.loads(payload)["error"]
+        code, message = str(err["code"]), str(err["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "UNAVAILABLE", f"HTTP {status} without a deviceq error body"
+    cls = _BY_CODE.get(code)
+    if cls is not None:
+        raise cls(message)
+    raise ApiError(code, message, status)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _spec_json(spec: TaskSpec | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(spec, TaskSpec):
+        return spec.model_dump(mode="json", exclude_defaults=True)
+    if not isinstance(spec, Mapping):
+        raise InvalidInput(
+            f"a task spec must be a TaskSpec or a mapping (dict), not {type(spec).__name__}"
+        )
+    return {k: _jsonable(v) for k, v in spec.items() if v is not None}
+
+
+def event_from_json(data: Mapping[str, Any]) -> Event:
+    """An `Event` from its JSON form (`Event.as_dict`): the stream's own field names and
+    string values again."""
+    back = {v: k for k, v in RENAMED.items()}
+    fields = {
+        back.get(k, k): "" if v is None else str(v)
+        for k, v in data.items()
+        if k not in ("id", "type", "time_ms")
+    }
+    return Event(id=str(data["id"]), type=str(data["type"]), fields=fields)
+
+
+class ApiClient:
+    """Producer-side client of the pool a ``deviceq api`` service serves.
+
+    >>> client = ApiClient("https://deviceq.lab:8300", token="dqa_...", ca="ca.pem")
+    >>> task_id = client.submit("open the settings app", driver_type="android")
+    >>> client.wait(task_id, timeout=60).status
+
+    ``url``: the service (``http(s)://HOST:PORT``, with or without ``/api/v1``); ``token``:
+    an API token (``deviceq api token add``; default: env ``DEVICEQ_API_TOKEN``); ``ca``: a
+    PEM CA bundle that verifies the service's certificate (default: the system's CAs)."""
+
+    def __init__(self, url: str, token: str | None = None, ca: str | None = None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InvalidInput(f"not an http(s):// URL of a deviceq api service: {url[:80]!r}")
+        token = token if token is not None else os.environ.get("DEVICEQ_API_TOKEN")
+        if not token or any(c.isspace() for c in token):
+            raise InvalidInput(
+                "an API token is needed (token=..., --api-token-file or DEVICEQ_API_TOKEN)"
+            )
+        base = url.rstrip("/")
+        self.url = base if base.endswith(API_PATH) else base + API_PATH
+        self._token = token
+        self._ssl = ssl.create_default_context(cafile=ca) if parts.scheme == "https" else None
+
+    def __repr__(self) -> str:
+        return f"ApiClient({self.url!r})"  # never the token
+
+    # -- transport ------------------------------------------------------------------------
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, Any]] = (),
+        body: Any = None,
+        timeout: float = SLACK,
+    ) -> Any:
+        qs = urllib.parse.urlencode([(k, v) for k, v in query if v is not None])
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path + (f"?{qs}" if qs else ""),
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+            | ({"Content-Type": "application/json"} if data is not None else {}),
+        )
+        try:
+            return urllib.request.urlopen(req, timeout=timeout, context=self._ssl)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                _raise_for(exc.code, exc.read())
+            raise  # not reached: _raise_for always raises
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiError("UNAVAILABLE", f"cannot reach {self.url}: {reason}") from None
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        with self._open(method, path, **kwargs) as resp:
+            return json.loads(resp.read())
+
+    # -- producer methods -------------------------------------------------------------------
+    def submit(self, goal: str | None = None, **fields: Any) -> str:
+        """Enqueue one task and return its id (the keywords of `Client.submit`)."""
+        spec = {"goal": goal, **fields}
+        if "tags" in spec and not isinstance(spec["tags"], str):
+            spec["tags"] = builtins.list(spec["tags"])
+        if isinstance(spec.get("retry_on"), list | tuple | set | frozenset):
+            spec["retry_on"] = builtins.list(spec["retry_on"])
+        return str(self._call("POST", "/tasks", body=_spec_json(spec))["id"])
+
+    def submit_many(self, specs: Iterable[TaskSpec | Mapping[str, Any]]) -> builtins.list[str]:
+        """Enqueue many tasks in one request (all validated before any is written)."""
+        if isinstance(specs, str | bytes | Mapping | TaskSpec):
+            raise InvalidInput(
+                f"submit_many takes a list of task specs, not one {type(specs).__name__}"
+            )
+        body = {"tasks": [_spec_json(s) for s in specs]}
+        return [str(i) for i in self._call("POST", "/tasks/batch", body=body)["ids"]]
+
+    def get(self, task_id: str) -> ScheduledTask:
+        """The task with its attempt history. Raises NotFound."""
+        validate_id(task_id, "task id")
+        return ScheduledTask.model_validate(self._call("GET", f"/tasks/{task_id}"))
+
+    def list(
+        self,
+        status: str | None = None,
+        *,
+        limit: int = 100,
+        driver_type: str | None = None,
+        tags: Iterable[str] = (),
+        host_id: str | None = None,
+        device_id: str | None = None,
+        tenant: str | None = None,
+    ) -> builtins.list[ScheduledTask]:
+        """Tasks (of one status, and matching the filters given), at most ``limit``."""
+        if isinstance(tags, str):
+            raise InvalidInput("tags must be a list of tags, not one str")
+        query: builtins.list[tuple[str, Any]] = [
+            ("status", None if status is None else str(status)),
+            ("limit", limit),
+            ("driver_type", driver_type),
+            ("host", host_id),
+            ("device", device_id),
+            ("tenant", tenant),
+            *(("tag", t) for t in tags),
+        ]
+        data = self._call("GET", "/tasks", query=query)
+        return [ScheduledTask.model_validate(t) for t in data["tasks"]]
+
+    def cancel(self, task_id: str, reason: str = "cancelled by user") -> str:
+        """Cancel a task: ``cancelled``, ``requested`` or ``already:STATUS``."""
+        validate_id(task_id, "task id")
+        data = self._call("POST", f"/tasks/{task_id}/cancel", body={"reason": reason})
+        return str(data["answer"])
+
+    def retry(self, task_id: str) -> str:
+        """Submit a failed or cancelled task again; returns the new id."""
+        validate_id(task_id, "task id")
+        return str(self._call("POST", f"/tasks/{task_id}/retry", body={})["id"])
+
+    def wait(self, task_id: str, timeout: float | None = None) -> ScheduledTask:
+        """Block until the task is terminal and return it (long polls of the service);
+        raises TimeoutError after ``timeout`` seconds."""
+        validate_id(task_id, "task id")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = WAIT_STEP if deadline is None else deadline - time.monotonic()
+            step = max(0.001, min(WAIT_STEP, step))
+            data = self._call("GET", f"/tasks/{task_id}/wait", query=[("timeout", f"{step:.3f}")],
+                              timeout=step + SLACK)  # fmt: skip
+            task = ScheduledTask.model_validate(data["task"])
+            if data["terminal"]:
+                return task
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"task {task_id} is still {task.status.value}")
+
+    def events(
+        self, since: str = "0-0", *, task: str | None = None, follow: bool = False
+    ) -> Iterator[Event]:
+        """Transitions from the pool's event stream (Server-Sent Events), oldest first;
+        ``follow`` keeps reading new ones (reconnecting after each bounded stream)."""
+        if task is not None:
+            validate_id(task, "task id")
+        cursor = since
+        while True:
+            query = [("since", cursor), ("task", task), ("follow", "1" if follow else "0"),
+                     ("timeout", WAIT_STEP)]  # fmt: skip
+            got = False
+            for e in self._sse(query):
+                cursor, got = e.id, True
+                yield e
+            if not follow and not got:
+                return
+            if not follow:
+                continue  # the stream ended at its count limit: read on
+
+    def _sse(self, query: builtins.list[tuple[str, Any]]) -> Iterator[Event]:
+        with self._open("GET", "/events", query=query, timeout=WAIT_STEP + SLACK) as resp:
+            data: builtins.list[str] = []
+            for raw in resp:
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if line.startswith("data:"):
+                    data.append(line[5:].lstrip())
+                elif not line and data:
+                    yield event_from_json(json.loads("\n".join(data)))
+                    data = []
