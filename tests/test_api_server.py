@@ -121,10 +121,35 @@ def test_openapi_is_open_and_every_other_route_needs_a_token(api: Api) -> None:
     assert call(f"{api.url}/api/v1/tasks", token=api.token)[0] == 200
 
 
-def test_a_producer_token_is_no_host_token(api: Api) -> None:
-    status, body, _ = call(f"{api.url}/api/v1/hosts/h1/heartbeat", "POST", {}, token=api.token)
-    assert status in (401, 403, 404)
-    assert "error" in body
+def test_a_producer_token_is_no_host_token(deploy: Deployment, api: Api) -> None:
+    deploy.admin.add_host("h1")
+    before = {k: deploy.r.dump(k) for k in deploy.r.scan_iter(f"dq:{{{deploy.pool}}}:*")}
+    host = f"{api.url}/api/v1/hosts/h1"
+    for path, body in (
+        ("/heartbeat", {"devices": []}),
+        ("/session", {"session": "s1", "mode": "start", "owner": "m:b:1:2", "expected": ""}),
+        ("/claim", {"max": 1, "wait": 0}),
+        ("/control", {"timeout": 0.01}),
+        ("/renew", {"leases": []}),
+        (
+            "/report",
+            {
+                "reports": [
+                    {
+                        "task_id": "t1",
+                        "lease_id": "l1",
+                        "outcome": "done",
+                        "failure_kind": "",
+                        "payload": "",
+                    }
+                ]
+            },
+        ),  # fmt: skip
+    ):
+        status, got, _ = call(host + path, "POST", body, token=api.token)
+        assert status == 401 and got["error"]["code"] == "AUTH", (path, status, got)
+    after = {k: deploy.r.dump(k) for k in deploy.r.scan_iter(f"dq:{{{deploy.pool}}}:*")}
+    assert after == before
 
 
 # -- the producer protocol ---------------------------------------------------------------------
@@ -398,6 +423,34 @@ def test_failed_logins_are_rate_limited_across_concurrent_requests(deploy: Deplo
     status, body, headers = call(f"{url}/api/v1/tasks", token=good)
     assert (status, body["error"]["code"]) == (429, "RATE_LIMITED")
     assert good not in deploy.log("api-limited")
+
+
+def test_wrong_host_tokens_count_toward_the_same_limit(deploy: Deployment) -> None:
+    """Guesses at a host's token on the host protocol are limited like API tokens, across
+    concurrent requests; the host's real token is then refused too."""
+    real = deploy.admin.add_host("h1")
+    url = start_api(deploy, "api-hosts", "--max-auth-failures", "5", "--auth-window", "600")
+    statuses: list[int] = []
+    lock = threading.Lock()
+    go = threading.Barrier(20)
+
+    def guess(i: int) -> None:
+        go.wait()
+        status, _, _ = call(f"{url}/api/v1/hosts/h1/heartbeat", "POST", {"devices": []},
+                            token=f"guess-{i:030d}")  # fmt: skip
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(statuses) == [401] * 5 + [429] * 15
+    status, body, _ = call(f"{url}/api/v1/hosts/h1/heartbeat", "POST", {"devices": []},
+                           token=real)  # fmt: skip
+    assert (status, body["error"]["code"]) == (429, "RATE_LIMITED")
+    assert deploy.r.hget(deploy.admin.keys.host("h1"), "last_heartbeat") == "0"  # never beat
 
 
 def test_a_too_large_body_is_413_by_length_and_while_streaming(deploy: Deployment) -> None:

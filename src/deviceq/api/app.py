@@ -3,10 +3,14 @@ OpenAPI description at ``GET /api/v1/openapi.json``, and the `Guard` in front of
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
+import anyio.to_thread
 import redis
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,12 +22,13 @@ from ..core.errors import DeviceqError
 from .auth import API_PREFIX, HOST_PREFIX, OPEN_PATHS, FailureLimiter, Guard
 from .context import ApiContext
 from .errors import error, from_exception
-from .host_routes import host_routes
+from .host_routes import host_routes, host_token_ok
 from .producer_routes import producer_routes
 from .tokens import TokenStore
 
 log = logging.getLogger("deviceq.api")
 
+WORKER_THREADS = 512  # requests served at once (long polls included): about 250 hosts
 HTTP_CODES = {400: "INVALID", 401: "AUTH", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "TOO_LARGE"}
 
 
@@ -158,7 +163,16 @@ def create_app(ctx: ApiContext, *, limiter: FailureLimiter | None = None) -> Sta
     everything: list[BaseRoute] = [_prefixed(r) for r in ours]
     everything.append(Mount(API_PREFIX, routes=host_routes(ctx)))
     schema = openapi(everything)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # every long poll (a host's claim and control waits, a producer's wait) holds one
+        # worker thread: anyio's default of 40 would cap a service at about 20 hosts
+        anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        yield
+
     app = Starlette(
+        lifespan=lifespan,
         routes=everything,
         exception_handlers={
             DeviceqError: _on_deviceq_error,
@@ -173,5 +187,6 @@ def create_app(ctx: ApiContext, *, limiter: FailureLimiter | None = None) -> Sta
         lookup=tokens.lookup,
         max_body=ctx.max_body,
         limiter=limiter or FailureLimiter(),
+        host_auth=partial(host_token_ok, ctx),
     )
     return app

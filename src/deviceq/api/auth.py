@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import anyio.to_thread
+import redis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .tokens import TokenInfo
@@ -121,9 +122,11 @@ async def send_error(
 
 class Guard:
     """In front of the app: refuses a body over ``max_body`` bytes (413, by Content-Length
-    and while reading), then, except for `OPEN_PATHS` and the host protocol, requires a
-    current API token (401; 429 with Retry-After past the failure limit). The token's
-    `TokenInfo` is left in ``scope["state"]["api_token"]`` for the routes."""
+    and while reading), then, except for `OPEN_PATHS`, requires a current API token, or on
+    the host protocol (``/api/v1/hosts/HOST/...``) that host's own token (``host_auth``; the
+    routes and scripts check it again): 401, and 429 with Retry-After past the failure limit,
+    one limit per address for both kinds. The token's `TokenInfo` is left in
+    ``scope["state"]["api_token"]`` for the routes."""
 
     def __init__(
         self,
@@ -132,11 +135,13 @@ class Guard:
         lookup: Callable[[str], TokenInfo | None],
         max_body: int,
         limiter: FailureLimiter,
+        host_auth: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.app = app
         self.lookup = lookup
         self.max_body = max_body
         self.limiter = limiter
+        self.host_auth = host_auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -151,15 +156,22 @@ class Guard:
             return
         replay = _replaying(body, receive)
         path: str = scope.get("path", "")
-        if path in OPEN_PATHS or path == HOST_PREFIX or path.startswith(HOST_PREFIX + "/"):
+        if path in OPEN_PATHS:
             await self.app(scope, replay, send)
             return
         addr = (scope.get("client") or ("?", 0))[0]
+        if path == HOST_PREFIX or path.startswith(HOST_PREFIX + "/"):
+            await self._host_call(scope, replay, send, addr)
+            return
         if wait := self.limiter.blocked_for(addr):
             await _too_many(send, wait)
             return
         token = bearer(scope)
-        info = await anyio.to_thread.run_sync(partial(self.lookup, token)) if token else None
+        try:
+            info = await anyio.to_thread.run_sync(partial(self.lookup, token)) if token else None
+        except redis.RedisError as exc:
+            await _unavailable(send, exc)
+            return
         if wait := self.limiter.judge(addr, info is not None):
             await _too_many(send, wait)
             return
@@ -170,6 +182,39 @@ class Guard:
             return
         scope.setdefault("state", {})["api_token"] = info
         await self.app(scope, replay, send)
+
+    async def _host_call(self, scope: Scope, receive: Receive, send: Send, addr: str) -> None:
+        """A host protocol call: the host's token is judged here, counted toward the same
+        per-address limit as the API tokens' (checked and counted under one lock, so
+        concurrent guesses cannot race past it); the route then acts as that host only."""
+        if self.host_auth is None:
+            await self.app(scope, receive, send)
+            return
+        if wait := self.limiter.blocked_for(addr):
+            await _too_many(send, wait)
+            return
+        host_id = scope.get("path", "")[len(HOST_PREFIX) + 1 :].split("/", 1)[0]
+        token = bearer(scope)
+        try:
+            ok = bool(token and host_id) and await anyio.to_thread.run_sync(
+                partial(self.host_auth, host_id, token or "")
+            )
+        except redis.RedisError as exc:
+            await _unavailable(send, exc)
+            return
+        if wait := self.limiter.judge(addr, ok):
+            await _too_many(send, wait)
+            return
+        await self.app(scope, receive, send)  # (a refusal is the route's: its 401 and why)
+
+
+async def _unavailable(send: Send, exc: redis.RedisError) -> None:
+    """The pool's Redis failed while a token was checked: 503 when unreachable (clients
+    retry), else 500; one line, nothing of the request in it."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        await send_error(send, 503, "UNAVAILABLE", "the pool's Redis is unreachable: try again")
+    else:
+        await send_error(send, 500, "INTERNAL", "internal error")
 
 
 async def _too_many(send: Send, wait: float) -> None:

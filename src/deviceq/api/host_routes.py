@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import redis
@@ -37,7 +38,7 @@ from ..core.errors import (
 )
 from ..core.models import ScheduledTask, validate_id
 from ..core.redirects import UNAVAILABLE
-from ..host.client import DeviceReport, HostClient, Report, token_digest
+from ..host.client import CTL_DRAIN, DeviceReport, HostClient, Report, token_digest
 from .context import ApiContext
 from .errors import error, from_exception
 
@@ -294,8 +295,9 @@ def nudge(call: Call) -> dict[str, Any]:
 
 def control(call: Call) -> dict[str, Any]:
     """Long poll on the host's control list (body ``{"timeout": SECONDS, "max": 16}``): the
-    first message waited for, then the rest drained at once (LPOP with a count), oldest
-    pending last as stored. Answers ``{"messages": [...]}`` (empty after the timeout).
+    first message waited for, then the rest drained at once (LPOP with a count: a flood
+    costs one answer), at most ``max`` of them answered, oldest pending last as stored.
+    Answers ``{"messages": [...]}`` (empty after the timeout).
     Messages are hints (cancel, quarantine, superseded, removed, token rotated): act on what
     the next renew or heartbeat answers. Token and session checked first."""
     seconds = call.block_seconds("timeout")
@@ -305,8 +307,9 @@ def control(call: Call) -> dict[str, Any]:
     first = call.blpop(key, seconds)
     if first is None:
         return {"messages": []}
-    rest = call.ctx.redis.lpop(key, most - 1) if most > 1 else None
-    return {"messages": [first, *(str(m) for m in rest or [])]}
+    # the whole list goes with this wake-up (a flood costs one answer), at most `most` shown
+    rest = call.ctx.redis.lpop(key, CTL_DRAIN)
+    return {"messages": [first, *(str(m) for m in (rest or [])[: most - 1])]}
 
 
 def renew(call: Call) -> dict[str, Any]:
@@ -430,14 +433,29 @@ def task_parts(call: Call) -> dict[str, Any]:
 
 
 # -- routing --------------------------------------------------------------------------------
+def host_token_ok(ctx: ApiContext, host_id: str, token: str) -> bool:
+    """True when ``token`` is host ``host_id``'s (its stored digest, compared in constant
+    time); False for a malformed id, an unknown host or another token."""
+    try:
+        validate_id(host_id, "host id")
+    except InvalidInput:
+        return False
+    digest = ctx.redis.hget(ctx.keys.host(host_id), "token_digest")
+    return bool(digest) and hmac.compare_digest(str(digest), token_digest(token))
+
+
 def _endpoint(ctx: ApiContext, handler: Handler) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         try:
             host_id = validate_id(request.path_params["host_id"], "host id")
             token = _bearer(request)
             session = _session(request)
-            body = await _json_body(request, ctx.max_body) if request.method != "GET" else {}
             params = {k: str(v) for k, v in request.path_params.items() if k != "host_id"}
+            # the host's token first, whatever the call (a script checks it again): a wrong
+            # token learns nothing from a body's validation or an empty batch
+            gate = Call(ctx, host_id, token, session, {}, params)
+            await run_in_threadpool(partial(gate.authenticate, session=False))
+            body = await _json_body(request, ctx.max_body) if request.method != "GET" else {}
             call = Call(ctx, host_id, token, session, body, params)
             return JSONResponse(await run_in_threadpool(handler, call))
         except NotConfirmed as exc:
