@@ -104,7 +104,7 @@ async def send_error(
     send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> None:
     """An error answer in the API's one JSON shape (as `deviceq.api.errors.error`)."""
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    body = json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send(
         {
