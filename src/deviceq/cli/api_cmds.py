@@ -195,7 +195,12 @@ def token_add(ctx: Ctx, name: str, role: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
 def token_list(ctx: Ctx, as_json: bool) -> None:
-    """List the API tokens: name, role and creation time (never a token or digest)."""
+    """List the API tokens: name, role and creation time (never a token or digest).
+
+    \b
+    Example:
+      deviceq api token list --json | jq -r '.[].name'
+    """
     from .core_cmds import fmt_ms
 
     tokens = _store(ctx).list()
@@ -210,7 +215,12 @@ def token_list(ctx: Ctx, as_json: bool) -> None:
 @click.argument("name")
 @pass_ctx
 def token_remove(ctx: Ctx, name: str) -> None:
-    """Revoke the API token NAME (requests with it fail from now on)."""
+    """Revoke the API token NAME (requests with it fail from now on).
+
+    \b
+    Example:
+      deviceq api token remove ci
+    """
     _store(ctx).remove(name)
     click.echo(f"API token {name} removed")
 
