@@ -124,7 +124,7 @@ def talking(task: Task) -> str:
 def test_a_python_runners_lines_appear(deploy: Deployment) -> None:
     d = deploy
     d.scheduler()
-    d.host("h1", "d1:x", extra=("--goal-runner", RUNNER_SPEC, "--isolation", "thread"))
+    d.host("h1", "d1:x", extra=("--goal-runner", RUNNER_SPEC))  # (its own process)
     tid = d.client.submit("talk", driver_type="x")
     assert d.client.wait(tid, timeout=60).status == TaskStatus.done
     out = deviceq(d.url, d.pool, "task", "logs", tid).stdout.splitlines()
