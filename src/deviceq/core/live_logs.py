@@ -96,6 +96,16 @@ class LogReader:
                 return
             after = page[-1].id
 
+    def next(self, task_id: str, attempt: int, after: str, block_ms: int | None
+             ) -> list[LogEntry]:  # fmt: skip
+        """Entries after ``after``; when there are none yet, block up to ``block_ms`` for
+        them (None: do not block)."""
+        page = self.read(task_id, attempt, after)
+        if page or block_ms is None:
+            return page
+        self.r.xread({self.keys.log(task_id, attempt): after}, count=1, block=max(1, block_ms))
+        return self.read(task_id, attempt, after)
+
     def follow(self, task_id: str, attempt: int, timeout: float | None = None
                ) -> Iterator[LogEntry]:  # fmt: skip
         """Every entry, then the new ones as they come (XREAD BLOCK), until the attempt
