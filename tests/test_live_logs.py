@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from deviceq.host.log_stream import CHUNK_BYTES, LogChunk
 from deviceq.host.runners import TAIL_BYTES, Task
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, wait_for
+from test_api_host import ApiServer, api_host
 
 PROGRESS = "for i in $(seq 1 30); do echo progress $i; sleep 0.2; done"
 
@@ -169,3 +171,28 @@ def test_only_the_lease_holder_appends_and_the_stream_is_capped(real_fleet: Any)
     before = f.r.xlen(key)
     assert h1.log_append([LogChunk(tid, lease, "stdout", "late\n")]) == ["rejected:ended"]
     assert f.r.xlen(key) == before
+
+
+@pytest.fixture
+def api_server(deploy: Deployment) -> Iterator[ApiServer]:
+    server = ApiServer(deploy.url, deploy.pool, deploy.tmp / "api.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_a_host_through_the_http_api_streams_its_log(
+    deploy: Deployment, api_server: ApiServer
+) -> None:
+    d, api = deploy, api_server
+    d.scheduler()
+    api_host(d, api, "h1", "d1:x", extra=("--command", "sh -c {goal}"))
+    tid = d.client.submit("for i in 1 2 3; do echo via api $i; sleep 0.2; done; echo e >&2",
+                          driver_type="x")  # fmt: skip
+    rc, out, err = finished(follow(d, tid))
+    assert rc == 0, err
+    assert out.splitlines() == ["via api 1", "via api 2", "via api 3", "[stderr] e"]
+    assert d.r.pttl(log_key(d, tid)) > 0
+    assert verify(d.admin).ok
