@@ -196,3 +196,16 @@ def test_a_host_through_the_http_api_streams_its_log(
     assert out.splitlines() == ["via api 1", "via api 2", "via api 3", "[stderr] e"]
     assert d.r.pttl(log_key(d, tid)) > 0
     assert verify(d.admin).ok
+
+
+def test_a_silent_run_has_no_log_and_costs_no_log_call(deploy: Deployment) -> None:
+    d = deploy
+    d.scheduler()
+    d.command_host("h1", "d1:x")
+    tid = d.client.submit("true", driver_type="x")
+    assert d.client.wait(tid, timeout=60).status == TaskStatus.done
+    assert not d.r.exists(log_key(d, tid))
+    res = deviceq(d.url, d.pool, "task", "logs", tid, "--follow")
+    assert (res.returncode, res.stdout) == (0, "")
+    res = deviceq(d.url, d.pool, "task", "logs", "no-such-task")
+    assert res.returncode == 1 and "no task no-such-task" in res.stderr

@@ -67,6 +67,7 @@ class RunLog:
     size: int = 0
     dropped: int = 0
     final: bool = False
+    sent: bool = False  # anything was handed to Redis
     closed: bool = False  # refused by Redis (lease gone) or finally flushed: writes are ignored
     flushed: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -102,8 +103,12 @@ class RunLog:
         out = [LogChunk(self.task_id, self.lease_id, s, t) for s, t in pieces]
         if dropped:
             out.append(LogChunk(self.task_id, self.lease_id, "log", drop_marker(dropped)))
-        if final:
+        self.sent = self.sent or bool(out)
+        if final and self.sent:  # (a run that wrote nothing has no stream: no call)
             out.append(LogChunk(self.task_id, self.lease_id, "log", "", True))
+        elif final:
+            with self.lock:
+                self.closed = True
         return out
 
 
