@@ -195,6 +195,8 @@ def test_a_hosts_token_cannot_act_for_another_host(deploy: Deployment, api: ApiS
         ("POST", "/hosts/hB/report", {"reports": [{"task_id": tid, "lease_id": lease,
                                                    "outcome": "done", "payload": "forged"}]}),
         ("POST", "/hosts/hB/release", {"task_id": tid, "lease_id": lease}),
+        ("POST", "/hosts/hB/logs", {"chunks": [{"task_id": tid, "lease_id": lease,
+                                                "stream": "stdout", "text": "forged\n"}]}),
         ("POST", "/hosts/hB/control", {"timeout": 0.2}),
         ("POST", "/hosts/hB/nudge", {}),
         ("POST", "/hosts/hB/draining", {"draining": True}),

@@ -376,3 +376,33 @@ def test_task_pages_are_bounded_and_never_skip_or_repeat(
     for bad in ({"status": "nope"}, {"limit": "0"}, {"tag": "a b"}, {"q": "x" * 201}):
         with pytest.raises(InvalidInput):
             data.TaskFilter.parse(bad)
+
+
+@needs_browser
+def test_task_page_shows_the_live_log_and_then_the_whole_log(env: Env) -> None:
+    from selenium.webdriver.common.by import By
+
+    b = env.browser
+    tid = env.submit("for i in $(seq 1 15); do echo step $i; sleep 0.2; done; echo oops >&2",
+                     "--driver-type", "android")  # fmt: skip
+    wait_for(lambda: env.d.client.get(tid).status == TaskStatus.dispatched, 20, "dispatched")
+    b.get(env.ro + f"/tasks/{tid}")
+    log = _wait_css(b, "#task-log[data-log-stream]")
+    # chunks arrive while it runs (the last line is not there yet)
+    text = wait_for(lambda: (lambda t: t if "step 2\n" in t else "")(
+        log.get_attribute("textContent") or ""), 20, "live log lines")  # fmt: skip
+    assert "step 15" not in text
+    _wait_css(b, "#task-log[data-log-state='ended']", 30)
+    text = log.get_attribute("textContent") or ""
+    assert [x for x in text.splitlines() if x.startswith("step")] == [
+        f"step {i}" for i in range(1, 16)
+    ]
+    assert b.find_element(By.CSS_SELECTOR, "#task-log .log-stderr").text.strip() == "oops"
+    _shot(b, "task-log")
+    # after the end the page has the whole log at once (no stream)
+    wait_for(lambda: env.d.client.get(tid).status.terminal, 20, "finished")
+    b.get(env.ro + f"/tasks/{tid}")
+    log = _wait_css(b, "#task-log")
+    assert log.get_attribute("data-log-stream") is None
+    assert "step 1\n" in (log.get_attribute("textContent") or "")
+    assert "step 15\n" in (log.get_attribute("textContent") or "")

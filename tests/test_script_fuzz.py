@@ -89,6 +89,8 @@ class Pool:
             "session": ["h1", tok, "start", "s1", "m:b:1:2", ""],
             "claim": ["h1", tok, "", "2"],
             "renew": ["h1", tok, "", "1", run, lease],
+            "log_append": ["h1", tok, "", "2", run, lease, "stdout", "progress 1\n", "0", run,
+                           lease, "log", "", "1"],
             "report": ["h1", tok, "", "1", run, lease, "failed", "infrastructure", "usb"],
             "expire": ["10"],
             "cancel": [self.queued, "no longer needed"],

@@ -25,6 +25,7 @@ from deviceq import (
     TaskScheduler,
 )
 from deviceq.core.scripts import lua_dir, names, source
+from deviceq.host.log_stream import LogChunk
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "*"}
 FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}
@@ -83,6 +84,12 @@ def exercise(url: str, pool: str) -> None:
                                                          fence))  # fmt: skip
     got = {a.task.id: a for a in h.claim(3)}
     h.renew([(t, a.lease_id) for t, a in got.items()])
+    assert h.log_append(
+        [
+            LogChunk(t1, got[t1].lease_id, "stdout", "progress\n"),
+            LogChunk(t1, got[t1].lease_id, "log", "", True),
+        ]
+    ) == ["ok", "ok"]
     client.cancel(t3)
     h.renew([(t3, got[t3].lease_id)])
     h.report_many([Report(t1, got[t1].lease_id, "done"),

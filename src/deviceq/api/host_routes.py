@@ -39,6 +39,7 @@ from ..core.errors import (
 from ..core.models import ScheduledTask, validate_id
 from ..core.redirects import UNAVAILABLE
 from ..host.client import CTL_DRAIN, DeviceReport, HostClient, Report, token_digest
+from ..host.log_stream import LogChunk
 from .context import ApiContext
 from .errors import error, from_exception
 
@@ -353,6 +354,18 @@ def report(call: Call) -> dict[str, Any]:
     return {"answers": call.client().report_many(reports)}
 
 
+def logs(call: Call) -> dict[str, Any]:
+    """Append to the live logs of the host's running attempts: body ``{"chunks": [{"task_id",
+    "lease_id", "stream": "stdout"|"stderr"|"log", "text", "final"}]}``; answers
+    ``{"answers": ["ok"|"rejected:REASON", ...]}`` (``lua/log_append.lua``)."""
+    chunks = [
+        LogChunk(_str(x, "task_id"), _str(x, "lease_id"), _str(x, "stream"), _str(x, "text", ""),
+                 _bool(x, "final", False))
+        for x in _objects(call.body, "chunks")
+    ]  # fmt: skip
+    return {"answers": call.client().log_append(chunks)}
+
+
 def release(call: Call) -> dict[str, Any]:
     """Hand an attempt back (queued again at once, keeping its place): body ``{"task_id",
     "lease_id", "reason"}``; answers ``{"answer": "ok:queued"|...}``."""
@@ -487,6 +500,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("/hosts/{host_id}/renew", "POST", renew),
     ("/hosts/{host_id}/report", "POST", report),
     ("/hosts/{host_id}/release", "POST", release),
+    ("/hosts/{host_id}/logs", "POST", logs),
     ("/hosts/{host_id}/draining", "POST", draining),
     ("/hosts/{host_id}/devices/health", "POST", device_health),
     ("/hosts/{host_id}/devices/{device_id}/health/{action}", "POST", device_health_action),

@@ -33,6 +33,7 @@ from .app import (
     task,
     write_output_file,
 )
+from .logs_cmds import last_lines
 
 
 def task_json(t: ScheduledTask) -> dict[str, object]:
@@ -248,8 +249,14 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     for name, value in t.model_dump(mode="json", exclude=hide).items():
         if name.endswith("_at") or name in ("lease_expires_at", "queue_deadline"):
             value = fmt_ms(value)
+        if name in ("result", "error") and value:
+            value, before = last_lines(str(value))
+            if before:
+                value = f"({before} earlier lines not shown)\n{value}"
         grid.add_row(f"[bold]{name}[/]", "-" if value in (None, "", []) else str(value))
     console.print(grid)
+    if t.attempt:
+        console.print(f"the whole output: deviceq task logs {t.id}", markup=False)
     if t.roles:
         roles = Table(title="roles")
         for col in ("role", "driver_type", "tags", "device", "host", "status"):

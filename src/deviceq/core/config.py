@@ -79,6 +79,13 @@ class PoolConfig(BaseModel):
     event_maxlen: int = Field(
         100_000, ge=100, le=100_000_000, description="approximate cap of the event stream"
     )
+    log_maxlen: int = Field(
+        10_000,
+        ge=10,
+        le=1_000_000,
+        description="approximate cap, in chunks, of one attempt's live log stream "
+        "(log:ID:ATTEMPT; a chunk is at most 64 KiB)",
+    )
     quarantine_after: int = Field(
         3,
         ge=0,

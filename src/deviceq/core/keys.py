@@ -12,6 +12,10 @@ key                                type       holds
 ``seq``                            string     submission counter (task order, ids)
 ``task:ID``                        hash       one task (see ``deviceq.core.models.ScheduledTask``)
 ``task:ID:attempts``               list       JSON record per attempt, expired ones included
+``log:ID:ATTEMPT``                  stream     one attempt's live output, chunks ``{s: stdout|
+                                              stderr|log, t: TEXT}`` (log_append.lua: only the
+                                              lease holder; capped by ``log_maxlen``; expires
+                                              ``retention`` after the attempt ends)
 ``task:ID:goal``                   string     the goal when longer than 64 bytes (the hash
                                               then holds ``goal`` empty: it stays a listpack)
 ``queue:SIG``                      zset       queued task ids of one constraint bucket, by seq
@@ -221,6 +225,9 @@ class Keys:
 
     def attempts(self, task_id: str) -> str:
         return self._k("task", task_id, "attempts")
+
+    def log(self, task_id: str, attempt: int | str) -> str:
+        return self._k("log", task_id, str(attempt))
 
     def queue(self, sig: str) -> str:
         return self._k("queue", sig)

@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..core.errors import DeviceqError, InvalidInput, NotFound
 from ..core.events import last_event_id, read_events
 from ..core.fleet import DEVICE_STATES
+from ..core.live_logs import LogReader
 from ..core.models import TaskStatus, validate_id
 from ..ops.admin import PoolAdmin
 from ..producer import Client
@@ -272,6 +273,56 @@ class Dashboard:
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
 
+    async def log_stream(self, request: Request) -> Response:
+        """Server-Sent Events: an attempt's live log (``?attempt=N``), every chunk from the
+        start (or after ``Last-Event-ID``) as JSON ``{time_ms, stream, text}``, then an
+        ``end`` event once the attempt has ended."""
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        q = dict(request.query_params)
+        if set(q) - {"attempt"}:
+            raise InvalidInput("the log stream takes only ?attempt=N")
+        raw = q.get("attempt", "")
+        if not raw.isdigit() or not 1 <= int(raw) <= 1_000_000:
+            raise InvalidInput("attempt must be a number from 1")
+        attempt = int(raw)
+        after = request.headers.get("last-event-id") or "0-0"
+        parts = after.split("-")
+        if len(parts) != 2 or not all(p.isdigit() and len(p) <= 20 for p in parts):
+            raise InvalidInput(f"bad log entry id {after[:40]!r}")
+        reader = LogReader(self.client.redis, self.client.keys)
+        await self.call(reader.state, task_id)  # NotFound before the stream starts
+
+        async def gen() -> AsyncIterator[str]:
+            cursor = after
+            yield "retry: 3000\n: connected\n\n"
+            while not await request.is_disconnected():
+                try:
+                    ended = (await self.call(reader.state, task_id)).ended(attempt)
+                    page = await anyio.to_thread.run_sync(
+                        partial(reader.next, task_id, attempt, cursor,
+                                None if ended else SSE_BLOCK_MS),
+                        limiter=self.sse_limiter,
+                    )  # fmt: skip
+                except redis.RedisError as exc:
+                    log.warning("log stream read failed: %s", exc)
+                    yield ": redis unavailable\n\n"
+                    await asyncio.sleep(2)
+                    continue
+                for e in page:
+                    yield f"id: {e.id}\ndata: {json.dumps(e.json())}\n\n"
+                    cursor = e.id
+                if ended and not page:
+                    yield "event: end\ndata: {}\n\n"
+                    return
+                if not page:
+                    yield ": keepalive\n\n"
+
+        return StreamingResponse(
+            gen(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
     # -- login -----------------------------------------------------------------------------
     async def login_form(self, request: Request) -> Response:
         if not self.auth.enabled:
@@ -440,6 +491,7 @@ def create_app(client: Client, operator_token: str | None = None) -> Starlette:
         Route("/events", d.events),
         Route("/healthz", d.healthz),
         Route("/api/stream", d.stream),
+        Route("/api/tasks/{task_id}/log", d.log_stream),
         Route("/login", d.login_form, methods=["GET"]),
         Route("/login", d.login, methods=["POST"]),
         Route("/logout", d.logout, methods=["POST"]),

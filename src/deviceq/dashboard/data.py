@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.events import Event, last_event_id
+from ..core.live_logs import LogReader
 from ..core.models import (
     ScheduledTask,
     TaskStatus,
@@ -404,6 +406,9 @@ def tail(text: str | None) -> tuple[str | None, bool]:
     return text[-TAIL_CHARS:], True
 
 
+MAX_LOG_ENTRIES = 2000  # of an ended attempt's log shown on its task page
+
+
 def task_detail(admin: PoolAdmin, task_id: str) -> dict[str, Any]:
     validate_id(task_id, "task id")
     client = Client(admin.redis, admin.pool)
@@ -411,7 +416,16 @@ def task_detail(admin: PoolAdmin, task_id: str) -> dict[str, Any]:
     events, cut = task_events(client, t)
     result, result_cut = tail(t.result)
     error, error_cut = tail(t.error)
+    log_attempt = t.attempt or None
+    reader = LogReader(admin.redis, admin.keys)
+    live = log_attempt is not None and not reader.state(task_id).ended(log_attempt)
+    log = [] if live or log_attempt is None else list(islice(reader.all(task_id, log_attempt),
+                                                             MAX_LOG_ENTRIES))  # fmt: skip
     return {
+        "log_attempt": log_attempt,
+        "log_live": live,
+        "log": log,
+        "log_cut": len(log) >= MAX_LOG_ENTRIES,
         "t": t,
         "now": admin.server_time_ms(),
         "explain": explain(admin, task_id),

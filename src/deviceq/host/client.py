@@ -29,6 +29,7 @@ from ..core.models import (
     validate_id,
     validate_tag_list,
 )
+from .log_stream import LogChunk
 
 MAX_REASON_BYTES = 200
 HEALTH_OUTPUT_BYTES = 2000  # the tail of a health check's output kept on the device hash
@@ -156,6 +157,7 @@ class HostLink(Protocol):
     def wait_for_control(self, timeout: float) -> str | None: ...
     def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]: ...
     def report_many(self, reports: Sequence[Report]) -> list[str]: ...
+    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]: ...
     def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str: ...
     def set_draining(self, draining: bool = True) -> str: ...
     def health_begin(self, device_id: str) -> bool: ...
@@ -300,6 +302,19 @@ class HostClient(PoolConnection):
             else:
                 out.append(Renewal(task_id, status, expires_at=int(value), lease_ms=int(ms)))
         return out
+
+    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
+        """Append chunks of runs' output to their attempts' live log streams
+        (``lua/log_append.lua``); per chunk ``ok`` or ``rejected:REASON`` (the lease is not
+        this host's current one: nothing written)."""
+        if not chunks:
+            return []
+        args: list[str] = [*self._auth(), str(len(chunks))]
+        for c in chunks:
+            validate_id(c.task_id, "task id")
+            validate_id(c.lease_id, "lease id")
+            args += c.args()
+        return [str(x) for x in self._run("log_append", args)]
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. With

@@ -21,8 +21,10 @@ from .runner_threads import RunnerThreads
 from .runners import (
     GoalRunner,
     LeaseClock,
+    LogWriter,
     Outcome,
     Task,
+    TaskLogger,
     WorkflowRunner,
     as_outcome,
     describe_exception,
@@ -217,6 +219,7 @@ class TaskDispatcher:
         serial: str = "",
         lease: LeaseClock | None = None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
+        log_sink: LogWriter | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -224,10 +227,15 @@ class TaskDispatcher:
         the attempt fails with ``timeout``. ``driver_type`` is the device's (the task's
         constraint may be empty), ``serial`` its real serial if it has one; ``lease`` is the
         run's `LeaseClock` (runners outside this process kill the run when it ends
-        unrenewed)."""
+        unrenewed); ``log_sink`` gets the run's output while it runs (``Task.log``, its
+        logger's INFO lines, a command's stdout and stderr: the live log)."""
         cancel_event = cancel_event or threading.Event()
         stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
         task = self.make_task(assignment, stop, deadline, lease)
+        if log_sink is not None:
+            task.log_sink = log_sink
+            if isinstance(task.logger, TaskLogger):
+                task.logger.sink = log_sink
         if driver_type:
             task.driver_type = driver_type
         task.serial = serial  # the device's real serial (discovered devices), else ""

@@ -18,6 +18,7 @@ from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
+from .log_stream import LogStreamer, RunLog
 from .reporter import Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
@@ -55,6 +56,7 @@ class Run:
     reason: str | None = None  # why it was stopped: cancel | lost | expired | drain | removed
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
+    log: RunLog | None = None  # its live log (deviceq.host.log_stream)
 
     @property
     def task_id(self) -> str:
@@ -118,6 +120,7 @@ class Executor:
         self.threads = RunnerThreads(keep=2 * len(state.devices) + 2)
         self.host = host
         self.dispatcher = dispatcher
+        self.logs = LogStreamer(host)  # the runs' live logs
 
     def start(self, a: Assignment, sent: float) -> None:
         run = Run(a, LeaseClock(), sent)
@@ -180,6 +183,7 @@ class Executor:
             if task.gang and not task.leader:
                 outcome = DispatchOutcome("cancelled", None, "the multi-device attempt ended")
             elif run.reason is None and not run.lease.expired:
+                run.log = self.logs.open(run.task_id, run.assignment.lease_id)
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -188,6 +192,7 @@ class Executor:
                     serial=device.serial,
                     lease=run.lease,
                     on_abandon=lambda out: self.abandon(run, out),
+                    log_sink=run.log.write,
                 )
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
@@ -268,6 +273,8 @@ class Executor:
 
     def finish(self, run: Run, out: DispatchOutcome) -> None:
         f = run.fields()
+        if run.log is not None:  # the last output, while the lease is still current
+            self.logs.close(run.log)
         if run.reason == "lost" or (not out.ok and (run.reason == "expired" or run.lease.expired)):
             # a run that failed after its lease ended here was most likely stopped by that
             # (the lease watchdog): the task comes back through expiry. A success is still

@@ -47,6 +47,7 @@ from .client import (
     clean_reason,
     output_tail,
 )
+from .log_stream import LogChunk
 
 API_PREFIX = "/api/v1"
 SESSION_HEADER = "X-Deviceq-Session"
@@ -314,6 +315,22 @@ class ApiHostClient:
                     )
                 )
         return out
+
+    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
+        """Append to live log streams (see `HostClient.log_append`)."""
+        if not chunks:
+            return []
+        items = [
+            {
+                "task_id": validate_id(c.task_id, "task id"),
+                "lease_id": validate_id(c.lease_id, "lease id"),
+                "stream": c.stream,
+                "text": c.text,
+                "final": c.final,
+            }
+            for c in chunks
+        ]
+        return [str(a) for a in self._call("POST", "/logs", {"chunks": items})["answers"]]
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts (see `HostClient.report_many`): NotConfirmed carries the answers."""

@@ -106,6 +106,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "ltrim pexpire srem time xadd zadd zcard zrange zrem",
         "leader": "del get hgetall incr pexpire set xadd",
         "renew": "hgetall hmget hset time zadd",
+        "log_append": "exists hgetall hmget pexpire time xadd",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
         "time xadd zadd zcard zrem",
         "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
@@ -120,7 +121,8 @@ checks that it covers what the scripts call)."""
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads"),
-    "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health"),
+    "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
+             "log_append"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
@@ -160,7 +162,8 @@ _TASK_READS: dict[str, str] = {
     "zrevrange": "finished tasks, newest first (task list)",
     "zcard": "tasks per status (Client.counts)",
     "xrevrange": "the newest event (where task wait and events start)",
-    "xread": "task wait and events --follow block on the event stream",
+    "xread": "task wait, events and task logs --follow block on the event or log stream",
+    "xrange": "task logs reads an attempt's log stream (log:ID:ATTEMPT)",
     "exists": "the command line's check that --pool names a pool with keys (one EXISTS); "
     "task cancel/wait of several ids check them all first",
 }
@@ -291,7 +294,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
              "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", "tenant_held", "gangs",
-             "host:*:ctl"),
+             "host:*:ctl", "log:*"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write. ``device:*`` covers a

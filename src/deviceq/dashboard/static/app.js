@@ -21,6 +21,28 @@
     if (msg && !window.confirm(msg)) ev.preventDefault();
   });
 
+  // a running attempt's live log (task page): chunks appended as they come, until "end"
+  var logPre = document.getElementById("task-log");
+  var logUrl = logPre && logPre.getAttribute("data-log-stream");
+  if (window.EventSource && logUrl) {
+    var logState = document.getElementById("log-state");
+    var les = new EventSource(logUrl);
+    les.onmessage = function (ev) {
+      var chunk = JSON.parse(ev.data);
+      var span = document.createElement("span");
+      span.className = "log-" + chunk.stream;
+      span.textContent = chunk.text;
+      var atEnd = logPre.scrollTop + logPre.clientHeight >= logPre.scrollHeight - 4;
+      logPre.appendChild(span);
+      if (atEnd) logPre.scrollTop = logPre.scrollHeight;
+    };
+    les.addEventListener("end", function () {
+      les.close();
+      logPre.setAttribute("data-log-state", "ended");
+      if (logState) logState.textContent = "ended";
+    });
+  }
+
   if (!window.EventSource || !mode || mode === "off") return;
 
   if (mode === "refresh") {

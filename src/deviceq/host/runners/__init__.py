@@ -24,14 +24,17 @@ process group. The ``command`` runner always runs its command in a process group
 
 from .base import (
     DEFAULT_TAIL_BYTES,
+    TAIL_BYTES,
     GoalRunner,
     LeaseClock,
+    LogWriter,
     Outcome,
     Task,
     TaskLogger,
     WorkflowRunner,
     as_outcome,
     describe_exception,
+    line_tail,
     tail,
     task_logger,
 )
@@ -49,6 +52,9 @@ from .steps import run_steps
 
 __all__ = [
     "DEFAULT_TAIL_BYTES",
+    "TAIL_BYTES",
+    "LogWriter",
+    "line_tail",
     "ENTRY_POINT_GROUP",
     "CommandRunner",
     "CommandTemplate",

@@ -8,19 +8,38 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...core.models import MAX_PAYLOAD_BYTES, WorkflowDefinition
 
-DEFAULT_TAIL_BYTES = 8192
+TAIL_BYTES = 8192
+"""Bytes of a run's output kept in the task's ``result`` or ``error`` at most (its tail, from
+a line boundary, after a line that says how much was cut); the whole output is in the
+attempt's live log (``deviceq task logs``)."""
+DEFAULT_TAIL_BYTES = TAIL_BYTES
 _LOG = logging.getLogger("deviceq.runner")
+LogWriter = Callable[[str, str], None]
+"""Where a run's output goes while it runs: ``write(stream, text)`` with stream stdout, stderr
+or log (``deviceq.host.log_stream.RunLog.write``)."""
 
 
 class TaskLogger(logging.LoggerAdapter):
     """A logger whose every line carries the task's structured fields (task, lease, host,
-    device, attempt) for ``deviceq.logs``; extra keyword fields may be given as ``fields=``."""
+    device, attempt) for ``deviceq.logs``; extra keyword fields may be given as ``fields=``.
+    With a ``sink``, its INFO and higher lines also go to the attempt's live log."""
+
+    sink: LogWriter | None = None
+
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        if self.sink is not None and level >= logging.INFO:
+            try:
+                text = str(msg) % args if args else str(msg)
+            except (TypeError, ValueError):
+                text = str(msg)
+            self.sink("log", f"{logging.getLevelName(level)} {text}\n")
+        super().log(level, msg, *args, **kwargs)
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         extra = dict(kwargs.pop("fields", None) or {})
@@ -58,6 +77,17 @@ class Task:
     role: str | None = None
     roles: dict[str, dict[str, str]] = field(default_factory=dict)
     serial: str = ""  # the device's real serial (a discovered device), else ""
+    log_sink: LogWriter | None = None  # the attempt's live log (set by the host daemon)
+
+    def log(self, text: str) -> None:
+        """Write a line (or lines) to the attempt's live log (``deviceq task logs``), shown
+        while the task runs; a no-op outside a host daemon."""
+        self.output("log", text if text.endswith("\n") else text + "\n")
+
+    def output(self, stream: str, text: str) -> None:
+        """Write ``text`` of ``stream`` (stdout, stderr or log) to the attempt's live log."""
+        if self.log_sink is not None and text:
+            self.log_sink(stream, text)
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
@@ -211,6 +241,24 @@ def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     host's log only."""
     text = f"{type(exc).__name__}: {exc}".rstrip()
     return tail(_PATH_RE.sub(r".../\1", text), limit)
+
+
+def line_tail(data: bytes, limit: int = TAIL_BYTES, before: int = 0) -> str:
+    """The end of a run's output on at most ``limit`` bytes: when anything is cut (or
+    ``before`` bytes were already dropped ahead of ``data``), it starts on a line boundary
+    after a line saying how many bytes came before it (``… 123,456 bytes before this``)."""
+    limit = max(64, min(limit, MAX_PAYLOAD_BYTES))
+    if len(data) <= limit and not before:
+        return data.decode(errors="replace")
+    start = max(0, len(data) - (limit - 64))  # (64: room for the mark's line)
+    nl = data.find(b"\n", max(0, start - 1))
+    if 0 <= nl < len(data) - 1:
+        start = nl + 1
+    while start < len(data) and 0x80 <= data[start] < 0xC0:  # never inside a character
+        start += 1
+    cut = before + start
+    body = data[start:].decode(errors="replace")
+    return f"… {cut:,} bytes before this\n{body}" if cut else body
 
 
 def tail(text: str | bytes, limit: int = DEFAULT_TAIL_BYTES) -> str:

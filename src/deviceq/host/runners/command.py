@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import re
@@ -18,7 +19,7 @@ from typing import Any
 
 from ...core.errors import ConfigError, InvalidInput
 from ...core.models import MAX_PAYLOAD_BYTES
-from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception, tail
+from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception, line_tail
 
 PLACEHOLDERS = ("goal", "device_id", "driver_type", "task_id", "attempt", "tags", "host_id",
                 "serial")  # fmt: skip
@@ -268,6 +269,46 @@ os._exit(code)
 WATCHDOG_MARK = b"[deviceq watchdog]"
 
 
+class _Output:
+    """A command's combined stdout and stderr as it arrives: each piece goes to the task's
+    live log (marked stdout or stderr) and the last bytes are kept (bounded) for the tail."""
+
+    def __init__(self, limit: int, task: Task) -> None:
+        self.limit = limit
+        self.task = task
+        self.buf = bytearray()
+        self.cut = 0  # bytes dropped ahead of buf
+        self.lock = threading.Lock()
+
+    def reader(self, pipe: Any, stream: str) -> threading.Thread:
+        th = threading.Thread(
+            target=self._read, args=(pipe.fileno(), stream), daemon=True,
+            name=f"{stream}-{self.task.task_id}",
+        )  # fmt: skip
+        th.start()
+        return th
+
+    def _read(self, fd: int, stream: str) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            with self.lock:
+                self.buf.extend(chunk)
+                if len(self.buf) > 4 * self.limit:
+                    drop = len(self.buf) - self.limit
+                    del self.buf[:drop]
+                    self.cut += drop
+            self.task.output(stream, decoder.decode(chunk))
+        self.task.output(stream, decoder.decode(b"", final=True))
+
+    def data(self) -> bytes:
+        with self.lock:
+            return bytes(self.buf)
+
+    def tail(self) -> str:
+        with self.lock:
+            return line_tail(bytes(self.buf), self.limit, self.cut)
+
+
 class CommandRunner:
     """Runs a command per task. ``template`` is split into arguments once, at start (see
     `CommandTemplate` for the placeholders and how ``{goal}`` may be used), and executed
@@ -339,7 +380,7 @@ class CommandRunner:
         try:
             proc = subprocess.Popen(
                 guard, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, env=env, cwd=self.cwd, start_new_session=True,
+                stderr=subprocess.PIPE, env=env, cwd=self.cwd, start_new_session=True,
                 pass_fds=(ctl_r,),
             )  # fmt: skip
         except (ValueError, OSError) as exc:
@@ -351,19 +392,9 @@ class CommandRunner:
             return Outcome.failure(f"cannot start the command: {describe_exception(exc)}")
         os.close(ctl_r)
         task.logger.debug("command started", fields={"pid": proc.pid, "argv0": argv[0]})
-        buf = bytearray()
-        limit = max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES))
-
-        def read() -> None:
-            assert proc.stdout is not None
-            fd = proc.stdout.fileno()
-            for chunk in iter(lambda: os.read(fd, 65536), b""):
-                buf.extend(chunk)
-                if len(buf) > 4 * limit:
-                    del buf[: len(buf) - limit]
-
-        reader = threading.Thread(target=read, name=f"out-{task.task_id}", daemon=True)
-        reader.start()
+        out = _Output(max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES)), task)
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [out.reader(proc.stdout, "stdout"), out.reader(proc.stderr, "stderr")]
         stopped = False
         sent = lease.version if lease is not None else 0
         try:
@@ -385,8 +416,9 @@ class CommandRunner:
             rc = proc.wait()
         finally:
             os.close(ctl_w)
-        reader.join(2.0)
-        text = tail(bytes(buf), limit)
+        for reader in readers:
+            reader.join(2.0)
+        text, buf = out.tail(), out.data()
         if stopped:
             return Outcome.failure(f"stopped (signal {-rc if rc < 0 else rc})\n{text}".rstrip())
         if rc == 0:

@@ -15,7 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ...core.models import WorkflowDefinition
-from .base import Outcome, Task, as_outcome, tail, task_logger
+from .base import Outcome, Task, TaskLogger, as_outcome, tail, task_logger
 from .command import kill_group
 
 if TYPE_CHECKING:
@@ -89,6 +89,15 @@ def _child_main(
     task = Task.from_portable(task_data, cancel)
     if log_context:
         task.logger = task_logger(task, None, log_context)
+    send_lock = threading.Lock()
+
+    def to_parent(stream: str, text: str) -> None:  # the live log, through the parent
+        with send_lock, contextlib.suppress(OSError, ValueError):
+            result_w.send(("log", stream, text[:LOG_MESSAGE_CHARS]))
+
+    task.log_sink = to_parent
+    if isinstance(task.logger, TaskLogger):
+        task.logger.sink = to_parent
     try:
         if kind == "workflow":
             assert goal_spec is not None and workflow_json is not None
@@ -97,14 +106,37 @@ def _child_main(
             out = as_outcome(load_runner(spec, "workflow")(wf, task, goal_runner))
         else:
             out = as_outcome(load_runner(spec, "goal")(task))
-        result_w.send(("ok", out.ok, out.text, out.infra))
+        with send_lock:
+            result_w.send(("ok", out.ok, out.text, out.infra))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-        result_w.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        with send_lock:
+            result_w.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     finally:
         result_w.close()
         if os.getpgrp() == os.getpid():  # leftovers of the runner die with it
             logging.shutdown()
             os.killpg(os.getpid(), signal.SIGKILL)
+
+
+LOG_MESSAGE_CHARS = 65536  # of one live log message from an isolated runner
+_DRAIN = 100  # live log messages taken at once, at most (the loop still sees a cancel)
+
+
+def _receive(conn: Any, task: Task, timeout: float) -> tuple[bool, Any]:
+    """(True, answer) once the child's answer arrived (None: the pipe broke); the live log
+    messages before it go to the task's live log. (False, None): no answer yet."""
+    for _ in range(_DRAIN):
+        if not conn.poll(timeout):
+            return False, None
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return True, None
+        if not (isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "log"):
+            return True, msg
+        task.output(str(msg[1]), str(msg[2]))
+        timeout = 0.0
+    return False, None
 
 
 class RunnerCrashed(RuntimeError):
@@ -168,16 +200,14 @@ class IsolatedRunner:
                     if remaining is not None:
                         with contextlib.suppress(OSError):
                             cancel_w.send(("lease", max(0.0, remaining)))
-                if result_r.poll(0.05):
-                    try:
-                        answer = result_r.recv()
-                    except (EOFError, OSError):
-                        answer = None
+                got, answer = _receive(result_r, task, 0.05)
+                if got:
                     break
                 if not proc.is_alive():
-                    if result_r.poll(0.05):
-                        with contextlib.suppress(EOFError, OSError):
-                            answer = result_r.recv()
+                    for _ in range(1000):  # what it sent before it ended, then its answer
+                        got, answer = _receive(result_r, task, 0.05)
+                        if got or not result_r.poll(0):
+                            break
                     break
                 if task.cancel.is_set() and cancel_sent_at is None:
                     cancel_sent_at = time.monotonic()

@@ -1,0 +1,100 @@
+"""``deviceq task logs``: an attempt's live log (what its run printed), while it runs and
+after (until ``retention`` past its end)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+
+import click
+
+from ..core.errors import NotFound
+from ..core.live_logs import LogEntry, LogReader
+from ..core.models import validate_id
+from .app import Ctx, fail, pass_ctx, task
+
+MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
+"""What starts each line of a stream in the text form (stdout is left as it is)."""
+SHOW_LINES = 20  # lines of a result or error ``task show`` prints
+
+
+def last_lines(text: str, n: int = SHOW_LINES) -> tuple[str, int]:
+    """The last ``n`` lines of ``text`` and how many lines came before them."""
+    lines = text.rstrip("\n").split("\n")
+    return "\n".join(lines[-n:]), max(0, len(lines) - n)
+
+
+class TextPrinter:
+    """Prints entries as text: each line of stderr and log chunks marked (`MARKS`), a line
+    cut across two chunks marked once."""
+
+    def __init__(self) -> None:
+        self.at_line_start: dict[str, bool] = {}
+
+    def __call__(self, e: LogEntry) -> None:
+        mark = MARKS.get(e.stream, f"[{e.stream}] ")
+        if not mark:
+            sys.stdout.write(e.text)
+        else:
+            out = []
+            start = self.at_line_start.get(e.stream, True)
+            for piece in e.text.splitlines(keepends=True):
+                out.append((mark if start else "") + piece)
+                start = piece.endswith("\n")
+            self.at_line_start[e.stream] = start
+            sys.stdout.write("".join(out))
+        sys.stdout.flush()
+
+
+def print_entries(entries: Iterable[LogEntry], as_json: bool) -> None:
+    show = TextPrinter()
+    for e in entries:
+        if as_json:
+            click.echo(json.dumps(e.json(), sort_keys=True))
+        else:
+            show(e)
+
+
+@task.command("logs")
+@click.argument("task_id")
+@click.option("--attempt", type=click.IntRange(min=1), default=None,
+              help="Which attempt's log (1, 2, ...; default: the latest).")  # fmt: skip
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing as the run writes, until the attempt ends; exit 0 when it "
+              "ended done, 1 when it failed or was cancelled (like `task wait`).")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help="With --follow: give up after SECONDS (exit 124).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True,
+              help='One JSON object per chunk: {"time_ms", "stream": "stdout"|"stderr"|"log", '
+              '"text"}.')  # fmt: skip
+@pass_ctx
+def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
+              timeout: float | None, as_json: bool) -> None:  # fmt: skip
+    """Print what an attempt of a task wrote (stdout, stderr marked [stderr], task.log lines
+    marked [log]), while it runs and for `retention` after it ended.
+
+    \b
+    Example:
+      deviceq task logs 3f2a9c0d1e2b4a5f
+      deviceq task logs 3f2a9c0d1e2b4a5f --follow --timeout 600
+      deviceq task logs 3f2a9c0d1e2b4a5f --attempt 1 --json
+    """
+    validate_id(task_id, "task id")
+    if timeout is not None and not follow:
+        fail("--timeout goes with --follow", 2)
+    reader = LogReader(ctx.client.redis, ctx.client.keys)
+    try:
+        n = reader.attempt_for(task_id, attempt)
+    except NotFound as exc:
+        fail(str(exc), 1)
+        return
+    if not follow:
+        print_entries(reader.all(task_id, n), as_json)
+        return
+    try:
+        print_entries(reader.follow(task_id, n, timeout), as_json)
+    except TimeoutError as exc:
+        click.echo(f"error: timed out: {exc}", err=True)
+        sys.exit(124)
+    sys.exit(0 if reader.state(task_id).succeeded(n) else 1)
