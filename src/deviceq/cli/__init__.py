@@ -20,6 +20,7 @@ for _module in (
     "reserve_cmds",
     "tenant_cmds",
     "demo_cmds",
+    "artifact_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

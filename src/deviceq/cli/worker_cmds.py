@@ -507,6 +507,31 @@ def build_pool_settings(
     help="PEM CA bundle the https:// API's certificate is checked against [default: the "
     "system's trust store].",
 )
+@click.option(
+    "--artifact-store",
+    metavar="URL",
+    help="Where the files a run writes into $DEVICEQ_ARTIFACTS_DIR (task.artifacts_dir) are "
+    "kept once its attempt ends, as STORE/POOL/TASK/ATTEMPT/NAME: file:///PATH or "
+    "s3://BUCKET/PREFIX (needs deviceq[artifacts]) [default: the pool's artifact_store, "
+    "else file://STATE_DIR/artifacts].",
+)
+@click.option(
+    "--artifact-store-option",
+    "artifact_store_option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the store's filesystem (repeatable), e.g. endpoint_url=http://HOST:PORT "
+    "for an S3 API other than AWS's (or DEVICEQ_S3_ENDPOINT_URL); credentials come from the "
+    "usual AWS_* variables.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="This host's folder for the attempts' artifact folders and the spool of pending "
+    "uploads (a restarted daemon finishes them) [default: $XDG_STATE_HOME/deviceq or "
+    "~/.local/state/deviceq].",
+)
 @pass_ctx
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them

@@ -12,10 +12,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
+from .artifacts import uploader
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .reporter import Reporter
@@ -55,6 +57,7 @@ class Run:
     reason: str | None = None  # why it was stopped: cancel | lost | expired | drain | removed
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
+    artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
 
     @property
     def task_id(self) -> str:
@@ -118,6 +121,7 @@ class Executor:
         self.threads = RunnerThreads(keep=2 * len(state.devices) + 2)
         self.host = host
         self.dispatcher = dispatcher
+        self.artifacts = uploader(state, host)
 
     def start(self, a: Assignment, sent: float) -> None:
         run = Run(a, LeaseClock(), sent)
@@ -180,6 +184,8 @@ class Executor:
             if task.gang and not task.leader:
                 outcome = DispatchOutcome("cancelled", None, "the multi-device attempt ended")
             elif run.reason is None and not run.lease.expired:
+                a = run.assignment
+                run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -188,6 +194,7 @@ class Executor:
                     serial=device.serial,
                     lease=run.lease,
                     on_abandon=lambda out: self.abandon(run, out),
+                    artifacts_dir=run.artifacts_dir,
                 )
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
@@ -202,6 +209,7 @@ class Executor:
             with contextlib.suppress(Exception):
                 self.release(run, "worker error")
         finally:
+            self.artifacts.discard(run.artifacts_dir)  # (not queued: released, lost, error)
             run.ended.set()
             with self.state.lock:
                 self.state.runs.pop(run.task_id, None)
@@ -323,6 +331,10 @@ class Executor:
         if not rejected and report.outcome != "released":
             kind = report.failure_kind
             self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
+            if run.artifacts_dir is not None:  # uploaded in the background
+                folder, run.artifacts_dir = run.artifacts_dir, None
+                self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
+                                             report.payload)  # fmt: skip
         self.state.log(
             logging.WARNING if rejected else logging.DEBUG,
             f"reported {report.outcome}",

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ...core.models import MAX_PAYLOAD_BYTES, WorkflowDefinition
@@ -38,7 +39,9 @@ class Task:
     workflow task. For the leader role of a multi-device task, ``gang`` is the task's id
     (``task_id`` is its part ``GANG.ROLE``), ``role`` the role's name and ``roles`` every
     role's placement: role name -> ``{"device_id": ..., "host_id": ...}``; it runs once every
-    role's part is claimed."""
+    role's part is claimed. ``artifacts_dir`` (``$DEVICEQ_ARTIFACTS_DIR`` for a command): a
+    fresh empty folder whose files the host keeps in its artifact store when the attempt
+    ends (symlinks and names escaping the folder are skipped)."""
 
     goal: str
     task_id: str
@@ -58,6 +61,9 @@ class Task:
     role: str | None = None
     roles: dict[str, dict[str, str]] = field(default_factory=dict)
     serial: str = ""  # the device's real serial (a discovered device), else ""
+    # a fresh empty folder for this attempt: what the runner writes there is kept in the
+    # host's artifact store when the attempt ends ($DEVICEQ_ARTIFACTS_DIR); None: not kept
+    artifacts_dir: Path | None = None
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
@@ -80,6 +86,8 @@ class Task:
             "DEVICEQ_LEASE_ID": self.lease_id,
             "DEVICEQ_HOST_ID": self.host_id,
         }
+        if self.artifacts_dir is not None:
+            env["DEVICEQ_ARTIFACTS_DIR"] = str(self.artifacts_dir)
         if self.serial:
             env["DEVICEQ_SERIAL"] = env["ANDROID_SERIAL"] = self.serial
         if self.workflow:
@@ -101,12 +109,15 @@ class Task:
             "deadline_in": self.time_left(), "lease_id": self.lease_id, "host_id": self.host_id,
             "workflow": self.workflow, "step": self.step, "gang": self.gang, "role": self.role,
             "roles": self.roles, "serial": self.serial,
+            "artifacts_dir": None if self.artifacts_dir is None else str(self.artifacts_dir),
         }  # fmt: skip
 
     @classmethod
     def from_portable(cls, data: Mapping[str, Any], cancel: threading.Event) -> Task:
         d = dict(data)
         left = d.pop("deadline_in", None)
+        if d.get("artifacts_dir") is not None:
+            d["artifacts_dir"] = Path(d["artifacts_dir"])
         deadline = None if left is None else time.monotonic() + float(left)
         task = cls(**d, deadline=deadline, cancel=cancel)
         task.logger = task_logger(task)
