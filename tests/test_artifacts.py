@@ -154,8 +154,8 @@ def test_escaping_names_are_skipped_and_nothing_lands_outside_the_prefix(
     secret.write_text("do not upload")
     d.scheduler()
     artifacts_host(d, state)
-    goal = (f'cd "$DEVICEQ_ARTIFACTS_DIR"; ln -s {secret} leak.txt; ln -s {tmp_path} up; '
-            'ln -s ../../.. parent; printf ok > kept.txt')  # fmt: skip
+    goal = (f'echo ran; cd "$DEVICEQ_ARTIFACTS_DIR"; ln -s {secret} leak.txt; '
+            f'ln -s {tmp_path} up; ln -s ../../.. parent; printf ok > kept.txt')  # fmt: skip
     tid = d.client.submit(goal, driver_type="x")
     assert d.client.wait(tid, timeout=30).status == TaskStatus.done
     wait_for(lambda: record(d, tid).get("artifacts"), 30, "artifacts recorded")
@@ -188,7 +188,7 @@ def test_another_host_cannot_record_artifacts_for_this_attempt(
     d = deploy
     d.scheduler()
     artifacts_host(d, tmp_path / "state")
-    tid = d.client.submit("echo mine", driver_type="x")
+    tid = d.client.submit('echo mine > "$DEVICEQ_ARTIFACTS_DIR/mine.txt"', driver_type="x")
     assert d.client.wait(tid, timeout=30).status == TaskStatus.done
     wait_for(lambda: record(d, tid).get("artifacts"), 30, "artifacts recorded")
     before = d.r.lrange(d.admin.keys.attempts(tid), 0, -1)
@@ -198,6 +198,24 @@ def test_another_host_cannot_record_artifacts_for_this_attempt(
     with pytest.raises(AuthError):  # h1's id with h2's token
         HostClient(d.r, d.pool, "h1", "x" * 32).record_artifacts(tid, 1, [])
     assert d.r.lrange(d.admin.keys.attempts(tid), 0, -1) == before
+    assert verify(d.admin).ok
+
+
+def test_without_a_named_store_a_run_that_wrote_no_file_keeps_nothing(
+    deploy: Deployment, tmp_path: Path
+) -> None:
+    d = deploy
+    state = tmp_path / "state"
+    d.scheduler()
+    artifacts_host(d, state)
+    t1 = d.client.submit("echo only output", driver_type="x")
+    assert d.client.wait(t1, timeout=30).status == TaskStatus.done
+    t2 = d.client.submit('echo x > "$DEVICEQ_ARTIFACTS_DIR/x.txt"', driver_type="x")
+    assert d.client.wait(t2, timeout=30).status == TaskStatus.done
+    wait_for(lambda: record(d, t2).get("artifacts"), 30, "artifacts recorded")
+    assert "artifacts" not in record(d, t1) and "artifacts_error" not in record(d, t1)
+    assert not (state / "artifacts" / d.pool / t1).exists()
+    assert not (state / d.pool / "h1" / "work" / t1).exists()  # its folder is gone
     assert verify(d.admin).ok
 
 
@@ -260,7 +278,7 @@ def test_store_down_then_back_and_a_restart_with_an_upload_pending(
     s3.start()
     artifacts_host(d, state, "--artifact-store", store, env=s3.env, name="h1-again")
     wait_for(lambda: record(d, t2).get("artifacts"), 60, "the restarted daemon's upload")
-    assert names(record(d, t2)) == {"two.txt"}
+    assert names(record(d, t2)) == {"two.txt"}  # (no output: no log.txt)
     assert "artifacts_error" not in record(d, t2)
     assert s3.fs().cat(f"{BUCKET}/p/{d.pool}/{t2}/1/two.txt") == b"two"
     wait_for(lambda: not list((state / d.pool / "h1" / "spool").glob("*.json")), 10, "spool")

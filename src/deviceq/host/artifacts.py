@@ -277,6 +277,7 @@ class Uploader:
         self._store: ArtifactStore | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._pool_url, self._pool_url_at = "", 0.0
 
     # -- the attempt's folder ------------------------------------------------------------------
     def prepare(self, task_id: str, attempt: int) -> Path:
@@ -293,9 +294,25 @@ class Uploader:
             with contextlib.suppress(OSError):
                 folder.parent.rmdir()
 
+    def configured(self) -> bool:
+        """Is a store named (``--artifact-store`` or the pool's ``artifact_store``, read at
+        most every 10 s)? Without one, an attempt whose run wrote no file keeps nothing (its
+        output alone is not worth a write per task to the host's own disk)."""
+        if self.store_url:
+            return True
+        now = time.monotonic()
+        if now >= self._pool_url_at:
+            with contextlib.suppress(Exception):
+                self._pool_url = self.host.config().artifact_store
+                self._pool_url_at = now + 10.0
+        return bool(self._pool_url)
+
     def attempt_ended(self, task_id: str, attempt: int, folder: Path, log: str | None) -> None:
         """Queue the attempt's files for upload (the run's output as ``log.txt`` unless the
         run wrote one); nothing when there is nothing to keep."""
+        if not any(folder.iterdir()) and not (log and self.configured()):
+            self.discard(folder)
+            return
         if log and not (folder / LOG_NAME).exists():
             with contextlib.suppress(OSError):
                 (folder / LOG_NAME).write_text(log)
