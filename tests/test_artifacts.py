@@ -17,7 +17,7 @@ import pytest
 
 from deviceq import TaskStatus
 from deviceq.core.errors import AuthError, InvalidInput
-from deviceq.host.artifacts import recorded
+from deviceq.host.artifacts import ArtifactStore, prune, recorded
 from deviceq.host.client import HostClient
 from deviceq.ops.verify import verify
 from harness import Deployment, wait_for
@@ -216,6 +216,36 @@ def test_without_a_named_store_a_run_that_wrote_no_file_keeps_nothing(
     assert "artifacts" not in record(d, t1) and "artifacts_error" not in record(d, t1)
     assert not (state / "artifacts" / d.pool / t1).exists()
     assert not (state / d.pool / "h1" / "work" / t1).exists()  # its folder is gone
+    assert verify(d.admin).ok
+
+
+def test_retention_prunes_in_bounded_batches(deploy: Deployment, cli: Any, tmp_path: Path) -> None:
+    d = deploy
+    state = tmp_path / "state"
+    url = f"file://{state / 'artifacts'}"
+    d.scheduler()
+    artifacts_host(d, state)
+    ids = d.client.submit_many(
+        [{"goal": 'echo x > "$DEVICEQ_ARTIFACTS_DIR/x.txt"', "driver_type": "x"}] * 3
+    )
+    finished = [t.finished_at for t in d.wait_all(ids, 30)]
+    for tid in ids:
+        wait_for(lambda tid=tid: record(d, tid).get("artifacts"), 30, "artifacts recorded")
+    folder = state / "artifacts" / d.pool
+    store = ArtifactStore(url)
+    # retention 0 (the default): everything is kept
+    out = cli("artifacts", "prune", "--artifact-store", url, "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"removed": [], "scanned": 0, "more": False}
+    d.admin.set_config("artifact_retention", 60)
+    latest = max(f for f in finished if f is not None)
+    assert prune(d.admin, store, 2, now_ms=latest).removed == []  # not past it yet
+    first = prune(d.admin, store, 2, now_ms=latest + 61_000)
+    assert len(first.removed) == 2 and first.more
+    second = prune(d.admin, store, 2, now_ms=latest + 61_000)
+    assert len(second.removed) == 1 and not second.more
+    assert sorted(first.removed + second.removed) == sorted(ids)
+    assert not any(folder.iterdir())
     assert verify(d.admin).ok
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..host.artifacts import download, parse_store_options, recorded, store_for
+from ..host.artifacts import download, parse_store_options, prune, recorded, store_for
 from .app import Ctx, echo_json, main, pass_ctx, task
 
 STORE_HELP = (
@@ -76,4 +76,50 @@ def task_artifacts(
         click.echo(f"downloaded {len(got)} file(s) into {into} (sha256 checked)", err=True)
 
 
-__all__ = ["main", "task_artifacts"]
+__all__ = ["artifacts_prune", "task_artifacts"]
+
+
+@main.group("artifacts")
+def artifacts_group() -> None:
+    """The artifact store's upkeep."""
+
+
+@artifacts_group.command("prune")
+@click.option("--artifact-store", "store_url", metavar="URL", help=STORE_HELP)
+@click.option(
+    "--artifact-store-option",
+    "store_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the store's filesystem (repeatable), e.g. endpoint_url=http://HOST:PORT.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Remove the artifacts of at most this many tasks in this call.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_ctx
+def artifacts_prune(
+    ctx: Ctx, store_url: str | None, store_options: tuple[str, ...], limit: int, as_json: bool
+) -> None:
+    """Remove the stored artifacts of tasks past the pool's artifact_retention (seconds after
+    the task finished; 0 = keep, the default): tasks that finished longer ago, or that are no
+    longer in Redis at all. Bounded: at most --limit tasks per call; run it from cron (it
+    says whether more are left: exit 0 either way).
+
+    \b
+    Example:
+      deviceq config set artifact_retention 2592000   # 30 days
+      deviceq artifacts prune --limit 500
+    """
+    admin = ctx.admin
+    store = store_for(admin, store_url, parse_store_options(store_options))
+    res = prune(admin, store, limit)
+    if as_json:
+        echo_json({"removed": res.removed, "scanned": res.scanned, "more": res.more})
+        return
+    click.echo(f"removed the artifacts of {len(res.removed)} task(s)"
+               + ("; more are left: run it again" if res.more else ""))  # fmt: skip
