@@ -9,6 +9,8 @@ import hashlib
 import json
 import signal
 import socket
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -247,6 +249,57 @@ def test_retention_prunes_in_bounded_batches(deploy: Deployment, cli: Any, tmp_p
     assert sorted(first.removed + second.removed) == sorted(ids)
     assert not any(folder.iterdir())
     assert verify(d.admin).ok
+
+
+def get(url: str) -> tuple[int, bytes, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - local test server
+            return resp.status, resp.read(), resp.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers
+
+
+def up(url: str) -> bool:
+    try:
+        return get(url)[0] == 200
+    except urllib.error.URLError:  # not listening yet
+        return False
+
+
+def test_the_dashboard_links_and_streams_only_recorded_files(
+    deploy: Deployment, tmp_path: Path
+) -> None:
+    d = deploy
+    state = tmp_path / "state"
+    d.admin.set_config("artifact_store", f"file://{state / 'artifacts'}")
+    d.scheduler()
+    artifacts_host(d, state)
+    port = free_port()
+    d.spawn("dash", "dashboard", "--port", str(port))
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: up(base + "/healthz"), 20, "the dashboard")
+    goal = (
+        'mkdir "$DEVICEQ_ARTIFACTS_DIR/sub"; '
+        'printf "<b>hi</b>" > "$DEVICEQ_ARTIFACTS_DIR/sub/p.html"'
+    )
+    tid = d.client.submit(goal, driver_type="x")
+    assert d.client.wait(tid, timeout=30).status == TaskStatus.done
+    wait_for(lambda: record(d, tid).get("artifacts"), 30, "artifacts recorded")
+    status, page, _ = get(f"{base}/tasks/{tid}")
+    link = f"/tasks/{tid}/artifacts/1/sub/p.html"
+    assert status == 200 and link.encode() in page
+    status, body, headers = get(base + link)
+    assert status == 200 and body == b"<b>hi</b>"
+    assert headers["content-type"] == "application/octet-stream"
+    assert headers["content-disposition"] == 'attachment; filename="p.html"'
+    # a file in the store that the record does not list is not served; nor is anything else
+    (state / "artifacts" / d.pool / tid / "1" / "extra.txt").write_text("not recorded")
+    for path in (f"/tasks/{tid}/artifacts/1/extra.txt", f"/tasks/{tid}/artifacts/2/sub/p.html",
+                 f"/tasks/{tid}/artifacts/1/../../../etc/passwd",
+                 f"/tasks/{tid}/artifacts/1/%2e%2e/%2e%2e/x"):  # fmt: skip
+        status, body, _ = get(base + path)
+        assert status in (400, 404), (path, status)
+        assert b"not recorded" not in body and b"root:" not in body
 
 
 @pytest.mark.slow

@@ -411,8 +411,11 @@ def task_detail(admin: PoolAdmin, task_id: str) -> dict[str, Any]:
     events, cut = task_events(client, t)
     result, result_cut = tail(t.result)
     error, error_cut = tail(t.error)
+    from ..host.artifacts import recorded_all
+
     return {
         "t": t,
+        "artifacts": recorded_all(admin, task_id),
         "now": admin.server_time_ms(),
         "explain": explain(admin, task_id),
         "events": events,

@@ -484,6 +484,19 @@ def recorded(conn: Any, task_id: str, attempt: int | None = None) -> Recorded:
     return Recorded(n, files, rec.get("artifacts_error") or None)
 
 
+def recorded_all(conn: Any, task_id: str) -> dict[int, Recorded]:
+    """Every attempt's recorded artifacts (attempts without any left out)."""
+    validate_id(task_id, "task id")
+    out = {}
+    for i, raw in enumerate(conn.redis.lrange(conn.keys.attempts(task_id), 0, -1), start=1):
+        rec = json.loads(raw)
+        files = [f for f in rec.get("artifacts") or [] if isinstance(f, dict)]
+        files = [f for f in files if safe_name(str(f.get("name", "")))]
+        if files or rec.get("artifacts_error"):
+            out[i] = Recorded(i, files, rec.get("artifacts_error") or None)
+    return out
+
+
 def store_for(
     conn: Any, url: str | None, options: Mapping[str, str] | None = None
 ) -> ArtifactStore:
