@@ -147,6 +147,31 @@ def test_file_store_round_trip_list_and_download(
     assert verify(d.admin).ok
 
 
+def write_files(task: Any) -> str:
+    """A Python goal runner (run by the daemons): writes into ``task.artifacts_dir``."""
+    (task.artifacts_dir / "py").mkdir()
+    (task.artifacts_dir / "py" / "goal.txt").write_text(task.goal)
+    return "written"
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_python_runner_writes_into_task_artifacts_dir(
+    deploy: Deployment, tmp_path: Path, isolation: str
+) -> None:
+    d = deploy
+    state = tmp_path / "state"
+    d.scheduler()
+    d.host("h1", "d1:x", extra=("--goal-runner", "test_artifacts:write_files", "--isolation",
+                                isolation, "--state-dir", str(state)))  # fmt: skip
+    tid = d.client.submit("from python", driver_type="x")
+    assert d.client.wait(tid, timeout=30).status == TaskStatus.done
+    wait_for(lambda: record(d, tid).get("artifacts"), 30, "artifacts recorded")
+    assert names(record(d, tid)) == {"py/goal.txt", "log.txt"}
+    root = state / "artifacts" / d.pool / tid / "1"
+    assert (root / "py" / "goal.txt").read_text() == "from python"
+    assert (root / "log.txt").read_text() == "written"
+
+
 def test_escaping_names_are_skipped_and_nothing_lands_outside_the_prefix(
     deploy: Deployment, tmp_path: Path
 ) -> None:

@@ -238,8 +238,7 @@ class Dashboard:
         leaf = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_"
                        for c in name.rsplit("/", 1)[-1])  # fmt: skip
         return StreamingResponse(body(), media_type="application/octet-stream", headers={
-            "content-disposition": f'attachment; filename="{leaf}"',
-            "content-length": str(int(f.get("size", 0)))})  # fmt: skip
+            "content-disposition": f'attachment; filename="{leaf}"'})  # fmt: skip
 
     async def events(self, request: Request) -> Response:
         q = dict(request.query_params)

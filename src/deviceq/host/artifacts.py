@@ -280,12 +280,17 @@ class Uploader:
         self._pool_url, self._pool_url_at = "", 0.0
 
     # -- the attempt's folder ------------------------------------------------------------------
-    def prepare(self, task_id: str, attempt: int) -> Path:
-        """A fresh empty folder for one attempt."""
+    def prepare(self, task_id: str, attempt: int) -> Path | None:
+        """A fresh empty folder for one attempt; None when it cannot be made (a full or
+        read-only disk: the run goes on without one, ``$DEVICEQ_ARTIFACTS_DIR`` unset)."""
         folder = self.work / validate_id(task_id, "task id") / str(int(attempt))
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        try:
+            if folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        except OSError as exc:
+            LOG.warning("no artifacts folder for %s/%s: %s", task_id, attempt, exc)
+            return None
         return folder
 
     def discard(self, folder: Path | None) -> None:
