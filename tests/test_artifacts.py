@@ -9,6 +9,7 @@ import hashlib
 import json
 import signal
 import socket
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from deviceq import TaskStatus
-from deviceq.core.errors import AuthError, InvalidInput
+from deviceq.core.errors import AuthError, ConfigError, InvalidInput
 from deviceq.host.artifacts import ArtifactStore, prune, recorded
 from deviceq.host.client import HostClient
 from deviceq.ops.verify import verify
@@ -406,3 +407,19 @@ def test_a_bad_store_url_or_option_is_refused_in_one_line_before_anything_starts
         assert value in d.log(f"bad-{i}") and "Traceback" not in d.log(f"bad-{i}")
     assert not d.r.exists(d.admin.keys.attempts("x"))
     assert d.admin.host("h1").alive is False
+
+
+def test_an_s3_store_without_s3fs_installed_is_one_clear_line(
+    cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """(sys.modules holding None: what Python does for a package that is not installed.)"""
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    token = tmp_path / "t"
+    token.write_text("x" * 32)
+    res = cli("host", "run", "--host-id", "h1", "--token-file", str(token), "--device", "d1:x",
+              "--command", "true", "--artifact-store", "s3://bucket/prefix")  # fmt: skip
+    assert res.exit_code == 2
+    assert "needs s3fs: pip install 'deviceq[artifacts]'" in res.output
+    assert "Traceback" not in res.output
+    with pytest.raises(ConfigError, match="needs s3fs"):
+        _ = ArtifactStore("s3://bucket/prefix").fs
