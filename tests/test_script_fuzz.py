@@ -105,6 +105,7 @@ class Pool:
             "device_health": ["h1", tok, "", "begin", "d3"],
             "heads": ["3", self.r.hget(self.keys.task(self.queued), "sig") or "", "0", "9"],
             "leader": ["owner-1", "1000", "acquire"],
+            "attempt_artifacts": ["h1", tok, run, "1", "", "1", "log.txt", "3", "b" * 64],
         }[name]  # fmt: skip
 
 

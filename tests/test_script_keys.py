@@ -95,6 +95,7 @@ def exercise(url: str, pool: str) -> None:
     h.report_many([Report(t1, got[t1].lease_id, "done"),
                    Report(t3, got[t3].lease_id, "cancelled")])  # fmt: skip
     h.release(t2, got[t2].lease_id, "refused")
+    h.record_artifacts(t1, 1, [("out/report.txt", 5, "a" * 64)], "")
     h.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "android"),
                  DeviceReport("d3", "web")])  # fmt: skip
     admin.set_config("max_quarantine_fraction", 1)

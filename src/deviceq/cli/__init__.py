@@ -21,6 +21,7 @@ for _module in (
     "tenant_cmds",
     "demo_cmds",
     "logs_cmds",
+    "artifact_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

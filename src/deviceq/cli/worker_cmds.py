@@ -15,6 +15,7 @@ import yaml
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from ..core.models import ID_RE, validate_id
+from ..host.artifacts import check_store_settings, parse_store_options
 from ..host.daemon import HostWorker
 from ..host.device_sources import DeviceSourceError
 from ..host.http_client import check_api_url
@@ -88,6 +89,20 @@ def _check_health_checks(
     except ConfigError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
     return parsed or ()
+
+
+def _check_artifact_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """``--artifact-store URL`` / ``--artifact-store-option KEY=VALUE``, checked as they are
+    parsed (an s3:// store needs s3fs installed): a bad one is a usage error (exit 2)."""
+    if value is None or value == ():
+        return value
+    try:
+        if param.name == "artifact_store":
+            check_store_settings(value, ())
+            return value
+        return parse_store_options(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -506,6 +521,33 @@ def build_pool_settings(
     metavar="FILE",
     help="PEM CA bundle the https:// API's certificate is checked against [default: the "
     "system's trust store].",
+)
+@click.option(
+    "--artifact-store",
+    metavar="URL",
+    callback=_check_artifact_store,
+    help="Where the files a run writes into $DEVICEQ_ARTIFACTS_DIR (task.artifacts_dir) are "
+    "kept once its attempt ends, as STORE/POOL/TASK/ATTEMPT/NAME: file:///PATH or "
+    "s3://BUCKET/PREFIX (needs deviceq[artifacts]) [default: the pool's artifact_store, "
+    "else file://STATE_DIR/artifacts].",
+)
+@click.option(
+    "--artifact-store-option",
+    "artifact_store_option",
+    multiple=True,
+    callback=_check_artifact_store,
+    metavar="KEY=VALUE",
+    help="An option of the store's filesystem (repeatable), e.g. endpoint_url=http://HOST:PORT "
+    "for an S3 API other than AWS's (or DEVICEQ_S3_ENDPOINT_URL); credentials come from the "
+    "usual AWS_* variables.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="This host's folder for the attempts' artifact folders and the spool of pending "
+    "uploads (a restarted daemon finishes them) [default: $XDG_STATE_HOME/deviceq or "
+    "~/.local/state/deviceq].",
 )
 @pass_ctx
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:

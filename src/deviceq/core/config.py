@@ -42,6 +42,22 @@ def check_retry_backoff(v: str) -> str:
     return v
 
 
+def check_store_url(v: str) -> str:
+    """'' or an artifact store URL: ``file:///ABSOLUTE/PATH`` or ``s3://BUCKET[/PREFIX]``."""
+    ok = v == "" or (
+        v.isprintable()
+        and " " not in v
+        and (
+            (v.startswith("file:///") and ".." not in v.split("/"))
+            or re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?", v)
+            is not None
+        )
+    )
+    if not ok:
+        raise ValueError("must be file:///ABSOLUTE/PATH or s3://BUCKET[/PREFIX] (or empty)")
+    return v
+
+
 class PoolConfig(BaseModel):
     """Pool-wide settings. Durations are seconds (fractions allowed). These defaults and bounds
     are also the ones the Lua scripts use (``scripts.py`` generates their ``DEFAULTS`` and
@@ -154,6 +170,21 @@ class PoolConfig(BaseModel):
         1.0, ge=0.01, le=60, description="seconds a durable write waits for its confirmation"
     )
 
+    artifact_store: str = Field(
+        "",
+        max_length=1024,
+        description="where hosts keep the files tasks write into $DEVICEQ_ARTIFACTS_DIR: an "
+        "fsspec URL, file:///PATH or s3://BUCKET/PREFIX ('' = each host's state folder, "
+        "unless its --artifact-store says otherwise)",
+    )
+    artifact_retention: float = Field(
+        0.0,
+        ge=0,
+        le=10 * YEAR,
+        description="seconds a task's artifacts are kept in the store after its attempt "
+        "ended (0 = keep); removed by deviceq artifacts prune",
+    )
+
     @field_validator("retry_on")
     @classmethod
     def _retry_on(cls, v: str) -> str:
@@ -163,6 +194,11 @@ class PoolConfig(BaseModel):
     @classmethod
     def _retry_backoff(cls, v: str) -> str:
         return check_retry_backoff(v)
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _artifact_store(cls, v: str) -> str:
+        return check_store_url(v)
 
     @classmethod
     def keys(cls) -> list[str]:

@@ -214,6 +214,33 @@ class Dashboard:
         view = await self.call(data.task_detail, self.admin, task_id)
         return self.render(request, "task.html", view=view, t=view["t"])
 
+    async def artifact(self, request: Request) -> Response:
+        """One file an attempt recorded, streamed from the pool's artifact store (never a
+        store URL handed out; a name the attempt record does not list is a 404)."""
+        from ..host.artifacts import iter_chunks, recorded, store_for
+
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        attempt, name = int(request.path_params["attempt"]), request.path_params["name"]
+        rec = await self.call(recorded, self.admin, task_id, attempt)
+        f = next((f for f in rec.files if f.get("name") == name), None)
+        if f is None:
+            raise NotFound(f"attempt {attempt} of task {task_id} recorded no file {name!r}")
+        store = await self.call(store_for, self.admin, None)
+        src = await self.call(store.open, self.admin.pool, task_id, attempt, name)
+
+        async def body() -> AsyncIterator[bytes]:
+            chunks = iter_chunks(src)
+            try:
+                while chunk := await self.call(next, chunks, b""):
+                    yield chunk
+            finally:
+                await self.call(src.close)
+
+        leaf = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_"
+                       for c in name.rsplit("/", 1)[-1])  # fmt: skip
+        return StreamingResponse(body(), media_type="application/octet-stream", headers={
+            "content-disposition": f'attachment; filename="{leaf}"'})  # fmt: skip
+
     async def events(self, request: Request) -> Response:
         q = dict(request.query_params)
         flt = data.EventFilter.parse(q)
@@ -488,6 +515,7 @@ def create_app(client: Client, operator_token: str | None = None) -> Starlette:
         Route("/queue", d.queue),
         Route("/tasks", d.tasks),
         Route("/tasks/{task_id}", d.task),
+        Route("/tasks/{task_id}/artifacts/{attempt:int}/{name:path}", d.artifact),
         Route("/events", d.events),
         Route("/healthz", d.healthz),
         Route("/api/stream", d.stream),

@@ -421,12 +421,15 @@ def task_detail(admin: PoolAdmin, task_id: str) -> dict[str, Any]:
     live = log_attempt is not None and not reader.state(task_id).ended(log_attempt)
     log = [] if live or log_attempt is None else list(islice(reader.all(task_id, log_attempt),
                                                              MAX_LOG_ENTRIES))  # fmt: skip
+    from ..host.artifacts import recorded_all
+
     return {
         "log_attempt": log_attempt,
         "log_live": live,
         "log": log,
         "log_cut": len(log) >= MAX_LOG_ENTRIES,
         "t": t,
+        "artifacts": recorded_all(admin, task_id),
         "now": admin.server_time_ms(),
         "explain": explain(admin, task_id),
         "events": events,

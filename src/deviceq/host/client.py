@@ -406,6 +406,22 @@ class HostClient(PoolConnection):
                 "healthy" if healthy else "unhealthy", output_tail(output), reason]  # fmt: skip
         return str(self._run("device_health", args))
 
+    def record_artifacts(
+        self,
+        task_id: str,
+        attempt: int,
+        files: Sequence[tuple[str, int, str]],
+        error: str = "",
+    ) -> int:
+        """Record the files (name, size, sha256) uploaded for one attempt this host ran, and
+        why an upload failed ('' : none); by token only (a restarted daemon may finish the
+        uploads of its previous session). Raises AuthError for another host's attempt."""
+        args = [self.host_id, self._token, validate_id(task_id, "task id"), str(int(attempt)),
+                error, str(len(files))]  # fmt: skip
+        for name, size, sha in files:
+            args += [name, str(int(size)), sha]
+        return int(self._run("attempt_artifacts", args))
+
     def health_clear(self, device_id: str) -> str:
         """Forget a device's health (this host no longer checks it): it is a candidate again
         when otherwise idle. Returns the health it had ('' for none)."""

@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -220,6 +221,7 @@ class TaskDispatcher:
         lease: LeaseClock | None = None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
         log_sink: LogWriter | None = None,
+        artifacts_dir: Path | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -239,6 +241,7 @@ class TaskDispatcher:
         if driver_type:
             task.driver_type = driver_type
         task.serial = serial  # the device's real serial (discovered devices), else ""
+        task.artifacts_dir = artifacts_dir  # (deviceq.host.artifacts)
         run: Callable[[], Any]
         if assignment.task.kind == "workflow":
             if self.workflow_runner is None or self.workflow_loader is None:

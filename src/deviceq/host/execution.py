@@ -12,10 +12,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
+from .artifacts import uploader, whole_log
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .log_stream import LogStreamer, RunLog
@@ -57,6 +59,7 @@ class Run:
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
+    artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
 
     @property
     def task_id(self) -> str:
@@ -121,6 +124,7 @@ class Executor:
         self.host = host
         self.dispatcher = dispatcher
         self.logs = LogStreamer(host)  # the runs' live logs
+        self.artifacts = uploader(state, host)
 
     def start(self, a: Assignment, sent: float) -> None:
         run = Run(a, LeaseClock(), sent)
@@ -183,7 +187,9 @@ class Executor:
             if task.gang and not task.leader:
                 outcome = DispatchOutcome("cancelled", None, "the multi-device attempt ended")
             elif run.reason is None and not run.lease.expired:
-                run.log = self.logs.open(run.task_id, run.assignment.lease_id)
+                a = run.assignment
+                run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
+                run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir))
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -193,6 +199,7 @@ class Executor:
                     lease=run.lease,
                     on_abandon=lambda out: self.abandon(run, out),
                     log_sink=run.log.write,
+                    artifacts_dir=run.artifacts_dir,
                 )
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
@@ -207,6 +214,7 @@ class Executor:
             with contextlib.suppress(Exception):
                 self.release(run, "worker error")
         finally:
+            self.artifacts.discard(run.artifacts_dir)  # (not queued: released, lost, error)
             run.ended.set()
             with self.state.lock:
                 self.state.runs.pop(run.task_id, None)
@@ -330,6 +338,10 @@ class Executor:
         if not rejected and report.outcome != "released":
             kind = report.failure_kind
             self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
+            if run.artifacts_dir is not None:  # uploaded in the background
+                folder, run.artifacts_dir = run.artifacts_dir, None
+                self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
+                                             report.payload)  # fmt: skip
         self.state.log(
             logging.WARNING if rejected else logging.DEBUG,
             f"reported {report.outcome}",

@@ -17,10 +17,12 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 FLUSH_EVERY = 0.2
 """Seconds between two flushes of a run's output, at most."""
+WHOLE_LOG_BYTES = 256 * 1024 * 1024  # an attempt's whole log on the host's disk, at most
 CHUNK_BYTES = 65536
 """Bytes of one run's output kept between two flushes (one stream entry at most)."""
 MAX_CHUNKS_PER_CALL = 1000  # log_append.lua's limit
@@ -59,10 +61,14 @@ def drop_marker(dropped: int) -> str:
 
 @dataclass(eq=False)
 class RunLog:
-    """The output buffer of one run (bounded: see `CHUNK_BYTES`)."""
+    """The output buffer of one run (bounded: see `CHUNK_BYTES`). With ``whole``, every
+    byte the run writes is also appended to that file (up to `WHOLE_LOG_BYTES`): the whole
+    log, kept as the attempt's ``log.txt`` artifact (deviceq.host.artifacts)."""
 
     task_id: str
     lease_id: str
+    whole: Path | None = None
+    whole_size: int = 0
     pieces: list[tuple[str, str]] = field(default_factory=list)
     size: int = 0
     dropped: int = 0
@@ -80,6 +86,8 @@ class RunLog:
             if self.closed or self.final:
                 return
             data = text.encode(errors="replace")
+            if self.whole is not None:
+                self._keep_whole(data)
             room = CHUNK_BYTES - self.size
             if len(data) > room:
                 self.dropped += len(data) - max(0, room)
@@ -92,6 +100,24 @@ class RunLog:
                 self.pieces[-1] = (stream, self.pieces[-1][1] + text)
             else:
                 self.pieces.append((stream, text))
+
+    def _keep_whole(self, data: bytes) -> None:
+        """Append to the whole log (under the lock); past `WHOLE_LOG_BYTES` one mark, then
+        nothing; a disk error drops the whole log, never the run."""
+        assert self.whole is not None
+        room = WHOLE_LOG_BYTES - self.whole_size
+        if room <= 0:
+            return
+        piece = data[:room]
+        if len(piece) < len(data):
+            piece += f"\n[deviceq] the whole log stops here ({WHOLE_LOG_BYTES:,} bytes)\n".encode()
+        try:
+            with self.whole.open("ab") as fh:
+                fh.write(piece)
+        except OSError:
+            self.whole = None
+            return
+        self.whole_size += len(data[:room])
 
     def take(self) -> list[LogChunk]:
         """The chunks of the next flush (consecutive text of one stream merged)."""
@@ -124,9 +150,9 @@ class LogStreamer:
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def open(self, task_id: str, lease_id: str) -> RunLog:
-        """The buffer of a run that starts now."""
-        log = RunLog(task_id, lease_id)
+    def open(self, task_id: str, lease_id: str, whole: Path | None = None) -> RunLog:
+        """The buffer of a run that starts now (``whole``: the file its whole log goes to)."""
+        log = RunLog(task_id, lease_id, whole)
         with self.lock:
             self.runs.add(log)
             if self.thread is None or not self.thread.is_alive():

@@ -150,6 +150,12 @@ class WorkerSettings:
     # its address and, for https, the CA bundle its certificate is checked against
     api_url: str | None = None
     api_ca: str | None = None
+    # artifacts (deviceq.host.artifacts): the store URL (None: the pool's artifact_store, else
+    # a file store under state_dir), its fsspec options (KEY=VALUE texts or a mapping), and
+    # the folder of the attempts' folders and the upload spool
+    artifact_store: str | None = None
+    artifact_store_option: Any = ()
+    state_dir: str | None = None
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
@@ -164,6 +170,7 @@ class WorkerSettings:
             raise ConfigError("device ids must be unique")
         self._device_sources()
         self._api()
+        self._artifacts()
         for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
@@ -188,6 +195,14 @@ class WorkerSettings:
             CommandTemplate.parse(self.device_check, DEVICE_CHECK_PLACEHOLDERS)
             if self.device_check_interval <= 0 or self.device_check_timeout <= 0:
                 raise ConfigError("device check interval and timeout must be positive")
+
+    def _artifacts(self) -> None:
+        """Check the artifact store settings (ConfigError: one line); nothing is contacted."""
+        from .artifacts import check_store_settings
+
+        self.artifact_store_option = check_store_settings(
+            self.artifact_store, self.artifact_store_option
+        )
 
     def _api(self) -> None:
         """Check ``api_url``/``api_ca`` (ConfigError: one line); nothing is contacted."""

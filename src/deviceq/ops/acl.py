@@ -81,6 +81,7 @@ which nodes to try on a failover)."""
 SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
     name: frozenset(cmds.split())
     for name, cmds in {
+        "attempt_artifacts": "hmget lindex lset",
         "assign": "del get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush time "
         "xadd zadd zrange zrem",
         "cancel": "del hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
@@ -122,7 +123,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
-             "log_append"),
+             "log_append", "attempt_artifacts"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",

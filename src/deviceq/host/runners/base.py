@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ...core.models import MAX_PAYLOAD_BYTES, WorkflowDefinition
@@ -57,7 +58,9 @@ class Task:
     workflow task. For the leader role of a multi-device task, ``gang`` is the task's id
     (``task_id`` is its part ``GANG.ROLE``), ``role`` the role's name and ``roles`` every
     role's placement: role name -> ``{"device_id": ..., "host_id": ...}``; it runs once every
-    role's part is claimed."""
+    role's part is claimed. ``artifacts_dir`` (``$DEVICEQ_ARTIFACTS_DIR`` for a command): a
+    fresh empty folder whose files the host keeps in its artifact store when the attempt
+    ends (symlinks and names escaping the folder are skipped)."""
 
     goal: str
     task_id: str
@@ -89,6 +92,10 @@ class Task:
         if self.log_sink is not None and text:
             self.log_sink(stream, text)
 
+    # a fresh empty folder for this attempt: what the runner writes there is kept in the
+    # host's artifact store when the attempt ends ($DEVICEQ_ARTIFACTS_DIR); None: not kept
+    artifacts_dir: Path | None = None
+
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
@@ -110,6 +117,8 @@ class Task:
             "DEVICEQ_LEASE_ID": self.lease_id,
             "DEVICEQ_HOST_ID": self.host_id,
         }
+        if self.artifacts_dir is not None:
+            env["DEVICEQ_ARTIFACTS_DIR"] = str(self.artifacts_dir)
         if self.serial:
             env["DEVICEQ_SERIAL"] = env["ANDROID_SERIAL"] = self.serial
         if self.workflow:
@@ -131,12 +140,15 @@ class Task:
             "deadline_in": self.time_left(), "lease_id": self.lease_id, "host_id": self.host_id,
             "workflow": self.workflow, "step": self.step, "gang": self.gang, "role": self.role,
             "roles": self.roles, "serial": self.serial,
+            "artifacts_dir": None if self.artifacts_dir is None else str(self.artifacts_dir),
         }  # fmt: skip
 
     @classmethod
     def from_portable(cls, data: Mapping[str, Any], cancel: threading.Event) -> Task:
         d = dict(data)
         left = d.pop("deadline_in", None)
+        if d.get("artifacts_dir") is not None:
+            d["artifacts_dir"] = Path(d["artifacts_dir"])
         deadline = None if left is None else time.monotonic() + float(left)
         task = cls(**d, deadline=deadline, cancel=cancel)
         task.logger = task_logger(task)

@@ -1,0 +1,125 @@
+"""``deviceq task artifacts``: the files an attempt kept in the artifact store (listed, or
+downloaded with their sha256 checked); ``deviceq artifacts prune``: retention."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..host.artifacts import download, parse_store_options, prune, recorded, store_for
+from .app import Ctx, echo_json, main, pass_ctx, task
+
+STORE_HELP = (
+    "The artifact store URL (file:///PATH or s3://BUCKET/PREFIX) [default: the pool's "
+    "artifact_store setting]."
+)
+
+
+@task.command("artifacts")
+@click.argument("task_id")
+@click.option(
+    "--attempt", type=click.IntRange(1, 9999), help="Which attempt [default: the latest]."
+)
+@click.option(
+    "--download",
+    "into",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Download the files into DIR (created), each checked against its recorded sha256.",
+)
+@click.option("--artifact-store", "store_url", metavar="URL", help=STORE_HELP)
+@click.option(
+    "--artifact-store-option",
+    "store_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the store's filesystem (repeatable), e.g. endpoint_url=http://HOST:PORT.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_ctx
+def task_artifacts(
+    ctx: Ctx,
+    task_id: str,
+    attempt: int | None,
+    into: str | None,
+    store_url: str | None,
+    store_options: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """List the files an attempt of a task kept (name, size, sha256), or download them.
+
+    \b
+    Example:
+      deviceq task artifacts t-123 --attempt 2 --download ./out
+    """
+    admin = ctx.admin
+    rec = recorded(admin, task_id, attempt)
+    got: list[Path] = []
+    if into is not None:
+        store = store_for(admin, store_url, parse_store_options(store_options))
+        got = download(store, admin.pool, task_id, rec, Path(into))
+    if as_json:
+        out = {"task_id": task_id, "attempt": rec.attempt, "artifacts": rec.files,
+               "artifacts_error": rec.error}  # fmt: skip
+        if into is not None:
+            out["downloaded"] = [str(p) for p in got]
+        echo_json(out)
+        return
+    if not rec.files:
+        click.echo(f"task {task_id} attempt {rec.attempt}: no artifacts recorded")
+    for f in rec.files:
+        click.echo(f"{f['name']}\t{f['size']}\t{f['sha256']}")
+    if rec.error:
+        click.echo(f"artifacts_error: {rec.error}", err=True)
+    if into is not None:
+        click.echo(f"downloaded {len(got)} file(s) into {into} (sha256 checked)", err=True)
+
+
+__all__ = ["artifacts_prune", "task_artifacts"]
+
+
+@main.group("artifacts")
+def artifacts_group() -> None:
+    """The artifact store's upkeep."""
+
+
+@artifacts_group.command("prune")
+@click.option("--artifact-store", "store_url", metavar="URL", help=STORE_HELP)
+@click.option(
+    "--artifact-store-option",
+    "store_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the store's filesystem (repeatable), e.g. endpoint_url=http://HOST:PORT.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Remove the artifacts of at most this many tasks in this call.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_ctx
+def artifacts_prune(
+    ctx: Ctx, store_url: str | None, store_options: tuple[str, ...], limit: int, as_json: bool
+) -> None:
+    """Remove the stored artifacts of tasks past the pool's artifact_retention (seconds after
+    the task finished; 0 = keep, the default): tasks that finished longer ago, or that are no
+    longer in Redis at all. Bounded: at most --limit tasks per call; run it from cron (it
+    says whether more are left: exit 0 either way).
+
+    \b
+    Example:
+      deviceq config set artifact_retention 2592000   # 30 days
+      deviceq artifacts prune --limit 500
+    """
+    admin = ctx.admin
+    store = store_for(admin, store_url, parse_store_options(store_options))
+    res = prune(admin, store, limit)
+    if as_json:
+        echo_json({"removed": res.removed, "scanned": res.scanned, "more": res.more})
+        return
+    click.echo(f"removed the artifacts of {len(res.removed)} task(s)"
+               + ("; more are left: run it again" if res.more else ""))  # fmt: skip
