@@ -9,9 +9,11 @@ the server's web stack."""
 from __future__ import annotations
 
 import builtins
+import http.client
 import json
 import os
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +30,12 @@ WAIT_STEP = 30.0
 """Seconds one long poll of `ApiClient.wait` asks for (the server may cap it lower)."""
 SLACK = 15.0
 """Seconds a request may take beyond the long poll it asks for."""
+IDLE_REUSE = 2.0
+"""Seconds a kept-alive connection may sit idle and still be reused: well under the idle
+timeout of ``deviceq api``'s server (uvicorn closes after 5 s)."""
+STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+"""Errors of a reused connection the server closed meanwhile: a GET is sent once more on a
+new connection; a POST is not (it might have been served: it is UNAVAILABLE, as any outage)."""
 
 
 class ApiError(DeviceqError):
@@ -92,7 +100,14 @@ class ApiClient:
 
     ``url``: the service (``http(s)://HOST:PORT``, with or without ``/api/v1``); ``token``:
     an API token (``deviceq api token add``; default: env ``DEVICEQ_API_TOKEN``); ``ca``: a
-    PEM CA bundle that verifies the service's certificate (default: the system's CAs)."""
+    PEM CA bundle that verifies the service's certificate (default: the system's CAs).
+
+    Requests reuse one connection per thread (HTTP keep-alive; not through a proxy of the
+    environment's ``http(s)_proxy``, which gets a connection per request)."""
+
+    keep_alive = True
+    """Reuse one connection per thread instead of one per request (dropped after any error
+    and when idle for `IDLE_REUSE` seconds); the event stream always has its own."""
 
     def __init__(self, url: str, token: str | None = None, ca: str | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -107,6 +122,13 @@ class ApiClient:
         self.url = base if base.endswith(API_PATH) else base + API_PATH
         self._token = token
         self._ssl = ssl.create_default_context(cafile=ca) if parts.scheme == "https" else None
+        self._netloc = parts.netloc
+        self._path = urllib.parse.urlsplit(self.url).path
+        proxies = urllib.request.getproxies()
+        self._proxied = parts.scheme in proxies and not urllib.request.proxy_bypass(
+            parts.hostname or ""
+        )
+        self._local = threading.local()  # this thread's kept-alive connection, last use
 
     def __repr__(self) -> str:
         return f"ApiClient({self.url!r})"  # never the token
@@ -140,8 +162,70 @@ class ApiClient:
             raise ApiError("UNAVAILABLE", f"cannot reach {self.url}: {reason}") from None
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self.keep_alive and not self._proxied:
+            return self._kept_alive(method, path, **kwargs)
         with self._open(method, path, **kwargs) as resp:
             return json.loads(resp.read())
+
+    def _connection(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's kept-alive connection if fresh enough (and True), else a new one."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and time.monotonic() - self._local.used < IDLE_REUSE:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn, True
+        if conn is not None:
+            conn.close()
+        if self._ssl is not None:
+            conn = http.client.HTTPSConnection(self._netloc, timeout=timeout, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(self._netloc, timeout=timeout)
+        self._local.conn = conn
+        return conn, False
+
+    def _kept_alive(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, Any]] = (),
+        body: Any = None,
+        timeout: float = SLACK,
+    ) -> Any:
+        """`_call` on this thread's kept-alive connection (the same answers and errors)."""
+        qs = urllib.parse.urlencode([(k, v) for k, v in query if v is not None])
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        target = self._path + path + (f"?{qs}" if qs else "")
+        while True:
+            conn, reused = self._connection(timeout)
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+                status, payload = resp.status, resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._local.conn = None
+                if reused and method == "GET" and isinstance(exc, STALE):
+                    continue  # closed by the server meanwhile: once more on a new connection
+                raise ApiError("UNAVAILABLE", f"cannot reach {self.url}: {exc}") from None
+            if resp.will_close:
+                conn.close()
+                self._local.conn = None
+            else:
+                self._local.used = time.monotonic()
+            if not 200 <= status < 300:
+                _raise_for(status, payload)
+            return json.loads(payload)
+
+    def close(self) -> None:
+        """Close this thread's kept-alive connection (a later call opens a new one)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
     # -- producer methods -------------------------------------------------------------------
     def submit(self, goal: str | None = None, **fields: Any) -> str:

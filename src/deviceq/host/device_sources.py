@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -200,16 +199,17 @@ def parse_devices_text(text: str, path: str) -> list[DeviceConfig]:
 
 
 def read_devices_file(path: str) -> tuple[list[DeviceConfig], bytes]:
-    """The devices of ``path`` and its content (ConfigError when unreadable or invalid)."""
+    """The devices of ``path`` and its content (ConfigError when unreadable, larger than
+    the CLI's input cap, not UTF-8, nested too deeply or invalid)."""
+    from ..cli.app import nesting_guard, read_input  # the CLI's input rules (lazy: no cycle)
+
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise DeviceSourceError(f"cannot read devices file {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        raise DeviceSourceError(f"devices file {path} is not UTF-8 text") from None
-    return parse_devices_text(text, path), data
+        text = read_input("./-" if path == "-" else path)  # a file named -, never stdin
+    except DeviceqError as exc:
+        where = "./-" if path == "-" else path
+        raise DeviceSourceError(str(exc).replace(where, f"devices file {path}", 1)) from None
+    with nesting_guard(f"devices file {path}", DeviceSourceError):
+        return parse_devices_text(text, path), text.encode()
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,13 @@ API_PREFIX = "/api/v1"
 SESSION_HEADER = "X-Deviceq-Session"
 TRANSIENT_CODES = ("UNAVAILABLE", "RATE_LIMITED")
 TRANSIENT_STATUS = (429, 502, 503, 504)
+IDLE_REUSE = 2.0
+"""Seconds a kept-alive connection may sit idle and still be reused: well under the idle
+timeout of ``deviceq api``'s server (uvicorn closes after 5 s), so a reused connection is
+not one the server is closing."""
+STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+"""Errors of a reused connection the server closed meanwhile: the request is sent once more
+on a new connection (the daemon would retry the call anyway)."""
 
 
 class ApiUnreachable(redis.ConnectionError):
@@ -114,6 +121,10 @@ class ApiHostClient:
     >>> host.heartbeat([DeviceReport("pixel-7", "android")])
     """
 
+    keep_alive = True
+    """Reuse one connection per thread (HTTP keep-alive) instead of one per request; a
+    connection is dropped after any error and when idle for `IDLE_REUSE` seconds."""
+
     def __init__(
         self,
         url: str,
@@ -141,15 +152,44 @@ class ApiHostClient:
         self.session = validate_id(session, "session id") if session else ""
         self.timeout = float(timeout)
         self._refused = threading.Event()  # the last control wait was refused
+        self._local = threading.local()  # this thread's kept-alive connection, last use
+        self._conns: set[http.client.HTTPConnection] = set()  # every thread's (for close)
+        self._conns_lock = threading.Lock()
 
     def __repr__(self) -> str:  # never shows the token
         return f"ApiHostClient(url={self.url!r}, host_id={self.host_id!r})"
 
     # -- transport ---------------------------------------------------------------------------
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
         if self._https:
             return http.client.HTTPSConnection(self._netloc, timeout=timeout, context=self._ssl)
         return http.client.HTTPConnection(self._netloc, timeout=timeout)
+
+    def _connection(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's kept-alive connection if fresh enough (and True), else a new one."""
+        if not self.keep_alive:
+            return self._new_connection(timeout), False
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and time.monotonic() - self._local.used < IDLE_REUSE:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn, True
+        self._drop(conn)
+        conn = self._new_connection(timeout)
+        self._local.conn = conn
+        with self._conns_lock:
+            self._conns.add(conn)
+        return conn, False
+
+    def _drop(self, conn: http.client.HTTPConnection | None) -> None:
+        if conn is None:
+            return
+        conn.close()
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        with self._conns_lock:
+            self._conns.discard(conn)
 
     def _call(
         self, method: str, path: str, body: dict[str, Any] | None = None, wait: float = 0.0
@@ -168,23 +208,30 @@ class ApiHostClient:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        conn = self._connection(self.timeout + wait)
-        try:
-            conn.request(method, target, body=data, headers=headers)
-            resp = conn.getresponse()
-            status, raw = resp.status, resp.read()
-        except ssl.SSLCertVerificationError as exc:
-            raise TLSError(
-                f"the API's certificate was not accepted ({exc.verify_message}): check "
-                "--api-ca and that the certificate names the URL's host"
-            ) from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise ApiUnreachable(
-                f"cannot reach the API at {self.url}: {type(exc).__name__}"
-            ) from None
-        finally:
-            conn.close()
-        return self._answer(status, raw)
+        while True:
+            conn, reused = self._connection(self.timeout + wait)
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+                status, raw = resp.status, resp.read()
+            except ssl.SSLCertVerificationError as exc:
+                self._drop(conn)
+                raise TLSError(
+                    f"the API's certificate was not accepted ({exc.verify_message}): check "
+                    "--api-ca and that the certificate names the URL's host"
+                ) from None
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop(conn)
+                if reused and isinstance(exc, STALE):
+                    continue  # closed by the server meanwhile: once more on a new connection
+                raise ApiUnreachable(
+                    f"cannot reach the API at {self.url}: {type(exc).__name__}"
+                ) from None
+            if self.keep_alive and not resp.will_close:
+                self._local.used = time.monotonic()
+            else:
+                self._drop(conn)
+            return self._answer(status, raw)
 
     def _answer(self, status: int, raw: bytes) -> Any:
         try:
@@ -425,7 +472,12 @@ class ApiHostClient:
         return WorkflowDefinition.model_validate(doc)
 
     def close(self) -> None:
-        """Nothing held between calls (a connection per request)."""
+        """Close the kept-alive connections (of every thread); a later call opens anew."""
+        with self._conns_lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
 
 
 def api_error(status: int, code: str, message: str, result: Any = None) -> Exception:
