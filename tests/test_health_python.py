@@ -145,7 +145,9 @@ def test_false_takes_the_device_out_of_service_until_the_callable_returns_true(
     assert [t.status for t in done] == [TaskStatus.done] * 4
     assert {t.device_id for t in done} == {"d2"}
     wait_for(lambda: len(starts(tmp, "d1")) >= 2, 10, "d1 re-checked")
-    assert health(d.admin, "d1") == "unhealthy"
+    # (the re-check may still be running: checking until its result is recorded)
+    wait_for(lambda: health(d.admin, "d1") == "unhealthy", 10, "d1 still unhealthy")
+    assert "d1" not in idle(d.admin)
     # fixed: the callable returns True, the device is back in service and gets work
     (tmp / "broken-d1").unlink()
     wait_for(lambda: health(d.admin, "d1") == "healthy", 20, "d1 healthy again")
