@@ -12,7 +12,10 @@
   between two flushes; the rest is replaced by a drop marker).
 
 Then, in the same run, the drain benchmark of ``python -m bench`` for deviceq (tasks that
-print nothing: lifecycles/s and Redis CPU per lifecycle, ``bench.deviceq_daemons``).
+print nothing: lifecycles/s and Redis CPU per lifecycle, ``bench.deviceq_daemons``), in
+``--rounds`` rounds; with ``--baseline REV`` each round also drains on the tree of git
+revision REV (``git archive``: e.g. the last one without live logs), alternating, so both
+see the same load of the machine.
 
 Run from the repository root: ``python -m bench.bench_logs [--quick] [--json]``."""
 
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -34,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 from bench import URL_ENV  # noqa: E402
-from bench.deviceq_daemons import add_host, run_deviceq  # noqa: E402
-from bench.procs import Registry, child_env, cli, interrupt_on_signals, log  # noqa: E402
+from bench.deviceq_daemons import add_host  # noqa: E402
+from bench.procs import REPO, Registry, child_env, cli, interrupt_on_signals, log  # noqa: E402
 from bench.redisstats import Probe  # noqa: E402
 from deviceq import Client  # noqa: E402
 from deviceq.core.keys import Keys  # noqa: E402
@@ -236,7 +240,60 @@ def run_logs(reg: Registry, devices: int, rate: float, seconds: float) -> LogRun
         reg.stop_server(server)
 
 
-def report(run: LogRun, drain: Any, machine: str) -> str:
+DRAIN = """
+import json, sys
+from bench.procs import Registry
+from bench.deviceq_daemons import run_deviceq
+reg = Registry()
+try:
+    r = run_deviceq(reg, int(sys.argv[1]), 0, 0, timeout=600)
+    d = r.drain
+    print(json.dumps({"tasks": d.jobs, "per_s": d.rate, "redis_cpu_us": d.redis_cpu_us_per_job,
+                      "commands": d.commands_per_job, "host_cpu_us": d.proc_cpu_us_per_job("host"),
+                      "scheduler_cpu_us": d.proc_cpu_us_per_job("scheduler"), "ok": r.ok,
+                      "counts": r.counts, "counter": d.final_counter}))
+finally:
+    reg.close()
+"""
+
+
+def drain_in(tree: Path, tasks: int) -> dict[str, Any]:
+    """``python -m bench``'s deviceq drain of ``tasks`` silent tasks, with the bench and
+    deviceq of ``tree`` (in a process of its own)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / "src"), str(tree)]))
+    out = subprocess.run([sys.executable, "-c", DRAIN, str(tasks)], cwd=tree, env=env,
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"drain in {tree} failed:\n{out.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def baseline_tree(reg: Registry, rev: str) -> Path:
+    """The files of git revision ``rev`` of this repository, in the run's directory."""
+    dest = reg.tmp / f"tree-{rev}"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def drain_line(name: str, ds: list[dict[str, Any]]) -> str:
+    def med(k: str) -> str:
+        vals = sorted(d[k] for d in ds)
+        return f"{vals[len(vals) // 2]:,.0f} ({vals[0]:,.0f}-{vals[-1]:,.0f})"
+
+    return (
+        f"drain of {ds[0]['tasks']:,} silent tasks, {name}, median (min-max) of {len(ds)}: "
+        f"{med('per_s')} lifecycles/s, Redis CPU {med('redis_cpu_us')} us/lifecycle, "
+        f"commands {med('commands')}/lifecycle, host {med('host_cpu_us')} us, scheduler "
+        f"{med('scheduler_cpu_us')} us; every task done: {all(d['ok'] for d in ds)}"
+        + "".join(f" ({d['counts']}, counter {d['counter']})" for d in ds if not d["ok"])
+    )
+
+
+def report(run: LogRun, drains: dict[str, list[dict[str, Any]]], machine: str) -> str:
     mb = 1e6
     out = [
         f"machine: {machine}",
@@ -258,14 +315,7 @@ def report(run: LogRun, drain: Any, machine: str) -> str:
         f"{run.lag_max_ms:.0f} ms over {run.lag_samples:,} lines; target p99 <= "
         f"{TARGET_P99_MS:.0f} ms: {'met' if run.lag_p99_ms <= TARGET_P99_MS else 'NOT met'}",
     ]
-    if drain is not None:
-        d = drain.drain
-        out.append(
-            f"drain of {d.jobs:,} silent tasks: {d.rate:,.0f} lifecycles/s, Redis CPU "
-            f"{d.redis_cpu_us_per_job:.0f} us/lifecycle, {d.commands_per_job:.1f} commands/"
-            f"lifecycle, host {d.proc_cpu_us_per_job('host'):.0f} us, scheduler "
-            f"{d.proc_cpu_us_per_job('scheduler'):.0f} us; every task done: {drain.ok}"
-        )
+    out += [drain_line(name, ds) for name, ds in drains.items() if ds]
     if run.errors:
         out.append("errors: " + "; ".join(run.errors[:5]))
     return "\n".join(out)
@@ -278,11 +328,16 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=1e6, help="bytes/s each run prints")
     p.add_argument("--drain-tasks", type=int, default=10000,
                    help="silent tasks of the drain measurement (0: skip it)")  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="smoke size: 4 devices, 5 s, 1000 tasks")
+    p.add_argument("--rounds", type=int, default=3, help="drain rounds (per tree)")
+    p.add_argument("--baseline", metavar="REV", default="",
+                   help="also drain on git revision REV's tree, alternating (e.g. one without "
+                        "live logs)")  # fmt: skip
+    p.add_argument("--quick", action="store_true",
+                   help="smoke size: 4 devices, 5 s, 1000 tasks, 1 round")  # fmt: skip
     p.add_argument("--json", action="store_true", help="the raw figures as JSON on stdout")
     a = p.parse_args()
     if a.quick:
-        a.seconds, a.devices, a.drain_tasks = 5.0, 4, 1000
+        a.seconds, a.devices, a.drain_tasks, a.rounds = 5.0, 4, 1000, 1
     from bench.common import machine
 
     interrupt_on_signals()
@@ -291,23 +346,20 @@ def main() -> int:
         load0 = os.getloadavg()
         log(f"live logs: {a.devices} devices x {a.rate:g} B/s x {a.seconds:g} s")
         run = run_logs(reg, a.devices, a.rate, a.seconds)
-        drain = None
-        if a.drain_tasks:
-            log(f"drain: {a.drain_tasks} silent tasks")
-            drain = run_deviceq(reg, a.drain_tasks, 0, 0, timeout=600)
-        text = report(run, drain, machine() + f" (load avg at start {load0[0]:.2f})")
+        trees = {"this tree": REPO}
+        if a.baseline:
+            trees[f"revision {a.baseline}"] = baseline_tree(reg, a.baseline)
+        drains: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for i in range(a.rounds if a.drain_tasks else 0):
+            for name, tree in trees.items():
+                log(f"drain round {i + 1}: {a.drain_tasks} silent tasks, {name}")
+                drains[name].append(drain_in(tree, a.drain_tasks))
+        text = report(run, drains, machine() + f" (load avg at start {load0[0]:.2f})")
         print(text, file=sys.stderr)
         if a.json:
-            d = drain.drain if drain else None
-            print(json.dumps({
-                "logs": {k: v for k, v in asdict(run).items()},
-                "drain": None if d is None else {
-                    "tasks": d.jobs, "per_s": d.rate, "redis_cpu_us": d.redis_cpu_us_per_job,
-                    "commands": d.commands_per_job, "host_cpu_us": d.proc_cpu_us_per_job("host"),
-                    "scheduler_cpu_us": d.proc_cpu_us_per_job("scheduler"), "ok": drain.ok,
-                },
-            }, indent=1))  # fmt: skip
-        return 0 if not run.errors and (drain is None or drain.ok) else 1
+            print(json.dumps({"logs": asdict(run), "drains": drains}, indent=1))
+        ok = all(d["ok"] for ds in drains.values() for d in ds)
+        return 0 if not run.errors and ok else 1
     finally:
         reg.close()
 
