@@ -13,9 +13,9 @@
 
 Then, in the same run, the drain benchmark of ``python -m bench`` for deviceq (tasks that
 print nothing: lifecycles/s and Redis CPU per lifecycle, ``bench.deviceq_daemons``), in
-``--rounds`` rounds; with ``--baseline REV`` each round also drains on the tree of git
-revision REV (``git archive``: e.g. the last one without live logs), alternating, so both
-see the same load of the machine.
+``--rounds`` rounds; with ``--baseline REV`` (repeatable) each round also drains on the tree
+of git revision REV (``git archive``: e.g. the last one without live logs), alternating, so
+all see the same load of the machine.
 
 Run from the repository root: ``python -m bench.bench_logs [--quick] [--json]``."""
 
@@ -329,9 +329,9 @@ def main() -> int:
     p.add_argument("--drain-tasks", type=int, default=10000,
                    help="silent tasks of the drain measurement (0: skip it)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=3, help="drain rounds (per tree)")
-    p.add_argument("--baseline", metavar="REV", default="",
+    p.add_argument("--baseline", metavar="REV", action="append", default=[],
                    help="also drain on git revision REV's tree, alternating (e.g. one without "
-                        "live logs)")  # fmt: skip
+                        "live logs; repeatable)")  # fmt: skip
     p.add_argument("--quick", action="store_true",
                    help="smoke size: 4 devices, 5 s, 1000 tasks, 1 round")  # fmt: skip
     p.add_argument("--json", action="store_true", help="the raw figures as JSON on stdout")
@@ -347,8 +347,8 @@ def main() -> int:
         log(f"live logs: {a.devices} devices x {a.rate:g} B/s x {a.seconds:g} s")
         run = run_logs(reg, a.devices, a.rate, a.seconds)
         trees = {"this tree": REPO}
-        if a.baseline:
-            trees[f"revision {a.baseline}"] = baseline_tree(reg, a.baseline)
+        for rev in a.baseline:
+            trees[f"revision {rev}"] = baseline_tree(reg, rev)
         drains: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for i in range(a.rounds if a.drain_tasks else 0):
             for name, tree in trees.items():
