@@ -322,7 +322,8 @@ def report(run: LogRun, drains: dict[str, list[dict[str, Any]]], machine: str) -
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     p.add_argument("--seconds", type=float, default=60.0, help="how long each run prints")
     p.add_argument("--devices", type=int, default=16, help="devices (runs at once)")
     p.add_argument("--rate", type=float, default=1e6, help="bytes/s each run prints")
@@ -338,6 +339,10 @@ def main() -> int:
     a = p.parse_args()
     if a.quick:
         a.seconds, a.devices, a.drain_tasks, a.rounds = 5.0, 4, 1000, 1
+    if not (a.seconds > 0 and a.rate >= LINE and 1 <= a.devices <= 99):
+        p.error(f"--seconds must be > 0, --rate >= {LINE} and --devices 1 to 99")
+    if a.drain_tasks < 0 or a.rounds < 1:
+        p.error("--drain-tasks must be >= 0 and --rounds >= 1")
     from bench.common import machine
 
     interrupt_on_signals()
