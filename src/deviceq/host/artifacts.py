@@ -293,9 +293,11 @@ class Uploader:
         read-only disk: the run goes on without one, ``$DEVICEQ_ARTIFACTS_DIR`` unset)."""
         folder = self.work / validate_id(task_id, "task id") / str(int(attempt))
         try:
-            if folder.exists():
+            try:
+                folder.mkdir(parents=True)  # (one syscall per level: the common case)
+            except FileExistsError:  # left by a run that died: start afresh
                 shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
+                folder.mkdir(parents=True)
         except OSError as exc:
             LOG.warning("no artifacts folder for %s/%s: %s", task_id, attempt, exc)
             return None
@@ -303,7 +305,10 @@ class Uploader:
 
     def discard(self, folder: Path | None) -> None:
         if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                folder.rmdir()  # empty (most runs write nothing): one syscall
+            except OSError:
+                shutil.rmtree(folder, ignore_errors=True)
             with contextlib.suppress(OSError):
                 folder.parent.rmdir()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Protocol
 FLUSH_EVERY = 0.2
 """Seconds between two flushes of a run's output, at most."""
 WHOLE_LOG_BYTES = 256 * 1024 * 1024  # an attempt's whole log on the host's disk, at most
+IDLE_EXIT = 10.0  # seconds the flush thread outlives the last open run
 CHUNK_BYTES = 65536
 """Bytes of one run's output kept between two flushes (one stream entry at most)."""
 MAX_CHUNKS_PER_CALL = 1000  # log_append.lua's limit
@@ -166,7 +168,17 @@ class LogStreamer:
         with log.lock:
             if log.closed:
                 return
-            log.final = True
+            if not log.sent and not log.pieces and not log.dropped:
+                silent = True  # wrote nothing: no stream, no call, no wait for the flusher
+                log.closed = True
+            else:
+                silent = False
+                log.final = True
+        if silent:
+            with self.lock:
+                self.runs.discard(log)
+            log.flushed.set()
+            return
         self.wake.set()
         log.flushed.wait(wait)
 
@@ -175,12 +187,21 @@ class LogStreamer:
         self.wake.set()
 
     def _loop(self) -> None:
+        idle_since: float | None = None
         while not self.stopping.is_set():
             self.wake.wait(self.every)
             self.wake.clear()
             self.flush()
             with self.lock:
-                if not self.runs:
+                if self.runs:
+                    idle_since = None
+                    continue
+                # no run open: the thread ends after a while without one (not after every
+                # run: a busy host would start a thread per task)
+                now = time.monotonic()
+                if idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= IDLE_EXIT:
                     self.thread = None
                     return
 
