@@ -371,10 +371,12 @@ def _artifact(x: dict[str, Any]) -> tuple[str, int, str]:
 
 
 def artifacts(call: Call) -> dict[str, Any]:
-    """Record the files uploaded to the artifact store for one attempt this host ran, and
-    why an upload failed: body ``{"task_id", "attempt", "files": [{"name", "size",
-    "sha256"}], "error"}``; answers ``{"recorded": N}`` (``lua/attempt_artifacts.lua``: by
-    token, 401 AUTH for an attempt that is not this host's)."""
+    """Record the artifacts of one attempt this host ran.
+
+    The files it uploaded to the artifact store and why an upload failed: body
+    ``{"task_id", "attempt", "files": [{"name", "size", "sha256"}], "error"}``; answers
+    ``{"recorded": N}`` (``lua/attempt_artifacts.lua``: by token, 401 AUTH for an attempt
+    that is not this host's)."""
     files = [_artifact(x) for x in _objects(call.body, "files")]
     n = call.client().record_artifacts(
         _str(call.body, "task_id"), _int(call.body, "attempt", 0, 1, 9999), files,

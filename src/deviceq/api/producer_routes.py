@@ -384,7 +384,7 @@ class ProducerApi:
                              "artifacts": rec.files, "artifacts_error": rec.error})  # fmt: skip
 
     async def artifact(self, request: Request) -> Response:
-        """Download one file an attempt kept, from the pool's ``artifact_store``.
+        """Download one file an attempt kept (from the pool's ``artifact_store``).
 
         Only a name the attempt's record lists is served (else 404); the answer is the
         file's bytes (``application/octet-stream``), with its recorded sha256 in the
