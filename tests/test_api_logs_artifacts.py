@@ -193,6 +193,10 @@ def test_artifacts_are_listed_and_downloaded_only_by_their_recorded_names(
     with pytest.raises(Exception, match="does not match"):
         client.download_artifact(tid, 1, "report.txt", tmp_path / "t")
     assert not (tmp_path / "t" / "report.txt").exists()
+    (state / "artifacts" / d.pool / tid / "1" / "report.txt").write_bytes(b"re")  # shorter
+    with pytest.raises(Exception, match="does not match"):
+        client.download_artifact(tid, 1, "report.txt", tmp_path / "t")
+    assert not (tmp_path / "t" / "report.txt").exists()
     (state / "artifacts" / d.pool / tid / "1" / "logs" / "device.log").unlink()
     assert get(api, f"/tasks/{tid}/artifacts/1/logs/device.log")[0] == 404
     assert verify(d.admin).ok

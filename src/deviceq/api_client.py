@@ -409,11 +409,19 @@ class ApiClient:
         tmp = dest.with_name(dest.name + ".part")
         path = f"/tasks/{task_id}/artifacts/{int(attempt)}/{urllib.parse.quote(name, safe='/')}"
         h = hashlib.sha256()
-        with self._open("GET", path, timeout=WAIT_STEP + SLACK) as resp, open(tmp, "wb") as f:
-            want = resp.headers.get("x-deviceq-sha256", "")
-            while chunk := resp.read(1 << 20):
-                h.update(chunk)
-                f.write(chunk)
+        try:
+            with self._open("GET", path, timeout=WAIT_STEP + SLACK) as resp, open(tmp, "wb") as f:
+                want = resp.headers.get("x-deviceq-sha256", "")
+                while chunk := resp.read(1 << 20):
+                    h.update(chunk)
+                    f.write(chunk)
+        except (OSError, http.client.HTTPException) as exc:
+            tmp.unlink(missing_ok=True)
+            why = f"the download of {name} from {self.url} was cut: {exc}"
+            raise ApiError("UNAVAILABLE", why) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         if h.hexdigest() != want:
             tmp.unlink(missing_ok=True)
             raise InvalidInput(f"{name}: sha256 {h.hexdigest()} does not match the record")

@@ -387,8 +387,9 @@ class ProducerApi:
         """Download one file an attempt kept (from the pool's ``artifact_store``).
 
         Only a name the attempt's record lists is served (else 404); the answer is the
-        file's bytes (``application/octet-stream``), with its recorded sha256 in the
-        ``X-Deviceq-Sha256`` header. 503 when the store cannot be read now."""
+        file's bytes as the store holds them (``application/octet-stream``, chunked), with its
+        recorded sha256 in the ``X-Deviceq-Sha256`` header (check it: the store may differ).
+        503 when the store cannot be read now."""
         text = str(request.path_params["attempt"])
         if not text.isdigit() or not 1 <= int(text) <= MAX_ATTEMPT:
             raise InvalidInput(f"attempt must be an integer from 1 to {MAX_ATTEMPT}")
@@ -414,7 +415,6 @@ class ProducerApi:
 
         leaf = name.rsplit("/", 1)[-1]
         return StreamingResponse(body(), media_type="application/octet-stream", headers={
-            "content-length": str(int(entry.get("size") or 0)),
             "x-deviceq-sha256": str(entry.get("sha256") or ""),
             "content-disposition": f"attachment; filename*=UTF-8''{quote(leaf, safe='')}",
             "cache-control": "no-store",
