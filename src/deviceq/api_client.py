@@ -375,7 +375,7 @@ class ApiClient:
                 raise TimeoutError(f"attempt {attempt} of task {task_id} is still running")
             query = [("attempt", attempt), ("since", cursor), ("follow", "1" if follow else "0"),
                      ("timeout", f"{max(0.001, min(WAIT_STEP, step)):.3f}")]  # fmt: skip
-            got = False
+            got, began = False, time.monotonic()
             for kind, event_id, data in self._stream(f"/tasks/{task_id}/logs", query):
                 if kind == "end":
                     return
@@ -385,6 +385,8 @@ class ApiClient:
                                    str(data["text"]))  # fmt: skip
             if not follow and not got:
                 return
+            if not got and time.monotonic() - began < 1.0:
+                time.sleep(1.0)  # ended at once, with nothing (the service's Redis is down)
 
     def artifacts(self, task_id: str, attempt: int | None = None) -> dict[str, Any]:
         """The files an attempt kept (default: the latest attempt): ``{"task_id",
