@@ -197,6 +197,7 @@ def test_a_hosts_token_cannot_act_for_another_host(deploy: Deployment, api: ApiS
         ("POST", "/hosts/hB/release", {"task_id": tid, "lease_id": lease}),
         ("POST", "/hosts/hB/logs", {"chunks": [{"task_id": tid, "lease_id": lease,
                                                 "stream": "stdout", "text": "forged\n"}]}),
+        ("POST", "/hosts/hB/artifacts", {"task_id": tid, "attempt": 1, "files": []}),
         ("POST", "/hosts/hB/control", {"timeout": 0.2}),
         ("POST", "/hosts/hB/nudge", {}),
         ("POST", "/hosts/hB/draining", {"draining": True}),

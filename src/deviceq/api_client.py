@@ -1,7 +1,8 @@
 """The producer client over HTTP: `ApiClient` talks to a ``deviceq api`` service instead of
 Redis, with the producer methods of `deviceq.producer.Client` that the HTTP protocol has
 (``submit``, ``submit_many``, ``get``, ``list``, ``cancel``, ``retry``, ``wait``,
-``events``), returning the same model types and raising the same typed errors.
+``events``), an attempt's live log (``logs``) and artifacts (``artifacts``,
+``download_artifact``), returning the same model types and raising the same typed errors.
 
 Standard library only (``urllib``, ``ssl``): a producer needs neither Redis credentials nor
 the server's web stack."""
@@ -9,6 +10,7 @@ the server's web stack."""
 from __future__ import annotations
 
 import builtins
+import hashlib
 import http.client
 import json
 import os
@@ -19,10 +21,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from .core.errors import _BY_CODE, DeviceqError, InvalidInput
 from .core.events import RENAMED, Event
+from .core.live_logs import LogEntry
 from .core.models import ScheduledTask, TaskSpec, validate_id
 
 API_PATH = "/api/v1"
@@ -325,12 +329,103 @@ class ApiClient:
                 continue  # the stream ended at its count limit: read on
 
     def _sse(self, query: builtins.list[tuple[str, Any]]) -> Iterator[Event]:
-        with self._open("GET", "/events", query=query, timeout=WAIT_STEP + SLACK) as resp:
-            data: builtins.list[str] = []
+        for _kind, _id, data in self._stream("/events", query):
+            yield event_from_json(data)
+
+    def _stream(
+        self, path: str, query: builtins.list[tuple[str, Any]]
+    ) -> Iterator[tuple[str, str, Any]]:
+        """The (event type, id, JSON data) of each Server-Sent Event of one stream."""
+        with self._open("GET", path, query=query, timeout=WAIT_STEP + SLACK) as resp:
+            kind, event_id, data = "message", "", []
             for raw in resp:
                 line = raw.decode("utf-8").rstrip("\r\n")
                 if line.startswith("data:"):
                     data.append(line[5:].lstrip())
+                elif line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("id:"):
+                    event_id = line[3:].strip()
                 elif not line and data:
-                    yield event_from_json(json.loads("\n".join(data)))
-                    data = []
+                    yield kind, event_id, json.loads("\n".join(data))
+                    kind, event_id, data = "message", "", []
+
+    def logs(
+        self,
+        task_id: str,
+        attempt: int | None = None,
+        follow: bool = False,
+        *,
+        timeout: float | None = None,
+    ) -> Iterator[LogEntry]:
+        """An attempt's live log (default: the task's latest attempt), oldest chunk first,
+        as ``deviceq task logs`` reads it; ``follow`` keeps reading new chunks until the
+        attempt has ended (reconnecting after each bounded stream), raising TimeoutError
+        after ``timeout`` seconds."""
+        validate_id(task_id, "task id")
+        if attempt is None:
+            attempt = max(1, self.get(task_id).attempt)  # pinned: a retry starts another
+        elif isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            raise InvalidInput("attempt must be 1 or more")
+        cursor = "0-0"
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = WAIT_STEP if deadline is None else deadline - time.monotonic()
+            if step <= 0:
+                raise TimeoutError(f"attempt {attempt} of task {task_id} is still running")
+            query = [("attempt", attempt), ("since", cursor), ("follow", "1" if follow else "0"),
+                     ("timeout", f"{max(0.001, min(WAIT_STEP, step)):.3f}")]  # fmt: skip
+            got, began = False, time.monotonic()
+            for kind, event_id, data in self._stream(f"/tasks/{task_id}/logs", query):
+                if kind == "end":
+                    return
+                if kind == "log":
+                    cursor, got = event_id, True
+                    yield LogEntry(event_id, int(data["time_ms"]), str(data["stream"]),
+                                   str(data["text"]))  # fmt: skip
+            if not follow and not got:
+                return
+            if not got and time.monotonic() - began < 1.0:
+                time.sleep(1.0)  # ended at once, with nothing (the service's Redis is down)
+
+    def artifacts(self, task_id: str, attempt: int | None = None) -> dict[str, Any]:
+        """The files an attempt kept (default: the latest attempt): ``{"task_id",
+        "attempt", "artifacts": [{"name", "size", "sha256"}], "artifacts_error"}``.
+        Raises NotFound without the task or the attempt."""
+        validate_id(task_id, "task id")
+        out: dict[str, Any] = self._call("GET", f"/tasks/{task_id}/artifacts",
+                                         query=[("attempt", attempt)])  # fmt: skip
+        return out
+
+    def download_artifact(self, task_id: str, attempt: int, name: str, into: str | Path
+                          ) -> Path:  # fmt: skip
+        """Download one recorded file of an attempt to ``into/NAME`` (folders made; a name
+        that would land outside ``into`` refused), checked against its recorded sha256
+        (InvalidInput on a mismatch: nothing is left). Returns the file's path."""
+        validate_id(task_id, "task id")
+        root = Path(into).resolve()
+        dest = (root / name).resolve()
+        if root not in dest.parents:
+            raise InvalidInput(f"artifact name {name[:80]!r} escapes {root}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        path = f"/tasks/{task_id}/artifacts/{int(attempt)}/{urllib.parse.quote(name, safe='/')}"
+        h = hashlib.sha256()
+        try:
+            with self._open("GET", path, timeout=WAIT_STEP + SLACK) as resp, open(tmp, "wb") as f:
+                want = resp.headers.get("x-deviceq-sha256", "")
+                while chunk := resp.read(1 << 20):
+                    h.update(chunk)
+                    f.write(chunk)
+        except (OSError, http.client.HTTPException) as exc:
+            tmp.unlink(missing_ok=True)
+            why = f"the download of {name} from {self.url} was cut: {exc}"
+            raise ApiError("UNAVAILABLE", why) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if h.hexdigest() != want:
+            tmp.unlink(missing_ok=True)
+            raise InvalidInput(f"{name}: sha256 {h.hexdigest()} does not match the record")
+        os.replace(tmp, dest)
+        return dest

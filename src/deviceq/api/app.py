@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import re
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -40,7 +41,8 @@ def _operations(routes: list[BaseRoute], prefix: str) -> list[tuple[str, str, An
             out += _operations(list(route.routes), prefix + route.path)
         elif isinstance(route, Route):
             for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
-                out.append((method.lower(), prefix + route.path, route.endpoint))
+                path = re.sub(r"\{(\w+):\w+\}", r"{\1}", prefix + route.path)  # {name:path}
+                out.append((method.lower(), path, route.endpoint))
     return out
 
 

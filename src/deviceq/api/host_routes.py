@@ -366,6 +366,25 @@ def logs(call: Call) -> dict[str, Any]:
     return {"answers": call.client().log_append(chunks)}
 
 
+def _artifact(x: dict[str, Any]) -> tuple[str, int, str]:
+    return _str(x, "name"), _int(x, "size", 0, 0, 1 << 62), _str(x, "sha256")
+
+
+def artifacts(call: Call) -> dict[str, Any]:
+    """Record the artifacts of one attempt this host ran.
+
+    The files it uploaded to the artifact store and why an upload failed: body
+    ``{"task_id", "attempt", "files": [{"name", "size", "sha256"}], "error"}``; answers
+    ``{"recorded": N}`` (``lua/attempt_artifacts.lua``: by token, 401 AUTH for an attempt
+    that is not this host's)."""
+    files = [_artifact(x) for x in _objects(call.body, "files")]
+    n = call.client().record_artifacts(
+        _str(call.body, "task_id"), _int(call.body, "attempt", 0, 1, 9999), files,
+        _str(call.body, "error", ""),
+    )  # fmt: skip
+    return {"recorded": n}
+
+
 def release(call: Call) -> dict[str, Any]:
     """Hand an attempt back (queued again at once, keeping its place): body ``{"task_id",
     "lease_id", "reason"}``; answers ``{"answer": "ok:queued"|...}``."""
@@ -501,6 +520,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("/hosts/{host_id}/report", "POST", report),
     ("/hosts/{host_id}/release", "POST", release),
     ("/hosts/{host_id}/logs", "POST", logs),
+    ("/hosts/{host_id}/artifacts", "POST", artifacts),
     ("/hosts/{host_id}/draining", "POST", draining),
     ("/hosts/{host_id}/devices/health", "POST", device_health),
     ("/hosts/{host_id}/devices/{device_id}/health/{action}", "POST", device_health_action),

@@ -1,5 +1,6 @@
 """The producer protocol over HTTP: submit, inspect, list, cancel, retry and wait for tasks,
-and follow the pool's event stream (Server-Sent Events). Every route runs the same
+follow the pool's event stream and an attempt's live log (Server-Sent Events), and list and
+download an attempt's artifacts. Every route runs the same
 `deviceq.producer.Client` call a Python producer would, on the service's own connection."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import anyio.to_thread
 import redis
@@ -17,9 +19,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from ..cli.core_cmds import task_json
-from ..core.errors import AuthError, InvalidInput
+from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
+from ..core.live_logs import LogEntry, LogReader
 from ..core.models import TaskStatus, validate_id
+from ..host.artifacts import CHUNK, Recorded, recorded, store_for
 from ..producer import Client, TaskFilter
 from .context import ApiContext
 from .tokens import ROLES, TokenInfo
@@ -32,6 +36,9 @@ EVENTS_MAX = 10_000
 """Most events one ``GET /events`` stream sends."""
 EVENTS_MAX_SECONDS = 300.0
 """Longest one ``GET /events`` stream stays open."""
+LOGS_MAX = 10_000
+"""Most log chunks one ``GET /tasks/{id}/logs`` stream sends."""
+MAX_ATTEMPT = 9999
 SSE_BLOCK_MS = 1000
 BLOCKING_THREADS = 64
 """Long polls and event streams held at once (each holds a thread while Redis blocks)."""
@@ -76,6 +83,35 @@ def _query_int(request: Request, name: str, default: int, maximum: int) -> int:
     if not text.isdigit() or not 1 <= int(text) <= maximum:
         raise InvalidInput(f"{name} must be an integer from 1 to {maximum}, got {text[:40]!r}")
     return int(text)
+
+
+def _follow(request: Request) -> bool:
+    follow = request.query_params.get("follow", "1")
+    if follow not in ("0", "1"):
+        raise InvalidInput(f"follow must be 0 or 1, got {follow[:40]!r}")
+    return follow == "1"
+
+
+def _since(request: Request) -> str | None:
+    """``since`` (else the ``Last-Event-ID`` header): a stream id MS-SEQ, or None."""
+    since = request.query_params.get("since") or request.headers.get("last-event-id")
+    if since is not None and (
+        len(since) > 41 or not set(since) <= EVENT_ID_CHARS or since.count("-") != 1
+    ):
+        raise InvalidInput(f"bad event id {since[:41]!r} (expected MS-SEQ, e.g. 0-0)")
+    return since
+
+
+def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+def _log_event(e: LogEntry) -> str:
+    return f"id: {e.id}\nevent: log\ndata: {json.dumps(e.json(), sort_keys=True)}\n\n"
 
 
 def _query_id(request: Request, name: str, what: str) -> str | None:
@@ -227,16 +263,10 @@ class ProducerApi:
         --json``)."""
         _role(request)
         wanted = _event_filter(request)
-        since = request.query_params.get("since") or request.headers.get("last-event-id")
-        if since is not None and (
-            len(since) > 41 or not set(since) <= EVENT_ID_CHARS or since.count("-") != 1
-        ):
-            raise InvalidInput(f"bad event id {since[:41]!r} (expected MS-SEQ, e.g. 0-0)")
+        since = _since(request)
         limit = _query_int(request, "limit", 1000, EVENTS_MAX)
         duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
-        follow = request.query_params.get("follow", "1")
-        if follow not in ("0", "1"):
-            raise InvalidInput(f"follow must be 0 or 1, got {follow[:40]!r}")
+        follow = _follow(request)
         r, keys = self.client.redis, self.client.keys
         cursor = since or await self.call(last_event_id, r, keys)
 
@@ -263,15 +293,145 @@ class ProducerApi:
                         sent += 1
                         yield f"id: {e.id}\nevent: {e.type}\ndata: {json.dumps(e.as_dict())}\n\n"
                 if not batch:
-                    if follow == "0":
+                    if not follow:
                         return
                     yield ": keepalive\n\n"
 
-        return StreamingResponse(
-            stream(),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-        )
+        return _sse(stream())
+
+    async def logs(self, request: Request) -> Response:
+        """Follow an attempt's live log as Server-Sent Events.
+
+        ``attempt``: which attempt (default the task's latest). Each chunk is ``id: ID``,
+        ``event: log`` and ``data: {"time_ms", "stream": "stdout"|"stderr"|"log", "text"}``
+        (an entry of ``deviceq task logs --json``). Once the attempt has ended and all its
+        chunks are sent, an ``event: end`` with ``data: {"attempt", "status",
+        "succeeded"}`` closes the stream. ``since``: start after this chunk id (or the
+        ``Last-Event-ID`` header). The stream also ends after ``limit`` chunks (default and
+        at most 10000), after ``timeout`` seconds (default the service's ``max_wait``, at
+        most 300), or, with ``follow=0``, once the chunks so far are sent."""
+        _role(request)
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        wanted = _query_int(request, "attempt", 0, MAX_ATTEMPT) or None
+        follow = _follow(request)
+        after = _since(request) or "0-0"
+        limit = _query_int(request, "limit", LOGS_MAX, LOGS_MAX)
+        duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
+        reader = LogReader(self.client.redis, self.client.keys)
+        attempt = await self.call(reader.attempt_for, task_id, wanted)
+
+        async def stream() -> AsyncIterator[str]:
+            nonlocal after
+            deadline = time.monotonic() + duration
+            sent = 0
+            yield ": connected\n\n"
+            while sent < limit and not await request.is_disconnected():
+                try:
+                    state = await self.call(reader.state, task_id)  # before the read
+                    page = await self.call(reader.read, task_id, attempt, after,
+                                           min(500, limit - sent))  # fmt: skip
+                except (redis.RedisError, NotFound):
+                    yield ": unavailable\n\n"
+                    return
+                for e in page:
+                    sent += 1
+                    after = e.id
+                    yield _log_event(e)
+                if page:
+                    continue
+                if state.ended(attempt):
+                    end = {"attempt": attempt, "status": state.status,
+                           "succeeded": state.succeeded(attempt)}  # fmt: skip
+                    yield f"event: end\ndata: {json.dumps(end, sort_keys=True)}\n\n"
+                    return
+                left = deadline - time.monotonic()
+                if not follow or left <= 0:
+                    return
+                try:
+                    await anyio.to_thread.run_sync(
+                        partial(self._wait_log, task_id, attempt, after,
+                                max(1, min(SSE_BLOCK_MS, int(left * 1000)))),
+                        limiter=self.blocking,
+                    )  # fmt: skip
+                except redis.RedisError:
+                    yield ": redis unavailable\n\n"
+                    return
+                yield ": keepalive\n\n"
+
+        return _sse(stream())
+
+    def _wait_log(self, task_id: str, attempt: int, after: str, block_ms: int) -> None:
+        """Block up to ``block_ms`` for a chunk after ``after`` (then the stream looks at
+        the task again)."""
+        key = self.client.keys.log(task_id, attempt)
+        self.client.redis.xread({key: after}, count=1, block=block_ms)
+
+    def _recorded(self, request: Request, attempt: int | None) -> Recorded:
+        _role(request)
+        task_id = validate_id(request.path_params["task_id"], "task id")
+        return recorded(self.client, task_id, attempt)
+
+    async def artifacts(self, request: Request) -> Response:
+        """The files an attempt kept in the artifact store.
+
+        ``attempt``: which attempt (default the task's latest). Answers ``{"task_id",
+        "attempt", "artifacts": [{"name", "size", "sha256"}], "artifacts_error"}`` (as
+        ``deviceq task artifacts --json``; ``artifacts_error``: why an upload failed, or
+        null). 404 without the task or the attempt."""
+        wanted = _query_int(request, "attempt", 0, MAX_ATTEMPT) or None
+        rec = await self.call(self._recorded, request, wanted)
+        return JSONResponse({"task_id": request.path_params["task_id"], "attempt": rec.attempt,
+                             "artifacts": rec.files, "artifacts_error": rec.error})  # fmt: skip
+
+    async def artifact(self, request: Request) -> Response:
+        """Download one file an attempt kept (from the pool's ``artifact_store``).
+
+        Only a name the attempt's record lists is served (else 404); the answer is the
+        file's bytes as the store holds them (``application/octet-stream``, chunked), with its
+        recorded sha256 in the ``X-Deviceq-Sha256`` header (check it: the store may differ).
+        503 when the store cannot be read now."""
+        text = str(request.path_params["attempt"])
+        if not text.isdigit() or not 1 <= int(text) <= MAX_ATTEMPT:
+            raise InvalidInput(f"attempt must be an integer from 1 to {MAX_ATTEMPT}")
+        name = str(request.path_params["name"])
+        rec = await self.call(self._recorded, request, int(text))
+        entry = next((f for f in rec.files if f.get("name") == name), None)
+        if entry is None:
+            raise NotFound(f"attempt {rec.attempt} recorded no artifact {name[:80]!r}")
+        task_id = str(request.path_params["task_id"])
+        try:
+            src = await self.call(self._open_artifact, task_id, rec.attempt, name)
+        except FileNotFoundError:
+            raise NotFound(f"artifact {name[:80]!r} is no longer in the store") from None
+        except (DeviceqError, OSError, ImportError, ValueError) as exc:
+            raise StoreUnavailable(exc) from None
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                while chunk := await self.call(src.read, CHUNK):
+                    yield chunk
+            finally:
+                await self.call(src.close)
+
+        leaf = name.rsplit("/", 1)[-1]
+        return StreamingResponse(body(), media_type="application/octet-stream", headers={
+            "x-deviceq-sha256": str(entry.get("sha256") or ""),
+            "content-disposition": f"attachment; filename*=UTF-8''{quote(leaf, safe='')}",
+            "cache-control": "no-store",
+        })  # fmt: skip
+
+    def _open_artifact(self, task_id: str, attempt: int, name: str) -> Any:
+        store = store_for(self.client, None)
+        return store.open(self.client.pool, task_id, attempt, name)
+
+
+class StoreUnavailable(DeviceqError):
+    """The artifact store could not be opened or read (the message names no URL or path)."""
+
+    code = "UNAVAILABLE"
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"the artifact store cannot be read now ({type(exc).__name__})")
 
 
 def _event_filter(request: Request) -> Callable[[Event], bool]:
@@ -302,5 +462,8 @@ def producer_routes(ctx: ApiContext) -> list[BaseRoute]:
         Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
         Route("/tasks/{task_id}/retry", api.retry, methods=["POST"]),
         Route("/tasks/{task_id}/wait", api.wait, methods=["GET"]),
+        Route("/tasks/{task_id}/logs", api.logs, methods=["GET"]),
+        Route("/tasks/{task_id}/artifacts", api.artifacts, methods=["GET"]),
+        Route("/tasks/{task_id}/artifacts/{attempt}/{name:path}", api.artifact, methods=["GET"]),
         Route("/events", api.events, methods=["GET"]),
     ]

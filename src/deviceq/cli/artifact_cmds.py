@@ -4,10 +4,13 @@ downloaded with their sha256 checked); ``deviceq artifacts prune``: retention.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from ..api_client import ApiClient
 from ..host.artifacts import download, parse_store_options, prune, recorded, store_for
+from . import api_cmds
 from .app import Ctx, echo_json, main, pass_ctx, task
 
 STORE_HELP = (
@@ -16,7 +19,43 @@ STORE_HELP = (
 )
 
 
+def artifacts_via_api(client: ApiClient, task_id: str, attempt: int | None, into: str | None,
+                      store_url: str | None, store_options: tuple[str, ...],
+                      as_json: bool) -> None:  # fmt: skip
+    """``task artifacts`` through ``deviceq api``: listed, and downloaded from the pool's
+    store by the service (each checked against its recorded sha256)."""
+    api_cmds.refuse(artifact_store=store_url, artifact_store_option=store_options)
+    rec = client.artifacts(task_id, attempt)
+    got: list[Path] = []
+    if into is not None:
+        got = [client.download_artifact(task_id, int(rec["attempt"]), str(f["name"]), into)
+               for f in rec["artifacts"]]  # fmt: skip
+    show(task_id, int(rec["attempt"]), rec["artifacts"], rec["artifacts_error"], into, got,
+         as_json)  # fmt: skip
+
+
+def show(task_id: str, attempt: int, files: list[dict[str, Any]], error: str | None,
+         into: str | None, got: list[Path], as_json: bool) -> None:  # fmt: skip
+    """Print an attempt's recorded artifacts (and what was downloaded into ``into``)."""
+    if as_json:
+        out: dict[str, Any] = {"task_id": task_id, "attempt": attempt, "artifacts": files,
+                               "artifacts_error": error}  # fmt: skip
+        if into is not None:
+            out["downloaded"] = [str(p) for p in got]
+        echo_json(out)
+        return
+    if not files:
+        click.echo(f"task {task_id} attempt {attempt}: no artifacts recorded")
+    for f in files:
+        click.echo(f"{f['name']}\t{f['size']}\t{f['sha256']}")
+    if error:
+        click.echo(f"artifacts_error: {error}", err=True)
+    if into is not None:
+        click.echo(f"downloaded {len(got)} file(s) into {into} (sha256 checked)", err=True)
+
+
 @task.command("artifacts")
+@api_cmds.via_api(artifacts_via_api)
 @click.argument("task_id")
 @click.option(
     "--attempt", type=click.IntRange(1, 9999), help="Which attempt [default: the latest]."
@@ -52,6 +91,7 @@ def task_artifacts(
     \b
     Example:
       deviceq task artifacts t-123 --attempt 2 --download ./out
+      deviceq task artifacts t-123 --json --api-url https://deviceq.lab:8300
     """
     admin = ctx.admin
     rec = recorded(admin, task_id, attempt)
@@ -59,21 +99,7 @@ def task_artifacts(
     if into is not None:
         store = store_for(admin, store_url, parse_store_options(store_options))
         got = download(store, admin.pool, task_id, rec, Path(into))
-    if as_json:
-        out = {"task_id": task_id, "attempt": rec.attempt, "artifacts": rec.files,
-               "artifacts_error": rec.error}  # fmt: skip
-        if into is not None:
-            out["downloaded"] = [str(p) for p in got]
-        echo_json(out)
-        return
-    if not rec.files:
-        click.echo(f"task {task_id} attempt {rec.attempt}: no artifacts recorded")
-    for f in rec.files:
-        click.echo(f"{f['name']}\t{f['size']}\t{f['sha256']}")
-    if rec.error:
-        click.echo(f"artifacts_error: {rec.error}", err=True)
-    if into is not None:
-        click.echo(f"downloaded {len(got)} file(s) into {into} (sha256 checked)", err=True)
+    show(task_id, rec.attempt, rec.files, rec.error, into, got, as_json)
 
 
 __all__ = ["artifacts_prune", "task_artifacts"]

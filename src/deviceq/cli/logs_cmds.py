@@ -9,9 +9,11 @@ from collections.abc import Iterable
 
 import click
 
+from ..api_client import ApiClient
 from ..core.errors import NotFound
 from ..core.live_logs import LogEntry, LogReader
-from ..core.models import validate_id
+from ..core.models import TaskStatus, validate_id
+from . import api_cmds
 from .app import Ctx, fail, pass_ctx, task
 
 MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
@@ -56,7 +58,28 @@ def print_entries(entries: Iterable[LogEntry], as_json: bool) -> None:
             show(e)
 
 
+def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: bool,
+                 timeout: float | None, as_json: bool) -> None:  # fmt: skip
+    """``task logs`` through ``deviceq api`` (``GET /tasks/ID/logs``): the same output and
+    exit codes."""
+    validate_id(task_id, "task id")
+    if timeout is not None and not follow:
+        fail("--timeout goes with --follow", 2)
+    n = attempt if attempt is not None else max(1, client.get(task_id).attempt)
+    if not follow:
+        print_entries(client.logs(task_id, n), as_json)
+        return
+    try:
+        print_entries(client.logs(task_id, n, follow=True, timeout=timeout), as_json)
+    except TimeoutError as exc:
+        click.echo(f"error: timed out: {exc}", err=True)
+        sys.exit(124)
+    t = client.get(task_id)
+    sys.exit(0 if t.attempt == n and t.status == TaskStatus.done else 1)
+
+
 @task.command("logs")
+@api_cmds.via_api(logs_via_api)
 @click.argument("task_id")
 @click.option("--attempt", type=click.IntRange(min=1), default=None,
               help="Which attempt's log (1, 2, ...; default: the latest).")  # fmt: skip
@@ -79,6 +102,7 @@ def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
       deviceq task logs 3f2a9c0d1e2b4a5f
       deviceq task logs 3f2a9c0d1e2b4a5f --follow --timeout 600
       deviceq task logs 3f2a9c0d1e2b4a5f --attempt 1 --json
+      deviceq task logs 3f2a9c0d1e2b4a5f -f --api-url https://deviceq.lab:8300
     """
     validate_id(task_id, "task id")
     if timeout is not None and not follow:

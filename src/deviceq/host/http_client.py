@@ -379,6 +379,23 @@ class ApiHostClient:
         ]
         return [str(a) for a in self._call("POST", "/logs", {"chunks": items})["answers"]]
 
+    def record_artifacts(
+        self,
+        task_id: str,
+        attempt: int,
+        files: Sequence[tuple[str, int, str]],
+        error: str = "",
+    ) -> int:
+        """Record the files (name, size, sha256) uploaded for one attempt this host ran (see
+        `HostClient.record_artifacts`): AuthError for another host's attempt."""
+        body = {
+            "task_id": validate_id(task_id, "task id"),
+            "attempt": int(attempt),
+            "files": [{"name": n, "size": int(size), "sha256": sha} for n, size, sha in files],
+            "error": error,
+        }
+        return int(self._call("POST", "/artifacts", body)["recorded"])
+
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts (see `HostClient.report_many`): NotConfirmed carries the answers."""
         if not reports:
