@@ -289,24 +289,24 @@ class Uploader:
 
     # -- the attempt's folder ------------------------------------------------------------------
     def prepare(self, task_id: str, attempt: int) -> Path | None:
-        """A fresh empty folder for one attempt; None when it cannot be made (a full or
-        read-only disk: the run goes on without one, ``$DEVICEQ_ARTIFACTS_DIR`` unset)."""
+        """Where one attempt's folder goes; the runner's task makes it when first asked for
+        (`deviceq.host.runners.Task.artifacts_dir`, and ``$DEVICEQ_ARTIFACTS_DIR`` for a
+        command), so a run that writes nothing costs no folder. A leftover of a run that died
+        is removed first."""
         folder = self.work / validate_id(task_id, "task id") / str(int(attempt))
-        try:
-            try:
-                folder.mkdir(parents=True)  # (one syscall per level: the common case)
-            except FileExistsError:  # left by a run that died: start afresh
-                shutil.rmtree(folder, ignore_errors=True)
-                folder.mkdir(parents=True)
-        except OSError as exc:
-            LOG.warning("no artifacts folder for %s/%s: %s", task_id, attempt, exc)
-            return None
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
         return folder
 
     def discard(self, folder: Path | None) -> None:
+        """Remove an attempt's folder (kept nothing) and its whole log."""
         if folder is not None:
+            with contextlib.suppress(OSError):
+                whole_log(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
             try:
-                folder.rmdir()  # empty (most runs write nothing): one syscall
+                folder.rmdir()  # empty, or never made (most runs write nothing)
+            except FileNotFoundError:
+                pass
             except OSError:
                 shutil.rmtree(folder, ignore_errors=True)
             with contextlib.suppress(OSError):
@@ -329,6 +329,15 @@ class Uploader:
         """Queue the attempt's files for upload, with the run's whole log (`whole_log`, else
         the output's tail ``log``) as ``log.txt`` unless the run wrote one; nothing when
         there is nothing to keep."""
+        if not folder.is_dir():  # the run never asked for it
+            if not (log and self.configured()):
+                self.discard(folder)  # (and its whole log, if it wrote any)
+                return
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                self.discard(folder)
+                return
         whole = whole_log(folder)
         if whole is not None and whole.exists():
             with contextlib.suppress(OSError):

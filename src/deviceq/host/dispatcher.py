@@ -241,7 +241,7 @@ class TaskDispatcher:
         if driver_type:
             task.driver_type = driver_type
         task.serial = serial  # the device's real serial (discovered devices), else ""
-        task.artifacts_dir = artifacts_dir  # (deviceq.host.artifacts)
+        task.artifacts_path = artifacts_dir  # made on first use (deviceq.host.artifacts)
         run: Callable[[], Any]
         if assignment.task.kind == "workflow":
             if self.workflow_runner is None or self.workflow_loader is None:

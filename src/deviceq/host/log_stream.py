@@ -114,7 +114,12 @@ class RunLog:
         if len(piece) < len(data):
             piece += f"\n[deviceq] the whole log stops here ({WHOLE_LOG_BYTES:,} bytes)\n".encode()
         try:
-            with self.whole.open("ab") as fh:
+            try:
+                fh = self.whole.open("ab")
+            except FileNotFoundError:  # its folder is made on first output
+                self.whole.parent.mkdir(parents=True, exist_ok=True)
+                fh = self.whole.open("ab")
+            with fh:
                 fh.write(piece)
         except OSError:
             self.whole = None

@@ -92,9 +92,25 @@ class Task:
         if self.log_sink is not None and text:
             self.log_sink(stream, text)
 
-    # a fresh empty folder for this attempt: what the runner writes there is kept in the
-    # host's artifact store when the attempt ends ($DEVICEQ_ARTIFACTS_DIR); None: not kept
-    artifacts_dir: Path | None = None
+    # the attempt's artifacts folder (see `artifacts_dir`), made on first use: most runs
+    # write nothing, and a folder made and removed per task was a third of a silent run's cost
+    artifacts_path: Path | None = None
+    _artifacts_made: bool = field(default=False, repr=False)
+
+    @property
+    def artifacts_dir(self) -> Path | None:
+        """A fresh empty folder for this attempt (made when first asked for): what the runner
+        writes there is kept in the host's artifact store when the attempt ends
+        (``$DEVICEQ_ARTIFACTS_DIR``); None: not kept."""
+        p = self.artifacts_path
+        if p is not None and not self._artifacts_made:
+            try:
+                p.mkdir(parents=True, exist_ok=True)
+            except OSError:  # a full or read-only disk: the run goes on without one
+                self.artifacts_path = None
+                return None
+            self._artifacts_made = True
+        return self.artifacts_path
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
@@ -140,15 +156,15 @@ class Task:
             "deadline_in": self.time_left(), "lease_id": self.lease_id, "host_id": self.host_id,
             "workflow": self.workflow, "step": self.step, "gang": self.gang, "role": self.role,
             "roles": self.roles, "serial": self.serial,
-            "artifacts_dir": None if self.artifacts_dir is None else str(self.artifacts_dir),
+            "artifacts_path": None if self.artifacts_path is None else str(self.artifacts_path),
         }  # fmt: skip
 
     @classmethod
     def from_portable(cls, data: Mapping[str, Any], cancel: threading.Event) -> Task:
         d = dict(data)
         left = d.pop("deadline_in", None)
-        if d.get("artifacts_dir") is not None:
-            d["artifacts_dir"] = Path(d["artifacts_dir"])
+        if d.get("artifacts_path") is not None:
+            d["artifacts_path"] = Path(d["artifacts_path"])
         deadline = None if left is None else time.monotonic() + float(left)
         task = cls(**d, deadline=deadline, cancel=cancel)
         task.logger = task_logger(task)
