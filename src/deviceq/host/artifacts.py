@@ -331,7 +331,9 @@ class Uploader:
         there is nothing to keep."""
         if not folder.is_dir():  # the run never asked for it
             if not (log and self.configured()):
-                self.discard(folder)  # (and its whole log, if it wrote any)
+                whole = whole_log(folder)
+                if whole is not None and whole.exists():  # it wrote output: drop that copy
+                    self.discard(folder)
                 return
             try:
                 folder.mkdir(parents=True, exist_ok=True)
