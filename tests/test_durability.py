@@ -128,7 +128,7 @@ def test_a_host_keeps_an_unconfirmed_report_and_sends_it_again(pair: Pair, tmp_p
                          claim_ttl=30)  # fmt: skip
         deploy.scheduler()
         deploy.runner_host("h1", "d1:android", runlog=runlog)
-        tid = deploy.client.submit("2")
+        tid = submit_confirmed(deploy.client, "2")
         wait_for(lambda: runlog.starts(tid), 30, "task running")
         pair.replica.kill()
         wait_for(lambda: "not confirmed durable" in deploy.log("h1"), 30, "unconfirmed report")
