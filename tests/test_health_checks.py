@@ -199,7 +199,9 @@ def test_bad_health_check_options_exit_2_and_touch_nothing(redis_url: str, pool:
 def check_template(tmp: Path) -> str:
     """A check that records each run and fails while ``broken-DEVICE`` exists."""
     return (
-        f"x=sh -c 'echo probing {{device_id}}; echo {{device_id}} >> {tmp}/checks; "
+        # (both lines on stderr: stdout and stderr are read apart, so between the two
+        # streams arrival order decides which line is the output's last)
+        f"x=sh -c 'echo probing {{device_id}} >&2; echo {{device_id}} >> {tmp}/checks; "
         f"if test -e {tmp}/broken-{{device_id}}; then echo no usb >&2; exit 1; fi'"
     )
 
