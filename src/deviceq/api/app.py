@@ -23,7 +23,8 @@ from ..core.errors import DeviceqError
 from .auth import API_PREFIX, HOST_PREFIX, OPEN_PATHS, FailureLimiter, Guard
 from .context import ApiContext
 from .errors import error, from_exception
-from .host_routes import host_routes, host_token_ok
+from .host_call import host_token_ok
+from .host_routes import host_routes
 from .producer_routes import producer_routes
 from .tokens import TokenStore
 
