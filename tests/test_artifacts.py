@@ -166,6 +166,30 @@ def test_log_txt_is_the_whole_log_not_the_tail(deploy: Deployment, tmp_path: Pat
     assert not list((state / d.pool).rglob("*.log"))  # the host's copy moved, not left
 
 
+def test_the_live_log_stops_at_log_max_bytes_and_log_txt_keeps_the_rest(
+    deploy: Deployment, tmp_path: Path
+) -> None:
+    """An attempt streams at most the pool's ``log_max_bytes`` to Redis, then one line that
+    says so; the whole log (``log.txt``) still has every line."""
+    from deviceq.host.log_stream import ENTRY_BYTES
+
+    d = deploy
+    d.configure(log_max_bytes=65536)
+    state = tmp_path / "state"
+    d.scheduler()
+    artifacts_host(d, state, "--artifact-store", f"file://{state / 'artifacts'}")
+    tid = d.client.submit("seq 1 30000", driver_type="x")
+    assert d.client.wait(tid, timeout=60).status == TaskStatus.done
+    rows = [f for _, f in d.r.xrange(d.admin.keys.log(tid, 1))]
+    out = "".join(f["t"] for f in rows if f["s"] == "stdout")
+    assert len(out.encode()) == 65536 and out.startswith("1\n2\n")
+    assert all(len(f["t"].encode()) <= ENTRY_BYTES for f in rows)
+    assert rows[-1]["s"] == "log" and "the live log stops here: 65,536 bytes" in rows[-1]["t"]
+    wait_for(lambda: record(d, tid).get("artifacts"), 30, "artifacts recorded")
+    whole = (state / "artifacts" / d.pool / tid / "1" / "log.txt").read_text()
+    assert whole.splitlines() == [str(i) for i in range(1, 30001)]
+
+
 def write_files(task: Any) -> str:
     """A Python goal runner (run by the daemons): writes into ``task.artifacts_dir``."""
     (task.artifacts_dir / "py").mkdir()
@@ -441,3 +465,38 @@ def test_an_s3_store_without_s3fs_installed_is_one_clear_line(
     assert "Traceback" not in res.output
     with pytest.raises(ConfigError, match="needs s3fs"):
         _ = ArtifactStore("s3://bucket/prefix").fs
+
+
+def test_a_folder_or_whole_log_left_by_a_run_that_died_is_replaced_not_reused(
+    tmp_path: Path,
+) -> None:
+    """A host killed mid-run leaves the attempt's folder and whole log on its disk; the next
+    run of that attempt on the host starts from an empty folder and a fresh whole log."""
+    from deviceq.host.artifacts import whole_log
+    from deviceq.host.log_stream import LogStreamer, RunLog
+    from deviceq.host.runners.base import Task
+
+    folder = tmp_path / "work" / "t1" / "1"
+    folder.mkdir(parents=True)
+    (folder / "stale.txt").write_text("from the run that died\n")
+    whole = whole_log(folder)
+    assert whole is not None
+    whole.write_text("old output\n")
+
+    task = Task(goal="g", task_id="t1", device_id="d1", driver_type="x")
+    task.artifacts_path = folder
+    made = task.artifacts_dir
+    assert made == folder and list(folder.iterdir()) == []
+
+    class Sink:
+        def log_append(self, chunks: Any) -> list[str]:
+            return ["ok"] * len(chunks)
+
+    streamer = LogStreamer(Sink())
+    log = streamer.open("t1", "lease", whole)
+    assert isinstance(log, RunLog) and not log.wrote
+    log.write("stdout", "new line\n")
+    streamer.close(log, wait=2.0)
+    streamer.stop()
+    assert log.wrote
+    assert whole.read_text() == "new line\n"

@@ -209,3 +209,17 @@ def test_a_silent_run_has_no_log_and_costs_no_log_call(deploy: Deployment) -> No
     assert (res.returncode, res.stdout) == (0, "")
     res = deviceq(d.url, d.pool, "task", "logs", "no-such-task")
     assert res.returncode == 1 and "no task no-such-task" in res.stderr
+
+
+def test_a_buffer_is_sent_as_entries_of_at_most_64_kib_cut_between_characters() -> None:
+    from deviceq.host.log_stream import ENTRY_BYTES, split_utf8
+
+    text = ("é" * 1000 + "\n") * 200  # 2,001 bytes a line
+    parts = split_utf8(text)
+    assert "".join(parts) == text
+    assert all(len(p.encode()) <= ENTRY_BYTES for p in parts) and len(parts) == 7
+    assert all(p.endswith("\n") for p in parts)  # a line's end in the piece's last quarter
+    solid = "€" * 50_000  # no line end: cut between characters
+    parts = split_utf8(solid)
+    assert "".join(parts) == solid and all(len(p.encode()) <= ENTRY_BYTES for p in parts)
+    assert split_utf8("short") == ["short"]

@@ -102,6 +102,13 @@ class PoolConfig(BaseModel):
         description="approximate cap, in chunks, of one attempt's live log stream "
         "(log:ID:ATTEMPT; a chunk is at most 64 KiB)",
     )
+    log_max_bytes: int = Field(
+        64 << 20,
+        ge=65536,
+        le=1 << 30,
+        description="bytes of output one attempt streams to its live log at most; past it "
+        "the live log says where it stops and the whole log (log.txt artifact) keeps the rest",
+    )
     quarantine_after: int = Field(
         3,
         ge=0,

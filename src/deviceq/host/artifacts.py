@@ -48,7 +48,7 @@ LOG_NAME = "log.txt"
 def whole_log(folder: Path | None) -> Path | None:
     """Where the host keeps an attempt's whole log while it runs: beside its artifacts
     folder (never in it: the runner owns that), moved in as ``log.txt`` at the end."""
-    return None if folder is None else folder.with_name(folder.name + ".log")
+    return None if folder is None else Path(os.fspath(folder) + ".log")
 
 
 CHUNK = 1 << 20
@@ -278,6 +278,7 @@ class Uploader:
         self.host, self.pool, self.host_id = host, pool, host_id
         base = Path(state_dir) / validate_id(pool, "pool") / validate_id(host_id, "host id")
         self.work, self.spool = base / "work", base / "spool"
+        self._work = os.fspath(self.work)
         self.default_url = f"file://{Path(state_dir).resolve()}/artifacts"
         self.store_url, self.options = store_url, dict(options)
         self.closed = closed
@@ -291,12 +292,9 @@ class Uploader:
     def prepare(self, task_id: str, attempt: int) -> Path | None:
         """Where one attempt's folder goes; the runner's task makes it when first asked for
         (`deviceq.host.runners.Task.artifacts_dir`, and ``$DEVICEQ_ARTIFACTS_DIR`` for a
-        command), so a run that writes nothing costs no folder. A leftover of a run that died
-        is removed first."""
-        folder = self.work / validate_id(task_id, "task id") / str(int(attempt))
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-        return folder
+        command), so a run that writes nothing costs no folder and no file-system call here. A
+        leftover of a run that died is removed when the folder is made."""
+        return Path(f"{self._work}/{validate_id(task_id, 'task id')}/{int(attempt)}")
 
     def discard(self, folder: Path | None) -> None:
         """Remove an attempt's folder (kept nothing) and its whole log."""
@@ -325,14 +323,16 @@ class Uploader:
                 self._pool_url_at = now + 10.0
         return bool(self._pool_url)
 
-    def attempt_ended(self, task_id: str, attempt: int, folder: Path, log: str | None) -> None:
+    def attempt_ended(
+        self, task_id: str, attempt: int, folder: Path, log: str | None, wrote_output: bool = True
+    ) -> None:
         """Queue the attempt's files for upload, with the run's whole log (`whole_log`, else
         the output's tail ``log``) as ``log.txt`` unless the run wrote one; nothing when
-        there is nothing to keep."""
-        if not folder.is_dir():  # the run never asked for it
+        there is nothing to keep. ``wrote_output`` False: the run printed nothing, so there is
+        no whole log to look for (a silent run costs one ``stat`` here)."""
+        if not os.path.isdir(folder):  # the run never asked for it
             if not (log and self.configured()):
-                whole = whole_log(folder)
-                if whole is not None and whole.exists():  # it wrote output: drop that copy
+                if wrote_output:  # drop the copy of its output
                     self.discard(folder)
                 return
             try:

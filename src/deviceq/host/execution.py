@@ -189,7 +189,8 @@ class Executor:
             elif run.reason is None and not run.lease.expired:
                 a = run.assignment
                 run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
-                run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir))
+                run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
+                                         self.state.log_max_bytes)  # fmt: skip
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -340,8 +341,9 @@ class Executor:
             self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
             if run.artifacts_dir is not None:  # uploaded in the background
                 folder, run.artifacts_dir = run.artifacts_dir, None
+                wrote = run.log is None or run.log.wrote
                 self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
-                                             report.payload)  # fmt: skip
+                                             report.payload, wrote)  # fmt: skip
         self.state.log(
             logging.WARNING if rejected else logging.DEBUG,
             f"reported {report.outcome}",

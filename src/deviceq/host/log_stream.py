@@ -4,12 +4,14 @@
 dashboard show it before the run ends.
 
 One `LogStreamer` per host daemon: every run gets a `RunLog` buffer, and one thread flushes
-the buffers of all the host's runs together, at most every `FLUSH_EVERY` seconds, in one
-script call. A run's buffer holds at most `CHUNK_BYTES` between two flushes: what a run prints
-faster than that is dropped, and the next chunk says how many bytes were (never an unbounded
-buffer). The final flush of a run (before its report, while its lease is still current) sets
-the stream's expiry to the pool's ``retention``. Logs are best effort: an unreachable Redis
-costs log lines, never the run."""
+the buffers of all the host's runs together, at most every `FLUSH_EVERY` seconds, in as few
+script calls as `MAX_CALL_BYTES` allows. A run's buffer holds at most `BUFFER_BYTES` between
+two flushes (sent as stream entries of at most `ENTRY_BYTES`): what a run prints faster than
+that is dropped, and the next chunk says how many bytes were (never an unbounded buffer).
+An attempt streams at most the pool's ``log_max_bytes`` in all; past it the live log says
+where it stops (the whole log on disk, ``log.txt``, keeps going). The final flush of a run
+(before its report, while its lease is still current) sets the stream's expiry to the pool's
+``retention``. Logs are best effort: an unreachable Redis costs log lines, never the run."""
 
 from __future__ import annotations
 
@@ -19,15 +21,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 FLUSH_EVERY = 0.2
 """Seconds between two flushes of a run's output, at most."""
 WHOLE_LOG_BYTES = 256 * 1024 * 1024  # an attempt's whole log on the host's disk, at most
 IDLE_EXIT = 10.0  # seconds the flush thread outlives the last open run
-CHUNK_BYTES = 65536
-"""Bytes of one run's output kept between two flushes (one stream entry at most)."""
+BUFFER_BYTES = 262144
+"""Bytes of one run's output kept between two flushes: 1.3 MB/s streamed per run at most."""
+ENTRY_BYTES = 65536
+"""Bytes of one stream entry at most (log_append.lua's limit of one chunk)."""
+CHUNK_BYTES = ENTRY_BYTES  # (the name of one entry's limit before the buffer held several)
 MAX_CHUNKS_PER_CALL = 1000  # log_append.lua's limit
+MAX_CALL_BYTES = 1 << 20  # text of one log_append call at most (one short script run)
+DEFAULT_MAX_BYTES = 64 << 20  # PoolConfig.log_max_bytes's default
 FINAL_WAIT = 5.0  # seconds a run's end waits for its final flush, at most
 STREAMS = ("stdout", "stderr", "log")
 
@@ -56,9 +63,38 @@ class LogSink(Protocol):
 def drop_marker(dropped: int) -> str:
     """The line that stands for output a run printed faster than it could be streamed."""
     return (
-        f"[deviceq] {dropped:,} bytes of output dropped here (more than {CHUNK_BYTES:,} bytes "
+        f"[deviceq] {dropped:,} bytes of output dropped here (more than {BUFFER_BYTES:,} bytes "
         f"in {FLUSH_EVERY:g} s)\n"
     )
+
+
+def cap_marker(limit: int) -> str:
+    """The last line of a live log that reached the attempt's ``log_max_bytes``."""
+    return (
+        f"[deviceq] the live log stops here: {limit:,} bytes streamed (log_max_bytes); "
+        "the whole log is kept as log.txt\n"
+    )
+
+
+def split_utf8(text: str, limit: int = ENTRY_BYTES) -> list[str]:
+    """``text`` in pieces of at most ``limit`` bytes, cut between characters (at a line's
+    end where one is in the piece's last quarter)."""
+    data = text.encode(errors="replace")
+    if len(data) <= limit:
+        return [text]
+    out: list[str] = []
+    while data:
+        cut = len(data) if len(data) <= limit else limit
+        if cut < len(data):
+            nl = data.rfind(b"\n", cut - limit // 4, cut)
+            if nl >= 0:
+                cut = nl + 1
+            else:
+                while cut > 0 and data[cut] & 0xC0 == 0x80:  # inside a character
+                    cut -= 1
+        out.append(data[:cut].decode(errors="replace"))
+        data = data[cut:]
+    return out
 
 
 @dataclass(eq=False)
@@ -70,15 +106,26 @@ class RunLog:
     task_id: str
     lease_id: str
     whole: Path | None = None
+    max_bytes: int = DEFAULT_MAX_BYTES  # streamed in all, at most (then `cap_marker`)
     whole_size: int = 0
     pieces: list[tuple[str, str]] = field(default_factory=list)
     size: int = 0
     dropped: int = 0
+    streamed: int = 0  # bytes taken into the buffer since the run started
+    capped: int = 0  # 1: the cap was reached and its marker is due; 2: marker taken
     final: bool = False
     sent: bool = False  # anything was handed to Redis
     closed: bool = False  # refused by Redis (lease gone) or finally flushed: writes are ignored
-    flushed: threading.Event = field(default_factory=threading.Event)
+    # set when the final flush is done; made by `LogStreamer.close` for a run that wrote
+    # something (a silent run, most of them, never needs one)
+    flushed: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _fh: BinaryIO | None = None  # the whole log, open from the first output to the end
+
+    @property
+    def wrote(self) -> bool:
+        """Did the run write any output (so its whole log exists on disk)?"""
+        return self.whole_size > 0
 
     def write(self, stream: str, text: str) -> None:
         """Add ``text`` of ``stream`` (stdout, stderr or log) to the next flush."""
@@ -90,14 +137,21 @@ class RunLog:
             data = text.encode(errors="replace")
             if self.whole is not None:
                 self._keep_whole(data)
-            room = CHUNK_BYTES - self.size
+            if self.capped:
+                return
+            left, free = self.max_bytes - self.streamed, BUFFER_BYTES - self.size
+            room = min(free, left)
             if len(data) > room:
-                self.dropped += len(data) - max(0, room)
+                if left <= free:  # the attempt's budget, not the buffer, ends here
+                    self.capped = 1
+                else:
+                    self.dropped += len(data) - max(0, room)
                 if room <= 0:
                     return
                 data = data[:room]
                 text = data.decode(errors="ignore")
             self.size += len(data)
+            self.streamed += len(data)
             if self.pieces and self.pieces[-1][0] == stream:
                 self.pieces[-1] = (stream, self.pieces[-1][1] + text)
             else:
@@ -114,17 +168,27 @@ class RunLog:
         if len(piece) < len(data):
             piece += f"\n[deviceq] the whole log stops here ({WHOLE_LOG_BYTES:,} bytes)\n".encode()
         try:
-            try:
-                fh = self.whole.open("ab")
-            except FileNotFoundError:  # its folder is made on first output
-                self.whole.parent.mkdir(parents=True, exist_ok=True)
-                fh = self.whole.open("ab")
-            with fh:
-                fh.write(piece)
+            if self._fh is None:  # the first output: a fresh file (a leftover is replaced)
+                try:
+                    self._fh = self.whole.open("wb")
+                except FileNotFoundError:  # its folder is made on first output
+                    self.whole.parent.mkdir(parents=True, exist_ok=True)
+                    self._fh = self.whole.open("wb")
+            self._fh.write(piece)
         except OSError:
+            self._close_whole()
             self.whole = None
             return
         self.whole_size += len(data[:room])
+
+    def _close_whole(self) -> None:
+        """Close the whole log's file (under the lock): it is complete on disk after this."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError:
+                self.whole = None
 
     def take(self) -> list[LogChunk]:
         """The chunks of the next flush (consecutive text of one stream merged)."""
@@ -133,9 +197,16 @@ class RunLog:
                 return []
             pieces, dropped, final = self.pieces, self.dropped, self.final
             self.pieces, self.size, self.dropped = [], 0, 0
-        out = [LogChunk(self.task_id, self.lease_id, s, t) for s, t in pieces]
+            cap = self.capped == 1
+            if cap:
+                self.capped = 2
+        out = [
+            LogChunk(self.task_id, self.lease_id, s, x) for s, t in pieces for x in split_utf8(t)
+        ]
         if dropped:
             out.append(LogChunk(self.task_id, self.lease_id, "log", drop_marker(dropped)))
+        if cap:
+            out.append(LogChunk(self.task_id, self.lease_id, "log", cap_marker(self.max_bytes)))
         self.sent = self.sent or bool(out)
         if final and self.sent:  # (a run that wrote nothing has no stream: no call)
             out.append(LogChunk(self.task_id, self.lease_id, "log", "", True))
@@ -157,9 +228,16 @@ class LogStreamer:
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def open(self, task_id: str, lease_id: str, whole: Path | None = None) -> RunLog:
-        """The buffer of a run that starts now (``whole``: the file its whole log goes to)."""
-        log = RunLog(task_id, lease_id, whole)
+    def open(
+        self,
+        task_id: str,
+        lease_id: str,
+        whole: Path | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> RunLog:
+        """The buffer of a run that starts now (``whole``: the file its whole log goes to;
+        ``max_bytes``: what it may stream in all, the pool's ``log_max_bytes``)."""
+        log = RunLog(task_id, lease_id, whole, max_bytes)
         with self.lock:
             self.runs.add(log)
             if self.thread is None or not self.thread.is_alive():
@@ -171,21 +249,21 @@ class LogStreamer:
         """The run ended: flush what is left now (setting the stream's expiry to
         ``retention``) and wait for it, at most ``wait`` seconds."""
         with log.lock:
+            log._close_whole()
             if log.closed:
                 return
             if not log.sent and not log.pieces and not log.dropped:
-                silent = True  # wrote nothing: no stream, no call, no wait for the flusher
-                log.closed = True
+                log.closed = True  # wrote nothing: no stream, no call, no wait for the flusher
+                flushed = None
             else:
-                silent = False
+                flushed = log.flushed = threading.Event()
                 log.final = True
-        if silent:
+        if flushed is None:
             with self.lock:
                 self.runs.discard(log)
-            log.flushed.set()
             return
         self.wake.set()
-        log.flushed.wait(wait)
+        flushed.wait(wait)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -221,8 +299,7 @@ class LogStreamer:
             if log.closed or any(c.final for c in chunks):
                 done.append(log)
             batch += [(log, c) for c in chunks]
-        for i in range(0, len(batch), MAX_CHUNKS_PER_CALL):
-            part = batch[i : i + MAX_CHUNKS_PER_CALL]
+        for part in _calls(batch):
             try:
                 answers = self.sink.log_append([c for _, c in part])
             except Exception as exc:  # noqa: BLE001 - best effort: a log outage never stops a run
@@ -236,5 +313,25 @@ class LogStreamer:
             for log in done:
                 with log.lock:
                     log.closed = True
-                log.flushed.set()
+                    flushed = log.flushed
+                if flushed is not None:
+                    flushed.set()
                 self.runs.discard(log)
+
+
+def _calls(batch: list[tuple[RunLog, LogChunk]]) -> list[list[tuple[RunLog, LogChunk]]]:
+    """``batch`` cut into calls of at most `MAX_CHUNKS_PER_CALL` chunks and about
+    `MAX_CALL_BYTES` of text (a chunk is never split: one call may exceed it by one entry)."""
+    calls: list[list[tuple[RunLog, LogChunk]]] = []
+    part: list[tuple[RunLog, LogChunk]] = []
+    size = 0
+    for item in batch:
+        n = len(item[1].text)
+        if part and (len(part) >= MAX_CHUNKS_PER_CALL or size + n > MAX_CALL_BYTES):
+            calls.append(part)
+            part, size = [], 0
+        part.append(item)
+        size += n
+    if part:
+        calls.append(part)
+    return calls

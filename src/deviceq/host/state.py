@@ -74,6 +74,7 @@ class HostState:
     remote_draining: bool = False
     lease_ttl: float = 60.0
     host_timeout: float = 30.0
+    log_max_bytes: int = 64 << 20  # the pool's, what one attempt may stream to its live log
     stopping: threading.Event = field(default_factory=threading.Event)  # stop claiming, drain
     hurry: threading.Event = field(default_factory=threading.Event)  # skip the grace period
     closed: threading.Event = field(default_factory=threading.Event)  # upkeep threads stop

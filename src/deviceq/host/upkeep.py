@@ -52,6 +52,7 @@ class Upkeep:
     def refresh_config(self) -> None:
         cfg = self.host.config()
         self.state.lease_ttl, self.state.host_timeout = cfg.lease_ttl, cfg.host_timeout
+        self.state.log_max_bytes = cfg.log_max_bytes
 
     def heartbeat_loop(self) -> None:
         next_cfg = time.monotonic() + 10.0

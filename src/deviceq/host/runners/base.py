@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -105,7 +106,11 @@ class Task:
         p = self.artifacts_path
         if p is not None and not self._artifacts_made:
             try:
-                p.mkdir(parents=True, exist_ok=True)
+                try:
+                    p.mkdir(parents=True)
+                except FileExistsError:  # left by a run of this attempt that died: not ours
+                    shutil.rmtree(p, ignore_errors=True)
+                    p.mkdir(parents=True, exist_ok=True)
             except OSError:  # a full or read-only disk: the run goes on without one
                 self.artifacts_path = None
                 return None
