@@ -397,3 +397,25 @@ def test_a_new_device_is_never_an_idle_candidate_before_its_joining_check(
     assert idle(f.admin) == {"d1", "d2"}
     assert TaskScheduler(f.admin).assign().assigned == 1
     assert f.client.get(tid).status == TaskStatus.assigned
+
+
+def test_a_failed_command_checks_reason_is_its_last_line_on_stderr() -> None:
+    """stdout and stderr are read apart: a line printed on stdout after the error (or
+    arriving after it) does not become the reason."""
+    from deviceq.host.health_checks import build_check
+    from deviceq.host.runners import Task
+
+    check = build_check(
+        "sh -c 'echo probing; echo no usb >&2; sleep 0.2; echo cleanup done; exit 3'",
+        timeout=10,
+        term_grace=1,
+    )
+    healthy, output, reason = check(Task(goal="", task_id="h", device_id="d1", driver_type="x"))
+    assert not healthy
+    assert reason == "exit code 3: no usb"
+    assert "cleanup done" in output and "probing" in output
+    # without stderr, the output's last line
+    check = build_check("sh -c 'echo first; echo last words; exit 1'", timeout=10, term_grace=1)
+    assert check(Task(goal="", task_id="h", device_id="d1", driver_type="x"))[2] == (
+        "exit code 1: last words"
+    )

@@ -7,7 +7,8 @@ of that run and answers ``(healthy, output, reason)``.
   ``{driver_type}`` ``{tags}`` ``{host_id}``), run through `CommandRunner` in a process group
   of its own under the same watchdog (killed when the daemon dies or the timeout passes),
   without the host token in its environment. Exit 0 is healthy; otherwise the reason is the
-  exit status and the output's last line (``exit code 1: no usb``).
+  exit status and the last line written on stderr, else the output's last line (``exit
+  code 1: no usb``).
 - `PythonCheck` (``DRIVER=python:package.module:callable``, or an entry point name in group
   ``deviceq.runners``, resolved like a runner by `load_runner`: a class is instantiated
   without arguments): ``check(task)`` called in a thread of its own in the daemon's process.
@@ -128,8 +129,9 @@ class CommandCheck:
         elif first.startswith("stopped"):
             reason = STOPPED
         else:
-            # the exit status and the output's last line: "exit code 1: adb: device offline"
-            last = last_line(rest)
+            # the exit status and the last line on stderr (else of the output):
+            # "exit code 1: adb: device offline"
+            last = out.reason_line or last_line(rest)
             reason = f"{first}: {last}" if first and last else first or "health check failed"
         return False, rest, reason
 

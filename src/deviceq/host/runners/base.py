@@ -225,6 +225,9 @@ class Outcome:
     ok: bool
     text: str = ""
     infra: bool = False
+    # a failed command's last line on stderr ("" if none): what a health check gives as the
+    # reason, whichever line of the combined output came last
+    reason_line: str = field(default="", compare=False)
 
     @classmethod
     def success(cls, result: str = "") -> Outcome:

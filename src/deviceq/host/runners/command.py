@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import dataclasses
 import os
 import re
 import shlex
@@ -279,6 +280,8 @@ class _Output:
         self.buf = bytearray()
         self.cut = 0  # bytes dropped ahead of buf
         self.lock = threading.Lock()
+        self.err_last = ""  # the last line with text written on stderr
+        self._err_open = ""  # stderr's line not ended yet (its last 1 KiB)
 
     def reader(self, pipe: Any, stream: str) -> threading.Thread:
         th = threading.Thread(
@@ -297,8 +300,24 @@ class _Output:
                     drop = len(self.buf) - self.limit
                     del self.buf[:drop]
                     self.cut += drop
-            self.task.output(stream, decoder.decode(chunk))
-        self.task.output(stream, decoder.decode(b"", final=True))
+            text = decoder.decode(chunk)
+            if stream == "stderr":
+                self._see_stderr(text)
+            self.task.output(stream, text)
+        text = decoder.decode(b"", final=True)
+        if stream == "stderr":
+            self._see_stderr(text + "\n")
+        self.task.output(stream, text)
+
+    def _see_stderr(self, text: str) -> None:
+        """Keep stderr's last line with text (a failed command's reason, whatever stdout
+        printed after it: the two pipes are read apart, so their order is arrival order)."""
+        *ended, self._err_open = (self._err_open + text).split("\n")
+        self._err_open = self._err_open[-1024:]
+        for line in reversed(ended):
+            if line.strip():
+                self.err_last = line.strip()[-1024:]
+                break
 
     def data(self) -> bytes:
         with self.lock:
@@ -419,10 +438,13 @@ class CommandRunner:
         for reader in readers:
             reader.join(2.0)
         text, buf = out.tail(), out.data()
+        if rc != 0 and not stopped:
+            return dataclasses.replace(self._failed(rc, text, buf), reason_line=out.err_last)
         if stopped:
             return Outcome.failure(f"stopped (signal {-rc if rc < 0 else rc})\n{text}".rstrip())
-        if rc == 0:
-            return Outcome.success(text)
+        return Outcome.success(text)
+
+    def _failed(self, rc: int, text: str, buf: bytes) -> Outcome:
         if WATCHDOG_MARK in buf:
             return Outcome.failure(f"killed by the lease watchdog\n{text}".rstrip())
         why = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
