@@ -8,7 +8,7 @@
 - follow lag: every line carries the time it was printed; one follower per task reads the
   attempt's stream like ``deviceq task logs --follow`` does (``LogReader.follow`` in a
   thread) and takes, per line, the time from its printing to its arrival (p50, p99, max);
-- what was printed, streamed and dropped (the host keeps at most ``CHUNK_BYTES`` of a run
+- what was printed, streamed and dropped (the host keeps at most ``BUFFER_BYTES`` of a run
   between two flushes; the rest is replaced by a drop marker).
 
 Then, in the same run, the drain benchmark of ``python -m bench`` for deviceq (tasks that
@@ -44,7 +44,7 @@ from bench.redisstats import Probe  # noqa: E402
 from deviceq import Client  # noqa: E402
 from deviceq.core.keys import Keys  # noqa: E402
 from deviceq.core.live_logs import LogReader  # noqa: E402
-from deviceq.host.log_stream import CHUNK_BYTES, FLUSH_EVERY  # noqa: E402
+from deviceq.host.log_stream import BUFFER_BYTES, FLUSH_EVERY  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
 
 POOL = "logbench"
@@ -299,7 +299,7 @@ def report(run: LogRun, drains: dict[str, list[dict[str, Any]]], machine: str) -
         f"machine: {machine}",
         f"settings: {run.devices} devices x {run.rate / mb:.3g} MB/s x {run.seconds:g} s "
         f"(lines of {LINE} B); host flushes every {FLUSH_EVERY:g} s, at most "
-        f"{CHUNK_BYTES:,} B per run between flushes",
+        f"{BUFFER_BYTES:,} B per run between flushes",
         f"window (submit -> last task done): {run.window_s:.1f} s",
         f"printed {run.printed_bytes / mb:.1f} MB, streamed {run.streamed_bytes / mb:.1f} MB "
         f"({100 * run.streamed_bytes / max(1, run.printed_bytes):.1f} %), dropped "

@@ -271,9 +271,11 @@ class LogStreamer:
 
     def _loop(self) -> None:
         idle_since: float | None = None
+        next_at = time.monotonic() + self.every
         while not self.stopping.is_set():
-            self.wake.wait(self.every)
+            self.wake.wait(max(0.0, next_at - time.monotonic()))
             self.wake.clear()
+            next_at = time.monotonic() + self.every  # flush starts 200 ms apart, its time included
             self.flush()
             with self.lock:
                 if self.runs:
