@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from deviceq import TaskStatus
+from deviceq.artifacts.records import recorded
+from deviceq.artifacts.retention import prune
+from deviceq.artifacts.store import ArtifactStore
 from deviceq.core.errors import AuthError, ConfigError, InvalidInput
-from deviceq.host.artifacts import ArtifactStore, prune, recorded
 from deviceq.host.client import HostClient
 from deviceq.ops.verify import verify
 from harness import Deployment, wait_for

@@ -18,12 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from ..artifacts.records import Recorded, recorded, store_for
+from ..artifacts.store import CHUNK
 from ..cli.core_cmds import task_json
 from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
 from ..core.models import TaskStatus, validate_id
-from ..host.artifacts import CHUNK, Recorded, recorded, store_for
 from ..producer import Client, TaskFilter
 from .context import ApiContext
 from .tokens import ROLES, TokenInfo

@@ -9,7 +9,9 @@ from typing import Any
 import click
 
 from ..api_client import ApiClient
-from ..host.artifacts import download, parse_store_options, prune, recorded, store_for
+from ..artifacts.records import download, recorded, store_for
+from ..artifacts.retention import prune
+from ..artifacts.store import parse_store_options
 from . import api_cmds
 from .app import Ctx, echo_json, main, pass_ctx, task
 

@@ -12,10 +12,10 @@ from typing import Any
 import click
 import yaml
 
+from ..artifacts.store import check_store_settings, parse_store_options
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from ..core.models import ID_RE, validate_id
-from ..host.artifacts import check_store_settings, parse_store_options
 from ..host.daemon import HostWorker
 from ..host.device_sources import DeviceSourceError
 from ..host.http_client import check_api_url

@@ -217,7 +217,8 @@ class Dashboard:
     async def artifact(self, request: Request) -> Response:
         """One file an attempt recorded, streamed from the pool's artifact store (never a
         store URL handed out; a name the attempt record does not list is a 404)."""
-        from ..host.artifacts import iter_chunks, recorded, store_for
+        from ..artifacts.records import recorded, store_for
+        from ..artifacts.store import iter_chunks
 
         task_id = validate_id(request.path_params["task_id"], "task id")
         attempt, name = int(request.path_params["attempt"]), request.path_params["name"]

@@ -421,7 +421,7 @@ def task_detail(admin: PoolAdmin, task_id: str) -> dict[str, Any]:
     live = log_attempt is not None and not reader.state(task_id).ended(log_attempt)
     log = [] if live or log_attempt is None else list(islice(reader.all(task_id, log_attempt),
                                                              MAX_LOG_ENTRIES))  # fmt: skip
-    from ..host.artifacts import recorded_all
+    from ..artifacts.records import recorded_all
 
     return {
         "log_attempt": log_attempt,

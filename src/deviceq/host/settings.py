@@ -198,7 +198,7 @@ class WorkerSettings:
 
     def _artifacts(self) -> None:
         """Check the artifact store settings (ConfigError: one line); nothing is contacted."""
-        from .artifacts import check_store_settings
+        from ..artifacts.store import check_store_settings
 
         self.artifact_store_option = check_store_settings(
             self.artifact_store, self.artifact_store_option

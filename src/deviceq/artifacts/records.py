@@ -1,0 +1,91 @@
+"""What an attempt's record says about its artifacts (read by the CLI, the dashboard and the
+HTTP API), and fetching them from the store with their sha256 checked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError, NotFound
+from ..core.models import validate_id
+from .store import ArtifactStore, iter_chunks, safe_name
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What an attempt's record says about its artifacts."""
+
+    attempt: int
+    files: list[dict[str, Any]]
+    error: str | None
+
+
+def recorded(conn: Any, task_id: str, attempt: int | None = None) -> Recorded:
+    """The artifacts recorded for one attempt of a task (default: its latest attempt), from
+    ``conn`` (a `PoolConnection`). NotFound without the task or the attempt."""
+    validate_id(task_id, "task id")
+    raws = conn.redis.lrange(conn.keys.attempts(task_id), 0, -1)
+    if not raws:
+        if not conn.redis.exists(conn.keys.task(task_id)):
+            raise NotFound(f"no task {task_id} in pool {conn.pool}")
+        raise NotFound(f"task {task_id} has no attempt yet")
+    n = len(raws) if attempt is None else int(attempt)
+    if not 1 <= n <= len(raws):
+        raise NotFound(f"task {task_id} has no attempt {n} (it has {len(raws)})")
+    rec = json.loads(raws[n - 1])
+    files = [f for f in rec.get("artifacts") or [] if isinstance(f, dict)]
+    files = [f for f in files if safe_name(str(f.get("name", "")))]
+    return Recorded(n, files, rec.get("artifacts_error") or None)
+
+
+def recorded_all(conn: Any, task_id: str) -> dict[int, Recorded]:
+    """Every attempt's recorded artifacts (attempts without any left out)."""
+    validate_id(task_id, "task id")
+    out = {}
+    for i, raw in enumerate(conn.redis.lrange(conn.keys.attempts(task_id), 0, -1), start=1):
+        rec = json.loads(raw)
+        files = [f for f in rec.get("artifacts") or [] if isinstance(f, dict)]
+        files = [f for f in files if safe_name(str(f.get("name", "")))]
+        if files or rec.get("artifacts_error"):
+            out[i] = Recorded(i, files, rec.get("artifacts_error") or None)
+    return out
+
+
+def store_for(
+    conn: Any, url: str | None, options: Mapping[str, str] | None = None
+) -> ArtifactStore:
+    """The store named by ``url``, else by the pool's ``artifact_store`` setting."""
+    return ArtifactStore(url or conn.config().artifact_store, options)
+
+
+def download(
+    store: ArtifactStore, pool: str, task_id: str, rec: Recorded, into: Path
+) -> list[Path]:
+    """Copy an attempt's recorded files into ``into`` (names checked again: nothing lands
+    outside it), each checked against its recorded sha256 (ConfigError on a mismatch: the
+    partial file is removed)."""
+    into = into.resolve()
+    out = []
+    for f in rec.files:
+        name = str(f["name"])
+        dest = (into / name).resolve()
+        if into not in dest.parents:
+            raise ConfigError(f"artifact name {name!r} escapes {into}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256()
+        tmp = dest.with_name(dest.name + ".part")
+        with store.open(pool, task_id, rec.attempt, name) as src, open(tmp, "wb") as dst:
+            for chunk in iter_chunks(src):
+                h.update(chunk)
+                dst.write(chunk)
+        if h.hexdigest() != f.get("sha256"):
+            tmp.unlink(missing_ok=True)
+            raise ConfigError(f"{name}: sha256 {h.hexdigest()} does not match the record")
+        os.replace(tmp, dest)
+        out.append(dest)
+    return out
