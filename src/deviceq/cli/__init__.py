@@ -22,6 +22,7 @@ for _module in (
     "demo_cmds",
     "logs_cmds",
     "artifact_cmds",
+    "webhook_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

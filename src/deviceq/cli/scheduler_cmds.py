@@ -134,6 +134,10 @@ def scheduler_run(
             ) from None
     if once:
         ctx.warn_if_unknown_pool()
+    else:  # the pool's webhooks, delivered while this process leads
+        from ..ops.webhooks import start_deliverer
+
+        start_deliverer(ctx.admin, lambda: sched.is_leader)
     sched.install_signal_handlers()
     passes = sched.run(tick=tick, once=once)
     if once and not passes:
@@ -204,6 +208,11 @@ def run_many(
     scheds = [TaskScheduler(c.admin, strategy=strategy, owner=owner, batch=batch) for c in ctxs]
     for c in ctxs:
         c.preflight(need_reachable=once)
+    if not once:
+        from ..ops.webhooks import start_deliverer
+
+        for c, s in zip(ctxs, scheds, strict=True):
+            start_deliverer(c.admin, lambda s=s: s.is_leader)  # type: ignore[misc]
     errors: list[BaseException] = []
 
     def run(sched: TaskScheduler) -> None:

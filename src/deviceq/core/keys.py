@@ -86,6 +86,12 @@ key                                type       holds
                                               ``{name, role, created_at}`` (``deviceq api
                                               token``; the token itself is never stored)
 ``api_token_names``                hash       HTTP API token name -> its digest (add, remove)
+``webhooks``                       hash       webhook id -> JSON ``{id, url, events, secret,
+                                              created_at, last_ok_at, last_error}`` (``deviceq
+                                              webhook``)
+``webhooks:cursor``                string     the last event id the leading scheduler handed to
+                                              the webhooks
+``webhooks:dead``                  set        hosts whose death was delivered (``host_dead``)
 =================================  =========  ==================================================
 """
 
@@ -215,6 +221,18 @@ class Keys:
     @property
     def api_token_names(self) -> str:
         return self._k("api_token_names")
+
+    @property
+    def webhooks(self) -> str:
+        return self._k("webhooks")
+
+    @property
+    def webhook_cursor(self) -> str:
+        return self._k("webhooks", "cursor")
+
+    @property
+    def webhook_dead(self) -> str:
+        return self._k("webhooks", "dead")
 
     # per entity
     def task(self, task_id: str) -> str:

@@ -1,0 +1,114 @@
+"""``deviceq webhook add|list|remove``: HTTP receivers of a pool's events, delivered signed by
+the leading scheduler (`deviceq.ops.webhooks`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..core.errors import InvalidInput
+from ..ops.webhooks import EVENTS, WebhookStore
+from .app import Ctx, check_output_path, echo_json, main, output_option, pass_ctx, write_output_file
+
+
+def _store(ctx: Ctx) -> WebhookStore:
+    return WebhookStore(ctx.admin.redis, ctx.admin.keys)
+
+
+@main.group()
+def webhook() -> None:
+    """Webhooks: POST chosen events (failed, quarantined, host_dead...) to an HTTP receiver,
+    signed with HMAC-SHA256 (X-Deviceq-Signature), retried a bounded number of times by the
+    leading scheduler."""
+
+
+@webhook.command("add")
+@click.argument("url")
+@click.option(
+    "--event",
+    "events",
+    multiple=True,
+    required=True,
+    help="Events to deliver, comma-separated or repeated: " + ", ".join(sorted(EVENTS)) + ".",
+)
+@click.option(
+    "--secret-file",
+    type=click.Path(dir_okay=False, exists=True, readable=True),
+    help="Read the signing secret (16-256 characters) from FILE instead of generating one.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the webhook as JSON (no secret).")
+@output_option("the generated secret")
+@pass_ctx
+def webhook_add(
+    ctx: Ctx,
+    url: str,
+    events: tuple[str, ...],
+    secret_file: str | None,
+    as_json: bool,
+    output: str | None,
+) -> None:
+    """Deliver EVENTS of the pool to URL. A generated secret is printed once (or written to
+    -o FILE); the receiver checks X-Deviceq-Signature = sha256=HMAC-SHA256(secret, body).
+
+    \b
+    Example:
+      deviceq webhook add https://ci.example.com/hooks/lab --event failed,quarantined,host_dead \\
+          -o lab-hook.secret
+    """
+    secret = None
+    if secret_file is not None:
+        secret = Path(secret_file).read_text().strip()
+        if not secret:
+            raise InvalidInput(f"{secret_file} is empty")
+    if output is not None:
+        check_output_path(output)
+    hook = _store(ctx).add(url, events, secret)
+    if as_json:
+        echo_json(hook.public())
+    else:
+        click.echo(f"webhook {hook.id}: {', '.join(hook.events)} -> {hook.public()['url']}")
+    if secret is None:  # generated: shown this once
+        if output is not None:
+            write_output_file(output, hook.secret + "\n")
+            click.echo(f"secret of webhook {hook.id} written to {output}", err=True)
+        elif not as_json:
+            click.echo(f"secret (shown once): {hook.secret}")
+        else:
+            click.echo("the generated secret is not printed with --json: use -o FILE", err=True)
+
+
+@webhook.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON (never the secrets).")
+@pass_ctx
+def webhook_list(ctx: Ctx, as_json: bool) -> None:
+    """List the pool's webhooks with the outcome of their last delivery.
+
+    \b
+    Example:
+      deviceq webhook list --json
+    """
+    hooks = [h.public() for h in _store(ctx).all()]
+    if as_json:
+        echo_json(hooks)
+        return
+    if not hooks:
+        click.echo("no webhooks (add one with: deviceq webhook add URL --event failed)")
+    for h in hooks:
+        state = f"error: {h['last_error']}" if h["last_error"] else (
+            "delivered" if h["last_ok_at"] else "nothing delivered yet")  # fmt: skip
+        click.echo(f"{h['id']}  {h['url']}  {','.join(h['events'])}  ({state})")
+
+
+@webhook.command("remove")
+@click.argument("webhook_id")
+@pass_ctx
+def webhook_remove(ctx: Ctx, webhook_id: str) -> None:
+    """Stop delivering to a webhook (deviceq webhook list shows the ids).
+
+    \b
+    Example:
+      deviceq webhook remove wh-1a2b3c4d5e
+    """
+    _store(ctx).remove(webhook_id)
+    click.echo(f"webhook {webhook_id} removed")
