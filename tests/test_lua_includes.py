@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import redis
@@ -347,3 +348,12 @@ def test_a_script_carries_less_than_the_whole_library() -> None:
     sizes = {n: sum(len(text_of(lib)) for lib in library(n, text_of(n))) for n in names()}
     assert max(sizes.values()) < whole
     assert sizes["heads"] < whole / 5, sizes
+
+
+def test_the_readme_lists_every_helper_file_with_its_includes() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "lua" / "README.md").read_text()
+    rows = re.findall(r"^\| `(lib/\w+)\.lua` \| .* \| ([^|]*) \|$", readme, re.M)
+    listed = {name: [] if deps.strip() == "—" else deps.strip().split(", ") for name, deps in rows}
+    assert sorted(listed) == lib_files()
+    for name, deps in listed.items():
+        assert ["lib/" + d for d in deps] == includes(text_of(name), name), name
