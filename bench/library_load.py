@@ -25,21 +25,27 @@ from common import commandstats, machine, median, private_redis, raw_client, red
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "dq:{bench}:"
 
+FLOOR = "return 1"
 SOURCES = (
     "import json\n"
     "from deviceq.core import scripts\n"
-    "print(json.dumps({n: scripts.source(n) for n in scripts.names()}))\n"
+    "from deviceq.core.config import PoolConfig\n"
+    "out = {n: [scripts.source(n), (scripts.lua_dir() / f'{n}.lua').read_text()]\n"
+    "       for n in scripts.names()}\n"
+    "out[''] = [PoolConfig.lua_defaults(), '']\n"
+    "print(json.dumps(out))\n"
 )
 
 
-def tree_sources(tree: Path) -> dict[str, str]:
-    """Every script of ``tree`` as that tree's deviceq sends it (in a process of its own)."""
+def tree_sources(tree: Path) -> dict[str, list[str]]:
+    """Every script of ``tree``: as that tree's deviceq sends it, and its own text (in a
+    process of its own)."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
     out = subprocess.run([sys.executable, "-c", SOURCES], cwd=tree, env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     if out.returncode != 0:
         raise RuntimeError(f"reading the scripts of {tree} failed:\n{out.stderr[-2000:]}")
-    sources: dict[str, str] = json.loads(out.stdout)
+    sources: dict[str, list[str]] = json.loads(out.stdout)
     return sources
 
 
@@ -74,67 +80,83 @@ def run(rev: str, rounds: int, n: int) -> str:
     with tempfile.TemporaryDirectory(prefix="dq-bench-lib-") as tmp:
         trees = {"this tree": tree_sources(REPO), f"{rev}": tree_sources(archive(rev, Path(tmp)))}
     here, ref = trees
-    common_names = sorted(set(trees[here]) & set(trees[ref]))
-    floor_src = "return 1"
-    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    scripts = sorted(set(trees[here]) & set(trees[ref]) - {""})
+    # each variant's text: the refused call (the script as sent) and its load alone (what is
+    # sent before the script's own text, then `return 1`)
+    texts: dict[tuple[str, str, str], str] = {}
+    for t in trees:
+        for s in scripts:
+            full, body = trees[t][s]
+            assert full.endswith(body), (t, s)
+            texts[(t, s, "call")] = full
+            texts[(t, s, "load")] = full[: len(full) - len(body)] + "\n" + FLOOR
+        texts[(t, "", "load")] = trees[t][""][0] + "\n" + FLOOR  # the settings tables alone
+    results: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     load0 = machine()
     with private_redis() as server:
         r = raw_client(server.url)
-        shas = {(t, s): r.script_load(trees[t][s]) for t in trees for s in common_names}
-        floor = r.script_load(floor_src)
+        shas = {key: r.script_load(text) for key, text in texts.items()}
+        floor = r.script_load(FLOOR)
         for sha in [*shas.values(), floor]:  # warm: every script compiled and run once
             calls(r, sha, 10)
         for i in range(rounds):
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
-            results.setdefault(("floor", "return 1"), []).append(calls(r, floor, n))
-            for s in common_names:
-                for t in order:
-                    results.setdefault((t, s), []).append(calls(r, shas[(t, s)], n))
+            results.setdefault(("", "", "floor"), []).append(calls(r, floor, n))
+            for t in order:
+                results.setdefault((t, "", "load"), []).append(calls(r, shas[(t, "", "load")], n))
+            for s in scripts:
+                for v in ("load", "call"):
+                    for t in order:
+                        results.setdefault((t, s, v), []).append(calls(r, shas[(t, s, v)], n))
         r.close()
     load1 = machine()
 
-    def med(key: tuple[str, str], i: int) -> float:
-        return median(x[i] for x in results[key])
+    def med(t: str, s: str, v: str, i: int) -> float:
+        """Median over rounds of server usec (i = 0) or redis CPU (i = 1) per call."""
+        if s == "mean":
+            return sum(med(t, x, v, i) for x in scripts) / len(scripts)
+        return median(x[i] for x in results[(t, s, v)])
 
-    f_us, f_cpu = med(("floor", "return 1"), 0), med(("floor", "return 1"), 1)
+    f_us, f_cpu = med("", "", "floor", 0), med("", "", "floor", 1)
     rows: list[list[Any]] = []
-    sums = {t: [0.0, 0.0] for t in trees}
-    for s in common_names:
-        a_us, b_us = med((here, s), 0), med((ref, s), 0)
-        a_cpu, b_cpu = med((here, s), 1), med((ref, s), 1)
-        for t, us, cpu in ((here, a_us, a_cpu), (ref, b_us, b_cpu)):
-            sums[t][0] += us
-            sums[t][1] += cpu
-        rows.append([s, len(trees[here][s]), len(trees[ref][s]), a_us, b_us, a_us / b_us,
-                     a_us - f_us, b_us - f_us, (a_us - f_us) / (b_us - f_us), a_cpu, b_cpu,
-                     a_cpu / b_cpu])  # fmt: skip
-    k = len(common_names)
-    a_us, a_cpu = sums[here][0] / k, sums[here][1] / k
-    b_us, b_cpu = sums[ref][0] / k, sums[ref][1] / k
-    mean = [a_us, b_us, a_us / b_us, a_us - f_us, b_us - f_us, (a_us - f_us) / (b_us - f_us)]
-    rows.append([f"mean of the {k} scripts", "", "", *mean, a_cpu, b_cpu, a_cpu / b_cpu])
-    rows.append(["ref: EVALSHA `return 1`", len(floor_src), len(floor_src), f_us, f_us, 1.0,
-                 0.0, 0.0, float("nan"), f_cpu, f_cpu, 1.0])  # fmt: skip
+    for s in [*scripts, "mean"]:
+        size = [len(texts[(here, s, "call")]), len(texts[(ref, s, "call")])] if s != "mean" else []
+        load = [med(t, s, "load", 1) - f_cpu for t in trees]
+        cpu = [med(t, s, "call", 1) for t in trees]
+        usec = [med(t, s, "call", 0) for t in trees]
+        label = s if s != "mean" else f"mean of the {len(scripts)} scripts"
+        rows.append([label, *(size or ["", ""]), *load, load[0] / load[1], *cpu, cpu[0] / cpu[1],
+                     *usec, usec[0] / usec[1]])  # fmt: skip
+    tables = [med(t, "", "load", 1) - f_cpu for t in trees]
+    rows.append(["the settings tables alone (DEFAULTS, BOUNDS, SDEFAULTS)",
+                 len(trees[here][""][0]), len(trees[ref][""][0]), *tables, tables[0] / tables[1],
+                 float("nan"), float("nan"), float("nan"), float("nan"), float("nan"),
+                 float("nan")])  # fmt: skip
+    rows.append([f"ref: EVALSHA `{FLOOR}`", len(FLOOR), len(FLOOR), 0.0, 0.0, float("nan"),
+                 f_cpu, f_cpu, 1.0, f_us, f_us, 1.0])  # fmt: skip
     head = [
-        "script (no arguments: refused at once)",
+        "script",
         "bytes sent (this)",
         f"bytes sent ({ref})",
-        "server µs/call (this)",
-        f"server µs/call ({ref})",
+        "load: redis CPU µs/call (this)",
+        f"load ({ref})",
         "x",
-        "above `return 1` (this)",
-        f"above `return 1` ({ref})",
+        "refused call: redis CPU µs (this)",
+        f"refused call ({ref})",
         "x",
-        "redis CPU µs/call (this)",
-        f"redis CPU µs/call ({ref})",
+        "refused call: server µs (this)",
+        f"server µs ({ref})",
         "x",
     ]
     return "\n".join(
         [
             f"machine before: {load0}",
             table(head, rows),
-            f"{rounds} rounds x {n:,} calls per script and tree (pipelined, 500 a batch), "
-            f"medians over rounds; the two trees alternate within a round, on one server",
+            "load = what is sent before the script's own text (settings tables, helpers), then "
+            f"`{FLOOR}`, minus a bare `{FLOOR}`; refused call = the script as sent, called "
+            "with no arguments (INVALID / AUTH before any read)",
+            f"{rounds} rounds x {n:,} calls per variant, script and tree (pipelined, 500 a batch),"
+            " medians over rounds; the two trees alternate within a round, on one server",
             f"machine after: {load1}",
         ]
     )
