@@ -120,12 +120,14 @@ def run(rev: str, rounds: int, n: int) -> str:
     f_us, f_cpu = med("", "", "floor", 0), med("", "", "floor", 1)
     rows: list[list[Any]] = []
     for s in [*scripts, "mean"]:
-        size = [len(texts[(here, s, "call")]), len(texts[(ref, s, "call")])] if s != "mean" else []
+        size: list[Any] = ["", ""]
+        if s != "mean":
+            size = [len(texts[(here, s, "call")]), len(texts[(ref, s, "call")])]
         load = [med(t, s, "load", 1) - f_cpu for t in trees]
         cpu = [med(t, s, "call", 1) for t in trees]
         usec = [med(t, s, "call", 0) for t in trees]
         label = s if s != "mean" else f"mean of the {len(scripts)} scripts"
-        rows.append([label, *(size or ["", ""]), *load, load[0] / load[1], *cpu, cpu[0] / cpu[1],
+        rows.append([label, *size, *load, load[0] / load[1], *cpu, cpu[0] / cpu[1],
                      *usec, usec[0] / usec[1]])  # fmt: skip
     tables = [med(t, "", "load", 1) - f_cpu for t in trees]
     rows.append(["the settings tables alone (DEFAULTS, BOUNDS, SDEFAULTS)",
