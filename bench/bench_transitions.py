@@ -7,7 +7,11 @@ EVALSHA from commandstats), next to references measured in the same run:
 - ``naive HSET+ZADD+XADD``: what a non-atomic implementation of submit would send as one
   pipeline (a 16-field HSET of the task, a ZADD to a queue, an XADD event), per task.
 
-Usage: ``python bench/bench_transitions.py [--quick] [--hosts N]``"""
+With ``--library``, only what loading a script's helpers costs per call, for this tree and for
+the reference tree ``--baseline REV`` (default ``main``) side by side (``library_load.py``).
+
+Usage: ``python bench/bench_transitions.py [--quick] [--hosts N]`` or
+``python bench/bench_transitions.py --library [--baseline REV] [--rounds N] [--calls N]``"""
 
 from __future__ import annotations
 
@@ -435,7 +439,20 @@ def main() -> None:
         help="runs on fresh servers; each number is the median over runs "
         "(default 3, 1 with --quick)",
     )
+    ap.add_argument(
+        "--library",
+        action="store_true",
+        help="only the per-call cost of loading each script's helpers, beside --baseline",
+    )
+    ap.add_argument("--baseline", default="main", help="reference git revision for --library")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of --library")
+    ap.add_argument("--calls", type=int, default=5000, help="calls per script and round")
     args = ap.parse_args()
+    if args.library:
+        from library_load import run as library_run
+
+        print(library_run(args.baseline, args.rounds, args.calls))
+        return
     n_hosts = args.hosts or (2 if args.quick else 10)
     repeat = args.repeat or (1 if args.quick else 3)
     print(f"machine: {machine()}")

@@ -1,3 +1,13 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/constraints"
+--- @include "lib/status"
+--- @include "lib/queue"
+--- @include "lib/fence"
+--- @include "lib/placement"
 -- assign.lua: commit a batch of proposed (task, device) pairs. Each pair is re-validated and,
 -- if valid, committed on its own: task queued -> assigned, attempt+1, a lease (claim_ttl),
 -- the device reserved, the assignment filed in the owning host's inbox.

@@ -1,3 +1,7 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/text"
+--- @include "lib/auth"
 -- attempt_artifacts.lua: a host records the files it uploaded to the artifact store for one
 -- attempt it ran (name, size, sha256 each) and/or why the upload failed. Authenticated by the
 -- host's token only (no session check: a restarted daemon finishes the uploads of attempts its

@@ -1,3 +1,13 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/status"
+--- @include "lib/queue"
+--- @include "lib/tasks"
+--- @include "lib/attempts"
+--- @include "lib/leases"
+--- @include "lib/outcomes"
 -- cancel.lua: cancel a task. queued: cancelled at once. assigned (no runner started yet):
 -- cancelled at once, reservation released, inbox entry dropped. dispatched: flagged
 -- (cancel_requested=1) and its host told at once (host:ID:ctl); the host stops the runner and

@@ -1,3 +1,12 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/auth"
+--- @include "lib/status"
+--- @include "lib/tasks"
+--- @include "lib/handback"
 -- claim.lua: the owning host takes up to `max` unexpired assigned attempts from its inbox to
 -- `dispatched`, each with a fresh run lease (now + lease_ttl, read from the pool config now),
 -- stamped with the claiming session. Exactly one caller gets each.

@@ -1,3 +1,10 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/auth"
+--- @include "lib/eligibility"
+--- @include "lib/history"
 -- device_health.lua: a device's health check, run by its host's daemon (deviceq.host.health).
 -- A check goes through the same reservation as a task: `begin` takes the device only while it
 -- holds no lease (reserved_by empty) and is not booked by a person, sets health=checking and
@@ -75,7 +82,7 @@ if action == 'next' then
   return before
 end
 
--- back among the idle candidates when the rule allows (refresh_idle in _lib.lua)
+-- back among the idle candidates when the rule allows (refresh_idle in lib/eligibility.lua)
 local function maybe_idle()
   local _, added = refresh_idle(did, gate(did))
   if added then wake(k('sched', 'wake')) end

@@ -1,3 +1,10 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/text"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/eligibility"
+--- @include "lib/history"
 -- device_quarantine.lua: take a device out of (1) or put it back into (0) assignment, by an
 -- operator. Unquarantine also resets its consecutive failure count. The owning host's daemon
 -- is told at once (host:ID:ctl). The reason (default "operator") is stored as the device's

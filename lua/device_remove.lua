@@ -1,3 +1,11 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/liveness"
+--- @include "lib/tasks"
+--- @include "lib/removal"
+--- @include "lib/handback"
 -- device_remove.lua: delete one device (retired, replaced, or a ghost its host no longer
 -- reports), by an operator. Refused while a lease holds it (a task is assigned to it or runs
 -- on it) and while its live host still reports it (it would be registered again at the

@@ -1,3 +1,10 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/liveness"
+--- @include "lib/eligibility"
+--- @include "lib/bookings"
+--- @include "lib/history"
 -- device_reserve.lua: a person's reservation ("booking") of a device, by an operator:
 -- reserve (take an idle device for a duration), extend (push the end of a reservation out)
 -- or release (end it early). A reserved device holds no lease and is out of the idle

@@ -1,3 +1,17 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/retry"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/queue"
+--- @include "lib/tasks"
+--- @include "lib/bookings"
+--- @include "lib/history"
+--- @include "lib/attempts"
+--- @include "lib/affinity"
+--- @include "lib/leases"
+--- @include "lib/outcomes"
 -- expire.lua: end leases past their expiry (assigned or dispatched), fail queued tasks past
 -- their queue deadline, and trim the terminal status indexes to the `retention` window: each
 -- at most `limit` entries per call (bounded work; `more` says whether any is left). Events

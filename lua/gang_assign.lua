@@ -1,3 +1,14 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/constraints"
+--- @include "lib/status"
+--- @include "lib/roles"
+--- @include "lib/fence"
+--- @include "lib/tasks"
+--- @include "lib/placement"
 -- gang_assign.lua: commit one multi-device (gang) task: each of its roles gets its device, as
 -- part task ID.ROLE (queued -> assigned, a lease of claim_ttl, the device reserved, the part in
 -- its device's host's inbox), all in this one call or none (nothing is written when any

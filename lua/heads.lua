@@ -1,3 +1,5 @@
+--- @include "lib/base"
+--- @include "lib/args"
 -- heads.lua: read (never write) the head tasks of some queue buckets for the scheduler's
 -- snapshot, with what it needs of each head, in one call instead of a command per bucket
 -- and per head (a pass of fair_share over hundreds of tenant buckets reads ~200 of them).

@@ -1,3 +1,10 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/auth"
+--- @include "lib/liveness"
+--- @include "lib/eligibility"
 -- heartbeat.lua: a host reports itself alive and the full snapshot of its devices.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session('' = no daemon session) n, then 5 fields per device:

@@ -1,3 +1,7 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
 -- host_add.lua: register a host with the digest of its token, or rotate the token.
 -- The digest is "sha1:" + hex SHA-1 of the token (computed by the operator's client; the host
 -- later sends the token itself, which the scripts hash: reading Redis yields no credential).

@@ -1,3 +1,8 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/auth"
 -- host_drain.lua: stop or resume new assignments to a host. Two separate flags: `draining`
 -- (an operator's drain, kept across daemon restarts) and `stopping` (the host's own daemon is
 -- shutting down; cleared when a daemon starts a new session). Work already assigned or

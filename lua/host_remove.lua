@@ -1,3 +1,10 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/tasks"
+--- @include "lib/removal"
+--- @include "lib/handback"
 -- host_remove.lua: delete a host and its devices. Refused while any of its devices holds a
 -- lease (drain it and let its work finish first), unless force: each such task is handed back
 -- first (no attempt spent; it is queued again). A daemon still running for the host is told

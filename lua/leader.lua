@@ -1,3 +1,6 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
 -- leader.lua: acquire, renew or release the scheduler leader lease.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     owner ttl_ms op (acquire | release)

@@ -1,3 +1,7 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/auth"
 -- log_append.lua: the owning host appends chunks of its runs' output (stdout, stderr, what a
 -- runner writes with task.log) to the attempt's capped log stream log:ID:ATTEMPT (the attempt
 -- is the task's current one, never the caller's word). Only the

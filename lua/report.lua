@@ -1,5 +1,21 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/text"
+--- @include "lib/retry"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/auth"
+--- @include "lib/status"
+--- @include "lib/tasks"
+--- @include "lib/history"
+--- @include "lib/attempts"
+--- @include "lib/affinity"
+--- @include "lib/leases"
+--- @include "lib/outcomes"
+--- @include "lib/handback"
 -- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
--- (handed back: see hand_back in _lib.lua). Only the current lease, claimed by the caller's
+-- (handed back: see hand_back in lib/handback.lua). Only the current lease, claimed by the caller's
 -- current session, may report; a lease past its expiry that the expiry scan has not ended yet
 -- is still current (the scan decides).
 -- A failure counts against the device (toward quarantine_after) only when it is the device's:
@@ -15,7 +31,7 @@
 -- task is `queued` again after its retry_backoff (in `retries` until then) and prefers another
 -- device and host; the reply is then "ok:queued".
 -- A part of a multi-device task (task GANG.ROLE) that ends ends every other part and its task
--- GANG with it (gang_end in _lib.lua): the other parts' hosts are told on host:ID:ctl.
+-- GANG with it (gang_end in lib/outcomes.lua): the other parts' hosts are told on host:ID:ctl.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session n(1..10000), then 5 fields per report:
 --          task_id lease_id outcome(done|failed|cancelled|released)

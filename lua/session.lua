@@ -1,3 +1,11 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/auth"
+--- @include "lib/liveness"
+--- @include "lib/tasks"
+--- @include "lib/handback"
 -- session.lua: a host daemon starts (or ends) its session: one live daemon per host id.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token mode session owner expected

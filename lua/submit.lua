@@ -1,3 +1,14 @@
+--- @include "lib/base"
+--- @include "lib/config"
+--- @include "lib/args"
+--- @include "lib/text"
+--- @include "lib/retry"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/constraints"
+--- @include "lib/status"
+--- @include "lib/queue"
+--- @include "lib/roles"
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV[1]  n, the number of tasks (1..10000); then 14 (or, without the last three, 11) fields
@@ -7,9 +18,9 @@
 --          decimal 0 < s <= 1 year) reject_unmatched('' = pool setting reject_unmatchable, '1'
 --          yes, '0' no) retry_on('' = pool setting; none or a csv of failure kinds)
 --          retry_backoff('' = pool setting; none | fixed:S | exponential:BASE:MAX)
---          tenant('' = none; an id: the bucket is per tenant, see signature in _lib.lua)
+--          tenant('' = none; an id: the bucket is per tenant, see signature in lib/constraints.lua)
 --          and, as a 15th field, roles ('' = none; NAME=DRIVER:TAGS;... see parse_roles in
---          _lib.lua: a multi-device task, which waits in `gangs` instead of a bucket and has
+--          lib/roles.lua: a multi-device task, which waits in `gangs` instead of a bucket and has
 --          no driver_type, tags or tenant of its own) and, as a 16th, timeout ('' = none, else
 --          a decimal 0.001 <= s <= 7 days: the longest a run may take, capped by the host's
 --          --task-timeout; not with roles). A goal holds no NUL byte (no runner can pass one).

@@ -221,8 +221,8 @@ def _sha256(text: str) -> str:
 # -- the tables against the scripts ----------------------------------------------------------
 def _lua_commands() -> dict[str, set[str]]:
     """Every command each script may call: its own ``redis.call``s and those of the
-    ``_lib.lua`` helpers it uses (transitively)."""
-    lib = (lua_dir() / "_lib.lua").read_text()
+    ``lua/lib/`` helpers it uses (transitively)."""
+    lib = "\n".join(p.read_text() for p in sorted((lua_dir() / "lib").glob("*.lua")))
     # `local function f(` and, for one declared ahead of its callers, `f = function(`
     func = re.compile(r"^(?:local function (\w+)|(\w+) = function)\(.*?^end$", re.S | re.M)
     funcs = {m.group(1) or m.group(2): m.group(0) for m in func.finditer(lib)}

@@ -1,4 +1,4 @@
-"""One constraint rule and one liveness rule: the Lua functions in ``lua/_lib.lua`` are the
+"""One constraint rule and one liveness rule: the Lua functions in ``lua/lib/`` are the
 truth (the scripts enforce them); the Python mirrors (`deviceq.core.models.satisfies`,
 `deviceq.core.liveness`) that the scheduler's snapshot, ``status`` and ``explain`` use must
 agree with them on random inputs. Run against the real server."""
@@ -12,9 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deviceq.core import liveness
-from deviceq.core.config import PoolConfig
 from deviceq.core.models import satisfies
-from deviceq.core.scripts import lua_dir
+from deviceq.core.scripts import assemble
 from deviceq.scheduler.strategies import Bucket, IdleDevice
 
 DRIVERS = ["", "android", "ios", "web"]
@@ -27,10 +26,10 @@ SETTINGS = settings(max_examples=300, deadline=None, database=None,
 
 
 def test_python_constraint_rule_matches_lua(real_r: redis.Redis) -> None:
-    sha = real_r.script_load(
-        PoolConfig.lua_defaults() + (lua_dir() / "_lib.lua").read_text()
-        + "\nreturn satisfies(ARGV[1], ARGV[2], ARGV[3], ARGV[4]) and 1 or 0"
-    )  # fmt: skip
+    sha = real_r.script_load(assemble(
+        '--- @include "lib/constraints"\n'
+        "return satisfies(ARGV[1], ARGV[2], ARGV[3], ARGV[4]) and 1 or 0"
+    ))  # fmt: skip
 
     @SETTINGS
     @given(st.sampled_from(DRIVERS), tagsets, st.sampled_from(DRIVERS[1:]), tagsets)
@@ -49,10 +48,10 @@ def test_python_liveness_rule_matches_lua(real_r: redis.Redis) -> None:
     pool = "c" + uuid.uuid4().hex[:10]
     prefix = f"dq:{{{pool}}}:"
     real_r.hset(prefix + "config", "host_timeout", "5")
-    sha = real_r.script_load(
-        PoolConfig.lua_defaults() + (lua_dir() / "_lib.lua").read_text()
-        + "\nlocal r = host_placeable(k('host', 'h')) if r == true then return 'ok' end return r"
-    )  # fmt: skip
+    sha = real_r.script_load(assemble(
+        '--- @include "lib/base"\n--- @include "lib/liveness"\n'
+        "local r = host_placeable(k('host', 'h')) if r == true then return 'ok' end return r"
+    ))  # fmt: skip
     # heartbeat ages well away from the 5 s boundary (the two clocks read a moment apart)
     ages = st.one_of(st.just(None), st.integers(0, 4500), st.integers(5500, 60_000))
 

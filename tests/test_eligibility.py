@@ -1,4 +1,4 @@
-"""One eligibility rule: ``device_blocker`` / ``refresh_idle`` in ``lua/_lib.lua`` decide
+"""One eligibility rule: ``device_blocker`` / ``refresh_idle`` in ``lua/lib/eligibility.lua`` decide
 whether a device is an idle candidate (the truth: every script that changes a device flag
 calls them); `deviceq.core.eligibility` mirrors the rule for status, explain, verify, the
 dashboard and the scheduler's snapshot. Every combination of the device flags is driven
@@ -13,9 +13,8 @@ import uuid
 import redis
 
 from deviceq.core import eligibility
-from deviceq.core.config import PoolConfig
 from deviceq.core.models import DeviceState, Host, PooledDevice
-from deviceq.core.scripts import lua_dir
+from deviceq.core.scripts import assemble
 
 STATES = [None, "idle", "busy", "offline"]
 RESERVED = ["", "t1"]
@@ -24,7 +23,9 @@ HELD = [None, "", "suspect", "refused"]
 BOOKED = [None, "", "1796000000000"]
 HEALTH = [None, "", "healthy", "checking", "unhealthy"]
 
-PROBE = """
+PROBE = """--- @include "lib/base"
+--- @include "lib/eligibility"
+--- @include "lib/placement"
 local did = ARGV[1]
 local d = gate(did)
 local why = device_blocker(d)
@@ -56,9 +57,7 @@ def test_every_flag_combination_gets_the_same_answer_in_lua_and_python(
 ) -> None:
     pool = "elig" + uuid.uuid4().hex[:10]
     prefix = f"dq:{{{pool}}}:"
-    sha = real_r.script_load(
-        PoolConfig.lua_defaults() + (lua_dir() / "_lib.lua").read_text() + "\n" + PROBE
-    )
+    sha = real_r.script_load(assemble(PROBE))
     dk = prefix + "device:d1"
     combos = _combos()
     assert len(combos) == 1440

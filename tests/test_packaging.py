@@ -23,11 +23,14 @@ from deviceq.core.scripts import Scripts, lua_dir, names, source
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO_SCRIPTS = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
+REPO_LUA = sorted(p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua"))
+"""Every Lua file: the scripts and the helper files they include (``lib/NAME.lua``)."""
 
 
 def test_scripts_load_from_the_source_checkout(real_r: redis.Redis, pool: str) -> None:
     folder = lua_dir()
     assert sorted(p.name for p in folder.glob("*.lua")) == REPO_SCRIPTS
+    assert any(n.startswith("lib/") for n in REPO_LUA)
     assert set(names()) == {n[:-4] for n in REPO_SCRIPTS if not n.startswith("_")}
     assert {"submit", "heartbeat", "assign", "claim", "renew", "report", "expire", "cancel"} <= set(
         names()
@@ -54,11 +57,11 @@ def test_scripts_load_from_an_installed_wheel(tmp_path: Path, redis_server: Any,
     (wheel,) = dist.glob("deviceq-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         packed = sorted(
-            Path(n).name
+            n.removeprefix("deviceq/lua/")
             for n in zf.namelist()
             if n.startswith("deviceq/lua/") and n.endswith(".lua")
         )
-    assert packed == REPO_SCRIPTS, "the wheel carries every script as deviceq/lua/*.lua"
+    assert packed == REPO_LUA, "the wheel carries every script and helper file under deviceq/lua/"
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)

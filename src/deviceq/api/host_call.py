@@ -23,7 +23,7 @@ LOG = logging.getLogger("deviceq.api")
 
 SESSION_HEADER = "X-Deviceq-Session"
 MAX_ITEMS = 1000  # devices of a heartbeat, leases of a renewal, reports of a call, at most
-CTL_MAX = 16  # control messages kept per host (lua/_lib.lua ``ctl``): one poll drains them
+CTL_MAX = 16  # control messages kept per host (lua/lib/notify.lua ``ctl``): one poll drains them
 SESSION_MODES = ("start", "dead", "takeover")
 MAX_TOKEN = 256  # the longest token the scripts accept
 

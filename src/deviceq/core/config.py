@@ -19,7 +19,7 @@ _SECS = re.compile(r"(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?")
 
 
 def check_retry_on(v: str) -> str:
-    """``none`` or a csv of RETRY_KINDS (the same check as ``retry_kinds`` in lua/_lib.lua)."""
+    """``none`` or a csv of RETRY_KINDS (the same check as ``retry_kinds`` in lua/lib/retry.lua)."""
     kinds = v.split(",")
     if v != "none" and (not v or any(k not in RETRY_KINDS for k in kinds)):
         kinds_list = ", ".join(RETRY_KINDS)
@@ -29,7 +29,7 @@ def check_retry_on(v: str) -> str:
 
 def check_retry_backoff(v: str) -> str:
     """``none``, ``fixed:SECONDS`` or ``exponential:BASE:MAX`` (seconds up to 999999.999, at
-    most 3 decimals; the same check as ``parse_backoff`` in lua/_lib.lua)."""
+    most 3 decimals; the same check as ``parse_backoff`` in lua/lib/retry.lua)."""
     parts = v.split(":")
     ok = (parts == ["none"]) or (
         (parts[0], len(parts)) in (("fixed", 2), ("exponential", 3))

@@ -1,7 +1,7 @@
 """THE rule for whether a device may take work now and, when not, why, in Python.
 
-``device_blocker`` in ``lua/_lib.lua`` is the rule the scripts enforce (the truth: it decides
-membership of the ``idle`` candidates and which assignments ``assign.lua`` refuses);
+``device_blocker`` in ``lua/lib/eligibility.lua`` is the rule the scripts enforce (the truth: it
+decides membership of the ``idle`` candidates and which assignments ``assign.lua`` refuses);
 ``device_blocker`` here mirrors it and is tested against it over every combination of its
 fields (tests/test_constraints.py). ``verdict`` adds the host's side (`deviceq.core.liveness`)
 and gives every reason in precedence order: the first names the device's effective state,

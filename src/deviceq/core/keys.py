@@ -47,10 +47,10 @@ key                                type       holds
                                               its host's health check, ...)
 ``device:ID:history``               list       the device's last 20 attempt ends, newest first:
                                               JSON ``{task, attempt, outcome, failure_kind,
-                                              at}`` (written by close_attempt in _lib.lua)
+                                              at}`` (close_attempt, lua/lib/attempts.lua)
 ``device:ID:log``                   list       the device's last 20 quarantine, health check and
                                               booking changes, newest first: JSON ``{event,
-                                              at, ...}`` (device_log in _lib.lua)
+                                              at, ...}`` (device_log in lua/lib/history.lua)
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)

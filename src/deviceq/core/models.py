@@ -192,7 +192,7 @@ class Constraints(BaseModel):
 
     def signature(self, priority: int = 0, tenant: str | None = None) -> str:
         """Bucket id of the queued index: tasks with equal constraints, priority and tenant
-        share it (``signature`` in lua/_lib.lua)."""
+        share it (``signature`` in lua/lib/constraints.lua)."""
         raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
         if tenant:
             raw += f"|{tenant}"
@@ -212,8 +212,8 @@ def satisfies(
 ) -> bool:
     """THE constraint rule in Python: a device satisfies a task when the task names no driver
     type or the device's, and the device has every tag the task requires. ``satisfies`` in
-    ``lua/_lib.lua`` is the rule the scripts enforce (the truth); this mirror is tested against
-    it on random inputs (tests/test_constraints.py)."""
+    ``lua/lib/constraints.lua`` is the rule the scripts enforce (the truth); this mirror is tested
+    against it on random inputs (tests/test_constraints.py)."""
     if task_driver and task_driver != device_driver:
         return False
     have = device_tags if isinstance(device_tags, set | frozenset) else set(device_tags)

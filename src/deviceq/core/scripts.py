@@ -2,7 +2,10 @@
 
 The scripts live at the repository root in ``lua/``; a built wheel carries them as the package
 data folder ``deviceq/lua``. Each script is sent as ``DEFAULTS`` (generated from
-``PoolConfig``) + ``_lib.lua`` + the script.
+``PoolConfig``) + the helper files it includes + the script. A Lua file (script or helper)
+names the helper files it uses in its first lines, one ``--- @include "lib/NAME"`` line each
+(``lua/lib/NAME.lua``); they are resolved transitively, each file after the files it includes
+and once only, so a script carries the helpers it uses and nothing else.
 
 A call is ``EVALSHA`` (the fast path: only the digest travels). When the server does not know
 the script (``NOSCRIPT``: a restarted or failed-over server, a ``SCRIPT FLUSH``), the call is
@@ -11,11 +14,13 @@ next call is an ``EVALSHA`` again. No ``SCRIPT`` command is ever sent (``SCRIPT 
 ``SCRIPT EXISTS`` are script management, which deviceq's Redis users are not given: see
 ``deviceq acl``). Queued on a pipeline (``client=pipe``) a call is an ``EVAL``: its reply is
 only known when the pipeline runs, too late to fall back, and an ``EVAL`` never answers
-``NOSCRIPT`` (it costs the body's bytes, about 20 KB, per call)."""
+``NOSCRIPT`` (it costs the body's bytes, 6-40 KB, per call)."""
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -27,6 +32,13 @@ from redis.exceptions import NoScriptError
 
 from .config import PoolConfig
 from .errors import DeviceqError, error_codes, from_reply
+
+
+class IncludeError(DeviceqError):
+    """A Lua file's ``--- @include`` lines are malformed, name a missing file or form a cycle."""
+
+
+_INCLUDE = re.compile(r'--- @include "([a-z0-9_]+(?:/[a-z0-9_]+)*)"[ \t]*')
 
 
 def lua_dir() -> Path:
@@ -41,10 +53,77 @@ def lua_dir() -> Path:
     raise DeviceqError("deviceq's Lua scripts are missing from this installation")
 
 
+def includes(text: str, where: str) -> list[str]:
+    """The files Lua text ``where`` includes directly, in order: its leading
+    ``--- @include "NAME"`` lines (NAME relative to ``lua/``, without ``.lua``). An include
+    line anywhere else, or a malformed one, is an error (it would be silently ignored)."""
+    out: list[str] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _INCLUDE.fullmatch(line)
+        if m:
+            out.append(m.group(1))
+            continue
+        stray = next((x for x in lines[i:] if x.startswith("--- @include")), None)
+        if stray is not None:
+            raise IncludeError(
+                f'{where}: {stray!r}: an include is a line --- @include "lib/NAME" among the '
+                "first lines of the file"
+            )
+        break
+    return out
+
+
+def resolve(roots: Sequence[str], read: Callable[[str], str | None], where: str) -> list[str]:
+    """Every file ``where`` needs for its direct includes ``roots``: transitively, each file
+    after the files it includes (depth first, in include order), each once. ``read(name)``
+    gives a file's text, or None when there is no such file."""
+    order: list[str] = []
+    done: set[str] = set()
+    chain: list[str] = [where]
+
+    def visit(name: str) -> None:
+        if name in done:
+            return
+        if name in chain:
+            cycle = chain[chain.index(name) :] + [name]
+            raise IncludeError("include cycle: " + " -> ".join(cycle))
+        text = read(name)
+        if text is None:
+            raise IncludeError(f"{chain[-1]} includes {name!r}: there is no lua/{name}.lua")
+        chain.append(name)
+        for dep in includes(text, name):
+            visit(dep)
+        chain.pop()
+        done.add(name)
+        order.append(name)
+
+    for root in roots:
+        visit(root)
+    return order
+
+
+def _read(name: str) -> str | None:
+    path = lua_dir() / f"{name}.lua"
+    return path.read_text() if path.is_file() else None
+
+
+def library(name: str, text: str) -> list[str]:
+    """The helper files Lua text ``text`` (named ``name`` in errors) is sent with, in order."""
+    return resolve(includes(text, name), _read, name)
+
+
+def assemble(text: str, name: str = "snippet") -> str:
+    """The full text sent to Redis for Lua text ``text``: the generated settings tables, the
+    helper files it includes (transitively, in order), then ``text`` itself."""
+    parts = [_read(lib) or "" for lib in library(name, text)]
+    return PoolConfig.lua_defaults() + "\n".join([*parts, text])
+
+
 @cache
 def names() -> tuple[str, ...]:
-    """Every transition script: each ``lua/NAME.lua`` but the ``_lib.lua`` helpers."""
-    return tuple(sorted(p.stem for p in lua_dir().glob("*.lua") if not p.stem.startswith("_")))
+    """Every transition script: each ``lua/NAME.lua`` (the helpers are in ``lua/lib/``)."""
+    return tuple(sorted(p.stem for p in lua_dir().glob("*.lua")))
 
 
 @cache
@@ -52,10 +131,7 @@ def source(name: str) -> str:
     """The full text sent to Redis for script ``name``."""
     if name not in names():
         raise KeyError(name)
-    folder = lua_dir()
-    lib = (folder / "_lib.lua").read_text()
-    body = (folder / f"{name}.lua").read_text()
-    return PoolConfig.lua_defaults() + lib + "\n" + body
+    return assemble((lua_dir() / f"{name}.lua").read_text(), name)
 
 
 @cache

@@ -5,7 +5,7 @@
 tasks may hold at once (0 = no cap; ``lua/assign.lua`` enforces it, refusing ``tenant_cap``).
 ``dq:{POOL}:tenant_held`` (hash) counts the devices each tenant's tasks hold (leases, assigned
 or running): ``assign.lua`` adds one, every end of a lease (``drop_lease`` in
-``lua/_lib.lua``) takes one off."""
+``lua/lib/leases.lua``) takes one off."""
 
 from __future__ import annotations
 

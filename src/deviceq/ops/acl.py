@@ -116,7 +116,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "xadd zadd zcard zrem",
     }.items()
 }
-"""The commands each script may call, its ``_lib.lua`` helpers included (tests/test_acl.py
+"""The commands each script may call, the ``lua/lib/`` helpers it uses included (tests/test_acl.py
 checks that it covers what the scripts call)."""
 
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {

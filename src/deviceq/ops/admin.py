@@ -82,7 +82,7 @@ def _check_note(note: str, required: bool) -> str:
 
 DEVICE_PAST = 20
 """Entries kept in a device's ``device:ID:history`` and ``device:ID:log`` (the Lua side
-trims both to this many: ``DEVICE_RECENT`` in lua/_lib.lua)."""
+trims both to this many: ``DEVICE_RECENT`` in lua/lib/history.lua)."""
 
 
 def _json_objects(raw: Iterable[Any]) -> list[dict[str, Any]]:

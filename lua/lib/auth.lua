@@ -1,0 +1,30 @@
+--- @include "lib/base"
+--- @include "lib/args"
+-- lib/auth.lua: host authentication (token digest and daemon session).
+
+-- authenticate a host call: the host sends its token, Redis keeps only sha1(token), so reading
+-- Redis never yields a usable credential. `session` must be the host's current session (''
+-- only while no daemon session is active). Returns the host hash key, or nil and an error.
+local function auth_host(host_id, token, session)
+  if not valid_id(host_id) then return nil, fail('AUTH', 'malformed host id') end
+  if type(token) ~= 'string' or #token < 16 or #token > 256 then
+    return nil, fail('AUTH', 'wrong token for host ' .. host_id)
+  end
+  local hk = k('host', host_id)
+  local h = redis.call('HMGET', hk, 'token_digest', 'session')
+  if not h[1] then
+    return nil, fail('AUTH', 'host ' .. host_id .. ' is not registered in this pool (removed?)')
+  end
+  if h[1] ~= 'sha1:' .. redis.sha1hex(token) then
+    return nil, fail('AUTH', 'wrong token for host ' .. host_id .. ' (rotated?)')
+  end
+  if session == nil then return hk end
+  if (h[2] or '') ~= session then
+    if session == '' then
+      return nil, fail('SUPERSEDED', 'host ' .. host_id .. ' has a daemon session; this call carries none')
+    end
+    return nil, fail('SUPERSEDED', 'session ' .. session .. ' of host ' .. host_id ..
+      ' was superseded by a newer daemon (takeover, restart or token rotation)')
+  end
+  return hk
+end

@@ -1,0 +1,39 @@
+--- @include "lib/base"
+--- @include "lib/eligibility"
+-- lib/leases.lua: the end of a lease: out of the lease index (and an unclaimed one out of its
+-- host's inbox), its device released.
+
+-- end the active lease of task `id` (fields t): out of the lease index, off the host's inbox
+-- if it was not claimed yet
+local function drop_lease(id, t)
+  redis.call('ZREM', k('leases'), id)
+  if t.tenant and t.tenant ~= '' then  -- the devices a tenant holds (assign.lua counts up)
+    if redis.call('HINCRBY', k('tenant_held'), t.tenant, -1) <= 0 then
+      redis.call('HDEL', k('tenant_held'), t.tenant)
+    end
+  end
+  if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
+    redis.call('LREM', k('host', t.host_id, 'inbox'), 0, id)
+  end
+end
+
+-- release the device reserved by task id. hold = nil: back among the idle candidates when
+-- the rule allows (refresh_idle); hold = 'suspect' (its lease expired) or 'refused' (its host
+-- handed the assignment back): out of the candidates until its host's next heartbeat.
+-- Returns the device's consecutive infrastructure failure count (nil when not reserved by id).
+local function release_device(device_id, id, hold)
+  if not device_id or device_id == '' then return end
+  local dk = k('device', device_id)
+  local d = gate(device_id)
+  if d.reserved_by ~= id then return end
+  d.reserved_by = ''
+  if hold then
+    redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str(), 'held', hold,
+      'held_at', now_str())
+    d.held = hold
+  else
+    redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
+  end
+  refresh_idle(device_id, d)
+  return tonumber(redis.call('HGET', dk, 'consecutive_failures') or '0') or 0
+end

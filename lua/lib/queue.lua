@@ -1,0 +1,42 @@
+--- @include "lib/base"
+-- lib/queue.lua: where a queued task waits: its constraint bucket (queue:SIG, sig:SIG, the
+-- queues index) or, a multi-device task, `gangs`.
+
+-- put a task into its constraint bucket (keeps its original submission order); the bucket's
+-- constraints (sig:SIG) exist exactly while the bucket is non-empty
+local function enqueue(id, sig, seq, driver, tags, prio, tenant)
+  if redis.call('ZADD', k('queue', sig), seq, id) == 1 and redis.call('ZCARD', k('queue', sig)) == 1 then
+    redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0',
+      'tenant', tenant or '')
+  end
+  redis.call('ZADD', k('queues'), 'LT', seq, sig)
+end
+
+-- after tasks left bucket `sig`: drop it (and its constraints) or fix its head score
+local function fix_head(sig)
+  local head = redis.call('ZRANGE', k('queue', sig), 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', k('queues'), sig)
+    redis.call('DEL', k('sig', sig))
+  else
+    redis.call('ZADD', k('queues'), head[2], sig)
+  end
+end
+
+-- take a task out of its bucket, keeping the bucket index's head score right
+local function dequeue(id, sig)
+  redis.call('ZREM', k('queue', sig), id)
+  fix_head(sig)
+end
+
+-- where a queued task waits: a gang task (roles) in `gangs` by seq, any other in its bucket
+local function to_queue(id, t)
+  if (t.roles or '') ~= '' then
+    redis.call('ZADD', k('gangs'), t.seq, id)
+  else
+    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+  end
+end
+local function from_queue(id, t)
+  if (t.roles or '') ~= '' then redis.call('ZREM', k('gangs'), id) else dequeue(id, t.sig) end
+end

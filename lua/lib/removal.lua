@@ -1,0 +1,25 @@
+--- @include "lib/base"
+-- lib/removal.lua: forgetting a device (host_remove.lua, device_remove.lua).
+
+-- forget device `did` (its hash, history, indexes and profile counts): host_remove.lua and
+-- device_remove.lua, once no lease holds it. Returns its host id, or nil when it is unknown.
+local function delete_device(did)
+  local dk = k('device', did)
+  local d = redis.call('HMGET', dk, 'host_id', 'driver_type', 'tags', 'quarantined')
+  if not d[1] then return nil end
+  local function count(hash, key, by)
+    if redis.call('HINCRBY', k(hash), key, by) <= 0 then redis.call('HDEL', k(hash), key) end
+  end
+  if d[2] then
+    count('caps', d[2] .. '|' .. (d[3] or ''), -1)
+    count('drivers', d[2], -1)
+    if d[4] == '1' then count('qdrivers', d[2], -1) end
+  end
+  redis.call('DEL', dk, k('device', did, 'history'), k('device', did, 'log'))
+  redis.call('SREM', k('devices'), did)
+  redis.call('SREM', k('host', d[1], 'devices'), did)
+  redis.call('ZREM', k('idle'), did)
+  redis.call('ZREM', k('bookings'), did)
+  redis.call('HDEL', k('faults'), did)
+  return d[1]
+end
