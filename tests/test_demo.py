@@ -59,10 +59,14 @@ def port_open(url: str) -> bool:
 
 
 def run_demo(
-    tmp_path: Path, *args: str, timeout: float = 90, path: str | None = None
+    tmp_path: Path,
+    *args: str,
+    timeout: float = 90,
+    path: str | None = None,
+    before: tuple[str, ...] = (),
 ) -> tuple[int, dict[str, Any], str]:
-    """Run ``deviceq demo`` with a private TMPDIR; return (exit code, JSON summary, stderr),
-    after checking it left no process and no temporary file behind."""
+    """Run ``deviceq [BEFORE...] demo ARGS...`` with a private TMPDIR; return (exit code, JSON
+    summary, stderr), after checking it left no process and no temporary file behind."""
     private_tmp = tmp_path / "tmpdir"
     private_tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEQ_")}
@@ -70,7 +74,7 @@ def run_demo(
     if path is not None:
         env["PATH"] = path
     proc = subprocess.run(
-        [*deviceq_cmd(), "demo", *args], env=env, stdin=subprocess.DEVNULL,
+        [*deviceq_cmd(), *before, "demo", *args], env=env, stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     needle = f"TMPDIR={private_tmp}\0".encode()
@@ -109,6 +113,10 @@ def test_demo_completes_on_a_private_redis_server(tmp_path: Path) -> None:
     assert summary["backend"] == "redis-server"
     check_fleet_summary(summary, 12)
     assert not port_open(summary["redis_url"]), "the embedded Redis still listens"
+    # it ends with what to try next (on stderr with --json: stdout is the summary alone)
+    hints = stderr.strip().splitlines()[-3:]
+    assert hints[0].startswith("Next: ") and "deviceq demo --redis-url" in hints[0], hints
+    assert "deviceq host run --host-id lab-1" in hints[1] and "deviceq status" in hints[2]
 
 
 def test_demo_falls_back_to_fakeredis_without_redis_server(tmp_path: Path) -> None:
@@ -163,6 +171,22 @@ def test_demo_fails_with_one_line_when_redis_is_unreachable(tmp_path: Path) -> N
     assert code == 1
     assert summary["ok"] is False and "Connection" in summary["problem"]
     assert stderr.strip().splitlines()[-1].startswith("error: demo failed:")
+
+
+def test_the_global_redis_url_is_the_demos_too(tmp_path: Path) -> None:
+    """``deviceq --redis-url URL demo`` runs against URL as ``demo --redis-url URL`` does (here
+    a port nobody listens on: it fails in one line naming it, the password redacted)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"redis://:s3cret-pw@127.0.0.1:{port}/0"
+    code, summary, stderr = run_demo(tmp_path, "--json", before=("--redis-url", url), timeout=60)
+    assert code == 1
+    assert summary["backend"] == "external", summary
+    assert summary["redis_url"] == f"redis://:***@127.0.0.1:{port}/0"
+    assert "Connection" in summary["problem"]
+    assert stderr.strip().splitlines()[-1].startswith("error: demo failed:")
+    assert "s3cret-pw" not in stderr and "Next: " not in stderr  # (no hints after a failure)
 
 
 def test_percentiles_are_nearest_rank() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
-from ..ops.demo import EMBEDDED_CHOICES, Demo, DemoOptions, summary_table
-from .app import echo_json, main
+from ..ops.demo import EMBEDDED_CHOICES, Demo, DemoOptions, next_steps, summary_table
+from .app import Ctx, echo_json, main
 
 
 @main.command()
@@ -17,7 +18,8 @@ from .app import echo_json, main
     "demo_redis_url",
     default=None,
     help="Run against this Redis (in a fresh pool, deleted afterwards) instead of an embedded "
-    "one. The global --redis-url is ignored by the demo.",
+    "one. The global --redis-url (deviceq --redis-url URL demo) does the same; "
+    "DEVICEQ_REDIS_URL is not used.",
 )
 @click.option(
     "--embedded",
@@ -53,7 +55,9 @@ from .app import echo_json, main
     is_flag=True,
     help="Print the summary as JSON on stdout (progress goes to stderr).",
 )
+@click.pass_context
 def demo(
+    ctx: click.Context,
     demo_redis_url: str | None,
     embedded: str,
     tasks: int,
@@ -68,8 +72,8 @@ def demo(
     redis-server is not installed), a scheduler and two hosts with simulated devices as real
     `deviceq` processes, submits goal and workflow tasks, SIGKILLs one host mid-way so that
     lease expiry and retry happen, and prints done/failed/retried counts and submit→dispatch
-    latency. Stops every process and removes every file it made. Exit 0 when every task ended
-    done, 1 otherwise.
+    latency, then what to try next. Stops every process and removes every file it made. Exit
+    0 when every task ended done, 1 otherwise.
 
     \b
     Example:
@@ -78,6 +82,7 @@ def demo(
       deviceq demo --redis-url redis://localhost:6379/0 --json
     """
     console = Console(stderr=as_json)
+    demo_redis_url = demo_redis_url or _global_redis_url(ctx)
     options = DemoOptions(
         redis_url=demo_redis_url,
         embedded=embedded,
@@ -91,8 +96,22 @@ def demo(
         echo_json(result.as_dict())
     else:
         console.print(summary_table(result))
+    if result.ok:
+        for line in next_steps(result, kept_pool=keep_pool):
+            console.print(line, highlight=False, soft_wrap=True)
     if not result.ok:
         if result.detail:
             click.echo(result.detail, err=True)
         click.echo(f"error: demo failed: {result.problem}", err=True)
     sys.exit(0 if result.ok else 1)
+
+
+def _global_redis_url(ctx: click.Context) -> str | None:
+    """The root's ``--redis-url`` when typed on the command line (``deviceq --redis-url URL
+    demo``): the demo runs against it as with its own option (TLS options applied). Its
+    default and ``DEVICEQ_REDIS_URL`` are not used: the demo brings its own Redis."""
+    root = ctx.find_root()
+    if root.get_parameter_source("redis_url") is not ParameterSource.COMMANDLINE:
+        return None
+    obj = ctx.find_object(Ctx)
+    return obj.redis_url if obj is not None else None

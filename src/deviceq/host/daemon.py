@@ -6,6 +6,13 @@ from a thread of its own (which also blocks on the host's control list, so a can
 quarantine change, a takeover or a removal is acted on at once), and reports outcomes,
 retrying while Redis is unreachable.
 
+While Redis (or, with ``--api-url``, the API) is unreachable, every loop backs off on its own
+(0.2 s doubling to 10 s, jittered, reset on success) and running tasks go on; the daemon logs
+one line when it goes away (``redis unreachable at HOST:PORT: ERROR; retrying``), at most one a
+minute while it stays away, and one when it is back (``redis reachable again after 12.3 s``),
+whereupon every loop resumes at once and the reports held meanwhile are sent (see
+`deviceq.core.backoff`).
+
 Lifecycle of one attempt on the host::
 
     claim -> run (renewed at 1/3 of each lease) -> report done | failed | cancelled
@@ -47,12 +54,13 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 
-from ..core.connection import TLSError, connect
+from ..core.backoff import Backoff, Outage, endpoint, url_secrets
+from ..core.connection import TLSError, connect, redis_password
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
 from .client import HostClient, HostLink
@@ -61,10 +69,11 @@ from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
 from .http_client import ApiHostClient
+from .log_stream import LogChunk
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
-from .state import EXIT_START_REFUSED, TRANSIENT, HostState, unreachable
+from .state import EXIT_START_REFUSED, TRANSIENT, HostState
 from .upkeep import CTL_BLOCK, Upkeep
 
 
@@ -107,6 +116,27 @@ def install_stop_signals(
 
 
 _SIGNAL_SOCKS: list[tuple[socket.socket, socket.socket]] = []
+
+
+class QuietLogSink:
+    """Where the runs' live logs go: the host link, its outages told to the daemon's
+    `Outage` (said once) instead of a warning per flush (a few a second while a run writes). A
+    flush that cannot get through is dropped, as the log streamer drops any failed one (live
+    logs are best effort): its chunks are answered ``ok`` so that the streams stay open, and
+    the run goes on."""
+
+    def __init__(self, host: HostLink, outage: Outage) -> None:
+        self.host = host
+        self.outage = outage
+
+    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
+        try:
+            answers = self.host.log_append(chunks)
+        except TRANSIENT as exc:
+            self.outage.failed(exc)
+            return ["ok"] * len(chunks)
+        self.outage.ok()
+        return answers
 
 
 class HostWorker:
@@ -157,14 +187,34 @@ class HostWorker:
         self.ctl = client(settings.socket_timeout + (0 if api else CTL_BLOCK))
         self.state = HostState(settings, pool)
         self.state.nudge = self._nudge
+        self.outage = self._outage(redis_url, settings.api_url)
+        self.backoff = Backoff()  # the main loop's, while Redis is unreachable
         self.dispatcher = dispatcher or self._dispatcher(settings, pool)
         self.executor = Executor(self.state, self.host, self.dispatcher)
-        self.upkeep = Upkeep(self.state, self.host, self.ctl, summary=self._summary)
+        self.executor.reporter.outage = self.outage
+        self.executor.logs.sink = QuietLogSink(self.host, self.outage)
+        self.upkeep = Upkeep(
+            self.state, self.host, self.ctl, summary=self._summary, outage=self.outage
+        )
         self.health = HealthChecker(self.state, self.host)
         self.state.task_ending = self.health.task_ending
         self.state.task_ended = self.health.task_ended
         self.devices = DeviceWatch(self.state, self.health, settings.sources)
         self._threads: list[threading.Thread] = []
+
+    def _outage(self, redis_url: str, api_url: str | None) -> Outage:
+        """What every loop of this daemon reports the reachability of Redis (or the API) to:
+        its lines name the address, never the password."""
+        url = api_url or redis_url
+        secrets = url_secrets(url)
+        with contextlib.suppress(DeviceqError):  # (unreadable: connect() has said so already)
+            secrets.append(redis_password() or "")
+        return Outage(
+            endpoint(url),
+            lambda level, msg: self.state.log(level, msg),
+            what="deviceq api" if api_url else "redis",
+            secrets=secrets,
+        )
 
     def _dispatcher(self, settings: WorkerSettings, pool: str) -> TaskDispatcher:
         spec = settings.goal_runner
@@ -272,7 +322,7 @@ class HostWorker:
         try:
             # a TLS failure at start is configuration, not an outage: fail in one line (while
             # running, it is retried like any outage, its reason in the log)
-            info = self.state.retry("start", first, self.state.stopping.is_set, (TLSError,))
+            info = self.outage.call(first, self.state.stopping.is_set, never=(TLSError,))
         except redis.AuthenticationError as exc:  # a wrong or missing password: never transient
             self.state.log(logging.ERROR, f"cannot start: Redis refused the credentials: {exc}")
             return EXIT_START_REFUSED
@@ -345,6 +395,7 @@ class HostWorker:
 
     def _main_loop_inner(self) -> None:
         delay = 0.05
+        self.backoff.reset()
         while not self.state.stopping.is_set():
             free = self.state.free_devices()
             # an operator's drain stops new assignments; what was assigned before still runs
@@ -355,11 +406,11 @@ class HostWorker:
             try:
                 sent = time.monotonic()
                 claimed = self.host.claim(len(free))
+                self.outage.ok()
+                self.backoff.reset()
                 delay = 0.05
             except TRANSIENT as exc:
-                self.state.log(logging.WARNING, "claim: Redis unreachable", **unreachable(exc))
-                self.state.stopping.wait(delay)
-                delay = min(1.0, delay * 2)
+                self._unreachable(exc)
                 continue
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
@@ -382,9 +433,14 @@ class HostWorker:
         timeout = self.settings.poll_interval * random.uniform(0.75, 1.25)
         try:
             self.waiter.wait_for_work(timeout)
+            self.outage.ok()
         except TRANSIENT as exc:
-            self.state.log(logging.WARNING, "inbox wait: Redis unreachable", **unreachable(exc))
-            self.state.stopping.wait(random.uniform(0.1, 0.3))
+            self._unreachable(exc)
+
+    def _unreachable(self, exc: Exception) -> None:
+        """A claim or an inbox wait met an outage: back off (ends early if Redis is back)."""
+        self.outage.failed(exc)
+        self.outage.pause(self.backoff.next(), self.state.stopping.is_set)
 
     # -- drain -------------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -410,14 +466,15 @@ class HostWorker:
         sent = time.monotonic()
         if self.state.fatal_reason is None:
             try:
-                self.state.retry("set stopping", lambda: self.host.set_draining(True), past_grace)
+                quick = Backoff(0.05, 1.0)  # (within the grace period)
+                self.outage.call(lambda: self.host.set_draining(True), past_grace, backoff=quick)
                 # hand back what was assigned to us but not started
                 sent = time.monotonic()
                 claimed = (
-                    self.state.retry(
-                        "drain inbox",
+                    self.outage.call(
                         lambda: self.host.claim(max(1, len(self.state.devices))),
                         past_grace,
+                        backoff=quick,
                     )
                     or []
                 )

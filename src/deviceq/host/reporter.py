@@ -15,6 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..core.backoff import Outage
 from ..core.errors import AuthError, DeviceqError, NotConfirmed, SessionSuperseded
 from .client import HostLink, Report
 from .state import HostState
@@ -44,6 +45,7 @@ class Reporter:
         self._sending = False  # a thread is sending: new reports wait for it to take them
         self.calls = 0
         self.sent = 0
+        self.outage: Outage | None = None  # the daemon's (its outage lines, its backoff)
 
     def send(self, report: Report, fields: dict[str, object]) -> Pending:
         """Report ``report`` and wait for its answer (or for the host to give up on it)."""
@@ -85,9 +87,14 @@ class Reporter:
     def _deliver(self, batch: list[Pending]) -> None:
         reports = [p.report for p in batch]
         try:
-            answers = self.state.retry(
-                "report", lambda: self._send(reports, batch), self.state.give_up_reports
-            )
+            if self.outage is not None:  # retried quietly: the outage says it once
+                answers = self.outage.call(
+                    lambda: self._send(reports, batch), self.state.give_up_reports
+                )
+            else:
+                answers = self.state.retry(
+                    "report", lambda: self._send(reports, batch), self.state.give_up_reports
+                )
         except (AuthError, SessionSuperseded) as exc:
             self.state.fatal(exc)
             answers = None

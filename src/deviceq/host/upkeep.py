@@ -3,7 +3,9 @@ its answer brings the quarantine set and the operator's drain), lease renewals a
 list (`Upkeep.renew_loop`: each lease renewed a third into it; between renewals a blocking wait
 on ``host:ID:ctl``, so a cancel, a quarantine change, a takeover or a removal is acted on at
 once, at most a few times a second however many messages arrive), and the optional device
-checks (`Upkeep.check_loop`)."""
+checks (`Upkeep.check_loop`). While Redis is unreachable each loop backs off on its own
+(`deviceq.core.backoff.Backoff`) and says nothing itself: the daemon's `Outage` writes one
+line when Redis goes away and one when it is back, and ends every loop's pause at once then."""
 
 from __future__ import annotations
 
@@ -14,13 +16,14 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from ..core.backoff import Backoff, Outage
 from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
 from .client import HostLink
 from .execution import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DEVICE_CHECK_PLACEHOLDERS, DeviceConfig
-from .state import TRANSIENT, HostState, unreachable
+from .state import TRANSIENT, HostState
 
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
@@ -38,6 +41,7 @@ class Upkeep:
         host: HostLink,
         ctl: HostLink,
         summary: Callable[[], None] = lambda: None,
+        outage: Outage | None = None,
     ) -> None:
         self.state = state
         self.settings = state.settings
@@ -45,6 +49,8 @@ class Upkeep:
         self.ctl = ctl
         self.summary = summary  # logs what the host did lately (every ~10 s)
         self.last_ctl = float("-inf")  # when the renew loop last reacted to a control message
+        # (one per daemon, shared with its other loops: see deviceq.core.backoff)
+        self.outage = outage or Outage("its address", lambda level, msg: state.log(level, msg))
 
     def hb_interval(self) -> float:
         return self.settings.heartbeat_interval or max(0.05, self.state.host_timeout / 3)
@@ -56,10 +62,14 @@ class Upkeep:
 
     def heartbeat_loop(self) -> None:
         next_cfg = time.monotonic() + 10.0
+        backoff = Backoff()
         while not self.state.closed.is_set():
             try:
                 reports = self.state.adjust_snapshot(self.state.snapshot())
-                self.state.apply_heartbeat(self.host.heartbeat(reports))
+                hb = self.host.heartbeat(reports)
+                self.outage.ok()
+                backoff.reset()
+                self.state.apply_heartbeat(hb)
                 self.state.after_heartbeat()
                 if time.monotonic() >= next_cfg:
                     self.refresh_config()
@@ -67,8 +77,9 @@ class Upkeep:
                     next_cfg = time.monotonic() + 10.0
                 wait = self.hb_interval()
             except TRANSIENT as exc:
-                self.state.log(logging.WARNING, "heartbeat: Redis unreachable", **unreachable(exc))
-                wait = min(0.5, self.hb_interval())
+                self.outage.failed(exc)
+                self.outage.pause(backoff.next(), self.state.closed.is_set)
+                continue
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
                 return
@@ -95,6 +106,7 @@ class Upkeep:
         """Renew each lease a third into it; between renewals block on the host's control
         list, so a cancel request, a quarantine change, a takeover or a removal is acted on at
         once; stop runs whose lease ended locally without a renewal."""
+        backoff = Backoff()
         while not self.state.closed.is_set():
             runs = [
                 r for r in self.state.active_runs() if r.reason != "lost" and not r.ended.is_set()
@@ -122,9 +134,14 @@ class Upkeep:
                 if self.state.closed.is_set():
                     return
                 self.wait_for_control(wait)
+                if not self.outage.down:  # (the calls made got through, if any were made)
+                    backoff.reset()
             except TRANSIENT as exc:
-                self.state.log(logging.WARNING, "renew: Redis unreachable", **unreachable(exc))
-                self.state.closed.wait(0.2)
+                self.outage.failed(exc)
+                # back at the latest when a lease ends locally: its runner is stopped then
+                ends = [x for r in runs if r.reason is None and (x := r.lease.remaining())]
+                delay = min([backoff.next(), *(x for x in ends if x > 0)])
+                self.outage.pause(max(0.05, delay), self.state.closed.is_set)
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
                 return
@@ -142,7 +159,10 @@ class Upkeep:
         quiet = self.last_ctl + CTL_MIN_INTERVAL - time.monotonic()
         if quiet > 0:
             self.state.closed.wait(min(wait, quiet))
-        elif self.ctl.wait_for_control(wait) is not None:
+            return
+        msg = self.ctl.wait_for_control(wait)
+        self.outage.ok()
+        if msg is not None:
             self.last_ctl = time.monotonic()
             self.state.renew_now.set()
             self.state.beat_now.set()
@@ -156,6 +176,7 @@ class Upkeep:
             chunk = runs[start : start + RENEW_CHUNK]
             sent = time.monotonic()
             answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
+            self.outage.ok()
             lost = False
             for run, ans in zip(chunk, answers, strict=True):
                 if run.ended.is_set():

@@ -115,9 +115,20 @@ def device_show_json(
     return out
 
 
+def host_draining(h: Host) -> bool:
+    """True while a host gets no new work because it drains: an operator drained it
+    (``deviceq host drain``, kept across restarts), or its daemon got SIGTERM and is finishing
+    its running tasks (``stopping`` with its session still open: a daemon that has stopped
+    has none)."""
+    return h.draining or (h.stopping and bool(h.session))
+
+
 def host_json(h: Host, now_ms: int) -> dict[str, Any]:
+    """A host as JSON: its fields and ``heartbeat_age_ms``; ``draining`` is `host_draining`
+    (with ``stopping`` true too while its daemon drains after SIGTERM)."""
     return {
         **h.model_dump(mode="json"),
+        "draining": host_draining(h),
         "heartbeat_age_ms": now_ms - h.last_heartbeat if h.last_heartbeat else None,
     }
 

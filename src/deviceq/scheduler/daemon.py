@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from ..core.backoff import Backoff
 from ..core.durability import warn_if_unsafe
 from ..core.errors import ConfigError, DeviceqError, Fenced
 from ..core.logs import log
@@ -69,13 +70,13 @@ class Daemon:
         self._log(logging.INFO, "scheduler starting", strategy=self.s.strategy_name, tick=self.tick)
         with contextlib.suppress(redis.RedisError):
             warn_if_unsafe(self.s.redis, f"scheduler of pool {self.s.pool}")
-        backoff = 0.1
+        backoff = Backoff(0.1, 5.0)
         try:
             while not self.s.stopping:
                 try:
                     if self._step():
                         return self.passes
-                    backoff = 0.1
+                    backoff.reset()
                 except redis.AuthenticationError as exc:
                     # never transient by itself: a one-shot run fails, the daemon keeps trying
                     # (slowly) so that fixing the credentials or the ACL revives it
@@ -86,29 +87,29 @@ class Daemon:
                     self.due = True
                     self.sleep(5.0)
                 except UNAVAILABLE as exc:  # unreachable, loading, a cluster failing over
+                    delay = backoff.next()
                     self._log(
                         logging.WARNING,
                         "redis unreachable",
                         error=str(exc),
-                        retry_in=round(backoff, 2),
+                        retry_in=round(delay, 2),
                     )
                     self.lead.epoch = None
                     self.due = True
-                    self.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    self.sleep(delay)
                 except (redis.RedisError, DeviceqError) as exc:
                     # a refused script or command (a bad argument, a permission, a bug)
+                    delay = backoff.next()
                     self._log(
                         logging.ERROR,
                         "pass failed",
                         error=f"{type(exc).__name__}: {exc}",
-                        retry_in=round(backoff, 2),
+                        retry_in=round(delay, 2),
                     )
                     self.due = True
                     if self.once:
                         raise
-                    self.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    self.sleep(delay)
         finally:
             self._summary()
             if self.lead.leads:

@@ -15,7 +15,7 @@ that Redis instead, in a fresh pool whose keys it deletes at the end.
 """
 
 from .backend import Backend, start_backend
-from .run import Demo, DemoError, DemoOptions, delete_pool, summary_table
+from .run import Demo, DemoError, DemoOptions, delete_pool, next_steps, summary_table
 from .scenario import EMBEDDED_CHOICES, DemoResult
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "DemoOptions",
     "DemoResult",
     "delete_pool",
+    "next_steps",
     "start_backend",
     "summary_table",
 ]

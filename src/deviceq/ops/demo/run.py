@@ -409,3 +409,25 @@ def summary_table(result: DemoResult) -> Table:
     )
     t.add_row("result", verdict)
     return t
+
+
+def next_steps(result: DemoResult, kept_pool: bool = False) -> list[str]:
+    """Three lines on what to try after a demo: the same fleet by hand on a Redis of one's
+    own, and where to look next."""
+    if result.backend != "external":
+        first = (
+            "Next: the demo on a Redis of your own: deviceq demo --redis-url "
+            "redis://localhost:6379/0 --keep-pool (its pool is kept for redis-cli)"
+        )
+    elif kept_pool:
+        first = f"Next: deviceq --redis-url URL --pool {result.pool} status shows the pool kept"
+    else:
+        first = "Next: --keep-pool keeps the demo's pool (deviceq --pool POOL status, redis-cli)"
+    return [
+        first,
+        "  A fleet of your own: deviceq host add lab-1 -o lab-1.token; deviceq scheduler run & "
+        "deviceq host run --host-id lab-1 --token-file lab-1.token --device phone-1:android "
+        "--goal-runner sim &",
+        "  then: deviceq submit 'open settings' --driver-type android; deviceq status "
+        '(README: "A real session")',
+    ]
