@@ -406,3 +406,15 @@ def test_task_page_shows_the_live_log_and_then_the_whole_log(env: Env) -> None:
     assert log.get_attribute("data-log-stream") is None
     assert "step 1\n" in (log.get_attribute("textContent") or "")
     assert "step 15\n" in (log.get_attribute("textContent") or "")
+
+
+def test_every_device_state_has_a_colour_in_the_stylesheet() -> None:
+    """The grid, the legend and the state chips colour a device by ``s-STATE``: a state the
+    stylesheet does not style is an invisible square (as ``booked`` once was)."""
+    import re
+
+    from deviceq.core.fleet import DEVICE_STATES
+
+    css = (Path(data.__file__).parent / "static" / "app.css").read_text()
+    styled = set(re.findall(r"\.s-([a-z_]+)\s*\{\s*background:", css))
+    assert set(DEVICE_STATES) <= styled, sorted(set(DEVICE_STATES) - styled)
