@@ -112,7 +112,7 @@ def scenario(seed: int) -> Scenario:
     n_buckets = rng.randint(1, 10)
     n_heads = [rng.randint(1, 12 if shape == "contended" else 5) for _ in range(n_buckets)]
     seqs = rng.sample(range(1, 10_000), sum(n_heads))
-    p_avoid = rng.choice((0.0, 0.2, 0.6))
+    p_avoid = 0.6 if shape == "big_class" else rng.choice((0.0, 0.2, 0.6))
     ids = [d.device_id for d in devices] + ["gone1", "gone2"]
     hosts = [f"h{i}" for i in range(n_hosts)]
     step = rng.choice((1, 10, 100))

@@ -21,16 +21,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from operator import itemgetter
-from typing import cast
+from typing import Any, cast
 
 from ..scheduler.strategies import IdleDevice, Pair, QueuedTask
 from .plugins import DeviceScore, Score, TaskScore
 from .profiles import Profile
 from .view import DeviceClass, View
-
-_Item = tuple[tuple[int, ...], str, IdleDevice]  # (device score keys, device_id, device)
-_rank = itemgetter(0, 1)
 
 
 class MissingInputs(ValueError):
@@ -59,24 +55,44 @@ class _Pass:
         self.task_scores = [
             (i, s) for i, s in enumerate(profile.scores) if isinstance(s, TaskScore)
         ]
+        # the task scores come before every device score: see scan
+        self.task_first = not any(self.is_task[len(self.task_scores) :])
         # (protocol isinstance checks are slow: done once per pass, not per pair)
         self.refine_kinds: list[TaskScore | None] = [
             s if isinstance(s, TaskScore) else None for s in profile.refine
         ]
         by_class: dict[DeviceClass, list[IdleDevice]] = {}
         for d in view.devices:  # (in device_id order)
-            by_class.setdefault(d.device_class, []).append(d)
-        self.by_class = by_class
-        limit = view.limit
-        ranked: dict[DeviceClass, list[_Item]] = {}
-        for c, devs in by_class.items():
-            items = [(tuple(s.device_key(view, d) for s in static), d.device_id, d) for d in devs]
-            if profile.window and len(items) > 4 * limit:
-                ranked[c] = heapq.nsmallest(limit, items, key=_rank)
-            elif static:
-                ranked[c] = sorted(items, key=_rank)
+            c = (d.driver_type, d.tags)  # (d.device_class, without the property call)
+            got = by_class.get(c)
+            if got is None:
+                by_class[c] = [d]
             else:
-                ranked[c] = items  # already in device_id order
+                got.append(d)
+        self.by_class = by_class
+        # each device's device score keys (None: the profile has no device score)
+        self.key: dict[str, tuple[int, ...]] | None = None
+        if static:
+            self.key = {
+                d.device_id: tuple(s.device_key(view, d) for s in static) for d in view.devices
+            }
+        limit = view.limit
+        ranked: dict[DeviceClass, list[IdleDevice]] = {}
+        for c, devs in by_class.items():
+            if self.key is not None:
+                key = self.key
+
+                def rank(d: IdleDevice, key: dict[str, tuple[int, ...]] = key) -> tuple[Any, ...]:
+                    return (key[d.device_id], d.device_id)
+
+                if profile.window and len(devs) > 4 * limit:
+                    ranked[c] = heapq.nsmallest(limit, devs, key=rank)
+                else:
+                    ranked[c] = sorted(devs, key=rank)
+            elif profile.window and len(devs) > 4 * limit:
+                ranked[c] = devs[:limit]  # (in device_id order already)
+            else:
+                ranked[c] = devs
         self.ranked = ranked
         self.pos = dict.fromkeys(ranked, 0)
         self._by_need: dict[tuple[str | None, frozenset[str]], list[DeviceClass]] = {}
@@ -137,19 +153,21 @@ class _Pass:
     def first(self, cands: list[DeviceClass], used: set[str]) -> IdleDevice | None:
         """The best unused device by the device scores: the smallest of the classes' first
         unused ranked devices."""
-        best: _Item | None = None
-        ranked, pos = self.ranked, self.pos
+        best: IdleDevice | None = None
+        best_rank: Any = None
+        ranked, pos, key = self.ranked, self.pos, self.key
         for c in cands:
-            items = ranked[c]
-            i = pos[c]
-            while i < len(items) and items[i][1] in used:
+            devs = ranked[c]
+            i, n = pos[c], len(devs)
+            while i < n and devs[i].device_id in used:
                 i += 1
             pos[c] = i
-            if i < len(items):
-                it = items[i]
-                if best is None or (it[0], it[1]) < (best[0], best[1]):
-                    best = it
-        return None if best is None else best[2]
+            if i < n:
+                d = devs[i]
+                r = d.device_id if key is None else (key[d.device_id], d.device_id)
+                if best_rank is None or r < best_rank:
+                    best, best_rank = d, r
+        return best
 
     def scan(
         self,
@@ -158,15 +176,30 @@ class _Pass:
         used: set[str],
         live: dict[int, TaskScore],
     ) -> IdleDevice | None:
-        """The best unused device by every score (task scores computed per device)."""
-        view, is_task = self.view, self.is_task
+        """The best unused device by every score (the applying task scores computed per
+        device; the others are 0 for every device, so they are left out of the keys). When
+        the task scores precede the device scores (the built-in profiles), a class is walked
+        in its ranked order only up to its first unused device whose task keys are all 0:
+        nothing after it in that class can be better."""
+        view, is_task, keys = self.view, self.is_task, self.key
+        lives = list(live.values())
         best: IdleDevice | None = None
         best_key: tuple[object, ...] | None = None
         for c in cands:
-            items = self.ranked[c]
-            for j in range(self.pos[c], len(items)):
-                static, did, d = items[j]
+            devs = self.ranked[c]
+            for j in range(self.pos[c], len(devs)):
+                d = devs[j]
+                did = d.device_id
                 if did in used:
+                    continue
+                static = () if keys is None else keys[did]
+                if self.task_first:
+                    tk = tuple(s.task_key(view, task, d) for s in lives)
+                    key: tuple[object, ...] = (tk, static, did)
+                    if best_key is None or key < best_key:
+                        best, best_key = d, key
+                    if not any(tk):
+                        break
                     continue
                 parts: list[object] = []
                 k = 0
@@ -203,6 +236,8 @@ class _Pass:
                     k = _keys(view, scores, kinds, live, task, d)
                     if best_key is None or k < best_key:
                         best, best_key = d, k
+                        if not any(k):  # nothing beats all zeros (then device_id order)
+                            break
                 if best is not None and best_key is not None and best_key < now:
                     used.discard(dev.device_id)
                     used.add(best.device_id)

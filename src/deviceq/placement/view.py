@@ -58,9 +58,9 @@ class View:
     def __post_init__(self) -> None:
         for name in ("tenants", "submit_times", "avoid", "faults"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
-        devs = self.devices
-        if any(devs[i].device_id > devs[i + 1].device_id for i in range(len(devs) - 1)):
-            object.__setattr__(self, "devices", tuple(sorted(devs, key=_device_id)))
+        ids = [d.device_id for d in self.devices]
+        if ids != sorted(ids):
+            object.__setattr__(self, "devices", tuple(sorted(self.devices, key=_device_id)))
 
     @property
     def inputs(self) -> frozenset[str]:
