@@ -20,7 +20,7 @@ import pytest
 
 from deviceq.core.errors import ConfigError
 from deviceq.placement import PROFILES, Profile, View, place
-from deviceq.placement.builtin import FaultCount
+from deviceq.placement.builtin import AntiAffinity, FaultCount, PrioritySort
 from deviceq.scheduler.plan import plan
 from deviceq.scheduler.snapshot import Base, SnapshotReader
 from deviceq.scheduler.strategies import (
@@ -83,10 +83,12 @@ def _tags(rng: random.Random, most: int) -> frozenset[str]:
 def scenario(seed: int) -> Scenario:
     """A random pass: a few shapes (contended, idle, one big device class, many tenants)."""
     rng = random.Random(seed)
-    shape = rng.choice(("contended", "idle", "big_class", "mixed"))
-    n_dev = {"contended": rng.randint(1, 8), "idle": rng.randint(10, 40)}.get(
-        shape, rng.randint(0, 30)
-    )
+    shape = rng.choice(("contended", "idle", "big_class", "mixed", "large"))
+    n_dev = {
+        "contended": rng.randint(1, 8),
+        "idle": rng.randint(10, 40),
+        "large": rng.randint(100, 300),
+    }.get(shape, rng.randint(0, 30))
     n_hosts = rng.randint(1, 6)
     p_fault = rng.choice((0.0, 0.2, 0.5))
     pad = rng.random() < 0.5  # d07 or d7: string order differs from numeric order
@@ -109,8 +111,8 @@ def scenario(seed: int) -> Scenario:
         for _ in range(rng.randint(1, 4))
     ]
     prios = rng.sample(range(10), rng.randint(1, 3))
-    n_buckets = rng.randint(1, 10)
-    n_heads = [rng.randint(1, 12 if shape == "contended" else 5) for _ in range(n_buckets)]
+    n_buckets = rng.randint(10, 30) if shape == "large" else rng.randint(1, 10)
+    n_heads = [rng.randint(1, 5 if shape in ("idle", "mixed") else 12) for _ in range(n_buckets)]
     seqs = rng.sample(range(1, 10_000), sum(n_heads))
     p_avoid = 0.6 if shape == "big_class" else rng.choice((0.0, 0.2, 0.6))
     ids = [d.device_id for d in devices] + ["gone1", "gone2"]
@@ -283,11 +285,28 @@ def test_the_corpus_reaches_every_rule() -> None:
         assert seen[what] >= 10, (what, seen)
 
 
-def test_golden_check_catches_a_changed_profile() -> None:
-    """The comparison can fail: faults as a choosing score (instead of the old correction
-    afterwards) gives other pairs on some snapshots, and the check reports them shrunk."""
-    p = PROFILES["fifo_match"]
-    changed = replace(p, scores=(*p.scores, FaultCount()))
-    n, _, sc = check("fifo_match", changed, range(200))
+def _changed(name: str, **changes: object) -> Profile:
+    return replace(PROFILES[name], **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "name,changes",
+    [
+        # faults as a choosing score, instead of the old correction afterwards
+        ("fifo_match", {"scores": (AntiAffinity(), FaultCount())}),
+        ("fifo_match", {"refine": ()}),  # no correction at all
+        ("fifo_match", {"scores": ()}),  # a retry chooses without anti-affinity
+        ("priority_match", {"sort": PrioritySort()}),  # no aging
+        ("fair_share", {"permits": ()}),  # no tenant cap
+        ("lru_device", {"window": False}),  # every device of a big class, not its best
+    ],
+    ids=["faults_as_score", "no_refine", "no_anti_affinity", "no_aging", "no_cap", "no_window"],
+)
+def test_golden_check_catches_a_changed_profile(name: str, changes: dict[str, object]) -> None:
+    """The comparison can fail: each plugin (and stage option) of a profile is needed for
+    equality on some snapshots, and the check reports one of them shrunk."""
+    n, _, sc = check(name, _changed(name, **changes), range(RUNS))
     assert n > 0 and sc is not None
-    assert len(sc.devices) <= 4 and sum(len(b.heads) for b in sc.buckets) <= 4, sc.describe()
+    # (a window needs a class of more than 4 x limit devices)
+    most = max(8, 4 * sc.limit + 1)
+    assert len(sc.devices) <= most and sum(len(b.heads) for b in sc.buckets) <= 8, sc.describe()

@@ -67,15 +67,16 @@ class Filter(Plugin, Protocol):
 
 @runtime_checkable
 class DeviceScore(Plugin, Protocol):
-    """A key of the device alone (smaller is better; 0 is ideal): the pass ranks each device
-    class by it once."""
+    """A key of the device alone (never negative; smaller is better, 0 is ideal): the pass
+    ranks each device class by it once."""
 
     def device_key(self, view: View, device: IdleDevice) -> int: ...
 
 
 @runtime_checkable
 class TaskScore(Plugin, Protocol):
-    """A key of a (task, device) pair (smaller is better; 0 is ideal). ``applies`` is False
+    """A key of a (task, device) pair (never negative; smaller is better, 0 is ideal: a scan
+    stops at a device whose task keys are all 0). ``applies`` is False
     when the key is 0 for every device for this task: the pass then uses the classes' ranked
     order and never calls ``task_key`` for it."""
 
