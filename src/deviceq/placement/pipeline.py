@@ -10,12 +10,14 @@ A pass, per task in the `QueueSort`'s order, until ``limit`` pairs:
    ranked once by its device scores, and a task none of whose task scores applies takes the
    first unused device of its classes' ranked lists (a pointer per class skips the used
    ones, so the pass costs devices log devices + tasks x classes); a task with an applying
-   task score (a retry with anti-affinity) scans its classes' unused devices;
+   task score (a retry with anti-affinity) scans its classes' unused devices, each class up
+   to its first device that no task score penalises (when the task scores come first);
 3. the `Permit`s: all must allow the pair, else the task gets nothing this pass;
 4. the pair is taken and the order and permits are told (`TaskOrder.placed`).
 
 Then ``refine`` (see `Profile`): pairs whose device is not ideal by the refine scores move to
-a strictly better unused feasible device, in pair order."""
+a strictly better unused feasible device, in pair order (a scan stops at the first ideal
+device, in device_id order)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ..scheduler.strategies import IdleDevice, Pair, QueuedTask
-from .plugins import DeviceScore, Score, TaskScore
+from .plugins import DeviceScore, Requirement, Score, TaskScore
 from .profiles import Profile
 from .view import DeviceClass, View
 
@@ -104,16 +106,19 @@ class _Pass:
         got = self._by_sig.get(sig)
         if got is None:
             b = self.view.by_sig.get(sig)
-            if b is None:
-                got = []
-            else:
-                need = (b.driver_type, b.tags)
-                got = self._by_need.get(need)
-                if got is None:
-                    filters = self.profile.filters
-                    got = [c for c in self.ranked if all(f.feasible(b, c) for f in filters)]
-                    self._by_need[need] = got
+            got = [] if b is None else self.classes_for(b)
             self._by_sig[sig] = got
+        return got
+
+    def classes_for(self, need: Requirement) -> list[DeviceClass]:
+        """The device classes the filters accept for a requirement (a bucket; later a gang's
+        role), asked once per distinct (driver type, tags)."""
+        k = (need.driver_type, need.tags)
+        got = self._by_need.get(k)
+        if got is None:
+            filters = self.profile.filters
+            got = [c for c in self.ranked if all(f.feasible(need, c) for f in filters)]
+            self._by_need[k] = got
         return got
 
     def feasible(self, sig: str) -> list[IdleDevice]:
