@@ -74,7 +74,10 @@ class _Pass:
         self.by_class = by_class
         # each device's device score keys (None: the profile has no device score)
         self.key: dict[str, tuple[int, ...]] | None = None
-        if static:
+        if len(static) == 1:  # (the common case, without a generator per device)
+            one = static[0]
+            self.key = {d.device_id: (one.device_key(view, d),) for d in view.devices}
+        elif static:
             self.key = {
                 d.device_id: tuple(s.device_key(view, d) for s in static) for d in view.devices
             }
@@ -83,14 +86,13 @@ class _Pass:
         for c, devs in by_class.items():
             if self.key is not None:
                 key = self.key
-
-                def rank(d: IdleDevice, key: dict[str, tuple[int, ...]] = key) -> tuple[Any, ...]:
-                    return (key[d.device_id], d.device_id)
-
+                # (key, device_id, index): compared as tuples, no key function per device
+                dec = [(key[d.device_id], d.device_id, i) for i, d in enumerate(devs)]
                 if profile.window and len(devs) > 4 * limit:
-                    ranked[c] = heapq.nsmallest(limit, devs, key=rank)
+                    dec = heapq.nsmallest(limit, dec)
                 else:
-                    ranked[c] = sorted(devs, key=rank)
+                    dec.sort()
+                ranked[c] = [devs[i] for _, _, i in dec]
             elif profile.window and len(devs) > 4 * limit:
                 ranked[c] = devs[:limit]  # (in device_id order already)
             else:
