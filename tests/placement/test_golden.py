@@ -201,11 +201,18 @@ def smaller(sc: Scenario) -> list[Scenario]:
             if heads:
                 nb = replace(b, heads=heads, head_seq=heads[0].seq)
                 out.append(replace(sc, buckets=[*sc.buckets[:i], nb, *sc.buckets[i + 1 :]]))
+            t = b.heads[j]
+            if t.avoid_devices or t.avoid_hosts:  # the task without its anti-affinity record
+                plain = replace(t, avoid_devices=frozenset(), avoid_hosts=frozenset())
+                nb = replace(b, heads=(*b.heads[:j], plain, *b.heads[j + 1 :]))
+                out.append(replace(sc, buckets=[*sc.buckets[:i], nb, *sc.buckets[i + 1 :]]))
     for i, d in enumerate(sc.devices):
         if d.faults:
             out.append(
                 replace(sc, devices=[*sc.devices[:i], replace(d, faults=0), *sc.devices[i + 1 :]])
             )
+    for name in sc.tenants:
+        out.append(replace(sc, tenants={n: v for n, v in sc.tenants.items() if n != name}))
     return out
 
 
