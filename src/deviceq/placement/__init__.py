@@ -1,0 +1,46 @@
+"""Placement as plugins: a pass's task order, device feasibility, device preference and
+admission as small plugins (`plugins`), combined into named profiles (`profiles`), run over
+an immutable view of a snapshot (`view`) by `pipeline.place`. Pure Python, no Redis access.
+
+The built-in profiles give the same pairs as the built-in strategies of
+`deviceq.scheduler.strategies` after ``plan`` (tests/placement/test_golden.py); the scheduler
+does not run them yet. See README.md in this folder."""
+
+from .pipeline import MissingInputs, place
+from .plugins import (
+    DeviceScore,
+    Filter,
+    GangDecision,
+    GangPermit,
+    PassPermit,
+    Permit,
+    QueueSort,
+    Requirement,
+    Score,
+    TaskOrder,
+    TaskScore,
+)
+from .profiles import PROFILES, Profile, get_profile
+from .view import INPUTS, Avoid, View
+
+__all__ = [
+    "INPUTS",
+    "PROFILES",
+    "Avoid",
+    "DeviceScore",
+    "Filter",
+    "GangDecision",
+    "GangPermit",
+    "MissingInputs",
+    "PassPermit",
+    "Permit",
+    "Profile",
+    "QueueSort",
+    "Requirement",
+    "Score",
+    "TaskOrder",
+    "TaskScore",
+    "View",
+    "get_profile",
+    "place",
+]

@@ -1,0 +1,21 @@
+"""The built-in placement plugins (one module per plugin of substance)."""
+
+from .anti_affinity import AntiAffinity
+from .fair_share import FairShareSort
+from .faults import FaultCount
+from .lru import LeastRecentlyUsed
+from .matching import Match
+from .ordering import AgingSort, FifoSort, PrioritySort
+from .tenant_cap import TenantCap
+
+__all__ = [
+    "AgingSort",
+    "AntiAffinity",
+    "FairShareSort",
+    "FaultCount",
+    "FifoSort",
+    "LeastRecentlyUsed",
+    "Match",
+    "PrioritySort",
+    "TenantCap",
+]

@@ -1,0 +1,274 @@
+"""Running a profile over a view: one pass's ``(task_id, device_id)`` pairs, the same proposal
+type as an `AssignmentStrategy`'s (and, for a built-in profile, the same pairs as the old
+strategy after ``plan``'s correction).
+
+A pass, per task in the `QueueSort`'s order, until ``limit`` pairs:
+
+1. the device classes the `Filter`s accept for the task's bucket (asked once per distinct
+   bucket constraint and class, not per device);
+2. the best unused device of those classes by the `Score`s (then ``device_id``): each class is
+   ranked once by its device scores, and a task none of whose task scores applies takes the
+   first unused device of its classes' ranked lists (a pointer per class skips the used
+   ones, so the pass costs devices log devices + tasks x classes); a task with an applying
+   task score (a retry with anti-affinity) scans its classes' unused devices, each class up
+   to its first device that no task score penalises (when the task scores come first);
+3. the `Permit`s: all must allow the pair, else the task gets nothing this pass;
+4. the pair is taken and the order and permits are told (`TaskOrder.placed`).
+
+Then ``refine`` (see `Profile`): pairs whose device is not ideal by the refine scores move to
+a strictly better unused feasible device, in pair order (a scan stops at the first ideal
+device, in device_id order)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any, cast
+
+from ..scheduler.strategies import IdleDevice, Pair, QueuedTask
+from .plugins import DeviceScore, Requirement, Score, TaskScore
+from .profiles import Profile
+from .view import DeviceClass, View
+
+
+class MissingInputs(ValueError):
+    """The view lacks optional inputs the profile's plugins need."""
+
+
+def place(profile: Profile, view: View) -> list[Pair]:
+    """The profile's pairs for ``view`` (at most ``view.limit``; each task and device once,
+    every device feasible for its task by the profile's filters)."""
+    missing = profile.needs - view.inputs
+    if missing:
+        raise MissingInputs(
+            f"profile {profile.name!r} needs view inputs it lacks: {', '.join(sorted(missing))}"
+        )
+    if not view.buckets or not view.devices:
+        return []
+    return _Pass(profile, view).run()
+
+
+class _Pass:
+    def __init__(self, profile: Profile, view: View) -> None:
+        self.profile = profile
+        self.view = view
+        self.is_task = [isinstance(s, TaskScore) for s in profile.scores]
+        static = [s for s in profile.scores if not isinstance(s, TaskScore)]
+        self.task_scores = [
+            (i, s) for i, s in enumerate(profile.scores) if isinstance(s, TaskScore)
+        ]
+        # the task scores come before every device score: see scan
+        self.task_first = not any(self.is_task[len(self.task_scores) :])
+        # (protocol isinstance checks are slow: done once per pass, not per pair)
+        self.refine_kinds: list[TaskScore | None] = [
+            s if isinstance(s, TaskScore) else None for s in profile.refine
+        ]
+        by_class: dict[DeviceClass, list[IdleDevice]] = {}
+        for d in view.devices:  # (in device_id order)
+            c = (d.driver_type, d.tags)  # (d.device_class, without the property call)
+            got = by_class.get(c)
+            if got is None:
+                by_class[c] = [d]
+            else:
+                got.append(d)
+        self.by_class = by_class
+        # each device's device score keys (None: the profile has no device score)
+        self.key: dict[str, tuple[int, ...]] | None = None
+        if len(static) == 1:  # (the common case, without a generator per device)
+            one = static[0]
+            self.key = {d.device_id: (one.device_key(view, d),) for d in view.devices}
+        elif static:
+            self.key = {
+                d.device_id: tuple(s.device_key(view, d) for s in static) for d in view.devices
+            }
+        limit = view.limit
+        ranked: dict[DeviceClass, list[IdleDevice]] = {}
+        for c, devs in by_class.items():
+            if self.key is not None:
+                key = self.key
+                # (key, device_id, index): compared as tuples, no key function per device
+                dec = [(key[d.device_id], d.device_id, i) for i, d in enumerate(devs)]
+                if profile.window and len(devs) > 4 * limit:
+                    dec = heapq.nsmallest(limit, dec)
+                else:
+                    dec.sort()
+                ranked[c] = [devs[i] for _, _, i in dec]
+            elif profile.window and len(devs) > 4 * limit:
+                ranked[c] = devs[:limit]  # (in device_id order already)
+            else:
+                ranked[c] = devs
+        self.ranked = ranked
+        self.pos = dict.fromkeys(ranked, 0)
+        self._by_need: dict[tuple[str | None, frozenset[str]], list[DeviceClass]] = {}
+        self._by_sig: dict[str, list[DeviceClass]] = {}
+        self._feasible: dict[tuple[str | None, frozenset[str]], list[IdleDevice]] = {}
+
+    def classes(self, sig: str) -> list[DeviceClass]:
+        """The device classes the filters accept for bucket ``sig``."""
+        got = self._by_sig.get(sig)
+        if got is None:
+            b = self.view.by_sig.get(sig)
+            got = [] if b is None else self.classes_for(b)
+            self._by_sig[sig] = got
+        return got
+
+    def classes_for(self, need: Requirement) -> list[DeviceClass]:
+        """The device classes the filters accept for a requirement (a bucket; later a gang's
+        role), asked once per distinct (driver type, tags)."""
+        k = (need.driver_type, need.tags)
+        got = self._by_need.get(k)
+        if got is None:
+            filters = self.profile.filters
+            got = [c for c in self.ranked if all(f.feasible(need, c) for f in filters)]
+            self._by_need[k] = got
+        return got
+
+    def feasible(self, sig: str) -> list[IdleDevice]:
+        """Every device of ``sig``'s feasible classes, in device_id order."""
+        b = self.view.by_sig[sig]
+        need = (b.driver_type, b.tags)
+        got = self._feasible.get(need)
+        if got is None:
+            lists = [self.by_class[c] for c in self.classes(sig)]
+            got = lists[0] if len(lists) == 1 else sorted((d for x in lists for d in x), key=_id)
+            self._feasible[need] = got
+        return got
+
+    def run(self) -> list[Pair]:
+        view, limit = self.view, self.view.limit
+        order = self.profile.sort.order(view)
+        permits = [p.start(view) for p in self.profile.permits]
+        used: set[str] = set()
+        chosen: list[tuple[QueuedTask, IdleDevice]] = []
+        for task in order:
+            if len(chosen) >= limit:
+                break
+            cands = self.classes(task.sig)
+            live = {i: s for i, s in self.task_scores if s.applies(view, task)}
+            best = self.scan(task, cands, used, live) if live else self.first(cands, used)
+            if best is None or not all(p.allows(task, best) for p in permits):
+                continue
+            used.add(best.device_id)
+            chosen.append((task, best))
+            order.placed(task, best)
+            for p in permits:
+                p.placed(task, best)
+        if self.profile.refine:
+            chosen = self.refine(chosen, used)
+        return [(t.task_id, d.device_id) for t, d in chosen]
+
+    def first(self, cands: list[DeviceClass], used: set[str]) -> IdleDevice | None:
+        """The best unused device by the device scores: the smallest of the classes' first
+        unused ranked devices."""
+        best: IdleDevice | None = None
+        best_rank: Any = None
+        ranked, pos, key = self.ranked, self.pos, self.key
+        for c in cands:
+            devs = ranked[c]
+            i, n = pos[c], len(devs)
+            while i < n and devs[i].device_id in used:
+                i += 1
+            pos[c] = i
+            if i < n:
+                d = devs[i]
+                r = d.device_id if key is None else (key[d.device_id], d.device_id)
+                if best_rank is None or r < best_rank:
+                    best, best_rank = d, r
+        return best
+
+    def scan(
+        self,
+        task: QueuedTask,
+        cands: list[DeviceClass],
+        used: set[str],
+        live: dict[int, TaskScore],
+    ) -> IdleDevice | None:
+        """The best unused device by every score (the applying task scores computed per
+        device; the others are 0 for every device, so they are left out of the keys). When
+        the task scores precede the device scores (the built-in profiles), a class is walked
+        in its ranked order only up to its first unused device whose task keys are all 0:
+        nothing after it in that class can be better."""
+        view, is_task, keys = self.view, self.is_task, self.key
+        lives = list(live.values())
+        best: IdleDevice | None = None
+        best_key: tuple[object, ...] | None = None
+        for c in cands:
+            devs = self.ranked[c]
+            for j in range(self.pos[c], len(devs)):
+                d = devs[j]
+                did = d.device_id
+                if did in used:
+                    continue
+                static = () if keys is None else keys[did]
+                if self.task_first:
+                    tk = tuple(s.task_key(view, task, d) for s in lives)
+                    key: tuple[object, ...] = (tk, static, did)
+                    if best_key is None or key < best_key:
+                        best, best_key = d, key
+                    if not any(tk):
+                        break
+                    continue
+                parts: list[object] = []
+                k = 0
+                for i, t in enumerate(is_task):
+                    if t:
+                        s = live.get(i)
+                        parts.append(s.task_key(view, task, d) if s is not None else 0)
+                    else:
+                        parts.append(static[k])
+                        k += 1
+                parts.append(did)
+                key = tuple(parts)
+                if best_key is None or key < best_key:
+                    best, best_key = d, key
+        return best
+
+    def refine(
+        self, chosen: list[tuple[QueuedTask, IdleDevice]], used: set[str]
+    ) -> list[tuple[QueuedTask, IdleDevice]]:
+        """Each pair in turn: when its device is not ideal by the refine scores, the unused
+        feasible device with the smallest refine keys (then device_id) instead, if better."""
+        view, scores, kinds = self.view, self.profile.refine, self.refine_kinds
+        out = []
+        for task, dev in chosen:
+            # per score: None for a device score, else whether the task score applies
+            live = [None if k is None else k.applies(view, task) for k in kinds]
+            now = _keys(view, scores, kinds, live, task, dev)
+            if any(now):
+                best: IdleDevice | None = None
+                best_key: tuple[int, ...] | None = None
+                for d in self.feasible(task.sig):
+                    if d.device_id in used:
+                        continue
+                    k = _keys(view, scores, kinds, live, task, d)
+                    if best_key is None or k < best_key:
+                        best, best_key = d, k
+                        if not any(k):  # nothing beats all zeros (then device_id order)
+                            break
+                if best is not None and best_key is not None and best_key < now:
+                    used.discard(dev.device_id)
+                    used.add(best.device_id)
+                    dev = best
+            out.append((task, dev))
+        return out
+
+
+def _keys(
+    view: View,
+    scores: Sequence[Score],
+    kinds: Sequence[TaskScore | None],
+    live: Sequence[bool | None],
+    task: QueuedTask,
+    d: IdleDevice,
+) -> tuple[int, ...]:
+    out = []
+    for s, k, on in zip(scores, kinds, live, strict=True):
+        if k is None:
+            out.append(cast(DeviceScore, s).device_key(view, d))
+        else:
+            out.append(k.task_key(view, task, d) if on else 0)
+    return tuple(out)
+
+
+def _id(d: IdleDevice) -> str:
+    return d.device_id

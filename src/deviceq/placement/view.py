@@ -1,0 +1,110 @@
+"""Immutable views of one pass's snapshot: what the placement plugins read.
+
+A `View` holds the servable buckets (with their head tasks, oldest first), the assignable idle
+devices (by ``device_id``), the pass's pair limit and time, and the optional inputs a plugin may
+declare it needs (`INPUTS`): ``tenants`` (weights, caps and held devices), ``submit_times``
+(for aging, with ``aging_ms``), ``avoid`` (the devices and hosts a task lost an attempt on) and
+``faults`` (a device's consecutive device faults). An input that was not read is ``None``; a
+profile's plugins name what they need, so a snapshot can read just the union of those.
+
+The task, device, bucket and tenant rows are the scheduler's own dataclasses
+(`deviceq.scheduler.strategies`): a view adds no copy of them, only the optional inputs as
+read-only mappings beside them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+
+from ..scheduler.strategies import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
+
+INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults"})
+"""The optional inputs of a view, by the names plugins declare in their ``needs``."""
+
+DeviceClass = tuple[str, frozenset[str]]
+"""What a device offers to a filter: its driver type and tags (`IdleDevice.device_class`)."""
+
+
+@dataclass(frozen=True)
+class Avoid:
+    """A task's anti-affinity record: devices and hosts it lost an attempt on."""
+
+    devices: frozenset[str] = frozenset()
+    hosts: frozenset[str] = frozenset()
+
+
+def _frozen(m: Mapping[str, object] | None) -> Mapping[str, object] | None:
+    return None if m is None else MappingProxyType(dict(m))
+
+
+@dataclass(frozen=True)
+class View:
+    """One pass's inputs, read-only. ``devices`` are in ``device_id`` order and ``buckets``
+    are those some device can serve, each with its heads oldest first (the contract of
+    `Snapshot`)."""
+
+    buckets: tuple[Bucket, ...]
+    devices: tuple[IdleDevice, ...]
+    limit: int
+    now_ms: int = 0
+    tenants: Mapping[str, TenantShare] | None = None
+    submit_times: Mapping[str, int] | None = None
+    aging_ms: int = 0
+    avoid: Mapping[str, Avoid] | None = None
+    faults: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tenants", "submit_times", "avoid", "faults"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+        ids = [d.device_id for d in self.devices]
+        if ids != sorted(ids):
+            object.__setattr__(self, "devices", tuple(sorted(self.devices, key=_device_id)))
+
+    @property
+    def inputs(self) -> frozenset[str]:
+        """The optional inputs this view holds."""
+        return frozenset(n for n in INPUTS if getattr(self, n) is not None)
+
+    def tasks(self) -> Iterator[QueuedTask]:
+        """Every head task, bucket by bucket (each bucket's oldest first)."""
+        for b in self.buckets:
+            yield from b.heads
+
+    @cached_property
+    def by_sig(self) -> Mapping[str, Bucket]:
+        return MappingProxyType({b.sig: b for b in self.buckets})
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        snap: Snapshot,
+        *,
+        submit_times: Mapping[str, int] | None = None,
+        aging_ms: int = 0,
+    ) -> View:
+        """The view of a strategy's `Snapshot`: its tenants, the anti-affinity records of its
+        heads and its devices' fault counts are taken from it; the submit times (aging) only
+        when given (a snapshot carries effective priorities, not submit times)."""
+        avoid = {
+            t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
+            for t in snap.tasks()
+            if t.avoid_devices or t.avoid_hosts
+        }
+        faults = {d.device_id: d.faults for d in snap.devices if d.faults}
+        return cls(
+            tuple(snap.buckets),
+            tuple(snap.devices),
+            snap.limit,
+            snap.now_ms,
+            tenants=snap.tenants,
+            submit_times=submit_times,
+            aging_ms=aging_ms if submit_times is not None else 0,
+            avoid=avoid,
+            faults=faults,
+        )
+
+
+def _device_id(d: IdleDevice) -> str:
+    return d.device_id
