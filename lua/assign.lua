@@ -15,7 +15,7 @@
 -- ARGV     fence n(0..10000), then task_id device_id per pair. fence is the scheduler's
 --          leader epoch ('' for a manual dispatch): when given it must be the current
 --          leader's epoch.
--- Keys     reads leader, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
+-- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
 --          task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
@@ -25,7 +25,8 @@
 --          person, device_reserve.lua) device_checking device_unhealthy (a health check
 --          runs on it / failed: device_health.lua) host_dead host_draining
 --          host_suspect driver_type_mismatch missing_tag:TAG tenant_cap (the task's tenant
---          holds its max_devices: `tenants`, counted in `tenant_held`)
+--          holds its max_devices: `tenants`, counted in `tenant_held`) pool_paused (every pair
+--          of a fenced batch while the pool is paused: pool_pause.lua)
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
 local fence = ARGV[1]
@@ -33,6 +34,11 @@ local n = int_in(ARGV[2], 0, 10000)
 if not n or #ARGV ~= 2 + n * 2 then return fail('INVALID', 'bad argument count') end
 local fenced = check_fence(fence)
 if fenced then return fenced end
+if paused_for(fence) then
+  local refused = {}
+  for i = 1, n do refused[i] = 'err:pool_paused' end
+  return refused
+end
 
 local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')

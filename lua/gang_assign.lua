@@ -17,11 +17,11 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     fence task_id n(1..8), then n device ids: one per role, in the task's role order.
 --          fence is the scheduler's leader epoch ('' for a manual dispatch).
--- Keys     reads leader, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
+-- Keys     reads leader, paused, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
 --          task:*:attempts, device:ID, idle, gangs, deadlines, status:*, leases,
 --          host:ID:inbox, host:ID:wake, events
 -- Returns  "ok:ATTEMPT" or "err:REASON" with REASON one of task_not_found not_multi_device
---          task_not_queued invalid_id duplicate_device, or a device's reason as in assign.lua
+--          task_not_queued invalid_id duplicate_device pool_paused, or a device's reason as in assign.lua
 --          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...)
 -- Errors   FENCED (the fence is not the current leader epoch), INVALID (bad arguments).
 local fence, id = ARGV[1], ARGV[2]
@@ -30,6 +30,7 @@ if not n or #ARGV ~= 3 + n then return fail('INVALID', 'bad argument count') end
 if not valid_id(id) then return fail('INVALID', 'malformed task id') end
 local fenced = check_fence(fence)
 if fenced then return fenced end
+if paused_for(fence) then return 'err:pool_paused' end
 
 local t = load_task(id)
 if not t.status then return 'err:task_not_found' end

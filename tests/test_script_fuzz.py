@@ -98,6 +98,7 @@ class Pool:
             "gang_assign": ["", self.gang, "1", "d3"],
             "host_add": ["h9", "sha1:" + "a" * 40, "add"],
             "host_drain": ["h1", "1", "operator", "", ""],
+            "pool_pause": ["pause", "maintenance"],
             "host_remove": ["h2", "0"],
             "device_remove": ["d1", "1"],
             "device_quarantine": ["d2", "1"],

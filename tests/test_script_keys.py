@@ -107,6 +107,9 @@ def exercise(url: str, pool: str) -> None:
     admin.quarantine("d2", True)
     admin.drain("h1")
     admin.drain("h1", False)
+    admin.pause("maintenance")
+    assert store.commit([(t3, "d3")], fence) == ["err:pool_paused"]
+    admin.resume()
     h.set_draining(True)
     t5 = client.submit("cancelled while queued", driver_type="nowhere")
     client.cancel(t5)

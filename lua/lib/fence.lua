@@ -12,3 +12,9 @@ local function check_fence(fence)
     end
   end
 end
+
+-- a scheduler's commit (a fence given) while the pool is paused (`deviceq pause`,
+-- pool_pause.lua): nothing new is assigned; a manual dispatch ('' fence) still is
+local function paused_for(fence)
+  return fence ~= '' and redis.call('EXISTS', k('paused')) == 1
+end

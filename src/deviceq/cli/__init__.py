@@ -23,6 +23,7 @@ for _module in (
     "logs_cmds",
     "artifact_cmds",
     "webhook_cmds",
+    "pause_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

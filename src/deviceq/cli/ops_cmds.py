@@ -96,6 +96,15 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         (data["pool"], "bold"),
         ("   leader ", "dim"),
         (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
+        *(
+            [
+                ("   PAUSED", "bold yellow"),
+                (f" ({data['paused']['reason']})" if data["paused"]["reason"] else "", "yellow"),
+                (": nothing new is assigned (deviceq resume)", "yellow"),
+            ]
+            if data.get("paused")
+            else []
+        ),  # fmt: skip
         "\n",
         *[(f"{k} {v}  ", "bold red" if k == "failed" and v else "") for k, v in counts.items()],
     )

@@ -79,6 +79,8 @@ key                                type       holds
 ``events``                         stream     every transition (capped by ``event_maxlen``)
 ``sched:wake``                     list       one-element signal list the scheduler BLPOPs on
 ``leader``                         string     scheduler leader lease ``OWNER:EPOCH`` (PX ttl)
+``paused``                         string     present while the pool is paused (``deviceq pause``):
+                                              JSON ``{at, reason}``; scheduler commits refused
 ``leader:epoch``                   string     fencing counter, bumped at each new leadership
 ``workflow:NAME``                  string     a ``WorkflowDefinition`` as JSON
 ``workflows``                      set        every workflow name
@@ -221,6 +223,10 @@ class Keys:
     @property
     def api_token_names(self) -> str:
         return self._k("api_token_names")
+
+    @property
+    def paused(self) -> str:
+        return self._k("paused")
 
     @property
     def webhooks(self) -> str:

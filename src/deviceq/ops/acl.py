@@ -82,8 +82,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
     name: frozenset(cmds.split())
     for name, cmds in {
         "attempt_artifacts": "hmget lindex lset",
-        "assign": "del get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush time "
-        "xadd zadd zrange zrem",
+        "assign": "del exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
+        "time xadd zadd zrange zrem",
         "cancel": "del hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
         "time xadd zadd zcard zrange zrem",
         "claim": "get hdel hget hgetall hincrby hmget hset lindex lpop lpush lrem lset ltrim "
@@ -94,8 +94,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
         "pexpire time xadd xtrim zadd zcard zrange zrangebyscore zrem",
-        "gang_assign": "get hdel hgetall hmget hset lpush ltrim pexpire rpush time xadd zadd "
-        "zrem zscore",
+        "gang_assign": "exists get hdel hgetall hmget hset lpush ltrim pexpire rpush time xadd "
+        "zadd zrem zscore",
         "heads": "hget zrange",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
         "time xadd zadd zrem",
@@ -106,6 +106,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_remove": "del hdel hget hgetall hincrby hmget hset incr lindex lpush lrem lset "
         "ltrim pexpire srem time xadd zadd zcard zrange zrem",
         "leader": "del get hgetall incr pexpire set xadd",
+        "pool_pause": "del exists hgetall lpush ltrim set time xadd",
         "renew": "hgetall hmget hset time zadd",
         "log_append": "exists hgetall hmget pexpire time xadd",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
@@ -127,7 +128,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
-                 "device_reserve", "assign", "cancel", "submit"),
+                 "device_reserve", "assign", "cancel", "submit", "pool_pause"),
 }  # fmt: skip
 """The scripts each role runs."""
 
@@ -210,8 +211,12 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "lpush": "TaskScheduler.stop(wake=True) wakes a blocked leader",
         "ltrim": "TaskScheduler.stop(wake=True) keeps the wake list at one element",
         "exists": "scheduler run --once/--force-pass: the check that --pool names a pool "
-        "with keys (one EXISTS)",
-        "hset": "gang_holds: the devices kept for waiting multi-device tasks",
+        "with keys (one EXISTS); each pass: is the pool paused (deviceq pause)",
+        "hset": "gang_holds: the devices kept for waiting multi-device tasks; a webhook's last "
+        "delivery outcome",
+        "sadd": "webhooks:dead: a host whose death was delivered (host_dead)",
+        "srem": "webhooks:dead: that host is alive again",
+        "set": "webhooks:cursor: the last event handed to the webhooks",
         "hdel": "gang_holds: a multi-device task no longer keeps devices",
         "del": "gang_holds: a new leader rewrites it whole",
     },
@@ -248,7 +253,9 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "zrange": "tasks of a status, queue buckets and heads, the next leases to expire, "
         "reservations (bookings: device list, status, explain, verify)",
         "smembers": "every host, every device, a host's devices, workflow list",
-        "hset": "config set (the config hash)",
+        "hset": "config set (the config hash); webhook add (the webhooks hash)",
+        "hlen": "webhook add: at most 50 webhooks a pool",
+        "hdel": "webhook remove",
         "zrank": "explain: a task's place in its bucket",
         "zcount": "explain: older queued tasks",
         "scan": "verify: the pool's keys (SCAN MATCH dq:{POOL}:*)",
@@ -285,7 +292,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
                   "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
-                  "events", "sched:wake", "retries", "tenant_held", "gangs", "gang_holds"),
+                  "events", "sched:wake", "retries", "tenant_held", "gangs", "gang_holds",
+                  "webhooks", "webhooks:*"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their

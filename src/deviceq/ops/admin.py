@@ -153,6 +153,27 @@ class PoolAdmin(PoolConnection):
             )
         )
 
+    # -- the pool --------------------------------------------------------------------------
+    def pause(self, reason: str = "") -> str:
+        """Stop new assignments in the whole pool (running tasks go on); ``paused`` or
+        ``unchanged``. ``reason``: at most 200 bytes, no control characters."""
+        return str(self._run("pool_pause", ["pause", check_reason(reason)]))
+
+    def resume(self) -> str:
+        """Assign again after `pause`; ``resumed`` or ``unchanged``."""
+        return str(self._run("pool_pause", ["resume", ""]))
+
+    def paused(self) -> dict[str, Any] | None:
+        """``{at, reason}`` while the pool is paused, else None."""
+        raw = self.redis.get(self.keys.paused)
+        if raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            info = {}
+        return {"at": info.get("at"), "reason": info.get("reason") or ""}
+
     def hosts(self) -> list[Host]:
         """Every host of the pool with its liveness, flags and session (sorted by id)."""
         return fleet.read_hosts(self)

@@ -272,6 +272,7 @@ def pool_status(
         "leases": expiring_leases(admin, now, leases),
         "failures": recent_failures(admin, failures),
         "leader": leader(admin),
+        "paused": admin.paused(),
         "redis": server_report(admin.redis),
         "durability": admin.config().durability,
     }

@@ -65,6 +65,7 @@ class AssignResult:
     retry_in_ms: int | None = None  # until the earliest retry backoff ends (None: none waits)
     gangs_assigned: int = 0  # multi-device tasks placed (all roles each; not in ``assigned``)
     gangs_waiting: int = 0  # multi-device tasks still queued among those read
+    paused: bool = False  # the pool is paused (``deviceq pause``): no snapshot, no commit
 
     @property
     def rejected_total(self) -> int:
@@ -210,6 +211,10 @@ class TaskScheduler:
         started = time.perf_counter()
         res = AssignResult()
         res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
+        if self.redis.exists(self.keys.paused):  # expiry and retries go on; nothing is placed
+            res.paused = True
+            res.duration_ms = (time.perf_counter() - started) * 1000
+            return res
         base, want, heads = self.reader.read()
         res.retry_in_ms = self.reader.retry_in_ms
         f = fence if fence is not None else (self.epoch if self.epoch is not None else "")

@@ -1,0 +1,57 @@
+"""`deviceq pause` / `resume`: a paused pool assigns nothing new (the scheduler skips its
+passes and assign.lua / gang_assign.lua refuse a fenced batch) while running tasks go on; a
+manual dispatch still works; status shows it."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from deviceq import TaskStatus
+from harness import Deployment, deviceq, wait_for
+
+
+def test_a_paused_pool_runs_what_runs_and_assigns_nothing_new(deploy: Deployment) -> None:
+    d = deploy
+    d.scheduler()
+    d.command_host("h1", "d1:x", "d2:x")
+    running = d.client.submit("sleep 2; echo finished", driver_type="x")
+    wait_for(lambda: d.status(running) == TaskStatus.dispatched, 30, "the first task running")
+    out = deviceq(d.url, d.pool, "pause", "--reason", "lab power work")
+    assert out.returncode == 0 and "paused: nothing new is assigned" in out.stdout, out.stderr
+    assert "already paused" in deviceq(d.url, d.pool, "pause").stdout
+    waiting = d.client.submit("echo second", driver_type="x")
+    # the running task ends normally; the new one stays queued though d2 (then d1) is idle
+    t = d.client.wait(running, timeout=30)
+    assert t.status == TaskStatus.done and "finished" in (t.result or "")
+    time.sleep(2)
+    assert d.status(waiting) == TaskStatus.queued
+    shown = deviceq(d.url, d.pool, "status")
+    assert "PAUSED (lab power work)" in shown.stdout, shown.stdout
+    data = json.loads(deviceq(d.url, d.pool, "status", "--json").stdout)
+    assert data["paused"]["reason"] == "lab power work" and data["paused"]["at"] > 0
+    out = deviceq(d.url, d.pool, "resume")
+    assert out.returncode == 0 and "resumed" in out.stdout
+    assert d.client.wait(waiting, timeout=30).status == TaskStatus.done
+    assert "was not paused" in deviceq(d.url, d.pool, "resume").stdout
+    status = json.loads(deviceq(d.url, d.pool, "status", "--json").stdout)
+    assert status["paused"] is None
+
+
+def test_a_fenced_commit_is_refused_while_paused_and_a_manual_dispatch_is_not(
+    real_fleet: Any,
+) -> None:
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()), ("d2", "x", ()))
+    epoch = f.store.lead("sched-a", 30_000).epoch
+    a = f.client.submit("one", driver_type="x")
+    b = f.client.submit("two", driver_type="x")
+    assert f.admin.pause("maintenance") == "paused"
+    assert f.store.commit([(a, "d1"), (b, "d2")], epoch) == ["err:pool_paused"] * 2
+    assert f.client.get(a).status == TaskStatus.queued
+    assert f.store.commit([(a, "d1")])[0].startswith("ok:")  # an operator's dispatch
+    assert f.admin.resume() == "resumed"
+    assert f.store.commit([(b, "d2")], epoch)[0].startswith("ok:")
+    kinds = [x["type"] for _, x in f.r.xrange(f.admin.keys.events)]
+    assert "pool_paused" in kinds and "pool_resumed" in kinds
