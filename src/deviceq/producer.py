@@ -491,21 +491,23 @@ class Client(PoolConnection):
             while events and not any(e.task in waiting for e in events):
                 cursor, events = read_events(self.redis, self.keys, cursor, block_ms=None)
 
-    def retry(self, task_id: str) -> str:
+    def retry(self, task_id: str, rerun: bool = False) -> str:
         """Submit a failed or cancelled task again as a new task (same goal or workflow,
         constraints or roles, priority, max_attempts, timeout, tenant and retry policy); returns the
-        new id.
+        new id. ``rerun``: a done task too (run a passing test again, to check a flaky one).
         The old task is not changed. Raises NotFound, or InvalidInput if the task is not
-        failed or cancelled."""
+        failed or cancelled (or done, with ``rerun``)."""
         old = self.get(task_id, attempts=False)
         if old.gang:
             raise InvalidInput(
                 f"task {task_id} is a part of multi-device task {old.gang}: retry that"
             )
-        if old.status not in (TaskStatus.failed, TaskStatus.cancelled):
+        allowed = (TaskStatus.failed, TaskStatus.cancelled) + ((TaskStatus.done,) if rerun else ())
+        if old.status not in allowed:
+            hint = " (a done task with --rerun)" if old.status == TaskStatus.done else ""
             raise InvalidInput(
                 f"task {task_id} is {old.status.value}: only failed or cancelled tasks can be "
-                "retried"
+                f"retried{hint}"
             )
         return self.submit(
             old.goal if old.kind == "goal" else None,

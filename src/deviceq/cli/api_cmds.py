@@ -358,6 +358,7 @@ def cancel_via_api(client: ApiClient, task_ids: tuple[str, ...], reason: str, as
 def retry_via_api(client: ApiClient, task_ids: tuple[str, ...], as_json: bool,
                   **rest: Any) -> None:  # fmt: skip
     _no_filters(rest)
+    refuse(rerun=rest.get("rerun"))
     task_id = _one_id(task_ids)
     new_id = client.retry(task_id)
     if as_json:

@@ -765,6 +765,11 @@ RETRYABLE = (TaskStatus.failed, TaskStatus.cancelled)
 @YES_OPTION
 @LIMIT_OPTION
 @click.option(
+    "--rerun",
+    is_flag=True,
+    help="Done tasks too: run a passing task again (a new task; to check a flaky test).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -782,6 +787,7 @@ def task_retry(
     older_than: str | None,
     yes: bool,
     limit: int,
+    rerun: bool,
     as_json: bool,
 ) -> None:
     """Submit failed or cancelled tasks again, each as a new task with the same goal or
@@ -794,9 +800,11 @@ def task_retry(
     Example:
       deviceq task retry 3f2a9c0d1e2b4a5f
       deviceq task retry --status failed --driver-type android --older-than 1h --yes
+      deviceq task retry --rerun 3f2a9c0d1e2b4a5f      # a done task, run again
     """
+    allowed = RETRYABLE + ((TaskStatus.done,) if rerun else ())
     ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
-                       allowed=RETRYABLE, done="retried", verb="retry",
+                       allowed=allowed, done="retried", verb="retry",
                        yes=yes, limit=limit)  # fmt: skip
     if not ids:
         if as_json:
@@ -806,15 +814,16 @@ def task_retry(
     for task_id in ids:  # all checked before the first is submitted
         if task_id not in olds:
             raise NotFound(f"no task {task_id} in pool {ctx.pool}")
-        if olds[task_id].status not in RETRYABLE:
+        if olds[task_id].status not in allowed:
+            hint = " (a done task with --rerun)" if olds[task_id].status == TaskStatus.done else ""
             raise InvalidInput(
                 f"task {task_id} is {olds[task_id].status.value}: only failed or cancelled "
-                "tasks can be retried"
+                f"tasks can be retried{hint}"
             )
     out = []
     for task_id in ids:
         old = olds[task_id]
-        new_id = ctx.client.retry(task_id)
+        new_id = ctx.client.retry(task_id, rerun=rerun)
         if as_json:
             out.append(
                 {

@@ -1,6 +1,7 @@
-"""`deviceq pause` / `resume`: a paused pool assigns nothing new (the scheduler skips its
-passes and assign.lua / gang_assign.lua refuse a fenced batch) while running tasks go on; a
-manual dispatch still works; status shows it."""
+"""Scheduling controls: `deviceq pause` / `resume` (a paused pool assigns nothing new: the
+scheduler skips its passes and assign.lua / gang_assign.lua refuse a fenced batch, while
+running tasks go on; a manual dispatch still works; status shows it) and `task retry --rerun`
+(a done task run again as a new task)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,19 @@ def test_a_fenced_commit_is_refused_while_paused_and_a_manual_dispatch_is_not(
     assert f.store.commit([(b, "d2")], epoch)[0].startswith("ok:")
     kinds = [x["type"] for _, x in f.r.xrange(f.admin.keys.events)]
     assert "pool_paused" in kinds and "pool_resumed" in kinds
+
+
+def test_task_retry_rerun_runs_a_done_task_again(deploy: Deployment) -> None:
+    d = deploy
+    d.scheduler()
+    d.command_host("h1", "d1:x")
+    tid = d.client.submit("echo pass", driver_type="x", priority=3)
+    assert d.client.wait(tid, timeout=30).status == TaskStatus.done
+    refused = deviceq(d.url, d.pool, "task", "retry", tid)
+    assert refused.returncode != 0 and "(a done task with --rerun)" in refused.stderr
+    out = deviceq(d.url, d.pool, "task", "retry", "--rerun", tid, "--json")
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    assert row["retry_of"] == tid and row["id"] != tid and row["task"]["priority"] == 3
+    assert d.client.wait(row["id"], timeout=30).status == TaskStatus.done
+    assert d.client.get(tid).status == TaskStatus.done  # the old task is not changed
