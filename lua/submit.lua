@@ -23,10 +23,13 @@
 --          lib/roles.lua: a multi-device task, which waits in `gangs` instead of a bucket and has
 --          no driver_type, tags or tenant of its own) and, as a 16th, timeout ('' = none, else
 --          a decimal 0.001 <= s <= 7 days: the longest a run may take, capped by the host's
---          --task-timeout; not with roles). A goal holds no NUL byte (no runner can pass one).
+--          --task-timeout; not with roles) and, as a 17th, not_before ('' = none, else ms since
+--          the epoch, at most a year ahead: the task waits in `retries`, field eligible_at,
+--          until then; expire.lua enqueues it; its queue timeout counts from then). A goal holds
+--          no NUL byte (no runner can pass one).
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
---          status:queued, events, sched:wake
+--          retries, status:queued, events, sched:wake
 -- Returns  a flat array: per task, its id and 1 (created) or 0 (an earlier task with the same
 --          idempotency key, whose id is returned instead).
 -- Errors   QUEUE_FULL (the pool holds max_queue_depth queued tasks), NOT_FOUND (unknown
@@ -34,8 +37,8 @@
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
 local n = int_in(ARGV[1], 1, 10000)
-local F = n and (#ARGV == 1 + n * 16 and 16 or #ARGV == 1 + n * 15 and 15
-  or #ARGV == 1 + n * 14 and 14 or 11)
+local F = n and (#ARGV == 1 + n * 17 and 17 or #ARGV == 1 + n * 16 and 16
+  or #ARGV == 1 + n * 15 and 15 or #ARGV == 1 + n * 14 and 14 or 11)
 if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
 
 -- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
@@ -98,7 +101,13 @@ local function check(b)
     end
     if ARGV[b + 14] ~= '' and not valid_id(ARGV[b + 14]) then return fail('INVALID', 'malformed tenant') end
   end
-  if F == 16 and ARGV[b + 16] ~= '' then
+  if F == 17 and ARGV[b + 17] ~= '' then
+    local nb = int_in(ARGV[b + 17], 0, 9007199254740991)
+    if not nb or nb > now_ms() + 31536000000 then
+      return fail('INVALID', 'not_before must be a time (ms since the epoch) at most a year ahead')
+    end
+  end
+  if F >= 16 and ARGV[b + 16] ~= '' then
     if not num_in(ARGV[b + 16], 0.001, 604800) then
       return fail('INVALID', 'timeout must be a number of seconds, 0.001 <= s <= 7 days')
     end
@@ -193,7 +202,9 @@ for i = 0, n - 1 do
     if F >= 14 and ARGV[b + 12] ~= '' then redis.call('HSET', tk, 'retry_on', ARGV[b + 12]) end
     if F >= 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
-    if F == 16 and ARGV[b + 16] ~= '' then redis.call('HSET', tk, 'timeout', ARGV[b + 16]) end
+    if F >= 16 and ARGV[b + 16] ~= '' then redis.call('HSET', tk, 'timeout', ARGV[b + 16]) end
+    local later = F == 17 and ARGV[b + 17] ~= '' and tonumber(ARGV[b + 17]) or 0
+    if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
     if idem ~= '' then
       redis.call('HSET', tk, 'idempotency_key', idem)
@@ -201,11 +212,14 @@ for i = 0, n - 1 do
     end
     local timeout = tonumber(qto ~= '' and qto or cfg('queue_timeout'))
     if timeout and timeout > 0 then
-      local deadline = I(now + math.floor(timeout * 1000))
+      local deadline = I((later or now) + math.floor(timeout * 1000))
       redis.call('HSET', tk, 'queue_deadline', deadline)
       redis.call('ZADD', k('deadlines'), deadline, id)
     end
-    if roles ~= '' then  -- a gang task waits in `gangs` (the scheduler places all its roles at once)
+    if later then  -- not before then: it waits as a retry does (expire.lua enqueues it)
+      redis.call('HSET', tk, 'eligible_at', I(later))
+      redis.call('ZADD', k('retries'), I(later), id)
+    elseif roles ~= '' then  -- a gang task waits in `gangs` (the scheduler places all its roles at once)
       redis.call('ZADD', k('gangs'), seq_s, id)
     else
       enqueue(id, sig, seq_s, driver, tags, prio, tenant)

@@ -72,3 +72,35 @@ def test_task_retry_rerun_runs_a_done_task_again(deploy: Deployment) -> None:
     assert row["retry_of"] == tid and row["id"] != tid and row["task"]["priority"] == 3
     assert d.client.wait(row["id"], timeout=30).status == TaskStatus.done
     assert d.client.get(tid).status == TaskStatus.done  # the old task is not changed
+
+
+def test_a_delayed_task_waits_then_runs_and_bad_times_are_refused(deploy: Deployment) -> None:
+    d = deploy
+    d.scheduler()
+    d.command_host("h1", "d1:x")
+    out = deviceq(d.url, d.pool, "submit", "echo later", "--driver-type", "x", "--delay", "3s")
+    assert out.returncode == 0, out.stderr
+    tid = out.stdout.strip()
+    t = d.client.get(tid)
+    assert t.status == TaskStatus.queued and t.eligible_at is not None
+    soon = d.client.submit("echo now", driver_type="x")  # submitted after, runs first
+    assert d.client.wait(soon, timeout=30).status == TaskStatus.done
+    time.sleep(1)
+    assert d.status(tid) == TaskStatus.queued  # the device is idle, the task not yet due
+    done = d.client.wait(tid, timeout=30)
+    assert done.status == TaskStatus.done
+    assert done.assigned_at is not None and done.assigned_at >= t.eligible_at
+    # a time in the past: at once; ISO times; bad input refused with nothing queued
+    past = deviceq(d.url, d.pool, "submit", "echo past", "--driver-type", "x",
+                   "--not-before", "2020-01-01T00:00:00Z")  # fmt: skip
+    assert d.client.wait(past.stdout.strip(), timeout=30).status == TaskStatus.done
+    before = d.client.counts()
+    for args, why in [
+        (("--delay", "3s", "--not-before", "2030-01-01T00:00:00Z"), "not both"),
+        (("--not-before", "tomorrow"), "not an ISO 8601 time"),
+        (("--delay", "ten"), "not a duration"),
+        (("--not-before", "2999-01-01T00:00:00Z"), "at most a year ahead"),
+    ]:
+        bad = deviceq(d.url, d.pool, "submit", "echo x", "--driver-type", "x", *args)
+        assert bad.returncode != 0 and why in bad.stderr, (args, bad.stderr)
+    assert d.client.counts() == before

@@ -57,6 +57,22 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where and not msg.startswith("invalid") else msg
 
 
+def not_before_of(not_before: float | None, delay: float | None) -> float | None:
+    """The Unix time a submission waits for: ``not_before``, or now plus ``delay`` seconds
+    (never both)."""
+    if not_before is not None and delay is not None:
+        raise InvalidInput("give not_before or delay, not both")
+    if delay is None:
+        return not_before
+    if (
+        isinstance(delay, bool)
+        or not isinstance(delay, int | float)
+        or not 0 <= delay <= 365 * 86400
+    ):
+        raise InvalidInput(f"delay must be 0 to 365 days in seconds, got {delay!r}")
+    return time.time() + float(delay)
+
+
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidInput(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -83,8 +99,10 @@ def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
 
 def _chunk_args(specs: list[TaskSpec]) -> list[Any]:
     """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
-    task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout."""
-    timed = any(s.timeout is not None for s in specs)
+    task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout,
+    17 (and not_before, ms) when any has a not_before."""
+    later = any(s.not_before is not None for s in specs)
+    timed = later or any(s.timeout is not None for s in specs)
     gang = timed or any(s.roles for s in specs)
     args: list[Any] = [len(specs)]
     for spec in specs:
@@ -93,6 +111,8 @@ def _chunk_args(specs: list[TaskSpec]) -> list[Any]:
             args.append(encode_roles(spec.roles) if spec.roles else "")
         if timed:
             args.append("" if spec.timeout is None else f"{spec.timeout:.3f}")
+        if later:
+            args.append("" if spec.not_before is None else str(int(spec.not_before * 1000)))
     return args
 
 
@@ -220,8 +240,14 @@ class Client(PoolConnection):
         retry_backoff: str | None = None,
         tenant: str | None = None,
         roles: Mapping[str, Role | Mapping[str, Any] | str] | None = None,
+        not_before: float | None = None,
+        delay: float | None = None,
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
+
+        ``not_before`` (a Unix time, seconds) or ``delay`` (seconds from now): the task is
+        queued but not assigned before then (at most a year ahead); its ``queue_timeout``
+        counts from then.
 
         Raises InvalidInput for bad input, NotFound for an unknown workflow, QueueFull when the
         pool already holds ``max_queue_depth`` queued tasks. With ``idempotency_key``, a retried
@@ -267,6 +293,7 @@ class Client(PoolConnection):
                 "retry_backoff": retry_backoff,
                 "tenant": tenant,
                 "roles": dict(roles) if roles is not None else None,
+                "not_before": not_before_of(not_before, delay),
             }
         )
         return self.submit_many([spec])[0]

@@ -308,7 +308,7 @@ def _task_json(t: Any) -> Any:
 def submit_via_api(client: ApiClient, **p: Any) -> None:
     from .core_cmds import parse_role_options
 
-    refuse(file=p["tasks_file"])
+    refuse(file=p["tasks_file"], not_before=p.get("not_before"), delay=p.get("delay"))
 
     tags = [t for value in p["tags"] for t in value.split(",")]
     task_id = client.submit(

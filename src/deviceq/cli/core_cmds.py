@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -113,6 +114,17 @@ def fmt_ms(ms: int | None) -> str:
     "is claimed). Replaces --driver-type and --tag.",
 )
 @click.option(
+    "--not-before",
+    metavar="TIME",
+    help="Queued, but not assigned before TIME: an ISO 8601 time (UTC unless it names a "
+    "zone, e.g. 2026-12-02T02:00:00Z), at most a year ahead.",
+)
+@click.option(
+    "--delay",
+    metavar="DURATION",
+    help="Queued, but not assigned for DURATION (90s, 10m, 2h, 1d; a bare number is seconds).",
+)
+@click.option(
     "--file",
     "tasks_file",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -136,6 +148,8 @@ def submit(
     retry_on: str | None,
     retry_backoff: str | None,
     roles: tuple[str, ...],
+    not_before: str | None,
+    delay: str | None,
     tasks_file: str | None,
     as_json: bool,
 ) -> None:
@@ -150,8 +164,18 @@ def submit(
       deviceq submit "flash the board" --retry-on infrastructure,timeout --retry-backoff fixed:30
       deviceq submit --file tasks.jsonl   # {"goal": "open settings", "tags": ["wifi"]} a line
       deviceq submit "log in on both" --role phone=android:sim --role web=browser
+      deviceq submit "nightly soak" --delay 10m      # or --not-before 2026-12-02T02:00:00Z
     """
+    if not_before is not None and delay is not None:
+        fail("give --not-before or --delay, not both", 2)
+    after: float | None = None
+    if not_before is not None:
+        after = parse_time_s(not_before, "--not-before")
+    if delay is not None:
+        after = time.time() + parse_duration_ms(delay, "--delay") / 1000
     if tasks_file is not None:
+        if after is not None:
+            fail("--not-before and --delay are not for --file (give not_before per line)", 2)
         from .ops_cmds import submit_file
 
         submit_file(ctx, tasks_file, as_json, reject_unmatched)
@@ -173,6 +197,7 @@ def submit(
         retry_backoff=retry_backoff,
         tenant=tenant,
         roles=parse_role_options(roles) if roles else None,
+        not_before=after,
     )
     for line in unknown_constraints(ctx, driver_type, sorted(set(tag_list))):
         click.echo(f"warning: {line}", err=True)  # stderr: stdout stays the id (or --json)
@@ -319,6 +344,19 @@ def parse_since_ms(text: str, now_ms: int) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def parse_time_s(text: str, option: str) -> float:
+    """An ISO 8601 time (UTC unless it names a zone) as a Unix time; a usage error (exit 2)
+    otherwise."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{option}: {text!r} is not an ISO 8601 time (e.g. 2026-12-02T02:00:00Z)", 2)
+        raise  # (fail exits)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
 
 
 def usage_checked(check: Callable[[], object]) -> None:

@@ -314,6 +314,9 @@ class TaskSpec(BaseModel):
     retry_backoff: str | None = None
     tenant: Annotated[str, _named("tenant")] | None = None
     roles: Annotated[dict[str, Role] | None, BeforeValidator(check_roles)] = None
+    # a Unix time (seconds): queued, but not assigned before then (submit.lua checks it is at
+    # most a year ahead by the server's clock)
+    not_before: float | None = Field(None, ge=0, le=1e13, allow_inf_nan=False)
 
     @field_validator("retry_on", mode="before")
     @classmethod
