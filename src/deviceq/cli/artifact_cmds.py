@@ -10,8 +10,8 @@ import click
 
 from ..api_client import ApiClient
 from ..host.artifacts import download, parse_store_options, prune, recorded, store_for
-from . import api_cmds
 from .app import Ctx, echo_json, main, pass_ctx, task
+from .via_api import refuse, via_api
 
 STORE_HELP = (
     "The artifact store URL (file:///PATH or s3://BUCKET/PREFIX) [default: the pool's "
@@ -24,7 +24,7 @@ def artifacts_via_api(client: ApiClient, task_id: str, attempt: int | None, into
                       as_json: bool) -> None:  # fmt: skip
     """``task artifacts`` through ``deviceq api``: listed, and downloaded from the pool's
     store by the service (each checked against its recorded sha256)."""
-    api_cmds.refuse(artifact_store=store_url, artifact_store_option=store_options)
+    refuse(artifact_store=store_url, artifact_store_option=store_options)
     rec = client.artifacts(task_id, attempt)
     got: list[Path] = []
     if into is not None:
@@ -55,7 +55,7 @@ def show(task_id: str, attempt: int, files: list[dict[str, Any]], error: str | N
 
 
 @task.command("artifacts")
-@api_cmds.via_api(artifacts_via_api)
+@via_api(artifacts_via_api)
 @click.argument("task_id")
 @click.option(
     "--attempt", type=click.IntRange(1, 9999), help="Which attempt [default: the latest]."

@@ -13,18 +13,11 @@ from ..api_client import ApiClient
 from ..core.errors import NotFound
 from ..core.live_logs import LogEntry, LogReader
 from ..core.models import TaskStatus, validate_id
-from . import api_cmds
 from .app import Ctx, fail, pass_ctx, task
+from .via_api import via_api
 
 MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
 """What starts each line of a stream in the text form (stdout is left as it is)."""
-SHOW_LINES = 20  # lines of a result or error ``task show`` prints
-
-
-def last_lines(text: str, n: int = SHOW_LINES) -> tuple[str, int]:
-    """The last ``n`` lines of ``text`` and how many lines came before them."""
-    lines = text.rstrip("\n").split("\n")
-    return "\n".join(lines[-n:]), max(0, len(lines) - n)
 
 
 class TextPrinter:
@@ -79,7 +72,7 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
 
 
 @task.command("logs")
-@api_cmds.via_api(logs_via_api)
+@via_api(logs_via_api)
 @click.argument("task_id")
 @click.option("--attempt", type=click.IntRange(min=1), default=None,
               help="Which attempt's log (1, 2, ...; default: the latest).")  # fmt: skip

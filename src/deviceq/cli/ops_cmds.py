@@ -1,12 +1,12 @@
 """Operator commands: status (live), events, device/host/workflow listings, host remove and
-token rotation, task retry, and the bulk side of ``submit --file``."""
+token rotation, workflows, task retry (``submit --file`` is in `task_files`)."""
 
 from __future__ import annotations
 
 import collections
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -14,58 +14,31 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from ..core.errors import DeviceqError, InvalidInput, NotConfirmed, NotFound, QueueFull
+from ..core.errors import InvalidInput, NotFound
 from ..core.events import Event, read_events
-from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition, validate_id
+from ..core.models import TaskStatus, WorkflowDefinition, validate_id
 from ..ops import status as st
-from ..producer import spec_from
-from . import api_cmds
 from .app import (
     Ctx,
     check_output_path,
     console_for_tables,
     device,
     echo_json,
-    fail,
     host,
     main,
     nesting_guard,
     output_option,
     pass_ctx,
-    read_input,
     task,
     workflow,
 )
-from .core_cmds import (
-    LIMIT_OPTION,
-    YES_OPTION,
-    filter_options,
-    fmt_ms,
-    targets,
-    usage_ids,
-)
-
-SUBMIT_FILE_CHUNK = 500
-
-
-def fmt_age(ms: int | None) -> str:
-    """A duration in ms as a short human string (``850ms``, ``12.3s``, ``4m05s``, ``2h10m``)."""
-    if ms is None:
-        return "-"
-    neg, ms = ms < 0, abs(ms)
-    if ms < 1000:
-        text = f"{ms}ms"
-    elif ms < 60_000:
-        text = f"{ms / 1000:.1f}s"
-    elif ms < 3_600_000:
-        text = f"{ms // 60_000}m{(ms // 1000) % 60:02d}s"
-    else:
-        text = f"{ms // 3_600_000}h{(ms // 60_000) % 60:02d}m"
-    return f"-{text}" if neg else text
+from .options import LIMIT_OPTION, YES_OPTION, filter_options, targets, usage_ids
+from .render import event_json, event_line, fmt_age, fmt_ms, print_token, tenant_table
+from .task_files import read_text
+from .via_api import events_via_api, retry_via_api, via_api
 
 
 def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> str:
@@ -73,18 +46,6 @@ def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> 
 
 
 # -- status ------------------------------------------------------------------------------------
-def tenant_table(rows: list[dict[str, Any]]) -> Table:
-    """Tenants: weight, cap, devices held (a tenant at its cap in bold), tasks queued."""
-    t = Table(title="tenants", title_justify="left")
-    for col in ("tenant", "weight", "max devices", "held", "queued"):
-        t.add_column(col, justify="left" if col == "tenant" else "right")
-    for x in rows:
-        cap = x["max_devices"]
-        held = str(x["held"])
-        if cap and x["held"] >= cap:
-            held = f"[bold]{held} (at cap)[/]"
-        t.add_row(x["tenant"], str(x["weight"]), str(cap or "-"), held, str(x["queued"]))
-    return t
 
 
 def render_status(data: dict[str, Any]) -> RenderableType:
@@ -351,14 +312,6 @@ def status_cmd(
 
 
 # -- events ------------------------------------------------------------------------------------
-def event_json(e: Event) -> dict[str, Any]:
-    """An event as printed by ``events --json``: the typed model (`Event.as_dict`)."""
-    return e.as_dict()
-
-
-def event_line(e: Event) -> str:
-    fields = " ".join(f"{k}={v}" for k, v in e.fields.items() if v != "")
-    return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
 
 
 def _backlog(
@@ -394,7 +347,7 @@ def _backlog(
 
 
 @main.command("events")
-@api_cmds.via_api(api_cmds.events_via_api)
+@via_api(events_via_api)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--task", "task_id", help="Only events of this task.")
 @click.option("--device", "device_id", help="Only events naming this device (its device field).")
@@ -635,17 +588,9 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None)
     Example:
       deviceq host rotate-token lab-1 -o lab-1.token   # replaced only if it succeeds
     """
-    from .core_cmds import print_token
-
     if output is not None:
         check_output_path(output)
     print_token(host_id, ctx.admin.rotate_token(host_id), as_json, output)
-
-
-def read_text(path: str) -> str:
-    """A file's text ('-' = stdin), bounded (`read_input`); InvalidInput when it cannot be
-    read."""
-    return read_input(path)
 
 
 # -- workflows ---------------------------------------------------------------------------------
@@ -750,7 +695,7 @@ RETRYABLE = (TaskStatus.failed, TaskStatus.cancelled)
 
 
 @task.command("retry")
-@api_cmds.via_api(api_cmds.retry_via_api)
+@via_api(retry_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @filter_options
 @YES_OPTION
@@ -820,122 +765,3 @@ def task_retry(
             click.echo(f"{new_id} (retry of {task_id}: {old.status.value}{why})")
     if as_json:
         echo_json(out[0] if len(ids) == 1 and flt is None else out)
-
-
-# -- submit --file -----------------------------------------------------------------------------
-def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
-    """Parse and validate a JSONL file of TaskSpec objects ('-' = stdin): ``(line number,
-    spec)`` pairs. Raises InvalidInput naming the first bad line."""
-    text = read_text(path)
-    specs: list[tuple[int, TaskSpec]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            with nesting_guard(f"line {n}"):
-                data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"line {n}: not valid JSON: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise InvalidInput(f"line {n}: expected a JSON object (a task spec)")
-        try:
-            specs.append((n, spec_from(data)))
-        except DeviceqError as exc:
-            raise InvalidInput(f"line {n}: {exc}") from None
-    if not specs:
-        raise InvalidInput(f"{path}: no tasks (one JSON object per line)")
-    return specs
-
-
-def _chunks(specs: list[TaskSpec], size: int) -> Iterator[list[TaskSpec]]:
-    for i in range(0, len(specs), size):
-        yield specs[i : i + size]
-
-
-SUBMIT_FILE_EXCLUSIVE = (
-    "goal",
-    "tenant",
-    "retry_on",
-    "retry_backoff",
-    "workflow_name",
-    "driver_type",
-    "tags",
-    "priority",
-    "max_attempts",
-    "idempotency_key",
-    "queue_timeout",
-    "timeout",
-)
-
-
-def queued_before(exc: DeviceqError) -> list[str]:
-    """The ids a refused `Client.submit_many` call queued before it stopped."""
-    if isinstance(exc, QueueFull):
-        return exc.queued_ids
-    if isinstance(exc, NotConfirmed):
-        return [str(i) for i in exc.result or []]
-    return []
-
-
-def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | None) -> None:
-    """``submit --file``: validate every line first, then submit in chunks with a progress
-    bar. Prints the ids (or a JSON list). A refused chunk (e.g. QueueFull) stops it: the ids
-    submitted so far are printed, then the error."""
-    cctx = click.get_current_context()
-    given = [
-        p
-        for p in cctx.command.params
-        if p.name in SUBMIT_FILE_EXCLUSIVE
-        and cctx.params.get(p.name) not in (None, ())
-        and cctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT
-    ]
-    if given:
-        opts = ", ".join(
-            p.opts[0] if isinstance(p, click.Option) else p.human_readable_name for p in given
-        )
-        raise InvalidInput(f"--file takes every task from the file; do not combine it with {opts}")
-    numbered = read_task_file(path)
-    specs = [s for _, s in numbered]
-    if any(s.workflow for s in specs):
-        known: set[str] = set(ctx.client.list_workflows())
-        for n, s in numbered:
-            if s.workflow and s.workflow not in known:
-                raise InvalidInput(f"line {n}: unknown workflow {s.workflow}")
-    if reject_unmatched is not None:
-        specs = [
-            s
-            if s.reject_unmatched is not None
-            else s.model_copy(update={"reject_unmatched": reject_unmatched})
-            for s in specs
-        ]
-    err_console = Console(stderr=True)
-    ids: list[str] = []
-    error: DeviceqError | None = None
-    with Progress(
-        TextColumn("submitting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    ) as progress:
-        bar = progress.add_task("submit", total=len(specs))
-        for part in _chunks(specs, SUBMIT_FILE_CHUNK):
-            try:
-                ids += ctx.client.submit_many(part, chunk=SUBMIT_FILE_CHUNK)
-            except DeviceqError as exc:
-                ids += queued_before(exc)
-                error = exc
-                break
-            progress.advance(bar, len(part))
-    if as_json:
-        echo_json(ids)
-    else:
-        for i in ids:
-            click.echo(i)
-    if error is not None:
-        fail(
-            f"{type(error).__name__}: {error} ({len(ids)} of {len(specs)} tasks submitted"
-            f"{', ids above' if ids else ''})"
-        )

@@ -14,7 +14,8 @@ from ..core.models import validate_id
 from ..ops import status as st
 from ..ops.admin import MAX_RESERVATION_MS, Reservation
 from .app import Ctx, device, echo_json, main, pass_ctx
-from .core_cmds import fmt_ms, parse_duration_ms, usage_ids
+from .options import parse_duration_ms, usage_ids
+from .render import fmt_ms
 
 
 def _default_note() -> str:

@@ -8,7 +8,7 @@ import click
 from ..ops import status as st
 from ..ops.status import tenant_summary
 from .app import Ctx, console_for_tables, echo_json, main, pass_ctx
-from .ops_cmds import tenant_table
+from .render import tenant_table
 
 
 @main.group()

@@ -25,7 +25,7 @@ from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
 from ..host.state import EXIT_START_REFUSED
 from ..ops.admin import check_reason
 from .app import Ctx, device, echo_json, fail, host, nesting_guard, pass_ctx
-from .core_cmds import usage_checked, usage_ids
+from .options import usage_checked, usage_ids
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
 
