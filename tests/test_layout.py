@@ -3,12 +3,16 @@ module past a size limit, and README.md's "Architecture" section names every mod
 
 The import graph is read with ``ast`` (nothing is imported): every ``import``/``from ...
 import`` in a module is an edge, a function-level one too (it runs as soon as the function
-does); only imports under ``if TYPE_CHECKING:`` are left out (they never run)."""
+does); only imports under ``if TYPE_CHECKING:`` are left out (they never run). And the command
+line starts without the heavy libraries (each command imports what it runs when it runs)."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +23,6 @@ MAX_LINES = 500
 OVER_LIMIT = {
     # modules over MAX_LINES when the limit came in: each only shrinks (and leaves the list)
     "cli/app.py",
-    "cli/core_cmds.py",
     "cli/ops_cmds.py",
     "cli/worker_cmds.py",
     "core/connection.py",
@@ -218,3 +221,96 @@ def test_the_readme_architecture_names_every_module() -> None:
         if not re.search(rf"(?<![\w/.]){re.escape(rel)}(?![\w/])", section):
             missing.append(rel)
     assert not missing, f"README.md's Architecture section does not name: {missing}"
+
+
+HEAVY = ("pydantic", "pydantic_settings", "rich", "yaml", "starlette", "uvicorn", "httpx",
+         "fsspec", "deviceq.core.models", "deviceq.producer", "deviceq.scheduler")  # fmt: skip
+"""What ``deviceq --help`` and ``--version`` must start without (each command imports what it
+runs inside its function)."""
+
+
+def test_the_command_line_starts_without_the_heavy_modules() -> None:
+    probe = (
+        "import sys\n"
+        "from deviceq.cli import main\n"
+        "for args in (['--version'], ['--help']):\n"
+        "    try:\n"
+        "        main(args, prog_name='deviceq')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"heavy = {HEAVY!r}\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "deviceq, version" in out.stdout and "Commands:" in out.stdout
+    assert out.stderr.strip() == "[]", f"imported to start: {out.stderr}"
+
+
+def _type_checking_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Import | ast.ImportFrom):
+                    names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+    return names
+
+
+def runtime_uses_of_type_only_names(tree: ast.Module) -> list[tuple[int, str]]:
+    """Names imported only under ``if TYPE_CHECKING:`` and used where the code runs (not in
+    an annotation, and not in a function that imports the name itself): a NameError then."""
+    only_typed = _type_checking_names(tree)
+    annotations = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+                if arg is not None and arg.annotation is not None:
+                    annotations.add(id(arg.annotation))
+            if node.returns is not None:
+                annotations.add(id(node.returns))
+        elif isinstance(node, ast.AnnAssign):
+            annotations.add(id(node.annotation))
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, bound: frozenset[str]) -> None:
+        if id(node) in annotations:
+            return
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            own = {
+                (a.asname or a.name).split(".")[0]
+                for sub in ast.walk(node)
+                if isinstance(sub, ast.Import | ast.ImportFrom)
+                for a in sub.names
+            }
+            bound = bound | own
+        elif isinstance(node, ast.Name) and node.id in only_typed and node.id not in bound:
+            found.append((node.lineno, node.id))
+        for child in ast.iter_child_nodes(node):
+            visit(child, bound)
+
+    visit(tree, frozenset())
+    return found
+
+
+def test_no_name_imported_for_type_checking_only_is_used_at_run_time() -> None:
+    """What moving imports into the functions that use them can break, unseen by ruff and
+    mypy: a name left only under ``if TYPE_CHECKING:`` that the code uses."""
+    found = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{line}: {name}"
+        for path in module_files().values()
+        for line, name in runtime_uses_of_type_only_names(ast.parse(path.read_text("utf-8")))
+    ]
+    assert not found, f"used at run time, imported only under TYPE_CHECKING: {found}"
+    sample = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from x import A, B\n"
+        "def f(a: A) -> B:\n    return B()\n"
+        "def g() -> A:\n    from x import A\n    return A()\n"
+    )
+    assert runtime_uses_of_type_only_names(sample) == [(5, "B")]

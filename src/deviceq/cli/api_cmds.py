@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from ..core.models import validate_id
 from .app import Ctx, echo_json, fail, main, pass_ctx
 from .render import fmt_ms
 
@@ -179,6 +178,8 @@ def token_add(ctx: Ctx, name: str, role: str, as_json: bool) -> None:
     Example:
       deviceq api token add ci --role producer > ci.token
     """
+    from ..core.models import validate_id
+
     validate_id(name, "token name")
     token = _store(ctx).add(name, role)
     if as_json:

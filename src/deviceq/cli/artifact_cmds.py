@@ -4,14 +4,15 @@ downloaded with their sha256 checked); ``deviceq artifacts prune``: retention.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..api_client import ApiClient
-from ..host.artifacts import download, parse_store_options, prune, recorded, store_for
 from .app import Ctx, echo_json, main, pass_ctx, task
 from .via_api import refuse, via_api
+
+if TYPE_CHECKING:
+    from ..api_client import ApiClient
 
 STORE_HELP = (
     "The artifact store URL (file:///PATH or s3://BUCKET/PREFIX) [default: the pool's "
@@ -93,6 +94,8 @@ def task_artifacts(
       deviceq task artifacts t-123 --attempt 2 --download ./out
       deviceq task artifacts t-123 --json --api-url https://deviceq.lab:8300
     """
+    from ..host.artifacts import download, parse_store_options, recorded, store_for
+
     admin = ctx.admin
     rec = recorded(admin, task_id, attempt)
     got: list[Path] = []
@@ -141,6 +144,8 @@ def artifacts_prune(
       deviceq config set artifact_retention 2592000   # 30 days
       deviceq artifacts prune --limit 500
     """
+    from ..host.artifacts import parse_store_options, prune, store_for
+
     admin = ctx.admin
     store = store_for(admin, store_url, parse_store_options(store_options))
     res = prune(admin, store, limit)

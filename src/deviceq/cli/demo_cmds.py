@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.console import Console
 
-from ..ops.demo import EMBEDDED_CHOICES, Demo, DemoOptions, summary_table
 from .app import echo_json, main
+from .lazy import LazyChoice, resolve
 
 
 @main.command()
@@ -21,7 +20,7 @@ from .app import echo_json, main
 )
 @click.option(
     "--embedded",
-    type=click.Choice(EMBEDDED_CHOICES),
+    type=LazyChoice(lambda: resolve("deviceq.ops.demo.scenario:EMBEDDED_CHOICES")),
     default="auto",
     show_default=True,
     envvar="DEVICEQ_DEMO_EMBEDDED",
@@ -77,6 +76,10 @@ def demo(
       deviceq demo --tasks 100 --duration 30 --no-live
       deviceq demo --redis-url redis://localhost:6379/0 --json
     """
+    from rich.console import Console
+
+    from ..ops.demo import Demo, DemoOptions, summary_table
+
     console = Console(stderr=as_json)
     options = DemoOptions(
         redis_url=demo_redis_url,

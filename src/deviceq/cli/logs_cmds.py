@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import click
 
-from ..api_client import ApiClient
 from ..core.errors import NotFound
-from ..core.live_logs import LogEntry, LogReader
-from ..core.models import TaskStatus, validate_id
 from .app import Ctx, fail, pass_ctx, task
 from .via_api import via_api
+
+if TYPE_CHECKING:
+    from ..api_client import ApiClient
+    from ..core.live_logs import LogEntry
 
 MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
 """What starts each line of a stream in the text form (stdout is left as it is)."""
@@ -55,6 +57,8 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
                  timeout: float | None, as_json: bool) -> None:  # fmt: skip
     """``task logs`` through ``deviceq api`` (``GET /tasks/ID/logs``): the same output and
     exit codes."""
+    from ..core.models import TaskStatus, validate_id
+
     validate_id(task_id, "task id")
     if timeout is not None and not follow:
         fail("--timeout goes with --follow", 2)
@@ -97,6 +101,9 @@ def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
       deviceq task logs 3f2a9c0d1e2b4a5f --attempt 1 --json
       deviceq task logs 3f2a9c0d1e2b4a5f -f --api-url https://deviceq.lab:8300
     """
+    from ..core.live_logs import LogReader
+    from ..core.models import validate_id
+
     validate_id(task_id, "task id")
     if timeout is not None and not follow:
         fail("--timeout goes with --follow", 2)

@@ -1,5 +1,6 @@
-"""Operator commands: status (live), events, device/host/workflow listings, host remove and
-token rotation, workflows, task retry (``submit --file`` is in `task_files`)."""
+"""Operator commands: status (live; its views are in `status_view`), events, device/host/workflow
+listings, host remove and token rotation, workflows, task retry (``submit --file`` is in
+`task_files`)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,11 @@ import collections
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
-from pydantic import ValidationError
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from ..core.errors import InvalidInput, NotFound
-from ..core.events import Event, read_events
-from ..core.models import TaskStatus, WorkflowDefinition, validate_id
-from ..ops import status as st
 from .app import (
     Ctx,
     check_output_path,
@@ -35,172 +27,14 @@ from .app import (
     task,
     workflow,
 )
+from .lazy import LazyChoice, resolve
 from .options import LIMIT_OPTION, YES_OPTION, filter_options, targets, usage_ids
-from .render import event_json, event_line, fmt_age, fmt_ms, print_token, tenant_table
-from .task_files import read_text
+from .render import event_json, event_line, fmt_age, fmt_ms, print_token
+from .status_view import render_all_pools, render_status
 from .via_api import events_via_api, retry_via_api, via_api
 
-
-def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> str:
-    return " ".join(filter(None, [driver_type or "*", *tags]))
-
-
-# -- status ------------------------------------------------------------------------------------
-
-
-def render_status(data: dict[str, Any]) -> RenderableType:
-    """The rich view of ``status.pool_status`` data."""
-    counts = data["counts"]
-    lead = data["leader"]
-    head = Text.assemble(
-        ("pool ", "dim"),
-        (data["pool"], "bold"),
-        ("   leader ", "dim"),
-        (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
-        "\n",
-        *[(f"{k} {v}  ", "bold red" if k == "failed" and v else "") for k, v in counts.items()],
-    )
-    parts: list[RenderableType] = [head]
-    rd = data.get("redis") or {}
-    if rd and "error" not in rd:
-        evicting = rd.get("maxmemory_policy") not in (None, "noeviction")
-        parts.append(Text.assemble(
-            ("redis ", "dim"), f"{rd.get('redis_version')} {rd.get('role')}",
-            ("  aof ", "dim"), "on" if rd.get("aof_enabled") else "off",
-            ("  replicas ", "dim"), str(rd.get("connected_replicas")),
-            ("  maxmemory-policy ", "dim"),
-            (str(rd.get("maxmemory_policy")), "bold red" if evicting else ""),
-            ("  durability ", "dim"), str(data.get("durability", "none")),
-        ))  # fmt: skip
-
-    q = Table(title="queued by constraints", title_justify="left")
-    for col in ("constraints", "prio", "depth", "oldest wait", "devices", "idle", "signature"):
-        numeric = col in ("prio", "depth", "devices", "idle")
-        q.add_column(col, justify="right" if numeric else "left", no_wrap=col == "signature")
-    for b in data["queues"]:
-        cons = _constraints(b["driver_type"], b["tags"])
-        devices = str(b["matching_devices"])
-        if b["unmatchable"]:
-            cons, devices = f"[bold red]{cons}[/]", "[bold red]none[/]"
-        q.add_row(
-            cons,
-            str(b["priority"]),
-            str(b["depth"]),
-            fmt_age(b["oldest_wait_ms"]),
-            devices,
-            str(b["idle_matching"]),
-            b["sig"],
-        )
-    if not data["queues"]:
-        q.add_row("queue empty", "", "", "", "", "", "")
-    parts.append(q)
-    if data.get("tenants"):
-        parts.append(tenant_table(data["tenants"]))
-
-    d = Table(title=f"devices ({data['devices']['total']})", title_justify="left")
-    by_state = data["devices"]["by_state"]
-    for name in by_state:
-        d.add_column(name, justify="right")
-    d.add_row(
-        *[
-            f"[bold red]{n}[/]" if n and name in ("quarantined", "host_dead", "offline") else str(n)
-            for name, n in by_state.items()
-        ]
-    )
-    parts.append(d)
-
-    h = Table(title="hosts", title_justify="left")
-    for col in ("host", "alive", "draining", "last heartbeat", "devices"):
-        h.add_column(col)
-    for x in data["hosts"]:
-        h.add_row(
-            x["host_id"],
-            "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
-            "[yellow]yes[/]" if x["draining"] else "no",
-            f"{fmt_age(x['heartbeat_age_ms'])} ago" if x["heartbeat_age_ms"] else "never",
-            str(len(x["devices"])),
-        )
-    parts.append(h)
-
-    if data["leases"]:
-        lt = Table(title="leases expiring next", title_justify="left")
-        for col in ("task", "status", "host", "device", "attempt", "expires in"):
-            lt.add_column(col)
-        for x in data["leases"]:
-            left = x["expires_in_ms"]
-            lt.add_row(
-                x["task"],
-                x["status"] or "-",
-                x["host_id"] or "-",
-                x["device_id"] or "-",
-                f"{x['attempt']}/{x['max_attempts']}",
-                f"[bold red]{fmt_age(left)}[/]" if left < 5000 else fmt_age(left),
-            )
-        parts.append(lt)
-
-    if data["failures"]:
-        ft = Table(title="recent failures", title_justify="left")
-        for col in ("task", "kind", "finished", "attempt", "device", "error"):
-            ft.add_column(col)
-        for x in data["failures"]:
-            ft.add_row(
-                x["task"],
-                x["failure_kind"] or "-",
-                fmt_ms(x["finished_at"]),
-                f"{x['attempt']}/{x['max_attempts']}",
-                x["device_id"] or "-",
-                (x["error"] or "")[:60],
-            )
-        parts.append(ft)
-    if data.get("reservations"):
-        rt = Table(title="reservations (deviceq reserve)", title_justify="left")
-        for col in ("device", "host", "reserved by", "until", "ends in"):
-            rt.add_column(col)
-        for x in data["reservations"]:
-            rt.add_row(
-                x["device_id"],
-                x["host_id"] or "-",
-                x["reserved_by"],
-                fmt_ms(x["reserved_until"]),
-                fmt_age(x["reserved_until"] - data["time_ms"]),
-            )
-        parts.append(rt)
-    for x in data.get("attention", []):
-        parts.append(Text(f"device {x['device_id']} (host {x['host_id']}) needs attention: "
-                          f"{x['why']}", style="bold yellow"))  # fmt: skip
-    if data["unmatchable_tasks"]:
-        parts.append(
-            Text(
-                f"{data['unmatchable_tasks']} queued task(s) match no registered device: they wait "
-                "until such a device registers (or their queue timeout). See `deviceq explain ID`.",
-                style="bold red",
-            )
-        )
-    return Group(*parts)
-
-
-def render_all_pools(data: dict[str, Any]) -> RenderableType:
-    """``status --all-pools``: a line per pool."""
-    table = Table(title=f"{len(data['pools'])} pool(s)"
-                  + (f" on {len(data['nodes'])} cluster shard(s)" if data["cluster"] else ""),
-                  title_justify="left")  # fmt: skip
-    for col in ("pool", "node", "queued", "running", "done", "failed", "cancelled", "hosts alive",
-                "devices idle/all", "leader"):  # fmt: skip
-        table.add_column(col, justify="right" if col not in ("pool", "node", "leader") else "left")
-    for p in data["pools"]:
-        if "error" in p:
-            table.add_row(p["pool"], p["node"], f"[red]{p['error']}[/]")
-            continue
-        c = p["counts"]
-        table.add_row(
-            p["pool"], p["node"], str(c["queued"]), str(p["running"]), str(c["done"]),
-            str(c["failed"]), str(c["cancelled"]), f"{p['hosts_alive']}/{p['hosts']}",
-            f"{p['devices_by_state'].get('idle', 0)}/{p['devices']}", p["leader"] or "none",
-        )  # fmt: skip
-    parts: list[RenderableType] = [table]
-    if data["truncated"]:
-        parts.append(Text("(more pools than shown)", style="bold yellow"))
-    return Group(*parts)
+if TYPE_CHECKING:
+    from ..core.events import Event
 
 
 @main.command("status")
@@ -268,6 +102,11 @@ def status_cmd(
       deviceq status --json | jq '.queues[] | select(.unmatchable)'
       deviceq status --all-pools
     """
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..ops import status as st
+
     if not all_pools:
         ctx.warn_if_unknown_pool()
     if all_pools:
@@ -318,6 +157,8 @@ def _backlog(
     ctx: Ctx, since: str | None, wanted: Callable[[Event], bool] | None, limit: int, all_after: bool
 ) -> tuple[list[Event], str]:
     """Past events to show first, and the stream cursor to follow from."""
+    from ..core.events import Event, read_events
+
     r, keys = ctx.client.redis, ctx.client.keys
     if since is None and wanted is None:
         newest: list[tuple[str, dict[str, str]]] = r.xrevrange(  # type: ignore[assignment]
@@ -393,6 +234,8 @@ def events_cmd(
       deviceq events --device pixel-7 --follow
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
+    from ..core.models import validate_id
+
     if task_id is not None:
         validate_id(task_id, "task id")
     usage_ids(device_id=device_id, host_id=host_id)
@@ -432,7 +275,11 @@ def events_cmd(
 # -- devices and hosts -------------------------------------------------------------------------
 @device.command("list")
 @click.option("--host", "host_id", help="Only devices of this host.")
-@click.option("--state", type=click.Choice(st.DEVICE_STATES), help="Only devices in this state.")
+@click.option(
+    "--state",
+    type=LazyChoice(lambda: resolve("deviceq.ops.status:DEVICE_STATES")),
+    help="Only devices in this state.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
 def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
@@ -452,6 +299,10 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
       deviceq device list --state quarantined
       deviceq device list --host lab-1 --json
     """
+    from rich.table import Table
+
+    from ..ops import status as st
+
     ctx.warn_if_unknown_pool()
     hosts, devices = st.hosts_and_devices(ctx.admin)
     booked = ctx.admin.reservations()
@@ -494,6 +345,10 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq host list --json
     """
+    from rich.table import Table
+
+    from ..ops import status as st
+
     ctx.warn_if_unknown_pool()
     now = ctx.admin.server_time_ms()
     hosts = [st.host_json(h, now) for h in ctx.admin.hosts()]
@@ -534,6 +389,8 @@ def host_remove(ctx: Ctx, host_id: str, force: bool) -> None:
       deviceq host drain lab-1 && deviceq host remove lab-1
       deviceq host remove lab-1 --force    # its running tasks go back to the queue
     """
+    from ..core.models import validate_id
+
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
     n = ctx.admin.remove_host(host_id, force=force)
@@ -560,6 +417,8 @@ def device_remove(ctx: Ctx, device_id: str, force: bool) -> None:
       deviceq device remove pixel-3
       deviceq device remove pixel-3 --force   # its running task goes back to the queue
     """
+    from ..core.models import validate_id
+
     validate_id(device_id, "device id")
     ctx.warn_if_unknown_pool()
     res = ctx.admin.remove_device(device_id, force=force)
@@ -595,6 +454,8 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None)
 
 # -- workflows ---------------------------------------------------------------------------------
 def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
+    import yaml
+
     try:
         with nesting_guard(source):
             data = yaml.safe_load(text)  # JSON is YAML too
@@ -626,6 +487,11 @@ def workflow_put(ctx: Ctx, file: str, as_json: bool) -> None:
         - {name: launch, goal: "open the app"}
         - {name: login, goal: "log in as the test user"}
     """
+    from pydantic import ValidationError
+
+    from ..core.models import WorkflowDefinition
+    from .task_files import read_text
+
     items = _load_definitions(read_text(file), "<stdin>" if file == "-" else file)
     defs = []
     for i, item in enumerate(items, 1):
@@ -657,6 +523,8 @@ def workflow_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq workflow list --json
     """
+    from rich.table import Table
+
     names: list[str] = ctx.client.list_workflows()
     defs = [ctx.client.get_workflow(n) for n in names]
     if as_json:
@@ -683,6 +551,8 @@ def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
     Example:
       deviceq workflow show smoke-suite > smoke.yaml
     """
+    import yaml
+
     data = ctx.client.get_workflow(name).model_dump(mode="json", exclude_none=True)
     if as_json:
         echo_json(data)
@@ -691,7 +561,7 @@ def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
 
 
 # -- task retry --------------------------------------------------------------------------------
-RETRYABLE = (TaskStatus.failed, TaskStatus.cancelled)
+RETRYABLE = ("failed", "cancelled")
 
 
 @task.command("retry")

@@ -8,14 +8,20 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 import click
 
 from ..core.errors import InvalidInput
-from ..core.models import TaskStatus, validate_id
-from ..producer import TaskFilter
 from .app import Ctx, F, fail
+from .lazy import TASK_STATUSES, LazyChoice
 from .render import fmt_ms
+
+if TYPE_CHECKING:
+    pass
+
+if TYPE_CHECKING:
+    from ..producer import TaskFilter
 
 
 def parse_role_options(values: tuple[str, ...]) -> dict[str, str]:
@@ -79,6 +85,8 @@ def usage_checked(check: Callable[[], object]) -> None:
 def usage_ids(**ids: str | None) -> None:
     """Check ids given as options (``device_id="d1", host_id=None``; the name says what the
     id is) with `usage_checked`: a malformed one ends the command with exit 2."""
+    from ..core.models import validate_id
+
     for name, value in ids.items():
         if value is not None:
             usage_checked(partial(validate_id, value, name.removesuffix("_id") + " id"))
@@ -92,7 +100,7 @@ def filter_options(f: F) -> F:
                 "--status",
                 "statuses",
                 multiple=True,
-                type=click.Choice([s.value for s in TaskStatus]),
+                type=LazyChoice(TASK_STATUSES),
                 help="Only tasks in this status (repeatable).",
             ),
             click.option("--driver-type", help="Only tasks that require this driver type."),
@@ -129,7 +137,7 @@ def build_filter(
     tenant: str | None,
     older_than: str | None,
     *,
-    allowed: tuple[TaskStatus, ...] | None = None,
+    allowed: tuple[str, ...] | None = None,
     verb: str = "",
     since: str | None = None,
     device_id: str | None = None,
@@ -137,14 +145,18 @@ def build_filter(
     """The `TaskFilter` of the filter options (checked: clear errors, before any change).
     ``allowed``: the statuses the operation applies to (the default selection; asking for
     another is an error)."""
+    from ..core.models import TaskStatus, validate_id
+    from ..producer import TaskFilter
+
     chosen = tuple(TaskStatus(s) for s in dict.fromkeys(statuses))
     if allowed is not None:
-        bad = [s.value for s in chosen if s not in allowed]
+        may = tuple(TaskStatus(s) for s in allowed)
+        bad = [s.value for s in chosen if s not in may]
         if bad:
             raise InvalidInput(
-                f"--status {bad[0]}: only {', '.join(s.value for s in allowed)} tasks can be {verb}"
+                f"--status {bad[0]}: only {', '.join(s.value for s in may)} tasks can be {verb}"
             )
-        chosen = chosen or allowed
+        chosen = chosen or may
     if host_id is not None:
         validate_id(host_id, "host id")
     if tenant is not None:
@@ -240,7 +252,7 @@ def targets(
     tenant: str | None,
     older_than: str | None,
     *,
-    allowed: tuple[TaskStatus, ...],
+    allowed: tuple[str, ...],
     done: str,
     verb: str,
     yes: bool,
@@ -250,6 +262,8 @@ def targets(
     error line before any warning), or the tasks its filter options select among the
     ``allowed`` statuses, counted and confirmed (`select_tasks`). Returns the ids and the
     filter (None when ids were given)."""
+    from ..core.models import validate_id
+
     for tid in task_ids:
         validate_id(tid, "task id")
     ctx.warn_if_unknown_pool()

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from .app import write_output_file
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from ..core.events import Event
     from ..core.models import ScheduledTask
 
@@ -69,6 +70,8 @@ def event_line(e: Event) -> str:
 
 def tenant_table(rows: list[dict[str, Any]]) -> Table:
     """Tenants: weight, cap, devices held (a tenant at its cap in bold), tasks queued."""
+    from rich.table import Table
+
     t = Table(title="tenants", title_justify="left")
     for col in ("tenant", "weight", "max devices", "held", "queued"):
         t.add_column(col, justify="left" if col == "tenant" else "right")

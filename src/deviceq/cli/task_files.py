@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..core.errors import DeviceqError, InvalidInput, NotConfirmed, QueueFull
-from ..core.models import TaskSpec
-from ..producer import spec_from
 from .app import Ctx, echo_json, fail, nesting_guard, read_input
+
+if TYPE_CHECKING:
+    from ..core.models import TaskSpec
 
 SUBMIT_FILE_CHUNK = 500
 
@@ -20,6 +20,8 @@ SUBMIT_FILE_CHUNK = 500
 def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
     """Parse and validate a JSONL file of TaskSpec objects ('-' = stdin): ``(line number,
     spec)`` pairs. Raises InvalidInput naming the first bad line."""
+    from ..producer import spec_from
+
     text = read_text(path)
     specs: list[tuple[int, TaskSpec]] = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -75,6 +77,9 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
     """``submit --file``: validate every line first, then submit in chunks with a progress
     bar. Prints the ids (or a JSON list). A refused chunk (e.g. QueueFull) stops it: the ids
     submitted so far are printed, then the error."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     cctx = click.get_current_context()
     given = [
         p

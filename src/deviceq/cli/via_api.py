@@ -8,15 +8,17 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..api_client import ApiClient
-from ..core.models import TaskStatus, validate_id
 from .app import F, echo_json, fail
 from .options import parse_role_options
 from .render import event_line
+
+if TYPE_CHECKING:
+    from ..api_client import ApiClient
+
 
 API_OPTIONS = (
     click.option(
@@ -44,6 +46,8 @@ API_OPTIONS = (
 def api_client_for(url: str, token_file: str | None, ca: str | None) -> ApiClient:
     """The `ApiClient` of the ``--api-*`` options (a token file's surrounding whitespace
     stripped; its text never shown)."""
+    from ..api_client import ApiClient
+
     token = None
     if token_file is not None:
         try:
@@ -125,6 +129,8 @@ def show_via_api(client: ApiClient, task_id: str, as_json: bool) -> None:
 
 
 def _one_id(task_ids: tuple[str, ...]) -> str:
+    from ..core.models import validate_id
+
     if len(task_ids) != 1:
         fail("with --api-url give exactly one task id (filters need Redis access)", 2)
     return validate_id(task_ids[0], "task id")
@@ -158,6 +164,8 @@ def retry_via_api(client: ApiClient, task_ids: tuple[str, ...], as_json: bool,
 
 def wait_via_api(client: ApiClient, task_ids: tuple[str, ...], timeout: float | None,
                  as_json: bool, **rest: Any) -> None:  # fmt: skip
+    from ..core.models import TaskStatus
+
     _no_filters(rest)
     task_id = _one_id(task_ids)
     try:

@@ -54,6 +54,10 @@ person's reservations), `history` (the event stream); `reader` does the bounded 
 `model`'s shapes, `results` holds the kinds and what is reported, `verifier` the entry points.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .model import (
     ACTIVE,
     ATTEMPTS_HEAD,
@@ -66,7 +70,22 @@ from .model import (
     TERMINAL,
 )
 from .results import KINDS, Progress, VerifyResult, Violation
-from .verifier import PoolVerifier, verify
+
+if TYPE_CHECKING:
+    from .verifier import PoolVerifier, verify
+
+
+def __getattr__(name: str) -> Any:
+    """`PoolVerifier` and `verify` are imported on first use: the command line reads this
+    package's bounds (`model`) without the verifier's imports."""
+    if name in ("PoolVerifier", "verify"):
+        from . import verifier
+
+        value = getattr(verifier, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ACTIVE",
