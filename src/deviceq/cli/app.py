@@ -438,17 +438,57 @@ class DqGroup(_GlobalsMixin, click.Group):
 DqGroup.group_class = DqGroup
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error (unknown option, bad value, missing argument...) shown as one line on
+    stderr, naming the help of the command it concerns, with exit code 2:
+    ``deviceq: error: No such option '--bogus'. (see deviceq task show --help)``."""
+
+    def __init__(self, exc: click.UsageError) -> None:
+        super().__init__(exc.message, exc.ctx)
+        self.cause = exc
+
+    def format_message(self) -> str:
+        return self.cause.format_message()
+
+    def line(self) -> str:
+        where = "deviceq"
+        if self.ctx is not None:
+            root = self.ctx.find_root().info_name or ""
+            where = ("deviceq" + self.ctx.command_path[len(root) :]).strip()
+        return f"deviceq: error: {_one_line(self.format_message())} (see {where} --help)"
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.line(), err=True)
+
+
+def one_line_usage(exc: click.UsageError) -> click.UsageError:
+    """``exc`` as a `OneLineUsageError` (a group called without its command, which shows its
+    help, stays as it is)."""
+    if isinstance(exc, OneLineUsageError | click.exceptions.NoArgsIsHelpError):
+        return exc
+    return OneLineUsageError(exc)
+
+
 class _Group(click.Group):
     """The root group: whatever command runs, a deviceq or Redis error it raises ends as one
-    line on stderr (`describe_error`, the one mapping) and exit 1. Its commands and groups
-    accept its global options too (`DqCommand`, `DqGroup`)."""
+    line on stderr (`describe_error`, the one mapping) and exit 1; a usage error as one line
+    too (`OneLineUsageError`) and exit 2. Its commands and groups accept its global options
+    too (`DqCommand`, `DqGroup`)."""
 
     command_class = DqCommand
     group_class = DqGroup
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise one_line_usage(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise one_line_usage(exc) from None
         except (DeviceqError, redis.RedisError) as exc:
             obj = ctx.find_object(Ctx)
             fail(describe_error(exc, obj.raw_redis_url if obj else None) or str(exc))
