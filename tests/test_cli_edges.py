@@ -315,3 +315,49 @@ def test_config_set_takes_a_negative_value_as_the_value(redis_url: str, pool: st
     assert json.loads(got)["aging_seconds"] != -1
     ok = deviceq(redis_url, pool, "config", "set", "aging_seconds", "5")
     assert ok.returncode == 0 and ok.stdout.strip() == "aging_seconds 5.0"
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "where"),
+    [
+        (["task", "show", "abc", "--bogus"], "No such option '--bogus'.", "deviceq task show"),
+        (["task", "show"], "Missing argument 'TASK_ID'.", "deviceq task show"),
+        (
+            ["task", "list", "--limit", "0"],
+            "Invalid value for '--limit': 0 is not in the range 1<=x<=10000.",
+            "deviceq task list",
+        ),
+        (["--bogus", "status"], "No such option '--bogus'.", "deviceq"),
+        (["tsak", "show"], "No such command 'tsak'. Did you mean 'task'?", "deviceq"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_help_to_read(
+    redis_url: str, args: list[str], message: str, where: str
+) -> None:
+    """A bad option printed Usage/Try/blank/Error (four lines); now one line on stderr, the
+    message and where to read the command's options, and exit code 2 (nothing on stdout)."""
+    res = deviceq(redis_url, "edges-usage", *args)
+    assert res.returncode == 2, res
+    assert res.stdout == ""
+    assert res.stderr == f"deviceq: error: {message} (see {where} --help)\n", res.stderr
+
+
+def test_a_usage_error_a_command_raises_is_one_line_too(redis_url: str) -> None:
+    """Raised by the command itself (two ways to select tasks at once), not by the parser."""
+    res = deviceq(redis_url, "edges-usage", "task", "cancel", "abc", "--status", "queued")
+    assert res.returncode == 2 and res.stdout == ""
+    lines = res.stderr.splitlines()  # (after the warning that the pool has nothing in it)
+    assert lines[-1] == (
+        "deviceq: error: give task ids or filters (--status, --tag...), not both "
+        "(see deviceq task cancel --help)"
+    ), res.stderr
+    assert not [ln for ln in lines if ln.startswith(("Usage:", "Try ", "Error:"))], res.stderr
+
+
+def test_a_group_without_its_command_still_shows_its_help() -> None:
+    from click.testing import CliRunner
+
+    from deviceq.cli import main
+
+    res = CliRunner().invoke(main, ["task"])
+    assert res.exit_code == 2 and "Usage:" in res.output and "show" in res.output, res.output

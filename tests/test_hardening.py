@@ -20,7 +20,7 @@ import redis
 
 from deviceq import Client, PoolAdmin, TaskStatus
 from deviceq.cli.app import MAX_INPUT_BYTES
-from deviceq.cli.ops_cmds import SUBMIT_FILE_CHUNK
+from deviceq.cli.task_files import SUBMIT_FILE_CHUNK
 from deviceq.core.errors import QueueFull
 from deviceq.core.keys import Keys
 from deviceq.embedded import RedisServer

@@ -9,65 +9,154 @@ The three roles a user knows, over one shared core (`deviceq.core`):
 - hosts: `HostWorker` (the daemon), `HostClient` (its Redis API), `TaskDispatcher` and the
   runners (`Task`, `Outcome`, `RunnerSpec`);
 
-and the operator's `PoolAdmin`. Errors are typed (`DeviceqError` and its subclasses)."""
+and the operator's `PoolAdmin`. Errors are typed (`DeviceqError` and its subclasses).
 
-from .api_client import ApiClient, ApiError
-from .core.config import PoolConfig, Settings
-from .core.connection import TLSError
-from .core.errors import (
-    AlreadyExists,
-    AuthError,
-    Busy,
-    ConfigError,
-    DeviceOwned,
-    DeviceqError,
-    Fenced,
-    InvalidInput,
-    NotConfirmed,
-    NotFound,
-    QueueFull,
-    SessionActive,
-    SessionSuperseded,
-    Unmatchable,
-)
-from .core.models import (
-    Assignment,
-    Attempt,
-    Constraints,
-    DeviceState,
-    FailureKind,
-    PooledDevice,
-    ScheduledTask,
-    TaskSpec,
-    TaskStatus,
-    WorkflowDefinition,
-    WorkflowStep,
-)
-from .core.tenants import TenantInfo
-from .host import (
-    DeviceConfig,
-    DeviceReport,
-    HostClient,
-    HostWorker,
-    Renewal,
-    Report,
-    TaskDispatcher,
-    WorkerSettings,
-)
-from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
-from .ops.admin import PoolAdmin
-from .ops.verify import verify
-from .producer import Client, FindResult, TaskFilter
-from .scheduler import (
-    AssignmentStrategy,
-    SchedulerClient,
-    Snapshot,
-    TaskScheduler,
-    register_strategy,
-)
-from .scheduler.strategies import TenantShare
+The names are imported on first use (``deviceq.Client`` imports the producer, not the
+scheduler or the host): ``import deviceq`` stays cheap for the command line."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "AlreadyExists": ".core.errors",
+    "ApiClient": ".api_client",
+    "ApiError": ".api_client",
+    "Assignment": ".core.models",
+    "AssignmentStrategy": ".scheduler",
+    "Attempt": ".core.models",
+    "AuthError": ".core.errors",
+    "Busy": ".core.errors",
+    "Client": ".producer",
+    "ConfigError": ".core.errors",
+    "Constraints": ".core.models",
+    "DeviceConfig": ".host",
+    "DeviceOwned": ".core.errors",
+    "DeviceReport": ".host",
+    "DeviceState": ".core.models",
+    "DeviceqError": ".core.errors",
+    "FailureKind": ".core.models",
+    "Fenced": ".core.errors",
+    "FindResult": ".producer",
+    "HostClient": ".host",
+    "HostWorker": ".host",
+    "InvalidInput": ".core.errors",
+    "LeaseClock": ".host.runners",
+    "NotConfirmed": ".core.errors",
+    "NotFound": ".core.errors",
+    "Outcome": ".host.runners",
+    "PoolAdmin": ".ops.admin",
+    "PoolConfig": ".core.config",
+    "PooledDevice": ".core.models",
+    "QueueFull": ".core.errors",
+    "Renewal": ".host",
+    "Report": ".host",
+    "RunnerSpec": ".host.runners",
+    "ScheduledTask": ".core.models",
+    "SchedulerClient": ".scheduler",
+    "SessionActive": ".core.errors",
+    "SessionSuperseded": ".core.errors",
+    "Settings": ".core.config",
+    "Snapshot": ".scheduler",
+    "TLSError": ".core.connection",
+    "Task": ".host.runners",
+    "TaskDispatcher": ".host",
+    "TaskFilter": ".producer",
+    "TaskScheduler": ".scheduler",
+    "TaskSpec": ".core.models",
+    "TaskStatus": ".core.models",
+    "TenantInfo": ".core.tenants",
+    "TenantShare": ".scheduler.strategies",
+    "Unmatchable": ".core.errors",
+    "WorkerSettings": ".host",
+    "WorkflowDefinition": ".core.models",
+    "WorkflowStep": ".core.models",
+    "register_strategy": ".scheduler",
+    "verify": ".ops.verify",
+}
+"""Each public name -> the module it is defined in (relative to this package)."""
+
+_SUBPACKAGES = frozenset(
+    {"api", "api_client", "cli", "core", "dashboard", "embedded", "host", "ops", "producer",
+     "scheduler"}
+)  # fmt: skip
+
+if TYPE_CHECKING:
+    from .api_client import ApiClient, ApiError
+    from .core.config import PoolConfig, Settings
+    from .core.connection import TLSError
+    from .core.errors import (
+        AlreadyExists,
+        AuthError,
+        Busy,
+        ConfigError,
+        DeviceOwned,
+        DeviceqError,
+        Fenced,
+        InvalidInput,
+        NotConfirmed,
+        NotFound,
+        QueueFull,
+        SessionActive,
+        SessionSuperseded,
+        Unmatchable,
+    )
+    from .core.models import (
+        Assignment,
+        Attempt,
+        Constraints,
+        DeviceState,
+        FailureKind,
+        PooledDevice,
+        ScheduledTask,
+        TaskSpec,
+        TaskStatus,
+        WorkflowDefinition,
+        WorkflowStep,
+    )
+    from .core.tenants import TenantInfo
+    from .host import (
+        DeviceConfig,
+        DeviceReport,
+        HostClient,
+        HostWorker,
+        Renewal,
+        Report,
+        TaskDispatcher,
+        WorkerSettings,
+    )
+    from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
+    from .ops.admin import PoolAdmin
+    from .ops.verify import verify
+    from .producer import Client, FindResult, TaskFilter
+    from .scheduler import (
+        AssignmentStrategy,
+        SchedulerClient,
+        Snapshot,
+        TaskScheduler,
+        register_strategy,
+    )
+    from .scheduler.strategies import TenantShare
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (or a subpackage) imported on first use, then kept."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AlreadyExists",

@@ -20,14 +20,19 @@ from starlette.routing import BaseRoute, Route
 
 from ..artifacts.records import Recorded, recorded, store_for
 from ..artifacts.store import CHUNK
-from ..cli.core_cmds import task_json
 from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
-from ..core.models import TaskStatus, validate_id
+from ..core.models import ScheduledTask, TaskStatus, validate_id
 from ..producer import Client, TaskFilter
 from .context import ApiContext
 from .tokens import ROLES, TokenInfo
+
+
+def task_json(t: ScheduledTask) -> dict[str, Any]:
+    """A task as the API answers it (what ``deviceq task show --json`` prints)."""
+    return t.model_dump(mode="json")
+
 
 LIST_MAX = 1000
 """Most tasks one ``GET /tasks`` answers."""

@@ -13,6 +13,7 @@ from . import verify_cmds as _verify_cmds  # noqa: F401  (registers `deviceq ver
 from .app import main
 
 for _module in (
+    "submit_cmds",
     "core_cmds",
     "scheduler_cmds",
     "worker_cmds",

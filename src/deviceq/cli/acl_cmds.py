@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..core.errors import InvalidInput
-from ..ops.acl import ROLES, acl_users, parse_version, password_rule, read_password_file
 from .app import Ctx, echo_json, main, pass_ctx
+from .lazy import LazyChoice, resolve
 
 
 @main.command("acl")
@@ -14,7 +14,7 @@ from .app import Ctx, echo_json, main, pass_ctx
 @click.option(
     "--role",
     "roles",
-    type=click.Choice(ROLES),
+    type=LazyChoice(lambda: resolve("deviceq.ops.acl:ROLES")),
     multiple=True,
     help="Print only this role's user (repeatable; default: all four).",
 )
@@ -68,6 +68,8 @@ def acl_cmd(
         | redis-cli --user admin --askpass
       deviceq acl --pool lab --role operator --json | jq '.[0].commands'
     """
+    from ..ops.acl import ROLES, acl_users, parse_version, password_rule, read_password_file
+
     pool = acl_pool if acl_pool is not None else ctx.pool
     selected = tuple(dict.fromkeys(roles)) or ROLES
     if host_id is not None and "host" not in selected:

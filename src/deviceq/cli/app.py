@@ -13,25 +13,18 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import redis
-from rich.console import Console
 
-from ..core.connection import (
-    PASSWORD_ENV,
-    PASSWORD_FILE_ENV,
-    TLSError,
-    check_redis_url,
-    redact_url,
-    with_tls_files,
-)
-from ..core.durability import warn_if_unsafe
 from ..core.errors import DeviceqError, InvalidInput
-from ..core.models import TaskStatus, validate_id
-from ..ops.admin import PoolAdmin
-from ..producer import Client
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..ops.admin import PoolAdmin
+    from ..producer import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,6 +72,8 @@ class Ctx:
         """The ``--redis-url``/``DEVICEQ_REDIS_URL`` value, validated (ConfigError if bad), with
         the TLS files of ``--redis-ca/--redis-cert/--redis-key`` in its query (ConfigError if
         one is given for a URL that is not ``rediss://``)."""
+        from ..core.connection import check_redis_url, with_tls_files
+
         return with_tls_files(
             check_redis_url(self.raw_redis_url),
             ca=self.redis_ca,
@@ -89,6 +84,9 @@ class Ctx:
 
     @property
     def client(self) -> Client:
+        from ..core.durability import warn_if_unsafe
+        from ..producer import Client
+
         if self._client is None:
             self._client = Client(self.redis_url, self.pool)
             with contextlib.suppress(redis.RedisError):  # unreachable: the command says so
@@ -103,6 +101,8 @@ class Ctx:
         unreachable Redis fails too when ``need_reachable`` (one-shot runs); otherwise the
         daemon starts and waits for it. An ACL that does not allow PING is ignored. A failed
         TLS handshake (a certificate not accepted either way) is never transient either."""
+        from ..core.connection import TLSError
+
         try:
             self.client.redis.ping()
         except (redis.AuthenticationError, TLSError):
@@ -115,6 +115,8 @@ class Ctx:
 
     @property
     def admin(self) -> PoolAdmin:
+        from ..ops.admin import PoolAdmin
+
         if self._admin is None:
             self._admin = PoolAdmin(self.client.redis, self.pool)
         return self._admin
@@ -124,6 +126,8 @@ class Ctx:
         when the pool has no hosts, devices, tasks, settings or workflows (most likely a typo
         in --pool). Bounded: one EXISTS over a few keys, never a SCAN. Returns True if it
         warned."""
+        from ..core.models import TaskStatus
+
         k = self.client.keys
         # not the event stream: a scheduler's leader lease writes one even on a typo's pool
         keys = [k.hosts, k.devices, k.seq, k.config, k.workflows]
@@ -197,6 +201,8 @@ def use_password_file(path: str) -> None:
     starts, reads the Redis password from ``path`` (`deviceq.core.connection.redis_password`,
     through ``DEVICEQ_REDIS_PASSWORD_FILE``); the password itself is never on a command line.
     It replaces a ``DEVICEQ_REDIS_PASSWORD`` of the environment."""
+    from ..core.connection import PASSWORD_ENV, PASSWORD_FILE_ENV
+
     os.environ.pop(PASSWORD_ENV, None)
     os.environ[PASSWORD_FILE_ENV] = os.path.abspath(path)
 
@@ -258,6 +264,8 @@ def _plain_to_tls_hint(exc: BaseException, redis_url: str | None) -> str:
 def describe_error(exc: BaseException, redis_url: str | None = None) -> str | None:
     """The one-line message for a deviceq or Redis error (None for any other exception).
     Never includes a password: Redis URLs are shown redacted."""
+    from ..core.connection import PASSWORD_ENV, PASSWORD_FILE_ENV, redact_url
+
     where = f" at {redact_url(redis_url)}" if redis_url else ""
     if isinstance(exc, DeviceqError):
         return _one_line(f"{type(exc).__name__}: {exc}")
@@ -296,6 +304,8 @@ PIPE_WIDTH = 10_000  # columns when not a terminal: tables are never cut or wrap
 def console_for_tables() -> Console:
     """The console for a command's tables: the terminal's width on a terminal; when piped or
     redirected, plain text wide enough that no column is cut (``task list | grep ...``)."""
+    from rich.console import Console
+
     c = Console()
     if c.is_terminal:
         return c
@@ -352,6 +362,8 @@ def _global_params(taken: set[str]) -> list[click.Parameter]:
 
 def _apply_globals(ctx: click.Context) -> None:
     """Move the global options given after a (sub)command from its params into ``Ctx``."""
+    from ..core.models import validate_id
+
     given = {
         k[len(_GLOBAL_PREFIX) :]: ctx.params.pop(k)
         for k in list(ctx.params)
@@ -426,17 +438,57 @@ class DqGroup(_GlobalsMixin, click.Group):
 DqGroup.group_class = DqGroup
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error (unknown option, bad value, missing argument...) shown as one line on
+    stderr, naming the help of the command it concerns, with exit code 2:
+    ``deviceq: error: No such option '--bogus'. (see deviceq task show --help)``."""
+
+    def __init__(self, exc: click.UsageError) -> None:
+        super().__init__(exc.message, exc.ctx)
+        self.cause = exc
+
+    def format_message(self) -> str:
+        return self.cause.format_message()
+
+    def line(self) -> str:
+        where = "deviceq"
+        if self.ctx is not None:
+            root = self.ctx.find_root().info_name or ""
+            where = ("deviceq" + self.ctx.command_path[len(root) :]).strip()
+        return f"deviceq: error: {_one_line(self.format_message())} (see {where} --help)"
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.line(), err=True)
+
+
+def one_line_usage(exc: click.UsageError) -> click.UsageError:
+    """``exc`` as a `OneLineUsageError` (a group called without its command, which shows its
+    help, stays as it is)."""
+    if isinstance(exc, OneLineUsageError | click.exceptions.NoArgsIsHelpError):
+        return exc
+    return OneLineUsageError(exc)
+
+
 class _Group(click.Group):
     """The root group: whatever command runs, a deviceq or Redis error it raises ends as one
-    line on stderr (`describe_error`, the one mapping) and exit 1. Its commands and groups
-    accept its global options too (`DqCommand`, `DqGroup`)."""
+    line on stderr (`describe_error`, the one mapping) and exit 1; a usage error as one line
+    too (`OneLineUsageError`) and exit 2. Its commands and groups accept its global options
+    too (`DqCommand`, `DqGroup`)."""
 
     command_class = DqCommand
     group_class = DqGroup
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise one_line_usage(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise one_line_usage(exc) from None
         except (DeviceqError, redis.RedisError) as exc:
             obj = ctx.find_object(Ctx)
             fail(describe_error(exc, obj.raw_redis_url if obj else None) or str(exc))
@@ -521,6 +573,8 @@ def main(
       deviceq task wait 3f2a9c0d1e2b4a5f --timeout 60
       deviceq --redis-url rediss://redis.lab:6380/0 --redis-ca ca.pem status   # TLS
     """
+    from ..core.models import validate_id
+
     try:
         for p in pool:
             validate_id(p, "pool name")

@@ -4,16 +4,15 @@ downloaded with their sha256 checked); ``deviceq artifacts prune``: retention.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..api_client import ApiClient
-from ..artifacts.records import download, recorded, store_for
-from ..artifacts.retention import prune
-from ..artifacts.store import parse_store_options
-from . import api_cmds
 from .app import Ctx, echo_json, main, pass_ctx, task
+from .via_api import refuse, via_api
+
+if TYPE_CHECKING:
+    from ..api_client import ApiClient
 
 STORE_HELP = (
     "The artifact store URL (file:///PATH or s3://BUCKET/PREFIX) [default: the pool's "
@@ -26,7 +25,7 @@ def artifacts_via_api(client: ApiClient, task_id: str, attempt: int | None, into
                       as_json: bool) -> None:  # fmt: skip
     """``task artifacts`` through ``deviceq api``: listed, and downloaded from the pool's
     store by the service (each checked against its recorded sha256)."""
-    api_cmds.refuse(artifact_store=store_url, artifact_store_option=store_options)
+    refuse(artifact_store=store_url, artifact_store_option=store_options)
     rec = client.artifacts(task_id, attempt)
     got: list[Path] = []
     if into is not None:
@@ -57,7 +56,7 @@ def show(task_id: str, attempt: int, files: list[dict[str, Any]], error: str | N
 
 
 @task.command("artifacts")
-@api_cmds.via_api(artifacts_via_api)
+@via_api(artifacts_via_api)
 @click.argument("task_id")
 @click.option(
     "--attempt", type=click.IntRange(1, 9999), help="Which attempt [default: the latest]."
@@ -95,6 +94,9 @@ def task_artifacts(
       deviceq task artifacts t-123 --attempt 2 --download ./out
       deviceq task artifacts t-123 --json --api-url https://deviceq.lab:8300
     """
+    from ..artifacts.records import download, recorded, store_for
+    from ..artifacts.store import parse_store_options
+
     admin = ctx.admin
     rec = recorded(admin, task_id, attempt)
     got: list[Path] = []
@@ -143,6 +145,10 @@ def artifacts_prune(
       deviceq config set artifact_retention 2592000   # 30 days
       deviceq artifacts prune --limit 500
     """
+    from ..artifacts.records import store_for
+    from ..artifacts.retention import prune
+    from ..artifacts.store import parse_store_options
+
     admin = ctx.admin
     store = store_for(admin, store_url, parse_store_options(store_options))
     res = prune(admin, store, limit)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from click.shell_completion import get_completion_class
 
 from .app import main
 
@@ -23,6 +22,8 @@ def completion(shell: str) -> None:
       deviceq completion fish > ~/.config/fish/completions/deviceq.fish
       eval "$(deviceq completion bash)"      # this shell only
     """
+    from click.shell_completion import get_completion_class
+
     cls = get_completion_class(shell)
     if cls is None:  # click knows every shell in SHELLS
         raise click.UsageError(f"no completion for {shell}")

@@ -6,10 +6,9 @@ import sys
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 
-from ..ops.demo import EMBEDDED_CHOICES, Demo, DemoOptions, next_steps, summary_table
 from .app import Ctx, echo_json, main
+from .lazy import LazyChoice, resolve
 
 
 @main.command()
@@ -23,7 +22,7 @@ from .app import Ctx, echo_json, main
 )
 @click.option(
     "--embedded",
-    type=click.Choice(EMBEDDED_CHOICES),
+    type=LazyChoice(lambda: resolve("deviceq.ops.demo.scenario:EMBEDDED_CHOICES")),
     default="auto",
     show_default=True,
     envvar="DEVICEQ_DEMO_EMBEDDED",
@@ -81,6 +80,10 @@ def demo(
       deviceq demo --tasks 100 --duration 30 --no-live
       deviceq demo --redis-url redis://localhost:6379/0 --json
     """
+    from rich.console import Console
+
+    from ..ops.demo import Demo, DemoOptions, next_steps, summary_table
+
     console = Console(stderr=as_json)
     demo_redis_url = demo_redis_url or _global_redis_url(ctx)
     options = DemoOptions(

@@ -6,25 +6,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import click
 
-from ..api_client import ApiClient
 from ..core.errors import NotFound
-from ..core.live_logs import LogEntry, LogReader
-from ..core.models import TaskStatus, validate_id
-from . import api_cmds
 from .app import Ctx, fail, pass_ctx, task
+from .via_api import via_api
+
+if TYPE_CHECKING:
+    from ..api_client import ApiClient
+    from ..core.live_logs import LogEntry
 
 MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
 """What starts each line of a stream in the text form (stdout is left as it is)."""
-SHOW_LINES = 20  # lines of a result or error ``task show`` prints
-
-
-def last_lines(text: str, n: int = SHOW_LINES) -> tuple[str, int]:
-    """The last ``n`` lines of ``text`` and how many lines came before them."""
-    lines = text.rstrip("\n").split("\n")
-    return "\n".join(lines[-n:]), max(0, len(lines) - n)
 
 
 class TextPrinter:
@@ -62,6 +57,8 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
                  timeout: float | None, as_json: bool) -> None:  # fmt: skip
     """``task logs`` through ``deviceq api`` (``GET /tasks/ID/logs``): the same output and
     exit codes."""
+    from ..core.models import TaskStatus, validate_id
+
     validate_id(task_id, "task id")
     if timeout is not None and not follow:
         fail("--timeout goes with --follow", 2)
@@ -79,7 +76,7 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
 
 
 @task.command("logs")
-@api_cmds.via_api(logs_via_api)
+@via_api(logs_via_api)
 @click.argument("task_id")
 @click.option("--attempt", type=click.IntRange(min=1), default=None,
               help="Which attempt's log (1, 2, ...; default: the latest).")  # fmt: skip
@@ -104,6 +101,9 @@ def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
       deviceq task logs 3f2a9c0d1e2b4a5f --attempt 1 --json
       deviceq task logs 3f2a9c0d1e2b4a5f -f --api-url https://deviceq.lab:8300
     """
+    from ..core.live_logs import LogReader
+    from ..core.models import validate_id
+
     validate_id(task_id, "task id")
     if timeout is not None and not follow:
         fail("--timeout goes with --follow", 2)

@@ -1,254 +1,40 @@
-"""Operator commands: status (live), events, device/host/workflow listings, host remove and
-token rotation, task retry, and the bulk side of ``submit --file``."""
+"""Operator commands: status (live; its views are in `status_view`), events, device/host/workflow
+listings, host remove and token rotation, workflows, task retry (``submit --file`` is in
+`task_files`)."""
 
 from __future__ import annotations
 
 import collections
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
-from pydantic import ValidationError
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
-from ..core.errors import DeviceqError, InvalidInput, NotConfirmed, NotFound, QueueFull
-from ..core.events import Event, read_events
-from ..core.models import TaskSpec, TaskStatus, WorkflowDefinition, validate_id
-from ..ops import status as st
-from ..producer import spec_from
-from . import api_cmds
+from ..core.errors import InvalidInput, NotFound
 from .app import (
     Ctx,
     check_output_path,
     console_for_tables,
     device,
     echo_json,
-    fail,
     host,
     main,
     nesting_guard,
     output_option,
     pass_ctx,
-    read_input,
     task,
     workflow,
 )
-from .core_cmds import (
-    LIMIT_OPTION,
-    YES_OPTION,
-    filter_options,
-    fmt_ms,
-    targets,
-    usage_ids,
-)
+from .lazy import LazyChoice, resolve
+from .options import LIMIT_OPTION, YES_OPTION, filter_options, targets, usage_ids
+from .render import event_json, event_line, fmt_age, fmt_ms, print_token
+from .status_view import render_all_pools, render_status
+from .via_api import events_via_api, retry_via_api, via_api
 
-SUBMIT_FILE_CHUNK = 500
-
-
-def fmt_age(ms: int | None) -> str:
-    """A duration in ms as a short human string (``850ms``, ``12.3s``, ``4m05s``, ``2h10m``)."""
-    if ms is None:
-        return "-"
-    neg, ms = ms < 0, abs(ms)
-    if ms < 1000:
-        text = f"{ms}ms"
-    elif ms < 60_000:
-        text = f"{ms / 1000:.1f}s"
-    elif ms < 3_600_000:
-        text = f"{ms // 60_000}m{(ms // 1000) % 60:02d}s"
-    else:
-        text = f"{ms // 3_600_000}h{(ms // 60_000) % 60:02d}m"
-    return f"-{text}" if neg else text
-
-
-def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> str:
-    return " ".join(filter(None, [driver_type or "*", *tags]))
-
-
-# -- status ------------------------------------------------------------------------------------
-def tenant_table(rows: list[dict[str, Any]]) -> Table:
-    """Tenants: weight, cap, devices held (a tenant at its cap in bold), tasks queued."""
-    t = Table(title="tenants", title_justify="left")
-    for col in ("tenant", "weight", "max devices", "held", "queued"):
-        t.add_column(col, justify="left" if col == "tenant" else "right")
-    for x in rows:
-        cap = x["max_devices"]
-        held = str(x["held"])
-        if cap and x["held"] >= cap:
-            held = f"[bold]{held} (at cap)[/]"
-        t.add_row(x["tenant"], str(x["weight"]), str(cap or "-"), held, str(x["queued"]))
-    return t
-
-
-def render_status(data: dict[str, Any]) -> RenderableType:
-    """The rich view of ``status.pool_status`` data."""
-    counts = data["counts"]
-    lead = data["leader"]
-    head = Text.assemble(
-        ("pool ", "dim"),
-        (data["pool"], "bold"),
-        ("   leader ", "dim"),
-        (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
-        *(
-            [
-                ("   PAUSED", "bold yellow"),
-                (f" ({data['paused']['reason']})" if data["paused"]["reason"] else "", "yellow"),
-                (": nothing new is assigned (deviceq resume)", "yellow"),
-            ]
-            if data.get("paused")
-            else []
-        ),  # fmt: skip
-        "\n",
-        *[(f"{k} {v}  ", "bold red" if k == "failed" and v else "") for k, v in counts.items()],
-    )
-    parts: list[RenderableType] = [head]
-    rd = data.get("redis") or {}
-    if rd and "error" not in rd:
-        evicting = rd.get("maxmemory_policy") not in (None, "noeviction")
-        parts.append(Text.assemble(
-            ("redis ", "dim"), f"{rd.get('redis_version')} {rd.get('role')}",
-            ("  aof ", "dim"), "on" if rd.get("aof_enabled") else "off",
-            ("  replicas ", "dim"), str(rd.get("connected_replicas")),
-            ("  maxmemory-policy ", "dim"),
-            (str(rd.get("maxmemory_policy")), "bold red" if evicting else ""),
-            ("  durability ", "dim"), str(data.get("durability", "none")),
-        ))  # fmt: skip
-
-    q = Table(title="queued by constraints", title_justify="left")
-    for col in ("constraints", "prio", "depth", "oldest wait", "devices", "idle", "signature"):
-        numeric = col in ("prio", "depth", "devices", "idle")
-        q.add_column(col, justify="right" if numeric else "left", no_wrap=col == "signature")
-    for b in data["queues"]:
-        cons = _constraints(b["driver_type"], b["tags"])
-        devices = str(b["matching_devices"])
-        if b["unmatchable"]:
-            cons, devices = f"[bold red]{cons}[/]", "[bold red]none[/]"
-        q.add_row(
-            cons,
-            str(b["priority"]),
-            str(b["depth"]),
-            fmt_age(b["oldest_wait_ms"]),
-            devices,
-            str(b["idle_matching"]),
-            b["sig"],
-        )
-    if not data["queues"]:
-        q.add_row("queue empty", "", "", "", "", "", "")
-    parts.append(q)
-    if data.get("tenants"):
-        parts.append(tenant_table(data["tenants"]))
-
-    d = Table(title=f"devices ({data['devices']['total']})", title_justify="left")
-    by_state = data["devices"]["by_state"]
-    for name in by_state:
-        d.add_column(name, justify="right")
-    d.add_row(
-        *[
-            f"[bold red]{n}[/]" if n and name in ("quarantined", "host_dead", "offline") else str(n)
-            for name, n in by_state.items()
-        ]
-    )
-    parts.append(d)
-
-    h = Table(title="hosts", title_justify="left")
-    for col in ("host", "alive", "draining", "last heartbeat", "devices"):
-        h.add_column(col)
-    for x in data["hosts"]:
-        h.add_row(
-            x["host_id"],
-            "[green]yes[/]" if x["alive"] else "[bold red]no[/]",
-            "[yellow]yes[/]" if x["draining"] else "no",
-            f"{fmt_age(x['heartbeat_age_ms'])} ago" if x["heartbeat_age_ms"] else "never",
-            str(len(x["devices"])),
-        )
-    parts.append(h)
-
-    if data["leases"]:
-        lt = Table(title="leases expiring next", title_justify="left")
-        for col in ("task", "status", "host", "device", "attempt", "expires in"):
-            lt.add_column(col)
-        for x in data["leases"]:
-            left = x["expires_in_ms"]
-            lt.add_row(
-                x["task"],
-                x["status"] or "-",
-                x["host_id"] or "-",
-                x["device_id"] or "-",
-                f"{x['attempt']}/{x['max_attempts']}",
-                f"[bold red]{fmt_age(left)}[/]" if left < 5000 else fmt_age(left),
-            )
-        parts.append(lt)
-
-    if data["failures"]:
-        ft = Table(title="recent failures", title_justify="left")
-        for col in ("task", "kind", "finished", "attempt", "device", "error"):
-            ft.add_column(col)
-        for x in data["failures"]:
-            ft.add_row(
-                x["task"],
-                x["failure_kind"] or "-",
-                fmt_ms(x["finished_at"]),
-                f"{x['attempt']}/{x['max_attempts']}",
-                x["device_id"] or "-",
-                (x["error"] or "")[:60],
-            )
-        parts.append(ft)
-    if data.get("reservations"):
-        rt = Table(title="reservations (deviceq reserve)", title_justify="left")
-        for col in ("device", "host", "reserved by", "until", "ends in"):
-            rt.add_column(col)
-        for x in data["reservations"]:
-            rt.add_row(
-                x["device_id"],
-                x["host_id"] or "-",
-                x["reserved_by"],
-                fmt_ms(x["reserved_until"]),
-                fmt_age(x["reserved_until"] - data["time_ms"]),
-            )
-        parts.append(rt)
-    for x in data.get("attention", []):
-        parts.append(Text(f"device {x['device_id']} (host {x['host_id']}) needs attention: "
-                          f"{x['why']}", style="bold yellow"))  # fmt: skip
-    if data["unmatchable_tasks"]:
-        parts.append(
-            Text(
-                f"{data['unmatchable_tasks']} queued task(s) match no registered device: they wait "
-                "until such a device registers (or their queue timeout). See `deviceq explain ID`.",
-                style="bold red",
-            )
-        )
-    return Group(*parts)
-
-
-def render_all_pools(data: dict[str, Any]) -> RenderableType:
-    """``status --all-pools``: a line per pool."""
-    table = Table(title=f"{len(data['pools'])} pool(s)"
-                  + (f" on {len(data['nodes'])} cluster shard(s)" if data["cluster"] else ""),
-                  title_justify="left")  # fmt: skip
-    for col in ("pool", "node", "queued", "running", "done", "failed", "cancelled", "hosts alive",
-                "devices idle/all", "leader"):  # fmt: skip
-        table.add_column(col, justify="right" if col not in ("pool", "node", "leader") else "left")
-    for p in data["pools"]:
-        if "error" in p:
-            table.add_row(p["pool"], p["node"], f"[red]{p['error']}[/]")
-            continue
-        c = p["counts"]
-        table.add_row(
-            p["pool"], p["node"], str(c["queued"]), str(p["running"]), str(c["done"]),
-            str(c["failed"]), str(c["cancelled"]), f"{p['hosts_alive']}/{p['hosts']}",
-            f"{p['devices_by_state'].get('idle', 0)}/{p['devices']}", p["leader"] or "none",
-        )  # fmt: skip
-    parts: list[RenderableType] = [table]
-    if data["truncated"]:
-        parts.append(Text("(more pools than shown)", style="bold yellow"))
-    return Group(*parts)
+if TYPE_CHECKING:
+    from ..core.events import Event
 
 
 @main.command("status")
@@ -316,6 +102,11 @@ def status_cmd(
       deviceq status --json | jq '.queues[] | select(.unmatchable)'
       deviceq status --all-pools
     """
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..ops import status as st
+
     if not all_pools:
         ctx.warn_if_unknown_pool()
     if all_pools:
@@ -360,20 +151,14 @@ def status_cmd(
 
 
 # -- events ------------------------------------------------------------------------------------
-def event_json(e: Event) -> dict[str, Any]:
-    """An event as printed by ``events --json``: the typed model (`Event.as_dict`)."""
-    return e.as_dict()
-
-
-def event_line(e: Event) -> str:
-    fields = " ".join(f"{k}={v}" for k, v in e.fields.items() if v != "")
-    return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
 
 
 def _backlog(
     ctx: Ctx, since: str | None, wanted: Callable[[Event], bool] | None, limit: int, all_after: bool
 ) -> tuple[list[Event], str]:
     """Past events to show first, and the stream cursor to follow from."""
+    from ..core.events import Event, read_events
+
     r, keys = ctx.client.redis, ctx.client.keys
     if since is None and wanted is None:
         newest: list[tuple[str, dict[str, str]]] = r.xrevrange(  # type: ignore[assignment]
@@ -403,7 +188,7 @@ def _backlog(
 
 
 @main.command("events")
-@api_cmds.via_api(api_cmds.events_via_api)
+@via_api(events_via_api)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--task", "task_id", help="Only events of this task.")
 @click.option("--device", "device_id", help="Only events naming this device (its device field).")
@@ -449,6 +234,8 @@ def events_cmd(
       deviceq events --device pixel-7 --follow
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
+    from ..core.models import validate_id
+
     if task_id is not None:
         validate_id(task_id, "task id")
     usage_ids(device_id=device_id, host_id=host_id)
@@ -488,7 +275,11 @@ def events_cmd(
 # -- devices and hosts -------------------------------------------------------------------------
 @device.command("list")
 @click.option("--host", "host_id", help="Only devices of this host.")
-@click.option("--state", type=click.Choice(st.DEVICE_STATES), help="Only devices in this state.")
+@click.option(
+    "--state",
+    type=LazyChoice(lambda: resolve("deviceq.ops.status:DEVICE_STATES")),
+    help="Only devices in this state.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
 def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
@@ -508,6 +299,10 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
       deviceq device list --state quarantined
       deviceq device list --host lab-1 --json
     """
+    from rich.table import Table
+
+    from ..ops import status as st
+
     ctx.warn_if_unknown_pool()
     hosts, devices = st.hosts_and_devices(ctx.admin)
     booked = ctx.admin.reservations()
@@ -550,6 +345,10 @@ def host_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq host list --json
     """
+    from rich.table import Table
+
+    from ..ops import status as st
+
     ctx.warn_if_unknown_pool()
     now = ctx.admin.server_time_ms()
     hosts = [st.host_json(h, now) for h in ctx.admin.hosts()]
@@ -590,6 +389,8 @@ def host_remove(ctx: Ctx, host_id: str, force: bool) -> None:
       deviceq host drain lab-1 && deviceq host remove lab-1
       deviceq host remove lab-1 --force    # its running tasks go back to the queue
     """
+    from ..core.models import validate_id
+
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
     n = ctx.admin.remove_host(host_id, force=force)
@@ -616,6 +417,8 @@ def device_remove(ctx: Ctx, device_id: str, force: bool) -> None:
       deviceq device remove pixel-3
       deviceq device remove pixel-3 --force   # its running task goes back to the queue
     """
+    from ..core.models import validate_id
+
     validate_id(device_id, "device id")
     ctx.warn_if_unknown_pool()
     res = ctx.admin.remove_device(device_id, force=force)
@@ -644,21 +447,15 @@ def host_rotate_token(ctx: Ctx, host_id: str, as_json: bool, output: str | None)
     Example:
       deviceq host rotate-token lab-1 -o lab-1.token   # replaced only if it succeeds
     """
-    from .core_cmds import print_token
-
     if output is not None:
         check_output_path(output)
     print_token(host_id, ctx.admin.rotate_token(host_id), as_json, output)
 
 
-def read_text(path: str) -> str:
-    """A file's text ('-' = stdin), bounded (`read_input`); InvalidInput when it cannot be
-    read."""
-    return read_input(path)
-
-
 # -- workflows ---------------------------------------------------------------------------------
 def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:
+    import yaml
+
     try:
         with nesting_guard(source):
             data = yaml.safe_load(text)  # JSON is YAML too
@@ -690,6 +487,11 @@ def workflow_put(ctx: Ctx, file: str, as_json: bool) -> None:
         - {name: launch, goal: "open the app"}
         - {name: login, goal: "log in as the test user"}
     """
+    from pydantic import ValidationError
+
+    from ..core.models import WorkflowDefinition
+    from .task_files import read_text
+
     items = _load_definitions(read_text(file), "<stdin>" if file == "-" else file)
     defs = []
     for i, item in enumerate(items, 1):
@@ -721,6 +523,8 @@ def workflow_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq workflow list --json
     """
+    from rich.table import Table
+
     names: list[str] = ctx.client.list_workflows()
     defs = [ctx.client.get_workflow(n) for n in names]
     if as_json:
@@ -747,6 +551,8 @@ def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
     Example:
       deviceq workflow show smoke-suite > smoke.yaml
     """
+    import yaml
+
     data = ctx.client.get_workflow(name).model_dump(mode="json", exclude_none=True)
     if as_json:
         echo_json(data)
@@ -755,11 +561,11 @@ def workflow_show(ctx: Ctx, name: str, as_json: bool) -> None:
 
 
 # -- task retry --------------------------------------------------------------------------------
-RETRYABLE = (TaskStatus.failed, TaskStatus.cancelled)
+RETRYABLE = ("failed", "cancelled")
 
 
 @task.command("retry")
-@api_cmds.via_api(api_cmds.retry_via_api)
+@via_api(retry_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
 @filter_options
 @YES_OPTION
@@ -802,7 +608,7 @@ def task_retry(
       deviceq task retry --status failed --driver-type android --older-than 1h --yes
       deviceq task retry --rerun 3f2a9c0d1e2b4a5f      # a done task, run again
     """
-    allowed = RETRYABLE + ((TaskStatus.done,) if rerun else ())
+    allowed = RETRYABLE + (("done",) if rerun else ())
     ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
                        allowed=allowed, done="retried", verb="retry",
                        yes=yes, limit=limit)  # fmt: skip
@@ -815,7 +621,7 @@ def task_retry(
         if task_id not in olds:
             raise NotFound(f"no task {task_id} in pool {ctx.pool}")
         if olds[task_id].status not in allowed:
-            hint = " (a done task with --rerun)" if olds[task_id].status == TaskStatus.done else ""
+            hint = " (a done task with --rerun)" if olds[task_id].status == "done" else ""
             raise InvalidInput(
                 f"task {task_id} is {olds[task_id].status.value}: only failed or cancelled "
                 f"tasks can be retried{hint}"
@@ -838,122 +644,3 @@ def task_retry(
             click.echo(f"{new_id} (retry of {task_id}: {old.status.value}{why})")
     if as_json:
         echo_json(out[0] if len(ids) == 1 and flt is None else out)
-
-
-# -- submit --file -----------------------------------------------------------------------------
-def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
-    """Parse and validate a JSONL file of TaskSpec objects ('-' = stdin): ``(line number,
-    spec)`` pairs. Raises InvalidInput naming the first bad line."""
-    text = read_text(path)
-    specs: list[tuple[int, TaskSpec]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            with nesting_guard(f"line {n}"):
-                data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"line {n}: not valid JSON: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise InvalidInput(f"line {n}: expected a JSON object (a task spec)")
-        try:
-            specs.append((n, spec_from(data)))
-        except DeviceqError as exc:
-            raise InvalidInput(f"line {n}: {exc}") from None
-    if not specs:
-        raise InvalidInput(f"{path}: no tasks (one JSON object per line)")
-    return specs
-
-
-def _chunks(specs: list[TaskSpec], size: int) -> Iterator[list[TaskSpec]]:
-    for i in range(0, len(specs), size):
-        yield specs[i : i + size]
-
-
-SUBMIT_FILE_EXCLUSIVE = (
-    "goal",
-    "tenant",
-    "retry_on",
-    "retry_backoff",
-    "workflow_name",
-    "driver_type",
-    "tags",
-    "priority",
-    "max_attempts",
-    "idempotency_key",
-    "queue_timeout",
-    "timeout",
-)
-
-
-def queued_before(exc: DeviceqError) -> list[str]:
-    """The ids a refused `Client.submit_many` call queued before it stopped."""
-    if isinstance(exc, QueueFull):
-        return exc.queued_ids
-    if isinstance(exc, NotConfirmed):
-        return [str(i) for i in exc.result or []]
-    return []
-
-
-def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | None) -> None:
-    """``submit --file``: validate every line first, then submit in chunks with a progress
-    bar. Prints the ids (or a JSON list). A refused chunk (e.g. QueueFull) stops it: the ids
-    submitted so far are printed, then the error."""
-    cctx = click.get_current_context()
-    given = [
-        p
-        for p in cctx.command.params
-        if p.name in SUBMIT_FILE_EXCLUSIVE
-        and cctx.params.get(p.name) not in (None, ())
-        and cctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT
-    ]
-    if given:
-        opts = ", ".join(
-            p.opts[0] if isinstance(p, click.Option) else p.human_readable_name for p in given
-        )
-        raise InvalidInput(f"--file takes every task from the file; do not combine it with {opts}")
-    numbered = read_task_file(path)
-    specs = [s for _, s in numbered]
-    if any(s.workflow for s in specs):
-        known: set[str] = set(ctx.client.list_workflows())
-        for n, s in numbered:
-            if s.workflow and s.workflow not in known:
-                raise InvalidInput(f"line {n}: unknown workflow {s.workflow}")
-    if reject_unmatched is not None:
-        specs = [
-            s
-            if s.reject_unmatched is not None
-            else s.model_copy(update={"reject_unmatched": reject_unmatched})
-            for s in specs
-        ]
-    err_console = Console(stderr=True)
-    ids: list[str] = []
-    error: DeviceqError | None = None
-    with Progress(
-        TextColumn("submitting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    ) as progress:
-        bar = progress.add_task("submit", total=len(specs))
-        for part in _chunks(specs, SUBMIT_FILE_CHUNK):
-            try:
-                ids += ctx.client.submit_many(part, chunk=SUBMIT_FILE_CHUNK)
-            except DeviceqError as exc:
-                ids += queued_before(exc)
-                error = exc
-                break
-            progress.advance(bar, len(part))
-    if as_json:
-        echo_json(ids)
-    else:
-        for i in ids:
-            click.echo(i)
-    if error is not None:
-        fail(
-            f"{type(error).__name__}: {error} ({len(ids)} of {len(specs)} tasks submitted"
-            f"{', ids above' if ids else ''})"
-        )

@@ -3,21 +3,22 @@
 
 from __future__ import annotations
 
-import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..core.errors import InvalidInput
-from ..core.fleet import effective_state
-from ..core.models import validate_id
-from ..ops import status as st
-from ..ops.admin import MAX_RESERVATION_MS, Reservation
 from .app import Ctx, device, echo_json, main, pass_ctx
-from .core_cmds import fmt_ms, parse_duration_ms, usage_ids
+from .options import parse_duration_ms, usage_ids
+from .render import fmt_ms
+
+if TYPE_CHECKING:
+    from ..ops.admin import Reservation
 
 
 def _default_note() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no login name (a container): the note is required then
@@ -77,6 +78,9 @@ def reserve(
       deviceq reserve pixel-7 --extend --for 1h
       deviceq release pixel-7
     """
+    from ..core.models import validate_id
+    from ..ops.admin import MAX_RESERVATION_MS
+
     ms = parse_duration_ms(duration, "--for")
     if ms > MAX_RESERVATION_MS:
         raise InvalidInput(
@@ -117,6 +121,8 @@ def release(ctx: Ctx, device_id: str) -> None:
     Example:
       deviceq release pixel-7
     """
+    from ..core.models import validate_id
+
     validate_id(device_id, "device id")
     ctx.warn_if_unknown_pool()
     host_id = ctx.admin.release(device_id)
@@ -143,6 +149,9 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     Example:
       deviceq device show pixel-7 --json | jq '{reserved_by, reserved_until}'
     """
+    from ..core.fleet import effective_state
+    from ..ops import status as st
+
     usage_ids(device_id=device_id)
     admin = ctx.admin
     d = admin.device(device_id)

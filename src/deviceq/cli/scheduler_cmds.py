@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..core.errors import ConfigError
-from ..core.logs import configure
-from ..core.models import validate_id
-from ..scheduler.daemon import DEFAULT_TICK
-from ..scheduler.strategies import DEFAULT_STRATEGY, registered_strategies
-from ..scheduler.task_scheduler import DEFAULT_BATCH, MAX_ROUNDS, TaskScheduler
 from .app import Ctx, echo_json, host, main, pass_ctx, scheduler
+from .lazy import Lazy
+
+if TYPE_CHECKING:
+    from ..scheduler.task_scheduler import TaskScheduler
 
 DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST (imported lazily)
 
@@ -22,7 +21,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST
 @scheduler.command("run")
 @click.option(
     "--strategy",
-    default=DEFAULT_STRATEGY,
+    default=Lazy("deviceq.scheduler.strategies:DEFAULT_STRATEGY"),
     show_default=True,
     help="Registered AssignmentStrategy name (see `deviceq scheduler strategies`).",
 )
@@ -47,7 +46,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST
 @click.option(
     "--tick",
     type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_TICK,
+    default=Lazy("deviceq.scheduler.daemon:DEFAULT_TICK"),
     show_default=True,
     help="Seconds between passes when nothing wakes it (expiry).",
 )
@@ -55,7 +54,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST
 @click.option(
     "--batch",
     type=click.IntRange(1, 10000),
-    default=DEFAULT_BATCH,
+    default=Lazy("deviceq.scheduler.task_scheduler:DEFAULT_BATCH"),
     show_default=True,
     help="Most assignments committed per pass.",
 )
@@ -102,6 +101,9 @@ def scheduler_run(
       deviceq --pool lab-a --pool lab-b --pool lab-c scheduler run
       deviceq --pool lab scheduler run --force-pass   # what would it assign? (read-only)
     """
+    from ..core.logs import configure
+    from ..scheduler.task_scheduler import TaskScheduler
+
     if as_json and not force_pass:
         raise click.UsageError("--json goes with --force-pass")
     if force_pass:
@@ -158,6 +160,8 @@ def say_standby(sched: TaskScheduler) -> None:
 def force_pass_cmd(ctx: Ctx, strategy: str, batch: int, as_json: bool) -> None:
     """``scheduler run --force-pass``: read the snapshot and plan as a pass would, print the
     pairs, write nothing. Expiry is not run (it writes), so leases due now are not freed."""
+    from ..scheduler.task_scheduler import MAX_ROUNDS, TaskScheduler
+
     ctx.warn_if_unknown_pool()
     sched = TaskScheduler(ctx.admin, strategy=strategy, owner="dry-run", batch=batch)
     reader = sched.reader
@@ -204,6 +208,8 @@ def run_many(
     """One `TaskScheduler` per pool of ``ctx.pools``, each in a thread of its own; SIGTERM
     stops them all. The first error (a --once run with Redis unreachable, say) is raised
     once every scheduler has stopped."""
+    from ..scheduler.task_scheduler import TaskScheduler
+
     ctxs = [ctx.for_pool(p) for p in ctx.pools]
     scheds = [TaskScheduler(c.admin, strategy=strategy, owner=owner, batch=batch) for c in ctxs]
     for c in ctxs:
@@ -251,6 +257,8 @@ def scheduler_strategies(as_json: bool) -> None:
     Example:
       deviceq scheduler strategies
     """
+    from ..scheduler.strategies import DEFAULT_STRATEGY, registered_strategies
+
     names = registered_strategies()
     if as_json:
         echo_json(names)
@@ -275,6 +283,7 @@ def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
       deviceq explain 3f2a9c0d1e2b4a5f
       deviceq explain 3f2a9c0d1e2b4a5f --json | jq .counts
     """
+    from ..core.models import validate_id
     from ..scheduler.explain import explain
 
     validate_id(task_id, "task id")  # bad input: one error line, before any warning
@@ -301,6 +310,8 @@ def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
     Example:
       deviceq dispatch 3f2a9c0d1e2b4a5f --device pixel-7-a
     """
+    from ..core.models import validate_id
+
     validate_id(task_id, "task id")
     validate_id(device_id, "device id")
     ctx.warn_if_unknown_pool()
@@ -321,6 +332,8 @@ def host_drain(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host drain lab-1
     """
+    from ..core.models import validate_id
+
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
     state = ctx.admin.drain(host_id, True)
@@ -337,6 +350,8 @@ def host_undrain(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host undrain lab-1
     """
+    from ..core.models import validate_id
+
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
     state = ctx.admin.drain(host_id, False)

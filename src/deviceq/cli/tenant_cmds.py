@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import click
 
-from ..ops import status as st
-from ..ops.status import tenant_summary
 from .app import Ctx, console_for_tables, echo_json, main, pass_ctx
-from .ops_cmds import tenant_table
+from .render import tenant_table
 
 
 @main.group()
@@ -62,6 +60,9 @@ def tenant_list(ctx: Ctx, as_json: bool) -> None:
     Example:
       deviceq tenant list --json
     """
+    from ..ops import status as st
+    from ..ops.status import tenant_summary
+
     ctx.warn_if_unknown_pool()
     rows = tenant_summary(ctx.admin, st.pool_queues(ctx.admin))
     if as_json:

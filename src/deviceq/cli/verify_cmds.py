@@ -7,14 +7,16 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..ops.verify import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH, VerifyResult, verify
-from ..ops.verify import Progress as ProgressFn
+from ..ops.verify.model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH
 from .app import Ctx, echo_json, main, pass_ctx
+
+if TYPE_CHECKING:
+    from ..ops.verify import Progress as ProgressFn
+    from ..ops.verify import VerifyResult
 
 PLAIN_EVERY_S = 5.0
 """Without a terminal on stderr, a progress line at most this often (quick runs print none)."""
@@ -24,6 +26,9 @@ PLAIN_EVERY_S = 5.0
 def _progress() -> Iterator[ProgressFn]:
     """A progress callback for `verify` that draws on stderr: a live bar on a terminal,
     otherwise a plain line every few seconds (so a big pool shows it is moving)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
     if not console.is_terminal:
         started = last = time.monotonic()
@@ -103,6 +108,8 @@ def verify_cmd(ctx: Ctx, as_json: bool, batch: int, no_confirm: bool) -> None:
       deviceq verify
       deviceq verify --json | jq -r '.violations[] | "\\(.kind) \\(.task // .device)"'
     """
+    from ..ops.verify import verify
+
     with _progress() as progress:
         result = verify(ctx.admin, batch=batch, progress=progress, confirm=not no_confirm)
     if as_json:

@@ -7,31 +7,25 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 
-from ..artifacts.store import check_store_settings, parse_store_options
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
-from ..core.models import ID_RE, validate_id
-from ..host.daemon import HostWorker
-from ..host.device_sources import DeviceSourceError
-from ..host.http_client import check_api_url
-from ..host.multipool import MultiPoolHost
-from ..host.runners import RunnerSpec
-from ..host.settings import DeviceConfig, WorkerSettings, parse_health_checks
-from ..host.state import EXIT_START_REFUSED
-from ..ops.admin import check_reason
 from .app import Ctx, device, echo_json, fail, host, nesting_guard, pass_ctx
-from .core_cmds import usage_checked, usage_ids
+from .options import usage_checked, usage_ids
+
+if TYPE_CHECKING:
+    from ..host.settings import DeviceConfig, WorkerSettings
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
 
 
 def load_config_file(path: str) -> dict[str, Any]:
     """A YAML or JSON file of ``host run`` settings (keys as the options, with underscores)."""
+    import yaml
+
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -67,6 +61,8 @@ def read_token(token: str | None, token_file: str | None) -> str:
 
 
 def _parse_options(items: tuple[str, ...] | list[str] | dict[str, Any]) -> dict[str, Any]:
+    import yaml
+
     if isinstance(items, dict):
         return dict(items)
     out: dict[str, Any] = {}
@@ -84,6 +80,8 @@ def _check_health_checks(
     """``--health-check DRIVER=TEMPLATE|python:PATH`` values, checked as they are parsed (a
     Python check is imported now): a bad one is a usage error (exit 2) before anything
     starts. The parsed mapping goes on (a Python check is not loaded twice); () when none."""
+    from ..host.settings import parse_health_checks
+
     try:
         parsed = parse_health_checks(value)
     except ConfigError as exc:
@@ -94,6 +92,8 @@ def _check_health_checks(
 def _check_artifact_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """``--artifact-store URL`` / ``--artifact-store-option KEY=VALUE``, checked as they are
     parsed (an s3:// store needs s3fs installed): a bad one is a usage error (exit 2)."""
+    from ..artifacts.store import check_store_settings, parse_store_options
+
     if value is None or value == ():
         return value
     try:
@@ -107,6 +107,8 @@ def _check_artifact_store(ctx: click.Context, param: click.Parameter, value: Any
 
 def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--api-url``, checked as it is parsed: a malformed one is a usage error (exit 2)."""
+    from ..host.http_client import check_api_url
+
     if value is None:
         return None
     try:
@@ -118,6 +120,9 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[WorkerSettings, str]:
     """Merge command-line values (None = not given) over the config file; returns the settings
     and the token."""
+    from ..host.runners import RunnerSpec
+    from ..host.settings import WorkerSettings
+
     cfg = dict(file_cfg)
     for key, value in cli.items():
         if value is not None and value != ():
@@ -185,6 +190,8 @@ def split_token_files(value: Any, pools: tuple[str, ...]) -> tuple[dict[str, str
     """``--token-file`` values (or ``token_file`` of a config file: a path, a list, or a
     mapping pool -> path): the per-pool files (``POOL=FILE``) and the plain one (at most one,
     for every pool without a file of its own)."""
+    from ..core.models import ID_RE
+
     if value is None or value == ():
         return {}, None
     if isinstance(value, dict):
@@ -222,6 +229,9 @@ def split_devices(value: Any, pools: tuple[str, ...]) -> dict[str, list[DeviceCo
     """The devices of each pool: ``POOL/ID:DRIVER[:TAGS]`` (in a config file also a mapping
     with ``pool``, ``id``, ``driver_type``, ``tags``); a device without a pool only when
     there is one pool. Each device id in one pool only, each pool with a device at least."""
+    from ..core.models import validate_id
+    from ..host.settings import DeviceConfig
+
     out: dict[str, list[DeviceConfig]] = {p: [] for p in pools}
     items: list[tuple[str | None, Any]] = []
     raw: Any
@@ -276,6 +286,8 @@ def build_pool_settings(
     gets the devices given for it and its token: its own ``--token-file POOL=FILE``, else
     ``--token``, the plain ``--token-file FILE`` or DEVICEQ_HOST_TOKEN. Checked before
     anything starts: every pool has a token and a device (ConfigError otherwise)."""
+    from ..host.device_sources import DeviceSourceError
+
     cfg = dict(file_cfg)
     for key, value in cli.items():
         if value is not None and value != ():
@@ -591,6 +603,11 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
       health_check: {android: "adb -s {device_id} shell getprop sys.boot_completed"}
       health_every_tasks: 20
     """
+    from ..host.daemon import HostWorker
+    from ..host.device_sources import DeviceSourceError
+    from ..host.multipool import MultiPoolHost
+    from ..host.state import EXIT_START_REFUSED
+
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None
     pools = ctx.pools
@@ -617,6 +634,8 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
 
 
 def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool, reason: str = "") -> None:
+    from ..ops.admin import check_reason
+
     usage_ids(device_id=device_id)
     usage_checked(lambda: check_reason(reason))
     res = ctx.admin.quarantine(device_id, flag, reason)

@@ -54,7 +54,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -69,7 +69,7 @@ from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
 from .http_client import ApiHostClient
-from .log_stream import LogChunk
+from .log_stream import QuietLogSink
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
@@ -116,27 +116,6 @@ def install_stop_signals(
 
 
 _SIGNAL_SOCKS: list[tuple[socket.socket, socket.socket]] = []
-
-
-class QuietLogSink:
-    """Where the runs' live logs go: the host link, its outages told to the daemon's
-    `Outage` (said once) instead of a warning per flush (a few a second while a run writes). A
-    flush that cannot get through is dropped, as the log streamer drops any failed one (live
-    logs are best effort): its chunks are answered ``ok`` so that the streams stay open, and
-    the run goes on."""
-
-    def __init__(self, host: HostLink, outage: Outage) -> None:
-        self.host = host
-        self.outage = outage
-
-    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
-        try:
-            answers = self.host.log_append(chunks)
-        except TRANSIENT as exc:
-            self.outage.failed(exc)
-            return ["ok"] * len(chunks)
-        self.outage.ok()
-        return answers
 
 
 class HostWorker:
@@ -192,7 +171,7 @@ class HostWorker:
         self.dispatcher = dispatcher or self._dispatcher(settings, pool)
         self.executor = Executor(self.state, self.host, self.dispatcher)
         self.executor.reporter.outage = self.outage
-        self.executor.logs.sink = QuietLogSink(self.host, self.outage)
+        self.executor.logs.sink = QuietLogSink(self.host, self.outage, TRANSIENT)
         self.upkeep = Upkeep(
             self.state, self.host, self.ctl, summary=self._summary, outage=self.outage
         )

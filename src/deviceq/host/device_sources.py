@@ -36,7 +36,7 @@ import yaml
 
 from ..core.errors import ConfigError, DeviceqError
 from ..core.models import ID_RE, TAG_RE
-from .settings import DeviceConfig
+from .device_config import DeviceConfig
 
 if TYPE_CHECKING:
     from .health import HealthChecker

@@ -21,7 +21,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    from ..core.backoff import Outage
 
 FLUSH_EVERY = 0.2
 """Seconds between two flushes of a run's output, at most."""
@@ -58,6 +61,27 @@ class LogChunk:
 
 class LogSink(Protocol):
     def log_append(self, chunks: Sequence[LogChunk]) -> list[str]: ...
+
+
+class QuietLogSink:
+    """A `LogSink` whose outages go to the daemon's `deviceq.core.backoff.Outage` (said once)
+    instead of a warning per flush (a few a second while a run writes). A flush that cannot
+    get through is dropped, as the streamer drops any failed one (live logs are best effort):
+    its chunks are answered ``ok`` so that the streams stay open, and the run goes on."""
+
+    def __init__(
+        self, sink: LogSink, outage: Outage, transient: tuple[type[BaseException], ...]
+    ) -> None:
+        self.sink, self.outage, self.transient = sink, outage, transient
+
+    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
+        try:
+            answers = self.sink.log_append(chunks)
+        except self.transient as exc:
+            self.outage.failed(exc)
+            return ["ok"] * len(chunks)
+        self.outage.ok()
+        return answers
 
 
 def drop_marker(dropped: int) -> str:

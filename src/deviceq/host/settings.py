@@ -1,5 +1,5 @@
-"""How a host daemon is configured: the devices it serves (`DeviceConfig`, ``ID:DRIVER[:TAGS]``
-on the command line) and its behaviour (`WorkerSettings`)."""
+"""How a host daemon is configured: its behaviour (`WorkerSettings`), with the devices it serves
+(`DeviceConfig`, ``ID:DRIVER[:TAGS]`` on the command line, from `device_config`)."""
 
 from __future__ import annotations
 
@@ -8,51 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError, InvalidInput
-from ..core.models import DeviceState, validate_id, validate_tags
-from .client import DeviceReport
+from ..core.models import validate_id
+from .device_config import DeviceConfig
+from .device_sources import DeviceSourceError, DeviceSources, DiscoverySpec
 from .health_checks import PythonCheckSpec, check_spec
 from .runners import CommandTemplate, RunnerSpec
-
-
-@dataclass(frozen=True)
-class DeviceConfig:
-    """A device this host serves: ``ID:DRIVER[:TAG,TAG]`` on the command line."""
-
-    device_id: str
-    driver_type: str
-    tags: tuple[str, ...] = ()
-    state: DeviceState = DeviceState.idle
-    serial: str = ""  # the real serial of a discovered device ({serial}, $ANDROID_SERIAL)
-
-    @classmethod
-    def parse(cls, text: str) -> DeviceConfig:
-        parts = text.split(":")
-        if len(parts) not in (2, 3):
-            raise InvalidInput(f"bad device {text!r}: use ID:DRIVER or ID:DRIVER:TAG,TAG")
-        tags = validate_tags(parts[2]) if len(parts) == 3 else ()
-        return cls(validate_id(parts[0], "device id"), validate_id(parts[1], "driver_type"), tags)
-
-    @classmethod
-    def coerce(cls, value: Any) -> DeviceConfig:
-        """From ``ID:DRIVER[:TAGS]`` text or a mapping (``id``/``device_id``, ``driver_type``,
-        ``tags``, optional ``state``)."""
-        if isinstance(value, DeviceConfig):
-            return value
-        if isinstance(value, str):
-            return cls.parse(value)
-        if isinstance(value, dict):
-            did = value.get("device_id", value.get("id"))
-            return cls(
-                validate_id(did, "device id"),
-                validate_id(value.get("driver_type"), "driver_type"),
-                validate_tags(value.get("tags") or ()),
-                DeviceState(value.get("state", "idle")),
-            )
-        raise InvalidInput(f"bad device {value!r}")
-
-    def report(self) -> DeviceReport:
-        return DeviceReport(self.device_id, self.driver_type, self.tags, self.state)
-
 
 DEVICE_CHECK_PLACEHOLDERS = ("device_id", "driver_type", "tags", "serial")
 """The placeholders of ``--device-check`` (``{serial}``: the device's serial, else its id)."""
@@ -224,12 +184,6 @@ class WorkerSettings:
         (ConfigError: one line); ``devices`` becomes the starting list (the flags' and the
         file's devices; discovered ones join once the daemon runs), ``sources`` what the daemon
         asks for the current list."""
-        from .device_sources import (  # (it imports DeviceConfig)
-            DeviceSourceError,
-            DeviceSources,
-            DiscoverySpec,
-        )
-
         texts = [self.discover] if isinstance(self.discover, str) else list(self.discover or ())
         specs = [DiscoverySpec.parse(t) for t in texts]
         if len({str(s) for s in specs}) != len(specs):

@@ -28,9 +28,10 @@ from ..core.durability import warn_if_unsafe
 from ..core.errors import ConfigError, DeviceqError, Fenced
 from ..core.logs import log
 from ..core.redirects import UNAVAILABLE
+from .pass_result import AssignResult
 
 if TYPE_CHECKING:
-    from .task_scheduler import AssignResult, TaskScheduler
+    from .task_scheduler import TaskScheduler
 
 logger = logging.getLogger("deviceq.scheduler")
 
@@ -167,8 +168,6 @@ class Daemon:
         return False
 
     def _pass(self, expire: bool) -> AssignResult:
-        from .task_scheduler import AssignResult
-
         try:
             res = self.s.assign(fence=self.lead.epoch if self.lead.leads else "", expire=expire)
         except Fenced:

@@ -39,14 +39,8 @@ from .base import (
     task_logger,
 )
 from .command import CommandRunner, CommandTemplate, kill_group, render_argv
-from .isolation import IsolatedRunner, RunnerCrashed
-from .registry import (
-    ENTRY_POINT_GROUP,
-    RunnerSpec,
-    build_goal_runner,
-    build_workflow_runner,
-    load_runner,
-)
+from .isolation import IsolatedRunner, RunnerCrashed, build_goal_runner, build_workflow_runner
+from .registry import ENTRY_POINT_GROUP, RunnerSpec, load_runner
 from .sim import SimRunner, parse_duration
 from .steps import run_steps
 

@@ -1,6 +1,7 @@
 """Process isolation: a Python runner run in a child process per task (forkserver), under a
 lease watchdog thread of its own, so that the host daemon's threads keep running whatever the
-runner does with the GIL, and a runner that ignores its cancel signal can still be killed."""
+runner does with the GIL, and a runner that ignores its cancel signal can still be killed;
+and the choice of where a host's runners run (`build_goal_runner`, `build_workflow_runner`)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ import signal
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
+from ...core.errors import ConfigError
 from ...core.models import WorkflowDefinition
-from .base import Outcome, Task, TaskLogger, as_outcome, tail, task_logger
+from .base import (
+    GoalRunner,
+    Outcome,
+    Task,
+    TaskLogger,
+    WorkflowRunner,
+    as_outcome,
+    tail,
+    task_logger,
+)
 from .command import kill_group
-
-if TYPE_CHECKING:
-    from .registry import RunnerSpec
-
+from .registry import RunnerSpec, is_builtin, load_runner
 
 _MP_LOCK = threading.Lock()
 _MP_CTX: Any = None
@@ -45,7 +53,6 @@ def _child_main(
     with contextlib.suppress(OSError):
         os.setsid()
     from ...core import logs
-    from .registry import load_runner
 
     logs.configure(log_format)
     cancel = threading.Event()
@@ -242,3 +249,36 @@ class IsolatedRunner:
         return Outcome(
             bool(answer[1]), str(answer[2]), bool(answer[3]) if len(answer) > 3 else False
         )
+
+
+def build_goal_runner(
+    spec: RunnerSpec, isolation: str = "auto", *, kill_grace: float = 5.0
+) -> GoalRunner:
+    """The goal runner for ``spec``: in this process (built-ins, or ``isolation="thread"``) or
+    in a child process per task (``"process"``; ``"auto"`` isolates every non-built-in)."""
+    _check_isolation(isolation)
+    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
+        return load_runner(spec, "goal")
+    load_runner(spec, "goal")  # fail fast on a bad spec, in the parent
+    return cast(GoalRunner, IsolatedRunner(spec, "goal", kill_grace=kill_grace))
+
+
+def build_workflow_runner(
+    spec: RunnerSpec,
+    goal_spec: RunnerSpec,
+    isolation: str = "auto",
+    *,
+    kill_grace: float = 5.0,
+) -> WorkflowRunner:
+    """The workflow runner for ``spec`` (see `build_goal_runner`). An isolated workflow runner
+    runs its steps' goal runner (``goal_spec``) inside the same child process."""
+    _check_isolation(isolation)
+    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
+        return load_runner(spec, "workflow")
+    load_runner(spec, "workflow")
+    return cast(WorkflowRunner, IsolatedRunner(spec, "workflow", goal_spec, kill_grace=kill_grace))
+
+
+def _check_isolation(isolation: str) -> None:
+    if isolation not in ("auto", "process", "thread"):
+        raise ConfigError(f"isolation must be auto, process or thread, not {isolation!r}")

@@ -1,6 +1,6 @@
 """Naming runners: `RunnerSpec` (a built-in name, an import path ``package.module:callable`` or
-an entry point in ``deviceq.runners``), resolving it (`load_runner`) and building the goal and
-workflow runners a host uses, in its process or isolated in a child (`build_goal_runner`)."""
+an entry point in ``deviceq.runners``) and resolving it to a callable in this process
+(`load_runner`). Where the runner then runs (this process or a child) is `isolation`'s call."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, cast
+from typing import Any
 
 from ...core.errors import ConfigError
-from .base import GoalRunner, WorkflowRunner
+from .base import GoalRunner
 from .command import CommandRunner
-from .isolation import IsolatedRunner
 from .sim import SimRunner
 from .steps import run_steps
 
@@ -89,36 +88,3 @@ def load_runner(spec: RunnerSpec, kind: str = "goal") -> Callable[..., Any]:
     if not callable(obj):
         raise ConfigError(f"runner {spec.name!r} is not callable")
     return obj
-
-
-def build_goal_runner(
-    spec: RunnerSpec, isolation: str = "auto", *, kill_grace: float = 5.0
-) -> GoalRunner:
-    """The goal runner for ``spec``: in this process (built-ins, or ``isolation="thread"``) or
-    in a child process per task (``"process"``; ``"auto"`` isolates every non-built-in)."""
-    _check_isolation(isolation)
-    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
-        return load_runner(spec, "goal")
-    load_runner(spec, "goal")  # fail fast on a bad spec, in the parent
-    return cast(GoalRunner, IsolatedRunner(spec, "goal", kill_grace=kill_grace))
-
-
-def build_workflow_runner(
-    spec: RunnerSpec,
-    goal_spec: RunnerSpec,
-    isolation: str = "auto",
-    *,
-    kill_grace: float = 5.0,
-) -> WorkflowRunner:
-    """The workflow runner for ``spec`` (see `build_goal_runner`). An isolated workflow runner
-    runs its steps' goal runner (``goal_spec``) inside the same child process."""
-    _check_isolation(isolation)
-    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
-        return load_runner(spec, "workflow")
-    load_runner(spec, "workflow")
-    return cast(WorkflowRunner, IsolatedRunner(spec, "workflow", goal_spec, kill_grace=kill_grace))
-
-
-def _check_isolation(isolation: str) -> None:
-    if isolation not in ("auto", "process", "thread"):
-        raise ConfigError(f"isolation must be auto, process or thread, not {isolation!r}")

@@ -1,0 +1,93 @@
+"""How the commands print things: times and ages, a task and an event as JSON or one line, the
+last lines of a long text, a new host token, the tenants table. Shared by the command modules
+(nothing here reads Redis)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .app import write_output_file
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..core.events import Event
+    from ..core.models import ScheduledTask
+
+
+def task_json(t: ScheduledTask) -> dict[str, object]:
+    return t.model_dump(mode="json")
+
+
+def fmt_ms(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def print_token(host_id: str, token: str, as_json: bool, output: str | None) -> None:
+    """A new token on stdout, or into ``output`` (written only now, after success)."""
+    if as_json:
+        text = json.dumps({"host_id": host_id, "token": token}, indent=2, sort_keys=True)
+    else:
+        text = token
+    if output is None:
+        click.echo(text)
+        return
+    write_output_file(output, text + "\n")
+    click.echo(f"token of host {host_id} written to {output}", err=True)
+
+
+def fmt_age(ms: int | None) -> str:
+    """A duration in ms as a short human string (``850ms``, ``12.3s``, ``4m05s``, ``2h10m``)."""
+    if ms is None:
+        return "-"
+    neg, ms = ms < 0, abs(ms)
+    if ms < 1000:
+        text = f"{ms}ms"
+    elif ms < 60_000:
+        text = f"{ms / 1000:.1f}s"
+    elif ms < 3_600_000:
+        text = f"{ms // 60_000}m{(ms // 1000) % 60:02d}s"
+    else:
+        text = f"{ms // 3_600_000}h{(ms // 60_000) % 60:02d}m"
+    return f"-{text}" if neg else text
+
+
+def event_json(e: Event) -> dict[str, Any]:
+    """An event as printed by ``events --json``: the typed model (`Event.as_dict`)."""
+    return e.as_dict()
+
+
+def event_line(e: Event) -> str:
+    fields = " ".join(f"{k}={v}" for k, v in e.fields.items() if v != "")
+    return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
+
+
+def tenant_table(rows: list[dict[str, Any]]) -> Table:
+    """Tenants: weight, cap, devices held (a tenant at its cap in bold), tasks queued."""
+    from rich.table import Table
+
+    t = Table(title="tenants", title_justify="left")
+    for col in ("tenant", "weight", "max devices", "held", "queued"):
+        t.add_column(col, justify="left" if col == "tenant" else "right")
+    for x in rows:
+        cap = x["max_devices"]
+        held = str(x["held"])
+        if cap and x["held"] >= cap:
+            held = f"[bold]{held} (at cap)[/]"
+        t.add_row(x["tenant"], str(x["weight"]), str(cap or "-"), held, str(x["queued"]))
+    return t
+
+
+SHOW_LINES = 20  # lines of a result or error ``task show`` prints
+
+
+def last_lines(text: str, n: int = SHOW_LINES) -> tuple[str, int]:
+    """The last ``n`` lines of ``text`` and how many lines came before them."""
+    lines = text.rstrip("\n").split("\n")
+    return "\n".join(lines[-n:]), max(0, len(lines) - n)

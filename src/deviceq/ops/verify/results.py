@@ -1,0 +1,137 @@
+"""What `verify` reports: the violation kinds (`KINDS`), a `Violation`, the `VerifyResult`, and
+the `Findings` the checks add to while they run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS: dict[str, str] = {
+    "device_two_leases": "two active tasks hold a lease on the same device",
+    "reservation_mismatch": "a device's reserved_by/lease_id disagrees with the active task "
+    "naming it (or names a task that holds no lease on it)",
+    "task_two_leases": "a task with two live leases: in two active status indexes, two open "
+    "attempts, an open attempt that is not its lease, or assigned while a lease was live",
+    "terminal_twice": "two terminal events for one task in the event stream",
+    "unclosed_attempt": "a task that is not active (terminal or queued) with an attempt record "
+    "still 'active'",
+    "superseded_report": "a terminal or released event whose lease is not the lease of the "
+    "task's latest assignment",
+    "attempt_missing": "the attempt history lacks an attempt: record count != attempt, an "
+    "assigned lease without a record, or a live lease without an open record",
+    "task_lost": "a task whose submission is in the stream, that never ended, is gone",
+    "task_unindexed": "a task in no status index",
+    "task_in_two_indexes": "a task in two status indexes",
+    "status_index_mismatch": "a task indexed under another status than its hash names, or "
+    "scored other than its submission seq",
+    "orphan_index_entry": "an index entry whose task or device does not exist",
+    "stale_index_entry": "an avoid or host inbox entry whose task is not in the state that "
+    "index is for",
+    "lease_entry_stale": "a leases entry for a task without a live lease, or scored other "
+    "than its lease_expires_at",
+    "lease_entry_missing": "an active task without a leases entry (its lease never expires)",
+    "device_counts": "caps/drivers/qdrivers disagree with the registered devices",
+    "queue_depth": "ZCARD status:queued differs from the sum of the queue buckets and the "
+    "retries waiting out their backoff",
+    "retry_index": "retries holds a task that is not queued, or that is also in a bucket",
+    "tenant_held": "tenant_held disagrees with the leases of the tenants' tasks (the cap on "
+    "devices a tenant holds would be wrong)",
+    "bucket_mismatch": "a queue bucket holds a task that is not queued in it, or a queued "
+    "task is missing from its bucket",
+    "queue_head": "the queues index disagrees with the buckets' heads",
+    "bucket_constraints": "sig:SIG exists while its bucket is empty, or is missing while it is not",
+    "idle_not_assignable": "an idle index entry that is reserved, quarantined, held, not idle, "
+    "under or failing a health check, or not a registered device",
+    "lease_and_booking": "a device held by a task's lease and a person's reservation at once",
+    "booking_index": "bookings disagrees with the devices' reservations: an entry for a device "
+    "that is not reserved (or not registered), a reserved device without an entry, or an "
+    "entry scored other than the reservation's end",
+    "gang_partial": "a multi-device task holding only some of its devices: it is active while "
+    "a part holds no lease (or holds one of another attempt), or a part holds a lease while "
+    "the task is not active",
+    "gang_index": "gangs holds a task that is not a queued multi-device task, or a queued "
+    "multi-device task is neither in gangs nor waiting out a retry",
+    "task_host_mismatch": "a task whose host_id is neither its device's host nor the host of "
+    "its current attempt (its hash was rewritten to let another host report it)",
+    "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
+    "not be read)",
+}
+Progress = Callable[[str, int, int | None], None]
+"""``progress(stage, done, total)``: called as the verifier reads (total None: unknown)."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant: its ``kind`` (a key of `KINDS`), what it concerns and why."""
+
+    kind: str
+    detail: str
+    task: str | None = None
+    device: str | None = None
+    host: str | None = None
+    key: str | None = None
+    """The index or counter concerned, relative to the pool prefix (``status:done``)."""
+
+    def as_dict(self) -> dict[str, str]:
+        """``kind``, the subjects that are set, and ``detail``."""
+        out = {"kind": self.kind}
+        for name in ("task", "device", "host", "key"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["detail"] = self.detail
+        return out
+
+    def line(self) -> str:
+        """One readable line: kind, subject, detail."""
+        subject = " ".join(
+            f"{name} {getattr(self, name)}"
+            for name in ("task", "device", "host", "key")
+            if getattr(self, name) is not None
+        )
+        return f"{self.kind}: {subject + ': ' if subject else ''}{self.detail}"
+
+
+@dataclass
+class VerifyResult:
+    """What `verify` found: the violations, how much it checked and what it could not judge."""
+
+    pool: str
+    violations: list[Violation] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """No violation found."""
+        return not self.violations
+
+    def kinds(self) -> set[str]:
+        """The kinds of the violations found."""
+        return {v.kind for v in self.violations}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form: ``{pool, violations, checked, skipped}``."""
+        return {
+            "pool": self.pool,
+            "violations": [v.as_dict() for v in self.violations],
+            "checked": dict(self.checked),
+            "skipped": dict(self.skipped),
+        }
+
+
+class Findings:
+    """Collects violations and skip counts while the checks run."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self.skipped: Counter[str] = Counter()
+
+    def add(self, kind: str, detail: str, **subjects: str | None) -> None:
+        assert kind in KINDS, kind
+        self.violations.append(Violation(kind, detail, **subjects))
+
+    def skip(self, what: str, n: int = 1) -> None:
+        self.skipped[what] += n
