@@ -28,7 +28,6 @@ OVER_LIMIT = {
     "core/connection.py",
     "core/models.py",
     "dashboard/app.py",
-    "host/artifacts.py",
     "host/device_sources.py",
     "host/http_client.py",
     "producer.py",
