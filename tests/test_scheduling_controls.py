@@ -104,3 +104,33 @@ def test_a_delayed_task_waits_then_runs_and_bad_times_are_refused(deploy: Deploy
         bad = deviceq(d.url, d.pool, "submit", "echo x", "--driver-type", "x", *args)
         assert bad.returncode != 0 and why in bad.stderr, (args, bad.stderr)
     assert d.client.counts() == before
+
+
+def test_set_priority_moves_a_queued_task_to_its_new_bucket(
+    real_fleet: Any, redis_url: str
+) -> None:
+    from deviceq import TaskScheduler
+    from deviceq.ops.verify import verify
+
+    f = real_fleet
+    f.add_host("h1", ("d1", "x", ()))
+    first = f.client.submit("first", driver_type="x")
+    second = f.client.submit("second", driver_type="x")
+    urgent = f.client.submit("urgent", driver_type="x")
+    out = deviceq(redis_url, f.pool, "task", "set-priority", urgent, "9")
+    assert out.returncode == 0 and f"{urgent} priority 9" in out.stdout, out.stderr
+    assert f.admin.set_priority([urgent, second], 9) == {urgent: "same", second: "ok"}
+    assert f.client.get(urgent).priority == 9
+    assert verify(f.admin).ok  # buckets, heads and indexes still agree
+    sched = TaskScheduler(f.admin, strategy="priority_match")
+    res = sched.assign()
+    # one device: the oldest task of the highest priority gets it (second, then urgent)
+    assert [a[0] for a in res.assignments] == [second]
+    assert f.admin.set_priority([second, "nope"], 1) == {
+        second: "err:task_not_queued",
+        "nope": "err:task_not_found",
+    }
+    bad = deviceq(redis_url, f.pool, "task", "set-priority", first, "12")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert f.client.get(first).priority == 0
+    assert verify(f.admin).ok

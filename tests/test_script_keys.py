@@ -107,6 +107,8 @@ def exercise(url: str, pool: str) -> None:
     admin.quarantine("d2", True)
     admin.drain("h1")
     admin.drain("h1", False)
+    t4 = client.submit("four", driver_type="web")
+    assert admin.set_priority([t4], 7) == {t4: "ok"}
     admin.pause("maintenance")
     assert store.commit([(t3, "d3")], fence) == ["err:pool_paused"]
     admin.resume()

@@ -25,6 +25,7 @@ for _module in (
     "artifact_cmds",
     "webhook_cmds",
     "pause_cmds",
+    "priority_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

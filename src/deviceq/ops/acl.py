@@ -107,6 +107,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "ltrim pexpire srem time xadd zadd zcard zrange zrem",
         "leader": "del get hgetall incr pexpire set xadd",
         "pool_pause": "del exists hgetall lpush ltrim set time xadd",
+        "task_priority": "del hgetall hmget hset lpush ltrim time xadd zadd zcard zrange zrem",
         "renew": "hgetall hmget hset time zadd",
         "log_append": "exists hgetall hmget pexpire time xadd",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
@@ -128,7 +129,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
-                 "device_reserve", "assign", "cancel", "submit", "pool_pause"),
+                 "device_reserve", "assign", "cancel", "submit", "pool_pause", "task_priority"),
 }  # fmt: skip
 """The scripts each role runs."""
 

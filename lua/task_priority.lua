@@ -1,0 +1,53 @@
+--- @include "lib/base"
+--- @include "lib/args"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/constraints"
+--- @include "lib/queue"
+--- @include "lib/tasks"
+-- task_priority.lua: change the priority of queued tasks. A task's priority is part of its
+-- bucket's signature, so each one moves to the bucket of its new priority, keeping its place
+-- in submission order (a retry waiting out its backoff, or a delayed task, moves when it is
+-- enqueued). A multi-device task keeps its place in `gangs` with the new priority.
+-- KEYS[1]  pool prefix "dq:{POOL}:"
+-- ARGV     priority(0..9) n(1..1000), then n task ids
+-- Keys     reads/writes task:ID, queue:SIG, sig:SIG, queues, events, sched:wake; reads config
+-- Returns  per task a string: "ok" (changed), "same" (it had that priority) or "err:REASON"
+--          with REASON one of invalid_id task_not_found task_not_queued task_part (a part of
+--          a multi-device task: change the task itself)
+-- Errors   INVALID (bad arguments; nothing is written)
+local prio = int_in(ARGV[1], 0, 9)
+if not prio then return fail('INVALID', 'priority must be 0-9') end
+local n = int_in(ARGV[2], 1, 1000)
+if not n or #ARGV ~= 2 + n then return fail('INVALID', 'bad argument count') end
+local p = I(prio)
+local out, moved = {}, false
+for i = 1, n do
+  local id = ARGV[2 + i]
+  if not valid_id(id) then
+    out[i] = 'err:invalid_id'
+  else
+    local t = load_task(id)
+    if not t.status then out[i] = 'err:task_not_found'
+    elseif (t.gang or '') ~= '' then out[i] = 'err:task_part'
+    elseif t.status ~= 'queued' then out[i] = 'err:task_not_queued'
+    elseif (t.priority or '0') == p then out[i] = 'same'
+    else
+      local old = t.priority or '0'
+      if (t.roles or '') ~= '' then
+        redis.call('HSET', k('task', id), 'priority', p)
+      else
+        local sig = signature(t.driver_type or '', t.tags or '', p, t.tenant)
+        local waiting = (t.eligible_at or '') ~= ''  -- in `retries`: enqueued later, with t.sig
+        if not waiting then dequeue(id, t.sig) end
+        redis.call('HSET', k('task', id), 'priority', p, 'sig', sig)
+        if not waiting then enqueue(id, sig, t.seq, t.driver_type, t.tags, p, t.tenant) end
+      end
+      emit('priority_changed', 'task', id, 'from', old, 'to', p)
+      out[i] = 'ok'
+      moved = true
+    end
+  end
+end
+if moved then wake(k('sched', 'wake')) end
+return out

@@ -1,0 +1,38 @@
+"""``deviceq task set-priority``: change the priority of queued tasks."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .app import Ctx, echo_json, pass_ctx, task
+
+
+@task.command("set-priority")
+@click.argument("task_ids", nargs=-1, required=True, metavar="TASK_ID...")
+@click.argument("priority", type=click.IntRange(0, 9))
+@click.option("--json", "as_json", is_flag=True, help="Print {task_id: outcome} as JSON.")
+@pass_ctx
+def task_set_priority(ctx: Ctx, task_ids: tuple[str, ...], priority: int, as_json: bool) -> None:
+    """Give queued tasks a new PRIORITY (0-9; higher runs first under priority_match). Each
+    keeps its place in submission order among the tasks of its new priority. Exit 1 when a
+    task could not be changed (not found, not queued, a part of a multi-device task).
+
+    \b
+    Example:
+      deviceq task set-priority 3f2a9c0d1e2b4a5f 9
+      deviceq task set-priority 3f2a9c0d1e2b4a5f 7d1e0b2c9a8f6e5d 0
+    """
+    result = ctx.admin.set_priority(task_ids, priority)
+    if as_json:
+        echo_json(result)
+    else:
+        for tid, r in result.items():
+            if r == "ok":
+                click.echo(f"{tid} priority {priority}")
+            elif r == "same":
+                click.echo(f"{tid} already has priority {priority}")
+            else:
+                click.echo(f"error: {tid}: {r.removeprefix('err:').replace('_', ' ')}", err=True)
+    sys.exit(0 if all(r in ("ok", "same") for r in result.values()) else 1)
