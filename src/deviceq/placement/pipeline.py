@@ -25,9 +25,9 @@ import heapq
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..scheduler.strategies import IdleDevice, Pair, QueuedTask
 from .plugins import DeviceScore, Requirement, Score, TaskScore
 from .profiles import Profile
+from .rows import IdleDevice, Pair, QueuedTask
 from .view import DeviceClass, View
 
 
@@ -251,6 +251,19 @@ class _Pass:
                     dev = best
             out.append((task, dev))
         return out
+
+
+def refine(profile: Profile, view: View, pairs: Sequence[Pair]) -> list[Pair]:
+    """Only ``profile``'s refine stage, over pairs chosen elsewhere (a registered whole-pass
+    strategy's, already checked: known tasks and devices, each once, feasible)."""
+    if not profile.refine or not pairs:
+        return list(pairs)
+    run = _Pass(profile, view)
+    tasks = {t.task_id: t for t in view.tasks()}
+    devices = {d.device_id: d for d in view.devices}
+    chosen = [(tasks[t], devices[d]) for t, d in pairs]
+    used = {d for _, d in pairs}
+    return [(t.task_id, d.device_id) for t, d in run.refine(chosen, used)]
 
 
 def _keys(

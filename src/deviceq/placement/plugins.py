@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from ..scheduler.strategies import IdleDevice, QueuedTask
+from .rows import IdleDevice, QueuedTask
 from .view import DeviceClass, View
 
 

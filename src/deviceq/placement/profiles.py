@@ -65,20 +65,22 @@ class Profile:
         return out
 
 
-_REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
+REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
+"""Anti-affinity, then faulty devices last: the refine stage of every built-in profile (and
+the correction of a registered whole-pass strategy's pairs)."""
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("fifo_match", FifoSort(), scores=(AntiAffinity(),), refine=_REFINE, window=True),
+        Profile("fifo_match", FifoSort(), scores=(AntiAffinity(),), refine=REFINE, window=True),
         Profile(
-            "priority_match", AgingSort(), scores=(AntiAffinity(),), refine=_REFINE, window=True
+            "priority_match", AgingSort(), scores=(AntiAffinity(),), refine=REFINE, window=True
         ),
         Profile(
             "lru_device",
             FifoSort(),
             scores=(AntiAffinity(), LeastRecentlyUsed()),
-            refine=_REFINE,
+            refine=REFINE,
             window=True,
         ),
         Profile(
@@ -86,7 +88,7 @@ PROFILES: dict[str, Profile] = {
             FairShareSort(),
             scores=(AntiAffinity(),),
             permits=(TenantCap(),),
-            refine=_REFINE,
+            refine=REFINE,
         ),
     )
 }

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 
-from ..scheduler.strategies import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
+from .rows import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
 
 INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults"})
 """The optional inputs of a view, by the names plugins declare in their ``needs``."""
@@ -84,9 +84,10 @@ class View:
         submit_times: Mapping[str, int] | None = None,
         aging_ms: int = 0,
     ) -> View:
-        """The view of a strategy's `Snapshot`: its tenants, the anti-affinity records of its
-        heads and its devices' fault counts are taken from it; the submit times (aging) only
-        when given (a snapshot carries effective priorities, not submit times)."""
+        """The view of a whole-pass `Snapshot`: its tenants, the anti-affinity records of its
+        heads and its devices' fault counts are taken from it. Without ``submit_times`` the
+        snapshot's priorities count as already aged (the reader sets a whole-pass
+        strategy's effective priorities), so an aging plugin orders by them as they are."""
         avoid = {
             t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
             for t in snap.tasks()
@@ -99,7 +100,7 @@ class View:
             snap.limit,
             snap.now_ms,
             tenants=snap.tenants,
-            submit_times=submit_times,
+            submit_times={} if submit_times is None else submit_times,
             aging_ms=aging_ms if submit_times is not None else 0,
             avoid=avoid,
             faults=faults,

@@ -12,10 +12,14 @@ round trips and never a queue scan:
   (x4 per round) only where the strategy used up every head it was given (``grow``), plus the
   strategy's optional ``lookahead``; and, only while some queued task has one, the heads'
   anti-affinity (``avoid``: devices and hosts they lost an attempt on);
-- with aging on (``aging_seconds``) and buckets of different priorities among those read,
-  the submission time of head tasks not seen before (cached while they stay heads), so each
-  head carries its effective priority (`deviceq.scheduler.strategies.aged`; a head's aged
-  copy is kept until its next level is due).
+- what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
+  profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
+  priorities among those read, the submission time of head tasks not seen before (cached
+  while they stay heads); the tenants' weights, caps and held devices.
+
+`make_view` gives a placement profile its `View`; `make_snapshot` gives a registered
+whole-pass strategy its `Snapshot`, with each head's effective priority set
+(`deviceq.placement.rows.aged`).
 
 A bucket's heads are cached between passes while its head score in ``queues`` (the head
 task's ``seq``) is unchanged, for at most ``HEAD_CACHE_SECONDS``: with hundreds of buckets
@@ -34,8 +38,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from math import inf
 from typing import Any
 
 import redis
@@ -45,17 +49,10 @@ from ..core.config import PoolConfig
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
 from ..core.tenants import parse_tenant
+from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, TenantShare, aged
+from ..placement.view import Avoid, View
 from .gangs import GANG_SCAN
-from .strategies import (
-    AssignmentStrategy,
-    Bucket,
-    IdleDevice,
-    Pair,
-    QueuedTask,
-    Snapshot,
-    TenantShare,
-    aged,
-)
+from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
@@ -122,13 +119,14 @@ class SnapshotReader:
         self.scripts = scripts or Scripts(r)
         self.keys = keys
         self.strategy = strategy
+        self.needs = strategy_needs(strategy)  # the optional inputs its plugins read
         self.batch = batch
         self.max_devices = max_devices
         self.max_buckets = max_buckets
         self.device_refresh = device_refresh
         # bucket -> (driver type, tags, priority, tenant)
         self._sig_cache: dict[str, tuple[str | None, frozenset[str], int, str | None]] = {}
-        self._tenants: dict[str, TenantShare] = {}  # read per pass for a uses_tenants strategy
+        self._tenants: dict[str, TenantShare] = {}  # read per pass when the strategy needs them
         # device id -> (idle score as read, read at (monotonic), the device)
         self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
         self._suspect: set[str] = set()
@@ -136,10 +134,7 @@ class SnapshotReader:
         self._host_timeout_ms = 0
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
-        # head task id -> (the task as read, its aged copy, until when that copy holds (ms))
-        self._aged: dict[str, tuple[QueuedTask, QueuedTask, float]] = {}
-        # bucket -> (its heads as read, the bucket with them aged, until when that holds (ms))
-        self._aged_buckets: dict[str, tuple[tuple[QueuedTask, ...], Bucket, float]] = {}
+        self._faulty = False  # some device has consecutive device faults (last base)
         self._heads: dict[str, CachedHeads] = {}  # bucket -> its heads (see HEAD_CACHE_SECONDS)
         self._head_seq: dict[str, int] = {}  # bucket -> head score, as read with the last base
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
@@ -188,6 +183,7 @@ class SnapshotReader:
         self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
         self.gang_hold_ms = _seconds_ms(cfg[3], DEFAULT_GANG_HOLD)
         faults = res[8]
+        self._faulty = bool(faults)
         spec = res[9 : 9 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
         spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) :], strict=True))
@@ -199,11 +195,7 @@ class SnapshotReader:
         first_retry = _pairs(res[6])
         self.retry_in_ms = int(float(first_retry[0][1])) - now if first_retry else None
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
-        aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
-        if aging_ms != self.aging_ms:  # aging_seconds changed: every aged copy is stale
-            self._aged.clear()
-            self._aged_buckets.clear()
-        self.aging_ms = aging_ms
+        self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
         if devgen != self._devgen:  # a device registered, changed or was removed
             self._dev_cache.clear()
             self._devgen = devgen
@@ -366,7 +358,9 @@ class SnapshotReader:
             return out, []
         k = self.keys
         # flags of lua/heads.lua: +1 the heads' submit times (aging), +2 their anti-affinity
-        flags = (1 if self.aging_ms > 0 else 0) | (2 if self.avoiding else 0)
+        flags = (1 if self.aging_ms > 0 and "submit_times" in self.needs else 0) | (
+            2 if self.avoiding else 0
+        )
         args: list[Any] = [flags]
         for sig, start, n in todo:
             for lo in range(start, n, HEADS_RANGE):
@@ -468,51 +462,31 @@ class SnapshotReader:
             out.append(t)
         return tuple(out)
 
-    def with_age(self, buckets: list[Bucket], now: int) -> list[Bucket]:
-        """The buckets with each head's effective priority set (aging): the submission time
-        of heads not seen before is read (one pipelined round trip; a task's is read once
-        while it stays a head: the cache keeps only the current heads). A head's aged copy
-        is reused until its next level is due."""
+    def aging(self, buckets: list[Bucket]) -> bool:
+        """Whether aging can change this pass's order: it is on, the strategy reads submit
+        times, and the buckets have more than one priority (with one, older is higher)."""
+        return (
+            self.aging_ms > 0
+            and "submit_times" in self.needs
+            and len({b.priority for b in buckets}) > 1
+        )
+
+    def submit_times(self, buckets: list[Bucket]) -> dict[str, int]:
+        """The submission times (ms) of the buckets' heads: those not seen before are read
+        (one pipelined round trip; a task's is read once while it stays a head: the cache
+        keeps only the current heads)."""
         ids = [t.task_id for b in buckets for t in b.heads]
-        new = [t for t in ids if t not in self._submitted]
+        known = self._submitted
+        new = [t for t in ids if t not in known]
         if new:
             pipe = self.redis.pipeline(transaction=False)
             for t in new:
                 pipe.hget(self.keys.task(t), "submitted_at")
             for t, v in zip(new, pipe.execute(), strict=True):
-                self._submitted[t] = int(float(v or 0))
-        if len(self._submitted) > 2 * len(ids) + 1000:
-            self._submitted = {t: self._submitted[t] for t in ids}
-            self._aged = {t: self._aged[t] for t in ids if t in self._aged}
-            live = {b.sig for b in buckets}
-            self._aged_buckets = {s: v for s, v in self._aged_buckets.items() if s in live}
-        return [self._aged_bucket(b, now) for b in buckets]
-
-    def _aged_bucket(self, b: Bucket, now: int) -> Bucket:
-        """``b`` with its heads aged; the aged bucket is reused while its heads are the same
-        (the head cache's tuple) and none of them has reached its next level."""
-        c = self._aged_buckets.get(b.sig)
-        if c is not None and c[0] is b.heads and now < c[2]:
-            return c[1]
-        heads = tuple(self._aged_head(t, now) for t in b.heads)
-        until = min((self._aged[t.task_id][2] for t in b.heads), default=inf)
-        aged_b = Bucket(
-            b.sig, b.driver_type, b.tags, b.priority, heads, b.head_seq, tenant=b.tenant
-        )
-        self._aged_buckets[b.sig] = (b.heads, aged_b, until)
-        return aged_b
-
-    def _aged_head(self, t: QueuedTask, now: int) -> QueuedTask:
-        c = self._aged.get(t.task_id)
-        if c is not None and c[0] is t and now < c[2]:
-            return c[1]
-        sub, aging = self._submitted[t.task_id], self.aging_ms
-        e = aged(t.priority, sub, now, aging)
-        # the next level is due at sub + (levels + 1) x aging; none past the top or without aging
-        until = sub + (e - t.priority + 1) * aging if sub > 0 and aging > 0 and e < 9 else inf
-        a = t if e == t.effective_priority else replace(t, effective_priority=e)
-        self._aged[t.task_id] = (t, a, until)
-        return a
+                known[t] = int(float(v or 0))
+        if len(known) > 2 * len(ids) + 1000:
+            self._submitted = known = {t: known[t] for t in ids}
+        return {t: known[t] for t in ids}
 
     def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
@@ -548,7 +522,7 @@ class SnapshotReader:
         self._want = want  # the buckets the next pass reads speculatively: see forget_heads
         self._spec_want = {}
         self._spec_hosts = hosts[:SPECULATE]
-        self._tenants = self.read_tenants(base) if getattr(self.strategy, "uses_tenants", 0) else {}
+        self._tenants = self.read_tenants(base) if "tenants" in self.needs else {}
         return base, want, heads
 
     def read_tenants(self, base: Base) -> dict[str, TenantShare]:
@@ -572,19 +546,51 @@ class SnapshotReader:
         fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in pairs)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
-    def make_snapshot(
-        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
-    ) -> Snapshot:
-        buckets = [
+    def buckets(self, base: Base, heads: dict[str, tuple[QueuedTask, ...]]) -> list[Bucket]:
+        """The servable buckets with their heads (oldest first)."""
+        return [
             Bucket(
                 b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq, tenant=b.tenant
             )  # fmt: skip
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)
         ]
-        if self.aging_ms > 0 and len({b.priority for b in buckets}) > 1:
-            # (with one priority among them, aging cannot change any order: older is higher)
-            buckets = self.with_age(buckets, base.now)
+
+    def make_view(self, base: Base, heads: dict[str, tuple[QueuedTask, ...]]) -> View:
+        """A placement profile's view of the pass: what its plugins need, read."""
+        buckets = self.buckets(base, heads)
+        aging = self.aging(buckets)
+        return View(
+            tuple(buckets),
+            tuple(base.devices),
+            self.batch,
+            base.now,
+            tenants=self._tenants if "tenants" in self.needs else None,
+            submit_times=self.submit_times(buckets) if aging else {},
+            aging_ms=self.aging_ms if aging else 0,
+            avoid=_avoid(buckets) if self.avoiding else {},
+            faults={d.device_id: d.faults for d in base.devices if d.faults}
+            if self._faulty
+            else {},
+        )
+
+    def make_snapshot(
+        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+    ) -> Snapshot:
+        """A whole-pass strategy's snapshot, each head's effective priority set."""
+        buckets = self.buckets(base, heads)
+        if self.aging(buckets):
+            sub, now, ms = self.submit_times(buckets), base.now, self.aging_ms
+            buckets = [
+                replace(
+                    b,
+                    heads=tuple(
+                        replace(t, effective_priority=aged(t.priority, sub[t.task_id], now, ms))
+                        for t in b.heads
+                    ),
+                )
+                for b in buckets
+            ]
         return Snapshot(
             buckets,
             base.devices,
@@ -596,7 +602,7 @@ class SnapshotReader:
         )
 
     def grow(
-        self, base: Base, snap: Snapshot, pairs: list[Pair], want: dict[str, int]
+        self, base: Base, buckets: Sequence[Bucket], pairs: list[Pair], want: dict[str, int]
     ) -> dict[str, int]:
         """Buckets the strategy used up: every head read was paired and the bucket may hold
         more, while a device that could serve it is unused or went to another bucket's task
@@ -605,19 +611,29 @@ class SnapshotReader:
         submission order within a bucket, the final plan equals the plan on unbounded heads.
         With interleaved buckets a strategy rarely uses up a bucket, so this seldom reads
         more (a bucket whose heads are not all paired never grows)."""
-        task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
+        task_sig = {t.task_id: b.sig for b in buckets for t in b.heads}
         dev_sig = {d: task_sig.get(t) for t, d in pairs}
         taken = Counter(task_sig.get(t) for t, _ in pairs)
         grow: dict[str, int] = {}
-        for b in snap.buckets:
+        for b in buckets:
             n = want.get(b.sig, 0)
             if len(b.heads) < n or n >= self.cap(base, b.sig):
                 continue  # bucket exhausted, or already read as deep as useful
             if taken[b.sig] < len(b.heads):
                 continue  # some head left unpaired: deeper tasks would not be chosen either
-            if any(dev_sig.get(d.device_id, "") != b.sig for d in snap.matching[b.sig]):
+            if any(dev_sig.get(d.device_id, "") != b.sig for d in base.matching[b.sig]):
                 grow[b.sig] = min(self.cap(base, b.sig), n * 4)
         return grow
+
+
+def _avoid(buckets: list[Bucket]) -> dict[str, Avoid]:
+    """The anti-affinity records of the heads that have one."""
+    return {
+        t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
+        for b in buckets
+        for t in b.heads
+        if t.avoid_devices or t.avoid_hosts
+    }
 
 
 def with_faults(device: IdleDevice, faults: dict[str, str]) -> IdleDevice:
