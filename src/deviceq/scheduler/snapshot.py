@@ -44,14 +44,16 @@ from typing import Any
 
 import redis
 
-from ..core import eligibility, liveness
+from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
 from ..core.tenants import parse_tenant
 from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, TenantShare, aged
 from ..placement.view import Avoid, View
+from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
+from .head_cache import HeadCache
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -63,19 +65,6 @@ GANG_SETTINGS = ("gang_reserve_after", "gang_hold_seconds")
 DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].default)
 DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
-HEAD_CACHE_SECONDS = 10.0  # longest a bucket's cached heads are used without a read
-GATE = eligibility.GATE_FIELDS
-DEVICE_ROW = ("host_id", "driver_type", "tags", *GATE)  # a device row as a pass reads it
-
-
-@dataclass(frozen=True)
-class CachedHeads:
-    """A bucket's heads as read: valid while the bucket's head score is still ``head_seq``."""
-
-    head_seq: int
-    heads: tuple[QueuedTask, ...]
-    complete: bool  # the read returned fewer than asked: the bucket held only these
-    read_at: float  # time.monotonic()
 
 
 @dataclass
@@ -127,16 +116,12 @@ class SnapshotReader:
         # bucket -> (driver type, tags, priority, tenant)
         self._sig_cache: dict[str, tuple[str | None, frozenset[str], int, str | None]] = {}
         self._tenants: dict[str, TenantShare] = {}  # read per pass when the strategy needs them
-        # device id -> (idle score as read, read at (monotonic), the device)
-        self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
-        self._suspect: set[str] = set()
-        self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
+        self.device_cache = DeviceCache(r, keys, batch=batch, refresh=device_refresh)
         self._host_timeout_ms = 0
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
         self._faulty = False  # some device has consecutive device faults (last base)
-        self._heads: dict[str, CachedHeads] = {}  # bucket -> its heads (see HEAD_CACHE_SECONDS)
-        self._head_seq: dict[str, int] = {}  # bucket -> head score, as read with the last base
+        self.head_cache = HeadCache()  # bucket -> its heads (see HEAD_CACHE_SECONDS)
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self.retry_in_ms: int | None = None  # until the earliest retry is due (last read)
         self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
@@ -188,7 +173,7 @@ class SnapshotReader:
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
         spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) :], strict=True))
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
-            self._heads.clear()
+            self.head_cache.clear()
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         # ms until the earliest retry becomes eligible (<= 0: due now), None when none waits
@@ -196,27 +181,23 @@ class SnapshotReader:
         self.retry_in_ms = int(float(first_retry[0][1])) - now if first_retry else None
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
         self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
-        if devgen != self._devgen:  # a device registered, changed or was removed
-            self._dev_cache.clear()
-            self._devgen = devgen
+        self.device_cache.generation(devgen)
         idle = _pairs(idle_raw)
         queues = _pairs(queues_raw)
 
-        self._head_seq = {s: int(float(score)) for s, score in queues}
+        head_seq = {s: int(float(score)) for s, score in queues}
+        self.head_cache.based_on(head_seq)
         if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
-            live = self._head_seq
-            self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in live}
-        if len(self._heads) > 2 * len(queues) + 1000:
-            self._heads = {s: v for s, v in self._heads.items() if s in self._head_seq}
+            self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in head_seq}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
-        cached, sig_rows = self.device_rows(idle, [k.sig(s) for s in new_sigs])
+        cached, sig_rows = self.device_cache.rows(idle, [k.sig(s) for s in new_sigs])
         if faults:
             cached = [with_faults(d, faults) for d in cached]
         for s, (drv, tags, prio, tenant) in zip(new_sigs, sig_rows, strict=True):
-            self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0), tenant or None)
+            self._sig_cache[s] = (drv or None, tagset(tags), int(prio or 0), tenant or None)
         shells = []
         old_shells, self._shells = self._shells, {}
-        for s, seq in self._head_seq.items():
+        for s, seq in head_seq.items():
             b = old_shells.get(s)
             if b is None or b.head_seq != seq:  # (a bucket's constraints never change)
                 drv, tags, prio, tenant = self._sig_cache[s]
@@ -247,71 +228,6 @@ class SnapshotReader:
         }
         return self.without(base, {d.device_id for d in base.devices if d.host_id in bad})
 
-    def device_rows(
-        self, idle: list[Any], sig_keys: list[str]
-    ) -> tuple[list[IdleDevice], list[Any]]:
-        """The assignable idle devices with their static attributes (host, driver type, tags),
-        and the rows of ``sig_keys`` (read in the same round trip).
-
-        The ``idle`` zset is maintained by the scripts (a device is in it only while the one
-        rule, `deviceq.core.eligibility`, makes it a candidate; its score is the time it
-        became idle), and the
-        ``devgen`` counter is bumped whenever a device registers, changes its driver type or
-        tags, or is removed (the whole cache is dropped then). So a device hash is read only
-        when the device is new to this scheduler, after a ``devgen`` change, or when it was
-        named in a rejected pair (then its state is checked too): in a steady pool no device
-        row is read at all, whatever the number of devices freed since the last pass. As a
-        safety net, entries older than ``device_refresh`` seconds are re-read too, at most
-        ``max(64, batch)`` per pass."""
-        k = self.keys
-        mono = time.monotonic()
-        cache = self._dev_cache
-        fetch: list[str] = []
-        stale: list[str] = []
-        suspect = self._suspect
-        for did, _ in idle:
-            c = cache.get(did)
-            if c is None or did in suspect:
-                fetch.append(did)
-            elif mono - c[1] > self.device_refresh:
-                stale.append(did)
-        fetch += stale[: max(64, self.batch)]
-        scores = dict(idle)
-        res: list[Any] = []
-        if fetch or sig_keys:
-            pipe = self.redis.pipeline(transaction=False)
-            for did in fetch:
-                pipe.hmget(k.device(did), *DEVICE_ROW)
-            for sk in sig_keys:
-                pipe.hmget(sk, "driver_type", "tags", "priority", "tenant")
-            res = pipe.execute()
-        for did, d in zip(fetch, res[: len(fetch)], strict=True):
-            host_id, driver, tags = d[:3]
-            if not host_id or eligibility.device_blocker(dict(zip(GATE, d[3:], strict=True))):
-                cache.pop(did, None)  # a stale idle entry: excluded, re-checked next pass
-                suspect.add(did)
-                continue
-            suspect.discard(did)
-            score = scores[did]
-            dev = IdleDevice(did, host_id, driver or "", _tagset(tags), int(float(score)))
-            cache[did] = (score, mono, dev)
-        if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
-            for did in set(cache) - set(scores):
-                del cache[did]
-        devices: list[IdleDevice] = []
-        for did, score in idle:
-            c = cache.get(did)
-            if c is None:
-                continue
-            if c[0] != score:  # re-entered the idle index: same attributes, new idle_since
-                dev = c[2]
-                dev = IdleDevice(did, dev.host_id, dev.driver_type, dev.tags, int(float(score)))
-                cache[did] = (score, c[1], dev)
-                devices.append(dev)
-            else:
-                devices.append(c[2])
-        return devices, res[len(fetch) :]
-
     def initial_want(self, base: Base) -> dict[str, int]:
         """Heads to read per servable bucket: a fair share of twice the batch (at least
         ``MIN_HEADS`` while that reads at most 4 x batch heads in all: with hundreds of
@@ -334,7 +250,7 @@ class SnapshotReader:
     def rejected(self, device_id: str) -> None:
         """A committed pair naming this device was refused for a device reason: re-read
         its state at the next pass."""
-        self._suspect.add(device_id)
+        self.device_cache.suspect.add(device_id)
 
     def read_heads(
         self,
@@ -396,7 +312,7 @@ class SnapshotReader:
             else:
                 seen = {t.task_id for t in out.get(s, ())}
                 out[s] = out.get(s, ()) + tuple(t for t in got if t.task_id not in seen)
-            self._remember(s, out[s], complete, mono)
+            self.head_cache.remember(s, out[s], complete, mono)
         return out, rows
 
     def _head_tasks(self, sig: str, flat: list[Any]) -> tuple[QueuedTask, ...]:
@@ -411,38 +327,20 @@ class SnapshotReader:
             t = QueuedTask(tid, int(float(seq)), sig, prio, tenant=tenant)
             if avoid:
                 devs, _, hosts = str(avoid).partition("|")
-                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+                t = replace(t, avoid_devices=tagset(devs), avoid_hosts=tagset(hosts))
             out.append(t)
         return tuple(out)
-
-    def _remember(
-        self, sig: str, heads: tuple[QueuedTask, ...], complete: bool, mono: float
-    ) -> None:
-        seq = self._head_seq.get(sig)
-        if seq is not None and heads and heads[0].seq == seq:
-            self._heads[sig] = CachedHeads(seq, heads, complete, mono)
-        else:  # the bucket changed since the base was read: read it again next time
-            self._heads.pop(sig, None)
-
-    def cached_heads(self, sig: str, mono: float) -> CachedHeads | None:
-        """The bucket's heads from an earlier pass, while still valid (same head score as
-        this pass's base, younger than ``HEAD_CACHE_SECONDS``)."""
-        c = self._heads.get(sig)
-        if c is None or c.head_seq != self._head_seq.get(sig):
-            return None
-        return c if mono - c.read_at < HEAD_CACHE_SECONDS else None
 
     def forget_all(self) -> None:
         """Drop every cached head (e.g. on becoming the leader: another scheduler may have
         assigned, and its tasks come back, meanwhile)."""
-        self._heads.clear()
+        self.head_cache.clear()
         self._spec_want = {}
 
     def forget_heads(self, sigs: set[str]) -> None:
         """Pairs of these buckets were committed (or refused: a head may have left the queue
         meanwhile): read their heads again at the next pass."""
-        for sig in sigs:
-            self._heads.pop(sig, None)
+        self.head_cache.drop(sigs)
         # the next pass needs their new heads: read them with its base (a steady pool's few)
         self._spec_want = {s: n for s, n in self._want.items() if s in sigs}
         if len(self._spec_want) > SPECULATE:
@@ -458,7 +356,7 @@ class SnapshotReader:
         for t, row in zip(heads, rows, strict=True):
             if row:
                 devs, _, hosts = str(row).partition("|")
-                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+                t = replace(t, avoid_devices=tagset(devs), avoid_hosts=tagset(hosts))
             out.append(t)
         return tuple(out)
 
@@ -501,7 +399,7 @@ class SnapshotReader:
         for sig, n in want.items():
             got = spec_heads.get(sig)
             if got is None:
-                c = self.cached_heads(sig, mono)
+                c = self.head_cache.get(sig, mono)
                 if c is not None:
                     self._from_cache.add(sig)
                     if c.complete:  # the bucket held only these (newer ones: next read)
@@ -512,7 +410,7 @@ class SnapshotReader:
             if complete:  # the bucket holds only these
                 want[sig] = min(n, len(got))
             have[sig] = self._queued(sig, got[:n])
-            self._remember(sig, have[sig], complete and len(got) <= n, mono)
+            self.head_cache.remember(sig, have[sig], complete and len(got) <= n, mono)
         missing = [h for h in hosts if h not in spec_rows]
         heads, rows = self.read_heads(want, have, missing)
         rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
@@ -654,7 +552,3 @@ def _pairs(raw: list[Any]) -> list[Any]:
         return raw
     it = iter(raw)
     return list(zip(it, it, strict=True))
-
-
-def _tagset(csv: str | None) -> frozenset[str]:
-    return frozenset(t for t in (csv or "").split(",") if t)
