@@ -150,17 +150,17 @@ def _reader(sc: Scenario, needs: frozenset[str]) -> SnapshotReader:
     r.batch = sc.limit
     r.aging_ms = sc.aging_ms
     r.needs = needs
-    r._tenants = dict(sc.tenants) if "tenants" in needs else {}
     r._submitted = dict(sc.submit_times)
     r.avoiding = sum(1 for b in sc.buckets for t in b.heads if t.avoid_devices or t.avoid_hosts)
-    r._faulty = any(d.faults for d in sc.devices)
+    r.faulty = any(d.faults for d in sc.devices)
+    r._per_pass = {"tenants": {"tenants": dict(sc.tenants)}}  # (as read_tenants would read)
     return r
 
 
 def _base(sc: Scenario) -> tuple[Base, dict[str, tuple[QueuedTask, ...]]]:
     shells = [replace(b, heads=()) for b in sc.buckets]
     pre = Snapshot.build(shells, sc.devices, sc.limit, NOW)
-    return Base(NOW, shells, pre.devices, pre.matching, len(shells)), {
+    return Base(NOW, shells, pre.devices, pre.matching, len(shells), pre.classes), {
         b.sig: b.heads for b in sc.buckets
     }
 

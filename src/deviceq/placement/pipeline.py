@@ -22,7 +22,7 @@ device, in device_id order)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -106,14 +106,19 @@ class _Pass:
         self.task_scores = [(i, s) for i, s in shape.task_scores if _active(s, view)]
         self.task_first = shape.task_first
         self.refine_kinds = shape.refine_kinds
-        by_class: dict[DeviceClass, list[IdleDevice]] = {}
-        for d in view.devices:  # (in device_id order)
-            c = (d.driver_type, d.tags)  # (d.device_class, without the property call)
-            got = by_class.get(c)
-            if got is None:
-                by_class[c] = [d]
-            else:
-                got.append(d)
+        by_class: Mapping[DeviceClass, Sequence[IdleDevice]]
+        if view.classes is not None:  # (grouped by the reader already)
+            by_class = view.classes
+        else:
+            grouped: dict[DeviceClass, list[IdleDevice]] = {}
+            for d in view.devices:  # (in device_id order)
+                c = (d.driver_type, d.tags)  # (d.device_class, without the property call)
+                got = grouped.get(c)
+                if got is None:
+                    grouped[c] = [d]
+                else:
+                    got.append(d)
+            by_class = grouped
         self.by_class = by_class
         # each device's device score keys (None: the profile has no device score)
         self.key: dict[str, tuple[int, ...]] | None = None
@@ -125,7 +130,7 @@ class _Pass:
                 d.device_id: tuple(s.device_key(view, d) for s in static) for d in view.devices
             }
         limit = view.limit
-        ranked: dict[DeviceClass, list[IdleDevice]] = {}
+        ranked: dict[DeviceClass, Sequence[IdleDevice]] = {}
         for c, devs in by_class.items():
             if self.key is not None:
                 key = self.key
@@ -144,7 +149,7 @@ class _Pass:
         self.pos = dict.fromkeys(ranked, 0)
         self._by_need: dict[tuple[str | None, frozenset[str]], list[DeviceClass]] = {}
         self._by_sig: dict[str, list[DeviceClass]] = {}
-        self._feasible: dict[tuple[str | None, frozenset[str]], list[IdleDevice]] = {}
+        self._feasible: dict[tuple[str | None, frozenset[str]], Sequence[IdleDevice]] = {}
 
     def classes(self, sig: str) -> list[DeviceClass]:
         """The device classes the filters accept for bucket ``sig``."""
@@ -166,7 +171,7 @@ class _Pass:
             self._by_need[k] = got
         return got
 
-    def feasible(self, sig: str) -> list[IdleDevice]:
+    def feasible(self, sig: str) -> Sequence[IdleDevice]:
         """Every device of ``sig``'s feasible classes, in device_id order."""
         b = self.view.by_sig[sig]
         need = (b.driver_type, b.tags)

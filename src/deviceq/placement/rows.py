@@ -118,6 +118,8 @@ class Snapshot:
     # the tenants of the buckets, with their weight, cap and the devices they hold now (read
     # only for a strategy with ``uses_tenants = True``)
     tenants: dict[str, TenantShare] = field(default_factory=dict)
+    # the devices grouped by class (driver type, tags), each group in device_id order (`build`)
+    classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] | None = None
 
     @classmethod
     def build(
@@ -143,7 +145,7 @@ class Snapshot:
                 got = ms[0] if len(ms) == 1 else sorted((d for c in ms for d in c), key=_by_id)
                 by_constraint[(b.driver_type, b.tags)] = got
             matching[b.sig] = got
-        return cls(list(buckets), devs, limit, now_ms, matching)
+        return cls(list(buckets), devs, limit, now_ms, matching, classes=classes)
 
     def tasks(self) -> Iterator[QueuedTask]:
         """Every head task, in no particular order."""

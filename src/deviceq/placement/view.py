@@ -13,8 +13,8 @@ read-only mappings beside them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 
@@ -54,10 +54,17 @@ class View:
     aging_ms: int = 0
     avoid: Mapping[str, Avoid] | None = None
     faults: Mapping[str, int] | None = None
+    # ``devices`` grouped by class, each group in device_id order, when the reader has it
+    # already (then ``devices`` must be in device_id order: they are not checked)
+    classes: Mapping[DeviceClass, Sequence[IdleDevice]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         for name in ("tenants", "submit_times", "avoid", "faults"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
+        if self.classes is not None:
+            return
         ids = [d.device_id for d in self.devices]
         if ids != sorted(ids):
             object.__setattr__(self, "devices", tuple(sorted(self.devices, key=_device_id)))

@@ -46,14 +46,15 @@ import redis
 
 from ..core import liveness
 from ..core.config import PoolConfig
+from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
-from ..core.tenants import parse_tenant
-from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, TenantShare, aged
-from ..placement.view import Avoid, View
+from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, aged
+from ..placement.view import View
 from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
+from .inputs import INPUTS, settings_needed
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -64,6 +65,7 @@ DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
 GANG_SETTINGS = ("gang_reserve_after", "gang_hold_seconds")
 DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].default)
 DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
+TENANTS = frozenset({"tenants"})
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
 
 
@@ -76,6 +78,7 @@ class Base:
     devices: list[IdleDevice]
     matching: dict[str, list[IdleDevice]]
     signatures: int
+    classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] | None = None  # by class
 
 
 def _seconds_ms(raw: Any, default: float) -> int:
@@ -109,18 +112,25 @@ class SnapshotReader:
         self.keys = keys
         self.strategy = strategy
         self.needs = strategy_needs(strategy)  # the optional inputs its plugins read
+        unknown = self.needs - INPUTS.keys()
+        if unknown:
+            raise ConfigError(
+                f"strategy {getattr(strategy, 'name', strategy)!r} needs view inputs nothing "
+                f"reads: {', '.join(sorted(unknown))} (readable: {', '.join(sorted(INPUTS))})"
+            )
         self.batch = batch
         self.max_devices = max_devices
         self.max_buckets = max_buckets
         self.device_refresh = device_refresh
         # bucket -> (driver type, tags, priority, tenant)
         self._sig_cache: dict[str, tuple[str | None, frozenset[str], int, str | None]] = {}
-        self._tenants: dict[str, TenantShare] = {}  # read per pass when the strategy needs them
+        self._per_pass: dict[str, dict[str, Any]] = {}  # per-pass inputs read (`inputs`)
+        self.settings: dict[str, Any] = {}  # the pool settings the inputs use, as read
         self.device_cache = DeviceCache(r, keys, batch=batch, refresh=device_refresh)
         self._host_timeout_ms = 0
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
-        self._faulty = False  # some device has consecutive device faults (last base)
+        self.faulty = False  # some device has consecutive device faults (last base)
         self.head_cache = HeadCache()  # bucket -> its heads (see HEAD_CACHE_SECONDS)
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self.retry_in_ms: int | None = None  # until the earliest retry is due (last read)
@@ -148,7 +158,8 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
-        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS)
+        extra = settings_needed(self.needs)
+        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, *extra)
         pipe.get(k.devgen)
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
@@ -167,8 +178,9 @@ class SnapshotReader:
         self.gang_ids = [str(g) for g in res[7]]
         self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
         self.gang_hold_ms = _seconds_ms(cfg[3], DEFAULT_GANG_HOLD)
+        self.settings = dict(zip(extra, cfg[4:], strict=True))
         faults = res[8]
-        self._faulty = bool(faults)
+        self.faulty = bool(faults)
         spec = res[9 : 9 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
         spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) :], strict=True))
@@ -206,7 +218,7 @@ class SnapshotReader:
             shells.append(b)
         pre = Snapshot.build(shells, cached, self.batch, now)
         hosts = sorted({d.host_id for d in pre.devices})
-        base = Base(now, shells, pre.devices, pre.matching, len(queues))
+        base = Base(now, shells, pre.devices, pre.matching, len(queues), pre.classes)
         return base, hosts, spec_heads, spec_rows
 
     def without(self, base: Base, device_ids: set[str]) -> Base:
@@ -215,7 +227,7 @@ class SnapshotReader:
             return base
         devices = [d for d in base.devices if d.device_id not in device_ids]
         pre = Snapshot.build(base.shells, devices, self.batch, base.now)
-        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures)
+        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures, pre.classes)
 
     def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base:
         """Drop the devices of hosts that cannot take work (``rows``: HMGET of
@@ -420,24 +432,8 @@ class SnapshotReader:
         self._want = want  # the buckets the next pass reads speculatively: see forget_heads
         self._spec_want = {}
         self._spec_hosts = hosts[:SPECULATE]
-        self._tenants = self.read_tenants(base) if "tenants" in self.needs else {}
+        self._per_pass = {}
         return base, want, heads
-
-    def read_tenants(self, base: Base) -> dict[str, TenantShare]:
-        """The weight, cap and held devices of the tenants of the servable buckets (one round
-        trip, only when some bucket has a tenant; bounded by the buckets read)."""
-        names = sorted({b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)})
-        if not names:
-            return {}
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(self.keys.tenants, names)
-        pipe.hmget(self.keys.tenant_held, names)
-        specs, held = pipe.execute()
-        out = {}
-        for name, spec, h in zip(names, specs, held, strict=True):
-            weight, cap = parse_tenant(spec)
-            out[name] = TenantShare(weight, cap, int(h or 0))
-        return out
 
     def _queued(self, sig: str, pairs: list[Any]) -> tuple[QueuedTask, ...]:
         _, _, prio, tenant = self._sig_cache[sig]
@@ -454,22 +450,33 @@ class SnapshotReader:
             if heads.get(b.sig) and base.matching.get(b.sig)
         ]
 
+    def inputs(
+        self, base: Base, buckets: list[Bucket], names: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """The view fields of the optional inputs the strategy needs (or of ``names``), by
+        their readers (`inputs.INPUTS`)."""
+        fields: dict[str, Any] = {}
+        for name in self.needs if names is None else names:
+            inp = INPUTS[name]
+            if inp.per_pass:
+                got = self._per_pass.get(name)
+                if got is None:
+                    got = self._per_pass[name] = inp.read(self, base, buckets)
+            else:
+                got = inp.read(self, base, buckets)
+            fields.update(got)
+        return fields
+
     def make_view(self, base: Base, heads: dict[str, tuple[QueuedTask, ...]]) -> View:
         """A placement profile's view of the pass: what its plugins need, read."""
         buckets = self.buckets(base, heads)
-        aging = self.aging(buckets)
         return View(
             tuple(buckets),
             tuple(base.devices),
             self.batch,
             base.now,
-            tenants=self._tenants if "tenants" in self.needs else None,
-            submit_times=self.submit_times(buckets) if aging else {},
-            aging_ms=self.aging_ms if aging else 0,
-            avoid=_avoid(buckets) if self.avoiding else {},
-            faults={d.device_id: d.faults for d in base.devices if d.faults}
-            if self._faulty
-            else {},
+            classes=base.classes,
+            **self.inputs(base, buckets),
         )
 
     def make_snapshot(
@@ -496,7 +503,9 @@ class SnapshotReader:
             base.now,
             {b.sig: base.matching[b.sig] for b in buckets},
             signatures=base.signatures,
-            tenants=self._tenants,
+            tenants=self.inputs(base, buckets, TENANTS)["tenants"]
+            if "tenants" in self.needs
+            else {},
         )
 
     def grow(
@@ -522,16 +531,6 @@ class SnapshotReader:
             if any(dev_sig.get(d.device_id, "") != b.sig for d in base.matching[b.sig]):
                 grow[b.sig] = min(self.cap(base, b.sig), n * 4)
         return grow
-
-
-def _avoid(buckets: list[Bucket]) -> dict[str, Avoid]:
-    """The anti-affinity records of the heads that have one."""
-    return {
-        t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
-        for b in buckets
-        for t in b.heads
-        if t.avoid_devices or t.avoid_hosts
-    }
 
 
 def with_faults(device: IdleDevice, faults: dict[str, str]) -> IdleDevice:
