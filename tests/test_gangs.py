@@ -362,3 +362,53 @@ def test_a_part_handed_back_at_claim_retries_the_whole_gang(real_fleet: Fleet) -
     real_fleet.beat()
     assert s.assign().gangs_assigned == 1
     sound(real_fleet)
+
+
+def test_gangs_are_ordered_by_the_profile_a_higher_priority_first(real_fleet: Fleet) -> None:
+    """Gangs wanting the one phone and browser: the default (FIFO) profile places the oldest;
+    the priority profile the most urgent, by the priority in its row as of this pass (a
+    set-priority after submission counts)."""
+    from deviceq.scheduler.gangs import GangPlanner
+
+    two_hosts(real_fleet)
+    old = real_fleet.client.submit("old", roles=ROLES)
+    urgent = real_fleet.client.submit("urgent", roles=ROLES, priority=5)
+    newest = real_fleet.client.submit("newest", roles=ROLES)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    assert s.gangs.profile.name == "fifo_match"
+    assert s.assign().gangs_assigned == 1
+    assert real_fleet.client.get(old).status is TaskStatus.assigned
+    real_fleet.client.cancel(old)  # both devices free again
+    assert real_fleet.admin.set_priority([newest], 9) == {newest: "ok"}
+    s = TaskScheduler(real_fleet.r, real_fleet.pool, strategy="priority_match")
+    # (a TaskScheduler does not hand its strategy to the planner yet: given here)
+    s.gangs = GangPlanner(real_fleet.r, Keys(real_fleet.pool), "priority_match")
+    assert s.assign().gangs_assigned == 1
+    assert real_fleet.client.get(newest).status is TaskStatus.assigned
+    assert real_fleet.client.get(urgent).status is TaskStatus.queued
+    sound(real_fleet)
+
+
+def test_a_retried_gang_role_avoids_the_device_its_part_failed_on(real_fleet: Fleet) -> None:
+    """Two phone roles on three phones: role a's part fails on p1 (host ha; runner_failed, not
+    the device's fault); the retry gives role a another device and host, while role b (no
+    record of its own) takes p1."""
+    for h, d in (("ha", "p1"), ("hb", "p2"), ("hc", "p3")):
+        real_fleet.add_host(h, (d, "android", ()))
+    tid = real_fleet.client.submit("pair", roles={"a": "android", "b": "android"},
+                                   max_attempts=2, retry_on="runner_failed")  # fmt: skip
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    assert s.assign().gangs_assigned == 1
+    t = real_fleet.client.get(tid)
+    assert t.roles is not None
+    assert (t.roles["a"].device_id, t.roles["b"].device_id) == ("p1", "p2")
+    claimed = claim_all(real_fleet, "ha", "hb")
+    host, lease = claimed[f"{tid}.a"]
+    assert real_fleet.host(host).report(
+        f"{tid}.a", lease, "failed", "runner_failed", "exit 1"
+    ) == "ok:queued"  # fmt: skip
+    assert s.assign().gangs_assigned == 1
+    t = real_fleet.client.get(tid)
+    assert t.attempt == 2 and t.roles is not None
+    assert (t.roles["a"].device_id, t.roles["b"].device_id) == ("p2", "p1")
+    sound(real_fleet)

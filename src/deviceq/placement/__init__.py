@@ -4,13 +4,15 @@ an immutable view of a snapshot (`view`) by `pipeline.place`. Pure Python, no Re
 
 The built-in profiles give the same pairs as the built-in strategies of
 `deviceq.scheduler.strategies` after ``plan`` (tests/placement/test_golden.py); the scheduler
-does not run them yet. See README.md in this folder."""
+does not run them for single-device tasks yet, but places multi-device tasks with them
+(`gang.place_gangs`). See README.md in this folder."""
 
 from .pipeline import MissingInputs, place
 from .plugins import (
     DeviceScore,
     Filter,
     GangDecision,
+    GangPassPermit,
     GangPermit,
     PassPermit,
     Permit,
@@ -30,6 +32,7 @@ __all__ = [
     "DeviceScore",
     "Filter",
     "GangDecision",
+    "GangPassPermit",
     "GangPermit",
     "MissingInputs",
     "PassPermit",
