@@ -237,29 +237,47 @@ class _Picker:
         # the task scores come before every device score: a class's scan may stop early
         self.task_first = all(k is not None for k in self.kinds[:n_task])
         # (protocol isinstance checks are slow: done once per pass, not per device)
-        static = [
+        self.static_scores = [
             cast(DeviceScore, s) for s, k in zip(scores, self.kinds, strict=True) if k is None
         ]
-        self.static: dict[str, tuple[int, ...]] = {
-            d.device_id: tuple(s.device_key(view, d) for s in static) for d in view.devices
-        }
+        self.static: dict[str, tuple[int, ...]] = {}  # of the devices of the ranked classes
         by_class: dict[DeviceClass, list[IdleDevice]] = {}
-        for d in view.devices:
-            by_class.setdefault((d.driver_type, d.tags), []).append(d)
-        key = self.static
-        self.ranked = {
-            c: sorted(devs, key=lambda d: (key[d.device_id], d.device_id))
-            for c, devs in by_class.items()
-        }
-        self.pos = dict.fromkeys(self.ranked, 0)
+        for d in view.devices:  # (in device_id order)
+            c = (d.driver_type, d.tags)
+            got = by_class.get(c)
+            if got is None:
+                by_class[c] = [d]
+            else:
+                got.append(d)
+        self.by_class = by_class
+        self._ranked: dict[DeviceClass, list[IdleDevice]] = {}
+        self.pos: dict[DeviceClass, int] = {}
         self._classes: dict[tuple[str | None, frozenset[str]], list[DeviceClass]] = {}
+
+    def ranked(self, c: DeviceClass) -> list[IdleDevice]:
+        """Class ``c``'s devices by their device score keys, then device_id (ranked the first
+        time a role asks for the class)."""
+        got = self._ranked.get(c)
+        if got is None:
+            devs, view, static = self.by_class[c], self.view, self.static_scores
+            keys = [tuple(s.device_key(view, d) for s in static) for d in devs]
+            self.static.update((d.device_id, k) for d, k in zip(devs, keys, strict=True))
+            if any(keys):
+                # (key, index): the devices are in device_id order already
+                order = sorted(range(len(devs)), key=keys.__getitem__)
+                got = [devs[i] for i in order]
+            else:
+                got = devs
+            self._ranked[c] = got
+            self.pos[c] = 0
+        return got
 
     def classes_for(self, need: Requirement) -> list[DeviceClass]:
         """The device classes the filters accept for a role (once per driver type and tags)."""
         k = (need.driver_type, need.tags)
         got = self._classes.get(k)
         if got is None:
-            got = [c for c in self.ranked if all(f.feasible(need, c) for f in self.filters)]
+            got = [c for c in self.by_class if all(f.feasible(need, c) for f in self.filters)]
             self._classes[k] = got
         return got
 
@@ -273,7 +291,7 @@ class _Picker:
         sizes: list[int] = []
         for role in gang.roles:
             classes = self.classes_for(role)
-            sizes.append(sum(len(self.ranked[c]) for c in classes))
+            sizes.append(sum(len(self.by_class[c]) for c in classes))
             part = replace(task, task_id=gang.part_id(role))
             cands.append(self.best(part, classes, used, n))
         # the most constrained roles first: they keep their best device
@@ -289,30 +307,29 @@ class _Picker:
         view = self.view
         live = [s for s in self.task_scores if s.applies(view, part)]
         entries: list[tuple[Any, str, IdleDevice]] = []
+        static, n_task = self.static, len(self.task_scores)
         for c in classes:
-            devs, i = self.ranked[c], self.pos[c]
-            while i < len(devs) and devs[i].device_id in used:
+            devs = self.ranked(c)
+            i, end = self.pos[c], len(devs)
+            while i < end and devs[i].device_id in used:
                 i += 1
             self.pos[c] = i  # (used only grows in a pass)
-            if not live:  # ranked order is key order: the first n unused
-                taken = 0
-                for d in devs[i:]:
-                    if d.device_id not in used:
-                        entries.append((self.static[d.device_id], d.device_id, d))
-                        taken += 1
-                        if taken == n:
-                            break
-                continue
-            ideal = 0
-            for d in devs[i:]:
-                if d.device_id in used:
+            found = 0  # unused devices taken (no live task score) or ideal ones seen
+            for j in range(i, end):
+                d = devs[j]
+                did = d.device_id
+                if did in used:
                     continue
-                key = self.key(part, d, live)
-                entries.append((key, d.device_id, d))
-                if self.task_first and not any(key[: len(self.task_scores)]):
-                    ideal += 1  # nothing later in this class beats it
-                    if ideal == n:
-                        break
+                if not live:  # the ranked order is the key order: the first n unused
+                    entries.append((static[did], did, d))
+                    found += 1
+                else:
+                    key = self.key(part, d, live)
+                    entries.append((key, did, d))
+                    if self.task_first and not any(key[:n_task]):
+                        found += 1  # nothing later in this class beats it
+                if found == n:
+                    break
         entries.sort(key=_entry)
         return [d for _, _, d in entries[:n]]
 
