@@ -412,3 +412,26 @@ def test_a_retried_gang_role_avoids_the_device_its_part_failed_on(real_fleet: Fl
     assert t.attempt == 2 and t.roles is not None
     assert (t.roles["a"].device_id, t.roles["b"].device_id) == ("p2", "p1")
     sound(real_fleet)
+
+
+def test_the_planner_reads_a_gangs_tenant_and_caps_its_devices(real_fleet: Fleet) -> None:
+    """A submission refuses a tenant on a multi-device task today; a gang row that has one
+    (written here by hand) is read with its tenant's cap and held devices: under fair share
+    a cap of 4 with 1 held lets one two-role gang in, not the second (without the held one
+    both would fit)."""
+    from deviceq.scheduler.gangs import GangPlanner
+    from deviceq.scheduler.strategies import IdleDevice
+
+    k = Keys(real_fleet.pool)
+    gids = [real_fleet.client.submit(f"g{i}", roles=ROLES) for i in range(2)]
+    for g in gids:
+        real_fleet.r.hset(k.task(g), "tenant", "t")
+    real_fleet.admin.set_tenant("t", max_devices=4)
+    real_fleet.r.hset(k.tenant_held, "t", 1)
+    devices = [IdleDevice(f"p{i}", "ha", "android", frozenset({"sim"})) for i in range(2)] + [
+        IdleDevice(f"w{i}", "hb", "browser", frozenset()) for i in range(2)
+    ]
+    plan = GangPlanner(real_fleet.r, k, "fair_share").plan(gids, devices, 1_000, 60_000, 0)
+    assert plan.place == [(gids[0], ["p0", "w0"])] and not plan.kept
+    plan = GangPlanner(real_fleet.r, k, "fifo_match").plan(gids, devices, 1_000, 60_000, 0)
+    assert [g for g, _ in plan.place] == gids  # (a profile without the cap)
