@@ -26,7 +26,8 @@ A pass over the waiting gangs (`place_gangs`):
 
 Cost per gang: per role, its feasible classes' first unused ranked devices (pointers, as the
 single-task pass), or for a role with an anti-affinity record a scan of each class up to
-``len(roles)`` devices nothing penalises; the classes are ranked once per pass."""
+``len(roles)`` devices nothing penalises; a class is ranked once per pass, when a role
+first asks for it."""
 
 from __future__ import annotations
 
@@ -194,7 +195,7 @@ def place_gangs(profile: Profile, gv: GangView, permit: GangPermit) -> list[Gang
             decision = GangDecision.DENY
         else:
             decision = permit.permit(view, gang.gang_id, picks, gang.waited_ms)
-            if decision is GangDecision.ALLOW and (not devs or None in devs):
+            if decision is GangDecision.ALLOW and (not devs or any(d is None for d in devs)):
                 decision = GangDecision.DENY  # (a permit cannot allow an incomplete pick)
         if decision is GangDecision.ALLOW:
             for d in devs:
@@ -222,7 +223,7 @@ def _none(gang: Gang) -> tuple[tuple[str, IdleDevice | None], ...]:
 
 
 class _Picker:
-    """One pass's device classes, ranked once by the device scores of `gang_scores`, and the
+    """One pass's device classes, each ranked once by the device scores of `gang_scores`, and the
     choice of each gang's roles' devices among the unused ones."""
 
     def __init__(self, profile: Profile, view: View) -> None:
