@@ -103,7 +103,9 @@ class TaskScheduler:
             device_refresh=device_refresh,
             scripts=self.store.scripts,
         )
-        self.gangs = GangPlanner(self.store.redis, self.store.keys)
+        # multi-device tasks go through the same profile (a whole-pass strategy: the default's)
+        profile = self.strategy.profile if isinstance(self.strategy, ProfileStrategy) else None
+        self.gangs = GangPlanner(self.store.redis, self.store.keys, profile)
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
         self.leadership = Leadership(self.store, owner, on_elected=self._elected)
         self._stop = threading.Event()

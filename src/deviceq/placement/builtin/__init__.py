@@ -3,6 +3,7 @@
 from .anti_affinity import AntiAffinity
 from .fair_share import FairShareSort
 from .faults import FaultCount
+from .gang_hold import ReserveThenHold
 from .lru import LeastRecentlyUsed
 from .matching import Match
 from .ordering import AgingSort, FifoSort, PrioritySort
@@ -17,5 +18,6 @@ __all__ = [
     "LeastRecentlyUsed",
     "Match",
     "PrioritySort",
+    "ReserveThenHold",
     "TenantCap",
 ]
