@@ -16,6 +16,7 @@ from ...placement.builtin.matching import DRIVER_TYPE_MISMATCH, MISSING_TAG
 from ...placement.plugins import Filter, Requirement
 from ...placement.profiles import PROFILES
 from ...placement.recorder import FilterRecord, judge
+from ...placement.view import DeviceClass
 from ...scheduler.strategies import DEFAULT_STRATEGY, IdleDevice
 
 FILTERS: tuple[Filter, ...] = PROFILES[DEFAULT_STRATEGY].filters
@@ -91,9 +92,16 @@ def match(need: Requirement, devices: Iterable[PooledDevice]) -> Matching:
     )
 
 
-def serves(need: Requirement, devices: Iterable[PooledDevice]) -> bool:
-    """Whether the filters accept some device of ``devices`` for ``need``."""
-    return bool(judge(FILTERS, need, (candidate(d) for d in devices)).feasible)
+def classes(devices: Iterable[PooledDevice]) -> list[DeviceClass]:
+    """The distinct device classes (driver type, tags) of ``devices``, as the filters see
+    them."""
+    return list(dict.fromkeys((d.driver_type or "", frozenset(d.tags or ())) for d in devices))
+
+
+def serves(need: Requirement, device_classes: Iterable[DeviceClass]) -> bool:
+    """Whether the filters accept one of ``device_classes`` for ``need`` (as a pass asks: a
+    class passes when every filter accepts it)."""
+    return any(all(f.feasible(need, c) for f in FILTERS) for c in device_classes)
 
 
 def first_reason(d: PooledDevice, host: Host | None) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from ...core.connection import PoolConnection
 from ...core.models import PooledDevice, ScheduledTask
 from ...scheduler.buckets import buckets
-from .devices import serves
+from .devices import classes, serves
 from .model import Reason
 
 RATE_EVENTS = 5000  # recent events read to estimate the matching devices' throughput
@@ -29,7 +29,8 @@ def position(
     RATE_EVENTS events). Sets ``counts["competing_ahead"]``."""
     r, k = admin.redis, admin.keys
     seq = task.seq
-    rivals = [b for b in buckets(admin) if b.priority >= task.priority and serves(b, matching)]
+    mine = classes(matching)
+    rivals = [b for b in buckets(admin) if b.priority >= task.priority and serves(b, mine)]
     pipe = r.pipeline(transaction=False)
     for b in rivals:
         if b.priority > task.priority:
