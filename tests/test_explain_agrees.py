@@ -13,7 +13,7 @@ from typing import Any
 from deviceq import DeviceReport, TaskStatus
 from deviceq.ops.explain import explain
 from deviceq.ops.explain.devices import FILTERS
-from deviceq.placement import PROFILES, Recorder, View, place
+from deviceq.placement import PROFILES, Recorder, place
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler.buckets import buckets
 from deviceq.scheduler.strategies import DEFAULT_STRATEGY, QueuedTask
@@ -25,19 +25,25 @@ def test_every_builtin_profile_has_the_filters_explain_judges_with() -> None:
 
 
 def pipeline_record(fleet: Any, sched: TaskScheduler, task_id: str) -> tuple[list[Any], Recorder]:
-    """The pipeline run on the scheduler's own read: the task's bucket (read whether or not a
-    device serves it) with the task at its head, over the devices the scheduler's snapshot
-    holds (its assignable candidates). The pairs and the task's record."""
+    """The pipeline run on the scheduler's own view (`SnapshotReader.make_view`) with just the
+    task's bucket (read whether or not a device serves it: the scheduler's view holds only
+    buckets some device serves) and the task at its head, over the view's devices (the
+    assignable candidates). The pairs and the task's record."""
     t = fleet.client.get(task_id)
     raw = fleet.r.hgetall(fleet.admin.keys.task(task_id))
     (b,) = [b for b in buckets(fleet.admin) if b.sig == raw["sig"]]
     head = QueuedTask(task_id, int(raw["seq"]), b.sig, t.priority)
-    base, _, _ = sched.reader.read()
-    faults = {d.device_id: d.faults for d in base.devices if d.faults}
-    devices = tuple(base.devices)
-    view = View((replace(b, heads=(head,)),), devices, 1, base.now, avoid={}, faults=faults)
+    base, _, heads = sched.reader.read()
+    real = sched.reader.make_view(base, heads)
+    view = replace(real, buckets=(replace(b, heads=(head,)),), limit=1)
     rec = Recorder(watch={task_id})
     return place(PROFILES[DEFAULT_STRATEGY], view, rec), rec
+
+
+def scheduler_plan(sched: TaskScheduler) -> list[Any]:
+    """The pairs the scheduler's pass plans (read and planned, not committed)."""
+    base, want, heads = sched.reader.read()
+    return list(sched.plan_pass(base, want, heads)[1])
 
 
 def test_explain_and_the_pipeline_agree_on_a_missing_tag_then_on_its_device(
@@ -59,9 +65,8 @@ def test_explain_and_the_pipeline_agree_on_a_missing_tag_then_on_its_device(
     assert got.outcome == "no_feasible_class"
     assert got.filters.reasons() == {"missing_tag:gpu": 1}
     assert got.filters.devices_with("missing_tag:gpu") == {"d1"}
-    # the scheduler's own pass: its snapshot, the profile over it, and the commit
-    snap = sched.snapshot()
-    assert place(PROFILES[DEFAULT_STRATEGY], View.from_snapshot(snap)) == sched.plan(snap)[0] == []
+    # the scheduler's own pass: its plan (the profile over its view), then the commit
+    assert scheduler_plan(sched) == []
     assert sched.assign().assigned == 0
     assert f.client.get(tid).status is TaskStatus.queued
 
@@ -74,9 +79,7 @@ def test_explain_and_the_pipeline_agree_on_a_missing_tag_then_on_its_device(
     got = rec.tasks[tid]
     assert (got.outcome, got.device_id) == ("placed", "d1")
     assert got.filters.rejected == () and got.filters.feasible_devices == ("d1",)
-    snap = sched.snapshot()
-    assert place(PROFILES[DEFAULT_STRATEGY], View.from_snapshot(snap)) == sched.plan(snap)[0]
-    assert sched.plan(snap)[0] == [(tid, "d1")]
+    assert scheduler_plan(sched) == [(tid, "d1")]
     assert sched.assign().assigned == 1
     t = f.client.get(tid)
     assert (t.status, t.device_id) == (TaskStatus.assigned, "d1")

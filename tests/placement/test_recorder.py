@@ -8,11 +8,11 @@ import random
 from dataclasses import dataclass, replace
 
 import pytest
-from test_golden import RUNS, STRATEGIES, scenario, snapshots
+from test_golden import RUNS, STRATEGIES, _base, _reader, scenario
 from test_plugins import bucket, dev, view
 
 from deviceq.core.models import satisfies
-from deviceq.placement import PROFILES, Avoid, FilterRecord, Need, Recorder, View, judge, place
+from deviceq.placement import PROFILES, Avoid, FilterRecord, Need, Recorder, judge, place
 from deviceq.placement.builtin import Match
 from deviceq.placement.plugins import Requirement
 from deviceq.placement.view import DeviceClass
@@ -21,12 +21,13 @@ from deviceq.scheduler.strategies import IdleDevice, TenantShare
 
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_a_recorded_pass_gives_the_same_pairs(name: str) -> None:
-    """On every snapshot of the golden corpus, with every task watched."""
+    """On every view of the golden corpus (as the scheduler's reader makes it), with every
+    task watched."""
     profile = PROFILES[name]
     for seed in range(RUNS):
         sc = scenario(seed)
-        _, raw = snapshots(sc)
-        v = View.from_snapshot(raw, submit_times=sc.submit_times, aging_ms=sc.aging_ms)
+        base, heads = _base(sc)
+        v = _reader(sc, profile.needs).make_view(base, heads)
         rec = Recorder()
         pairs = place(profile, v, rec)
         assert pairs == place(profile, v), seed

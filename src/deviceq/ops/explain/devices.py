@@ -16,8 +16,9 @@ from ...placement.builtin.matching import DRIVER_TYPE_MISMATCH, MISSING_TAG
 from ...placement.plugins import Filter, Requirement
 from ...placement.profiles import PROFILES
 from ...placement.recorder import FilterRecord, judge
+from ...placement.rows import IdleDevice
 from ...placement.view import DeviceClass
-from ...scheduler.strategies import DEFAULT_STRATEGY, IdleDevice
+from ...scheduler.strategies import DEFAULT_STRATEGY
 
 FILTERS: tuple[Filter, ...] = PROFILES[DEFAULT_STRATEGY].filters
 """The filter stage explain judges with: the default profile's (every built-in profile has

@@ -10,7 +10,7 @@ from ...core.fleet import read_devices, read_hosts
 from ...core.models import ScheduledTask
 from ...core.tenants import parse_tenant
 from ...placement.recorder import Need
-from ...scheduler.strategies import MAX_PRIORITY, aged
+from ...placement.rows import MAX_PRIORITY, aged
 from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, match
 from .estimate import position
 from .model import Explanation, Reason, at, secs
