@@ -335,8 +335,9 @@ def refine(profile: Profile, view: View, pairs: Sequence[Pair]) -> list[Pair]:
 
 
 class _RecordingPass(_Pass):
-    """`_Pass` with a recorder: ``run`` is `_Pass.run`'s loop, making the same calls in the
-    same order (tests/placement/test_recorder.py holds the pairs equal), and recording."""
+    """`_Pass` with a recorder: ``run`` is `_Pass.run`'s loop, making the same plugin calls
+    (a change to one is a change to both: tests/placement/test_recorder.py holds the pairs
+    equal on the golden corpus), and recording."""
 
     def __init__(self, profile: Profile, view: View, recorder: Recorder) -> None:
         super().__init__(profile, view)
@@ -383,7 +384,7 @@ class _RecordingPass(_Pass):
             order.placed(task, best)
             for p in permits:
                 p.placed(task, best)
-        if self.profile.refine:
+        if self.profile.refine and any(_active(s, view) for s in self.profile.refine):
             before = {t.task_id: d for t, d in chosen}
             chosen = self.refine(chosen, used)
             for t, d in chosen:
@@ -417,7 +418,8 @@ class _RecordingPass(_Pass):
     def score_keys(self, task: QueuedTask, d: IdleDevice) -> dict[str, int]:
         """The device's key by each score of the profile (a task score that does not apply
         to the task: 0)."""
-        kinds = [s if isinstance(s, TaskScore) else None for s in self.profile.scores]
+        scores, is_task = self.profile.scores, self.is_task
+        kinds = [cast(TaskScore, s) if t else None for s, t in zip(scores, is_task, strict=True)]
         live = [None if k is None else k.applies(self.view, task) for k in kinds]
         keys = _keys(self.view, self.profile.scores, kinds, live, task, d)
         return {s.name: k for s, k in zip(self.profile.scores, keys, strict=True)}
