@@ -13,7 +13,7 @@ from typing import Any
 from deviceq import DeviceReport, TaskStatus
 from deviceq.ops.explain import explain
 from deviceq.ops.explain.devices import FILTERS
-from deviceq.placement import PROFILES, Recorder, place
+from deviceq.placement import PROFILES, Need, Recorder, judge, place
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler.buckets import buckets
 from deviceq.scheduler.strategies import DEFAULT_STRATEGY, QueuedTask
@@ -115,3 +115,35 @@ def test_a_busy_matching_device_is_a_state_blocker_not_a_filter_one(real_fleet: 
     assert pairs == [] and rec.tasks[tid].outcome == "no_feasible_class"
     assert rec.tasks[tid].filters.rejected == ()  # no filter rejected anything: no device
     assert sched.assign().assigned == 0
+
+
+def test_explain_and_the_gang_placement_agree_role_by_role(real_fleet: Any) -> None:
+    """A multi-device task: explain judges each role with the filters the gang placement
+    (`deviceq.placement.gang`) picks a role's devices with."""
+    f = real_fleet
+    ha = f.add_host("ha", ("p1", "android", ()))
+    f.add_host("hb", ("w1", "browser", ()))
+    tid = f.client.submit("both", roles={"phone": "android:sim", "web": "browser"})
+    sched = TaskScheduler(f.admin, owner="agree")
+    assert sched.try_lead(10_000)
+    e = explain(f.admin, tid)
+    assert e.summary == "no registered device could run role(s) phone"
+    assert (e.counts["phone_matching"], e.counts["web_matching"]) == (0, 1)
+    base, _, heads = sched.reader.read()
+    devices = sched.reader.make_view(base, heads).devices
+    phone = judge(FILTERS, Need("android", frozenset({"sim"})), devices)
+    assert phone.feasible == ()
+    assert phone.reasons() == {"missing_tag:sim": 1, "driver_type_mismatch": 1}
+    assert judge(FILTERS, Need("browser"), devices).feasible_devices == ("w1",)
+    assert sched.assign().assigned == 0
+    assert f.client.get(tid).status is TaskStatus.queued
+
+    ha.heartbeat([DeviceReport("p1", "android", ("sim",))])
+    e = explain(f.admin, tid)
+    assert e.summary == "every role has an idle matching device: placed at a coming scheduler pass"
+    assert (e.counts["phone_idle"], e.counts["web_idle"]) == (1, 1)
+    sched.assign()
+    t = f.client.get(tid)
+    assert t.status is TaskStatus.assigned
+    assert {n: r.device_id for n, r in (t.roles or {}).items()} == {"phone": "p1", "web": "w1"}
+    sched.release()
