@@ -194,11 +194,15 @@ class _Pass:
             self._feasible[need] = got
         return got
 
+    recording = False  # (`_RecordingPass`: the hooks below record what the loop decides)
+
     def run(self) -> list[Pair]:
         view, limit = self.view, self.view.limit
         order = self.profile.sort.order(view)
         permits = [p.start(view) for p in self.profile.permits]
+        names = [p.name for p in self.profile.permits]
         task_scores = self.task_scores
+        recording = self.recording
         used: set[str] = set()
         chosen: list[tuple[QueuedTask, IdleDevice]] = []
         for task in order:
@@ -207,14 +211,15 @@ class _Pass:
             cands = self.classes(task.sig)
             live = {i: s for i, s in task_scores if s.applies(view, task)} if task_scores else None
             best = self.scan(task, cands, used, live) if live else self.first(cands, used)
-            if best is None:
-                continue
-            allowed = True
-            for p in permits:
-                if not p.allows(task, best):
-                    allowed = False
-                    break
-            if not allowed:
+            denied: str | None = None
+            if best is not None:
+                for name, p in zip(names, permits, strict=True):
+                    if not p.allows(task, best):
+                        denied = name
+                        break
+            if recording:
+                self.offered(task, cands, best, denied)
+            if best is None or denied is not None:
                 continue
             used.add(best.device_id)
             chosen.append((task, best))
@@ -222,8 +227,28 @@ class _Pass:
             for p in permits:
                 p.placed(task, best)
         if self.profile.refine and any(_active(s, view) for s in self.profile.refine):
+            before = list(chosen)
             chosen = self.refine(chosen, used)
+            if recording:
+                self.refined(before, chosen)
         return [(t.task_id, d.device_id) for t, d in chosen]
+
+    def offered(
+        self,
+        task: QueuedTask,
+        cands: list[DeviceClass],
+        best: IdleDevice | None,
+        denied: str | None,
+    ) -> None:
+        """A task was offered: its best device (None: none left) and the permit that denied
+        it (recording only)."""
+
+    def refined(
+        self,
+        before: list[tuple[QueuedTask, IdleDevice]],
+        after: list[tuple[QueuedTask, IdleDevice]],
+    ) -> None:
+        """The refine stage moved some pairs (recording only)."""
 
     def first(self, cands: list[DeviceClass], used: set[str]) -> IdleDevice | None:
         """The best unused device by the device scores: the smallest of the classes' first
@@ -335,9 +360,10 @@ def refine(profile: Profile, view: View, pairs: Sequence[Pair]) -> list[Pair]:
 
 
 class _RecordingPass(_Pass):
-    """`_Pass` with a recorder: ``run`` is `_Pass.run`'s loop, making the same plugin calls
-    (a change to one is a change to both: tests/placement/test_recorder.py holds the pairs
-    equal on the golden corpus), and recording."""
+    """`_Pass` with a recorder: the same loop (`_Pass.run`), its hooks recording what it
+    decides (tests/placement/test_recorder.py holds the pairs equal on the golden corpus)."""
+
+    recording = True
 
     def __init__(self, profile: Profile, view: View, recorder: Recorder) -> None:
         super().__init__(profile, view)
@@ -355,48 +381,34 @@ class _RecordingPass(_Pass):
             got = self._records[k] = judge(self.profile.filters, b, self.view.devices)
         return got
 
-    def run(self) -> list[Pair]:
-        view, limit, rec = self.view, self.view.limit, self.recorder
-        order = self.profile.sort.order(view)
-        permits = [p.start(view) for p in self.profile.permits]
-        names = [p.name for p in self.profile.permits]
-        used: set[str] = set()
-        chosen: list[tuple[QueuedTask, IdleDevice]] = []
-        for task in order:
-            if len(chosen) >= limit:
-                break
-            rec.offered += 1
-            cands = self.classes(task.sig)
-            live = {i: s for i, s in self.task_scores if s.applies(view, task)}
-            best = self.scan(task, cands, used, live) if live else self.first(cands, used)
-            denied = None
-            if best is not None:
-                denied = next(
-                    (n for n, p in zip(names, permits, strict=True) if not p.allows(task, best)),
-                    None,
-                )
-            if rec.wants(task.task_id):
-                rec.tasks[task.task_id] = self.record(task, cands, best, denied)
-            if best is None or denied is not None:
+    def offered(
+        self,
+        task: QueuedTask,
+        cands: list[DeviceClass],
+        best: IdleDevice | None,
+        denied: str | None,
+    ) -> None:
+        rec = self.recorder
+        rec.offered += 1
+        if rec.wants(task.task_id):
+            rec.tasks[task.task_id] = self.record(task, cands, best, denied)
+
+    def refined(
+        self,
+        before: list[tuple[QueuedTask, IdleDevice]],
+        after: list[tuple[QueuedTask, IdleDevice]],
+    ) -> None:
+        rec = self.recorder
+        was = {t.task_id: d for t, d in before}
+        for t, d in after:
+            got = rec.tasks.get(t.task_id)
+            if got is None:
                 continue
-            used.add(best.device_id)
-            chosen.append((task, best))
-            order.placed(task, best)
-            for p in permits:
-                p.placed(task, best)
-        if self.profile.refine and any(_active(s, view) for s in self.profile.refine):
-            before = {t.task_id: d for t, d in chosen}
-            chosen = self.refine(chosen, used)
-            for t, d in chosen:
-                got = rec.tasks.get(t.task_id)
-                if got is None:
-                    continue
-                if d.device_id != before[t.task_id].device_id:
-                    got.refined_from = before[t.task_id].device_id
-                    got.device_id = d.device_id
-                    got.scores = self.score_keys(t, d)
-                got.refine = self.refine_keys(t, d)
-        return [(t.task_id, d.device_id) for t, d in chosen]
+            if d.device_id != was[t.task_id].device_id:
+                got.refined_from = was[t.task_id].device_id
+                got.device_id = d.device_id
+                got.scores = self.score_keys(t, d)
+            got.refine = self.refine_keys(t, d)
 
     def record(
         self,
