@@ -4,6 +4,7 @@ script can answer is one the Python side knows."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -143,3 +144,19 @@ def test_replies_on_redis_parse_as_typed(real_fleet) -> None:
     assert got == Reply(ReplyCode.err, "missing_tag:wifi", "phone") and got.device_refusal
     with pytest.raises(InvalidInput, match="cannot dispatch nope to d1: task_not_found"):
         f.admin.dispatch("nope", "d1")
+
+
+def test_set_priority_command_reads_the_replies(real_fleet, redis_url: str) -> None:
+    """``deviceq task set-priority`` tells each reply apart: changed, already so, refused (with
+    the reason in words, exit 1); ``--json`` prints the replies as the scripts gave them."""
+    from harness import deviceq
+
+    f = real_fleet
+    a = f.client.submit("a", driver_type="x")
+    b = f.client.submit("b", driver_type="x", priority=3)
+    out = deviceq(redis_url, f.pool, "task", "set-priority", a, b, "nope", "3")
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines() == [f"{a} priority 3", f"{b} already has priority 3"]
+    assert out.stderr.strip() == "error: nope: task not found"
+    out = deviceq(redis_url, f.pool, "task", "set-priority", a, "--json", "5")
+    assert out.returncode == 0 and json.loads(out.stdout) == {a: "ok"}, out.stderr
