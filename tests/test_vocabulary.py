@@ -149,6 +149,8 @@ def test_no_lua_file_restates_the_vocabulary(name: str) -> None:
     """No hand-written set of statuses or failure kinds, and no generated table defined again."""
     text = lua_text(name)
     assert not _LOCAL.search(text), name
+    pair = r"[=~]= '(?:assigned|dispatched)' (?:or|and) [\w.\[\]]+ [=~]= '(?:assigned|dispatched)'"
+    assert not re.search(pair, text), f"{name} spells out the leased statuses: use LEASED"
     words = set(v.STATUSES) | {k.value for k in FailureKind} | set(v.REPORT_OUTCOMES)
     for m in _SET.finditer(text):
         keys = set(re.findall(r"(\w+)\s*=\s*true", m.group(1)))

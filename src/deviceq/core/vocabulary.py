@@ -175,7 +175,7 @@ LOG_REJECTIONS: tuple[str, ...] = ("not_found", "superseded", "not_owner", "ende
 
 LuaValue = tuple[str, ...] | Mapping[str, str]
 LUA_INCLUDES: Mapping[str, Mapping[str, LuaValue]] = {
-    "gen/statuses": {"TERMINAL": TERMINAL_STATUSES},
+    "gen/statuses": {"TERMINAL": TERMINAL_STATUSES, "LEASED": LEASED_STATUSES},
     "gen/reports": {
         "OUTCOMES": REPORT_OUTCOMES,
         "HOST_KINDS": HOST_FAILURE_KINDS,
