@@ -38,7 +38,7 @@ from croniter import croniter
 
 from ..core.errors import DeviceqError, Fenced, InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.keys import Keys
-from ..core.models import validate_id
+from ..core.models import ID_RE
 from ..core.scripts import Scripts
 
 _LOG = logging.getLogger("deviceq.schedules")
@@ -57,10 +57,13 @@ SPEC_FIELDS = (
 def check_name(name: object) -> str:
     """A schedule name: an id (A-Z a-z 0-9 . _ -, starting with a letter or digit) of at most
     64 characters; InvalidInput otherwise."""
-    validate_id(name, "schedule name")
-    assert isinstance(name, str)
-    if len(name) > MAX_NAME:
-        raise InvalidInput(f"a schedule name has at most {MAX_NAME} characters: {name[:20]!r}...")
+    if not isinstance(name, str) or len(name) > MAX_NAME or not ID_RE.fullmatch(name):
+        shown = repr(name[:MAX_NAME]) + ("..." if len(name) > MAX_NAME else "") if isinstance(
+            name, str) else type(name).__name__  # fmt: skip
+        raise InvalidInput(
+            f"invalid schedule name {shown}: use 1-{MAX_NAME} characters from A-Z a-z 0-9 . _ - "
+            "starting with a letter or digit"
+        )
     return name
 
 
