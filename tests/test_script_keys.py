@@ -25,8 +25,8 @@ from deviceq import (
     TaskScheduler,
 )
 from deviceq.core.scripts import lua_dir, names, source
-from deviceq.ops.schedules import Firer, ScheduleStore
 from deviceq.host.log_stream import LogChunk
+from deviceq.ops.schedules import Firer, ScheduleStore
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "*"}
 FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -194,7 +193,7 @@ def check_spec(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def redis_now(r: redis.Redis) -> float:
     """Redis's clock (seconds): every scheduler of the pool agrees on it."""
-    sec, usec = r.time()  # type: ignore[misc]
+    sec, usec = r.time()
     return int(sec) + int(usec) / 1e6
 
 
@@ -351,7 +350,8 @@ class Firer:
 
     def _submit(self, s: Schedule, run: int, epoch: int) -> Fired | None:
         """Submit the run at ``run`` (idempotent) and record its task; None when it stays
-        pending (a full queue, an unconfirmed write: tried again at the next look)."""
+        pending (a full queue, an unconfirmed write: tried again at the next look) or another
+        scheduler recorded it first."""
         key = idempotency_key(s.name, run)
         try:
             task_id: str | None = self.client.submit(**s.spec, idempotency_key=key)
@@ -364,7 +364,8 @@ class Firer:
         except DeviceqError as exc:  # refused for good: recorded, not retried
             task_id, error = None, f"{type(exc).__name__}: {exc}"
             _LOG.warning("schedule %s: run %s refused: %s", s.name, iso(run), error)
-        self._script("done", epoch, s.name, run, task_id or "", error or "")
+        if not self._script("done", epoch, s.name, run, task_id or "", error or ""):
+            return None  # recorded meanwhile by another scheduler (the same task: same key)
         return Fired(s.name, run, task_id, error)
 
 
