@@ -3,12 +3,11 @@ of a cron expression (UTC) by the leading scheduler (`deviceq.ops.schedules`).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..core.errors import InvalidInput
-from ..ops.schedules import ScheduleStore, redis_now
 from .app import Ctx, echo_json, main, pass_ctx
 from .options import parse_role_options
 from .submit_cmds import submit as _submit_cmd
@@ -19,9 +18,20 @@ SUBMIT_OPTIONS = (
 )  # fmt: skip
 """The options of ``deviceq submit`` that ``schedule add`` takes too (the same objects)."""
 
+if TYPE_CHECKING:
+    from ..ops.schedules import ScheduleStore
+
 
 def _store(ctx: Ctx) -> ScheduleStore:
+    from ..ops.schedules import ScheduleStore  # (croniter, pydantic: not to start the CLI)
+
     return ScheduleStore(ctx.admin.redis, ctx.admin.keys)
+
+
+def _now(ctx: Ctx) -> float:
+    from ..ops.schedules import redis_now
+
+    return redis_now(ctx.admin.redis)
 
 
 def _bad_input(exc: InvalidInput) -> click.UsageError:
@@ -70,7 +80,7 @@ def schedule_add(
         s = _store(ctx).add(name, cron, spec)
     except InvalidInput as exc:
         raise _bad_input(exc) from None
-    row = s.public(None, redis_now(ctx.admin.redis))
+    row = s.public(None, _now(ctx))
     if as_json:
         echo_json(row)
     else:
@@ -103,7 +113,7 @@ def schedule_list(ctx: Ctx, as_json: bool) -> None:
       deviceq schedule list --json
     """
     store = _store(ctx)
-    now = redis_now(ctx.admin.redis)
+    now = _now(ctx)
     lasts = store.last_runs()
     rows = [s.public(lasts.get(s.name), now) for s in store.all()]
     if as_json:
