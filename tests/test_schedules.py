@@ -412,3 +412,26 @@ def test_a_real_scheduler_process_submits_a_schedules_run(deploy: Deployment) ->
     keys = idem_keys(r, deploy.pool)
     assert keys[0] == task.idempotency_key and len(keys) == len(set(keys))
     assert all(int(x.rsplit(".", 1)[1]) > last.run_time for x in keys[1:])  # next minutes only
+
+
+def test_one_scheduler_process_serving_two_pools_fires_each_pools_schedules(
+    deploy: Deployment,
+) -> None:
+    """``deviceq --pool A --pool B scheduler run``: a firer per pool, each under its own
+    scheduler's leader epoch."""
+    r = deploy.r
+    pools = [deploy.pool, deploy.pool + "-b"]
+    for p in pools:
+        k = Keys(p)
+        s = ScheduleStore(r, k).add("e2e", "* * * * *", {"goal": f"in {p}"})
+        old = Schedule(s.name, s.cron, s.spec, s.created_at - 10 * MIN * 1000)
+        r.hset(k.schedules, "e2e", old.to_json())
+    try:
+        deploy.spawn("scheduler", "--pool", pools[0], "--pool", pools[1], "scheduler", "run")
+        for p in pools:
+            last = wait_for(lambda p=p: (lr := ScheduleStore(r, Keys(p)).last_runs().get("e2e"))
+                            and lr.task_id and lr, 30, f"the run in {p}")  # fmt: skip
+            assert Client(r, p).get(last.task_id).goal == f"in {p}"
+    finally:
+        for key in r.scan_iter(f"dq:{{{pools[1]}}}:*"):
+            r.delete(key)
