@@ -1,7 +1,8 @@
 """Schedules on a real Redis: ``deviceq schedule add|list|remove|pause|resume``, bad input
 refused with nothing changed, the `Firer` submitting one task per due run (one catch-up run for
 a missed window), two schedulers racing and failing over without a run submitted twice, a
-scheduler run under its ACL user, and a real ``deviceq scheduler run`` submitting a run."""
+scheduler run under its ACL user, and real ``deviceq scheduler run`` processes (one pool, two
+pools) submitting runs."""
 
 from __future__ import annotations
 
