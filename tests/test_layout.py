@@ -23,8 +23,6 @@ MAX_LINES = 500
 OVER_LIMIT = {
     # modules over MAX_LINES when the limit came in: each only shrinks (and leaves the list)
     "cli/app.py",
-    "cli/ops_cmds.py",
-    "cli/worker_cmds.py",
     "core/connection.py",
     "core/models.py",
     "dashboard/app.py",

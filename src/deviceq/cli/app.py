@@ -1,6 +1,6 @@
 """The ``deviceq`` command group, its sub-groups and the helpers every command module uses.
 
-Command modules (``core_cmds``, ...) import the groups from here and add their commands;
+Command modules (``task_cmds``, ...) import the groups from here and add their commands;
 ``deviceq.cli`` imports them all."""
 
 from __future__ import annotations
