@@ -24,7 +24,6 @@ OVER_LIMIT = {
     # modules over MAX_LINES when the limit came in: each only shrinks (and leaves the list)
     "core/models.py",
     "dashboard/app.py",
-    "host/http_client.py",
     "producer.py",
     "scheduler/explain.py",
     "scheduler/snapshot.py",
