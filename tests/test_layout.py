@@ -23,7 +23,6 @@ MAX_LINES = 500
 OVER_LIMIT = {
     # modules over MAX_LINES when the limit came in: each only shrinks (and leaves the list)
     "core/models.py",
-    "producer.py",
     "scheduler/explain.py",
     "scheduler/snapshot.py",
     "scheduler/strategies.py",
