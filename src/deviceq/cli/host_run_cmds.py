@@ -11,7 +11,6 @@ import click
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from .app import Ctx, fail, host, pass_ctx
-from .host_run_settings import build_pool_settings, load_config_file
 
 
 def _check_health_checks(
@@ -339,6 +338,7 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     from ..host.device_sources import DeviceSourceError
     from ..host.multipool import MultiPoolHost
     from ..host.state import EXIT_START_REFUSED
+    from .host_run_settings import build_pool_settings, load_config_file
 
     file_cfg = load_config_file(config_file) if config_file else {}
     options["runner_option"] = options.get("runner_option") or None
