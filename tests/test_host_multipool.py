@@ -19,7 +19,7 @@ from bench.runlog import RunLog
 from bench.runlog import command as runner_command
 
 from deviceq import TaskStatus
-from deviceq.cli.worker_cmds import build_pool_settings
+from deviceq.cli.host_run_settings import build_pool_settings
 from deviceq.core.errors import ConfigError
 from deviceq.host.runners import Task
 from harness import REPO_DIR, TESTS_DIR, Deployment, wait_for

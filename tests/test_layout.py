@@ -22,15 +22,7 @@ README = ROOT / "README.md"
 MAX_LINES = 500
 OVER_LIMIT = {
     # modules over MAX_LINES when the limit came in: each only shrinks (and leaves the list)
-    "cli/app.py",
-    "cli/ops_cmds.py",
-    "cli/worker_cmds.py",
-    "core/connection.py",
     "core/models.py",
-    "dashboard/app.py",
-    "host/device_sources.py",
-    "host/http_client.py",
-    "producer.py",
 }
 KNOWN_CYCLES: set[frozenset[str]] = set()
 

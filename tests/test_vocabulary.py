@@ -73,13 +73,13 @@ def test_other_modules_take_the_vocabulary_from_here() -> None:
     assert eligibility.DEVICE_REASONS is v.DEVICE_BLOCKERS and eligibility.REASONS is v.BLOCKERS
     assert verify.STATUSES is v.STATUSES and verify.ACTIVE is v.LEASED_STATUSES
     assert verify.TERMINAL is v.TERMINAL_STATUSES
-    from deviceq.cli import core_cmds
+    from deviceq.cli import task_cmds
     from deviceq.core import live_logs
     from deviceq.host import health
 
     assert set(v.DEVICE_FAULT_KINDS) == health.INFRA_KINDS
     assert live_logs.ACTIVE is v.LEASED_STATUSES
-    assert core_cmds.CANCELLABLE == core_cmds.WAITABLE == ("queued", *v.LEASED_STATUSES)
+    assert task_cmds.CANCELLABLE == task_cmds.WAITABLE == ("queued", *v.LEASED_STATUSES)
 
 
 # -- the generated Lua -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from deviceq import FailureKind, TaskStatus
 from deviceq.cli import main
-from deviceq.cli.worker_cmds import build_settings, load_config_file
+from deviceq.cli.host_run_settings import build_settings, load_config_file
 from deviceq.core.errors import ConfigError
 from deviceq.host.runners import RunnerSpec, Task
 from harness import CLI, Deployment, live_group_members, wait_for

@@ -1,13 +1,12 @@
-"""The producer client: submit, inspect, cancel and wait for tasks; store workflows."""
+"""The producer client: submit, inspect, cancel and wait for tasks; store workflows (a
+submission is checked and encoded by `submission`, a filter is run by `task_filter`)."""
 
 from __future__ import annotations
 
 import builtins
 import os
-import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -24,96 +23,32 @@ from .core.models import (
     TaskSpec,
     TaskStatus,
     WorkflowDefinition,
-    encode_roles,
     validate_id,
 )
+from .submission import (
+    check_int,
+    chunk_args,
+    first_error,
+    new_task_id,
+    not_before_of,
+    spec_from,
+)
+from .task_filter import FIND_MAX_SCAN, FIND_PAGE, FindResult, TaskFilter, find_tasks
+
+__all__ = [
+    "FIND_MAX_SCAN",
+    "FIND_PAGE",
+    "SUBMIT_CHUNK",
+    "Client",
+    "FindResult",
+    "TaskFilter",
+    "api_url_of",
+    "new_task_id",
+    "not_before_of",
+    "spec_from",
+]
 
 SUBMIT_CHUNK = 500
-
-
-def new_task_id() -> str:
-    """A fresh random task id (16 hex characters)."""
-    return secrets.token_hex(8)
-
-
-def spec_from(data: TaskSpec | Mapping[str, Any]) -> TaskSpec:
-    """Validate a submission, turning pydantic's report into one clear InvalidInput."""
-    if isinstance(data, TaskSpec):
-        return data
-    if not isinstance(data, Mapping):
-        raise InvalidInput(
-            f"a task spec must be a TaskSpec or a mapping (dict), not {type(data).__name__}"
-        )
-    try:
-        return TaskSpec.model_validate(dict(data))
-    except ValidationError as exc:
-        raise InvalidInput(_first_error(exc)) from None
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
-    msg = str(err.get("msg", "invalid input")).removeprefix("Value error, ")
-    return f"{where}: {msg}" if where and not msg.startswith("invalid") else msg
-
-
-def not_before_of(not_before: float | None, delay: float | None) -> float | None:
-    """The Unix time a submission waits for: ``not_before``, or now plus ``delay`` seconds
-    (never both)."""
-    if not_before is not None and delay is not None:
-        raise InvalidInput("give not_before or delay, not both")
-    if delay is None:
-        return not_before
-    if (
-        isinstance(delay, bool)
-        or not isinstance(delay, int | float)
-        or not 0 <= delay <= 365 * 86400
-    ):
-        raise InvalidInput(f"delay must be 0 to 365 days in seconds, got {delay!r}")
-    return time.time() + float(delay)
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
-    return [
-        task_id,
-        "workflow" if spec.workflow else "goal",
-        spec.goal or "",
-        spec.workflow or "",
-        spec.driver_type or "",
-        ",".join(spec.tags),
-        spec.priority,
-        "" if spec.max_attempts is None else spec.max_attempts,
-        spec.idempotency_key or "",
-        "" if spec.queue_timeout is None else f"{spec.queue_timeout:.3f}",
-        "" if spec.reject_unmatched is None else int(spec.reject_unmatched),
-        spec.retry_on or "",
-        spec.retry_backoff or "",
-        spec.tenant or "",
-    ]
-
-
-def _chunk_args(specs: list[TaskSpec]) -> list[Any]:
-    """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
-    task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout,
-    17 (and not_before, ms) when any has a not_before."""
-    later = any(s.not_before is not None for s in specs)
-    timed = later or any(s.timeout is not None for s in specs)
-    gang = timed or any(s.roles for s in specs)
-    args: list[Any] = [len(specs)]
-    for spec in specs:
-        args += _submit_args(spec, new_task_id())
-        if gang:
-            args.append(encode_roles(spec.roles) if spec.roles else "")
-        if timed:
-            args.append("" if spec.timeout is None else f"{spec.timeout:.3f}")
-        if later:
-            args.append("" if spec.not_before is None else str(int(spec.not_before * 1000)))
-    return args
 
 
 def _with_goal(h: dict[str, str], goal: str | None) -> dict[str, str]:
@@ -121,57 +56,6 @@ def _with_goal(h: dict[str, str], goal: str | None) -> dict[str, str]:
     if goal is not None and not h.get("goal"):
         h["goal"] = goal
     return h
-
-
-FIND_PAGE = 500
-"""Task ids read per page of a status index when filtering (`Client.find`)."""
-FIND_MAX_SCAN = 100_000
-"""Default cap on index entries a filter examines (`Client.find`): a filter is bounded."""
-
-
-@dataclass(frozen=True)
-class TaskFilter:
-    """Which tasks a bulk operation or a filtered listing selects (all given conditions must
-    hold). ``statuses`` empty: every status. Times are ms since epoch (Redis time).
-
-    - ``driver_type``: the task's required driver type;
-    - ``tags``: tags the task requires (all of them);
-    - ``host_id``: the host it is (or last was) assigned to;
-    - ``device_id``: the device it is (or last was) assigned to;
-    - ``tenant``: the tenant it was submitted for;
-    - ``submitted_before`` / ``submitted_after``: its submission time."""
-
-    statuses: tuple[TaskStatus, ...] = ()
-    driver_type: str | None = None
-    tags: frozenset[str] = frozenset()
-    host_id: str | None = None
-    tenant: str | None = None
-    device_id: str | None = None
-    submitted_before: int | None = None
-    submitted_after: int | None = None
-
-    def matches(self, t: ScheduledTask) -> bool:
-        """True if task ``t`` passes every condition."""
-        return (
-            (not self.statuses or t.status in self.statuses)
-            and (self.driver_type is None or t.driver_type == self.driver_type)
-            and self.tags <= set(t.tags)
-            and (self.host_id is None or t.host_id == self.host_id)
-            and (self.device_id is None or t.device_id == self.device_id)
-            and (self.tenant is None or t.tenant == self.tenant)
-            and (self.submitted_before is None or t.submitted_at < self.submitted_before)
-            and (self.submitted_after is None or t.submitted_at >= self.submitted_after)
-        )
-
-
-@dataclass
-class FindResult:
-    """What `Client.find` selected: the tasks, how many index entries it examined, and
-    whether it stopped at ``max_scan`` before reading every candidate (``truncated``)."""
-
-    tasks: builtins.list[ScheduledTask]
-    examined: int
-    truncated: bool
 
 
 def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
@@ -317,7 +201,7 @@ class Client(PoolConnection):
         validated = [spec_from(s) for s in specs]
         ids: list[str] = []
         for start in range(0, len(validated), chunk):
-            args = _chunk_args(validated[start : start + chunk])
+            args = chunk_args(validated[start : start + chunk])
             try:
                 flat = run_durably(self, "submit", args)
             except NotConfirmed as exc:
@@ -369,8 +253,8 @@ class Client(PoolConnection):
     ) -> list[ScheduledTask]:
         """Tasks of one status (all statuses when None): queued and active ones oldest first,
         terminal ones newest first. ``limit`` >= 1 and ``offset`` >= 0 (else InvalidInput)."""
-        _check_int("limit", limit, 1)
-        _check_int("offset", offset, 0)
+        check_int("limit", limit, 1)
+        check_int("offset", offset, 0)
         if status is None:
             statuses = list(TaskStatus)
         else:
@@ -404,57 +288,7 @@ class Client(PoolConnection):
         (like `list`). Where the index order allows it, a status is left early (an active
         task submitted after ``submitted_before``, a terminal one finished before
         ``submitted_after``: the rest cannot match)."""
-        _check_int("limit", limit, 1)
-        _check_int("max_scan", max_scan, 1)
-        statuses = flt.statuses or tuple(TaskStatus)
-        found: builtins.list[ScheduledTask] = []
-        examined = 0
-        truncated = False
-        for st in statuses:
-            key = self.keys.status(st.value)
-            start = 0
-            done_with_status = False
-            while not done_with_status and len(found) < limit:
-                if examined >= max_scan:
-                    truncated = True
-                    break
-                n = min(FIND_PAGE, max_scan - examined)
-                if st.terminal:
-                    raw = self.redis.zrevrange(key, start, start + n - 1, withscores=True)
-                else:
-                    raw = self.redis.zrange(key, start, start + n - 1)
-                page: Any = raw
-                if not page:
-                    break
-                start += len(page)
-                examined += len(page)
-                if st.terminal:
-                    ids = [str(m) for m, _ in page]
-                    if flt.submitted_after is not None and float(page[-1][1]) < float(
-                        flt.submitted_after
-                    ):
-                        done_with_status = True  # finished before: submitted before too
-                else:
-                    ids = [str(m) for m in page]
-                for t in self.get_many(ids):
-                    if t.status != st:  # moved on between the two reads
-                        continue
-                    if (
-                        not st.terminal
-                        and flt.submitted_before is not None
-                        and t.submitted_at >= flt.submitted_before
-                    ):
-                        done_with_status = True  # by submission order: the rest are newer
-                        break
-                    if flt.matches(t):
-                        found.append(t)
-                        if len(found) >= limit:
-                            break
-                if len(page) < n:
-                    break
-            if truncated or len(found) >= limit:
-                break
-        return FindResult(found, examined, truncated)
+        return find_tasks(self.redis, self.keys, self.get_many, flt, limit=limit, max_scan=max_scan)
 
     def counts(self) -> dict[str, int]:
         """Number of tasks per status (terminal ones within the retention window)."""
@@ -611,7 +445,7 @@ class Client(PoolConnection):
                 else WorkflowDefinition.model_validate(dict(definition))
             )
         except ValidationError as exc:
-            raise InvalidInput(_first_error(exc)) from None
+            raise InvalidInput(first_error(exc)) from None
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(self.keys.workflow(wf.name), wf.model_dump_json())
         pipe.sadd(self.keys.workflows, wf.name)

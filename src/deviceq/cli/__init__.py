@@ -14,10 +14,15 @@ from .app import main
 
 for _module in (
     "submit_cmds",
-    "core_cmds",
+    "task_cmds",
+    "host_cmds",
+    "host_run_cmds",
+    "device_cmds",
+    "config_cmds",
+    "workflow_cmds",
+    "status_cmds",
+    "events_cmds",
     "scheduler_cmds",
-    "worker_cmds",
-    "ops_cmds",
     "reserve_cmds",
     "tenant_cmds",
     "demo_cmds",

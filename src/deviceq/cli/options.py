@@ -3,11 +3,12 @@ filters of the bulk commands (``task list|cancel|retry|wait``) with the selectio
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import astuple, dataclass, fields
 from datetime import UTC, datetime
-from functools import partial
 from typing import TYPE_CHECKING
 
 import click
@@ -16,9 +17,6 @@ from ..core.errors import InvalidInput
 from .app import Ctx, F, fail
 from .lazy import TASK_STATUSES, LazyChoice
 from .render import fmt_ms
-
-if TYPE_CHECKING:
-    pass
 
 if TYPE_CHECKING:
     from ..producer import TaskFilter
@@ -102,53 +100,77 @@ def usage_ids(**ids: str | None) -> None:
 
     for name, value in ids.items():
         if value is not None:
-            usage_checked(partial(validate_id, value, name.removesuffix("_id") + " id"))
+            usage_checked(functools.partial(validate_id, value, name.removesuffix("_id") + " id"))
+
+
+@dataclass(frozen=True)
+class TaskFilterArgs:
+    """The values of the task filter options (`filter_options`), as given: none given is
+    no filter."""
+
+    statuses: tuple[str, ...] = ()
+    driver_type: str | None = None
+    tags: tuple[str, ...] = ()
+    host_id: str | None = None
+    tenant: str | None = None
+    older_than: str | None = None
+
+    def given(self) -> bool:
+        """Whether any filter option was given."""
+        return any(astuple(self))
+
+
+FILTER_PARAMS = tuple(f.name for f in fields(TaskFilterArgs))
+"""The parameters of the filter options, as click passes them."""
+
+_FILTER_OPTIONS = (
+    click.option(
+        "--status",
+        "statuses",
+        multiple=True,
+        type=LazyChoice(TASK_STATUSES),
+        help="Only tasks in this status (repeatable).",
+    ),
+    click.option("--driver-type", help="Only tasks that require this driver type."),
+    click.option(
+        "--tag",
+        "tags",
+        multiple=True,
+        help="Only tasks that require this tag (repeatable, all must match; a comma "
+        "list also works).",
+    ),
+    click.option(
+        "--host",
+        "host_id",
+        help="Only tasks assigned to (or last run on) this host.",
+    ),
+    click.option("--tenant", help="Only tasks of this tenant."),
+    click.option(
+        "--older-than",
+        metavar="DURATION",
+        help="Only tasks submitted more than DURATION ago (90s, 10m, 2h, 1d).",
+    ),
+)
 
 
 def filter_options(f: F) -> F:
-    """The task filters of ``task list|cancel|retry|wait``."""
-    for opt in reversed(
-        [
-            click.option(
-                "--status",
-                "statuses",
-                multiple=True,
-                type=LazyChoice(TASK_STATUSES),
-                help="Only tasks in this status (repeatable).",
-            ),
-            click.option("--driver-type", help="Only tasks that require this driver type."),
-            click.option(
-                "--tag",
-                "tags",
-                multiple=True,
-                help="Only tasks that require this tag (repeatable, all must match; a comma "
-                "list also works).",
-            ),
-            click.option(
-                "--host",
-                "host_id",
-                help="Only tasks assigned to (or last run on) this host.",
-            ),
-            click.option("--tenant", help="Only tasks of this tenant."),
-            click.option(
-                "--older-than",
-                metavar="DURATION",
-                help="Only tasks submitted more than DURATION ago (90s, 10m, 2h, 1d).",
-            ),
-        ]
-    ):
-        f = opt(f)
-    return f
+    """The task filters of ``task list|cancel|retry|wait``: the command gets them as one
+    ``filters`` parameter, a `TaskFilterArgs` (a decorator above this one, ``via_api``'s,
+    still sees each option as its own parameter)."""
+
+    @functools.wraps(f)
+    def packed(*args: object, **params: object) -> object:
+        values = {name: params.pop(name) for name in FILTER_PARAMS}
+        return f(*args, filters=TaskFilterArgs(**values), **params)  # type: ignore[arg-type]
+
+    for opt in reversed(_FILTER_OPTIONS):
+        packed = opt(packed)
+    return packed  # type: ignore[return-value]
 
 
 def build_filter(
     ctx: Ctx,
-    statuses: tuple[str, ...],
-    driver_type: str | None,
-    tags: tuple[str, ...],
-    host_id: str | None,
-    tenant: str | None,
-    older_than: str | None,
+    filters: TaskFilterArgs,
     *,
     allowed: tuple[str, ...] | None = None,
     verb: str = "",
@@ -161,6 +183,7 @@ def build_filter(
     from ..core.models import TaskStatus, validate_id
     from ..producer import TaskFilter
 
+    statuses, driver_type, tags, host_id, tenant, older_than = astuple(filters)
     chosen = tuple(TaskStatus(s) for s in dict.fromkeys(statuses))
     if allowed is not None:
         may = tuple(TaskStatus(s) for s in allowed)
@@ -258,12 +281,7 @@ def select_tasks(
 def targets(
     ctx: Ctx,
     task_ids: tuple[str, ...],
-    statuses: tuple[str, ...],
-    driver_type: str | None,
-    tags: tuple[str, ...],
-    host_id: str | None,
-    tenant: str | None,
-    older_than: str | None,
+    filters: TaskFilterArgs,
     *,
     allowed: tuple[str, ...],
     done: str,
@@ -281,21 +299,9 @@ def targets(
         validate_id(tid, "task id")
     ctx.warn_if_unknown_pool()
     flt = None
-    if filter_given(statuses, driver_type, tags, host_id, tenant, older_than):
-        flt = build_filter(ctx, statuses, driver_type, tags, host_id, tenant, older_than,
-                           allowed=allowed, verb=done)  # fmt: skip
+    if filters.given():
+        flt = build_filter(ctx, filters, allowed=allowed, verb=done)
     return select_tasks(ctx, task_ids, flt, verb=verb, yes=yes, limit=limit), flt
-
-
-def filter_given(
-    statuses: tuple[str, ...],
-    driver_type: str | None,
-    tags: tuple[str, ...],
-    host_id: str | None,
-    tenant: str | None,
-    older_than: str | None,
-) -> bool:
-    return bool(statuses or driver_type or tags or host_id or tenant or older_than)
 
 
 YES_OPTION = click.option(

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .app import write_output_file
+from .files import write_output_file
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
     from ..core.events import Event
@@ -91,3 +92,21 @@ def last_lines(text: str, n: int = SHOW_LINES) -> tuple[str, int]:
     """The last ``n`` lines of ``text`` and how many lines came before them."""
     lines = text.rstrip("\n").split("\n")
     return "\n".join(lines[-n:]), max(0, len(lines) - n)
+
+
+PIPE_WIDTH = 10_000  # columns when not a terminal: tables are never cut or wrapped
+
+
+def console_for_tables() -> Console:
+    """The console for a command's tables: the terminal's width on a terminal; when piped or
+    redirected, plain text wide enough that no column is cut (``task list | grep ...``)."""
+    from rich.console import Console
+
+    c = Console()
+    if c.is_terminal:
+        return c
+    return Console(width=PIPE_WIDTH, no_color=True, highlight=False)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))

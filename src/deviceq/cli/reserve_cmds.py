@@ -1,15 +1,16 @@
 """Reservations: ``deviceq reserve`` takes an idle device for a person for a while,
-``deviceq release`` ends it early, ``device show`` shows a device with its reservation."""
+``deviceq release`` ends it early (``device show``, in `device_cmds`, shows a device with its
+reservation)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, device, echo_json, main, pass_ctx
-from .options import parse_duration_ms, usage_ids
+from .app import Ctx, echo_json, main, pass_ctx
+from .options import parse_duration_ms
 from .render import fmt_ms
 
 if TYPE_CHECKING:
@@ -127,78 +128,3 @@ def release(ctx: Ctx, device_id: str) -> None:
     ctx.warn_if_unknown_pool()
     host_id = ctx.admin.release(device_id)
     click.echo(f"{device_id} (host {host_id}) released: back among the scheduling candidates")
-
-
-@device.command("show")
-@click.argument("device_id")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-@pass_ctx
-def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
-    """One device: host, driver type, tags, state and why, the task holding it, its
-    reservation and its health (the host's health check, `host run --health-check`). JSON:
-    "reserved_by" is the note of a person's reservation and "reserved_until" its end (ms since
-    the epoch), both null when it is not reserved; "task_id" is the task whose lease holds the
-    device; "health" is healthy, unhealthy, checking or null (never checked), with
-    "health_checked_at" (ms), "health_output" (the last check's output tail) and
-    "health_reason" (why it is unhealthy); "recent_attempts" are the last 20 attempts that
-    ended on it (task, attempt, outcome, failure_kind, when) and "history" its last 20
-    quarantine, health check and booking changes (event, when, and e.g. reason, by, result),
-    both newest first, "when" in ms since the epoch.
-
-    \b
-    Example:
-      deviceq device show pixel-7 --json | jq '{reserved_by, reserved_until}'
-    """
-    from ..core.fleet import effective_state
-    from ..ops import status as st
-
-    usage_ids(device_id=device_id)
-    admin = ctx.admin
-    d = admin.device(device_id)
-    host = next((h for h in admin.hosts() if h.host_id == d.host_id), None)
-    resv = admin.reservation(device_id)
-    state = effective_state(d, host)
-    draining = bool(host and (host.draining or host.stopping))
-    data = st.device_show_json(d, state, draining, resv, admin.device_past(device_id))
-    if as_json:
-        echo_json(data)
-        return
-    rows = [
-        ("device", d.device_id),
-        ("host", d.host_id + (" (draining)" if draining else "")),
-        ("driver type", d.driver_type),
-        ("tags", ",".join(d.tags) or "-"),
-        ("state", state),
-        ("why", data["why"] or "-"),
-        ("task", d.reserved_by or "-"),
-        ("reserved by", resv.reserved_by if resv else "-"),
-        ("reserved until", fmt_ms(resv.reserved_until) if resv else "-"),
-        ("failures", str(d.consecutive_failures)),
-        ("health", d.health or "-"),
-        ("health checked", fmt_ms(d.health_checked_at) if d.health_checked_at else "-"),
-        ("health reason", d.health_reason or "-"),
-    ]
-    for name, value in rows:
-        click.echo(f"{name:15} {value}")
-    if d.health_output:
-        click.echo("health output (tail):")
-        for line in d.health_output.rstrip("\n").splitlines():
-            click.echo(f"  {line}")
-    _show_past(data["recent_attempts"], data["history"])
-
-
-def _show_past(recent: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
-    """``device show``'s recent attempts and change history, newest first."""
-    click.echo("recent attempts:" if recent else "recent attempts: none")
-    for e in recent:
-        kind = f" ({e['failure_kind']})" if e.get("failure_kind") else ""
-        click.echo(
-            f"  {fmt_ms(e.get('when'))}  {e.get('task')} attempt {e.get('attempt')}: "
-            f"{e.get('outcome')}{kind}"
-        )
-    click.echo("history:" if history else "history: none")
-    for e in history:
-        rest = " ".join(
-            f"{k}={v}" for k, v in sorted(e.items()) if k not in ("event", "when") and v != ""
-        )
-        click.echo(f"  {fmt_ms(e.get('when'))}  {e.get('event')}  {rest}".rstrip())

@@ -1,4 +1,5 @@
-"""Scheduler commands: ``scheduler run``, ``explain``, ``dispatch``, ``host drain/undrain``."""
+"""Scheduler commands: ``scheduler run``, ``scheduler strategies``, ``explain``, ``dispatch``
+(``host drain/undrain`` are in `host_cmds`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import ConfigError
-from .app import Ctx, echo_json, host, main, pass_ctx, scheduler
+from .app import Ctx, echo_json, main, pass_ctx, scheduler
 from .lazy import Lazy
 
 if TYPE_CHECKING:
@@ -314,39 +315,3 @@ def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
         echo_json({"task_id": task_id, "device_id": device_id, "lease_id": lease})
     else:
         click.echo(f"{task_id} assigned to {device_id} (lease {lease})")
-
-
-@host.command("drain")
-@click.argument("host_id")
-@pass_ctx
-def host_drain(ctx: Ctx, host_id: str) -> None:
-    """Stop new assignments to a host; work already assigned or running continues.
-
-    \b
-    Example:
-      deviceq host drain lab-1
-    """
-    from ..core.models import validate_id
-
-    validate_id(host_id, "host id")
-    ctx.warn_if_unknown_pool()
-    state = ctx.admin.drain(host_id, True)
-    click.echo(f"{host_id} {state}")
-
-
-@host.command("undrain")
-@click.argument("host_id")
-@pass_ctx
-def host_undrain(ctx: Ctx, host_id: str) -> None:
-    """Resume new assignments to a drained host (wakes the scheduler).
-
-    \b
-    Example:
-      deviceq host undrain lab-1
-    """
-    from ..core.models import validate_id
-
-    validate_id(host_id, "host id")
-    ctx.warn_if_unknown_pool()
-    state = ctx.admin.drain(host_id, False)
-    click.echo(f"{host_id} {state}")

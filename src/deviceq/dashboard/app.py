@@ -13,7 +13,6 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ import anyio
 import redis
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
-from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -36,7 +34,6 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.errors import DeviceqError, InvalidInput, NotFound
 from ..core.events import last_event_id, read_events
@@ -47,71 +44,14 @@ from ..ops.admin import PoolAdmin
 from ..producer import Client
 from . import data
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_TTL, Auth, Session
+from .display import bars, fmt_age, fmt_clock, fmt_ms, fmt_time
+from .headers import SecurityHeaders
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("deviceq.dashboard")
 
 PARTIAL_HEADER = "x-dashboard-partial"
 SSE_BLOCK_MS = 3000
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-}
-
-
-# -- formatting --------------------------------------------------------------------------------
-def fmt_time(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def fmt_clock(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S")
-
-
-def fmt_age(ms: int | float | None) -> str:
-    if ms is None:
-        return "-"
-    s = ms / 1000
-    if s < 0:
-        return "-" + fmt_age(-ms)
-    if s < 10:
-        return f"{s:.1f}s"
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.0f}m"
-    if s < 172800:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
-
-
-def fmt_ms(ms: int | float | None) -> str:
-    """A duration: milliseconds under a second, else like `fmt_age`."""
-    if ms is None:
-        return "-"
-    return f"{ms:.0f} ms" if abs(ms) < 1000 else fmt_age(ms)
-
-
-def bars(values: list[float | None], width: int = 600, height: int = 120) -> dict[str, Any]:
-    """Geometry of a small SVG bar chart (one bar per value, scaled to the maximum)."""
-    n = max(1, len(values))
-    top = max([v for v in values if v] or [0])
-    slot = width / n
-    out = []
-    for i, v in enumerate(values):
-        h = 0.0 if not v or not top else (height - 14) * v / top
-        out.append({"x": round(i * slot + 1, 1), "w": round(max(1.0, slot - 2), 1),
-                    "y": round(height - h, 1), "h": round(h, 1), "v": v})  # fmt: skip
-    return {"bars": out, "width": width, "height": height, "max": top}
 
 
 # -- the app -----------------------------------------------------------------------------------
@@ -483,30 +423,6 @@ def _safe_next(target: str) -> str:
     return "/fleet"
 
 
-class _Headers:
-    """Security headers on every response; ``no-store`` on HTML (pure ASGI: streaming
-    responses pass through untouched)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for k, v in SECURITY_HEADERS.items():
-                    headers.setdefault(k, v)
-                if headers.get("content-type", "").startswith("text/html"):
-                    headers["cache-control"] = "no-store"
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
 def create_app(client: Client, operator_token: str | None = None) -> Starlette:
     """The dashboard of ``client``'s pool; actions only with ``operator_token``."""
     d = Dashboard(client, operator_token)
@@ -533,6 +449,8 @@ def create_app(client: Client, operator_token: str | None = None) -> Starlette:
         redis.RedisError: d.on_error,
         Exception: d.on_error,
     }
-    app = Starlette(routes=routes, exception_handlers=handlers, middleware=[Middleware(_Headers)])
+    app = Starlette(
+        routes=routes, exception_handlers=handlers, middleware=[Middleware(SecurityHeaders)]
+    )
     app.state.dashboard = d
     return app

@@ -15,201 +15,45 @@ While the daemon runs, a bad devices file, a failing discovery command or a devi
 by two sources is logged (one warning line naming the problem) and the last good list of
 that source stays in force; bad lines of a discovery's output are skipped with a warning
 naming them. At start a bad devices file, or an id given twice among the flags and the file,
-is a ConfigError (nothing is registered)."""
+is a ConfigError (nothing is registered). The texts themselves are parsed in `device_lists`."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import re
 import shlex
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import yaml
-
-from ..core.errors import ConfigError, DeviceqError
-from ..core.models import ID_RE, TAG_RE
+from ..core.errors import ConfigError
 from .device_config import DeviceConfig
+from .device_lists import (
+    SERIAL_RE,
+    DeviceSourceError,
+    coerce_device,
+    device_id_for_serial,
+    parse_adb_devices,
+    parse_devices_text,
+    parse_json_lines,
+    read_devices_file,
+    validate_serial,
+)
 
 if TYPE_CHECKING:
     from .health import HealthChecker
     from .state import HostState
 
-SERIAL_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@+/=,-]{0,254}\Z")
-"""A device serial as adb and the like print it (``emulator-5554``, ``192.168.1.5:5555``,
-``adb-R5CT.._adb-tls-connect._tcp``): no whitespace, quote or shell metacharacter, so that it
-is safe anywhere in a command's argument (``{serial}``)."""
 DEFAULT_DISCOVER_EVERY = 5.0
 DISCOVER_TIMEOUT = 20.0  # a discovery command running longer is killed (the last list stays)
 FILE_POLL = 1.0  # seconds between looks at the devices file
-ADB_TAG_KEYS = ("model", "product", "device")
 MAX_OUTPUT = 1024 * 1024  # bytes of a discovery command's output read at most
 
 Log = Callable[[int, str], None]
-
-
-class DeviceSourceError(ConfigError):
-    """A devices file, a discovery spec or a device of them is not valid (at start: exit 2,
-    nothing registered)."""
-
-
-def validate_serial(value: object) -> str:
-    if not isinstance(value, str) or not SERIAL_RE.fullmatch(value):
-        raise DeviceSourceError(
-            f"invalid serial {value!r}: use 1-255 characters from A-Z a-z 0-9 . _ : @ + / = , - "
-            "starting with a letter or digit"
-        )
-    return value
-
-
-def device_id_for_serial(serial: str) -> str:
-    """A valid deviceq id for ``serial``, the same every time: the serial itself when it is
-    one; else every character outside ``A-Z a-z 0-9 . _ -`` becomes ``-`` (``192.168.1.5:5555``
-    -> ``192.168.1.5-5555``), a leading punctuation gets an ``d`` before it, and a result past
-    128 characters is cut and ends with a hash of the serial (so two long serials differ)."""
-    if ID_RE.fullmatch(serial):
-        return serial
-    out = re.sub(r"[^A-Za-z0-9._-]", "-", serial) or "-"
-    if not out[0].isalnum():
-        out = "d" + out
-    if len(out) > 128:
-        out = out[:119] + "-" + hashlib.sha1(serial.encode()).hexdigest()[:8]
-    return out
-
-
-def tag_for(key: str, value: str) -> str | None:
-    """The tag ``key=value`` with characters a tag may not hold made ``_`` (cut to 64
-    characters); None when nothing valid is left."""
-    text = f"{key}=" + re.sub(r"[^A-Za-z0-9._=/+-]", "_", value)
-    text = text[:64]
-    return text if TAG_RE.fullmatch(text) and value else None
-
-
-def parse_adb_devices(text: str) -> tuple[list[DeviceConfig], list[str]]:
-    """The devices of an ``adb devices -l`` output: one per serial in state ``device``
-    (``offline``, ``unauthorized``, ``recovery`` ... are skipped), driver type ``android``,
-    tags ``model=``, ``product=``, ``device=`` from the line, the real serial as ``serial``.
-    Returns (devices, warnings about the lines that could not be used)."""
-    devices: list[DeviceConfig] = []
-    warnings: list[str] = []
-    seen: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("*") or line.startswith("List of devices"):
-            continue
-        words = line.split()
-        if len(words) < 2:
-            warnings.append(f"adb: unexpected line {line[:120]!r}")
-            continue
-        serial, state = words[0], words[1]
-        if state != "device":
-            continue  # offline, unauthorized, no permissions ...: not usable now
-        try:
-            validate_serial(serial)
-        except ConfigError as exc:
-            warnings.append(f"adb: skipped {line[:120]!r}: {exc}")
-            continue
-        attrs = dict(w.split(":", 1) for w in words[2:] if ":" in w)
-        tags = tuple(sorted(t for k in ADB_TAG_KEYS if (t := tag_for(k, attrs.get(k, "")))))
-        did = device_id_for_serial(serial)
-        if did in seen:
-            warnings.append(f"adb: serials {seen[did]!r} and {serial!r} map to the same id {did}")
-            continue
-        seen[did] = serial
-        devices.append(DeviceConfig(did, "android", tags, serial=serial))
-    return devices, warnings
-
-
-def parse_json_lines(text: str, what: str = "discovery") -> tuple[list[DeviceConfig], list[str]]:
-    """One JSON device per line (``{"id": ..., "driver_type": ..., "tags": [...],
-    "serial": ...}``, serial optional; blank lines ignored). Returns (devices, warnings naming
-    each bad line, which is skipped)."""
-    devices: list[DeviceConfig] = []
-    warnings: list[str] = []
-    ids: set[str] = set()
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            value = json.loads(line)
-            if not isinstance(value, dict):
-                raise DeviceSourceError("not a JSON object")
-            dev = coerce_device(value)
-        except (ValueError, DeviceqError) as exc:
-            warnings.append(f"{what}: line {n} {line[:120]!r} skipped: {exc}")
-            continue
-        if dev.device_id in ids:
-            warnings.append(f"{what}: line {n}: device {dev.device_id} is listed twice; skipped")
-            continue
-        ids.add(dev.device_id)
-        devices.append(dev)
-    return devices, warnings
-
-
-def coerce_device(value: Any) -> DeviceConfig:
-    """A device of a devices file or a discovery line: ``ID:DRIVER[:TAGS]`` text or a mapping
-    (``id``, ``driver_type``, ``tags``, optional ``serial``; nothing else)."""
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"id", "device_id", "driver_type", "tags", "serial"})
-        if unknown:
-            raise DeviceSourceError(f"unknown field(s) {', '.join(map(str, unknown))}")
-        serial = value.get("serial")
-        dev = DeviceConfig.coerce({k: v for k, v in value.items() if k != "serial"})
-        if serial is not None:
-            dev = DeviceConfig(dev.device_id, dev.driver_type, dev.tags,
-                               serial=validate_serial(serial))  # fmt: skip
-        return dev
-    if isinstance(value, str):
-        return DeviceConfig.parse(value)
-    raise DeviceSourceError(f"bad device {value!r}: use ID:DRIVER[:TAGS] or a mapping")
-
-
-def parse_devices_text(text: str, path: str) -> list[DeviceConfig]:
-    """The devices of a devices file's text (YAML or JSON list; empty = no device).
-    ConfigError (one line naming the file and the problem) when it is not valid."""
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DeviceSourceError(f"devices file {path} is not valid YAML/JSON: {first}") from None
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise DeviceSourceError(f"devices file {path} must hold a list of devices")
-    out: list[DeviceConfig] = []
-    ids: set[str] = set()
-    for i, item in enumerate(data, 1):
-        try:
-            dev = coerce_device(item)
-        except (ValueError, DeviceqError) as exc:
-            raise DeviceSourceError(f"devices file {path}, device {i}: {exc}") from None
-        if dev.device_id in ids:
-            raise DeviceSourceError(f"devices file {path}: device {dev.device_id} is listed twice")
-        ids.add(dev.device_id)
-        out.append(dev)
-    return out
-
-
-def read_devices_file(path: str) -> tuple[list[DeviceConfig], bytes]:
-    """The devices of ``path`` and its content (ConfigError when unreadable, larger than
-    the CLI's input cap, not UTF-8, nested too deeply or invalid)."""
-    from ..cli.app import nesting_guard, read_input  # the CLI's input rules (lazy: no cycle)
-
-    try:
-        text = read_input("./-" if path == "-" else path)  # a file named -, never stdin
-    except DeviceqError as exc:
-        where = "./-" if path == "-" else path
-        raise DeviceSourceError(str(exc).replace(where, f"devices file {path}", 1)) from None
-    with nesting_guard(f"devices file {path}", DeviceSourceError):
-        return parse_devices_text(text, path), text.encode()
 
 
 @dataclass(frozen=True)
@@ -512,6 +356,8 @@ class DeviceWatch:
 
 
 __all__ = [
+    "SERIAL_RE",
+    "DeviceSourceError",
     "DeviceSources",
     "DeviceWatch",
     "DiscoverySpec",
@@ -522,4 +368,5 @@ __all__ = [
     "parse_json_lines",
     "read_devices_file",
     "run_discovery",
+    "validate_serial",
 ]

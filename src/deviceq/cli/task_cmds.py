@@ -1,38 +1,32 @@
-"""Commands of the core: task show/list/cancel/wait, host add, config get/set (``submit`` is
-in `submit_cmds`)."""
+"""The ``deviceq task`` group's core: show, list, cancel, wait, retry (``submit`` is in
+`submit_cmds`; ``task logs``, ``task artifacts`` and ``task set-priority`` have modules of
+their own)."""
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
+from dataclasses import replace
 
 import click
 
+from ..core.errors import InvalidInput, NotFound
 from ..core.vocabulary import LEASED_STATUSES
-from .app import (
-    Ctx,
-    check_output_path,
-    config,
-    console_for_tables,
-    echo_json,
-    host,
-    output_option,
-    pass_ctx,
-    task,
-)
+from .app import Ctx, console_for_tables, echo_json, pass_ctx, task
 from .options import (
     LIMIT_OPTION,
     YES_OPTION,
+    TaskFilterArgs,
     build_filter,
-    filter_given,
     filter_options,
     targets,
     usage_ids,
 )
-from .render import fmt_ms, last_lines, print_token, task_json
+from .render import fmt_ms, last_lines, task_json
 from .via_api import (
     cancel_via_api,
     list_via_api,
+    retry_via_api,
     show_via_api,
     via_api,
     wait_via_api,
@@ -127,12 +121,7 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
 @pass_ctx
 def task_list(
     ctx: Ctx,
-    statuses: tuple[str, ...],
-    driver_type: str | None,
-    tags: tuple[str, ...],
-    host_id: str | None,
-    tenant: str | None,
-    older_than: str | None,
+    filters: TaskFilterArgs,
     since: str | None,
     device_id: str | None,
     limit: int,
@@ -150,26 +139,15 @@ def task_list(
     """
     from rich.table import Table
 
-    usage_ids(device_id=device_id, host_id=host_id)
+    usage_ids(device_id=device_id, host_id=filters.host_id)
     ctx.warn_if_unknown_pool()
-    if (
-        since is None
-        and device_id is None
-        and not filter_given(statuses, driver_type, tags, host_id, tenant, older_than)
-    ):
+    plain = since is None and device_id is None
+    if plain and not filters.given():
         tasks = ctx.client.list(None, limit=limit)
-    elif (
-        since is None
-        and device_id is None
-        and len(statuses) == 1
-        and not (driver_type or tags or host_id or tenant or older_than)
-    ):
-        tasks = ctx.client.list(statuses[0], limit=limit)
+    elif plain and len(filters.statuses) == 1 and not replace(filters, statuses=()).given():
+        tasks = ctx.client.list(filters.statuses[0], limit=limit)
     else:
-        flt = build_filter(
-            ctx, statuses, driver_type, tags, host_id, tenant, older_than, since=since,
-            device_id=device_id,
-        )  # fmt: skip
+        flt = build_filter(ctx, filters, since=since, device_id=device_id)
         res = ctx.client.find(flt, limit=limit)
         if res.truncated:
             click.echo(
@@ -219,12 +197,7 @@ def task_cancel(
     ctx: Ctx,
     task_ids: tuple[str, ...],
     reason: str,
-    statuses: tuple[str, ...],
-    driver_type: str | None,
-    tags: tuple[str, ...],
-    host_id: str | None,
-    tenant: str | None,
-    older_than: str | None,
+    filters: TaskFilterArgs,
     yes: bool,
     limit: int,
     as_json: bool,
@@ -239,9 +212,16 @@ def task_cancel(
       deviceq task cancel 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c
       deviceq task cancel --status queued --driver-type android --older-than 2h --yes
     """
-    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
-                       allowed=CANCELLABLE, done="cancelled", verb="cancel",
-                       yes=yes, limit=limit)  # fmt: skip
+    ids, flt = targets(
+        ctx,
+        task_ids,
+        filters,
+        allowed=CANCELLABLE,
+        done="cancelled",
+        verb="cancel",
+        yes=yes,
+        limit=limit,
+    )
     if not ids:
         if as_json:
             echo_json({})
@@ -282,12 +262,7 @@ def task_wait(
     ctx: Ctx,
     task_ids: tuple[str, ...],
     timeout: float | None,
-    statuses: tuple[str, ...],
-    driver_type: str | None,
-    tags: tuple[str, ...],
-    host_id: str | None,
-    tenant: str | None,
-    older_than: str | None,
+    filters: TaskFilterArgs,
     yes: bool,
     limit: int,
     as_json: bool,
@@ -305,9 +280,16 @@ def task_wait(
     """
     from ..core.models import TaskStatus
 
-    ids, flt = targets(ctx, task_ids, statuses, driver_type, tags, host_id, tenant, older_than,
-                       allowed=WAITABLE, done="waited for", verb="wait for",
-                       yes=yes, limit=limit)  # fmt: skip
+    ids, flt = targets(
+        ctx,
+        task_ids,
+        filters,
+        allowed=WAITABLE,
+        done="waited for",
+        verb="wait for",
+        yes=yes,
+        limit=limit,
+    )
     if not ids:
         if as_json:
             echo_json([])
@@ -330,58 +312,88 @@ def task_wait(
     sys.exit(0 if all(t.status == TaskStatus.done for t in done) else 1)
 
 
-@host.command("add")
-@click.argument("host_id")
-@click.option("--json", "as_json", is_flag=True, help="Print {host_id, token} as JSON.")
-@output_option("the token")
+RETRYABLE = ("failed", "cancelled")
+
+
+@task.command("retry")
+@via_api(retry_via_api)
+@click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
+@filter_options
+@YES_OPTION
+@LIMIT_OPTION
+@click.option(
+    "--rerun",
+    is_flag=True,
+    help="Done tasks too: run a passing task again (a new task; to check a flaky test).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {id, retry_of, task} as JSON (a list of them for several tasks or a filter).",
+)
 @pass_ctx
-def host_add(ctx: Ctx, host_id: str, as_json: bool, output: str | None) -> None:
-    """Create a host and print its secret token once (only a digest is stored).
+def task_retry(
+    ctx: Ctx,
+    task_ids: tuple[str, ...],
+    filters: TaskFilterArgs,
+    yes: bool,
+    limit: int,
+    rerun: bool,
+    as_json: bool,
+) -> None:
+    """Submit failed or cancelled tasks again, each as a new task with the same goal or
+    workflow, constraints, priority, max_attempts, tenant and retry policy (the old task
+    is not changed). Give ids, or a filter (failed and cancelled tasks; --status narrows
+    it), confirmed like `task cancel`. Prints each new id and the id it came from. Every id
+    is checked before any is submitted.
 
     \b
     Example:
-      deviceq host add lab-1 -o lab-1.token     # no file at all if it fails
-      deviceq host add lab-1 --pool lab --redis-url redis://redis.lab:6379/0
+      deviceq task retry 3f2a9c0d1e2b4a5f
+      deviceq task retry --status failed --driver-type android --older-than 1h --yes
+      deviceq task retry --rerun 3f2a9c0d1e2b4a5f      # a done task, run again
     """
-    if output is not None:
-        check_output_path(output)
-    print_token(host_id, ctx.admin.add_host(host_id), as_json, output)
-
-
-@config.command("get")
-@click.argument("key", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
-@pass_ctx
-def config_get(ctx: Ctx, key: str | None, as_json: bool) -> None:
-    """Print one setting, or every setting with its value, marking those at their default.
-
-    \b
-    Example:
-      deviceq config get lease_ttl
-      deviceq config get            # every setting; "(default)" where the pool set none
-    """
-    values = ctx.admin.get_config(key)
+    allowed = RETRYABLE + (("done",) if rerun else ())
+    ids, flt = targets(
+        ctx,
+        task_ids,
+        filters,
+        allowed=allowed,
+        done="retried",
+        verb="retry",
+        yes=yes,
+        limit=limit,
+    )
+    if not ids:
+        if as_json:
+            echo_json([])
+        return
+    olds = {t.id: t for t in ctx.client.get_many(ids)}
+    for task_id in ids:  # all checked before the first is submitted
+        if task_id not in olds:
+            raise NotFound(f"no task {task_id} in pool {ctx.pool}")
+        if olds[task_id].status not in allowed:
+            hint = " (a done task with --rerun)" if olds[task_id].status == "done" else ""
+            raise InvalidInput(
+                f"task {task_id} is {olds[task_id].status.value}: only failed or cancelled "
+                f"tasks can be retried{hint}"
+            )
+    out = []
+    for task_id in ids:
+        old = olds[task_id]
+        new_id = ctx.client.retry(task_id, rerun=rerun)
+        if as_json:
+            out.append(
+                {
+                    "id": new_id,
+                    "retry_of": task_id,
+                    "task": ctx.client.get(new_id).model_dump(mode="json"),
+                }
+            )
+        else:
+            kind = old.failure_kind.value if old.failure_kind else None
+            why = f", {kind}" if kind and kind != old.status.value else ""
+            click.echo(f"{new_id} (retry of {task_id}: {old.status.value}{why})")
     if as_json:
-        echo_json(values)
-    elif key:
-        click.echo(values[key])
-    else:
-        stored = ctx.admin.stored_settings()
-        width = max(map(len, values))
-        for k, v in values.items():
-            click.echo(f"{k:<{width}}  {v}" + ("" if k in stored else "  (default)"))
-
-
-@config.command("set", context_settings={"ignore_unknown_options": True})  # VALUE may be -1
-@click.argument("key")
-@click.argument("value")
-@pass_ctx
-def config_set(ctx: Ctx, key: str, value: str) -> None:
-    """Change a setting (validated; durations in seconds).
-
-    \b
-    Example:
-      deviceq config set max_queue_depth 50000
-    """
-    stored = ctx.admin.set_config(key, value)
-    click.echo(f"{key} {stored}")
+        echo_json(out[0] if len(ids) == 1 and flt is None else out)

@@ -1,0 +1,134 @@
+"""`Ctx`: what every command gets (where Redis is, which pool, clients made on first use),
+and `pass_ctx`, the decorator that hands it to a command."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import click
+import redis
+
+if TYPE_CHECKING:
+    from ..ops.admin import PoolAdmin
+    from ..producer import Client
+
+
+@dataclass
+class Ctx:
+    """What every command gets: where Redis is and which pool; clients made on first use.
+
+    ``redis_url`` is checked when a command first uses it (a malformed URL raises ConfigError,
+    which every command reports as one line), so commands that never touch Redis (``--help``,
+    ``scheduler strategies``) work whatever ``DEVICEQ_REDIS_URL`` holds.
+
+    ``redis_ca``, ``redis_cert``, ``redis_key``: the TLS files given on the command line
+    (``--redis-ca`` ...); ``redis_url`` carries them in its query, so that every client made
+    from it (``HostWorker``'s too) uses them. The same files from the environment
+    (``DEVICEQ_REDIS_CA`` ...) are not copied here: ``connect`` reads them itself."""
+
+    raw_redis_url: str
+    pools: tuple[str, ...]
+    log_format: str = "text"
+    log_level: str = "info"
+    redis_ca: str | None = None
+    redis_cert: str | None = None
+    redis_key: str | None = None
+    _client: Client | None = field(default=None, repr=False)
+    _admin: PoolAdmin | None = field(default=None, repr=False)
+
+    @property
+    def pool(self) -> str:
+        """The one pool this command acts on (``--pool`` given more than once: a usage error,
+        but for the commands that serve several pools)."""
+        if len(self.pools) != 1:
+            raise click.UsageError(
+                f"--pool was given {len(self.pools)} times: only `deviceq scheduler run` "
+                "and `deviceq host run` serve several pools; other commands act on one"
+            )
+        return self.pools[0]
+
+    def for_pool(self, pool: str) -> Ctx:
+        """The same settings for one of ``pools`` (its own clients)."""
+        return replace(self, pools=(pool,), _client=None, _admin=None)
+
+    @property
+    def redis_url(self) -> str:
+        """The ``--redis-url``/``DEVICEQ_REDIS_URL`` value, validated (ConfigError if bad), with
+        the TLS files of ``--redis-ca/--redis-cert/--redis-key`` in its query (ConfigError if
+        one is given for a URL that is not ``rediss://``)."""
+        from ..core.connection import check_redis_url, with_tls_files
+
+        return with_tls_files(
+            check_redis_url(self.raw_redis_url),
+            ca=self.redis_ca,
+            cert=self.redis_cert,
+            key=self.redis_key,
+            given_as="--redis-ca/--redis-cert/--redis-key",
+        )
+
+    @property
+    def client(self) -> Client:
+        from ..core.durability import warn_if_unsafe
+        from ..producer import Client
+
+        if self._client is None:
+            self._client = Client(self.redis_url, self.pool)
+            with contextlib.suppress(redis.RedisError):  # unreachable: the command says so
+                msg = warn_if_unsafe(self._client.redis, "deviceq command line", log=None)
+                if msg:
+                    click.echo(msg, err=True)
+        return self._client
+
+    def preflight(self, *, need_reachable: bool) -> None:
+        """For daemons, before their retry loops start: one PING, so that a wrong or missing
+        password (never transient) fails at once instead of being retried forever. An
+        unreachable Redis fails too when ``need_reachable`` (one-shot runs); otherwise the
+        daemon starts and waits for it. An ACL that does not allow PING is ignored. A failed
+        TLS handshake (a certificate not accepted either way) is never transient either."""
+        from ..core.connection import TLSError
+
+        try:
+            self.client.redis.ping()
+        except (redis.AuthenticationError, TLSError):
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):
+            if need_reachable:
+                raise
+        except redis.ResponseError:
+            pass
+
+    @property
+    def admin(self) -> PoolAdmin:
+        from ..ops.admin import PoolAdmin
+
+        if self._admin is None:
+            self._admin = PoolAdmin(self.client.redis, self.pool)
+        return self._admin
+
+    def warn_if_unknown_pool(self) -> bool:
+        """For commands that only make sense on an existing pool: print a warning on stderr
+        when the pool has no hosts, devices, tasks, settings or workflows (most likely a typo
+        in --pool). Bounded: one EXISTS over a few keys, never a SCAN. Returns True if it
+        warned."""
+        from ..core.models import TaskStatus
+
+        k = self.client.keys
+        # not the event stream: a scheduler's leader lease writes one even on a typo's pool
+        keys = [k.hosts, k.devices, k.seq, k.config, k.workflows]
+        keys += [k.status(s.value) for s in TaskStatus]
+        try:
+            if int(self.client.redis.exists(*keys)):
+                return False
+        except redis.ResponseError:  # an ACL user without EXISTS: no warning, no failure
+            return False
+        click.echo(
+            f"warning: pool {self.pool!r} has no hosts, devices or tasks — is the name right? "
+            "(`deviceq status --all-pools` lists the pools of this Redis)",
+            err=True,
+        )
+        return True
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
