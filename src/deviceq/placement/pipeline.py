@@ -12,12 +12,13 @@ A pass, per task in the `QueueSort`'s order, until ``limit`` pairs:
    ones, so the pass costs devices log devices + tasks x classes); a task with an applying
    task score (a retry with anti-affinity) scans its classes' unused devices, each class up
    to its first device that no task score penalises (when the task scores come first);
-3. the `Permit`s: all must allow the pair, else the task gets nothing this pass;
+3. the `Permit`s: all must allow the pair, else the task gets nothing this pass (the devices a
+   permit names ``closed``, e.g. of a host at its cap, count as taken for every later task);
 4. the pair is taken and the order and permits are told (`TaskOrder.placed`).
 
 Then ``refine`` (see `Profile`): pairs whose device is not ideal by the refine scores move to
-a strictly better unused feasible device, in pair order (a scan stops at the first ideal
-device, in device_id order)."""
+a strictly better unused feasible device the permits allow, in pair order (a scan stops at
+the first ideal device, in device_id order)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ..scheduler.strategies import IdleDevice, Pair, QueuedTask
-from .plugins import DeviceScore, Requirement, Score, TaskScore
+from .plugins import DeviceScore, PassPermit, Requirement, Score, TaskScore
 from .profiles import Profile
 from .view import DeviceClass, View
 
@@ -139,6 +140,8 @@ class _Pass:
         order = self.profile.sort.order(view)
         permits = [p.start(view) for p in self.profile.permits]
         used: set[str] = set()
+        for p in permits:
+            used.update(p.closed())
         chosen: list[tuple[QueuedTask, IdleDevice]] = []
         for task in order:
             if len(chosen) >= limit:
@@ -153,8 +156,9 @@ class _Pass:
             order.placed(task, best)
             for p in permits:
                 p.placed(task, best)
+                used.update(p.closed())
         if self.profile.refine:
-            chosen = self.refine(chosen, used)
+            chosen = self.refine(chosen, used, permits)
         return [(t.task_id, d.device_id) for t, d in chosen]
 
     def first(self, cands: list[DeviceClass], used: set[str]) -> IdleDevice | None:
@@ -224,10 +228,14 @@ class _Pass:
         return best
 
     def refine(
-        self, chosen: list[tuple[QueuedTask, IdleDevice]], used: set[str]
+        self,
+        chosen: list[tuple[QueuedTask, IdleDevice]],
+        used: set[str],
+        permits: Sequence[PassPermit],
     ) -> list[tuple[QueuedTask, IdleDevice]]:
         """Each pair in turn: when its device is not ideal by the refine scores, the unused
-        feasible device with the smallest refine keys (then device_id) instead, if better."""
+        feasible device with the smallest refine keys (then device_id) that every permit
+        allows instead, if better (the permits are told of the move)."""
         view, scores, kinds = self.view, self.profile.refine, self.refine_kinds
         out = []
         for task, dev in chosen:
@@ -235,10 +243,14 @@ class _Pass:
             live = [None if k is None else k.applies(view, task) for k in kinds]
             now = _keys(view, scores, kinds, live, task, dev)
             if any(now):
+                for p in permits:
+                    p.unplaced(task, dev)
                 best: IdleDevice | None = None
                 best_key: tuple[int, ...] | None = None
                 for d in self.feasible(task.sig):
                     if d.device_id in used:
+                        continue
+                    if permits and not all(p.allows(task, d) for p in permits):
                         continue
                     k = _keys(view, scores, kinds, live, task, d)
                     if best_key is None or k < best_key:
@@ -249,6 +261,9 @@ class _Pass:
                     used.discard(dev.device_id)
                     used.add(best.device_id)
                     dev = best
+                for p in permits:
+                    p.placed(task, dev)
+                    used.update(p.closed())
             out.append((task, dev))
         return out
 

@@ -6,7 +6,7 @@
 - `Score` (`DeviceScore`, `TaskScore`): which feasible device is best, smallest key first;
   the scores of a profile are compared in order, then ``device_id``;
 - `Permit`: whether a task may take the device it was given (per pass state, e.g. a tenant's
-  cap);
+  or a host's cap);
 - `GangPermit` (defined, not run yet): whether a multi-device task may take the devices its
   roles were given, all of them or none, or keep them while it waits for the rest.
 
@@ -17,7 +17,7 @@ driver type and tags)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
@@ -89,11 +89,21 @@ Score = DeviceScore | TaskScore
 
 
 class PassPermit(Protocol):
-    """A permit's state for one pass."""
+    """A permit's state for one pass. ``allows`` may depend on the task (a tenant's cap: the
+    task gets nothing this pass) or on the device (a host's cap): a device no task may take
+    any more is best named in ``closed`` (asked at the start and after every ``placed``), so
+    the pass offers the next best device instead. ``refine`` moves a pair as ``unplaced`` from
+    its device, then ``allows`` and ``placed`` on the new one (or the old one again)."""
 
     def allows(self, task: QueuedTask, device: IdleDevice) -> bool: ...
 
     def placed(self, task: QueuedTask, device: IdleDevice) -> None: ...
+
+    def unplaced(self, task: QueuedTask, device: IdleDevice) -> None: ...
+
+    def closed(self) -> Iterable[str]:
+        """Device ids closed since the last call (no task may take them in this pass)."""
+        ...
 
 
 class Permit(Plugin, Protocol):

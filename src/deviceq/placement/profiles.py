@@ -26,6 +26,7 @@ from .builtin import (
     FairShareSort,
     FaultCount,
     FifoSort,
+    HostCap,
     LeastRecentlyUsed,
     Match,
     TenantCap,
@@ -66,18 +67,32 @@ class Profile:
 
 
 _REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
+_HOST_CAP: tuple[Permit, ...] = (HostCap(),)  # (every pair allowed while the pool's cap is 0)
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("fifo_match", FifoSort(), scores=(AntiAffinity(),), refine=_REFINE, window=True),
         Profile(
-            "priority_match", AgingSort(), scores=(AntiAffinity(),), refine=_REFINE, window=True
+            "fifo_match",
+            FifoSort(),
+            scores=(AntiAffinity(),),
+            permits=_HOST_CAP,
+            refine=_REFINE,
+            window=True,
+        ),
+        Profile(
+            "priority_match",
+            AgingSort(),
+            scores=(AntiAffinity(),),
+            permits=_HOST_CAP,
+            refine=_REFINE,
+            window=True,
         ),
         Profile(
             "lru_device",
             FifoSort(),
             scores=(AntiAffinity(), LeastRecentlyUsed()),
+            permits=_HOST_CAP,
             refine=_REFINE,
             window=True,
         ),
@@ -85,7 +100,7 @@ PROFILES: dict[str, Profile] = {
             "fair_share",
             FairShareSort(),
             scores=(AntiAffinity(),),
-            permits=(TenantCap(),),
+            permits=(TenantCap(), *_HOST_CAP),
             refine=_REFINE,
         ),
     )

@@ -3,6 +3,7 @@
 from .anti_affinity import AntiAffinity
 from .fair_share import FairShareSort
 from .faults import FaultCount
+from .host_cap import HostCap
 from .lru import LeastRecentlyUsed
 from .matching import Match
 from .ordering import AgingSort, FifoSort, PrioritySort
@@ -13,6 +14,7 @@ __all__ = [
     "AntiAffinity",
     "FairShareSort",
     "FaultCount",
+    "HostCap",
     "FifoSort",
     "LeastRecentlyUsed",
     "Match",
