@@ -43,7 +43,9 @@ class HostCapState:
             self._held[device.host_id] = self._held.get(device.host_id, 0) - 1
 
     def closed(self) -> list[str]:
-        out, self._closed = self._closed, []
+        out = self._closed
+        if out:
+            self._closed = []
         return out
 
 
