@@ -362,3 +362,76 @@ def test_a_part_handed_back_at_claim_retries_the_whole_gang(real_fleet: Fleet) -
     real_fleet.beat()
     assert s.assign().gangs_assigned == 1
     sound(real_fleet)
+
+
+def test_gangs_are_ordered_by_the_profile_a_higher_priority_first(real_fleet: Fleet) -> None:
+    """Gangs wanting the one phone and browser: the default (FIFO) profile places the oldest;
+    the priority profile the most urgent, by the priority in its row as of this pass (a
+    set-priority after submission counts)."""
+    from deviceq.scheduler.gangs import GangPlanner
+
+    two_hosts(real_fleet)
+    old = real_fleet.client.submit("old", roles=ROLES)
+    urgent = real_fleet.client.submit("urgent", roles=ROLES, priority=5)
+    newest = real_fleet.client.submit("newest", roles=ROLES)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    assert s.gangs.profile.name == "fifo_match"
+    assert s.assign().gangs_assigned == 1
+    assert real_fleet.client.get(old).status is TaskStatus.assigned
+    real_fleet.client.cancel(old)  # both devices free again
+    assert real_fleet.admin.set_priority([newest], 9) == {newest: "ok"}
+    s = TaskScheduler(real_fleet.r, real_fleet.pool, strategy="priority_match")
+    # (a TaskScheduler does not hand its strategy to the planner yet: given here)
+    s.gangs = GangPlanner(real_fleet.r, Keys(real_fleet.pool), "priority_match")
+    assert s.assign().gangs_assigned == 1
+    assert real_fleet.client.get(newest).status is TaskStatus.assigned
+    assert real_fleet.client.get(urgent).status is TaskStatus.queued
+    sound(real_fleet)
+
+
+def test_a_retried_gang_role_avoids_the_device_its_part_failed_on(real_fleet: Fleet) -> None:
+    """Two phone roles on three phones: role a's part fails on p1 (host ha; runner_failed, not
+    the device's fault); the retry gives role a another device and host, while role b (no
+    record of its own) takes p1."""
+    for h, d in (("ha", "p1"), ("hb", "p2"), ("hc", "p3")):
+        real_fleet.add_host(h, (d, "android", ()))
+    tid = real_fleet.client.submit("pair", roles={"a": "android", "b": "android"},
+                                   max_attempts=2, retry_on="runner_failed")  # fmt: skip
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    assert s.assign().gangs_assigned == 1
+    t = real_fleet.client.get(tid)
+    assert t.roles is not None
+    assert (t.roles["a"].device_id, t.roles["b"].device_id) == ("p1", "p2")
+    claimed = claim_all(real_fleet, "ha", "hb")
+    host, lease = claimed[f"{tid}.a"]
+    assert real_fleet.host(host).report(
+        f"{tid}.a", lease, "failed", "runner_failed", "exit 1"
+    ) == "ok:queued"  # fmt: skip
+    assert s.assign().gangs_assigned == 1
+    t = real_fleet.client.get(tid)
+    assert t.attempt == 2 and t.roles is not None
+    assert (t.roles["a"].device_id, t.roles["b"].device_id) == ("p2", "p1")
+    sound(real_fleet)
+
+
+def test_the_planner_reads_a_gangs_tenant_and_caps_its_devices(real_fleet: Fleet) -> None:
+    """A submission refuses a tenant on a multi-device task today; a gang row that has one
+    (written here by hand) is read with its tenant's cap and held devices: under fair share
+    a cap of 4 with 1 held lets one two-role gang in, not the second (without the held one
+    both would fit)."""
+    from deviceq.scheduler.gangs import GangPlanner
+    from deviceq.scheduler.strategies import IdleDevice
+
+    k = Keys(real_fleet.pool)
+    gids = [real_fleet.client.submit(f"g{i}", roles=ROLES) for i in range(2)]
+    for g in gids:
+        real_fleet.r.hset(k.task(g), "tenant", "t")
+    real_fleet.admin.set_tenant("t", max_devices=4)
+    real_fleet.r.hset(k.tenant_held, "t", 1)
+    devices = [IdleDevice(f"p{i}", "ha", "android", frozenset({"sim"})) for i in range(2)] + [
+        IdleDevice(f"w{i}", "hb", "browser", frozenset()) for i in range(2)
+    ]
+    plan = GangPlanner(real_fleet.r, k, "fair_share").plan(gids, devices, 1_000, 60_000, 0)
+    assert plan.place == [(gids[0], ["p0", "w0"])] and not plan.kept
+    plan = GangPlanner(real_fleet.r, k, "fifo_match").plan(gids, devices, 1_000, 60_000, 0)
+    assert [g for g, _ in plan.place] == gids  # (a profile without the cap)

@@ -91,7 +91,7 @@ def test_a_retry_back_in_a_cached_bucket_keeps_its_anti_affinity(real_fleet: Any
 
 def test_the_cache_is_bounded_and_expires(real_fleet: Any, monkeypatch: Any) -> None:
     """Entries older than HEAD_CACHE_SECONDS are read again; emptied buckets are forgotten."""
-    from deviceq.scheduler import snapshot
+    from deviceq.scheduler import head_cache
 
     f = real_fleet
     f.add_host("h1", ("d1", "x", ()))
@@ -104,11 +104,11 @@ def test_the_cache_is_bounded_and_expires(real_fleet: Any, monkeypatch: Any) -> 
     del reads[:]
     sched.snapshot()
     assert reads == []  # nothing changed: all five from the cache
-    monkeypatch.setattr(snapshot, "HEAD_CACHE_SECONDS", 0.0)
+    monkeypatch.setattr(head_cache, "HEAD_CACHE_SECONDS", 0.0)
     sched.snapshot()
     assert len(set(reads)) == 5
     reader: SnapshotReader = sched.reader
-    assert set(reader._heads) <= set(reader._head_seq)
+    assert set(reader.head_cache.entries) <= set(reader.head_cache.head_seq)
 
 
 def test_a_new_leadership_reads_every_bucket_afresh(real_fleet: Any) -> None:
@@ -121,14 +121,14 @@ def test_a_new_leadership_reads_every_bucket_afresh(real_fleet: Any) -> None:
     a = TaskScheduler(f.admin, strategy="fair_share", owner="sched-a")
     assert a.try_lead()
     a.snapshot()
-    assert len(a.reader._heads) == 3
+    assert len(a.reader.head_cache.entries) == 3
     a.release()
     b = TaskScheduler(f.admin, strategy="fair_share", owner="sched-b")
     assert b.try_lead()
     b.release()
     reads = _spy_reads(a)
     assert a.try_lead()  # a new epoch
-    assert a.reader._heads == {}
+    assert a.reader.head_cache.entries == {}
     a.snapshot()
     assert len(set(reads)) == 3
 

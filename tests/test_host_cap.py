@@ -258,17 +258,50 @@ def test_an_expired_gang_part_frees_every_place(real_fleet: Fleet) -> None:
 
 
 # -- the scheduler and verify ----------------------------------------------------------------------
-def test_the_scheduler_never_places_past_the_cap(real_fleet: Fleet) -> None:
-    """Whatever the strategy proposes, the commit holds each host to the cap."""
+@pytest.mark.parametrize("strategy", ["fifo_match", "priority_match", "lru_device", "fair_share"])
+def test_the_scheduler_proposes_no_pair_past_the_cap(real_fleet: Fleet, strategy: str) -> None:
+    """The profile's host cap reads host_held and the setting: one pass fills each host to
+    the cap and proposes nothing the commit refuses; a changed setting applies next pass."""
     real_fleet.admin.set_config("max_tasks_per_host", 2)
     real_fleet.add_host("h1", *phones("d1", "d2", "d3"))
     real_fleet.add_host("h2", *phones("e1", "e2", "e3"))
-    submit(real_fleet, 6)
-    s = TaskScheduler(real_fleet.r, real_fleet.pool)
-    for _ in range(3):
-        s.assign()
+    ids = submit(real_fleet, 7)
+    assert real_fleet.store.commit([(ids[0], "d1")])[0].startswith("ok:")  # h1 holds 1
+    s = TaskScheduler(real_fleet.r, real_fleet.pool, strategy=strategy)
+    res = s.assign()
+    assert res.assigned == 3 and not res.rejected, res.rejected
     assert held(real_fleet) == {"h1": 2, "h2": 2}
-    assert real_fleet.client.counts().get("assigned") == 4
+    assert not s.assign().rejected
+    real_fleet.admin.set_config("max_tasks_per_host", 3)
+    res = s.assign()
+    assert res.assigned == 2 and not res.rejected, res.rejected
+    assert held(real_fleet) == {"h1": 3, "h2": 3}
+    sound(real_fleet)
+
+
+def test_the_scheduler_places_gangs_within_the_cap(real_fleet: Fleet) -> None:
+    real_fleet.admin.set_config("max_tasks_per_host", 1)
+    real_fleet.add_host("ha", *phones("p1"))
+    hb = real_fleet.add_host("hb", *phones("q1", "q2"))
+    real_fleet.add_host("hc", *phones("r1"))
+    g1 = real_fleet.client.submit("first", roles=TWO_PHONES)
+    g2 = real_fleet.client.submit("second", roles=TWO_PHONES)
+    s = TaskScheduler(real_fleet.r, real_fleet.pool)
+    res = s.assign()
+    assert res.gangs_assigned == 1 and not res.rejected, res.rejected
+    t = real_fleet.client.get(g1)
+    assert t.roles is not None
+    assert sorted(r.host_id or "" for r in t.roles.values()) == ["ha", "hb"]
+    assert held(real_fleet) == {"ha": 1, "hb": 1}
+    assert real_fleet.client.get(g2).status is TaskStatus.queued  # hc alone is one device
+    claimed = {a.task.id: a.lease_id for a in hb.claim(5)}
+    part = next(iter(claimed))
+    assert hb.report(part, claimed[part], "failed", "runner_failed", "x") == "ok:failed"
+    real_fleet.beat()
+    res = s.assign()
+    assert res.gangs_assigned == 1 and not res.rejected, res.rejected
+    assert real_fleet.client.get(g2).status is TaskStatus.assigned
+    assert max(held(real_fleet).values()) == 1
     sound(real_fleet)
 
 

@@ -33,7 +33,6 @@ OVER_LIMIT = {
     "producer.py",
     "scheduler/explain.py",
     "scheduler/snapshot.py",
-    "scheduler/strategies.py",
 }
 KNOWN_CYCLES: set[frozenset[str]] = {
     # explain.py builds an Explanation and hands a multi-device task to explain_gang, which

@@ -1,13 +1,14 @@
 """Golden tests: every built-in placement profile gives the same pairs as the old path it is
 to replace, on many seeded random snapshots.
 
-The reference is the old end-to-end choice, run by the old code itself: the snapshot the
-scheduler plans on (`SnapshotReader.make_snapshot`, which applies aging), the strategy's
-``propose`` and ``plan`` (its checks and ``respect_avoid``: anti-affinity and faulty devices
-last). The profile runs on a view of the same snapshot *without* aging applied, with the
-submit times beside it, so its aging, tenant, anti-affinity and fault plugins do their own
-work. On a mismatch the scenario is shrunk (devices, tasks, buckets, records dropped while it
-still fails) and printed."""
+The reference is the old end-to-end choice, run by the old code itself
+(`reference_strategies`): the snapshot a whole-pass strategy plans on
+(`SnapshotReader.make_snapshot`, which applies aging), the old strategy's ``propose`` and the old
+``plan`` (its checks and ``respect_avoid``: anti-affinity and faulty devices last). The profile
+runs as the scheduler runs it: on the view the same reader gives it (`SnapshotReader.make_view`:
+heads *not* aged, the submit times beside them, only the inputs the profile needs), so its
+aging, tenant, anti-affinity and fault plugins do their own work. On a mismatch the scenario is
+shrunk (devices, tasks, buckets, records dropped while it still fails) and printed."""
 
 from __future__ import annotations
 
@@ -17,22 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
+from reference_strategies import OLD, plan
 
 from deviceq.core.errors import ConfigError
-from deviceq.placement import PROFILES, Profile, View, place
+from deviceq.placement import PROFILES, Profile, place
 from deviceq.placement.builtin import AntiAffinity, FaultCount, PrioritySort
-from deviceq.scheduler.plan import plan
+from deviceq.placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, TenantShare
 from deviceq.scheduler.snapshot import Base, SnapshotReader
-from deviceq.scheduler.strategies import (
-    Bucket,
-    IdleDevice,
-    Pair,
-    QueuedTask,
-    Snapshot,
-    TenantShare,
-    get_strategy,
-    registered_strategies,
-)
+from deviceq.scheduler.strategies import get_strategy, registered_strategies, strategy_needs
 
 STRATEGIES = ("fifo_match", "priority_match", "lru_device", "fair_share")
 RUNS = 500
@@ -150,43 +143,46 @@ def scenario(seed: int) -> Scenario:
     return Scenario(buckets, devices, limit, tenants, submit_times, aging_ms)
 
 
-def _reader(sc: Scenario, aging_ms: int) -> SnapshotReader:
+def _reader(sc: Scenario, needs: frozenset[str]) -> SnapshotReader:
     """A SnapshotReader with the state a pass would have read (no Redis: every submit time is
-    already known, so ``with_age`` reads nothing)."""
+    already known, so nothing is read), for a strategy that ``needs`` these inputs."""
     r = SnapshotReader.__new__(SnapshotReader)
     r.batch = sc.limit
-    r.aging_ms = aging_ms
-    r._tenants = dict(sc.tenants)
+    r.aging_ms = sc.aging_ms
+    r.needs = needs
     r._submitted = dict(sc.submit_times)
-    r._aged = {}
-    r._aged_buckets = {}
+    r.avoiding = sum(1 for b in sc.buckets for t in b.heads if t.avoid_devices or t.avoid_hosts)
+    r.faulty = any(d.faults for d in sc.devices)
+    r._per_pass = {"tenants": {"tenants": dict(sc.tenants)}}  # (as read_tenants would read)
+    r.settings = {}  # the pool settings inputs read: all unset (max_tasks_per_host 0)
     return r
 
 
-def snapshots(sc: Scenario) -> tuple[Snapshot, Snapshot]:
-    """(the old path's snapshot, aged as the reader ages it; the same snapshot un-aged)."""
+def _base(sc: Scenario) -> tuple[Base, dict[str, tuple[QueuedTask, ...]]]:
     shells = [replace(b, heads=()) for b in sc.buckets]
     pre = Snapshot.build(shells, sc.devices, sc.limit, NOW)
-    base = Base(NOW, shells, pre.devices, pre.matching, len(shells))
-    heads = {b.sig: b.heads for b in sc.buckets}
-    old = _reader(sc, sc.aging_ms).make_snapshot(base, {}, heads)
-    raw = _reader(sc, 0).make_snapshot(base, {}, heads)
-    return old, raw
+    return Base(NOW, shells, pre.devices, pre.matching, len(shells), pre.classes), {
+        b.sig: b.heads for b in sc.buckets
+    }
+
+
+def old_snapshot(name: str, sc: Scenario) -> Snapshot:
+    """The snapshot the old strategy ``name`` planned on (aged, its tenants read)."""
+    base, heads = _base(sc)
+    return _reader(sc, strategy_needs(OLD[name]())).make_snapshot(base, {}, heads)
 
 
 def reference(name: str, sc: Scenario) -> list[Pair]:
-    old, _ = snapshots(sc)
+    old = old_snapshot(name, sc)
     avoiding = any(t.avoid_devices or t.avoid_hosts for t in old.tasks())
-    pairs, dropped = plan(get_strategy(name), old, avoiding=avoiding)
+    pairs, dropped = plan(OLD[name](), old, avoiding=avoiding)
     assert dropped == 0
     return pairs
 
 
 def candidate(profile: Profile, sc: Scenario) -> list[Pair]:
-    _, raw = snapshots(sc)
-    return place(
-        profile, View.from_snapshot(raw, submit_times=sc.submit_times, aging_ms=sc.aging_ms)
-    )
+    base, heads = _base(sc)
+    return place(profile, _reader(sc, profile.needs).make_view(base, heads))
 
 
 def smaller(sc: Scenario) -> list[Scenario]:
@@ -270,9 +266,9 @@ def test_the_corpus_reaches_every_rule() -> None:
     seen: Counter[str] = Counter()
     for seed in range(RUNS):
         sc = scenario(seed)
-        old, raw = snapshots(sc)
+        old = old_snapshot("fair_share", sc)
         for name in STRATEGIES:
-            if list(get_strategy(name).propose(old)) != reference(name, sc):
+            if list(OLD[name]().propose(old_snapshot(name, sc))) != reference(name, sc):
                 seen[f"corrected:{name}"] += 1
         if any(t.effective_priority > t.priority for t in old.tasks()):
             seen["aged"] += 1

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from deviceq.placement import PROFILES, MissingInputs, Profile, View, place
-from deviceq.placement.builtin import HostCap
-from deviceq.scheduler.strategies import (
+from deviceq.placement import PROFILES, GangDecision, MissingInputs, Profile, View, place
+from deviceq.placement.builtin import HostCap, ReserveThenHold
+from deviceq.placement.gang import Gang, GangView, Role, place_gangs
+from deviceq.placement.rows import (
     Bucket,
     IdleDevice,
     Pair,
@@ -217,3 +218,33 @@ def test_cap_zero_or_out_of_reach_changes_no_pair(name: str) -> None:
         assert place(PROFILES[name], v) == bare
         far = replace(v, host_tasks={}, max_tasks_per_host=len(v.devices))
         assert place(PROFILES[name], far) == bare
+
+
+# -- multi-device tasks ----------------------------------------------------------------------------
+def gangs_placed(
+    gangs: list[Gang], devices: list[IdleDevice], cap: int, held: dict[str, int]
+) -> dict[str, list[str]]:
+    gv = GangView.build(gangs, devices, 1_000_000, host_tasks=held, max_tasks_per_host=cap)
+    picks = place_gangs(PROFILES["fifo_match"], gv, ReserveThenHold(60_000, 30_000))
+    return {p.gang_id: p.devices for p in picks if p.decision is GangDecision.ALLOW}
+
+
+def two(gid: str, seq: int) -> Gang:
+    return Gang(gid, seq, (Role("a", "android"), Role("b", "android")))
+
+
+def test_a_gang_counts_each_of_its_devices_on_a_host() -> None:
+    devs = [dev("p1", "ha"), dev("p2", "ha"), dev("q1", "hb"), dev("q2", "hb")]
+    # ha holds 1 of 2: the gang's two picks there (p1, p2) would make 3
+    assert gangs_placed([two("g1", 1)], devs[:2], cap=2, held={"ha": 1}) == {}
+    assert gangs_placed([two("g1", 1)], devs[:2], cap=2, held={}) == {"g1": ["p1", "p2"]}
+    # a host full after the first gang is closed to the next one
+    got = gangs_placed([two("g1", 1), two("g2", 2)], devs, cap=2, held={})
+    assert got == {"g1": ["p1", "p2"], "g2": ["q1", "q2"]}
+    # cap 0: every gang placed whatever the hosts hold
+    assert gangs_placed([two("g1", 1)], devs[:2], cap=0, held={"ha": 9}) == {"g1": ["p1", "p2"]}
+
+
+def test_a_gang_view_with_a_cap_needs_the_host_load() -> None:
+    with pytest.raises(ValueError, match="host_tasks"):
+        GangView.build([two("g1", 1)], [dev("p1", "ha")], 0, max_tasks_per_host=1)

@@ -160,23 +160,13 @@ def say_standby(sched: TaskScheduler) -> None:
 def force_pass_cmd(ctx: Ctx, strategy: str, batch: int, as_json: bool) -> None:
     """``scheduler run --force-pass``: read the snapshot and plan as a pass would, print the
     pairs, write nothing. Expiry is not run (it writes), so leases due now are not freed."""
-    from ..scheduler.task_scheduler import MAX_ROUNDS, TaskScheduler
+    from ..scheduler.task_scheduler import TaskScheduler
 
     ctx.warn_if_unknown_pool()
     sched = TaskScheduler(ctx.admin, strategy=strategy, owner="dry-run", batch=batch)
-    reader = sched.reader
-    base, want, heads = reader.read()
-    snap = reader.make_snapshot(base, want, heads)
-    pairs, dropped = sched.plan(snap)
-    for _ in range(MAX_ROUNDS):  # read deeper where the strategy used a bucket up (as assign)
-        grow = reader.grow(base, snap, pairs, want)
-        if not grow:
-            break
-        want.update(grow)
-        heads, _ = reader.read_heads(want, heads)
-        snap = reader.make_snapshot(base, want, heads)
-        pairs, dropped = sched.plan(snap)
-    hosts = {d.device_id: d.host_id for d in snap.devices}
+    base, want, heads = sched.reader.read()
+    buckets, pairs, dropped = sched.plan_deep(base, want, heads)
+    hosts = {d.device_id: d.host_id for d in base.devices}
     cur = sched.leader()
     plan_rows = [{"task_id": t, "device_id": d, "host_id": hosts.get(d)} for t, d in pairs]
     if as_json:
@@ -185,8 +175,8 @@ def force_pass_cmd(ctx: Ctx, strategy: str, batch: int, as_json: bool) -> None:
                 "pool": ctx.pool,
                 "strategy": sched.strategy_name,
                 "leader": {"owner": cur[0], "epoch": cur[1]} if cur else None,
-                "idle_devices": len(snap.devices),
-                "queued_heads": sum(len(b.heads) for b in snap.buckets),
+                "idle_devices": len(base.devices),
+                "queued_heads": sum(len(b.heads) for b in buckets),
                 "dropped": dropped,
                 "would_assign": plan_rows,
             }

@@ -2,15 +2,17 @@
 admission as small plugins (`plugins`), combined into named profiles (`profiles`), run over
 an immutable view of a snapshot (`view`) by `pipeline.place`. Pure Python, no Redis access.
 
-The built-in profiles give the same pairs as the built-in strategies of
-`deviceq.scheduler.strategies` after ``plan`` (tests/placement/test_golden.py); the scheduler
-does not run them yet. See README.md in this folder."""
+The built-in strategies (`deviceq.scheduler.strategies`) are these profiles: the scheduler
+runs them over the view its snapshot reader gives (`SnapshotReader.make_view`). The rows of a
+snapshot are in `rows`. Multi-device tasks are placed with the same profiles
+(`gang.place_gangs`). See README.md in this folder."""
 
 from .pipeline import MissingInputs, place
 from .plugins import (
     DeviceScore,
     Filter,
     GangDecision,
+    GangPassPermit,
     GangPermit,
     PassPermit,
     Permit,
@@ -30,6 +32,7 @@ __all__ = [
     "DeviceScore",
     "Filter",
     "GangDecision",
+    "GangPassPermit",
     "GangPermit",
     "MissingInputs",
     "PassPermit",

@@ -23,12 +23,13 @@ the first ideal device, in device_id order)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
-from ..scheduler.strategies import IdleDevice, Pair, QueuedTask
 from .plugins import DeviceScore, PassPermit, Requirement, Score, TaskScore
 from .profiles import Profile
+from .rows import IdleDevice, Pair, QueuedTask
 from .view import DeviceClass, View
 
 
@@ -49,29 +50,76 @@ def place(profile: Profile, view: View) -> list[Pair]:
     return _Pass(profile, view).run()
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What a profile's scores are (protocol isinstance checks are slow: done once per
+    profile, not per pass)."""
+
+    is_task: tuple[bool, ...]
+    static: tuple[DeviceScore, ...]
+    task_scores: tuple[tuple[int, TaskScore], ...]
+    task_first: bool  # the task scores come before every device score: see scan
+    refine_kinds: tuple[TaskScore | None, ...]
+
+
+_SHAPES: dict[int, tuple[Profile, _Shape]] = {}
+
+
+def _shape(profile: Profile) -> _Shape:
+    """The profile's shape, computed once per profile object (looked up by identity: hashing
+    a profile's plugins costs more than the lookup saves)."""
+    got = _SHAPES.get(id(profile))
+    if got is not None and got[0] is profile:
+        return got[1]
+    shape = _make_shape(profile)
+    if len(_SHAPES) > 256:  # (profiles made on the fly, as tests do: bounded)
+        _SHAPES.clear()
+    _SHAPES[id(profile)] = (profile, shape)
+    return shape
+
+
+def _make_shape(profile: Profile) -> _Shape:
+    is_task = tuple(isinstance(s, TaskScore) for s in profile.scores)
+    task_scores = tuple((i, cast(TaskScore, s)) for i, s in enumerate(profile.scores) if is_task[i])
+    return _Shape(
+        is_task,
+        tuple(cast(DeviceScore, s) for s, t in zip(profile.scores, is_task, strict=True) if not t),
+        task_scores,
+        not any(is_task[len(task_scores) :]),
+        tuple(s if isinstance(s, TaskScore) else None for s in profile.refine),
+    )
+
+
+def _active(score: Score, view: View) -> bool:
+    """False when every optional input the score needs is empty in this view: its keys are 0
+    for every pair then (the plugin contract), so the pass need not compute them."""
+    needs = score.needs
+    return not needs or any(getattr(view, n) for n in needs)
+
+
 class _Pass:
     def __init__(self, profile: Profile, view: View) -> None:
         self.profile = profile
         self.view = view
-        self.is_task = [isinstance(s, TaskScore) for s in profile.scores]
-        static = [s for s in profile.scores if not isinstance(s, TaskScore)]
-        self.task_scores = [
-            (i, s) for i, s in enumerate(profile.scores) if isinstance(s, TaskScore)
-        ]
-        # the task scores come before every device score: see scan
-        self.task_first = not any(self.is_task[len(self.task_scores) :])
-        # (protocol isinstance checks are slow: done once per pass, not per pair)
-        self.refine_kinds: list[TaskScore | None] = [
-            s if isinstance(s, TaskScore) else None for s in profile.refine
-        ]
-        by_class: dict[DeviceClass, list[IdleDevice]] = {}
-        for d in view.devices:  # (in device_id order)
-            c = (d.driver_type, d.tags)  # (d.device_class, without the property call)
-            got = by_class.get(c)
-            if got is None:
-                by_class[c] = [d]
-            else:
-                got.append(d)
+        shape = _shape(profile)
+        self.is_task = shape.is_task
+        static = shape.static
+        self.task_scores = [(i, s) for i, s in shape.task_scores if _active(s, view)]
+        self.task_first = shape.task_first
+        self.refine_kinds = shape.refine_kinds
+        by_class: Mapping[DeviceClass, Sequence[IdleDevice]]
+        if view.classes is not None:  # (grouped by the reader already)
+            by_class = view.classes
+        else:
+            grouped: dict[DeviceClass, list[IdleDevice]] = {}
+            for d in view.devices:  # (in device_id order)
+                c = (d.driver_type, d.tags)  # (d.device_class, without the property call)
+                got = grouped.get(c)
+                if got is None:
+                    grouped[c] = [d]
+                else:
+                    got.append(d)
+            by_class = grouped
         self.by_class = by_class
         # each device's device score keys (None: the profile has no device score)
         self.key: dict[str, tuple[int, ...]] | None = None
@@ -83,7 +131,7 @@ class _Pass:
                 d.device_id: tuple(s.device_key(view, d) for s in static) for d in view.devices
             }
         limit = view.limit
-        ranked: dict[DeviceClass, list[IdleDevice]] = {}
+        ranked: dict[DeviceClass, Sequence[IdleDevice]] = {}
         for c, devs in by_class.items():
             if self.key is not None:
                 key = self.key
@@ -102,7 +150,7 @@ class _Pass:
         self.pos = dict.fromkeys(ranked, 0)
         self._by_need: dict[tuple[str | None, frozenset[str]], list[DeviceClass]] = {}
         self._by_sig: dict[str, list[DeviceClass]] = {}
-        self._feasible: dict[tuple[str | None, frozenset[str]], list[IdleDevice]] = {}
+        self._feasible: dict[tuple[str | None, frozenset[str]], Sequence[IdleDevice]] = {}
 
     def classes(self, sig: str) -> list[DeviceClass]:
         """The device classes the filters accept for bucket ``sig``."""
@@ -124,7 +172,7 @@ class _Pass:
             self._by_need[k] = got
         return got
 
-    def feasible(self, sig: str) -> list[IdleDevice]:
+    def feasible(self, sig: str) -> Sequence[IdleDevice]:
         """Every device of ``sig``'s feasible classes, in device_id order."""
         b = self.view.by_sig[sig]
         need = (b.driver_type, b.tags)
@@ -139,6 +187,7 @@ class _Pass:
         view, limit = self.view, self.view.limit
         order = self.profile.sort.order(view)
         permits = [p.start(view) for p in self.profile.permits]
+        task_scores = self.task_scores
         used: set[str] = set()
         for p in permits:
             used.update(p.closed())
@@ -147,9 +196,16 @@ class _Pass:
             if len(chosen) >= limit:
                 break
             cands = self.classes(task.sig)
-            live = {i: s for i, s in self.task_scores if s.applies(view, task)}
+            live = {i: s for i, s in task_scores if s.applies(view, task)} if task_scores else None
             best = self.scan(task, cands, used, live) if live else self.first(cands, used)
-            if best is None or not all(p.allows(task, best) for p in permits):
+            if best is None:
+                continue
+            allowed = True
+            for p in permits:
+                if not p.allows(task, best):
+                    allowed = False
+                    break
+            if not allowed:
                 continue
             used.add(best.device_id)
             chosen.append((task, best))
@@ -157,7 +213,7 @@ class _Pass:
             for p in permits:
                 p.placed(task, best)
                 used.update(p.closed())
-        if self.profile.refine:
+        if self.profile.refine and any(_active(s, view) for s in self.profile.refine):
             chosen = self.refine(chosen, used, permits)
         return [(t.task_id, d.device_id) for t, d in chosen]
 
@@ -266,6 +322,19 @@ class _Pass:
                     used.update(p.closed())
             out.append((task, dev))
         return out
+
+
+def refine(profile: Profile, view: View, pairs: Sequence[Pair]) -> list[Pair]:
+    """Only ``profile``'s refine stage, over pairs chosen elsewhere (a registered whole-pass
+    strategy's, already checked: known tasks and devices, each once, feasible)."""
+    if not profile.refine or not pairs:
+        return list(pairs)
+    run = _Pass(profile, view)
+    tasks = {t.task_id: t for t in view.tasks()}
+    devices = {d.device_id: d for d in view.devices}
+    chosen = [(tasks[t], devices[d]) for t, d in pairs]
+    used = {d for _, d in pairs}
+    return [(t.task_id, d.device_id) for t, d in run.refine(chosen, used, ())]
 
 
 def _keys(

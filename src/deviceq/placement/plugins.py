@@ -7,13 +7,13 @@
   the scores of a profile are compared in order, then ``device_id``;
 - `Permit`: whether a task may take the device it was given (per pass state, e.g. a tenant's
   or a host's cap);
-- `GangPermit` (defined, not run yet): whether a multi-device task may take the devices its
-  roles were given, all of them or none, or keep them while it waits for the rest.
+- `GangPermit`: whether a multi-device task may take the devices its roles were given, all of
+  them or none, or keep them while it waits for the rest (`deviceq.placement.gang`).
 
 Every plugin names the optional view inputs it reads in ``needs`` (a subset of
 `deviceq.placement.view.INPUTS`), so a snapshot can read the union of a profile's needs and
-nothing more. A filter judges a `Requirement`: a bucket today, a gang's role later (both are a
-driver type and tags)."""
+nothing more. A filter judges a `Requirement`: a bucket or a gang's role (both are a driver
+type and tags)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from ..scheduler.strategies import IdleDevice, QueuedTask
+from .rows import IdleDevice, QueuedTask
 from .view import DeviceClass, View
 
 
@@ -49,7 +49,7 @@ class QueueSort(Plugin, Protocol):
 
 
 class Requirement(Protocol):
-    """What a task (or, later, a gang's role) asks of a device."""
+    """What a task (a bucket's) or a gang's role asks of a device."""
 
     @property
     def driver_type(self) -> str | None: ...
@@ -104,6 +104,15 @@ class PassPermit(Protocol):
     def closed(self) -> Iterable[str]:
         """Device ids closed since the last call (no task may take them in this pass)."""
         ...
+
+
+@runtime_checkable
+class GangPassPermit(PassPermit, Protocol):
+    """A pass permit that judges a multi-device task's devices together: ``devices`` has one
+    entry per role (None for a role no device was found for yet, which still counts as a
+    device the task will take). A pass permit without it is asked ``allows`` per device."""
+
+    def allows_gang(self, task: QueuedTask, devices: Sequence[IdleDevice | None]) -> bool: ...
 
 
 class Permit(Plugin, Protocol):

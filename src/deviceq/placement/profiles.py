@@ -66,8 +66,12 @@ class Profile:
         return out
 
 
-_REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
-_HOST_CAP: tuple[Permit, ...] = (HostCap(),)  # (every pair allowed while the pool's cap is 0)
+REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
+"""Anti-affinity, then faulty devices last: the refine stage of every built-in profile (and
+the correction of a registered whole-pass strategy's pairs)."""
+HOST_CAP: tuple[Permit, ...] = (HostCap(),)
+"""The pool's max_tasks_per_host: a permit of every built-in profile (it allows every pair
+while the cap is 0)."""
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -76,32 +80,32 @@ PROFILES: dict[str, Profile] = {
             "fifo_match",
             FifoSort(),
             scores=(AntiAffinity(),),
-            permits=_HOST_CAP,
-            refine=_REFINE,
+            permits=HOST_CAP,
+            refine=REFINE,
             window=True,
         ),
         Profile(
             "priority_match",
             AgingSort(),
             scores=(AntiAffinity(),),
-            permits=_HOST_CAP,
-            refine=_REFINE,
+            permits=HOST_CAP,
+            refine=REFINE,
             window=True,
         ),
         Profile(
             "lru_device",
             FifoSort(),
             scores=(AntiAffinity(), LeastRecentlyUsed()),
-            permits=_HOST_CAP,
-            refine=_REFINE,
+            permits=HOST_CAP,
+            refine=REFINE,
             window=True,
         ),
         Profile(
             "fair_share",
             FairShareSort(),
             scores=(AntiAffinity(),),
-            permits=(TenantCap(), *_HOST_CAP),
-            refine=_REFINE,
+            permits=(TenantCap(), *HOST_CAP),
+            refine=REFINE,
         ),
     )
 }

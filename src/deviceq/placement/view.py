@@ -14,12 +14,12 @@ read-only mappings beside them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 
-from ..scheduler.strategies import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
+from .rows import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
 
 INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults", "host_tasks"})
 """The optional inputs of a view, by the names plugins declare in their ``needs``."""
@@ -60,10 +60,17 @@ class View:
     (`deviceq.scheduler.host_load.read_host_tasks`; a host holding none may be missing)."""
     max_tasks_per_host: int = 0
     """The pool's cap on leases held on one host's devices at once (0 = none)."""
+    # ``devices`` grouped by class, each group in device_id order, when the reader has it
+    # already (then ``devices`` must be in device_id order: they are not checked)
+    classes: Mapping[DeviceClass, Sequence[IdleDevice]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         for name in ("tenants", "submit_times", "avoid", "faults", "host_tasks"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
+        if self.classes is not None:
+            return
         ids = [d.device_id for d in self.devices]
         if ids != sorted(ids):
             object.__setattr__(self, "devices", tuple(sorted(self.devices, key=_device_id)))
@@ -92,12 +99,13 @@ class View:
         host_tasks: Mapping[str, int] | None = None,
         max_tasks_per_host: int = 0,
     ) -> View:
-        """The view of a strategy's `Snapshot`: its tenants, the anti-affinity records of its
-        heads and its devices' fault counts are taken from it; the submit times (aging) only
-        when given (a snapshot carries effective priorities, not submit times). The leases
-        per host (``host_tasks``) are not in a snapshot either: without them no host counts
-        as holding any, which only ``max_tasks_per_host`` 0 (no cap) may rely on, so a cap
-        without them is a ValueError."""
+        """The view of a whole-pass `Snapshot`: its tenants, the anti-affinity records of its
+        heads and its devices' fault counts are taken from it. Without ``submit_times`` the
+        snapshot's priorities count as already aged (the reader sets a whole-pass
+        strategy's effective priorities), so an aging plugin orders by them as they are. The
+        leases per host (``host_tasks``) are not in a snapshot either: without them no host
+        counts as holding any, which only ``max_tasks_per_host`` 0 (no cap) may rely on, so a
+        cap without them is a ValueError."""
         if host_tasks is None and max_tasks_per_host > 0:
             raise ValueError("max_tasks_per_host needs host_tasks (the leases held per host)")
         avoid = {
@@ -112,7 +120,7 @@ class View:
             snap.limit,
             snap.now_ms,
             tenants=snap.tenants,
-            submit_times=submit_times,
+            submit_times={} if submit_times is None else submit_times,
             aging_ms=aging_ms if submit_times is not None else 0,
             avoid=avoid,
             faults=faults,

@@ -1,37 +1,68 @@
 """Placing multi-device (gang) tasks: every role of a task gets an idle matching device of its
 own in the same pass, committed all at once by ``lua/gang_assign.lua``, or none does.
 
-A gang is planned before the single-device tasks of the pass, from the idle devices left
-after hosts' health: one that cannot be placed takes nothing, so it never blocks the tasks
-behind it. So that it cannot starve either (single tasks taking each device the moment it
-frees), a gang that waited ``gang_reserve_after`` seconds *keeps* the idle devices matching
-its roles out of other tasks' reach until the rest frees up, for at most
+The gangs are planned before the single-device tasks of the pass, from the idle devices left
+after hosts' health, with the scheduler's placement profile (`deviceq.placement.gang`): the
+profile orders the gangs (priority, aging, fair share as it orders single tasks), and its
+filters and scores choose each role's device (anti-affinity per role, faulty devices last,
+least recently used where the profile says so), its permits judge the gang's devices together
+(a tenant's cap counts them all). A gang that cannot be placed takes nothing, so it never
+blocks the tasks behind it. So that it cannot starve either (single tasks taking each device
+the moment it frees), a gang that waited ``gang_reserve_after`` seconds *keeps* the idle
+devices picked for its roles out of other tasks' reach until the rest frees up, for at most
 ``gang_hold_seconds``; then it lets them go for another ``gang_reserve_after`` before it may
-keep any again. What a gang keeps is written to the ``gang_holds`` hash (``explain`` shows
-it). The wait is counted from when this scheduler first saw the task queued (a new leader
-starts counting afresh: it never keeps devices earlier than the setting says)."""
+keep any again (`deviceq.placement.builtin.ReserveThenHold`). What a gang keeps is written to
+the ``gang_holds`` hash (``explain`` shows it). The wait is counted from when this scheduler
+first saw the task queued (a new leader starts counting afresh: it never keeps devices earlier
+than the setting says).
+
+Reads per pass, bounded by the waiting gangs the snapshot listed (at most ``GANG_SCAN``): one
+round trip with ``aging_seconds`` and each gang's row (priority, seq, submitted_at, tenant,
+attempt, updated_at; its roles only the first time); a second one only when needed: the
+weight, cap and held devices of the gangs' tenants (when a gang has one), and the
+anti-affinity records of the parts (``GANG.ROLE``: the device and host a role lost an attempt
+on) of gangs that ran before, read again only after their row changed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
+from ..core.config import PoolConfig
 from ..core.keys import Keys
-from ..core.models import decode_roles, satisfies
-from .strategies import IdleDevice
+from ..core.models import decode_roles
+from ..core.tenants import parse_tenant
+from ..placement.builtin.gang_hold import HoldState, ReserveThenHold
+from ..placement.gang import Gang, GangView, Role, place_gangs
+from ..placement.plugins import GangDecision
+from ..placement.profiles import PROFILES, Profile
+from ..placement.view import Avoid
+from .host_load import host_cap_setting, read_host_tasks
+from .strategies import DEFAULT_STRATEGY, IdleDevice, TenantShare
 
 GANG_SCAN = 50
 """Queued multi-device tasks considered per pass, oldest first (bounded work per pass)."""
 
-RoleNeed = tuple[str, str | None, frozenset[str]]  # role name, driver type, tags
+GANG_FIELDS = ("priority", "seq", "submitted_at", "tenant", "attempt", "updated_at")
+DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
+
+
+def gang_profile(profile: Profile | str | None) -> Profile:
+    """The profile gangs are placed with: ``profile`` itself, the built-in profile of a
+    strategy name, or (None, or a strategy without a profile) the default strategy's."""
+    if isinstance(profile, Profile):
+        return profile
+    return PROFILES.get(profile or DEFAULT_STRATEGY) or PROFILES[DEFAULT_STRATEGY]
 
 
 @dataclass
 class GangPlan:
     """One pass's decisions: the gangs to commit (task id, one device per role in role
-    order) and the devices kept for gangs still waiting (not offered to other tasks)."""
+    order), in the profile's order, and the devices kept for gangs still waiting (not
+    offered to other tasks)."""
 
     place: list[tuple[str, list[str]]] = field(default_factory=list)
     kept: dict[str, tuple[int, list[str]]] = field(default_factory=dict)  # id -> (until, devs)
@@ -44,24 +75,24 @@ class GangPlan:
         return out
 
 
-@dataclass
-class _Waiting:
-    since: int  # ms: when this scheduler first saw it queued
-    hold_from: int | None = None  # ms: when it began keeping devices
-    no_hold_until: int = 0  # ms: it may not keep devices before this (after a hold ran out)
-
-
 class GangPlanner:
-    """Plans the multi-device tasks of one pool (state between passes: role constraints by
-    task id, and how long each has waited or kept devices)."""
+    """Plans the multi-device tasks of one pool with a placement profile (``profile``: a
+    `Profile`, a strategy name, or None for the default strategy's; see `gang_profile`).
+    State between passes: role constraints by task id, since when each has waited, its
+    keeping of devices, and its parts' anti-affinity records."""
 
-    def __init__(self, r: redis.Redis, keys: Keys) -> None:
+    def __init__(self, r: redis.Redis, keys: Keys, profile: Profile | str | None = None) -> None:
         self.redis = r
         self.keys = keys
-        self._roles: dict[str, list[RoleNeed]] = {}
-        self._waiting: dict[str, _Waiting] = {}
+        self.profile = gang_profile(profile)
+        self._roles: dict[str, tuple[Role, ...]] = {}
+        self._since: dict[str, int] = {}  # ms: when this scheduler first saw it queued
+        self._holds: dict[str, HoldState] = {}
+        # id -> (its row's attempt and updated_at when read, its parts' records by part id)
+        self._avoid: dict[str, tuple[tuple[Any, Any], dict[str, Avoid]]] = {}
         self._written: dict[str, str] = {}  # gang_holds as this scheduler last wrote it
         self._reset = True  # rewrite gang_holds whole (another scheduler may have written it)
+        self.host_cap = 0  # the pool's max_tasks_per_host (as read with the gangs' rows)
 
     @property
     def kept(self) -> bool:
@@ -70,11 +101,12 @@ class GangPlanner:
 
     def forget_all(self) -> None:
         """A new leadership: waits are counted afresh, holds written again."""
-        self._waiting.clear()
+        self._since.clear()
+        self._holds.clear()
         self._written.clear()
         self._reset = True
 
-    def roles(self, ids: Sequence[str]) -> dict[str, list[RoleNeed]]:
+    def roles(self, ids: Sequence[str]) -> dict[str, tuple[Role, ...]]:
         """The role constraints of ``ids`` (read once per task: roles never change)."""
         missing = [t for t in ids if t not in self._roles]
         if missing:
@@ -82,11 +114,8 @@ class GangPlanner:
             for t in missing:
                 pipe.hget(self.keys.task(t), "roles")
             for t, spec in zip(missing, pipe.execute(), strict=True):
-                roles = decode_roles(spec) or {}
-                self._roles[t] = [(n, r.driver_type, frozenset(r.tags)) for n, r in roles.items()]
-        if len(self._roles) > 4 * GANG_SCAN + 1000:
-            keep = set(ids)
-            self._roles = {t: v for t, v in self._roles.items() if t in keep}
+                self._roles[t] = _roles(spec)
+        self._trim_roles(ids)
         return {t: self._roles[t] for t in ids}
 
     def plan(
@@ -97,44 +126,100 @@ class GangPlanner:
         reserve_after_ms: int,
         hold_ms: int,
     ) -> GangPlan:
-        """Oldest first, give each waiting gang one unused matching device per role (the
-        longest idle first); keep the partial picks of a gang past its reserve time."""
+        """Place the waiting gangs on ``devices`` with the profile: the gangs whose every role
+        got a device, and the partial picks kept by gangs past their reserve time."""
         out = GangPlan()
         present = set(waiting)
-        for t in [t for t in self._waiting if t not in present]:
-            del self._waiting[t]  # placed, cancelled or gone
+        for state in (self._since, self._holds, self._avoid):
+            for t in [t for t in state if t not in present]:
+                del state[t]  # placed, cancelled or gone
         if not waiting:
             return out
-        free = sorted(devices, key=lambda d: (d.faults, d.idle_since, d.device_id))
-        used: set[str] = set()
-        for gid, needs in self.roles(waiting).items():
-            w = self._waiting.setdefault(gid, _Waiting(now))
-            picks: list[str] = []
-            for _, driver, tags in needs:
-                ok = (x for x in free if satisfies(driver, tags, x.driver_type, x.tags))
-                d = next((x for x in ok if x.device_id not in used), None)
-                if d is None:
-                    break
-                picks.append(d.device_id)
-                used.add(d.device_id)
-            if needs and len(picks) == len(needs):
-                out.place.append((gid, picks))
-                continue
-            if (
-                picks
-                and hold_ms > 0
-                and now - w.since >= reserve_after_ms
-                and now >= w.no_hold_until
-            ):
-                if w.hold_from is None:
-                    w.hold_from = now
-                if now - w.hold_from < hold_ms:
-                    out.kept[gid] = (w.hold_from + hold_ms, picks)
-                    continue
-                # kept long enough: let go, and not again before reserve_after has passed
-                w.hold_from, w.no_hold_until = None, now + reserve_after_ms
-            used.difference_update(picks)
+        gangs, tenants, avoid, aging_ms = self.read(waiting, now)
+        permit = ReserveThenHold(reserve_after_ms, hold_ms, self._holds)
+        cap = self.host_cap
+        hosts = {d.host_id for d in devices} if cap > 0 else set()
+        gv = GangView.build(
+            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid,
+            host_tasks=read_host_tasks(self.redis, self.keys, hosts), max_tasks_per_host=cap,
+        )  # fmt: skip
+        for p in place_gangs(self.profile, gv, permit):
+            if p.decision is GangDecision.ALLOW:
+                out.place.append((p.gang_id, p.devices))
+            elif p.decision is GangDecision.WAIT:
+                out.kept[p.gang_id] = (permit.until(p.gang_id), p.devices)
         return out
+
+    def read(
+        self, waiting: Sequence[str], now: int
+    ) -> tuple[list[Gang], dict[str, TenantShare], dict[str, Avoid], int]:
+        """The waiting gangs (those still queued), their tenants, their parts' anti-affinity
+        records (by part id) and the pool's aging (ms): see the module doc for the reads."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(k.config, "aging_seconds", "max_tasks_per_host")
+        for gid in waiting:
+            if gid in self._roles:
+                pipe.hmget(k.task(gid), *GANG_FIELDS)
+            else:
+                pipe.hmget(k.task(gid), *GANG_FIELDS, "roles")
+        (aging_raw, cap_raw), *rows = pipe.execute()
+        self.host_cap = host_cap_setting(cap_raw)
+        gangs: list[Gang] = []
+        stamps: dict[str, tuple[Any, Any]] = {}
+        for gid, row in zip(waiting, rows, strict=True):
+            prio, seq, sub, tenant, attempt, updated = row[:6]
+            if len(row) > 6:
+                self._roles[gid] = _roles(row[6])
+            if seq is None:  # gone since the snapshot listed it
+                continue
+            since = self._since.setdefault(gid, now)
+            gangs.append(
+                Gang(
+                    gid,
+                    _int(seq),
+                    self._roles[gid],
+                    _int(prio),
+                    tenant or None,
+                    _int(sub),
+                    now - since,
+                )  # fmt: skip
+            )
+            if _int(attempt) > 0:
+                stamps[gid] = (attempt, updated)
+        self._trim_roles(waiting)
+        names = sorted({g.tenant for g in gangs if g.tenant})
+        stale = [g for g in gangs if g.gang_id in stamps and
+                 self._avoid.get(g.gang_id, (None,))[0] != stamps[g.gang_id]]  # fmt: skip
+        tenants: dict[str, TenantShare] = {}
+        if names or stale:
+            pipe = self.redis.pipeline(transaction=False)
+            if names:
+                pipe.hmget(k.tenants, names)
+                pipe.hmget(k.tenant_held, names)
+            for g in stale:
+                for role in g.roles:
+                    pipe.hmget(k.task(g.part_id(role)), "avoid_devices", "avoid_hosts")
+            res = iter(pipe.execute())
+            if names:
+                specs, held = next(res), next(res)
+                for name, spec, h in zip(names, specs, held, strict=True):
+                    weight, cap = parse_tenant(spec)
+                    tenants[name] = TenantShare(weight, cap, _int(h))
+            for g in stale:
+                recs = {}
+                for role in g.roles:
+                    devs, hosts = next(res)
+                    if devs or hosts:
+                        recs[g.part_id(role)] = Avoid(_csv(devs), _csv(hosts))
+                self._avoid[g.gang_id] = (stamps[g.gang_id], recs)
+        avoid = {p: a for gid, (_, recs) in self._avoid.items() for p, a in recs.items()}
+        return gangs, tenants, avoid, _aging_ms(aging_raw)
+
+    def _trim_roles(self, ids: Sequence[str]) -> None:
+        if len(self._roles) > 4 * GANG_SCAN + 1000:
+            keep = set(ids)
+            self._roles = {t: v for t, v in self._roles.items() if t in keep}
 
     def publish(self, kept: dict[str, tuple[int, list[str]]]) -> None:
         """Write what changed in ``gang_holds`` (one round trip, only on a change)."""
@@ -153,3 +238,28 @@ class GangPlanner:
             pipe.hset(self.keys.gang_holds, items=changed)
         pipe.execute()
         self._written = want
+
+
+def _roles(spec: Any) -> tuple[Role, ...]:
+    roles = decode_roles(spec) or {}
+    return tuple(Role(n, r.driver_type, frozenset(r.tags)) for n, r in roles.items())
+
+
+def _int(raw: Any) -> int:
+    try:
+        return int(float(raw or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _csv(raw: Any) -> frozenset[str]:
+    return frozenset(x for x in str(raw or "").split(",") if x)
+
+
+def _aging_ms(raw: Any) -> int:
+    """``aging_seconds`` in ms (its default when missing or not a number)."""
+    try:
+        v = float(raw) if raw not in (None, "") else DEFAULT_AGING
+    except (TypeError, ValueError):
+        v = DEFAULT_AGING
+    return int(v * 1000) if v == v and v >= 0 else int(DEFAULT_AGING * 1000)

@@ -1,9 +1,20 @@
-"""Planning one pass: the configured strategy's proposal, checked and corrected. Pure Python
-over a snapshot: no Redis access (the commit re-validates every pair anyway)."""
+"""Planning one pass of a registered whole-pass strategy (``propose``): its proposal, checked
+and corrected. Pure Python over a snapshot: no Redis access (the commit re-validates every pair
+anyway). A built-in strategy is a placement profile, whose pipeline gives valid, corrected
+pairs by construction (`deviceq.placement.pipeline.place`)."""
 
 from __future__ import annotations
 
-from .strategies import AssignmentStrategy, IdleDevice, Pair, QueuedTask, Snapshot
+from ..placement.builtin import FifoSort
+from ..placement.pipeline import refine
+from ..placement.profiles import REFINE, Profile
+from ..placement.rows import Pair, Snapshot
+from ..placement.view import View
+from .strategies import AssignmentStrategy, ProfileStrategy
+
+CORRECTION = Profile("correction", FifoSort(), refine=REFINE)
+"""What corrects a whole-pass strategy's pairs: the built-in profiles' refine stage
+(anti-affinity, then faulty devices last)."""
 
 
 def plan(
@@ -11,11 +22,16 @@ def plan(
 ) -> tuple[list[Pair], int]:
     """Ask the strategy for pairs; keep the valid ones (at most ``snap.limit``): pairs naming a
     task or device not in the snapshot, a device or a task twice, or a device that does not
-    satisfy the task's constraints are dropped (``strategy_invalid``). Then anti-affinity is
-    enforced for every strategy (``respect_avoid``) when some queued task has a record
-    (``avoiding``), and devices with recent device faults are offered last. Returns the pairs
-    and the number dropped."""
-    proposed = list(strategy.propose(snap)) if snap.buckets and snap.devices else []
+    satisfy the task's constraints are dropped (``strategy_invalid``). Then, when some queued
+    task has an anti-affinity record (``avoiding``) or some device has recent device faults,
+    the pairs are corrected as the built-in profiles' are (`CORRECTION`): a task paired with
+    a device or host it lost an attempt on, or with a faulty device, gets a better unused
+    matching device when the snapshot has one. Returns the pairs and the number dropped."""
+    if not snap.buckets or not snap.devices:
+        return [], 0
+    if isinstance(strategy, ProfileStrategy):
+        return strategy.propose(snap), 0
+    proposed = list(strategy.propose(snap))
     tasks = {t.task_id: b for b in snap.buckets for t in b.heads}
     devices = {d.device_id: d for d in snap.devices}
     used_t: set[str] = set()
@@ -44,34 +60,5 @@ def plan(
         used_d.add(device_id)
         pairs.append((task_id, device_id))
     if avoiding or any(d.faults for d in snap.devices):
-        pairs = respect_avoid(snap, pairs, used_d)
+        pairs = refine(CORRECTION, View.from_snapshot(snap), pairs)
     return pairs, dropped
-
-
-def respect_avoid(snap: Snapshot, pairs: list[Pair], used: set[str]) -> list[Pair]:
-    """Anti-affinity and flaky devices last, for every strategy: a task paired with a device
-    (or host) it lost an attempt on, or with a device that has recent device faults, gets an
-    unused matching device it has not failed on, with fewer faults, instead, when the
-    snapshot has one (the same device only when nothing else matches)."""
-    heads = {t.task_id: (b, t) for b in snap.buckets for t in b.heads}
-    by_id = {d.device_id: d for d in snap.devices}
-    out: list[Pair] = []
-    for task_id, device_id in pairs:
-        b, t = heads[task_id]
-
-        def rank(d: IdleDevice, t: QueuedTask = t) -> tuple[int, int]:
-            return (t.avoid_rank(d), d.faults)
-
-        now = rank(by_id[device_id])
-        if now != (0, 0):
-            better = min(
-                (d for d in snap.matching[b.sig] if d.device_id not in used),
-                key=rank,
-                default=None,
-            )
-            if better is not None and rank(better) < now:
-                used.discard(device_id)
-                used.add(better.device_id)
-                device_id = better.device_id
-        out.append((task_id, device_id))
-    return out

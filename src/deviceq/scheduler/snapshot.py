@@ -12,10 +12,14 @@ round trips and never a queue scan:
   (x4 per round) only where the strategy used up every head it was given (``grow``), plus the
   strategy's optional ``lookahead``; and, only while some queued task has one, the heads'
   anti-affinity (``avoid``: devices and hosts they lost an attempt on);
-- with aging on (``aging_seconds``) and buckets of different priorities among those read,
-  the submission time of head tasks not seen before (cached while they stay heads), so each
-  head carries its effective priority (`deviceq.scheduler.strategies.aged`; a head's aged
-  copy is kept until its next level is due).
+- what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
+  profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
+  priorities among those read, the submission time of head tasks not seen before (cached
+  while they stay heads); the tenants' weights, caps and held devices.
+
+`make_view` gives a placement profile its `View`; `make_snapshot` gives a registered
+whole-pass strategy its `Snapshot`, with each head's effective priority set
+(`deviceq.placement.rows.aged`).
 
 A bucket's heads are cached between passes while its head score in ``queues`` (the head
 task's ``seq``) is unchanged, for at most ``HEAD_CACHE_SECONDS``: with hundreds of buckets
@@ -34,28 +38,24 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from math import inf
 from typing import Any
 
 import redis
 
-from ..core import eligibility, liveness
+from ..core import liveness
 from ..core.config import PoolConfig
+from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
-from ..core.tenants import parse_tenant
+from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, aged
+from ..placement.view import View
+from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
-from .strategies import (
-    AssignmentStrategy,
-    Bucket,
-    IdleDevice,
-    Pair,
-    QueuedTask,
-    Snapshot,
-    TenantShare,
-    aged,
-)
+from .head_cache import HeadCache
+from .inputs import INPUTS, settings_needed
+from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
@@ -65,20 +65,8 @@ DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
 GANG_SETTINGS = ("gang_reserve_after", "gang_hold_seconds")
 DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].default)
 DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
+TENANTS = frozenset({"tenants"})
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
-HEAD_CACHE_SECONDS = 10.0  # longest a bucket's cached heads are used without a read
-GATE = eligibility.GATE_FIELDS
-DEVICE_ROW = ("host_id", "driver_type", "tags", *GATE)  # a device row as a pass reads it
-
-
-@dataclass(frozen=True)
-class CachedHeads:
-    """A bucket's heads as read: valid while the bucket's head score is still ``head_seq``."""
-
-    head_seq: int
-    heads: tuple[QueuedTask, ...]
-    complete: bool  # the read returned fewer than asked: the bucket held only these
-    read_at: float  # time.monotonic()
 
 
 @dataclass
@@ -90,6 +78,7 @@ class Base:
     devices: list[IdleDevice]
     matching: dict[str, list[IdleDevice]]
     signatures: int
+    classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] | None = None  # by class
 
 
 def _seconds_ms(raw: Any, default: float) -> int:
@@ -122,26 +111,27 @@ class SnapshotReader:
         self.scripts = scripts or Scripts(r)
         self.keys = keys
         self.strategy = strategy
+        self.needs = strategy_needs(strategy)  # the optional inputs its plugins read
+        unknown = self.needs - INPUTS.keys()
+        if unknown:
+            raise ConfigError(
+                f"strategy {getattr(strategy, 'name', strategy)!r} needs view inputs nothing "
+                f"reads: {', '.join(sorted(unknown))} (readable: {', '.join(sorted(INPUTS))})"
+            )
         self.batch = batch
         self.max_devices = max_devices
         self.max_buckets = max_buckets
         self.device_refresh = device_refresh
         # bucket -> (driver type, tags, priority, tenant)
         self._sig_cache: dict[str, tuple[str | None, frozenset[str], int, str | None]] = {}
-        self._tenants: dict[str, TenantShare] = {}  # read per pass for a uses_tenants strategy
-        # device id -> (idle score as read, read at (monotonic), the device)
-        self._dev_cache: dict[str, tuple[Any, float, IdleDevice]] = {}
-        self._suspect: set[str] = set()
-        self._devgen: str | None = None  # the pool's ``devgen`` the device cache belongs to
+        self._per_pass: dict[str, dict[str, Any]] = {}  # per-pass inputs read (`inputs`)
+        self.settings: dict[str, Any] = {}  # the pool settings the inputs use, as read
+        self.device_cache = DeviceCache(r, keys, batch=batch, refresh=device_refresh)
         self._host_timeout_ms = 0
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
-        # head task id -> (the task as read, its aged copy, until when that copy holds (ms))
-        self._aged: dict[str, tuple[QueuedTask, QueuedTask, float]] = {}
-        # bucket -> (its heads as read, the bucket with them aged, until when that holds (ms))
-        self._aged_buckets: dict[str, tuple[tuple[QueuedTask, ...], Bucket, float]] = {}
-        self._heads: dict[str, CachedHeads] = {}  # bucket -> its heads (see HEAD_CACHE_SECONDS)
-        self._head_seq: dict[str, int] = {}  # bucket -> head score, as read with the last base
+        self.faulty = False  # some device has consecutive device faults (last base)
+        self.head_cache = HeadCache()  # bucket -> its heads (see HEAD_CACHE_SECONDS)
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self.retry_in_ms: int | None = None  # until the earliest retry is due (last read)
         self._spec_want: dict[str, int] = {}  # heads and hosts to read with the next base
@@ -168,7 +158,8 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
-        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS)
+        extra = settings_needed(self.needs)
+        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, *extra)
         pipe.get(k.devgen)
         # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
         pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
@@ -187,44 +178,38 @@ class SnapshotReader:
         self.gang_ids = [str(g) for g in res[7]]
         self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
         self.gang_hold_ms = _seconds_ms(cfg[3], DEFAULT_GANG_HOLD)
+        self.settings = dict(zip(extra, cfg[4:], strict=True))
         faults = res[8]
+        self.faulty = bool(faults)
         spec = res[9 : 9 + len(spec_want)]
         spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
         spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) :], strict=True))
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
-            self._heads.clear()
+            self.head_cache.clear()
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         # ms until the earliest retry becomes eligible (<= 0: due now), None when none waits
         first_retry = _pairs(res[6])
         self.retry_in_ms = int(float(first_retry[0][1])) - now if first_retry else None
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
-        aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
-        if aging_ms != self.aging_ms:  # aging_seconds changed: every aged copy is stale
-            self._aged.clear()
-            self._aged_buckets.clear()
-        self.aging_ms = aging_ms
-        if devgen != self._devgen:  # a device registered, changed or was removed
-            self._dev_cache.clear()
-            self._devgen = devgen
+        self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
+        self.device_cache.generation(devgen)
         idle = _pairs(idle_raw)
         queues = _pairs(queues_raw)
 
-        self._head_seq = {s: int(float(score)) for s, score in queues}
+        head_seq = {s: int(float(score)) for s, score in queues}
+        self.head_cache.based_on(head_seq)
         if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
-            live = self._head_seq
-            self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in live}
-        if len(self._heads) > 2 * len(queues) + 1000:
-            self._heads = {s: v for s, v in self._heads.items() if s in self._head_seq}
+            self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in head_seq}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
-        cached, sig_rows = self.device_rows(idle, [k.sig(s) for s in new_sigs])
+        cached, sig_rows = self.device_cache.rows(idle, [k.sig(s) for s in new_sigs])
         if faults:
             cached = [with_faults(d, faults) for d in cached]
         for s, (drv, tags, prio, tenant) in zip(new_sigs, sig_rows, strict=True):
-            self._sig_cache[s] = (drv or None, _tagset(tags), int(prio or 0), tenant or None)
+            self._sig_cache[s] = (drv or None, tagset(tags), int(prio or 0), tenant or None)
         shells = []
         old_shells, self._shells = self._shells, {}
-        for s, seq in self._head_seq.items():
+        for s, seq in head_seq.items():
             b = old_shells.get(s)
             if b is None or b.head_seq != seq:  # (a bucket's constraints never change)
                 drv, tags, prio, tenant = self._sig_cache[s]
@@ -233,7 +218,7 @@ class SnapshotReader:
             shells.append(b)
         pre = Snapshot.build(shells, cached, self.batch, now)
         hosts = sorted({d.host_id for d in pre.devices})
-        base = Base(now, shells, pre.devices, pre.matching, len(queues))
+        base = Base(now, shells, pre.devices, pre.matching, len(queues), pre.classes)
         return base, hosts, spec_heads, spec_rows
 
     def without(self, base: Base, device_ids: set[str]) -> Base:
@@ -242,7 +227,7 @@ class SnapshotReader:
             return base
         devices = [d for d in base.devices if d.device_id not in device_ids]
         pre = Snapshot.build(base.shells, devices, self.batch, base.now)
-        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures)
+        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures, pre.classes)
 
     def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base:
         """Drop the devices of hosts that cannot take work (``rows``: HMGET of
@@ -254,71 +239,6 @@ class SnapshotReader:
             if liveness.unplaceable(liveness.row(row), base.now, self._host_timeout_ms)
         }
         return self.without(base, {d.device_id for d in base.devices if d.host_id in bad})
-
-    def device_rows(
-        self, idle: list[Any], sig_keys: list[str]
-    ) -> tuple[list[IdleDevice], list[Any]]:
-        """The assignable idle devices with their static attributes (host, driver type, tags),
-        and the rows of ``sig_keys`` (read in the same round trip).
-
-        The ``idle`` zset is maintained by the scripts (a device is in it only while the one
-        rule, `deviceq.core.eligibility`, makes it a candidate; its score is the time it
-        became idle), and the
-        ``devgen`` counter is bumped whenever a device registers, changes its driver type or
-        tags, or is removed (the whole cache is dropped then). So a device hash is read only
-        when the device is new to this scheduler, after a ``devgen`` change, or when it was
-        named in a rejected pair (then its state is checked too): in a steady pool no device
-        row is read at all, whatever the number of devices freed since the last pass. As a
-        safety net, entries older than ``device_refresh`` seconds are re-read too, at most
-        ``max(64, batch)`` per pass."""
-        k = self.keys
-        mono = time.monotonic()
-        cache = self._dev_cache
-        fetch: list[str] = []
-        stale: list[str] = []
-        suspect = self._suspect
-        for did, _ in idle:
-            c = cache.get(did)
-            if c is None or did in suspect:
-                fetch.append(did)
-            elif mono - c[1] > self.device_refresh:
-                stale.append(did)
-        fetch += stale[: max(64, self.batch)]
-        scores = dict(idle)
-        res: list[Any] = []
-        if fetch or sig_keys:
-            pipe = self.redis.pipeline(transaction=False)
-            for did in fetch:
-                pipe.hmget(k.device(did), *DEVICE_ROW)
-            for sk in sig_keys:
-                pipe.hmget(sk, "driver_type", "tags", "priority", "tenant")
-            res = pipe.execute()
-        for did, d in zip(fetch, res[: len(fetch)], strict=True):
-            host_id, driver, tags = d[:3]
-            if not host_id or eligibility.device_blocker(dict(zip(GATE, d[3:], strict=True))):
-                cache.pop(did, None)  # a stale idle entry: excluded, re-checked next pass
-                suspect.add(did)
-                continue
-            suspect.discard(did)
-            score = scores[did]
-            dev = IdleDevice(did, host_id, driver or "", _tagset(tags), int(float(score)))
-            cache[did] = (score, mono, dev)
-        if len(cache) > 2 * len(idle) + 1000:  # forget devices that left the index
-            for did in set(cache) - set(scores):
-                del cache[did]
-        devices: list[IdleDevice] = []
-        for did, score in idle:
-            c = cache.get(did)
-            if c is None:
-                continue
-            if c[0] != score:  # re-entered the idle index: same attributes, new idle_since
-                dev = c[2]
-                dev = IdleDevice(did, dev.host_id, dev.driver_type, dev.tags, int(float(score)))
-                cache[did] = (score, c[1], dev)
-                devices.append(dev)
-            else:
-                devices.append(c[2])
-        return devices, res[len(fetch) :]
 
     def initial_want(self, base: Base) -> dict[str, int]:
         """Heads to read per servable bucket: a fair share of twice the batch (at least
@@ -342,7 +262,7 @@ class SnapshotReader:
     def rejected(self, device_id: str) -> None:
         """A committed pair naming this device was refused for a device reason: re-read
         its state at the next pass."""
-        self._suspect.add(device_id)
+        self.device_cache.suspect.add(device_id)
 
     def read_heads(
         self,
@@ -366,7 +286,9 @@ class SnapshotReader:
             return out, []
         k = self.keys
         # flags of lua/heads.lua: +1 the heads' submit times (aging), +2 their anti-affinity
-        flags = (1 if self.aging_ms > 0 else 0) | (2 if self.avoiding else 0)
+        flags = (1 if self.aging_ms > 0 and "submit_times" in self.needs else 0) | (
+            2 if self.avoiding else 0
+        )
         args: list[Any] = [flags]
         for sig, start, n in todo:
             for lo in range(start, n, HEADS_RANGE):
@@ -402,7 +324,7 @@ class SnapshotReader:
             else:
                 seen = {t.task_id for t in out.get(s, ())}
                 out[s] = out.get(s, ()) + tuple(t for t in got if t.task_id not in seen)
-            self._remember(s, out[s], complete, mono)
+            self.head_cache.remember(s, out[s], complete, mono)
         return out, rows
 
     def _head_tasks(self, sig: str, flat: list[Any]) -> tuple[QueuedTask, ...]:
@@ -417,38 +339,20 @@ class SnapshotReader:
             t = QueuedTask(tid, int(float(seq)), sig, prio, tenant=tenant)
             if avoid:
                 devs, _, hosts = str(avoid).partition("|")
-                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+                t = replace(t, avoid_devices=tagset(devs), avoid_hosts=tagset(hosts))
             out.append(t)
         return tuple(out)
-
-    def _remember(
-        self, sig: str, heads: tuple[QueuedTask, ...], complete: bool, mono: float
-    ) -> None:
-        seq = self._head_seq.get(sig)
-        if seq is not None and heads and heads[0].seq == seq:
-            self._heads[sig] = CachedHeads(seq, heads, complete, mono)
-        else:  # the bucket changed since the base was read: read it again next time
-            self._heads.pop(sig, None)
-
-    def cached_heads(self, sig: str, mono: float) -> CachedHeads | None:
-        """The bucket's heads from an earlier pass, while still valid (same head score as
-        this pass's base, younger than ``HEAD_CACHE_SECONDS``)."""
-        c = self._heads.get(sig)
-        if c is None or c.head_seq != self._head_seq.get(sig):
-            return None
-        return c if mono - c.read_at < HEAD_CACHE_SECONDS else None
 
     def forget_all(self) -> None:
         """Drop every cached head (e.g. on becoming the leader: another scheduler may have
         assigned, and its tasks come back, meanwhile)."""
-        self._heads.clear()
+        self.head_cache.clear()
         self._spec_want = {}
 
     def forget_heads(self, sigs: set[str]) -> None:
         """Pairs of these buckets were committed (or refused: a head may have left the queue
         meanwhile): read their heads again at the next pass."""
-        for sig in sigs:
-            self._heads.pop(sig, None)
+        self.head_cache.drop(sigs)
         # the next pass needs their new heads: read them with its base (a steady pool's few)
         self._spec_want = {s: n for s, n in self._want.items() if s in sigs}
         if len(self._spec_want) > SPECULATE:
@@ -464,55 +368,35 @@ class SnapshotReader:
         for t, row in zip(heads, rows, strict=True):
             if row:
                 devs, _, hosts = str(row).partition("|")
-                t = replace(t, avoid_devices=_tagset(devs), avoid_hosts=_tagset(hosts))
+                t = replace(t, avoid_devices=tagset(devs), avoid_hosts=tagset(hosts))
             out.append(t)
         return tuple(out)
 
-    def with_age(self, buckets: list[Bucket], now: int) -> list[Bucket]:
-        """The buckets with each head's effective priority set (aging): the submission time
-        of heads not seen before is read (one pipelined round trip; a task's is read once
-        while it stays a head: the cache keeps only the current heads). A head's aged copy
-        is reused until its next level is due."""
+    def aging(self, buckets: list[Bucket]) -> bool:
+        """Whether aging can change this pass's order: it is on, the strategy reads submit
+        times, and the buckets have more than one priority (with one, older is higher)."""
+        return (
+            self.aging_ms > 0
+            and "submit_times" in self.needs
+            and len({b.priority for b in buckets}) > 1
+        )
+
+    def submit_times(self, buckets: list[Bucket]) -> dict[str, int]:
+        """The submission times (ms) of the buckets' heads: those not seen before are read
+        (one pipelined round trip; a task's is read once while it stays a head: the cache
+        keeps only the current heads)."""
         ids = [t.task_id for b in buckets for t in b.heads]
-        new = [t for t in ids if t not in self._submitted]
+        known = self._submitted
+        new = [t for t in ids if t not in known]
         if new:
             pipe = self.redis.pipeline(transaction=False)
             for t in new:
                 pipe.hget(self.keys.task(t), "submitted_at")
             for t, v in zip(new, pipe.execute(), strict=True):
-                self._submitted[t] = int(float(v or 0))
-        if len(self._submitted) > 2 * len(ids) + 1000:
-            self._submitted = {t: self._submitted[t] for t in ids}
-            self._aged = {t: self._aged[t] for t in ids if t in self._aged}
-            live = {b.sig for b in buckets}
-            self._aged_buckets = {s: v for s, v in self._aged_buckets.items() if s in live}
-        return [self._aged_bucket(b, now) for b in buckets]
-
-    def _aged_bucket(self, b: Bucket, now: int) -> Bucket:
-        """``b`` with its heads aged; the aged bucket is reused while its heads are the same
-        (the head cache's tuple) and none of them has reached its next level."""
-        c = self._aged_buckets.get(b.sig)
-        if c is not None and c[0] is b.heads and now < c[2]:
-            return c[1]
-        heads = tuple(self._aged_head(t, now) for t in b.heads)
-        until = min((self._aged[t.task_id][2] for t in b.heads), default=inf)
-        aged_b = Bucket(
-            b.sig, b.driver_type, b.tags, b.priority, heads, b.head_seq, tenant=b.tenant
-        )
-        self._aged_buckets[b.sig] = (b.heads, aged_b, until)
-        return aged_b
-
-    def _aged_head(self, t: QueuedTask, now: int) -> QueuedTask:
-        c = self._aged.get(t.task_id)
-        if c is not None and c[0] is t and now < c[2]:
-            return c[1]
-        sub, aging = self._submitted[t.task_id], self.aging_ms
-        e = aged(t.priority, sub, now, aging)
-        # the next level is due at sub + (levels + 1) x aging; none past the top or without aging
-        until = sub + (e - t.priority + 1) * aging if sub > 0 and aging > 0 and e < 9 else inf
-        a = t if e == t.effective_priority else replace(t, effective_priority=e)
-        self._aged[t.task_id] = (t, a, until)
-        return a
+                known[t] = int(float(v or 0))
+        if len(known) > 2 * len(ids) + 1000:
+            self._submitted = known = {t: known[t] for t in ids}
+        return {t: known[t] for t in ids}
 
     def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
@@ -527,7 +411,7 @@ class SnapshotReader:
         for sig, n in want.items():
             got = spec_heads.get(sig)
             if got is None:
-                c = self.cached_heads(sig, mono)
+                c = self.head_cache.get(sig, mono)
                 if c is not None:
                     self._from_cache.add(sig)
                     if c.complete:  # the bucket held only these (newer ones: next read)
@@ -538,7 +422,7 @@ class SnapshotReader:
             if complete:  # the bucket holds only these
                 want[sig] = min(n, len(got))
             have[sig] = self._queued(sig, got[:n])
-            self._remember(sig, have[sig], complete and len(got) <= n, mono)
+            self.head_cache.remember(sig, have[sig], complete and len(got) <= n, mono)
         missing = [h for h in hosts if h not in spec_rows]
         heads, rows = self.read_heads(want, have, missing)
         rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
@@ -548,43 +432,70 @@ class SnapshotReader:
         self._want = want  # the buckets the next pass reads speculatively: see forget_heads
         self._spec_want = {}
         self._spec_hosts = hosts[:SPECULATE]
-        self._tenants = self.read_tenants(base) if getattr(self.strategy, "uses_tenants", 0) else {}
+        self._per_pass = {}
         return base, want, heads
-
-    def read_tenants(self, base: Base) -> dict[str, TenantShare]:
-        """The weight, cap and held devices of the tenants of the servable buckets (one round
-        trip, only when some bucket has a tenant; bounded by the buckets read)."""
-        names = sorted({b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)})
-        if not names:
-            return {}
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(self.keys.tenants, names)
-        pipe.hmget(self.keys.tenant_held, names)
-        specs, held = pipe.execute()
-        out = {}
-        for name, spec, h in zip(names, specs, held, strict=True):
-            weight, cap = parse_tenant(spec)
-            out[name] = TenantShare(weight, cap, int(h or 0))
-        return out
 
     def _queued(self, sig: str, pairs: list[Any]) -> tuple[QueuedTask, ...]:
         _, _, prio, tenant = self._sig_cache[sig]
         fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in pairs)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
-    def make_snapshot(
-        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
-    ) -> Snapshot:
-        buckets = [
+    def buckets(self, base: Base, heads: dict[str, tuple[QueuedTask, ...]]) -> list[Bucket]:
+        """The servable buckets with their heads (oldest first)."""
+        return [
             Bucket(
                 b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq, tenant=b.tenant
             )  # fmt: skip
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)
         ]
-        if self.aging_ms > 0 and len({b.priority for b in buckets}) > 1:
-            # (with one priority among them, aging cannot change any order: older is higher)
-            buckets = self.with_age(buckets, base.now)
+
+    def inputs(
+        self, base: Base, buckets: list[Bucket], names: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """The view fields of the optional inputs the strategy needs (or of ``names``), by
+        their readers (`inputs.INPUTS`)."""
+        fields: dict[str, Any] = {}
+        for name in self.needs if names is None else names:
+            inp = INPUTS[name]
+            if inp.per_pass:
+                got = self._per_pass.get(name)
+                if got is None:
+                    got = self._per_pass[name] = inp.read(self, base, buckets)
+            else:
+                got = inp.read(self, base, buckets)
+            fields.update(got)
+        return fields
+
+    def make_view(self, base: Base, heads: dict[str, tuple[QueuedTask, ...]]) -> View:
+        """A placement profile's view of the pass: what its plugins need, read."""
+        buckets = self.buckets(base, heads)
+        return View(
+            tuple(buckets),
+            tuple(base.devices),
+            self.batch,
+            base.now,
+            classes=base.classes,
+            **self.inputs(base, buckets),
+        )
+
+    def make_snapshot(
+        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+    ) -> Snapshot:
+        """A whole-pass strategy's snapshot, each head's effective priority set."""
+        buckets = self.buckets(base, heads)
+        if self.aging(buckets):
+            sub, now, ms = self.submit_times(buckets), base.now, self.aging_ms
+            buckets = [
+                replace(
+                    b,
+                    heads=tuple(
+                        replace(t, effective_priority=aged(t.priority, sub[t.task_id], now, ms))
+                        for t in b.heads
+                    ),
+                )
+                for b in buckets
+            ]
         return Snapshot(
             buckets,
             base.devices,
@@ -592,11 +503,13 @@ class SnapshotReader:
             base.now,
             {b.sig: base.matching[b.sig] for b in buckets},
             signatures=base.signatures,
-            tenants=self._tenants,
+            tenants=self.inputs(base, buckets, TENANTS)["tenants"]
+            if "tenants" in self.needs
+            else {},
         )
 
     def grow(
-        self, base: Base, snap: Snapshot, pairs: list[Pair], want: dict[str, int]
+        self, base: Base, buckets: Sequence[Bucket], pairs: list[Pair], want: dict[str, int]
     ) -> dict[str, int]:
         """Buckets the strategy used up: every head read was paired and the bucket may hold
         more, while a device that could serve it is unused or went to another bucket's task
@@ -605,17 +518,17 @@ class SnapshotReader:
         submission order within a bucket, the final plan equals the plan on unbounded heads.
         With interleaved buckets a strategy rarely uses up a bucket, so this seldom reads
         more (a bucket whose heads are not all paired never grows)."""
-        task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
+        task_sig = {t.task_id: b.sig for b in buckets for t in b.heads}
         dev_sig = {d: task_sig.get(t) for t, d in pairs}
         taken = Counter(task_sig.get(t) for t, _ in pairs)
         grow: dict[str, int] = {}
-        for b in snap.buckets:
+        for b in buckets:
             n = want.get(b.sig, 0)
             if len(b.heads) < n or n >= self.cap(base, b.sig):
                 continue  # bucket exhausted, or already read as deep as useful
             if taken[b.sig] < len(b.heads):
                 continue  # some head left unpaired: deeper tasks would not be chosen either
-            if any(dev_sig.get(d.device_id, "") != b.sig for d in snap.matching[b.sig]):
+            if any(dev_sig.get(d.device_id, "") != b.sig for d in base.matching[b.sig]):
                 grow[b.sig] = min(self.cap(base, b.sig), n * 4)
         return grow
 
@@ -638,7 +551,3 @@ def _pairs(raw: list[Any]) -> list[Any]:
         return raw
     it = iter(raw)
     return list(zip(it, it, strict=True))
-
-
-def _tagset(csv: str | None) -> frozenset[str]:
-    return frozenset(t for t in (csv or "").split(",") if t)

@@ -5,8 +5,9 @@
    batches (``expire_batch`` per call, at most ``expire_rounds`` calls per pass).
 2. **Snapshot**: a bounded read of idle devices, their hosts' health and the heads of the
    buckets they can serve (`snapshot.SnapshotReader`; never a queue scan).
-3. **Plan**: the strategy proposes pairs; invalid ones are dropped and anti-affinity is
-   enforced (`plan`).
+3. **Plan**: a built-in strategy's placement profile chooses the pairs over a view of the
+   snapshot (`deviceq.placement`); a registered whole-pass strategy proposes them, invalid
+   ones are dropped and anti-affinity is enforced (`plan`).
 4. **Commit** the pairs in one call of ``lua/assign.lua`` (`client.SchedulerClient.commit`),
    which re-validates each pair and checks the leader's fencing epoch. A stale snapshot only
    costs rejected pairs (counted by reason), never a double booking.
@@ -18,24 +19,29 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import redis
 
 from ..core.connection import PoolConnection
 from ..core.errors import ConfigError
 from ..core.keys import Keys
+from ..placement.pipeline import place
 from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
 from .gangs import GangPlanner
 from .leadership import Leadership
 from .pass_result import AssignResult
 from .plan import plan
-from .snapshot import SnapshotReader
+from .snapshot import Base, SnapshotReader
 from .strategies import (
     DEFAULT_STRATEGY,
     AssignmentStrategy,
+    Bucket,
     IdleDevice,
     Pair,
+    ProfileStrategy,
+    QueuedTask,
     Snapshot,
     get_strategy,
 )
@@ -97,7 +103,9 @@ class TaskScheduler:
             device_refresh=device_refresh,
             scripts=self.store.scripts,
         )
-        self.gangs = GangPlanner(self.store.redis, self.store.keys)
+        # multi-device tasks go through the same profile (a whole-pass strategy: the default's)
+        profile = self.strategy.profile if isinstance(self.strategy, ProfileStrategy) else None
+        self.gangs = GangPlanner(self.store.redis, self.store.keys, profile)
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
         self.leadership = Leadership(self.store, owner, on_elected=self._elected)
         self._stop = threading.Event()
@@ -153,25 +161,18 @@ class TaskScheduler:
         if self.reader.gang_ids or self.gangs.kept:
             # multi-device tasks first: what they take or keep is not offered to other tasks
             base = self.reader.without(base, self.assign_gangs(base.devices, base.now, f, res))
-        for _ in range(MAX_ROUNDS):
-            snap = self.reader.make_snapshot(base, want, heads)
-            pairs, dropped = self.plan(snap)
-            grow = self.reader.grow(base, snap, pairs, want)
-            if not grow:
-                break
-            want.update(grow)
-            heads, _ = self.reader.read_heads(want, heads)
-        res.signatures = snap.signatures
-        res.buckets = len(snap.buckets)
-        res.heads = sum(len(b.heads) for b in snap.buckets)
-        res.idle_devices = len(snap.devices)
+        buckets, pairs, dropped = self.plan_deep(base, want, heads)
+        res.signatures = base.signatures
+        res.buckets = len(buckets)
+        res.heads = sum(len(b.heads) for b in buckets)
+        res.idle_devices = len(base.devices)
         res.proposed = len(pairs) + dropped
         if dropped:
             res.rejected["strategy_invalid"] = dropped
         if pairs:
             outcome = self.commit(pairs, f)
             reasons: Counter[str] = Counter()
-            task_sig = {t.task_id: b.sig for b in snap.buckets for t in b.heads}
+            task_sig = {t.task_id: b.sig for b in buckets for t in b.heads}
             # their heads changed: read them again (a task of theirs may come back later with
             # the same seq, as a retry, with a record of where it failed)
             self.reader.forget_heads({task_sig[t] for t, _ in pairs})
@@ -240,6 +241,32 @@ class TaskScheduler:
     def plan(self, snap: Snapshot) -> tuple[list[Pair], int]:
         """The strategy's valid pairs for ``snap`` (see `deviceq.scheduler.plan.plan`)."""
         return plan(self.strategy, snap, avoiding=bool(self.reader.avoiding))
+
+    def plan_deep(
+        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+    ) -> tuple[Sequence[Bucket], list[Pair], int]:
+        """`plan_pass`, reading deeper (at most ``MAX_ROUNDS`` rounds) where the plan used a
+        bucket's heads up (`SnapshotReader.grow`)."""
+        for _ in range(MAX_ROUNDS):
+            buckets, pairs, dropped = self.plan_pass(base, want, heads)
+            grow = self.reader.grow(base, buckets, pairs, want)
+            if not grow:
+                break
+            want.update(grow)
+            heads, _ = self.reader.read_heads(want, heads)
+        return buckets, pairs, dropped
+
+    def plan_pass(
+        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+    ) -> tuple[Sequence[Bucket], list[Pair], int]:
+        """This pass's buckets (with the heads read), pairs and pairs dropped: a profile's
+        pipeline over the view its plugins need, or a whole-pass strategy's checked proposal."""
+        if isinstance(self.strategy, ProfileStrategy):
+            view = self.reader.make_view(base, heads)
+            return view.buckets, place(self.strategy.profile, view), 0
+        snap = self.reader.make_snapshot(base, want, heads)
+        pairs, dropped = self.plan(snap)
+        return snap.buckets, pairs, dropped
 
     def commit(self, pairs: list[Pair], fence: int | str = "") -> list[str]:
         """Commit pairs through ``lua/assign.lua``; per pair ``ok:LEASE`` or ``err:REASON``."""

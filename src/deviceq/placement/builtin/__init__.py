@@ -3,6 +3,7 @@
 from .anti_affinity import AntiAffinity
 from .fair_share import FairShareSort
 from .faults import FaultCount
+from .gang_hold import ReserveThenHold
 from .host_cap import HostCap
 from .lru import LeastRecentlyUsed
 from .matching import Match
@@ -14,10 +15,11 @@ __all__ = [
     "AntiAffinity",
     "FairShareSort",
     "FaultCount",
-    "HostCap",
     "FifoSort",
+    "HostCap",
     "LeastRecentlyUsed",
     "Match",
     "PrioritySort",
+    "ReserveThenHold",
     "TenantCap",
 ]

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...scheduler.strategies import QueuedTask, aged
+from ..rows import QueuedTask, aged
 from ..view import View
 
 
 def effective_priority(view: View) -> Callable[[QueuedTask], int]:
-    """The priority to order ``view``'s tasks by. Without submit times in the view: what the
-    snapshot set (`QueuedTask.aged_priority`). With them: aged from them, as the reader does,
-    only when aging is on and the view's buckets have more than one priority (with one,
-    aging cannot change an order within it, so the reader skips it, and so must the order
-    across tenants)."""
+    """The priority to order ``view``'s tasks by: aged from the view's submit times when aging
+    is on and the view's buckets have more than one priority (with one, aging cannot change
+    an order within it, nor, by rule, the order across tenants); otherwise the task's
+    priority as it is (`QueuedTask.aged_priority`: aged already in a whole-pass snapshot)."""
     submitted = view.submit_times
-    if submitted is None:
-        return _snapshot_priority
-    if view.aging_ms <= 0 or len({b.priority for b in view.buckets}) <= 1:
+    if submitted is None or view.aging_ms <= 0 or len({b.priority for b in view.buckets}) <= 1:
         return _raw_priority
     now, aging = view.now_ms, view.aging_ms
 
@@ -28,9 +25,5 @@ def effective_priority(view: View) -> Callable[[QueuedTask], int]:
     return prio
 
 
-def _snapshot_priority(t: QueuedTask) -> int:
-    return t.aged_priority
-
-
 def _raw_priority(t: QueuedTask) -> int:
-    return t.priority
+    return t.aged_priority  # (the priority itself unless a snapshot reader aged it)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...scheduler.strategies import IdleDevice, QueuedTask
+from ..rows import IdleDevice, QueuedTask
 from ..view import View
 
 

@@ -10,7 +10,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ...scheduler.strategies import IdleDevice, QueuedTask, TenantShare
+from ..rows import IdleDevice, QueuedTask, TenantShare
 from ..view import View
 from .aging import effective_priority
 

@@ -3,14 +3,15 @@ was read, plus the pairs placed on it this pass) gets no more in the pass; the c
 the cap as well (``host_cap`` in lua/assign.lua, counted in ``host_held``). A permit, not a
 filter or a score: it depends on what the pass placed so far. Its answer depends on the device
 only, so a host at its cap is ``closed``: its devices count as taken and the next task takes
-the best device of another host. With the cap 0 (the default) it allows every pair."""
+the best device of another host. A multi-device task counts each of its devices on a host
+(``allows_gang``: all of them must fit). With the cap 0 (the default) it allows every pair."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...scheduler.strategies import IdleDevice, QueuedTask
+from ..rows import IdleDevice, QueuedTask
 from ..view import View
 
 
@@ -31,6 +32,17 @@ class HostCapState:
 
     def allows(self, task: QueuedTask, device: IdleDevice) -> bool:
         return self._cap <= 0 or self._held.get(device.host_id, 0) < self._cap
+
+    def allows_gang(self, task: QueuedTask, devices: Sequence[IdleDevice | None]) -> bool:
+        """Whether every one of a multi-device task's devices fits on its host (a role
+        without a device yet takes none)."""
+        if self._cap <= 0:
+            return True
+        more: dict[str, int] = {}
+        for d in devices:
+            if d is not None:
+                more[d.host_id] = more.get(d.host_id, 0) + 1
+        return all(self._held.get(h, 0) + n <= self._cap for h, n in more.items())
 
     def placed(self, task: QueuedTask, device: IdleDevice) -> None:
         if self._cap > 0:

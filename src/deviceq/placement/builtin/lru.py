@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...scheduler.strategies import IdleDevice
+from ..rows import IdleDevice
 from ..view import View
 
 

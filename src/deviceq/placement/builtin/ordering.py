@@ -7,7 +7,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ...scheduler.strategies import IdleDevice, QueuedTask
+from ..rows import IdleDevice, QueuedTask
 from ..view import View
 from .aging import effective_priority
 

@@ -1,12 +1,14 @@
 """A tenant at its ``max_devices`` cap (devices its tasks hold, counting this pass's) gets no
 more devices in the pass (the commit enforces the cap as well: ``tenant_cap``). A permit, not
-a filter: it depends on what the pass placed so far, not on the device."""
+a filter: it depends on what the pass placed so far, not on the device. A multi-device task
+counts every one of its roles' devices: it is refused unless all of them fit under the cap."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...scheduler.strategies import IdleDevice, QueuedTask
+from ..rows import IdleDevice, QueuedTask
 from ..view import View
 
 
@@ -20,6 +22,11 @@ class CapState:
         name = task.tenant or ""
         cap = self._cap.get(name)
         return cap is None or self._held[name] < cap
+
+    def allows_gang(self, task: QueuedTask, devices: Sequence[IdleDevice | None]) -> bool:
+        name = task.tenant or ""
+        cap = self._cap.get(name)
+        return cap is None or self._held[name] + len(devices) <= cap
 
     def placed(self, task: QueuedTask, device: IdleDevice) -> None:
         name = task.tenant or ""

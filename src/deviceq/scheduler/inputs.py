@@ -1,0 +1,120 @@
+"""How the snapshot reader reads each optional view input a placement plugin may need
+(`deviceq.placement.view.INPUTS`): one `Input` per name, in `INPUTS`. The reader reads, for a
+pass, only the inputs its strategy needs (`strategies.strategy_needs`: the union of a profile's
+plugins' ``needs``), so a plugin that needs a new kind of state adds its reader here (with its
+view field in `View`), never an edit to the reader or the pass.
+
+An input's ``read`` returns the `View` fields it fills (usually one, named as the input). It
+may name pool settings (``settings``): they are read with the pass's base, in the same round
+trip, and handed to it in ``SnapshotReader.settings``. ``per_pass`` inputs depend on the base
+only and are read once per pass; the others are read for each view (a pass that reads deeper
+makes several), from what the heads carry or a cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.tenants import parse_tenant
+from ..placement.rows import Bucket, TenantShare
+from ..placement.view import Avoid
+from .host_load import host_cap_setting, read_host_tasks
+
+if TYPE_CHECKING:
+    from .snapshot import Base, SnapshotReader
+
+Read = Callable[["SnapshotReader", "Base", list[Bucket]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Input:
+    """How one optional view input is read."""
+
+    name: str
+    read: Read
+    settings: tuple[str, ...] = ()  # pool settings it uses, read with the base
+    per_pass: bool = False  # depends on the base only: read once per pass
+
+
+INPUTS: dict[str, Input] = {}
+"""Every readable view input, by name."""
+
+
+def register_input(
+    name: str, *, settings: tuple[str, ...] = (), per_pass: bool = False
+) -> Callable[[Read], Read]:
+    """Decorator registering ``read`` as the reader of view input ``name``."""
+
+    def deco(read: Read) -> Read:
+        INPUTS[name] = Input(name, read, settings, per_pass)
+        return read
+
+    return deco
+
+
+def settings_needed(needs: frozenset[str]) -> tuple[str, ...]:
+    """The pool settings the inputs in ``needs`` use (sorted, each once)."""
+    return tuple(sorted({s for n in needs if n in INPUTS for s in INPUTS[n].settings}))
+
+
+@register_input("tenants", per_pass=True)
+def read_tenants(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The weight, cap and held devices of the tenants of the servable buckets (one round
+    trip, only when some bucket has a tenant; bounded by the buckets read)."""
+    names = sorted({b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)})
+    if not names:
+        return {"tenants": {}}
+    pipe = r.redis.pipeline(transaction=False)
+    pipe.hmget(r.keys.tenants, names)
+    pipe.hmget(r.keys.tenant_held, names)
+    specs, held = pipe.execute()
+    out = {}
+    for name, spec, h in zip(names, specs, held, strict=True):
+        weight, cap = parse_tenant(spec)
+        out[name] = TenantShare(weight, cap, int(h or 0))
+    return {"tenants": out}
+
+
+@register_input("submit_times")
+def read_submit_times(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The heads' submission times and the pool's aging, when aging can change the order
+    (`SnapshotReader.aging`); else none (an aging sort then keeps plain priorities)."""
+    if not r.aging(buckets):
+        return {"submit_times": {}, "aging_ms": 0}
+    return {"submit_times": r.submit_times(buckets), "aging_ms": r.aging_ms}
+
+
+@register_input("avoid")
+def read_avoid(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The anti-affinity records of the heads that have one (they ride on the heads, read
+    with them while some queued task has one: `SnapshotReader.avoiding`)."""
+    if not r.avoiding:
+        return {"avoid": {}}
+    return {
+        "avoid": {
+            t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
+            for b in buckets
+            for t in b.heads
+            if t.avoid_devices or t.avoid_hosts
+        }
+    }
+
+
+@register_input("faults", per_pass=True)
+def read_faults(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The idle devices' consecutive device faults (read with the base: `IdleDevice.faults`)."""
+    if not r.faulty:
+        return {"faults": {}}
+    return {"faults": {d.device_id: d.faults for d in base.devices if d.faults}}
+
+
+@register_input("host_tasks", settings=("max_tasks_per_host",), per_pass=True)
+def read_host_load(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The pool's ``max_tasks_per_host`` (read with the base) and, when it is set, the leases
+    the idle devices' hosts hold (one ``HMGET`` of ``host_held``); none read at cap 0."""
+    cap = host_cap_setting(r.settings.get("max_tasks_per_host"))
+    if cap <= 0:
+        return {"host_tasks": {}, "max_tasks_per_host": 0}
+    hosts = {d.host_id for d in base.devices}
+    return {"host_tasks": read_host_tasks(r.redis, r.keys, hosts), "max_tasks_per_host": cap}
