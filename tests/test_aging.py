@@ -1,4 +1,4 @@
-"""Priority with aging (issue 14): a queued task's effective priority rises one level every
+"""Priority with aging: a queued task's effective priority rises one level every
 ``aging_seconds`` it waits (at most 9), so a low-priority task is never starved by a steady
 stream of high-priority ones. Real Redis; the starvation case through the real daemons."""
 

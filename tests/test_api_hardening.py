@@ -1,4 +1,4 @@
-"""Findings of the security review (issue 9), each checked against the real private Redis (and
+"""Findings of a security review, each checked against the real private Redis (and
 fakeredis where the fixture is parametrized):
 
 1. ids, tags, driver types, pool and workflow names, idempotency keys match as a *whole*: a

@@ -1,4 +1,4 @@
-"""Issue 9, findings 4, 6 and 7: scripts validate before they write (and the scheduler daemon
+"""Bounds: scripts validate before they write (and the scheduler daemon
 survives a refused script), every loop and every setting is bounded, and hosts may not set the
 outcomes only the server sets. Real Redis (and fakeredis where the ``fleet`` fixture runs)."""
 

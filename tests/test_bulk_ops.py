@@ -1,4 +1,4 @@
-"""Bulk task operations (issue 15): ``task cancel|retry|wait`` on several ids or a filter
+"""Bulk task operations: ``task cancel|retry|wait`` on several ids or a filter
 (counted, confirmed, ``--yes``; refused without a terminal), ``task list --host/--since``,
 and ``Client.cancel_many`` / ``Client.wait_many`` / ``Client.find``. Every filter reads the
 status indexes page by page, never the keyspace."""

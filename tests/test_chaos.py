@@ -1,4 +1,4 @@
-"""The chaos soak's short version (issue 11): ``bench/chaos.py`` with 300 tasks on 4 hosts x 4
+"""The chaos soak's short version: ``bench/chaos.py`` with 300 tasks on 4 hosts x 4
 devices, a fault every 2 s (host SIGKILL, leader scheduler SIGKILL, host SIGSTOP past its
 lease, redis-server SIGKILL and restart from its AOF). Every task ends, none is lost, no device
 or task ran two things at once, and ``deviceq verify`` finds nothing."""

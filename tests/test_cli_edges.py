@@ -1,4 +1,4 @@
-"""Rough edges of the command line (issue 15), each as a user meets it: piped tables are whole,
+"""Rough edges of the command line, each as a user meets it: piped tables are whole,
 shell completion is printed by ``deviceq completion``, ``config get`` marks defaults, JSON log
 lines carry their timezone."""
 
@@ -141,7 +141,7 @@ def test_status_all_pools_on_a_standalone_server(redis_url: str) -> None:
     assert rows["edges-a"]["hosts"] == 1 and rows["edges-a"]["leader"] is None
 
 
-# -- issue 15: global options anywhere, no empty files, pool typos, standby, drain, events -----
+# -- global options anywhere, no empty files, pool typos, standby, drain, events -----
 EXE = Path(sys.executable).parent / "deviceq"
 
 

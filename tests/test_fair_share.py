@@ -1,4 +1,4 @@
-"""Tenants and fair share (issue 14): a task may carry a ``tenant``; the pool sets per-tenant
+"""Tenants and fair share: a task may carry a ``tenant``; the pool sets per-tenant
 weights and caps on devices held at once (``deviceq tenant set``); the ``fair_share`` strategy
 serves tenants in proportion to their weights among the devices they compete for, on top of
 priority and aging; a tenant at its cap waits (``explain`` says so) and the commit never lets

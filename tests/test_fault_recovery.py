@@ -1,7 +1,8 @@
 """A fault costs a task one attempt, no loop runs away, settings changes and cancels apply at
-once, and a device runs one thing at a time, physically (issue 8, cases 2-5 and 8, and a soak
-with hosts SIGKILLed every few seconds). Real `deviceq host run` and `deviceq scheduler run`
-processes on a private Redis; tasks run the overlap-proving runner (see bench/runlog.py)."""
+once, and a device runs one thing at a time, physically (host and scheduler kills, restarts,
+and a soak with hosts SIGKILLed every few seconds). Real `deviceq host run` and
+`deviceq scheduler run` processes on a private Redis; tasks run the overlap-proving runner
+(see bench/runlog.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multi-device (gang) tasks on real Redis (issue 16): every role placed at once or none, never
+"""Multi-device (gang) tasks on real Redis: every role placed at once or none, never
 blocking single-device tasks, devices kept for a starving gang for at most gang_hold_seconds,
 and an attempt that ends for every part together (report, failure, expiry, cancel)."""
 

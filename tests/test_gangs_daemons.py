@@ -1,4 +1,4 @@
-"""Multi-device (gang) tasks through real daemons (issue 16): `deviceq scheduler run` and one
+"""Multi-device (gang) tasks through real daemons: `deviceq scheduler run` and one
 `deviceq host run` per host, on a private Redis. A two-role task runs once across two hosts,
 holding both devices for exactly its run; a SIGKILLed host ends the attempt for both roles and
 releases both devices, then the task is retried; with devices scarce, single-device and

@@ -1,4 +1,4 @@
-"""Device health checks (issue 14): a host declares a check per driver type
+"""Device health checks: a host declares a check per driver type
 (``host run --health-check DRIVER=TEMPLATE``); it runs when a device joins, every N tasks,
 every S seconds and after an infrastructure failure. A failing device leaves service (no task
 goes to it) and returns when a check passes; a check goes through the same reservation as a

@@ -1,4 +1,4 @@
-"""One live daemon per host id (issue 8, cases 1 and 6, and the SIGSTOP case), end to end with
+"""One live daemon per host id (a second daemon, a takeover, a stopped process), end to end with
 real `deviceq host run` and `deviceq scheduler run` processes on a private Redis. Every task
 here runs the overlap-proving runner: a per-device and a per-task ``flock`` that a second
 concurrent run would find taken."""

@@ -32,7 +32,6 @@ OVER_LIMIT = {
     "host/http_client.py",
     "producer.py",
     "scheduler/explain.py",
-    "scheduler/snapshot.py",
 }
 KNOWN_CYCLES: set[frozenset[str]] = {
     # explain.py builds an Explanation and hands a multi-device task to explain_gang, which

@@ -269,7 +269,7 @@ def test_events_json_by_task_since_and_limit(real_fleet: Any, cli: Any) -> None:
     assert all(e["task_id"] == tid for e in evs)
     assert evs[1]["lease_id"] == f"{tid}-a1" and evs[1]["device_id"] == "d1"
     assert evs[1]["host_id"] == "h1"
-    assert evs[1]["queued_ms"] >= 0 and evs[1]["attempt"] == 1  # typed (issue 15)
+    assert evs[1]["queued_ms"] >= 0 and evs[1]["attempt"] == 1  # typed
     assert evs[2]["claim_ms"] >= 0
     assert evs[3]["failure_kind"] is None
     for e in evs:

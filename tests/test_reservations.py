@@ -1,4 +1,4 @@
-"""Reservations (issue 16): a person books an idle device for a while (``deviceq reserve``);
+"""Reservations: a person books an idle device for a while (``deviceq reserve``);
 the scheduler never sees it until the reservation ends (``deviceq release`` or by itself, in
 the scheduler's expiry scan). Real Redis throughout; the end-to-end test runs real daemons."""
 

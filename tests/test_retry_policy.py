@@ -1,4 +1,4 @@
-"""Failure-aware retries with backoff (issue 14): ``retry_on`` decides which failure kinds are
+"""Failure-aware retries with backoff: ``retry_on`` decides which failure kinds are
 retried (by default infrastructure failures and lost leases, not the task's own
 ``runner_failed``), ``retry_backoff`` how long a retry waits (none, fixed or exponential with
 jitter and a maximum). A waiting retry is queued but in no bucket: it sits in the ``retries``

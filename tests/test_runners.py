@@ -126,7 +126,7 @@ def test_command_placeholders_are_shell_quoted_and_goal_is_not_run_by_a_shell(
 
 @pytest.mark.parametrize("goal", ["$(id)", "`id`", "'; id; '", '"; id; "', "a b\nid", "$HOME"])
 def test_a_goal_inside_a_shell_script_cannot_inject(goal: str, tmp_path: Path) -> None:
-    """Issue 9, finding 2: `sh -c 'echo {goal}'` used to run `id` for the goal `$(id)` (the
+    """Shell injection: `sh -c 'echo {goal}'` used to run `id` for the goal `$(id)` (the
     value was quoted, then the whole line re-split). Splicing {goal} into a script is refused
     at start; {goal:shell} quotes it as one word for that shell."""
     with pytest.raises(ConfigError, match="whole argument"):

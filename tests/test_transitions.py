@@ -822,7 +822,7 @@ def test_quarantine_after_consecutive_failures(fleet: Any) -> None:
 
 
 def test_failing_tasks_never_quarantine_a_device(fleet: Any) -> None:
-    """Issue 8, case 7: a task whose command exits non-zero is the task's failure; any number
+    """A task whose command exits non-zero is the task's failure; any number
     of them leave the device in service."""
     h = fleet.add_host("h1", ("d1", "android", ()))
     fleet.admin.set_config("quarantine_after", 1)

@@ -1,4 +1,4 @@
-"""Reservations (issue 16): ``deviceq reserve`` takes an idle device for a person for a while,
+"""Reservations: ``deviceq reserve`` takes an idle device for a person for a while,
 ``deviceq release`` ends it early, ``device show`` shows a device with its reservation."""
 
 from __future__ import annotations

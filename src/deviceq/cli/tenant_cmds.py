@@ -1,4 +1,4 @@
-"""Tenants (issue 14): ``deviceq tenant set|list|remove``: each tenant's fair-share weight and
+"""Tenants: ``deviceq tenant set|list|remove``: each tenant's fair-share weight and
 its cap on devices held at once. Tasks name their tenant with ``deviceq submit --tenant``."""
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ for when a row is read again)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -105,3 +106,14 @@ class DeviceCache:
 def tagset(csv: str | None) -> frozenset[str]:
     """Tags from their comma-separated stored form."""
     return frozenset(t for t in (csv or "").split(",") if t)
+
+
+def with_faults(device: IdleDevice, faults: dict[str, str]) -> IdleDevice:
+    """``device`` with its consecutive device faults (the ``faults`` hash), when it has any."""
+    n = faults.get(device.device_id)
+    if not n:
+        return device
+    try:
+        return replace(device, faults=max(0, int(n)))
+    except ValueError:  # a raw write of garbage: counts as one fault
+        return replace(device, faults=1)

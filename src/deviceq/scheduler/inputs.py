@@ -79,10 +79,34 @@ def read_tenants(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[s
 @register_input("submit_times")
 def read_submit_times(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The heads' submission times and the pool's aging, when aging can change the order
-    (`SnapshotReader.aging`); else none (an aging sort then keeps plain priorities)."""
-    if not r.aging(buckets):
+    (`aging_applies`); else none (an aging sort then keeps plain priorities)."""
+    if not aging_applies(r, buckets):
         return {"submit_times": {}, "aging_ms": 0}
-    return {"submit_times": r.submit_times(buckets), "aging_ms": r.aging_ms}
+    return {"submit_times": submit_times(r, buckets), "aging_ms": r.aging_ms}
+
+
+def aging_applies(r: SnapshotReader, buckets: list[Bucket]) -> bool:
+    """Whether aging can change this pass's order: it is on, the strategy reads submit
+    times, and the buckets have more than one priority (with one, older is higher)."""
+    return r.aging_ms > 0 and "submit_times" in r.needs and len({b.priority for b in buckets}) > 1
+
+
+def submit_times(r: SnapshotReader, buckets: list[Bucket]) -> dict[str, int]:
+    """The submission times (ms) of the buckets' heads: those not seen before are read
+    (one pipelined round trip; a task's is read once while it stays a head: the cache
+    keeps only the current heads)."""
+    ids = [t.task_id for b in buckets for t in b.heads]
+    known = r._submitted
+    new = [t for t in ids if t not in known]
+    if new:
+        pipe = r.redis.pipeline(transaction=False)
+        for t in new:
+            pipe.hget(r.keys.task(t), "submitted_at")
+        for t, v in zip(new, pipe.execute(), strict=True):
+            known[t] = int(float(v or 0))
+    if len(known) > 2 * len(ids) + 1000:
+        r._submitted = known = {t: known[t] for t in ids}
+    return {t: known[t] for t in ids}
 
 
 @register_input("avoid")

@@ -7,11 +7,10 @@ round trips and never a queue scan:
   liveness rule, `deviceq.core.liveness`);
 - the non-empty constraint buckets (the ``queues`` zset, at most ``max_buckets``), with their
   constraints cached (``sig:SIG``; the cache is bounded to the live buckets);
-- for each bucket that some idle device can serve, only a few head tasks: a fair share of
-  ``batch`` (at least ``MIN_HEADS``), never more than its matching idle devices, read deeper
-  (x4 per round) only where the strategy used up every head it was given (``grow``), plus the
-  strategy's optional ``lookahead``; and, only while some queued task has one, the heads'
-  anti-affinity (``avoid``: devices and hosts they lost an attempt on);
+- for each bucket that some idle device can serve, only a few head tasks (`head_counts`: a
+  fair share of ``batch``, read deeper only where the plan used up every head it was given,
+  plus the strategy's optional ``lookahead``); and, only while some queued task has one, the
+  heads' anti-affinity (``avoid``: devices and hosts they lost an attempt on);
 - what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
   profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
   priorities among those read, the submission time of head tasks not seen before (cached
@@ -37,7 +36,6 @@ signatures + idle devices), never O(queue length)."""
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,14 +49,14 @@ from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
 from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, aged
 from ..placement.view import View
-from .device_cache import DeviceCache, tagset
+from . import head_counts
+from .device_cache import DeviceCache, tagset, with_faults
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
-from .inputs import INPUTS, settings_needed
+from .inputs import INPUTS, aging_applies, settings_needed, submit_times
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
-MIN_HEADS = 8  # heads first read per servable bucket (at least)
 SPECULATE = 32  # buckets and hosts whose heads and health a pass reads with its base
 DEFAULT_HOST_TIMEOUT = float(PoolConfig.model_fields["host_timeout"].default)
 DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
@@ -240,25 +238,6 @@ class SnapshotReader:
         }
         return self.without(base, {d.device_id for d in base.devices if d.host_id in bad})
 
-    def initial_want(self, base: Base) -> dict[str, int]:
-        """Heads to read per servable bucket: a fair share of twice the batch (at least
-        ``MIN_HEADS`` while that reads at most 4 x batch heads in all: with hundreds of
-        buckets, e.g. tenants x priorities, one each), never more than its matching idle
-        devices; plus ``lookahead``. A bucket the plan uses up is read deeper (`grow`)."""
-        servable = [b for b in base.shells if base.matching[b.sig]]
-        if not servable:
-            return {}
-        n = len(servable)
-        share = max(min(MIN_HEADS, -(-4 * self.batch // n)), -(-2 * self.batch // n))
-        extra = self.lookahead()
-        return {b.sig: min(len(base.matching[b.sig]), self.batch, share) + extra for b in servable}
-
-    def cap(self, base: Base, sig: str) -> int:
-        return min(len(base.matching[sig]), self.batch) + self.lookahead()
-
-    def lookahead(self) -> int:
-        return min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
-
     def rejected(self, device_id: str) -> None:
         """A committed pair naming this device was refused for a device reason: re-read
         its state at the next pass."""
@@ -372,32 +351,6 @@ class SnapshotReader:
             out.append(t)
         return tuple(out)
 
-    def aging(self, buckets: list[Bucket]) -> bool:
-        """Whether aging can change this pass's order: it is on, the strategy reads submit
-        times, and the buckets have more than one priority (with one, older is higher)."""
-        return (
-            self.aging_ms > 0
-            and "submit_times" in self.needs
-            and len({b.priority for b in buckets}) > 1
-        )
-
-    def submit_times(self, buckets: list[Bucket]) -> dict[str, int]:
-        """The submission times (ms) of the buckets' heads: those not seen before are read
-        (one pipelined round trip; a task's is read once while it stays a head: the cache
-        keeps only the current heads)."""
-        ids = [t.task_id for b in buckets for t in b.heads]
-        known = self._submitted
-        new = [t for t in ids if t not in known]
-        if new:
-            pipe = self.redis.pipeline(transaction=False)
-            for t in new:
-                pipe.hget(self.keys.task(t), "submitted_at")
-            for t, v in zip(new, pipe.execute(), strict=True):
-                known[t] = int(float(v or 0))
-        if len(known) > 2 * len(ids) + 1000:
-            self._submitted = known = {t: known[t] for t in ids}
-        return {t: known[t] for t in ids}
-
     def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
         device or bucket attributes must be read). The heads are chosen before the hosts'
@@ -484,8 +437,8 @@ class SnapshotReader:
     ) -> Snapshot:
         """A whole-pass strategy's snapshot, each head's effective priority set."""
         buckets = self.buckets(base, heads)
-        if self.aging(buckets):
-            sub, now, ms = self.submit_times(buckets), base.now, self.aging_ms
+        if aging_applies(self, buckets):
+            sub, now, ms = submit_times(self, buckets), base.now, self.aging_ms
             buckets = [
                 replace(
                     b,
@@ -508,40 +461,18 @@ class SnapshotReader:
             else {},
         )
 
+    def initial_want(self, base: Base) -> dict[str, int]:
+        """Heads to read per servable bucket (`head_counts.initial_want`)."""
+        return head_counts.initial_want(base.shells, base.matching, self.batch, self.lookahead())
+
     def grow(
         self, base: Base, buckets: Sequence[Bucket], pairs: list[Pair], want: dict[str, int]
     ) -> dict[str, int]:
-        """Buckets the strategy used up: every head read was paired and the bucket may hold
-        more, while a device that could serve it is unused or went to another bucket's task
-        (which a deeper, maybe older, task of this bucket might deserve). Returns their new
-        (larger) head counts; empty when the plan is final. For any policy that keeps
-        submission order within a bucket, the final plan equals the plan on unbounded heads.
-        With interleaved buckets a strategy rarely uses up a bucket, so this seldom reads
-        more (a bucket whose heads are not all paired never grows)."""
-        task_sig = {t.task_id: b.sig for b in buckets for t in b.heads}
-        dev_sig = {d: task_sig.get(t) for t, d in pairs}
-        taken = Counter(task_sig.get(t) for t, _ in pairs)
-        grow: dict[str, int] = {}
-        for b in buckets:
-            n = want.get(b.sig, 0)
-            if len(b.heads) < n or n >= self.cap(base, b.sig):
-                continue  # bucket exhausted, or already read as deep as useful
-            if taken[b.sig] < len(b.heads):
-                continue  # some head left unpaired: deeper tasks would not be chosen either
-            if any(dev_sig.get(d.device_id, "") != b.sig for d in base.matching[b.sig]):
-                grow[b.sig] = min(self.cap(base, b.sig), n * 4)
-        return grow
+        """Buckets to read deeper, with their new head counts (`head_counts.grow`)."""
+        return head_counts.grow(base.matching, buckets, pairs, want, self.batch, self.lookahead())
 
-
-def with_faults(device: IdleDevice, faults: dict[str, str]) -> IdleDevice:
-    """``device`` with its consecutive device faults (the ``faults`` hash), when it has any."""
-    n = faults.get(device.device_id)
-    if not n:
-        return device
-    try:
-        return replace(device, faults=max(0, int(n)))
-    except ValueError:  # a raw write of garbage: counts as one fault
-        return replace(device, faults=1)
+    def lookahead(self) -> int:
+        return min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
 
 
 def _pairs(raw: list[Any]) -> list[Any]:
