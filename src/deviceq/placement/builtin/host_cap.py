@@ -4,7 +4,10 @@ the cap as well (``host_cap`` in lua/assign.lua, counted in ``host_held``). A pe
 filter or a score: it depends on what the pass placed so far. Its answer depends on the device
 only, so a host at its cap is ``closed``: its devices count as taken and the next task takes
 the best device of another host. A multi-device task counts each of its devices on a host
-(``allows_gang``: all of them must fit). With the cap 0 (the default) it allows every pair."""
+(``allows_gang``: all of them must fit); its roles are picked before permits judge them, so a
+gang whose picks put more devices on one host than it has room for is refused for the pass
+even where another spread of its roles would fit. With the cap 0 (the default) it allows
+every pair."""
 
 from __future__ import annotations
 
