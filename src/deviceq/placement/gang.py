@@ -189,7 +189,7 @@ def place_gangs(profile: Profile, gv: GangView, permit: GangPermit) -> list[Gang
         return []
     picker = _Picker(profile, view)
     order = profile.sort.order(view)
-    states = [p.start(view) for p in profile.permits]
+    states = [s for s in (p.start(view) for p in profile.permits) if s is not None]
     whole = [isinstance(s, GangPassPermit) for s in states]
     used: set[str] = set()
     for s in states:

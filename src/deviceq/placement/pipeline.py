@@ -186,7 +186,7 @@ class _Pass:
     def run(self) -> list[Pair]:
         view, limit = self.view, self.view.limit
         order = self.profile.sort.order(view)
-        permits = [p.start(view) for p in self.profile.permits]
+        permits = [s for s in (p.start(view) for p in self.profile.permits) if s is not None]
         task_scores = self.task_scores
         used: set[str] = set()
         for p in permits:

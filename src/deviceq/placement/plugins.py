@@ -116,7 +116,10 @@ class GangPassPermit(PassPermit, Protocol):
 
 
 class Permit(Plugin, Protocol):
-    def start(self, view: View) -> PassPermit: ...
+    """``start`` returns the permit's state for a pass over ``view``, or None when it allows
+    every pair of that view (the pass then never asks it)."""
+
+    def start(self, view: View) -> PassPermit | None: ...
 
 
 class GangDecision(Enum):

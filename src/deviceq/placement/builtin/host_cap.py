@@ -72,5 +72,8 @@ class HostCap:
     name: str = "host_cap"
     needs: frozenset[str] = frozenset({"host_tasks"})
 
-    def start(self, view: View) -> HostCapState:
+    def start(self, view: View) -> HostCapState | None:
+        """None at cap 0: every pair is allowed, nothing is counted."""
+        if view.max_tasks_per_host <= 0:
+            return None
         return HostCapState(view.max_tasks_per_host, view.host_tasks or {}, view.devices)
