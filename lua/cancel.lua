@@ -2,7 +2,7 @@
 --- @include "lib/args"
 --- @include "lib/events"
 --- @include "lib/notify"
---- @include "lib/status"
+--- @include "gen/statuses"
 --- @include "lib/queue"
 --- @include "lib/tasks"
 --- @include "lib/attempts"

@@ -6,6 +6,7 @@
 --- @include "lib/tasks"
 --- @include "lib/removal"
 --- @include "lib/handback"
+--- @include "gen/statuses"
 -- device_remove.lua: delete one device (retired, replaced, or a ghost its host no longer
 -- reports), by an operator. Refused while a lease holds it (a task is assigned to it or runs
 -- on it) and while its live host still reports it (it would be registered again at the
@@ -44,7 +45,7 @@ end
 local handed = ''
 if tid ~= '' then
   local t = load_task(tid)
-  if (t.status == 'assigned' or t.status == 'dispatched') and t.device_id == did then
+  if LEASED[t.status] and t.device_id == did then
     hand_back(tid, t, 'device ' .. did .. ' removed', true)
     handed = tid
     wake(k('sched', 'wake'))

@@ -12,6 +12,7 @@
 --- @include "lib/affinity"
 --- @include "lib/leases"
 --- @include "lib/outcomes"
+--- @include "gen/statuses"
 -- expire.lua: end leases past their expiry (assigned or dispatched), fail queued tasks past
 -- their queue deadline, and trim the terminal status indexes to the `retention` window: each
 -- at most `limit` entries per call (bounded work; `more` says whether any is left). Events
@@ -42,7 +43,7 @@ if not limit or #ARGV ~= 1 then return fail('INVALID', 'limit must be an integer
 -- task holds no expired lease
 local function expire_lease(id)
   local t = load_task(id)
-  if (t.status ~= 'assigned' and t.status ~= 'dispatched') or (tonumber(t.lease_expires_at) or 0) > now_ms() then
+  if not LEASED[t.status] or (tonumber(t.lease_expires_at) or 0) > now_ms() then
     return nil
   end
   local old = t.status

@@ -5,6 +5,7 @@
 --- @include "lib/tasks"
 --- @include "lib/removal"
 --- @include "lib/handback"
+--- @include "gen/statuses"
 -- host_remove.lua: delete a host and its devices. Refused while any of its devices holds a
 -- lease (drain it and let its work finish first), unless force: each such task is handed back
 -- first (no attempt spent; it is queued again). A daemon still running for the host is told
@@ -38,7 +39,7 @@ end
 local handed = 0
 for _, tid in ipairs(running) do
   local t = load_task(tid)
-  if t.status == 'assigned' or t.status == 'dispatched' then
+  if LEASED[t.status] then
     hand_back(tid, t, 'host ' .. host_id .. ' removed', true)
     handed = handed + 1
   end

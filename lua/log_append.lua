@@ -2,6 +2,7 @@
 --- @include "lib/config"
 --- @include "lib/args"
 --- @include "lib/auth"
+--- @include "gen/statuses"
 -- log_append.lua: the owning host appends chunks of its runs' output (stdout, stderr, what a
 -- runner writes with task.log) to the attempt's capped log stream log:ID:ATTEMPT (the attempt
 -- is the task's current one, never the caller's word). Only the
@@ -48,7 +49,7 @@ for i = 0, n - 1 do
   if not t[1] then out[#out + 1] = 'rejected:not_found'
   elseif t[2] ~= lease then out[#out + 1] = 'rejected:superseded'
   elseif t[3] ~= host_id then out[#out + 1] = 'rejected:not_owner'
-  elseif t[1] ~= 'dispatched' and t[1] ~= 'assigned' then out[#out + 1] = 'rejected:ended'
+  elseif not LEASED[t[1]] then out[#out + 1] = 'rejected:ended'
   elseif t[1] == 'dispatched' and (t[4] or '') ~= (session or '') then
     out[#out + 1] = 'rejected:superseded'
   else

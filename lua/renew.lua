@@ -2,7 +2,7 @@
 --- @include "lib/config"
 --- @include "lib/args"
 --- @include "lib/auth"
---- @include "lib/status"
+--- @include "gen/statuses"
 -- renew.lua: the current lease holder extends one or more leases by lease_ttl from now (the
 -- pool setting as it is now: a settings change applies at the next renewal of every lease).
 -- KEYS[1]  pool prefix "dq:{POOL}:"

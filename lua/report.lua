@@ -6,7 +6,8 @@
 --- @include "lib/events"
 --- @include "lib/notify"
 --- @include "lib/auth"
---- @include "lib/status"
+--- @include "gen/statuses"
+--- @include "gen/reports"
 --- @include "lib/tasks"
 --- @include "lib/history"
 --- @include "lib/attempts"
@@ -51,10 +52,6 @@ local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
 local n = int_in(ARGV[4], 1, 10000)
 if not n or #ARGV ~= 4 + n * 5 then return fail('INVALID', 'bad argument count') end
-local OUTCOMES = {done = true, failed = true, cancelled = true, released = true}
-local HOST_KINDS = {runner_failed = true, runner_error = true, timeout = true, rejected = true,
-  infrastructure = true}
-local DEVICE_KINDS = {infrastructure = true, runner_error = true, timeout = true}
 for i = 0, n - 1 do
   local b = 5 + i * 5
   local outcome, kind = ARGV[b + 2], ARGV[b + 3]

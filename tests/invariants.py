@@ -9,10 +9,10 @@ import redis
 
 from deviceq.core import eligibility
 from deviceq.core.keys import Keys
+from deviceq.core.vocabulary import LEASED_STATUSES, STATUSES, TERMINAL_STATUSES
 
-ACTIVE = {"assigned", "dispatched"}
-TERMINAL = {"done", "failed", "cancelled"}
-STATUSES = ["queued", "assigned", "dispatched", "done", "failed", "cancelled"]
+ACTIVE = frozenset(LEASED_STATUSES)
+TERMINAL = frozenset(TERMINAL_STATUSES)
 
 
 def task_ids(r: redis.Redis, keys: Keys) -> set[str]:
@@ -43,9 +43,7 @@ def devices_and_leases_agree(r: redis.Redis, keys: Keys) -> None:
         assert t.get("status") in ACTIVE, (did, t)
         assert (t["device_id"], t["lease_id"]) == (did, d["lease_id"])
     assert not idle - set(r.smembers(keys.devices)), "idle entries without a device"
-    active = set(r.zrange(keys.status("assigned"), 0, -1)) | set(
-        r.zrange(keys.status("dispatched"), 0, -1)
-    )
+    active = {tid for s in LEASED_STATUSES for tid in r.zrange(keys.status(s), 0, -1)}
     # a multi-device task holds no device itself: each of its parts (GANG.ROLE, in no status
     # index) does, and it holds all of them or none
     for tid in list(active):
@@ -73,7 +71,7 @@ def nothing_lost(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     assert set(index) <= set(tasks), f"index entries without a task: {set(index) - set(tasks)}"
     for tid, t in tasks.items():
         if t.get("gang"):  # a part of a multi-device task: only the task is indexed
-            assert tid not in index and t["status"] in (*ACTIVE, *TERMINAL, "queued"), (tid, t)
+            assert tid not in index and t["status"] in STATUSES, (tid, t)
             assert t["status"] in ACTIVE or tid not in holders_of(r, keys)
         else:
             assert index.get(tid) == [t["status"]], (tid, index.get(tid), t["status"])
@@ -138,7 +136,7 @@ def tenants_hold_their_leases(tasks: dict[str, dict[str, str]], r: redis.Redis, 
     """``tenant_held`` counts, per tenant, its tasks holding a lease (assigned or running)."""
     held: dict[str, int] = {}
     for t in tasks.values():
-        if t.get("tenant") and t["status"] in ("assigned", "dispatched"):
+        if t.get("tenant") and t["status"] in ACTIVE:
             held[t["tenant"]] = held.get(t["tenant"], 0) + 1
     assert {k: int(v) for k, v in r.hgetall(keys.tenant_held).items()} == held
 
@@ -148,7 +146,7 @@ def hosts_hold_their_leases(tasks: dict[str, dict[str, str]], r: redis.Redis, ke
     tasks and parts of multi-device tasks (not the multi-device task itself)."""
     held: dict[str, int] = {}
     for t in tasks.values():
-        if t["status"] in ("assigned", "dispatched") and not t.get("roles"):
+        if t["status"] in ACTIVE and not t.get("roles"):
             held[t["host_id"]] = held.get(t["host_id"], 0) + 1
     assert {k: int(v) for k, v in r.hgetall(keys.host_held).items()} == held
 

@@ -19,8 +19,8 @@ from prometheus_client import generate_latest
 from deviceq import TaskScheduler, TaskStatus
 from deviceq.cli import main
 from deviceq.core.errors import InvalidInput
+from deviceq.ops.explain import explain
 from deviceq.ops.metrics import parse_metrics
-from deviceq.scheduler.explain import explain
 from deviceq.scheduler.strategies import QueuedTask, Snapshot, TenantShare, get_strategy
 from harness import Deployment, wait_for
 from invariants import check_pool

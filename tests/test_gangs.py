@@ -240,7 +240,7 @@ def test_verify_finds_a_gang_holding_only_some_of_its_devices(real_fleet: Fleet)
 
 
 def test_explain_a_waiting_gang_role_by_role(real_fleet: Fleet) -> None:
-    from deviceq.scheduler.explain import explain
+    from deviceq.ops.explain import explain
 
     real_fleet.add_host("ha", PHONE)
     tid = real_fleet.client.submit("needs both", roles=ROLES)

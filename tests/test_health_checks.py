@@ -21,8 +21,8 @@ from deviceq.host.health import JOINING, HealthChecker
 from deviceq.host.runners import RunnerSpec
 from deviceq.host.settings import WorkerSettings
 from deviceq.host.state import HostState
+from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
-from deviceq.scheduler.explain import explain
 from harness import Deployment, deviceq, wait_for
 
 

@@ -26,9 +26,11 @@ from deviceq.core.scripts import (
     library,
     lua_dir,
     names,
+    read,
     resolve,
     source,
 )
+from deviceq.core.vocabulary import LUA_INCLUDES
 
 # -- the resolver ----------------------------------------------------------------------------
 
@@ -121,9 +123,7 @@ def test_the_sent_text_is_defaults_then_the_library_then_the_script() -> None:
         body = (lua_dir() / f"{name}.lua").read_text()
         libs = library(name, body)
         assert libs, name
-        expected = PoolConfig.lua_defaults() + "\n".join(
-            [*((lua_dir() / f"{lib}.lua").read_text() for lib in libs), body]
-        )
+        expected = PoolConfig.lua_defaults() + "\n".join([*(text_of(lib) for lib in libs), body])
         assert source(name) == expected
         assert libs[0] == "lib/base", name  # every other file builds on it
 
@@ -274,14 +274,24 @@ def lib_files() -> list[str]:
     return sorted(f"lib/{p.stem}" for p in (lua_dir() / "lib").glob("*.lua"))
 
 
+def gen_files() -> list[str]:
+    """The generated includes (``gen/NAME``, from ``deviceq.core.vocabulary``)."""
+    return sorted(LUA_INCLUDES)
+
+
 def text_of(name: str) -> str:
+    if name.startswith("gen/"):
+        text = read(name)
+        assert text is not None, name
+        return text
     return (lua_dir() / f"{name}.lua").read_text()
 
 
 def providers() -> dict[str, str]:
-    """Each top-level name of a helper file -> that file (names are unique across them)."""
+    """Each top-level name of a helper file (or generated include) -> that file (names are
+    unique across them)."""
     out: dict[str, str] = {}
-    for lib in lib_files():
+    for lib in lib_files() + gen_files():
         for n in analyse(text_of(lib)).top:
             assert n not in out or out[n] == lib, f"{n} is defined by {out[n]} and {lib}"
             assert n not in HEADER | BUILTINS | KEYWORDS, (lib, n)
@@ -344,7 +354,7 @@ def test_only_the_mutually_recursive_helpers_are_declared_ahead() -> None:
 
 
 def test_a_script_carries_less_than_the_whole_library() -> None:
-    whole = sum(len(text_of(lib)) for lib in lib_files())
+    whole = sum(len(text_of(lib)) for lib in lib_files() + gen_files())
     sizes = {n: sum(len(text_of(lib)) for lib in library(n, text_of(n))) for n in names()}
     assert max(sizes.values()) < whole
     assert sizes["heads"] < whole / 5, sizes
@@ -356,4 +366,5 @@ def test_the_readme_lists_every_helper_file_with_its_includes() -> None:
     listed = {name: [] if deps.strip() == "—" else deps.strip().split(", ") for name, deps in rows}
     assert sorted(listed) == lib_files()
     for name, deps in listed.items():
-        assert ["lib/" + d for d in deps] == includes(text_of(name), name), name
+        want = [d if d.startswith("gen/") else "lib/" + d for d in deps]
+        assert want == includes(text_of(name), name), name

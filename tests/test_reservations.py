@@ -13,8 +13,8 @@ import pytest
 from deviceq import PoolAdmin
 from deviceq.core.errors import AlreadyExists, Busy, InvalidInput, NotFound
 from deviceq.core.events import read_events
+from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
-from deviceq.scheduler.explain import explain
 from harness import Deployment, deviceq, wait_for
 
 

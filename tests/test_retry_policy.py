@@ -19,7 +19,7 @@ from deviceq import HostClient, TaskScheduler, TaskStatus
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError, InvalidInput
 from deviceq.core.scripts import source
-from deviceq.scheduler.explain import explain
+from deviceq.ops.explain import explain
 from harness import Deployment, wait_for
 from invariants import check_pool, dump
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from deviceq import ConfigError, DeviceReport, Fenced, TaskStatus
 from deviceq.cli import main
+from deviceq.ops.explain import explain
 from deviceq.scheduler import TaskScheduler
-from deviceq.scheduler.explain import explain
 from deviceq.scheduler.strategies import Snapshot, register_strategy
 
 

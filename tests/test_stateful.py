@@ -42,10 +42,18 @@ from hypothesis.stateful import (
 )
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
+from deviceq.core.replies import parse
+from deviceq.core.vocabulary import (
+    LEASED_STATUSES,
+    REPORT_OUTCOMES,
+    TERMINAL_STATUSES,
+    FailureKind,
+    ReplyCode,
+)
 from invariants import check_pool
 
-ACTIVE = {"assigned", "dispatched"}
-TERMINAL = {"done", "failed", "cancelled"}
+ACTIVE = frozenset(LEASED_STATUSES)
+TERMINAL = frozenset(TERMINAL_STATUSES)
 DEVICES = {
     "h1": [("d1", "android", ("wifi",)), ("d2", "android", ())],
     "h2": [("d3", "ios", ("wifi",)), ("d4", "android", ("camera", "wifi"))],
@@ -144,15 +152,16 @@ class DeviceqMachine(RuleBasedStateMachine):
         before = {d: self.r.hget(self.admin.keys.device(d), "reserved_by") for d in ALL_DEVICES}
         res = self.store.commit(pairs)
         booked: set[str] = set()
-        for (_tid, did), out in zip(pairs, res, strict=True):
-            if out.startswith("ok:"):
-                lease = out[3:]
-                assert not before[did] and did not in booked, f"{did} double booked"
+        for (_tid, did), raw in zip(pairs, res, strict=True):
+            out = parse(raw)
+            if out.ok:
+                lease = out.value
+                assert lease and not before[did] and did not in booked, f"{did} double booked"
                 assert lease not in self.committed_leases
                 self.committed_leases.add(lease)
                 booked.add(did)
             else:
-                assert out.startswith("err:"), out
+                assert raw.startswith("err:") and out.code is ReplyCode.err, raw
 
     @rule(seed=st.integers(0, 2**16))
     def schedule(self, seed: int) -> None:
@@ -218,7 +227,7 @@ class DeviceqMachine(RuleBasedStateMachine):
 
     @rule(
         pick=st.integers(0, 2**16),
-        outcome=st.sampled_from(["done", "failed", "released", "cancelled"]),
+        outcome=st.sampled_from(REPORT_OUTCOMES),
         other_host=st.sampled_from([False, False, False, True]),
     )
     def report(self, pick: int, outcome: str, other_host: bool) -> None:
@@ -231,7 +240,7 @@ class DeviceqMachine(RuleBasedStateMachine):
         if other_host:
             host = "h2" if host == "h1" else "h1"
         before = self.task(tid)
-        kind = "runner_failed" if outcome == "failed" else None
+        kind = FailureKind.runner_failed.value if outcome == "failed" else None
         res = self.hosts[host].report(tid, lease_id, outcome, kind, "p")
         current = (
             before["status"] in ACTIVE
@@ -240,7 +249,8 @@ class DeviceqMachine(RuleBasedStateMachine):
         )
         if outcome == "cancelled":
             current = current and before.get("cancel_requested") == "1"
-        if res.startswith("ok:"):
+        reply = parse(res)
+        if reply.ok:
             assert current, (res, before)
             want = outcome
             if outcome == "released":  # a hand-back of a task whose cancel was requested ends it
@@ -248,7 +258,7 @@ class DeviceqMachine(RuleBasedStateMachine):
             assert res == f"ok:{want}" and self.task(tid)["status"] == want, (res, before)
         else:
             assert not current, (res, before)
-            assert res.startswith(("dup:", "rejected:")), res
+            assert reply.code in (ReplyCode.dup, ReplyCode.rejected) and reply.value, res
             assert self.task(tid) == before, "a rejected or repeated report changes nothing"
 
     @rule(short=st.booleans())

@@ -6,6 +6,7 @@
 --- @include "lib/tasks"
 --- @include "lib/leases"
 --- @include "lib/attempts"
+--- @include "gen/statuses"
 -- lib/outcomes.lua: a task leaves its attempt: back to the queue (requeue) or finished
 -- (finish); a part of a multi-device task takes its whole gang with it (gang_end). The three
 -- call each other (a part's requeue / finish ends its gang, whose own requeue / finish it
@@ -60,12 +61,12 @@ end
 -- holds no attempt (already ended).
 gang_end = function(gid, part_id, outcome, kind, payload, delay_ms)
   local g = load_task(gid)
-  if g.status ~= 'assigned' and g.status ~= 'dispatched' then return end
+  if not LEASED[g.status] then return end
   local why = part_id ~= '' and ('part ' .. part_id .. ' ended: ' .. outcome) or outcome
   local parts = redis.call('HGET', k('task', gid), 'parts') or ''
   for pid in string.gmatch(parts, '[^,]+') do
     local p = pid ~= part_id and load_task(pid) or {}
-    if p.status == 'assigned' or p.status == 'dispatched' then
+    if LEASED[p.status] then
       -- (not drop_lease: an unclaimed part stays in its host's inbox, where claim drops it as
       -- stale; so a host's call never writes another host's inbox, only its control list)
       redis.call('ZREM', k('leases'), pid)

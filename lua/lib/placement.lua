@@ -1,12 +1,8 @@
 --- @include "lib/base"
 --- @include "lib/eligibility"
 --- @include "lib/liveness"
+--- @include "gen/assign_refusals"
 -- lib/placement.lua: whether a device can take an assignment now (assign.lua, gang_assign.lua).
-
--- the assign errors (err:REASON) for the rule's reasons
-local ASSIGN_ERR = {quarantined = 'device_quarantined', reserved = 'device_reserved',
-  booked = 'device_booked', suspect = 'device_held', held = 'device_held',
-  checking = 'device_checking', unhealthy = 'device_unhealthy'}
 
 -- can device `did` take an assignment now? Returns its row (host_id state reserved_by
 -- quarantined driver_type tags held booked_until health), or nil and the reason (assign.lua's

@@ -1,10 +1,9 @@
 --- @include "lib/config"
+--- @include "gen/retry_kinds"
 -- lib/retry.lua: the retry policy: retry_on, retry_backoff and the delay before a retry.
 
 -- retry policy (deviceq.core.config check_retry_on / check_retry_backoff are the same checks).
 -- retry_on: 'none' or a csv of failure kinds -> a set, or nil when malformed
-local RETRY_KINDS = {infrastructure = true, runner_error = true, timeout = true,
-  runner_failed = true, lease_expired = true}
 local function retry_kinds(csv)
   if csv == 'none' then return {} end
   if csv == '' or csv:find(',,', 1, true) or csv:sub(1, 1) == ',' or csv:sub(-1) == ',' then

@@ -1,10 +1,10 @@
 --- @include "lib/base"
 --- @include "lib/config"
+--- @include "gen/statuses"
 -- lib/status.lua: the status indexes and a finished task's expiry.
 
 -- move a task between status indexes; terminal sets are scored by finish time (expire.lua
 -- trims them to the retention window) and a finished task's keys expire after `retention`
-local TERMINAL = {done = true, failed = true, cancelled = true}
 local _keep
 local function index_status(id, old, new, seq)
   local part = seq == ''  -- a gang's part (gang_assign.lua): only its gang's task is indexed

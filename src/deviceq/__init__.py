@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "DeviceReport": ".host",
     "DeviceState": ".core.models",
     "DeviceqError": ".core.errors",
-    "FailureKind": ".core.models",
+    "FailureKind": ".core.vocabulary",
     "Fenced": ".core.errors",
     "FindResult": ".producer",
     "HostClient": ".host",
@@ -67,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     "TaskFilter": ".producer",
     "TaskScheduler": ".scheduler",
     "TaskSpec": ".core.models",
-    "TaskStatus": ".core.models",
+    "TaskStatus": ".core.vocabulary",
     "TenantInfo": ".core.tenants",
     "TenantShare": ".scheduler.strategies",
     "Unmatchable": ".core.errors",
@@ -109,15 +109,14 @@ if TYPE_CHECKING:
         Attempt,
         Constraints,
         DeviceState,
-        FailureKind,
         PooledDevice,
         ScheduledTask,
         TaskSpec,
-        TaskStatus,
         WorkflowDefinition,
         WorkflowStep,
     )
     from .core.tenants import TenantInfo
+    from .core.vocabulary import FailureKind, TaskStatus
     from .host import (
         DeviceConfig,
         DeviceReport,

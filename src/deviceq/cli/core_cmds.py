@@ -8,6 +8,7 @@ from collections import Counter
 
 import click
 
+from ..core.vocabulary import LEASED_STATUSES
 from .app import (
     Ctx,
     check_output_path,
@@ -202,7 +203,7 @@ def task_list(
     con.print(table)
 
 
-CANCELLABLE = ("queued", "assigned", "dispatched")
+CANCELLABLE = ("queued", *LEASED_STATUSES)
 
 
 @task.command("cancel")
@@ -265,7 +266,7 @@ def task_cancel(
         )
 
 
-WAITABLE = ("queued", "assigned", "dispatched")
+WAITABLE = ("queued", *LEASED_STATUSES)
 
 
 @task.command("wait")

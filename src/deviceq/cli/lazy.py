@@ -91,7 +91,7 @@ def values_of(path: str) -> Callable[[], list[str]]:
     return lambda: [member.value for member in resolve(path)]
 
 
-TASK_STATUSES = values_of("deviceq.core.models:TaskStatus")
+TASK_STATUSES = values_of("deviceq.core.vocabulary:TaskStatus")
 
 
 class LazyFloatRange(click.FloatRange):

@@ -24,15 +24,20 @@ def task_set_priority(ctx: Ctx, task_ids: tuple[str, ...], priority: int, as_jso
       deviceq task set-priority 3f2a9c0d1e2b4a5f 9
       deviceq task set-priority 3f2a9c0d1e2b4a5f 7d1e0b2c9a8f6e5d 0
     """
+    from ..core.replies import parse
+    from ..core.vocabulary import ReplyCode
+
     result = ctx.admin.set_priority(task_ids, priority)
+    replies = {tid: parse(r) for tid, r in result.items()}
     if as_json:
         echo_json(result)
     else:
-        for tid, r in result.items():
-            if r == "ok":
+        for tid, r in replies.items():
+            if r.code is ReplyCode.ok:
                 click.echo(f"{tid} priority {priority}")
-            elif r == "same":
+            elif r.code is ReplyCode.same:
                 click.echo(f"{tid} already has priority {priority}")
             else:
-                click.echo(f"error: {tid}: {r.removeprefix('err:').replace('_', ' ')}", err=True)
-    sys.exit(0 if all(r in ("ok", "same") for r in result.values()) else 1)
+                click.echo(f"error: {tid}: {r.value.replace('_', ' ')}", err=True)
+    changed = (ReplyCode.ok, ReplyCode.same)
+    sys.exit(0 if all(r.code in changed for r in replies.values()) else 1)

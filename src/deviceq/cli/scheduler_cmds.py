@@ -274,7 +274,7 @@ def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
       deviceq explain 3f2a9c0d1e2b4a5f --json | jq .counts
     """
     from ..core.models import validate_id
-    from ..scheduler.explain import explain
+    from ..ops.explain import explain
 
     validate_id(task_id, "task id")  # bad input: one error line, before any warning
     ctx.warn_if_unknown_pool()

@@ -9,12 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .vocabulary import RETRY_KINDS
 
 YEAR = 365 * 86400.0
 
-# the failure kinds a retry policy may name (``retry_on``): the host-reported ones a retry can
-# help with, and ``lease_expired`` (the host went silent)
-RETRY_KINDS = ("infrastructure", "runner_error", "timeout", "runner_failed", "lease_expired")
 _SECS = re.compile(r"(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?")
 
 

@@ -13,25 +13,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .vocabulary import BLOCKERS, DEVICE_BLOCKERS
+
 if TYPE_CHECKING:
     from .models import Host, PooledDevice
 
 GATE_FIELDS = ("state", "reserved_by", "quarantined", "held", "booked_until", "health")
 """The device hash fields the rule reads (HMGET them in this order)."""
 
-DEVICE_REASONS = (
-    "quarantined", "reserved", "booked", "suspect", "held", "checking", "unhealthy", "busy",
-    "offline",
-)  # fmt: skip
-"""The device's own reasons, in precedence order (``busy``/``offline``: its reported state)."""
+DEVICE_REASONS = DEVICE_BLOCKERS
+"""The device's own reasons, in precedence order (``busy``/``offline``: its reported state;
+`deviceq.core.vocabulary.DEVICE_BLOCKERS`)."""
 
-REASONS = (
-    "quarantined", "host_dead", "reserved", "booked", "suspect", "held", "checking",
-    "unhealthy", "busy", "offline", "host_draining", "host_suspect",
-)  # fmt: skip
-"""Every reason ``verdict`` gives, in precedence order: the device's own with its host's
-interleaved (a dead host outranks all but a quarantine; a drain or a host's lost lease only
-shows on a device that would otherwise be idle)."""
+REASONS = BLOCKERS
+"""Every reason ``verdict`` gives, in precedence order (`deviceq.core.vocabulary.BLOCKERS`):
+the device's own with its host's interleaved (a dead host outranks all but a quarantine; a
+drain or a host's lost lease only shows on a device that would otherwise be idle)."""
 
 STATE_OF_REASON = {"host_draining": "draining", "host_suspect": "suspect"}
 """The effective state a first reason shows as (any other reason is its own word)."""

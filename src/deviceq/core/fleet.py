@@ -9,6 +9,7 @@ from . import eligibility
 from .connection import PoolConnection
 from .liveness import host_alive
 from .models import Host, PooledDevice, ScheduledTask
+from .vocabulary import LEASED_STATUSES
 
 
 def read_hosts(conn: PoolConnection) -> list[Host]:
@@ -97,5 +98,5 @@ def read_parts(conn: PoolConnection, task: ScheduledTask) -> None:
         pipe.hmget(conn.keys.task(f"{task.id}.{name}"), "status", "device_id", "host_id")
     for role, (status, device, host) in zip(task.roles.values(), pipe.execute(), strict=True):
         role.__dict__.update(status=status or None)
-        if status in ("assigned", "dispatched"):
+        if status in LEASED_STATUSES:
             role.__dict__.update(device_id=device or None, host_id=host or None)

@@ -13,8 +13,9 @@ import redis
 from .errors import InvalidInput, NotFound
 from .keys import Keys
 from .models import validate_id
+from .vocabulary import LEASED_STATUSES, TERMINAL_STATUSES
 
-ACTIVE = ("assigned", "dispatched")
+ACTIVE = LEASED_STATUSES
 PAGE = 1000  # entries read per call
 BLOCK_MS = 1000  # a follower's XREAD BLOCK, at most (then it looks at the task again)
 
@@ -45,7 +46,7 @@ class AttemptState:
             return True
         if self.attempt == attempt:
             return self.status not in ACTIVE
-        return self.status in ("done", "failed", "cancelled")
+        return self.status in TERMINAL_STATUSES
 
     def succeeded(self, attempt: int) -> bool:
         return self.attempt == attempt and self.status == "done"

@@ -14,6 +14,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from .config import check_retry_backoff, check_retry_on
 from .errors import InvalidInput
+from .vocabulary import FailureKind as FailureKind
+from .vocabulary import TaskStatus as TaskStatus
 
 ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 TAG_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}\Z")
@@ -138,42 +140,6 @@ Tags = Annotated[tuple[str, ...], BeforeValidator(validate_tag_list)]
 DriverType = Annotated[str, _named("driver_type")]
 OptDriverType = Annotated[str | None, _opt_named("driver_type")]
 Goal = Annotated[str, BeforeValidator(validate_goal)]
-
-
-class TaskStatus(StrEnum):
-    queued = "queued"
-    assigned = "assigned"
-    dispatched = "dispatched"
-    done = "done"
-    failed = "failed"
-    cancelled = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (TaskStatus.done, TaskStatus.failed, TaskStatus.cancelled)
-
-
-class FailureKind(StrEnum):
-    lease_expired = "lease_expired"
-    runner_failed = "runner_failed"
-    runner_error = "runner_error"
-    cancelled = "cancelled"
-    timeout = "timeout"
-    rejected = "rejected"
-    unschedulable = "unschedulable"
-    infrastructure = "infrastructure"
-
-    @property
-    def server_only(self) -> bool:
-        """Set by the scripts only (a host may not report it)."""
-        return self in (FailureKind.lease_expired, FailureKind.unschedulable)
-
-    @property
-    def device_fault(self) -> bool:
-        """Counts against the device toward ``quarantine_after``: the runner crashed, timed out
-        or marked the failure as the device's. A task's own failure never does, nor does a
-        timeout of a task with a ``timeout`` of its own (report.lua decides)."""
-        return self in (FailureKind.infrastructure, FailureKind.runner_error, FailureKind.timeout)
 
 
 class DeviceState(StrEnum):

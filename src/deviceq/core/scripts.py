@@ -5,7 +5,9 @@ data folder ``deviceq/lua``. Each script is sent as ``DEFAULTS`` (generated from
 ``PoolConfig``) + the helper files it includes + the script. A Lua file (script or helper)
 names the helper files it uses in its first lines, one ``--- @include "lib/NAME"`` line each
 (``lua/lib/NAME.lua``); they are resolved transitively, each file after the files it includes
-and once only, so a script carries the helpers it uses and nothing else.
+and once only, so a script carries the helpers it uses and nothing else. An include
+``gen/NAME`` is generated from ``deviceq.core.vocabulary`` (`vocabulary.lua_include`: the task
+statuses, failure kinds and other sets the scripts test names against), not read from a file.
 
 A call is ``EVALSHA`` (the fast path: only the digest travels). When the server does not know
 the script (``NOSCRIPT``: a restarted or failed-over server, a ``SCRIPT FLUSH``), the call is
@@ -32,6 +34,7 @@ from redis.exceptions import NoScriptError
 
 from .config import PoolConfig
 from .errors import DeviceqError, error_codes, from_reply
+from .vocabulary import lua_include
 
 
 class IncludeError(DeviceqError):
@@ -90,7 +93,8 @@ def resolve(roots: Sequence[str], read: Callable[[str], str | None], where: str)
             raise IncludeError("include cycle: " + " -> ".join(cycle))
         text = read(name)
         if text is None:
-            raise IncludeError(f"{chain[-1]} includes {name!r}: there is no lua/{name}.lua")
+            what = "generated include" if name.startswith("gen/") else f"lua/{name}.lua"
+            raise IncludeError(f"{chain[-1]} includes {name!r}: there is no {what}")
         chain.append(name)
         for dep in includes(text, name):
             visit(dep)
@@ -103,20 +107,24 @@ def resolve(roots: Sequence[str], read: Callable[[str], str | None], where: str)
     return order
 
 
-def _read(name: str) -> str | None:
+def read(name: str) -> str | None:
+    """The text of include ``name``: generated for ``gen/NAME`` (`vocabulary.lua_include`),
+    else ``lua/NAME.lua``; None when there is no such include."""
+    if name.startswith("gen/"):
+        return lua_include(name)
     path = lua_dir() / f"{name}.lua"
     return path.read_text() if path.is_file() else None
 
 
 def library(name: str, text: str) -> list[str]:
     """The helper files Lua text ``text`` (named ``name`` in errors) is sent with, in order."""
-    return resolve(includes(text, name), _read, name)
+    return resolve(includes(text, name), read, name)
 
 
 def assemble(text: str, name: str = "snippet") -> str:
     """The full text sent to Redis for Lua text ``text``: the generated settings tables, the
     helper files it includes (transitively, in order), then ``text`` itself."""
-    parts = [_read(lib) or "" for lib in library(name, text)]
+    parts = [read(lib) or "" for lib in library(name, text)]
     return PoolConfig.lua_defaults() + "\n".join([*parts, text])
 
 

@@ -28,8 +28,8 @@ from ..core.models import (
 )
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
+from ..ops.explain import explain
 from ..producer import Client
-from ..scheduler.explain import explain
 
 PAGE_SIZES = (25, 50, 100, 200)
 MAX_SCAN = 2000

@@ -17,6 +17,8 @@ from typing import Any
 
 from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
+from ..core.replies import parse
+from ..core.vocabulary import ReplyCode
 from .artifacts import uploader, whole_log
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
@@ -334,7 +336,7 @@ class Executor:
             )
             return None
         answer = p.answer
-        rejected = answer.startswith("rejected")
+        rejected = parse(answer).code is ReplyCode.rejected
         self.stats.ended(report.outcome if not rejected else "rejected")
         if not rejected and report.outcome != "released":
             kind = report.failure_kind

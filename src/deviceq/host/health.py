@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
+from ..core.vocabulary import DEVICE_FAULT_KINDS
 from .client import DeviceReport, HostLink
 from .health_checks import CheckResult, HealthCheck, build_check
 from .runners import LeaseClock, Task
@@ -48,7 +49,7 @@ from .state import TRANSIENT, HostState, unreachable
 
 JOINING = "joining: health check pending"  # a new device's state reason until its first check
 UNHEALTHY_RECHECK = 60.0  # seconds between checks of an unhealthy device by default
-INFRA_KINDS = frozenset({"infrastructure", "runner_error", "timeout"})
+INFRA_KINDS = frozenset(DEVICE_FAULT_KINDS)  # a failure of these kinds: the device is checked
 LOOP_WAIT = 0.5  # longest wait of the policy loop between looks at the devices
 REFUSED_RETRY = 1.0  # seconds before a refused `begin` is tried again
 MARK_ERRORS: tuple[type[Exception], ...] = (DeviceqError, *TRANSIENT)

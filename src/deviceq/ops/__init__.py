@@ -1,7 +1,8 @@
 """The operator's side: `admin.PoolAdmin` (hosts, devices, settings, manual dispatch), the
-read-only views behind ``deviceq status`` (`status`), the Prometheus endpoint (`metrics`) and
-the self-contained demo (`demo`). `PoolAdmin` is imported on first use (so that importing a
-light module of this package, ``ops.verify.model``, stays light)."""
+read-only views behind ``deviceq status`` (`status`) and ``explain`` (`explain`), the
+Prometheus endpoint (`metrics`) and the self-contained demo (`demo`). `PoolAdmin` is imported
+on first use (so that importing a light module of this package, ``ops.verify.model``, stays
+light)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
+from ..core.replies import parse
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
 from ..host.client import token_digest
 
@@ -362,12 +363,12 @@ class PoolAdmin(PoolConnection):
     def dispatch(self, task_id: str, device_id: str) -> str:
         """Manual dispatch: bind a queued task to a named idle device through the same atomic
         commit as the scheduler. Returns the lease id; raises InvalidInput with the reason."""
-        res = str(
+        res = parse(
             self._run(
                 "assign",
                 ["", "1", validate_id(task_id, "task id"), validate_id(device_id, "device id")],
             )[0]
         )
-        if res.startswith("ok:"):
-            return res[3:]
-        raise InvalidInput(f"cannot dispatch {task_id} to {device_id}: {res[4:]}")
+        if res.ok:
+            return res.value
+        raise InvalidInput(f"cannot dispatch {task_id} to {device_id}: {res.value}")

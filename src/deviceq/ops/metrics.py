@@ -31,7 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.events import Event, last_event_id, read_events
-from ..core.models import FailureKind
+from ..core.vocabulary import TERMINAL_STATUSES, FailureKind
 from . import status as st
 from .admin import PoolAdmin
 
@@ -250,7 +250,7 @@ class EventMetrics:
             self.retries.labels(pool, reason)
         for kind in FailureKind:
             self.failures.labels(pool, kind.value)
-        for status in ("done", "failed", "cancelled"):
+        for status in TERMINAL_STATUSES:
             self.completions.labels(pool, status)
         for event in ("reserved", "extended", "released", "expired"):
             self.reservations.labels(pool, event)

@@ -1,6 +1,7 @@
 """Placement as plugins: a pass's task order, device feasibility, device preference and
 admission as small plugins (`plugins`), combined into named profiles (`profiles`), run over
-an immutable view of a snapshot (`view`) by `pipeline.place`. Pure Python, no Redis access.
+an immutable view of a snapshot (`view`) by `pipeline.place`, which can record what it did
+and why (`recorder`). Pure Python, no Redis access.
 
 The built-in strategies (`deviceq.scheduler.strategies`) are these profiles: the scheduler
 runs them over the view its snapshot reader gives (`SnapshotReader.make_view`). The rows of a
@@ -10,6 +11,7 @@ snapshot are in `rows`. Multi-device tasks are placed with the same profiles
 from .pipeline import MissingInputs, place
 from .plugins import (
     DeviceScore,
+    ExplainingFilter,
     Filter,
     GangDecision,
     GangPassPermit,
@@ -23,6 +25,7 @@ from .plugins import (
     TaskScore,
 )
 from .profiles import PROFILES, Profile, get_profile
+from .recorder import FilterRecord, Need, Recorder, Rejection, TaskRecord, judge
 from .view import INPUTS, Avoid, View
 
 __all__ = [
@@ -30,20 +33,27 @@ __all__ = [
     "PROFILES",
     "Avoid",
     "DeviceScore",
+    "ExplainingFilter",
     "Filter",
+    "FilterRecord",
     "GangDecision",
     "GangPassPermit",
     "GangPermit",
     "MissingInputs",
+    "Need",
     "PassPermit",
     "Permit",
     "Profile",
     "QueueSort",
+    "Recorder",
+    "Rejection",
     "Requirement",
     "Score",
     "TaskOrder",
+    "TaskRecord",
     "TaskScore",
     "View",
     "get_profile",
+    "judge",
     "place",
 ]

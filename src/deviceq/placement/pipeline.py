@@ -18,7 +18,13 @@ A pass, per task in the `QueueSort`'s order, until ``limit`` pairs:
 
 Then ``refine`` (see `Profile`): pairs whose device is not ideal by the refine scores move to
 a strictly better unused feasible device the permits allow, in pair order (a scan stops at
-the first ideal device, in device_id order)."""
+the first ideal device, in device_id order).
+
+With a `Recorder` (``place(..., recorder=...)``) the same pass runs with a record of what it
+did per task (`deviceq.placement.recorder`): the same calls in the same order, plus the
+filter stage judged once per requirement with reasons, the chosen device's score keys and
+the denying permit. Without one nothing is recorded and nothing is asked beyond the pass's
+own calls."""
 
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from typing import Any, cast
 
 from .plugins import DeviceScore, PassPermit, Requirement, Score, TaskScore
 from .profiles import Profile
+from .recorder import FilterRecord, Recorder, TaskRecord, judge
 from .rows import IdleDevice, Pair, QueuedTask
 from .view import DeviceClass, View
 
@@ -37,14 +44,19 @@ class MissingInputs(ValueError):
     """The view lacks optional inputs the profile's plugins need."""
 
 
-def place(profile: Profile, view: View) -> list[Pair]:
+def place(profile: Profile, view: View, recorder: Recorder | None = None) -> list[Pair]:
     """The profile's pairs for ``view`` (at most ``view.limit``; each task and device once,
-    every device feasible for its task by the profile's filters)."""
+    every device feasible for its task by the profile's filters). With ``recorder``, the same
+    pairs, and the recorder holds a `TaskRecord` per task offered (of those it watches)."""
     missing = profile.needs - view.inputs
     if missing:
         raise MissingInputs(
             f"profile {profile.name!r} needs view inputs it lacks: {', '.join(sorted(missing))}"
         )
+    if recorder is not None:
+        if not view.buckets:
+            return []
+        return _RecordingPass(profile, view, recorder).run()
     if not view.buckets or not view.devices:
         return []
     return _Pass(profile, view).run()
@@ -183,11 +195,16 @@ class _Pass:
             self._feasible[need] = got
         return got
 
+    recording = False  # (`_RecordingPass`: the hooks below record what the loop decides)
+
     def run(self) -> list[Pair]:
         view, limit = self.view, self.view.limit
         order = self.profile.sort.order(view)
-        permits = [s for s in (p.start(view) for p in self.profile.permits) if s is not None]
+        started = [(p.name, p.start(view)) for p in self.profile.permits]
+        permits = [s for _, s in started if s is not None]  # (None: allows every pair)
+        names = [n for n, s in started if s is not None]
         task_scores = self.task_scores
+        recording = self.recording
         used: set[str] = set()
         for p in permits:
             used.update(p.closed())
@@ -198,14 +215,15 @@ class _Pass:
             cands = self.classes(task.sig)
             live = {i: s for i, s in task_scores if s.applies(view, task)} if task_scores else None
             best = self.scan(task, cands, used, live) if live else self.first(cands, used)
-            if best is None:
-                continue
-            allowed = True
-            for p in permits:
-                if not p.allows(task, best):
-                    allowed = False
-                    break
-            if not allowed:
+            denied: str | None = None
+            if best is not None:
+                for name, p in zip(names, permits, strict=True):
+                    if not p.allows(task, best):
+                        denied = name
+                        break
+            if recording:
+                self.offered(task, cands, best, denied)
+            if best is None or denied is not None:
                 continue
             used.add(best.device_id)
             chosen.append((task, best))
@@ -214,8 +232,28 @@ class _Pass:
                 p.placed(task, best)
                 used.update(p.closed())
         if self.profile.refine and any(_active(s, view) for s in self.profile.refine):
+            before = list(chosen)
             chosen = self.refine(chosen, used, permits)
+            if recording:
+                self.refined(before, chosen)
         return [(t.task_id, d.device_id) for t, d in chosen]
+
+    def offered(
+        self,
+        task: QueuedTask,
+        cands: list[DeviceClass],
+        best: IdleDevice | None,
+        denied: str | None,
+    ) -> None:
+        """A task was offered: its best device (None: none left) and the permit that denied
+        it (recording only)."""
+
+    def refined(
+        self,
+        before: list[tuple[QueuedTask, IdleDevice]],
+        after: list[tuple[QueuedTask, IdleDevice]],
+    ) -> None:
+        """The refine stage moved some pairs (recording only)."""
 
     def first(self, cands: list[DeviceClass], used: set[str]) -> IdleDevice | None:
         """The best unused device by the device scores: the smallest of the classes' first
@@ -335,6 +373,90 @@ def refine(profile: Profile, view: View, pairs: Sequence[Pair]) -> list[Pair]:
     chosen = [(tasks[t], devices[d]) for t, d in pairs]
     used = {d for _, d in pairs}
     return [(t.task_id, d.device_id) for t, d in run.refine(chosen, used, ())]
+
+
+class _RecordingPass(_Pass):
+    """`_Pass` with a recorder: the same loop (`_Pass.run`), its hooks recording what it
+    decides (tests/placement/test_recorder.py holds the pairs equal on the golden corpus)."""
+
+    recording = True
+
+    def __init__(self, profile: Profile, view: View, recorder: Recorder) -> None:
+        super().__init__(profile, view)
+        self.recorder = recorder
+        self._records: dict[tuple[str | None, frozenset[str]], FilterRecord] = {}
+
+    def filter_record(self, sig: str) -> FilterRecord:
+        """The filter stage of bucket ``sig`` over the view's devices (once per requirement)."""
+        b = self.view.by_sig.get(sig)
+        if b is None:
+            return FilterRecord()
+        k = (b.driver_type, b.tags)
+        got = self._records.get(k)
+        if got is None:
+            got = self._records[k] = judge(self.profile.filters, b, self.view.devices)
+        return got
+
+    def offered(
+        self,
+        task: QueuedTask,
+        cands: list[DeviceClass],
+        best: IdleDevice | None,
+        denied: str | None,
+    ) -> None:
+        rec = self.recorder
+        rec.offered += 1
+        if rec.wants(task.task_id):
+            rec.tasks[task.task_id] = self.record(task, cands, best, denied)
+
+    def refined(
+        self,
+        before: list[tuple[QueuedTask, IdleDevice]],
+        after: list[tuple[QueuedTask, IdleDevice]],
+    ) -> None:
+        rec = self.recorder
+        was = {t.task_id: d for t, d in before}
+        for t, d in after:
+            got = rec.tasks.get(t.task_id)
+            if got is None:
+                continue
+            if d.device_id != was[t.task_id].device_id:
+                got.refined_from = was[t.task_id].device_id
+                got.device_id = d.device_id
+                got.scores = self.score_keys(t, d)
+            got.refine = self.refine_keys(t, d)
+
+    def record(
+        self,
+        task: QueuedTask,
+        cands: list[DeviceClass],
+        best: IdleDevice | None,
+        denied: str | None,
+    ) -> TaskRecord:
+        out = TaskRecord(task.task_id, self.filter_record(task.sig))
+        if best is None:
+            out.outcome = "exhausted" if cands else "no_feasible_class"
+            return out
+        out.device_id = best.device_id
+        out.scores = self.score_keys(task, best)
+        if denied is not None:
+            out.outcome, out.denied_by = "denied", denied
+        return out
+
+    def score_keys(self, task: QueuedTask, d: IdleDevice) -> dict[str, int]:
+        """The device's key by each score of the profile (a task score that does not apply
+        to the task: 0)."""
+        scores, is_task = self.profile.scores, self.is_task
+        kinds = [cast(TaskScore, s) if t else None for s, t in zip(scores, is_task, strict=True)]
+        live = [None if k is None else k.applies(self.view, task) for k in kinds]
+        keys = _keys(self.view, self.profile.scores, kinds, live, task, d)
+        return {s.name: k for s, k in zip(self.profile.scores, keys, strict=True)}
+
+    def refine_keys(self, task: QueuedTask, d: IdleDevice) -> dict[str, int]:
+        kinds = self.refine_kinds
+        live = [None if k is None else k.applies(self.view, task) for k in kinds]
+        keys = _keys(self.view, self.profile.refine, kinds, live, task, d)
+        return {s.name: k for s, k in zip(self.profile.refine, keys, strict=True)}
 
 
 def _keys(

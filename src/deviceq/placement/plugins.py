@@ -2,7 +2,8 @@
 
 - `QueueSort`: the order tasks are offered in (`TaskOrder`: it may depend on what was placed
   so far, as fair share does);
-- `Filter`: which device classes (driver type, tags) can serve a requirement at all;
+- `Filter`: which device classes (driver type, tags) can serve a requirement at all (an
+  `ExplainingFilter` also says why it rejects one);
 - `Score` (`DeviceScore`, `TaskScore`): which feasible device is best, smallest key first;
   the scores of a profile are compared in order, then ``device_id``;
 - `Permit`: whether a task may take the device it was given (per pass state, e.g. a tenant's
@@ -63,6 +64,14 @@ class Filter(Plugin, Protocol):
     must depend on nothing else (per-device preferences are scores)."""
 
     def feasible(self, need: Requirement, device_class: DeviceClass) -> bool: ...
+
+
+class ExplainingFilter(Filter, Protocol):
+    """A filter that says why it rejects (for a `deviceq.placement.recorder.Recorder` and
+    ``explain``): ``why`` is asked only of a class ``feasible`` rejected, and names its
+    reasons as short codes (``missing_tag:gpu``); a filter without it is recorded by name."""
+
+    def why(self, need: Requirement, device_class: DeviceClass) -> tuple[str, ...]: ...
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """The scheduler role: `TaskScheduler` (one pass, and the daemon), the strategies it plans with
 (`strategies`), the bounded snapshot it reads (`snapshot`), planning (`plan`), leadership
-(`leadership`), the daemon loop (`daemon`), the scheduler's Redis API (`client`) and
-``explain``."""
+(`leadership`), the daemon loop (`daemon`) and the scheduler's Redis API (`client`).
+``explain`` is `deviceq.ops.explain`."""
 
 from .client import SchedulerClient
 from .strategies import (

@@ -26,6 +26,7 @@ import redis
 from ..core.connection import PoolConnection
 from ..core.errors import ConfigError
 from ..core.keys import Keys
+from ..core.replies import parse
 from ..placement.pipeline import place
 from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
@@ -48,7 +49,6 @@ from .strategies import (
 
 DEFAULT_BATCH = 200
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
-DEVICE_REASONS = ("device_", "driver_type_mismatch", "missing_tag")
 
 
 class TaskScheduler:
@@ -176,13 +176,12 @@ class TaskScheduler:
             # their heads changed: read them again (a task of theirs may come back later with
             # the same seq, as a retry, with a record of where it failed)
             self.reader.forget_heads({task_sig[t] for t, _ in pairs})
-            for (task_id, device_id), r in zip(pairs, outcome, strict=True):
-                if r.startswith("ok:"):
-                    res.assignments.append((task_id, device_id, r[3:]))
+            for (task_id, device_id), r in zip(pairs, map(parse, outcome), strict=True):
+                if r.ok:
+                    res.assignments.append((task_id, device_id, r.value))
                 else:
-                    why = r[4:] if r.startswith("err:") else r
-                    reasons[why] += 1
-                    if why.startswith(DEVICE_REASONS):
+                    reasons[r.value] += 1
+                    if r.device_refusal:
                         self.reader.rejected(device_id)  # re-read its state next pass
             res.assigned = len(res.assignments)
             for k, v in reasons.items():
@@ -204,14 +203,12 @@ class TaskScheduler:
         r = self.reader
         gp = self.gangs.plan(r.gang_ids, devices, now, r.gang_reserve_ms, r.gang_hold_ms)
         for gid, devs in gp.place:
-            out = self.store.commit_gang(gid, devs, fence)
-            if out.startswith("ok:"):
+            out = parse(self.store.commit_gang(gid, devs, fence))
+            if out.ok:
                 res.gangs_assigned += 1
                 continue
-            why = out[4:] if out.startswith("err:") else out
-            reason, _, _role = why.partition("@")
-            res.rejected[reason] = res.rejected.get(reason, 0) + 1
-            if reason.startswith(DEVICE_REASONS):
+            res.rejected[out.value] = res.rejected.get(out.value, 0) + 1
+            if out.device_refusal:
                 for d in devs:
                     r.rejected(d)
         self.gangs.publish(gp.kept)

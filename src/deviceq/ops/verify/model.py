@@ -7,15 +7,18 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ...core import vocabulary
+
 DEFAULT_BATCH = 200
 """Commands per round trip and entries per reply (the bound of every read)."""
 MIN_BATCH, MAX_BATCH = 16, 10_000
 ATTEMPTS_HEAD = 16
 """Attempt records read with their task (longer histories are read in further windows)."""
 
-ACTIVE = ("assigned", "dispatched")
-TERMINAL = ("done", "failed", "cancelled")
-STATUSES = ("queued", *ACTIVE, *TERMINAL)
+ACTIVE = vocabulary.LEASED_STATUSES
+"""A task holding a lease (`deviceq.core.vocabulary`)."""
+TERMINAL = vocabulary.TERMINAL_STATUSES
+STATUSES = vocabulary.STATUSES
 TASK_FIELDS = (
     "status", "attempt", "lease_id", "lease_expires_at", "device_id", "host_id", "seq", "sig",
     "finished_at", "tenant", "gang", "parts", "roles",

@@ -1,18 +1,21 @@
 """``explain`` for a queued multi-device (gang) task: per role, how many registered devices
-match it and how many of those are idle now (the others by what keeps them, as for a single
-task); whether the scheduler keeps devices for it (``gang_holds``) and until when; and the
-policy that keeps it from starving (``gang_reserve_after``, ``gang_hold_seconds``)."""
+the pipeline's filters accept for it (`devices.match`, the same filter stage as a single
+task's) and how many of those are idle now (the others by what keeps them, the one rule);
+whether the scheduler keeps devices for it (``gang_holds``) and until when; and the policy
+that keeps it from starving (``gang_reserve_after``, ``gang_hold_seconds``)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
 
-from ..core.config import PoolConfig
-from ..core.connection import PoolConnection
-from ..core.fleet import effective_state, read_devices, read_hosts
-from ..core.models import ScheduledTask, satisfies
-from .explain import Explanation, Reason, _at, _secs
+from ...core.config import PoolConfig
+from ...core.connection import PoolConnection
+from ...core.fleet import effective_state, read_devices, read_hosts
+from ...core.models import ScheduledTask
+from ...placement.recorder import Need
+from .devices import match
+from .model import Explanation, Reason, at, secs
 
 
 def _setting(raw: Any, name: str) -> float:
@@ -41,9 +44,7 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
     unmatched: list[str] = []
     short: list[str] = []
     for name, role in (task.roles or {}).items():
-        matching = [
-            d for d in devices if satisfies(role.driver_type, role.tags, d.driver_type, d.tags)
-        ]
+        matching = match(Need(role.driver_type, frozenset(role.tags)), devices).matching
         states: Counter[str] = Counter()
         for d in matching:
             states[effective_state(d, hosts.get(d.host_id))] += 1
@@ -89,7 +90,7 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
             Reason(
                 "kept_devices",
                 f"the scheduler keeps {kept} for it (no other task gets them) until "
-                f"{_at(int(until))} (in {_secs(int(until), now)})",
+                f"{at(int(until))} (in {secs(int(until), now)})",
                 len(kept.split(",")),
                 {"devices": kept.split(","), "until": int(until)},
             )

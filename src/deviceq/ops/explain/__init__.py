@@ -1,0 +1,76 @@
+"""``explain(task_id)``: why is a task not running (or where is it)?
+
+For a queued task every registered device is judged by the placement pipeline's filter stage
+for the task's constraints (`deviceq.placement.recorder.judge` with the profiles' filters, so
+explain and the scheduler agree on what could serve it), which gives:
+
+* ``no_driver_type`` — no device of the task's driver type is registered (every device was
+  rejected with ``driver_type_mismatch``);
+* ``missing_tags`` — devices of that driver type exist but lack required tags (counted per
+  tag: the filter's ``missing_tag:TAG`` reasons);
+* the devices the filters accept, by what keeps them from this task, in this order of
+  precedence (the one rule, ``deviceq.core.eligibility.REASONS``): ``quarantined``,
+  ``host_dead`` (no heartbeat within ``host_timeout``), ``reserved`` (running or assigned
+  another task), ``booked``, ``suspect`` (a lease on it expired) or ``held`` (its host refused
+  an assignment) until its host's next heartbeat, ``checking`` (a health check runs on it) or
+  ``unhealthy`` (its last health check failed), ``busy`` (the host reports it busy),
+  ``offline``, ``host_draining``, ``host_suspect``, else ``idle`` (assignable);
+* ``booked`` — reserved for a person (``deviceq reserve``): the reason says when the first of
+  those reservations ends (``detail.reserved_until``, ms) and by whom; a task that could only
+  run on reserved devices says so in its summary, with that time;
+* with assignable devices: ``waiting_turn`` (older tasks are queued ahead) or ``no_scheduler``
+  (no scheduler holds the leader lease) — the scheduler assigns at its next pass;
+* its position among the tasks competing for its devices and a wait estimate (`estimate`).
+
+A queued multi-device task (roles) is explained role by role (`gang`), each role judged by
+the same filters. Other states are explained from the task hash (`status`): a retry's
+backoff, assigned (waiting for its host to claim it), dispatched (running on device D), or
+finished (done / failed with its failure kind / cancelled)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core.connection import PoolConnection
+from ...core.errors import NotFound
+from ...core.fleet import read_parts
+from ...core.models import ScheduledTask, TaskStatus, validate_id
+from .devices import BLOCKERS
+from .gang import explain_gang
+from .model import Explanation, Reason
+from .single import explain_queued
+from .status import explain_placed, explain_retry_wait
+
+__all__ = ["BLOCKERS", "Explanation", "Reason", "explain"]
+
+
+def explain(admin: PoolConnection, task_id: str) -> Explanation:
+    """Explain task ``task_id`` of the pool ``admin`` is connected to (a PoolAdmin, Client
+    or any PoolConnection). Raises NotFound for an unknown task."""
+    validate_id(task_id, "task id")
+    raw: dict[str, str] = admin.redis.hgetall(admin.keys.task(task_id))  # type: ignore[assignment]
+    if not raw:
+        raise NotFound(f"no task {task_id} in pool {admin.pool}")
+    task = ScheduledTask.from_hash(raw)
+    cons: dict[str, Any] = {
+        "driver_type": task.driver_type,
+        "tags": list(task.tags),
+        "priority": task.priority,
+    }
+    if task.roles and raw.get("roles"):
+        if task.status in (TaskStatus.assigned, TaskStatus.dispatched):
+            read_parts(admin, task)  # how each part is doing
+        cons = {
+            name: {"driver_type": r.driver_type, "tags": list(r.tags)}
+            for name, r in task.roles.items()
+        }
+    if task.status is TaskStatus.queued and task.eligible_at is not None:
+        exp = explain_retry_wait(admin, task)
+    elif task.status is TaskStatus.queued and raw.get("roles"):
+        exp = explain_gang(admin, task)
+    elif task.status is TaskStatus.queued:
+        exp = explain_queued(admin, task, raw)
+    else:
+        exp = explain_placed(admin, task)
+    exp.constraints = cons
+    return exp

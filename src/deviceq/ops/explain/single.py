@@ -1,0 +1,209 @@
+"""``explain`` for a queued single-device task in its bucket: which registered devices could
+serve it (the pipeline's filters: `devices.match`), what keeps those from it now (the one
+rule: `devices.classify`), its place and wait estimate (`estimate`), its priority's aging,
+its tenant and deadlines."""
+
+from __future__ import annotations
+
+from ...core.connection import PoolConnection
+from ...core.fleet import read_devices, read_hosts
+from ...core.models import ScheduledTask
+from ...core.tenants import parse_tenant
+from ...placement.recorder import Need
+from ...placement.rows import MAX_PRIORITY, aged
+from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, match
+from .estimate import position
+from .model import Explanation, Reason, at, secs
+
+
+def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, str]) -> Explanation:
+    """Why queued task ``task`` (its hash ``raw``) is not placed yet."""
+    k = admin.keys
+    r = admin.redis
+    now = admin.server_time_ms()
+    devices = read_devices(admin)
+    hosts = {h.host_id: h for h in read_hosts(admin)}
+    found = match(Need(task.driver_type, frozenset(task.tags)), devices)
+    of_type, matching, missing = found.of_type, found.matching, found.missing
+    counts: dict[str, int] = {"devices": len(devices)}
+    counts["of_driver_type"] = len(of_type)
+    counts["matching"] = len(matching)
+    cls, booked_ends = classify(matching, hosts, bookings(admin))
+    counts.update(cls)
+
+    sig = raw.get("sig", "")
+    seq = int(raw.get("seq") or 0)
+    pipe = r.pipeline(transaction=False)
+    pipe.zrank(k.queue(sig), task.id)
+    pipe.zcount(k.status("queued"), "-inf", f"({seq}")
+    pipe.get(k.leader)
+    pipe.pttl(k.leader)
+    rank, older, leader, _ = pipe.execute()
+    counts["same_constraints_ahead"] = int(rank or 0)
+    counts["older_queued"] = int(older or 0)
+
+    reasons: list[Reason] = []
+    want = describe(task)
+    if task.driver_type and not of_type:
+        types = sorted({d.driver_type for d in devices})
+        reasons.append(
+            Reason(
+                "no_driver_type",
+                f"no device of driver type {task.driver_type} is registered"
+                + (f" (driver types present: {', '.join(types)})" if types else " (no devices)"),
+                0,
+                {"driver_types": types},
+            )
+        )
+        summary = f"no device of driver type {task.driver_type} exists"
+    elif not devices:
+        reasons.append(Reason("no_devices", "the pool has no devices; start a host worker"))
+        summary = "the pool has no devices"
+    elif not matching:
+        lack = ", ".join(f"{t} ({n} lack it)" for t, n in sorted(missing.items()))
+        reasons.append(
+            Reason(
+                "missing_tags",
+                f"{len(of_type)} device(s) of {task.driver_type or 'any'} driver type, "
+                f"none has every required tag: {lack}",
+                len(of_type),
+                {"missing": missing},
+            )
+        )
+        summary = f"no device offers {want}"
+    else:
+        for b in BLOCKERS:
+            if b == "booked" and cls[b]:
+                until, by, did = booked_ends[0]
+                reasons.append(
+                    Reason(
+                        "booked",
+                        f"{cls[b]} matching device(s) {BLOCKER_TEXT[b]}; the first reservation "
+                        f"ends at {at(until)} (in {secs(until, now)}: {did}, by {by!r})",
+                        cls[b],
+                        {"reserved_until": until, "reserved_by": by, "device_id": did},
+                    )
+                )
+            elif cls[b]:
+                reasons.append(Reason(b, f"{cls[b]} matching device(s) {BLOCKER_TEXT[b]}", cls[b]))
+        if cls["idle"]:
+            if not leader:
+                reasons.append(
+                    Reason(
+                        "no_scheduler",
+                        f"{cls['idle']} matching device(s) idle, but no scheduler holds the leader "
+                        "lease: start `deviceq scheduler run`",
+                        cls["idle"],
+                    )
+                )
+                summary = "matching devices are idle but no scheduler is running"
+            else:
+                reasons.append(
+                    Reason(
+                        "waiting_turn",
+                        f"{cls['idle']} matching device(s) idle; {older} older task(s) queued "
+                        f"({rank or 0} with the same constraints ahead): it is assigned at a "
+                        "coming scheduler pass",
+                        cls["idle"],
+                        {"leader": leader},
+                    )
+                )
+                summary = "matching devices are idle; waiting for its turn"
+        elif cls["booked"] == len(matching):
+            until = booked_ends[0][0]
+            summary = (
+                f"it can only run on reserved device(s) offering {want}; the first reservation "
+                f"ends at {at(until)} (in {secs(until, now)})"
+            )
+        else:
+            busiest = max(BLOCKERS, key=lambda b: cls[b])
+            summary = (
+                f"all {len(matching)} device(s) offering {want} are unavailable "
+                f"(mostly {BLOCKER_TEXT[busiest]})"
+            )
+        if missing:
+            reasons.append(
+                Reason(
+                    "missing_tags",
+                    "other devices of the driver type lack tags: "
+                    + ", ".join(f"{t} ({n})" for t, n in sorted(missing.items())),
+                    sum(missing.values()),
+                    {"missing": missing},
+                )
+            )
+    if matching:
+        reasons.append(position(admin, task, matching, now, counts))
+    aging = _aging(admin, task, now)
+    if aging:
+        reasons.append(aging)
+    if task.tenant:
+        capped = _tenant(admin, task.tenant)
+        reasons.insert(0, capped[0]) if capped[1] else reasons.append(capped[0])
+        if capped[1]:
+            summary = f"its tenant {task.tenant} holds its cap of {capped[1]} device(s)"
+    if task.queue_deadline:
+        reasons.append(
+            Reason(
+                "queue_deadline",
+                f"fails as unschedulable in {secs(task.queue_deadline, now)} if still queued",
+            )
+        )
+    if task.attempt:
+        reasons.append(
+            Reason("retry", f"attempt {task.attempt} of {task.max_attempts} ended; queued again")
+        )
+    return Explanation(task.id, task.status.value, summary, reasons, counts)
+
+
+def _aging(admin: PoolConnection, task: ScheduledTask, now: int) -> Reason | None:
+    """Its priority raised by aging (pool setting ``aging_seconds``): what priority strategies
+    order it by now, and when it next rises."""
+    period = admin.config().aging_seconds
+    if period <= 0 or task.priority >= MAX_PRIORITY or not task.submitted_at:
+        return None
+    ms = int(period * 1000)
+    eff = aged(task.priority, task.submitted_at, now, ms)
+    waited = (now - task.submitted_at) / 1000
+    text = f"priority {task.priority}, aged to {eff} after waiting {waited:.0f}s"
+    text += f" (one level per aging_seconds {period:g})"
+    if eff < MAX_PRIORITY:
+        nxt = task.submitted_at + (eff - task.priority + 1) * ms
+        text += f"; {eff + 1} in {secs(nxt, now)}"
+    detail = {"priority": task.priority, "effective_priority": eff, "aging_seconds": period}
+    return Reason("aging", text, eff, detail)
+
+
+def _tenant(admin: PoolConnection, tenant: str) -> tuple[Reason, int]:
+    """The task's tenant: its weight and held devices, and whether it is at its cap (then
+    the cap is returned: the task waits for one of the tenant's tasks to end)."""
+    pipe = admin.redis.pipeline(transaction=False)
+    pipe.hget(admin.keys.tenants, tenant)
+    pipe.hget(admin.keys.tenant_held, tenant)
+    spec, held_raw = pipe.execute()
+    weight, cap = parse_tenant(spec)
+    held = int(held_raw or 0)
+    if cap and held >= cap:
+        return (
+            Reason(
+                "tenant_cap",
+                f"tenant {tenant} holds {held} device(s), its cap (max_devices {cap}): it waits "
+                "until one of the tenant's tasks ends",
+                held,
+                {"tenant": tenant, "held": held, "max_devices": cap, "weight": weight},
+            ),
+            cap,
+        )
+    text = f"tenant {tenant}: weight {weight}, holds {held} device(s)"
+    text += f" of at most {cap}" if cap else ""
+    detail = {"tenant": tenant, "held": held, "max_devices": cap, "weight": weight}
+    return Reason("tenant", text, held, detail), 0
+
+
+def describe(task: ScheduledTask) -> str:
+    """What the task asks for, in words (``driver type X and tags a,b``)."""
+    parts = []
+    if task.driver_type:
+        parts.append(f"driver type {task.driver_type}")
+    if task.tags:
+        parts.append("tags " + ",".join(task.tags))
+    return " and ".join(parts) or "any device"
