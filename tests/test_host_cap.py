@@ -13,6 +13,7 @@ import pytest
 from conftest import Fleet
 from deviceq import ConfigError, TaskStatus
 from deviceq.core.keys import Keys
+from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
 from deviceq.scheduler.host_load import read_host_tasks
 from deviceq.scheduler.task_scheduler import TaskScheduler
@@ -320,3 +321,20 @@ def test_verify_finds_a_wrong_host_count(real_fleet: Fleet) -> None:
     real_fleet.r.delete(k.host_held)
     real_fleet.r.hset(k.host_held, "h1", 1)
     sound(real_fleet)
+
+
+def test_explain_names_the_full_hosts(real_fleet: Fleet) -> None:
+    real_fleet.admin.set_config("max_tasks_per_host", 1)
+    real_fleet.add_host("h1", *phones("d1", "d2"))
+    real_fleet.add_host("h2", *phones("e1"))
+    ids = submit(real_fleet, 3)
+    real_fleet.store.commit([(ids[0], "d1"), (ids[1], "e1")])
+    exp = explain(real_fleet.admin, ids[2])
+    first = exp.reasons[0]
+    assert first.code == "host_cap" and first.count == 1, exp.reasons
+    assert first.detail == {"max_tasks_per_host": 1, "hosts": {"h1": 1}}
+    assert "h1" in first.message and "max_tasks_per_host (1)" in first.message
+    # no cap: no such reason
+    real_fleet.admin.set_config("max_tasks_per_host", 0)
+    exp = explain(real_fleet.admin, ids[2])
+    assert "host_cap" not in [r.code for r in exp.reasons]
