@@ -338,3 +338,21 @@ def test_explain_names_the_full_hosts(real_fleet: Fleet) -> None:
     real_fleet.admin.set_config("max_tasks_per_host", 0)
     exp = explain(real_fleet.admin, ids[2])
     assert "host_cap" not in [r.code for r in exp.reasons]
+
+
+def test_metrics_give_the_leases_per_host_and_the_cap(real_fleet: Fleet) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from deviceq.ops.metrics import PoolCollector, parse_metrics
+
+    real_fleet.admin.set_config("max_tasks_per_host", 2)
+    real_fleet.add_host("h1", *phones("d1", "d2"))
+    real_fleet.add_host("h2", *phones("e1"))
+    ids = submit(real_fleet, 2)
+    real_fleet.store.commit([(ids[0], "d1"), (ids[1], "d2")])
+    reg = CollectorRegistry()
+    reg.register(PoolCollector(real_fleet.admin, lambda: True))
+    got = parse_metrics(generate_latest(reg).decode())
+    per_host = {k: v for k, v in got.items() if k[0] == "deviceq_host_held"}
+    labels = (("host", "h1"), ("max_tasks_per_host", "2"), ("pool", real_fleet.pool))
+    assert per_host == {("deviceq_host_held", labels): 2}
