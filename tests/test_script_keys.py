@@ -26,6 +26,7 @@ from deviceq import (
 )
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
+from deviceq.ops.schedules import Firer, ScheduleStore
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "*"}
 FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}
@@ -139,6 +140,11 @@ def exercise(url: str, pool: str) -> None:
     h2 = HostClient(r, pool, "h1", token)
     h2.start_session("s2", "dead", "m:b:2:1", "s1")
     h2.end_session()
+    # a schedule's run: claimed (schedule_fire.lua), submitted, recorded
+    sched_store = ScheduleStore(r, admin.keys)
+    nightly = sched_store.add("nightly", "* * * * *", {"goal": "scheduled", "driver_type": "web"})
+    firer = Firer(r, admin.keys, pool, lambda: fence)
+    assert len(firer.tick(nightly.created_at / 1000 + 60)) == 1
     store.step_down("sched-1")
     admin.remove_host("h2")
     h3 = HostClient(r, pool, "h1", token)

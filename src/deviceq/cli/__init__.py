@@ -24,6 +24,7 @@ for _module in (
     "logs_cmds",
     "artifact_cmds",
     "webhook_cmds",
+    "schedule_cmds",
     "pause_cmds",
     "priority_cmds",
 ):

@@ -136,10 +136,12 @@ def scheduler_run(
             ) from None
     if once:
         ctx.warn_if_unknown_pool()
-    else:  # the pool's webhooks, delivered while this process leads
+    else:  # the pool's webhooks and schedules, served while this process leads
+        from ..ops.schedules import start_firer
         from ..ops.webhooks import start_deliverer
 
         start_deliverer(ctx.admin, lambda: sched.is_leader)
+        start_firer(ctx.admin, lambda: sched.epoch)
     sched.install_signal_handlers()
     passes = sched.run(tick=tick, once=once)
     if once and not passes:
@@ -205,10 +207,12 @@ def run_many(
     for c in ctxs:
         c.preflight(need_reachable=once)
     if not once:
+        from ..ops.schedules import start_firer
         from ..ops.webhooks import start_deliverer
 
         for c, s in zip(ctxs, scheds, strict=True):
             start_deliverer(c.admin, lambda s=s: s.is_leader)  # type: ignore[misc]
+            start_firer(c.admin, lambda s=s: s.epoch)  # type: ignore[misc]
     errors: list[BaseException] = []
 
     def run(sched: TaskScheduler) -> None:

@@ -96,6 +96,11 @@ key                                type       holds
 ``webhooks:cursor``                string     the last event id the leading scheduler handed to
                                               the webhooks
 ``webhooks:dead``                  set        hosts whose death was delivered (``host_dead``)
+``schedules``                      hash       schedule name -> JSON ``{name, cron, spec, paused,
+                                              created_at, changed_at}`` (``deviceq schedule``)
+``schedules:last``                 hash       schedule name -> JSON ``{run, task | error}``: the
+                                              last run the leading scheduler claimed (pending
+                                              until its task is submitted; schedule_fire.lua)
 =================================  =========  ==================================================
 """
 
@@ -245,6 +250,14 @@ class Keys:
     @property
     def webhook_dead(self) -> str:
         return self._k("webhooks", "dead")
+
+    @property
+    def schedules(self) -> str:
+        return self._k("schedules")
+
+    @property
+    def schedule_last(self) -> str:
+        return self._k("schedules", "last")
 
     # per entity
     def task(self, task_id: str) -> str:

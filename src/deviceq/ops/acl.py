@@ -23,8 +23,9 @@ What each role runs:
 producer    `deviceq.producer.Client` (``deviceq submit``, ``task show|list|cancel|wait``,
             ``events``, ``workflow put|list|show``): ``submit.lua``, ``cancel.lua`` and reads
 scheduler   ``deviceq scheduler run`` (`TaskScheduler`, `SchedulerClient`, the snapshot reads,
-            the wake-up ``BLPOP``, the metrics endpoint): ``leader.lua``, ``assign.lua``,
-            ``expire.lua``
+            the wake-up ``BLPOP``, the metrics endpoint, the schedules' runs):
+            ``leader.lua``, ``assign.lua``, ``expire.lua``, ``schedule_fire.lua``,
+            ``submit.lua``
 host        ``deviceq host run`` (`HostClient` in `HostWorker`): ``session.lua``,
             ``heartbeat.lua``, ``claim.lua``, ``renew.lua``, ``report.lua``, ``host_drain.lua``
             (its own ``stopping`` flag), ``BLPOP`` on its wake and control lists, config and
@@ -107,6 +108,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "ltrim pexpire srem time xadd zadd zcard zrange zrem",
         "leader": "del get hgetall incr pexpire set xadd",
         "pool_pause": "del exists hgetall lpush ltrim set time xadd",
+        "schedule_fire": "get hexists hget hgetall hset xadd",
         "task_priority": "del hgetall hmget hset lpush ltrim time xadd zadd zcard zrange zrem",
         "renew": "hgetall hmget hset time zadd",
         "log_append": "exists hgetall hmget pexpire time xadd",
@@ -123,7 +125,9 @@ checks that it covers what the scripts call)."""
 
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),
-    "scheduler": ("leader", "assign", "gang_assign", "expire", "heads"),
+    # schedule_fire claims a schedule's run, submit submits it
+    "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
+                  "submit"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts"),
     # task retry submits, task cancel cancels, dispatch commits through assign
@@ -206,7 +210,8 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "zrange": "idle devices, non-empty buckets and their heads (WITHSCORES)",
         "hlen": "whether any queued task has an anti-affinity record",
         "hmget": "device rows, bucket constraints, host health, anti-affinity of heads",
-        "hgetall": "the pool config (leader_ttl); metrics: bucket constraints, devices",
+        "hgetall": "the pool config (leader_ttl); metrics: bucket constraints, devices; the "
+        "schedules and their last runs (schedules, schedules:last)",
         "blpop": "the leader blocks on sched:wake between passes",
         "pttl": "a standby sleeps until the leader lease could lapse",
         "lpush": "TaskScheduler.stop(wake=True) wakes a blocked leader",
@@ -254,9 +259,12 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "zrange": "tasks of a status, queue buckets and heads, the next leases to expire, "
         "reservations (bookings: device list, status, explain, verify)",
         "smembers": "every host, every device, a host's devices, workflow list",
-        "hset": "config set (the config hash); webhook add (the webhooks hash)",
-        "hlen": "webhook add: at most 50 webhooks a pool",
-        "hdel": "webhook remove",
+        "hset": "config set (the config hash); webhook add (the webhooks hash); schedule "
+        "pause/resume (the schedules hash)",
+        "hlen": "webhook add: at most 50 webhooks a pool; schedule add: at most 200 schedules",
+        "hdel": "webhook remove; schedule remove (schedules, schedules:last)",
+        "hexists": "schedule add: is the name in use",
+        "hsetnx": "schedule add (the schedules hash): a name is added once",
         "zrank": "explain: a task's place in its bucket",
         "zcount": "explain: older queued tasks",
         "scan": "verify: the pool's keys (SCAN MATCH dq:{POOL}:*)",
@@ -294,7 +302,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
                   "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
                   "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
-                  "gang_holds", "webhooks", "webhooks:*"),
+                  "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
