@@ -16,7 +16,7 @@
 --          leader epoch ('' for a manual dispatch): when given it must be the current
 --          leader's epoch.
 -- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
---          task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
+--          host_held, task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued task_multi_device (a task with roles,
@@ -25,8 +25,9 @@
 --          person, device_reserve.lua) device_checking device_unhealthy (a health check
 --          runs on it / failed: device_health.lua) host_dead host_draining
 --          host_suspect driver_type_mismatch missing_tag:TAG tenant_cap (the task's tenant
---          holds its max_devices: `tenants`, counted in `tenant_held`) pool_paused (every pair
---          of a fenced batch while the pool is paused: pool_pause.lua)
+--          holds its max_devices: `tenants`, counted in `tenant_held`) host_cap (the device's
+--          host holds max_tasks_per_host leases, counted in `host_held`) pool_paused (every
+--          pair of a fenced batch while the pool is paused: pool_pause.lua)
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
 local fence = ARGV[1]
@@ -54,6 +55,12 @@ local function tenant_capped(tenant)
   if caps[tenant] <= 0 then return false end
   return (tonumber(redis.call('HGET', k('tenant_held'), tenant) or '0') or 0) >= caps[tenant]
 end
+-- the pool's cap on leases held on one host's devices at once (max_tasks_per_host, 0 = none)
+local host_cap = math.floor(cfg('max_tasks_per_host'))
+local function host_capped(host_id)
+  if host_cap <= 0 then return false end
+  return (tonumber(redis.call('HGET', k('host_held'), host_id) or '0') or 0) >= host_cap
+end
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk = k('task', id)
@@ -67,6 +74,7 @@ local function check(id, did)
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
   if t[11] and t[11] ~= '' and tenant_capped(t[11]) then return nil, 'tenant_cap' end
+  if host_capped(d[1]) then return nil, 'host_cap' end
   return {t = t, d = d}
 end
 
@@ -91,6 +99,7 @@ for i = 0, n - 1 do
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
     if v.t[11] and v.t[11] ~= '' then redis.call('HINCRBY', k('tenant_held'), v.t[11], 1) end
+    redis.call('HINCRBY', k('host_held'), host_id, 1)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
     redis.call('ZREM', k('idle'), did)

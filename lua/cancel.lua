@@ -18,7 +18,7 @@
 -- ARGV     task_id reason(at most 500 bytes)
 -- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, deadlines,
 --          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, status:*, retries,
---          tenant_held, gangs, task:ID.ROLE, device:ID:history, events, sched:wake; reads
+--          tenant_held, host_held, gangs, task:ID.ROLE, device:ID:history, events, sched:wake; reads
 --          config
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)
 -- Errors   NOT_FOUND (no such task), INVALID (malformed id or reason).

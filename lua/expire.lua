@@ -31,7 +31,7 @@
 -- ARGV     limit (1..10000)
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
 --          host:ID, host:ID:inbox, idle, queue:SIG, sig:SIG, queues, status:*, deadlines,
---          avoid, bookings, retries, tenant_held, gangs, host:ID:ctl, events, sched:wake,
+--          avoid, bookings, retries, tenant_held, host_held, gangs, host:ID:ctl, events, sched:wake,
 --          device:ID:history, device:ID:log
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
 --          reservations are not counted: each is a reservation_expired event)

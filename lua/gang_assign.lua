@@ -18,11 +18,13 @@
 -- ARGV     fence task_id n(1..8), then n device ids: one per role, in the task's role order.
 --          fence is the scheduler's leader epoch ('' for a manual dispatch).
 -- Keys     reads leader, paused, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
---          task:*:attempts, device:ID, idle, gangs, deadlines, status:*, leases,
+--          task:*:attempts, device:ID, idle, gangs, deadlines, status:*, leases, host_held,
 --          host:ID:inbox, host:ID:wake, events
 -- Returns  "ok:ATTEMPT" or "err:REASON" with REASON one of task_not_found not_multi_device
 --          task_not_queued invalid_id duplicate_device pool_paused, or a device's reason as in assign.lua
---          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...)
+--          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...), host_cap@ROLE
+--          included: the role's device's host would hold more than max_tasks_per_host leases
+--          (`host_held`; each of the task's devices on one host counts one)
 -- Errors   FENCED (the fence is not the current leader epoch), INVALID (bad arguments).
 local fence, id = ARGV[1], ARGV[2]
 local n = int_in(ARGV[3], 1, 8)
@@ -51,6 +53,19 @@ for i, r in ipairs(roles) do
   end
   if not d then return 'err:' .. why .. '@' .. r.name end
   rows[i] = d
+end
+-- the cap on leases held on one host's devices at once (max_tasks_per_host, 0 = none)
+local host_cap = math.floor(cfg('max_tasks_per_host'))
+if host_cap > 0 then
+  local on_host = {}
+  for i, r in ipairs(roles) do
+    local h = rows[i][1]
+    if on_host[h] == nil then
+      on_host[h] = tonumber(redis.call('HGET', k('host_held'), h) or '0') or 0
+    end
+    on_host[h] = on_host[h] + 1
+    if on_host[h] > host_cap then return 'err:host_cap@' .. r.name end
+  end
 end
 
 local now = now_ms()
@@ -81,6 +96,7 @@ for i, r in ipairs(roles) do
     'submitted_at', t.submitted_at or now_s, 'updated_at', now_s, 'session', '',
     'peers', i == 1 and placement or '')
   redis.call('ZADD', k('leases'), expires_s, pid)
+  redis.call('HINCRBY', k('host_held'), host_id, 1)
   redis.call('HSET', k('device', did), 'reserved_by', pid, 'lease_id', lease, 'last_assigned_at', now_s)
   redis.call('ZREM', k('idle'), did)
   redis.call('RPUSH', k('task', pid, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,

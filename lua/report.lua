@@ -39,7 +39,7 @@
 --          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
 --          '' otherwise) payload(result or error, at most 65536 bytes)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
---          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, events,
+--          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, host_held, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
 --          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was

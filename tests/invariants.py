@@ -141,6 +141,16 @@ def tenants_hold_their_leases(tasks: dict[str, dict[str, str]], r: redis.Redis, 
     assert {k: int(v) for k, v in r.hgetall(keys.tenant_held).items()} == held
 
 
+def hosts_hold_their_leases(tasks: dict[str, dict[str, str]], r: redis.Redis, keys: Keys) -> None:
+    """``host_held`` counts, per host, the leases (assigned or running) on its devices: single
+    tasks and parts of multi-device tasks (not the multi-device task itself)."""
+    held: dict[str, int] = {}
+    for t in tasks.values():
+        if t["status"] in ACTIVE and not t.get("roles"):
+            held[t["host_id"]] = held.get(t["host_id"], 0) + 1
+    assert {k: int(v) for k, v in r.hgetall(keys.host_held).items()} == held
+
+
 def check_pool(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     """Every invariant above; returns the tasks."""
     devices_and_leases_agree(r, keys)
@@ -148,6 +158,7 @@ def check_pool(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     queued_depth_is_consistent(r, keys)
     device_counts_agree(r, keys)
     tenants_hold_their_leases(tasks, r, keys)
+    hosts_hold_their_leases(tasks, r, keys)
     return tasks
 
 

@@ -440,6 +440,7 @@ def test_a_multi_device_task_holding_only_some_of_its_devices(lab: Lab) -> None:
     lab.r.hset(lab.keys.task(part), mapping={"status": "queued", "lease_expires_at": ""})
     lab.r.zrem(lab.keys.leases, part)
     lab.r.hset(lab.keys.device("d4"), mapping={"reserved_by": "", "lease_id": ""})
+    lab.r.hincrby(lab.keys.host_held, lab.r.hget(lab.keys.task(part), "host_id") or "", -1)
     lab.expect("gang_partial", also=frozenset({"unclosed_attempt"}), task=lab.ids["gang"])
 
 
@@ -469,6 +470,11 @@ def test_a_waiting_retry_is_queued_in_no_bucket_and_verifies(lab: Lab) -> None:
 def test_tenant_held_disagrees_with_the_leases(lab: Lab) -> None:
     lab.r.hset(lab.keys.tenant_held, "team-x", 2)
     lab.expect("tenant_held", key="tenant_held")
+
+
+def test_host_held_disagrees_with_the_leases(lab: Lab) -> None:
+    lab.r.hincrby(lab.keys.host_held, "h1", 1)
+    lab.expect("host_held", key="host_held", host="h1")
 
 
 def test_bucket_holds_a_task_out_of_order(lab: Lab) -> None:
@@ -758,5 +764,7 @@ def test_a_task_rewritten_to_another_host_is_reported(real_fleet: Fleet, redis_u
     found = [v for v in res.violations if v.kind == "task_host_mismatch"]
     assert [(v.task, v.host, v.device) for v in found] == [(tid, "hA", "dB")], res.violations
     assert "hB" in found[0].detail
+    # (the lease was counted for hB and ended as hA's: host_held is left wrong for hB too)
+    assert [v.host for v in res.violations if v.kind == "host_held"] == ["hB"]
     lab = Lab(f.r, redis_url, f.pool, f.admin.keys, {})
-    lab.expect("task_host_mismatch", task=tid, host="hA")
+    lab.expect("task_host_mismatch", also=frozenset({"host_held"}), task=tid, host="hA")

@@ -1,7 +1,17 @@
 --- @include "lib/base"
 --- @include "lib/eligibility"
 -- lib/leases.lua: the end of a lease: out of the lease index (and an unclaimed one out of its
--- host's inbox), its device released.
+-- host's inbox), out of its host's count, its device released.
+
+-- a lease on a device of host `host_id` ended: one fewer in `host_held` (assign.lua and
+-- gang_assign.lua count up; the max_tasks_per_host cap)
+local function host_lease_ended(host_id)
+  if host_id and host_id ~= '' then
+    if redis.call('HINCRBY', k('host_held'), host_id, -1) <= 0 then
+      redis.call('HDEL', k('host_held'), host_id)
+    end
+  end
+end
 
 -- end the active lease of task `id` (fields t): out of the lease index, off the host's inbox
 -- if it was not claimed yet
@@ -12,6 +22,7 @@ local function drop_lease(id, t)
       redis.call('HDEL', k('tenant_held'), t.tenant)
     end
   end
+  host_lease_ended(t.host_id)
   if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
     redis.call('LREM', k('host', t.host_id, 'inbox'), 0, id)
   end

@@ -154,6 +154,7 @@ def _reader(sc: Scenario, needs: frozenset[str]) -> SnapshotReader:
     r.avoiding = sum(1 for b in sc.buckets for t in b.heads if t.avoid_devices or t.avoid_hosts)
     r.faulty = any(d.faults for d in sc.devices)
     r._per_pass = {"tenants": {"tenants": dict(sc.tenants)}}  # (as read_tenants would read)
+    r.settings = {}  # the pool settings inputs read: all unset (max_tasks_per_host 0)
     return r
 
 

@@ -39,7 +39,13 @@ def dev(did: str, host: str = "h1", idle_since: int = 0, tags: str = "") -> Idle
 
 
 def view(buckets: list[Bucket], devices: list[IdleDevice], limit: int = 100, **kw: object) -> View:
-    inputs: dict[str, object] = {"tenants": {}, "submit_times": {}, "avoid": {}, "faults": {}}
+    inputs: dict[str, object] = {
+        "tenants": {},
+        "submit_times": {},
+        "avoid": {},
+        "faults": {},
+        "host_tasks": {},
+    }
     inputs.update(kw)
     return View(tuple(buckets), tuple(devices), limit, 1_000_000, **inputs)  # type: ignore[arg-type]
 
@@ -54,7 +60,7 @@ def test_view_is_read_only_and_sorts_devices_by_id() -> None:
     assert [d.device_id for d in v.devices] == ["d1", "d10", "d2"]
     with pytest.raises(TypeError):
         v.faults["d1"] = 3  # type: ignore[index]
-    assert v.inputs == {"tenants", "submit_times", "avoid", "faults"}
+    assert v.inputs == {"tenants", "submit_times", "avoid", "faults", "host_tasks"}
     assert View((), (), 1).inputs == frozenset()
 
 
@@ -196,15 +202,21 @@ def test_the_window_keeps_a_big_class_to_its_limit_best_for_a_retry() -> None:
 
 
 def test_a_view_without_an_input_a_plugin_needs_is_refused() -> None:
-    v = View((bucket("a", [1]),), (dev("d1"),), 10, avoid={}, faults={})
+    v = View((bucket("a", [1]),), (dev("d1"),), 10, avoid={}, faults={}, host_tasks={})
     assert place(PROFILES["fifo_match"], v) == [("a1", "d1")]
     with pytest.raises(MissingInputs, match="submit_times"):
         place(PROFILES["priority_match"], v)
 
 
 def test_profile_needs_are_the_union_of_its_plugins() -> None:
-    assert PROFILES["fifo_match"].needs == {"avoid", "faults"}
-    assert PROFILES["fair_share"].needs == {"tenants", "submit_times", "avoid", "faults"}
+    assert PROFILES["fifo_match"].needs == {"avoid", "faults", "host_tasks"}
+    assert PROFILES["fair_share"].needs == {
+        "tenants",
+        "submit_times",
+        "avoid",
+        "faults",
+        "host_tasks",
+    }
     p = Profile("plain", FifoSort())
     assert p.needs == frozenset() and p.plugins == (p.sort, *p.filters)
     assert place(p, View((bucket("a", [1]),), (dev("d1"),), 10)) == [("a1", "d1")]

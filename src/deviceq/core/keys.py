@@ -36,6 +36,8 @@ key                                type       holds
 ``tenants``                        hash       tenant -> ``WEIGHT:MAX_DEVICES`` (fair share weight,
                                               cap on devices held at once; 0 = none)
 ``tenant_held``                    hash       tenant -> devices its tasks hold (leases)
+``host_held``                      hash       host id -> leases its devices hold (assigned or
+                                              running; ``max_tasks_per_host``)
 ``avoid``                          hash       queued task id -> ``DEVICES|HOSTS`` (csv) it lost an
                                               attempt on: a retry prefers others (anti-affinity)
 ``status:STATUS``                  zset       task ids by status (queued/active by seq,
@@ -152,6 +154,10 @@ class Keys:
     @property
     def tenant_held(self) -> str:
         return self._k("tenant_held")
+
+    @property
+    def host_held(self) -> str:
+        return self._k("host_held")
 
     @property
     def devgen(self) -> str:

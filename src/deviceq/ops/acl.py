@@ -95,8 +95,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
         "pexpire time xadd xtrim zadd zcard zrange zrangebyscore zrem",
-        "gang_assign": "exists get hdel hgetall hmget hset lpush ltrim pexpire rpush time xadd "
-        "zadd zrem zscore",
+        "gang_assign": "exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
+        "time xadd zadd zrem zscore",
         "heads": "hget zrange",
         "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
         "time xadd zadd zrem",
@@ -295,14 +295,14 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     "producer": ("seq", "task:*", "idem:*", "queue:*", "queues", "sig:*", "status:*",
                  "deadlines", "avoid", "leases", "device:*", "idle", "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
-                 "tenant_held", "gangs"),
+                 "tenant_held", "host_held", "gangs"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
                   "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
-                  "events", "sched:wake", "retries", "tenant_held", "gangs", "gang_holds",
-                  "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
+                  "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
+                  "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
@@ -311,7 +311,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "faults",
              "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
-             "leases", "events", "sched:wake", "retries", "tenant_held", "gangs",
+             "leases", "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
              "host:*:ctl", "log:*"),
     "operator": ("*",),
 }  # fmt: skip

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from ..core.events import Event, last_event_id, read_events
 from ..core.vocabulary import TERMINAL_STATUSES, FailureKind
+from ..scheduler.host_load import host_cap_setting
 from . import status as st
 from .admin import PoolAdmin
 
@@ -145,6 +146,18 @@ class PoolCollector(Collector):
         hs.add_metric([pool, "dead"], float(sum(not h.alive for h in hosts)))
         hs.add_metric([pool, "draining"], float(sum(h.draining for h in hosts)))
         yield hs
+        per_host = GaugeMetricFamily(
+            "deviceq_host_held",
+            "leases (assigned or running) on a host's devices, and the pool's cap on them "
+            "(max_tasks_per_host, 0 = none); hosts holding none are left out",
+            labels=["pool", "host", "max_tasks_per_host"],
+        )
+        r, keys = self.admin.redis, self.admin.keys
+        cap = str(host_cap_setting(r.hget(keys.config, "max_tasks_per_host")))
+        held: dict[str, str] = r.hgetall(keys.host_held)  # type: ignore[assignment]
+        for host, count in sorted(held.items()):
+            per_host.add_metric([pool, host, cap], float(int(count or 0)))
+        yield per_host
         leases = GaugeMetricFamily(
             "deviceq_active_leases", "tasks holding a lease", labels=["pool"]
         )

@@ -116,7 +116,13 @@ class GangView:
         aging_ms: int = 0,
         tenants: Mapping[str, TenantShare] | None = None,
         avoid: Mapping[str, Avoid] | None = None,
+        host_tasks: Mapping[str, int] | None = None,
+        max_tasks_per_host: int = 0,
     ) -> GangView:
+        """``host_tasks``: the leases each host's devices hold (needed when
+        ``max_tasks_per_host`` > 0, else none are counted)."""
+        if host_tasks is None and max_tasks_per_host > 0:
+            raise ValueError("max_tasks_per_host needs host_tasks (the leases held per host)")
         by_id: dict[str, Gang] = {}
         groups: dict[tuple[int, str], list[QueuedTask]] = {}
         for g in gangs:
@@ -153,6 +159,8 @@ class GangView:
             aging_ms=aging_ms,
             avoid=avoid or {},
             faults={d.device_id: d.faults for d in devs if d.faults},
+            host_tasks=host_tasks or {},
+            max_tasks_per_host=max_tasks_per_host,
         )
         return cls(by_id, view)
 
@@ -181,9 +189,11 @@ def place_gangs(profile: Profile, gv: GangView, permit: GangPermit) -> list[Gang
         return []
     picker = _Picker(profile, view)
     order = profile.sort.order(view)
-    states = [p.start(view) for p in profile.permits]
+    states = [s for s in (p.start(view) for p in profile.permits) if s is not None]
     whole = [isinstance(s, GangPassPermit) for s in states]
     used: set[str] = set()
+    for s in states:
+        used.update(s.closed())  # (devices no gang may take this pass: a host at its cap)
     out: list[GangPick] = []
     for task in order:
         gang = gv.gangs.get(task.task_id)
@@ -204,6 +214,7 @@ def place_gangs(profile: Profile, gv: GangView, permit: GangPermit) -> list[Gang
                 order.placed(task, d)
                 for s in states:
                     s.placed(task, d)
+                    used.update(s.closed())
         elif decision is GangDecision.WAIT:
             used.update(d.device_id for d in devs if d is not None)
         out.append(GangPick(gang.gang_id, decision, picks))

@@ -12,12 +12,13 @@ A pass, per task in the `QueueSort`'s order, until ``limit`` pairs:
    ones, so the pass costs devices log devices + tasks x classes); a task with an applying
    task score (a retry with anti-affinity) scans its classes' unused devices, each class up
    to its first device that no task score penalises (when the task scores come first);
-3. the `Permit`s: all must allow the pair, else the task gets nothing this pass;
+3. the `Permit`s: all must allow the pair, else the task gets nothing this pass (the devices a
+   permit names ``closed``, e.g. of a host at its cap, count as taken for every later task);
 4. the pair is taken and the order and permits are told (`TaskOrder.placed`).
 
 Then ``refine`` (see `Profile`): pairs whose device is not ideal by the refine scores move to
-a strictly better unused feasible device, in pair order (a scan stops at the first ideal
-device, in device_id order).
+a strictly better unused feasible device the permits allow, in pair order (a scan stops at
+the first ideal device, in device_id order).
 
 With a `Recorder` (``place(..., recorder=...)``) the same pass runs with a record of what it
 did per task (`deviceq.placement.recorder`): the same calls in the same order, plus the
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .plugins import DeviceScore, Requirement, Score, TaskScore
+from .plugins import DeviceScore, PassPermit, Requirement, Score, TaskScore
 from .profiles import Profile
 from .recorder import FilterRecord, Recorder, TaskRecord, judge
 from .rows import IdleDevice, Pair, QueuedTask
@@ -199,11 +200,14 @@ class _Pass:
     def run(self) -> list[Pair]:
         view, limit = self.view, self.view.limit
         order = self.profile.sort.order(view)
-        permits = [p.start(view) for p in self.profile.permits]
-        names = [p.name for p in self.profile.permits]
+        started = [(p.name, p.start(view)) for p in self.profile.permits]
+        permits = [s for _, s in started if s is not None]  # (None: allows every pair)
+        names = [n for n, s in started if s is not None]
         task_scores = self.task_scores
         recording = self.recording
         used: set[str] = set()
+        for p in permits:
+            used.update(p.closed())
         chosen: list[tuple[QueuedTask, IdleDevice]] = []
         for task in order:
             if len(chosen) >= limit:
@@ -226,9 +230,10 @@ class _Pass:
             order.placed(task, best)
             for p in permits:
                 p.placed(task, best)
+                used.update(p.closed())
         if self.profile.refine and any(_active(s, view) for s in self.profile.refine):
             before = list(chosen)
-            chosen = self.refine(chosen, used)
+            chosen = self.refine(chosen, used, permits)
             if recording:
                 self.refined(before, chosen)
         return [(t.task_id, d.device_id) for t, d in chosen]
@@ -317,10 +322,14 @@ class _Pass:
         return best
 
     def refine(
-        self, chosen: list[tuple[QueuedTask, IdleDevice]], used: set[str]
+        self,
+        chosen: list[tuple[QueuedTask, IdleDevice]],
+        used: set[str],
+        permits: Sequence[PassPermit],
     ) -> list[tuple[QueuedTask, IdleDevice]]:
         """Each pair in turn: when its device is not ideal by the refine scores, the unused
-        feasible device with the smallest refine keys (then device_id) instead, if better."""
+        feasible device with the smallest refine keys (then device_id) that every permit
+        allows instead, if better (the permits are told of the move)."""
         view, scores, kinds = self.view, self.profile.refine, self.refine_kinds
         out = []
         for task, dev in chosen:
@@ -328,10 +337,14 @@ class _Pass:
             live = [None if k is None else k.applies(view, task) for k in kinds]
             now = _keys(view, scores, kinds, live, task, dev)
             if any(now):
+                for p in permits:
+                    p.unplaced(task, dev)
                 best: IdleDevice | None = None
                 best_key: tuple[int, ...] | None = None
                 for d in self.feasible(task.sig):
                     if d.device_id in used:
+                        continue
+                    if permits and not all(p.allows(task, d) for p in permits):
                         continue
                     k = _keys(view, scores, kinds, live, task, d)
                     if best_key is None or k < best_key:
@@ -342,6 +355,9 @@ class _Pass:
                     used.discard(dev.device_id)
                     used.add(best.device_id)
                     dev = best
+                for p in permits:
+                    p.placed(task, dev)
+                    used.update(p.closed())
             out.append((task, dev))
         return out
 
@@ -356,7 +372,7 @@ def refine(profile: Profile, view: View, pairs: Sequence[Pair]) -> list[Pair]:
     devices = {d.device_id: d for d in view.devices}
     chosen = [(tasks[t], devices[d]) for t, d in pairs]
     used = {d for _, d in pairs}
-    return [(t.task_id, d.device_id) for t, d in run.refine(chosen, used)]
+    return [(t.task_id, d.device_id) for t, d in run.refine(chosen, used, ())]
 
 
 class _RecordingPass(_Pass):

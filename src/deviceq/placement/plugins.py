@@ -7,7 +7,7 @@
 - `Score` (`DeviceScore`, `TaskScore`): which feasible device is best, smallest key first;
   the scores of a profile are compared in order, then ``device_id``;
 - `Permit`: whether a task may take the device it was given (per pass state, e.g. a tenant's
-  cap);
+  or a host's cap);
 - `GangPermit`: whether a multi-device task may take the devices its roles were given, all of
   them or none, or keep them while it waits for the rest (`deviceq.placement.gang`).
 
@@ -18,7 +18,7 @@ type and tags)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
@@ -98,11 +98,21 @@ Score = DeviceScore | TaskScore
 
 
 class PassPermit(Protocol):
-    """A permit's state for one pass."""
+    """A permit's state for one pass. ``allows`` may depend on the task (a tenant's cap: the
+    task gets nothing this pass) or on the device (a host's cap): a device no task may take
+    any more is best named in ``closed`` (asked at the start and after every ``placed``), so
+    the pass offers the next best device instead. ``refine`` moves a pair as ``unplaced`` from
+    its device, then ``allows`` and ``placed`` on the new one (or the old one again)."""
 
     def allows(self, task: QueuedTask, device: IdleDevice) -> bool: ...
 
     def placed(self, task: QueuedTask, device: IdleDevice) -> None: ...
+
+    def unplaced(self, task: QueuedTask, device: IdleDevice) -> None: ...
+
+    def closed(self) -> Iterable[str]:
+        """Device ids closed since the last call (no task may take them in this pass)."""
+        ...
 
 
 @runtime_checkable
@@ -115,7 +125,10 @@ class GangPassPermit(PassPermit, Protocol):
 
 
 class Permit(Plugin, Protocol):
-    def start(self, view: View) -> PassPermit: ...
+    """``start`` returns the permit's state for a pass over ``view``, or None when it allows
+    every pair of that view (the pass then never asks it)."""
+
+    def start(self, view: View) -> PassPermit | None: ...
 
 
 class GangDecision(Enum):

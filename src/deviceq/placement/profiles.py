@@ -26,6 +26,7 @@ from .builtin import (
     FairShareSort,
     FaultCount,
     FifoSort,
+    HostCap,
     LeastRecentlyUsed,
     Match,
     TenantCap,
@@ -68,18 +69,34 @@ class Profile:
 REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
 """Anti-affinity, then faulty devices last: the refine stage of every built-in profile (and
 the correction of a registered whole-pass strategy's pairs)."""
+HOST_CAP: tuple[Permit, ...] = (HostCap(),)
+"""The pool's max_tasks_per_host: a permit of every built-in profile (it allows every pair
+while the cap is 0)."""
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("fifo_match", FifoSort(), scores=(AntiAffinity(),), refine=REFINE, window=True),
         Profile(
-            "priority_match", AgingSort(), scores=(AntiAffinity(),), refine=REFINE, window=True
+            "fifo_match",
+            FifoSort(),
+            scores=(AntiAffinity(),),
+            permits=HOST_CAP,
+            refine=REFINE,
+            window=True,
+        ),
+        Profile(
+            "priority_match",
+            AgingSort(),
+            scores=(AntiAffinity(),),
+            permits=HOST_CAP,
+            refine=REFINE,
+            window=True,
         ),
         Profile(
             "lru_device",
             FifoSort(),
             scores=(AntiAffinity(), LeastRecentlyUsed()),
+            permits=HOST_CAP,
             refine=REFINE,
             window=True,
         ),
@@ -87,7 +104,7 @@ PROFILES: dict[str, Profile] = {
             "fair_share",
             FairShareSort(),
             scores=(AntiAffinity(),),
-            permits=(TenantCap(),),
+            permits=(TenantCap(), *HOST_CAP),
             refine=REFINE,
         ),
     )

@@ -3,8 +3,9 @@
 A `View` holds the servable buckets (with their head tasks, oldest first), the assignable idle
 devices (by ``device_id``), the pass's pair limit and time, and the optional inputs a plugin may
 declare it needs (`INPUTS`): ``tenants`` (weights, caps and held devices), ``submit_times``
-(for aging, with ``aging_ms``), ``avoid`` (the devices and hosts a task lost an attempt on) and
-``faults`` (a device's consecutive device faults). An input that was not read is ``None``; a
+(for aging, with ``aging_ms``), ``avoid`` (the devices and hosts a task lost an attempt on),
+``faults`` (a device's consecutive device faults) and ``host_tasks`` (the leases each host's
+devices hold, with the pool's ``max_tasks_per_host``). An input that was not read is ``None``; a
 profile's plugins name what they need, so a snapshot can read just the union of those.
 
 The task, device, bucket and tenant rows are the scheduler's own dataclasses
@@ -20,7 +21,7 @@ from types import MappingProxyType
 
 from .rows import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
 
-INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults"})
+INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults", "host_tasks"})
 """The optional inputs of a view, by the names plugins declare in their ``needs``."""
 
 DeviceClass = tuple[str, frozenset[str]]
@@ -54,6 +55,11 @@ class View:
     aging_ms: int = 0
     avoid: Mapping[str, Avoid] | None = None
     faults: Mapping[str, int] | None = None
+    host_tasks: Mapping[str, int] | None = None
+    """host_id -> leases (assigned or running) its devices hold when the snapshot was read
+    (`deviceq.scheduler.host_load.read_host_tasks`; a host holding none may be missing)."""
+    max_tasks_per_host: int = 0
+    """The pool's cap on leases held on one host's devices at once (0 = none)."""
     # ``devices`` grouped by class, each group in device_id order, when the reader has it
     # already (then ``devices`` must be in device_id order: they are not checked)
     classes: Mapping[DeviceClass, Sequence[IdleDevice]] | None = field(
@@ -61,7 +67,7 @@ class View:
     )
 
     def __post_init__(self) -> None:
-        for name in ("tenants", "submit_times", "avoid", "faults"):
+        for name in ("tenants", "submit_times", "avoid", "faults", "host_tasks"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         if self.classes is not None:
             return
@@ -90,11 +96,18 @@ class View:
         *,
         submit_times: Mapping[str, int] | None = None,
         aging_ms: int = 0,
+        host_tasks: Mapping[str, int] | None = None,
+        max_tasks_per_host: int = 0,
     ) -> View:
         """The view of a whole-pass `Snapshot`: its tenants, the anti-affinity records of its
         heads and its devices' fault counts are taken from it. Without ``submit_times`` the
         snapshot's priorities count as already aged (the reader sets a whole-pass
-        strategy's effective priorities), so an aging plugin orders by them as they are."""
+        strategy's effective priorities), so an aging plugin orders by them as they are. The
+        leases per host (``host_tasks``) are not in a snapshot either: without them no host
+        counts as holding any, which only ``max_tasks_per_host`` 0 (no cap) may rely on, so a
+        cap without them is a ValueError."""
+        if host_tasks is None and max_tasks_per_host > 0:
+            raise ValueError("max_tasks_per_host needs host_tasks (the leases held per host)")
         avoid = {
             t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
             for t in snap.tasks()
@@ -111,6 +124,8 @@ class View:
             aging_ms=aging_ms if submit_times is not None else 0,
             avoid=avoid,
             faults=faults,
+            host_tasks=host_tasks if host_tasks is not None else {},
+            max_tasks_per_host=max_tasks_per_host,
         )
 
 

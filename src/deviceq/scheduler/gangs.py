@@ -40,6 +40,7 @@ from ..placement.gang import Gang, GangView, Role, place_gangs
 from ..placement.plugins import GangDecision
 from ..placement.profiles import PROFILES, Profile
 from ..placement.view import Avoid
+from .host_load import host_cap_setting, read_host_tasks
 from .strategies import DEFAULT_STRATEGY, IdleDevice, TenantShare
 
 GANG_SCAN = 50
@@ -91,6 +92,7 @@ class GangPlanner:
         self._avoid: dict[str, tuple[tuple[Any, Any], dict[str, Avoid]]] = {}
         self._written: dict[str, str] = {}  # gang_holds as this scheduler last wrote it
         self._reset = True  # rewrite gang_holds whole (another scheduler may have written it)
+        self.host_cap = 0  # the pool's max_tasks_per_host (as read with the gangs' rows)
 
     @property
     def kept(self) -> bool:
@@ -135,8 +137,11 @@ class GangPlanner:
             return out
         gangs, tenants, avoid, aging_ms = self.read(waiting, now)
         permit = ReserveThenHold(reserve_after_ms, hold_ms, self._holds)
+        cap = self.host_cap
+        hosts = {d.host_id for d in devices} if cap > 0 else set()
         gv = GangView.build(
-            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid
+            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid,
+            host_tasks=read_host_tasks(self.redis, self.keys, hosts), max_tasks_per_host=cap,
         )  # fmt: skip
         for p in place_gangs(self.profile, gv, permit):
             if p.decision is GangDecision.ALLOW:
@@ -152,13 +157,14 @@ class GangPlanner:
         records (by part id) and the pool's aging (ms): see the module doc for the reads."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(k.config, "aging_seconds")
+        pipe.hmget(k.config, "aging_seconds", "max_tasks_per_host")
         for gid in waiting:
             if gid in self._roles:
                 pipe.hmget(k.task(gid), *GANG_FIELDS)
             else:
                 pipe.hmget(k.task(gid), *GANG_FIELDS, "roles")
-        aging_raw, *rows = pipe.execute()
+        (aging_raw, cap_raw), *rows = pipe.execute()
+        self.host_cap = host_cap_setting(cap_raw)
         gangs: list[Gang] = []
         stamps: dict[str, tuple[Any, Any]] = {}
         for gid, row in zip(waiting, rows, strict=True):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.tenants import parse_tenant
 from ..placement.rows import Bucket, TenantShare
 from ..placement.view import Avoid
+from .host_load import host_cap_setting, read_host_tasks
 
 if TYPE_CHECKING:
     from .snapshot import Base, SnapshotReader
@@ -130,3 +131,14 @@ def read_faults(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[st
     if not r.faulty:
         return {"faults": {}}
     return {"faults": {d.device_id: d.faults for d in base.devices if d.faults}}
+
+
+@register_input("host_tasks", settings=("max_tasks_per_host",), per_pass=True)
+def read_host_load(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The pool's ``max_tasks_per_host`` (read with the base) and, when it is set, the leases
+    the idle devices' hosts hold (one ``HMGET`` of ``host_held``); none read at cap 0."""
+    cap = host_cap_setting(r.settings.get("max_tasks_per_host"))
+    if cap <= 0:
+        return {"host_tasks": {}, "max_tasks_per_host": 0}
+    hosts = {d.host_id for d in base.devices}
+    return {"host_tasks": read_host_tasks(r.redis, r.keys, hosts), "max_tasks_per_host": cap}

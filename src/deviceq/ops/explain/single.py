@@ -11,8 +11,9 @@ from ...core.models import ScheduledTask
 from ...core.tenants import parse_tenant
 from ...placement.recorder import Need
 from ...placement.rows import MAX_PRIORITY, aged
-from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, match
+from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, first_reason, match
 from .estimate import position
+from .hosts import host_cap_reason
 from .model import Explanation, Reason, at, secs
 
 
@@ -131,6 +132,13 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
                     {"missing": missing},
                 )
             )
+    if cls["idle"]:
+        idle = [d for d in matching if first_reason(d, hosts.get(d.host_id or "")) == "idle"]
+        full = host_cap_reason(admin, idle)
+        if full is not None:
+            reasons.insert(0, full)
+            if leader and full.count == len(idle):
+                summary = "every idle matching device is on a host at max_tasks_per_host"
     if matching:
         reasons.append(position(admin, task, matching, now, counts))
     aging = _aging(admin, task, now)

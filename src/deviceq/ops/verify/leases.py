@@ -1,6 +1,6 @@
 """Checks of the leases: ``leases`` holds exactly the live leases, scored by their expiry; one
-live lease per device, agreeing with the device's ``reserved_by``/``lease_id``; and
-``tenant_held`` counts each tenant's leases."""
+live lease per device, agreeing with the device's ``reserved_by``/``lease_id``;
+``tenant_held`` counts each tenant's leases and ``host_held`` each host's."""
 
 from __future__ import annotations
 
@@ -120,4 +120,23 @@ def check_tenants(st: PoolState, f: Findings) -> None:
                 "tenant_held",
                 f"tenant_held counts {got} device(s) for tenant {name}, its tasks hold {want}",
                 key="tenant_held",
+            )
+
+
+def check_hosts(st: PoolState, f: Findings) -> None:
+    """``host_held`` counts the leases (assigned or running) on each host's devices: single
+    tasks and the parts of multi-device tasks, not the multi-device tasks themselves."""
+    held: dict[str, int] = {}
+    for t in st.tasks.values():
+        if t.status in ACTIVE and not t.parts and not t.roles and t.host_id:
+            held[t.host_id] = held.get(t.host_id, 0) + 1
+    stored = st.counters.get("host_held", {})
+    for host in sorted(set(held) | set(stored)):
+        want, got = held.get(host, 0), to_int(stored.get(host)) or 0
+        if want != got:
+            f.add(
+                "host_held",
+                f"host_held counts {got} lease(s) on host {host}, its devices hold {want}",
+                key="host_held",
+                host=host,
             )

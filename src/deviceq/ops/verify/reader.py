@@ -293,6 +293,6 @@ def read_state(rd: Reader) -> PoolState:
         device_rows=rd.devices(sorted(devices | space.devices)),
         counters={
             name: rd.hash(getattr(k, name))
-            for name in ("caps", "drivers", "qdrivers", "tenant_held")
+            for name in ("caps", "drivers", "qdrivers", "tenant_held", "host_held")
         },
     )

@@ -38,6 +38,8 @@ KINDS: dict[str, str] = {
     "retry_index": "retries holds a task that is not queued, or that is also in a bucket",
     "tenant_held": "tenant_held disagrees with the leases of the tenants' tasks (the cap on "
     "devices a tenant holds would be wrong)",
+    "host_held": "host_held disagrees with the leases held on each host's devices (the "
+    "max_tasks_per_host cap would be wrong)",
     "bucket_mismatch": "a queue bucket holds a task that is not queued in it, or a queued "
     "task is missing from its bucket",
     "queue_head": "the queues index disagrees with the buckets' heads",

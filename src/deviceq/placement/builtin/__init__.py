@@ -4,6 +4,7 @@ from .anti_affinity import AntiAffinity
 from .fair_share import FairShareSort
 from .faults import FaultCount
 from .gang_hold import ReserveThenHold
+from .host_cap import HostCap
 from .lru import LeastRecentlyUsed
 from .matching import Match
 from .ordering import AgingSort, FifoSort, PrioritySort
@@ -15,6 +16,7 @@ __all__ = [
     "FairShareSort",
     "FaultCount",
     "FifoSort",
+    "HostCap",
     "LeastRecentlyUsed",
     "Match",
     "PrioritySort",

@@ -33,6 +33,14 @@ class CapState:
         if name in self._held:
             self._held[name] += 1
 
+    def unplaced(self, task: QueuedTask, device: IdleDevice) -> None:
+        name = task.tenant or ""
+        if name in self._held:
+            self._held[name] -= 1
+
+    def closed(self) -> tuple[str, ...]:
+        return ()  # (a cap of the task's tenant, not of a device)
+
 
 @dataclass(frozen=True)
 class TenantCap:
