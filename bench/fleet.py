@@ -1,0 +1,445 @@
+"""Fleet-scale cost of deviceq's scheduler: ``python -m bench.fleet [--quick] [--json]
+[--sizes 1000,10000,100000] [--passes N] [--out PATH]``.
+
+Per fleet size (devices; hosts of 100 devices; one signature; batch 200), on a private
+redis-server of its own (``deviceq.embedded.RedisServer``), with in-process hosts
+(``HostClient`` heartbeats register the devices) and ``TaskScheduler.assign()`` passes
+measured as ``bench/bench_assign.py`` does (wall time in this process; Redis CPU from
+``INFO cpu``; Redis command time from ``INFO commandstats``; the INFO calls' own cost
+measured and subtracted -- its ``stats``/``stats_overhead``/``finish_all`` are reused):
+
+1. fill: as many tasks as devices are queued (``Client.submit_many`` in chunks, unmeasured),
+   then the assign passes until every device is busy are measured: placements/s;
+2. ten: every task finished (hosts claim and report done, unmeasured), 10 tasks submitted,
+   one measured pass; the median of a few such passes (wall ms, Redis CPU ms);
+3. empty: a pass with nothing queued (median of a few);
+4. the idle devices a pass sees (``AssignResult.idle_devices``) vs the idle devices of the
+   pool (``ZCARD idle``) before it;
+then, on one more private server (``bench.fleet_probes``): the longest script calls in
+``SLOWLOG`` (over 5 ms) through a 5,000-device host registering and heartbeating, 10,000
+leases lapsing at once, a 100,000-task ``submit_many`` and a 200-pair commit; and Redis time
+per heartbeat when nothing changed (10 and 5,000 devices).
+
+Ratios divide by the 1,000-device figures. ``--quick`` (under five minutes) uses fewer passes
+and 1k/10k/20k devices: its largest size is reported under ``_20k`` keys (``_100k`` ones are
+null). Progress goes to stderr; ``--json`` prints one JSON object on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.bench_assign import (
+    GOAL,
+    POOL,
+    add_fleet,
+    finish_all,
+    stats,
+    stats_overhead,
+)
+from bench.fleet_probes import (
+    SLOWER_THAN_US,
+    Probes,
+    enable_slowlog,
+    longest,
+    read_slowlog,
+    run_probes,
+)
+from bench.fleet_probes import sha_names as script_names
+from deviceq import Client, PoolAdmin
+from deviceq.embedded import RedisServer
+from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
+
+LOAD_CHUNK = 50_000  # tasks per submit_many call while loading (each sent in chunks of 1000)
+UTILIZATION_NOTE = (
+    "not measured: utilization and host CPU per task with the real daemons "
+    "(bench/deviceq_daemons.py) were left out of this benchmark for time"
+)
+
+
+def log(msg: str) -> None:
+    print(f"[fleet {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Pass:
+    wall_ms: float
+    cpu_ms: float
+    cmd_ms: float
+    assigned: int
+    seen_idle: int  # AssignResult.idle_devices
+    pool_idle: int  # ZCARD idle just before the pass
+
+
+@dataclass
+class Size:
+    devices: int
+    hosts: int = 0
+    register_s: float = 0.0
+    load_s: float = 0.0
+    fill_passes: int = 0
+    fill_assigned: int = 0
+    fill_wall_s: float = 0.0
+    fill_cpu_s: float = 0.0
+    fill_first: Pass | None = None
+    ten: list[Pass] = field(default_factory=list)
+    empty: list[Pass] = field(default_factory=list)
+    slow_max_ms: float | None = None
+    slow_script: str | None = None
+
+    @property
+    def fill_per_s(self) -> float:
+        return self.fill_assigned / self.fill_wall_s if self.fill_wall_s else float("nan")
+
+    @property
+    def fill_cpu_us_per(self) -> float:
+        return self.fill_cpu_s * 1e6 / self.fill_assigned if self.fill_assigned else float("nan")
+
+    @staticmethod
+    def med(ps: list[Pass], attr: str) -> float:
+        return float(statistics.median(getattr(p, attr) for p in ps)) if ps else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        def passes(ps: list[Pass]) -> dict[str, Any]:
+            return {
+                "passes": len(ps),
+                "wall_ms": self.med(ps, "wall_ms"),
+                "redis_cpu_ms": self.med(ps, "cpu_ms"),
+                "redis_cmd_ms": self.med(ps, "cmd_ms"),
+                "assigned": self.med(ps, "assigned"),
+                "idle_seen": self.med(ps, "seen_idle"),
+                "idle_in_pool": self.med(ps, "pool_idle"),
+            }
+
+        return {
+            "devices": self.devices,
+            "hosts": self.hosts,
+            "register_s": self.register_s,
+            "load_s": self.load_s,
+            "fill": {
+                "passes": self.fill_passes,
+                "assigned": self.fill_assigned,
+                "wall_s": self.fill_wall_s,
+                "per_s": self.fill_per_s,
+                "redis_cpu_us_per_placement": self.fill_cpu_us_per,
+                "first_pass_idle_seen": self.fill_first.seen_idle if self.fill_first else None,
+                "first_pass_idle_in_pool": self.fill_first.pool_idle if self.fill_first else None,
+            },
+            "ten": passes(self.ten),
+            "empty": passes(self.empty),
+            "slowlog_max_ms": self.slow_max_ms,
+            "slowlog_max_script": self.slow_script,
+        }
+
+
+class FleetServer:
+    """One private redis-server with one pool of ``devices`` idle devices."""
+
+    def __init__(self, devices: int) -> None:
+        self.srv = RedisServer().start()
+        self.r = redis.Redis.from_url(self.srv.url, decode_responses=True)
+        self.client = Client(self.srv.url, POOL)
+        self.admin = PoolAdmin(self.srv.url, POOL)
+        for k, v in {"max_queue_depth": devices * 2 + 100_000, "claim_ttl": 3600,
+                     "lease_ttl": 3600, "host_timeout": 3600}.items():  # fmt: skip
+            self.admin.set_config(k, v)
+        enable_slowlog(self.r)
+        self.size = Size(devices)
+        t = time.perf_counter()
+        self.hosts = add_fleet(self.srv.url, self.admin, devices, 1, f"f{devices}")
+        self.size.register_s = time.perf_counter() - t
+        self.size.hosts = len(self.hosts)
+        self.sched = TaskScheduler(self.admin)
+        self.idle_key = self.sched.keys.idle
+        self.cpu_oh, self.us_oh = stats_overhead(self.r)
+
+    def submit(self, n: int) -> None:
+        for start in range(0, n, LOAD_CHUNK):
+            m = min(LOAD_CHUNK, n - start)
+            self.client.submit_many([{"goal": GOAL} for _ in range(m)], chunk=1000)
+
+    def one_pass(self) -> Pass:
+        pool_idle = int(self.r.zcard(self.idle_key))
+        c0, u0, _ = stats(self.r)
+        t = time.perf_counter()
+        res = self.sched.assign()
+        wall = time.perf_counter() - t
+        c1, u1, _ = stats(self.r)
+        return Pass(
+            wall * 1000,
+            max(0.0, c1 - c0 - self.cpu_oh) / 1000,
+            max(0.0, u1 - u0 - self.us_oh) / 1000,
+            res.assigned,
+            res.idle_devices,
+            pool_idle,
+        )
+
+    def run_fill(self) -> None:
+        """Queue one task per device, then measure the passes until every device is busy."""
+        s = self.size
+        t = time.perf_counter()
+        self.submit(s.devices)
+        s.load_s = time.perf_counter() - t
+        log(f"  {s.devices:,} devices: {s.hosts} hosts registered in {s.register_s:.1f}s, "
+            f"{s.devices:,} tasks queued in {s.load_s:.1f}s")  # fmt: skip
+        stuck = 0
+        while s.fill_assigned < s.devices and stuck < 3:
+            p = self.one_pass()
+            s.fill_first = s.fill_first or p
+            s.fill_passes += 1
+            s.fill_assigned += p.assigned
+            s.fill_wall_s += p.wall_ms / 1000
+            s.fill_cpu_s += p.cpu_ms / 1000
+            stuck = 0 if p.assigned else stuck + 1
+        log(
+            f"  fill: {s.fill_assigned:,} placed in {s.fill_passes} passes, "
+            f"{s.fill_per_s:,.0f}/s, {s.fill_cpu_us_per:.0f} us Redis CPU/placement; "
+            f"first pass saw {s.fill_first.seen_idle if s.fill_first else 0:,} of "
+            f"{s.fill_first.pool_idle if s.fill_first else 0:,} idle devices"
+        )
+
+    def run_ten(self, passes: int) -> None:
+        finish_all(self.hosts)
+        self.submit(10)
+        self.sched.assign()  # warm-up after the fill: the device cache sees them idle again
+        for _ in range(passes):
+            finish_all(self.hosts)
+            self.submit(10)
+            self.size.ten.append(self.one_pass())
+        s = self.size
+        log(
+            f"  ten: {s.med(s.ten, 'wall_ms'):.1f} ms wall, {s.med(s.ten, 'cpu_ms'):.2f} ms "
+            f"Redis CPU, {s.med(s.ten, 'assigned'):.0f} placed, idle seen "
+            f"{s.med(s.ten, 'seen_idle'):,.0f} of {s.med(s.ten, 'pool_idle'):,.0f}"
+        )
+
+    def run_empty(self, passes: int) -> None:
+        finish_all(self.hosts)
+        self.sched.assign()
+        for _ in range(passes):
+            self.size.empty.append(self.one_pass())
+        s = self.size
+        log(
+            f"  empty: {s.med(s.empty, 'wall_ms'):.1f} ms wall, "
+            f"{s.med(s.empty, 'cpu_ms'):.2f} ms Redis CPU, idle seen "
+            f"{s.med(s.empty, 'seen_idle'):,.0f} of {s.med(s.empty, 'pool_idle'):,.0f}"
+        )
+
+    def read_slow(self, names: dict[str, str]) -> None:
+        lo = longest(read_slowlog(self.r, names))
+        if lo:
+            self.size.slow_max_ms, self.size.slow_script = lo.duration_ms, lo.script
+
+    def close(self) -> None:
+        self.r.close()
+        self.srv.stop()
+
+
+def measure_size(devices: int, passes: int, names: dict[str, str]) -> Size:
+    log(f"size {devices:,} devices")
+    fs = FleetServer(devices)
+    try:
+        fs.run_fill()
+        fs.run_ten(passes)
+        fs.run_empty(passes)
+        fs.read_slow(names)
+        return fs.size
+    finally:
+        fs.close()
+
+
+def label(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def ratio(a: float, b: float) -> float | None:
+    return a / b if b and a == a and b == b else None
+
+
+def summary(sizes: list[Size], probes: Probes | None) -> dict[str, Any]:
+    """The JSON object: headline keys per size label, then every raw figure."""
+    base = next((s for s in sizes if s.devices == 1000), sizes[0])
+    out: dict[str, Any] = {}
+    for n in (1000, 10_000, 100_000, 20_000):
+        s = next((x for x in sizes if x.devices == n), None)
+        if s is None and n == 20_000:
+            continue
+        k = label(n)
+
+        def get(f: Any, s: Size | None = s) -> Any:
+            return f(s) if s else None
+
+        out[f"fill_per_s_{k}"] = get(lambda x: x.fill_per_s)
+        out[f"ten_pass_ms_{k}"] = get(lambda x: x.med(x.ten, "wall_ms"))
+        out[f"ten_pass_redis_cpu_ms_{k}"] = get(lambda x: x.med(x.ten, "cpu_ms"))
+        out[f"empty_pass_ms_{k}"] = get(lambda x: x.med(x.empty, "wall_ms"))
+        out[f"empty_pass_redis_cpu_ms_{k}"] = get(lambda x: x.med(x.empty, "cpu_ms"))
+        out[f"ten_pass_ratio_{k}"] = get(
+            lambda x: ratio(x.med(x.ten, "wall_ms"), base.med(base.ten, "wall_ms"))
+        )
+        out[f"ten_pass_redis_ratio_{k}"] = get(
+            lambda x: ratio(x.med(x.ten, "cpu_ms"), base.med(base.ten, "cpu_ms"))
+        )
+        out[f"empty_pass_ratio_{k}"] = get(
+            lambda x: ratio(x.med(x.empty, "wall_ms"), base.med(base.empty, "wall_ms"))
+        )
+        out[f"empty_pass_redis_ratio_{k}"] = get(
+            lambda x: ratio(x.med(x.empty, "cpu_ms"), base.med(base.empty, "cpu_ms"))
+        )
+        out[f"idle_seen_{k}"] = get(lambda x: x.med(x.empty, "seen_idle"))
+        out[f"idle_in_pool_{k}"] = get(lambda x: x.med(x.empty, "pool_idle"))
+    longest = probes.longest if probes else None
+    out["max_script_ms"] = longest[1].duration_ms if longest else None
+    out["max_script"] = f"{longest[1].script} ({longest[0]})" if longest else None
+    out["slowlog_threshold_ms"] = SLOWER_THAN_US / 1000
+    hb = {str(h.devices): h.cmd_us for h in probes.heartbeats} if probes else {}
+    out["heartbeat_unchanged_us"] = {"10": hb.get("10"), "5000": hb.get("5000")}
+    out["heartbeat_unchanged_cpu_us"] = (
+        {str(h.devices): h.cpu_us for h in probes.heartbeats} if probes else None
+    )
+    out["host_cpu_us_per_task"] = None
+    out["utilization"] = None
+    out["utilization_note"] = UTILIZATION_NOTE
+    out["sizes"] = [s.as_dict() for s in sizes]
+    out["slowlog"] = {s.name: s.as_dict() for s in probes.scenarios} if probes else None
+    return out
+
+
+def fmt(v: Any, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def markdown(sizes: list[Size], probes: Probes | None, meta: str) -> str:
+    base = next((s for s in sizes if s.devices == 1000), sizes[0])
+    lines = [
+        "| devices | hosts | fill placements/s | ratio | fill Redis CPU µs/placement "
+        "| 10-task pass wall ms | ratio | Redis CPU ms | ratio "
+        "| empty pass wall ms | ratio | Redis CPU ms | ratio | idle seen / in pool "
+        "| longest script call on this server |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for s in sizes:
+        tw, tc = s.med(s.ten, "wall_ms"), s.med(s.ten, "cpu_ms")
+        ew, ec = s.med(s.empty, "wall_ms"), s.med(s.empty, "cpu_ms")
+        slow = f"{s.slow_max_ms:.1f} ms {s.slow_script}" if s.slow_max_ms else "none over 5 ms"
+        lines.append(
+            f"| {s.devices:,} | {s.hosts} | {fmt(s.fill_per_s, 0)} "
+            f"| {fmt(ratio(s.fill_per_s, base.fill_per_s), 2)} | {fmt(s.fill_cpu_us_per, 0)} "
+            f"| {fmt(tw)} | {fmt(ratio(tw, base.med(base.ten, 'wall_ms')), 2)} | {fmt(tc, 2)} "
+            f"| {fmt(ratio(tc, base.med(base.ten, 'cpu_ms')), 2)} "
+            f"| {fmt(ew)} | {fmt(ratio(ew, base.med(base.empty, 'wall_ms')), 2)} "
+            f"| {fmt(ec, 2)} | {fmt(ratio(ec, base.med(base.empty, 'cpu_ms')), 2)} "
+            f"| {fmt(s.med(s.empty, 'seen_idle'), 0)} / {fmt(s.med(s.empty, 'pool_idle'), 0)} "
+            f"| {slow} |"
+        )
+    if probes:
+        lines += [
+            "",
+            f"Longest script calls (SLOWLOG, over {SLOWER_THAN_US / 1000:.0f} ms):",
+            "",
+            "| scenario | wall s | longest call ms | script | script calls over 5 ms "
+            "(calls, longest ms) | longest other command | what ran |",
+            "|---|---:|---:|---|---|---|---|",
+        ]
+        for sc in probes.scenarios:
+            lo, inner = sc.longest, sc.longest_inner
+            per = ", ".join(f"{k} {n}x {m:.1f}" for k, (n, m) in sc.by_script().items())
+            inn = f"{inner.script} {inner.duration_ms:.1f} ms" if inner else "-"
+            lines.append(
+                f"| {sc.name} | {sc.wall_s:.1f} | {fmt(lo.duration_ms if lo else None)} "
+                f"| {lo.script if lo else '-'} | {per or '-'} | {inn} | {sc.note} |"
+            )
+        lines += [
+            "",
+            "Heartbeat with nothing changed:",
+            "",
+            "| devices | heartbeats | Redis command µs/heartbeat | Redis CPU µs/heartbeat "
+            "| client wall ms/heartbeat |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for h in probes.heartbeats:
+            lines.append(
+                f"| {h.devices:,} | {h.beats} | {h.cmd_us:,.0f} | {h.cpu_us:,.0f} "
+                f"| {h.wall_ms:.2f} |"
+            )
+    lines += ["", meta, "", f"Utilization with the real daemons: {UTILIZATION_NOTE}."]
+    return "\n".join(lines) + "\n"
+
+
+def commit_id() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="1k/10k/20k devices, 3 passes (<5 min)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--sizes", help="device counts [1000,10000,100000; quick 1000,10000,20000]")
+    p.add_argument("--passes", type=int, help="measured 10-task and empty passes [7; quick 3]")
+    p.add_argument("--no-probes", action="store_true", help="skip the SLOWLOG/heartbeat probes")
+    p.add_argument("--out", type=Path, help="also write the markdown tables to this file")
+    a = p.parse_args(argv)
+    a.sizes = [int(x) for x in (a.sizes or ("1000,10000,20000" if a.quick else
+                                             "1000,10000,100000")).split(",")]  # fmt: skip
+    a.passes = a.passes or (3 if a.quick else 7)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    started = time.time()
+    load0 = os.getloadavg()
+    log(f"sizes={args.sizes} passes={args.passes} batch={DEFAULT_BATCH} load={load0[0]:.2f}")
+    names = script_names()
+    sizes = [measure_size(n, args.passes, names) for n in args.sizes]
+    probes = None
+    if not args.no_probes:
+        log("probes: SLOWLOG scenarios and heartbeat cost")
+        probes = run_probes(args.quick, log)
+    load1 = os.getloadavg()
+    meta = (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit_id()}, "
+        f"{'--quick' if args.quick else 'full'} run, {args.passes} passes per median, "
+        f"batch {DEFAULT_BATCH}, took {time.time() - started:.0f}s; python "
+        f"{platform.python_version()}, {os.cpu_count()} cpus, load average (1/5/15 min) "
+        f"at start {' '.join(f'{x:.2f}' for x in load0)}, "
+        f"at end {' '.join(f'{x:.2f}' for x in load1)}"
+    )
+    text = markdown(sizes, probes, meta)
+    print(text, file=sys.stderr)
+    if args.out:
+        args.out.write_text(text)
+        log(f"wrote {args.out}")
+    if args.json:
+        out = summary(sizes, probes)
+        out["meta"] = meta
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
