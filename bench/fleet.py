@@ -18,7 +18,8 @@ measured and subtracted -- its ``stats``/``stats_overhead``/``finish_all`` are r
 then, on one more private server (``bench.fleet_probes``): the longest script calls in
 ``SLOWLOG`` (over 5 ms) through a 5,000-device host registering and heartbeating, 10,000
 leases lapsing at once, a 100,000-task ``submit_many`` and a 200-pair commit; and Redis time
-per heartbeat when nothing changed (10 and 5,000 devices).
+per heartbeat when nothing changed (10 and 5,000 devices); then device utilization and host
+daemon CPU per task with the real daemons (``bench.fleet_daemons``: one host of 100 devices).
 
 Ratios divide by the 1,000-device figures. ``--quick`` (under five minutes: the 100k fill
 takes about a minute) runs the same sizes with 3 passes per median and fewer heartbeats;
@@ -50,6 +51,7 @@ from bench.bench_assign import (
     stats,
     stats_overhead,
 )
+from bench.fleet_daemons import Utilization, run_utilization
 from bench.fleet_probes import (
     SLOWER_THAN_US,
     Probes,
@@ -64,10 +66,7 @@ from deviceq.embedded import RedisServer
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
 LOAD_CHUNK = 50_000  # tasks per submit_many call while loading (each sent in chunks of 1000)
-UTILIZATION_NOTE = (
-    "not measured: utilization and host CPU per task with the real daemons "
-    "(bench/deviceq_daemons.py) were left out of this benchmark for time"
-)
+UTILIZATION_NOTE = "not measured in this run (--no-daemons)"
 
 
 def log(msg: str) -> None:
@@ -269,7 +268,7 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b and a == a and b == b else None
 
 
-def summary(sizes: list[Size], probes: Probes | None) -> dict[str, Any]:
+def summary(sizes: list[Size], probes: Probes | None, util: Utilization | None) -> dict[str, Any]:
     """The JSON object: headline keys per size label, then every raw figure."""
     base = next((s for s in sizes if s.devices == 1000), sizes[0])
     out: dict[str, Any] = {}
@@ -308,9 +307,15 @@ def summary(sizes: list[Size], probes: Probes | None) -> dict[str, Any]:
     out["heartbeat_unchanged_cpu_us"] = (
         {str(h.devices): h.cpu_us for h in probes.heartbeats} if probes else None
     )
-    out["host_cpu_us_per_task"] = None
-    out["utilization"] = None
-    out["utilization_note"] = UTILIZATION_NOTE
+    out["host_cpu_us_per_task"] = util.host_cpu_us_per_task if util else None
+    out["scheduler_cpu_us_per_task"] = util.scheduler_cpu_us_per_task if util else None
+    out["utilization"] = util.utilization if util else None
+    out["utilization_note"] = (
+        f"real daemons, one host of {util.devices} devices, tasks of {util.task_s} s, "
+        f"{util.tasks} tasks in a {util.window_s:.1f} s steady-state window"
+        if util
+        else UTILIZATION_NOTE
+    )
     out["sizes"] = [s.as_dict() for s in sizes]
     out["slowlog"] = {s.name: s.as_dict() for s in probes.scenarios} if probes else None
     return out
@@ -324,7 +329,7 @@ def fmt(v: Any, digits: int = 1) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-def markdown(sizes: list[Size], probes: Probes | None, meta: str) -> str:
+def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None, meta: str) -> str:
     base = next((s for s in sizes if s.devices == 1000), sizes[0])
     lines = [
         "| devices | hosts | fill placements/s | ratio | fill Redis CPU µs/placement "
@@ -377,7 +382,22 @@ def markdown(sizes: list[Size], probes: Probes | None, meta: str) -> str:
                 f"| {h.devices:,} | {h.beats} | {h.cmd_us:,.0f} | {h.cpu_us:,.0f} "
                 f"| {h.wall_ms:.2f} |"
             )
-    lines += ["", meta, "", f"Utilization with the real daemons: {UTILIZATION_NOTE}."]
+    if util:
+        lines += [
+            "",
+            "Utilization with the real daemons (`deviceq scheduler run` + one `deviceq host run`, "
+            "goal runner `bench.fleet_runners:hold`):",
+            "",
+            "| devices | task s | window s | tasks | utilization | host daemon CPU µs/task "
+            "| scheduler CPU µs/task |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+            f"| {util.devices} | {util.task_s} | {util.window_s:.1f} | {util.tasks:,} "
+            f"| {util.utilization:.3f} | {util.host_cpu_us_per_task:,.0f} "
+            f"| {util.scheduler_cpu_us_per_task:,.0f} |",
+        ]
+    else:
+        lines += ["", f"Utilization with the real daemons: {UTILIZATION_NOTE}."]
+    lines += ["", meta]
     return "\n".join(lines) + "\n"
 
 
@@ -401,6 +421,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", help="device counts [1000,10000,100000]")
     p.add_argument("--passes", type=int, help="measured 10-task and empty passes [7; quick 3]")
     p.add_argument("--no-probes", action="store_true", help="skip the SLOWLOG/heartbeat probes")
+    p.add_argument("--no-daemons", action="store_true", help="skip the real-daemon utilization")
     p.add_argument("--out", type=Path, help="also write the markdown tables to this file")
     a = p.parse_args(argv)
     a.sizes = [int(x) for x in (a.sizes or "1000,10000,100000").split(",")]
@@ -419,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_probes:
         log("probes: SLOWLOG scenarios and heartbeat cost")
         probes = run_probes(args.quick, log)
+    util = None
+    if not args.no_daemons:
+        log("utilization with the real daemons")
+        util = run_utilization(6 if args.quick else 12, log)
     load1 = os.getloadavg()
     meta = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit_id()}, "
@@ -428,13 +453,13 @@ def main(argv: list[str] | None = None) -> int:
         f"at start {' '.join(f'{x:.2f}' for x in load0)}, "
         f"at end {' '.join(f'{x:.2f}' for x in load1)}"
     )
-    text = markdown(sizes, probes, meta)
+    text = markdown(sizes, probes, util, meta)
     print(text, file=sys.stderr)
     if args.out:
         args.out.write_text(text)
         log(f"wrote {args.out}")
     if args.json:
-        out = summary(sizes, probes)
+        out = summary(sizes, probes, util)
         out["meta"] = meta
         print(json.dumps(out))
     return 0
