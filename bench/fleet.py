@@ -55,6 +55,7 @@ from bench.fleet_daemons import Utilization, run_utilization
 from bench.fleet_probes import (
     SLOWER_THAN_US,
     Probes,
+    Scenario,
     enable_slowlog,
     longest,
     read_slowlog,
@@ -98,6 +99,7 @@ class Size:
     empty: list[Pass] = field(default_factory=list)
     slow_max_ms: float | None = None
     slow_script: str | None = None
+    slow_by_script: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     @property
     def fill_per_s(self) -> float:
@@ -141,6 +143,9 @@ class Size:
             "empty": passes(self.empty),
             "slowlog_max_ms": self.slow_max_ms,
             "slowlog_max_script": self.slow_script,
+            "slowlog_by_script": {
+                k: {"entries": n, "max_ms": m} for k, (n, m) in self.slow_by_script.items()
+            },  # fmt: skip
         }
 
 
@@ -238,7 +243,9 @@ class FleetServer:
         )
 
     def read_slow(self, names: dict[str, str]) -> None:
-        lo = longest(read_slowlog(self.r, names))
+        entries = read_slowlog(self.r, names)
+        self.size.slow_by_script = Scenario("size", entries=entries).by_script()
+        lo = longest(entries)
         if lo:
             self.size.slow_max_ms, self.size.slow_script = lo.duration_ms, lo.script
 
@@ -335,7 +342,7 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
         "| devices | hosts | fill placements/s | ratio | fill Redis CPU µs/placement "
         "| 10-task pass wall ms | ratio | Redis CPU ms | ratio "
         "| empty pass wall ms | ratio | Redis CPU ms | ratio | idle seen / in pool "
-        "| longest script call on this server |",
+        "| longest script call on this server (setup included) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in sizes:
@@ -357,17 +364,18 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
             "",
             f"Longest script calls (SLOWLOG, over {SLOWER_THAN_US / 1000:.0f} ms):",
             "",
-            "| scenario | wall s | longest call ms | script | script calls over 5 ms "
-            "(calls, longest ms) | longest other command | what ran |",
-            "|---|---:|---:|---|---|---|---|",
+            "| scenario | wall s | Redis CPU ms | longest call ms | script "
+            "| script calls over 5 ms (calls, longest ms) | longest other command | what ran |",
+            "|---|---:|---:|---:|---|---|---|---|",
         ]
         for sc in probes.scenarios:
             lo, inner = sc.longest, sc.longest_inner
             per = ", ".join(f"{k} {n}x {m:.1f}" for k, (n, m) in sc.by_script().items())
             inn = f"{inner.script} {inner.duration_ms:.1f} ms" if inner else "-"
             lines.append(
-                f"| {sc.name} | {sc.wall_s:.1f} | {fmt(lo.duration_ms if lo else None)} "
-                f"| {lo.script if lo else '-'} | {per or '-'} | {inn} | {sc.note} |"
+                f"| {sc.name} | {sc.wall_s:.1f} | {sc.redis_cpu_ms:,.0f} "
+                f"| {fmt(lo.duration_ms if lo else None)} | {lo.script if lo else '-'} "
+                f"| {per or '-'} | {inn} | {sc.note} |"
             )
         lines += [
             "",
@@ -443,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     util = None
     if not args.no_daemons:
         log("utilization with the real daemons")
-        util = run_utilization(6 if args.quick else 12, log)
+        util = run_utilization(10 if args.quick else 30, log)
     load1 = os.getloadavg()
     meta = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit_id()}, "

@@ -56,6 +56,7 @@ class Scenario:
     wall_s: float = 0.0
     entries: list[SlowEntry] = field(default_factory=list)
     note: str = ""
+    redis_cpu_ms: float = 0.0  # INFO cpu (main thread) over the whole scenario
 
     @property
     def longest(self) -> SlowEntry | None:
@@ -83,6 +84,7 @@ class Scenario:
         lo, inner = self.longest, self.longest_inner
         return {
             "wall_s": round(self.wall_s, 3),
+            "redis_cpu_ms": round(self.redis_cpu_ms, 1),
             "slow_script_calls": sum(1 for e in self.entries if e.is_script),
             "slow_inner_commands": sum(1 for e in self.entries if not e.is_script),
             "longest_inner_command": inner.script if inner else None,
@@ -192,14 +194,17 @@ def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
 
     def scenario(name: str, fn: Callable[[], str]) -> None:
         r.slowlog_reset()
+        c0, _, _ = stats(r)
         t = time.perf_counter()
         note = fn()
-        s = Scenario(name, time.perf_counter() - t, read_slowlog(r, names), note)
+        wall = time.perf_counter() - t
+        c1, _, _ = stats(r)
+        s = Scenario(name, wall, read_slowlog(r, names), note, (c1 - c0) / 1000)
         lo = s.longest
         log(
             f"  slowlog {name}: {len(s.by_script())} script(s) over {SLOWER_THAN_US / 1000:.0f} "
             + (f"ms, longest call {lo.duration_ms:.1f} ms ({lo.script})" if lo else "ms: none")
-            + f"; {s.wall_s:.1f}s; {note}"
+            + f"; {s.wall_s:.1f}s, {s.redis_cpu_ms:,.0f} ms Redis CPU; {note}"
         )
         out.append(s)
 
