@@ -22,10 +22,10 @@ per heartbeat when nothing changed (10 and 5,000 devices); then device utilizati
 daemon CPU per task with the real daemons (``bench.fleet_daemons``: one host of 100 devices).
 
 Ratios divide by the 1,000-device figures. ``--quick`` (under five minutes: the 100k fill
-takes about a minute) runs the same sizes with 3 passes per median and fewer heartbeats;
-``--sizes`` may name others (a size's keys are named after it, e.g. ``_20k``; the ``_100k``
-ones are then null). Progress goes to stderr; ``--json`` prints one JSON object on
-stdout."""
+takes about a minute) runs the same sizes with 5 passes per median (15 on a full run), fewer
+heartbeats and a shorter utilization window; ``--sizes`` may name others (a size's keys are
+named after it, e.g. ``_20k``; the ``_100k`` ones are then null). Progress goes to stderr;
+``--json`` prints one JSON object on stdout."""
 
 from __future__ import annotations
 
@@ -424,16 +424,16 @@ def commit_id() -> str:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="3 passes per median (<5 min)")
+    p.add_argument("--quick", action="store_true", help="5 passes per median (<5 min)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--sizes", help="device counts [1000,10000,100000]")
-    p.add_argument("--passes", type=int, help="measured 10-task and empty passes [7; quick 3]")
+    p.add_argument("--passes", type=int, help="measured 10-task and empty passes [15; quick 5]")
     p.add_argument("--no-probes", action="store_true", help="skip the SLOWLOG/heartbeat probes")
     p.add_argument("--no-daemons", action="store_true", help="skip the real-daemon utilization")
     p.add_argument("--out", type=Path, help="also write the markdown tables to this file")
     a = p.parse_args(argv)
     a.sizes = [int(x) for x in (a.sizes or "1000,10000,100000").split(",")]
-    a.passes = a.passes or (3 if a.quick else 7)
+    a.passes = a.passes or (5 if a.quick else 15)
     return a
 
 
