@@ -25,7 +25,13 @@ Ratios divide by the 1,000-device figures. ``--quick`` (under five minutes: the 
 takes about a minute) runs the same sizes with 5 passes per median (15 on a full run), fewer
 heartbeats and a shorter utilization window; ``--sizes`` may name others (a size's keys are
 named after it, e.g. ``_20k``; the ``_100k`` ones are then null). Progress goes to stderr;
-``--json`` prints one JSON object on stdout."""
+``--json`` prints one JSON object on stdout: ``ten_pass_ratio_100k``/``empty_pass_ratio_100k``
+divide the median pass wall time at 100k devices by 1k's (``*_redis_ratio_*``: Redis CPU;
+``*_ms_*``: the raw medians), ``fill_per_s_100k`` placements/s, ``idle_seen_100k`` vs
+``idle_in_pool_100k``, ``max_script_ms`` the longest script call of the SLOWLOG probes
+(``max_script`` names it), ``heartbeat_unchanged_us`` Redis command time per unchanged
+heartbeat by device count ("10", "5000"), ``host_cpu_us_per_task`` and ``utilization`` from
+the real daemons; ``sizes`` and ``slowlog`` hold every raw figure."""
 
 from __future__ import annotations
 
