@@ -15,6 +15,8 @@ measured and subtracted -- its ``stats``/``stats_overhead``/``finish_all`` are r
 3. empty: a pass with nothing queued (median of a few);
 4. the idle devices a pass sees (``AssignResult.idle_devices``) vs the idle devices of the
    pool (``ZCARD idle``) before it;
+5. commit: 200 tasks queued, read and planned unmeasured, then the commit of the 200 pairs
+   alone (``TaskScheduler.commit``, one ``lua/assign.lua`` call) measured (median);
 then, on one more private server (``bench.fleet_probes``): the longest script calls in
 ``SLOWLOG`` (over 5 ms) through a 5,000-device host registering and heartbeating, 10,000
 leases lapsing at once, a 100,000-task ``submit_many`` and a 200-pair commit; and Redis time
@@ -103,6 +105,7 @@ class Size:
     fill_first: Pass | None = None
     ten: list[Pass] = field(default_factory=list)
     empty: list[Pass] = field(default_factory=list)
+    commit: list[Pass] = field(default_factory=list)  # the commit call alone, 200 pairs
     slow_max_ms: float | None = None
     slow_script: str | None = None
     slow_by_script: dict[str, tuple[int, float]] = field(default_factory=dict)
@@ -147,6 +150,7 @@ class Size:
             },
             "ten": passes(self.ten),
             "empty": passes(self.empty),
+            "commit_200": passes(self.commit),
             "slowlog_max_ms": self.slow_max_ms,
             "slowlog_max_script": self.slow_script,
             "slowlog_by_script": {
@@ -248,6 +252,32 @@ class FleetServer:
             f"{s.med(s.empty, 'seen_idle'):,.0f} of {s.med(s.empty, 'pool_idle'):,.0f}"
         )
 
+    def run_commit(self, passes: int) -> None:
+        """The commit of one full batch alone (``TaskScheduler.commit`` of 200 pairs, read and
+        planned unmeasured): does the write side grow with the fleet?"""
+        for _ in range(passes):
+            finish_all(self.hosts)
+            self.submit(DEFAULT_BATCH)
+            base, want, heads = self.sched.reader.read()
+            _, pairs, _ = self.sched.plan_deep(base, want, heads)
+            pool_idle = int(self.r.zcard(self.idle_key))
+            c0, u0, _ = stats(self.r)
+            t = time.perf_counter()
+            out = self.sched.commit(pairs)
+            wall = time.perf_counter() - t
+            c1, u1, _ = stats(self.r)
+            self.sched.reader.forget_all()  # its heads changed under it
+            ok = sum(1 for o in out if o.startswith("ok:"))
+            self.size.commit.append(Pass(wall * 1000, max(0.0, c1 - c0 - self.cpu_oh) / 1000,
+                                         max(0.0, u1 - u0 - self.us_oh) / 1000, ok,
+                                         len(base.devices), pool_idle))  # fmt: skip
+        s = self.size
+        log(
+            f"  commit: {s.med(s.commit, 'assigned'):.0f} pairs, "
+            f"{s.med(s.commit, 'wall_ms'):.1f} ms wall, "
+            f"{s.med(s.commit, 'cpu_ms'):.2f} ms Redis CPU"
+        )
+
     def read_slow(self, names: dict[str, str]) -> None:
         entries = read_slowlog(self.r, names)
         self.size.slow_by_script = Scenario("size", entries=entries).by_script()
@@ -267,6 +297,7 @@ def measure_size(devices: int, passes: int, names: dict[str, str]) -> Size:
         fs.run_fill()
         fs.run_ten(passes)
         fs.run_empty(passes)
+        fs.run_commit(passes)
         fs.read_slow(names)
         return fs.size
     finally:
@@ -309,6 +340,7 @@ def summary(sizes: list[Size], probes: Probes | None, util: Utilization | None) 
         out[f"empty_pass_redis_ratio_{k}"] = get(
             lambda x: ratio(x.med(x.empty, "cpu_ms"), base.med(base.empty, "cpu_ms"))
         )
+        out[f"commit_200_redis_cpu_ms_{k}"] = get(lambda x: x.med(x.commit, "cpu_ms"))
         out[f"idle_seen_{k}"] = get(lambda x: x.med(x.empty, "seen_idle"))
         out[f"idle_in_pool_{k}"] = get(lambda x: x.med(x.empty, "pool_idle"))
     longest = probes.longest if probes else None
@@ -347,13 +379,15 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
     lines = [
         "| devices | hosts | fill placements/s | ratio | fill Redis CPU µs/placement "
         "| 10-task pass wall ms | ratio | Redis CPU ms | ratio "
-        "| empty pass wall ms | ratio | Redis CPU ms | ratio | idle seen / in pool "
+        "| empty pass wall ms | ratio | Redis CPU ms | ratio | 200-pair commit alone: Redis CPU ms "
+        "| ratio | idle seen / in pool "
         "| longest script call on this server (setup included) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in sizes:
         tw, tc = s.med(s.ten, "wall_ms"), s.med(s.ten, "cpu_ms")
         ew, ec = s.med(s.empty, "wall_ms"), s.med(s.empty, "cpu_ms")
+        cc = s.med(s.commit, "cpu_ms")
         slow = f"{s.slow_max_ms:.1f} ms {s.slow_script}" if s.slow_max_ms else "none over 5 ms"
         lines.append(
             f"| {s.devices:,} | {s.hosts} | {fmt(s.fill_per_s, 0)} "
@@ -362,6 +396,7 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
             f"| {fmt(ratio(tc, base.med(base.ten, 'cpu_ms')), 2)} "
             f"| {fmt(ew)} | {fmt(ratio(ew, base.med(base.empty, 'wall_ms')), 2)} "
             f"| {fmt(ec, 2)} | {fmt(ratio(ec, base.med(base.empty, 'cpu_ms')), 2)} "
+            f"| {fmt(cc, 2)} | {fmt(ratio(cc, base.med(base.commit, 'cpu_ms')), 2)} "
             f"| {fmt(s.med(s.empty, 'seen_idle'), 0)} / {fmt(s.med(s.empty, 'pool_idle'), 0)} "
             f"| {slow} |"
         )
