@@ -1,0 +1,115 @@
+"""Device utilization with deviceq's real daemons (``deviceq scheduler run`` + one
+``deviceq host run`` serving ``DEVICES`` devices, goal runner ``bench.fleet_runners:hold``:
+every task holds its device ``TASK_S`` seconds), on a private redis-server of its own.
+
+Enough tasks are queued up front for ``rounds`` rounds of every device; once the first round
+is done, a window runs until all but the last round is done (steady state: the queue never
+empty). Over the window: utilization = tasks done x ``TASK_S`` / (devices x window seconds)
+(1.0: no device ever waits between tasks), and the CPU per task of the host daemon and of the
+scheduler daemon (their process trees, ``psutil``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from bench import COUNTER_KEY, URL_ENV
+from bench.deviceq_daemons import HOST, add_host
+from bench.drain import tree_cpu_s
+from bench.fleet_runners import TASK_S
+from bench.procs import Registry, child_env, cli
+from deviceq import Client
+
+POOL = "bench"
+DRIVER = "bench"
+DEVICES = 100
+GOAL = "open the settings app, enable wifi, check the connection: ok"
+
+
+@dataclass
+class Utilization:
+    devices: int
+    task_s: float
+    window_s: float
+    tasks: int
+    host_cpu_s: float
+    scheduler_cpu_s: float
+
+    @property
+    def utilization(self) -> float:
+        return self.tasks * self.task_s / (self.devices * self.window_s)
+
+    @property
+    def host_cpu_us_per_task(self) -> float:
+        return self.host_cpu_s * 1e6 / self.tasks if self.tasks else float("nan")
+
+    @property
+    def scheduler_cpu_us_per_task(self) -> float:
+        return self.scheduler_cpu_s * 1e6 / self.tasks if self.tasks else float("nan")
+
+
+def wait_counter(r: redis.Redis, at_least: int, timeout: float, alive: Callable[[], None]) -> None:
+    deadline = time.monotonic() + timeout
+    while int(r.get(COUNTER_KEY) or 0) < at_least:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the counter did not reach {at_least} in {timeout:.0f} s")
+        alive()
+        time.sleep(0.02)
+
+
+def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
+    """One run (see the module docstring); every process and server is gone on return."""
+    reg = Registry()
+    try:
+        server = reg.redis_server()
+        env = child_env({URL_ENV: server.url})
+        base = [cli(), "--redis-url", server.url, "--pool", POOL]
+        token_file = add_host(reg, base, env)
+        client = Client(server.url, POOL)
+        n = DEVICES * rounds
+        client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * n)
+        devices = [a for i in range(DEVICES) for a in ("--device", f"u{i:03d}:{DRIVER}")]
+        host = [
+            *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *devices,
+            "--goal-runner", "bench.fleet_runners:hold", "--isolation", "thread",
+        ]  # fmt: skip
+        procs = {
+            "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env),
+            "host": reg.spawn("host", host, env),
+        }
+
+        def alive() -> None:
+            for name, p in procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"the {name} daemon exited ({p.returncode})")
+
+        r = redis.Redis.from_url(server.url)
+        wait_counter(r, DEVICES, 120, alive)
+        c0 = int(r.get(COUNTER_KEY) or 0)
+        cpu0 = {k: tree_cpu_s(p) for k, p in procs.items()}
+        t0 = time.perf_counter()
+        wait_counter(r, n - DEVICES, 60 + rounds * TASK_S * 20, alive)
+        window = time.perf_counter() - t0
+        c1 = int(r.get(COUNTER_KEY) or 0)
+        cpu1 = {k: tree_cpu_s(p) for k, p in procs.items()}
+        u = Utilization(
+            DEVICES,
+            TASK_S,
+            window,
+            c1 - c0,
+            cpu1["host"] - cpu0["host"],
+            cpu1["scheduler"] - cpu0["scheduler"],
+        )
+        log(
+            f"  utilization {u.utilization:.2f} ({u.tasks} tasks of {TASK_S} s on {DEVICES} "
+            f"devices in {window:.1f} s); host daemon {u.host_cpu_us_per_task:,.0f} us CPU/task, "
+            f"scheduler {u.scheduler_cpu_us_per_task:,.0f} us CPU/task"
+        )
+        r.close()
+        client.close()
+        return u
+    finally:
+        reg.close()

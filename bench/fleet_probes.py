@@ -1,0 +1,296 @@
+"""The long-script and heartbeat probes of ``python -m bench.fleet``, on a private
+redis-server of their own (``SLOWLOG`` with ``slowlog-log-slower-than 5000``):
+
+1. ``host_5000``: a host registering 5,000 devices (its first heartbeat), then heartbeating
+   them unchanged a few times;
+2. ``expire_10k``: 10,000 assignments whose claim leases (``claim_ttl`` = 1 s) lapse at
+   once, then ended by ``TaskScheduler.expire()`` as a scheduler pass runs it (batches of
+   ``expire_batch``, ``expire_rounds`` calls per pass) until none is left;
+3. ``submit_100k``: one ``Client.submit_many`` of 100,000 tasks (its default chunk);
+4. ``commit_200``: one commit of 200 (task, device) pairs (``lua/assign.lua``).
+
+Each scenario starts from ``SLOWLOG RESET``; its entries are named by script (an EVALSHA's
+first argument is the script's sha: ``deviceq.core.scripts.sha(name)``).
+
+Then the heartbeat cost when nothing changed: Redis command time (``INFO commandstats``) and
+Redis CPU (``INFO cpu``) per heartbeat of a host with 10 devices and of one with 5,000, the
+INFO calls' own cost subtracted (``bench.bench_assign.stats_overhead``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from bench.bench_assign import GOAL, POOL, add_fleet, stats, stats_overhead
+from bench.common import preload_scripts
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from deviceq.core import scripts
+from deviceq.embedded import RedisServer
+from deviceq.scheduler.task_scheduler import TaskScheduler
+
+SLOWER_THAN_US = 5000
+Log = Callable[[str], None]
+
+
+def sha_names() -> dict[str, str]:
+    """Script sha -> script name, for every script deviceq sends."""
+    return {scripts.sha(n): n for n in scripts.names()}
+
+
+@dataclass
+class SlowEntry:
+    script: str  # script name, or a command's name (is_script False)
+    duration_ms: float
+    is_script: bool = True
+
+
+@dataclass
+class Scenario:
+    """What ``SLOWLOG`` recorded during one scenario (entries over 5 ms only)."""
+
+    name: str
+    wall_s: float = 0.0
+    entries: list[SlowEntry] = field(default_factory=list)
+    note: str = ""
+    redis_cpu_ms: float = 0.0  # INFO cpu (main thread) over the whole scenario
+
+    @property
+    def longest(self) -> SlowEntry | None:
+        """The longest script call (EVALSHA) recorded."""
+        return longest(self.entries)
+
+    @property
+    def longest_inner(self) -> SlowEntry | None:
+        """The longest other command (one a script ran -- Redis 7 logs those too -- or a
+        client's own, e.g. a pipelined read)."""
+        inner = [e for e in self.entries if not e.is_script]
+        return max(inner, key=lambda e: e.duration_ms) if inner else None
+
+    def by_script(self) -> dict[str, tuple[int, float]]:
+        """script -> (entries, longest ms), script calls only."""
+        out: dict[str, tuple[int, float]] = {}
+        for e in self.entries:
+            if not e.is_script:
+                continue
+            n, m = out.get(e.script, (0, 0.0))
+            out[e.script] = (n + 1, max(m, e.duration_ms))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        lo, inner = self.longest, self.longest_inner
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "redis_cpu_ms": round(self.redis_cpu_ms, 1),
+            "slow_script_calls": sum(1 for e in self.entries if e.is_script),
+            "slow_inner_commands": sum(1 for e in self.entries if not e.is_script),
+            "longest_inner_command": inner.script if inner else None,
+            "longest_inner_ms": round(inner.duration_ms, 2) if inner else None,
+            "max_ms": round(lo.duration_ms, 2) if lo else None,
+            "max_script": lo.script if lo else None,
+            "by_script": {
+                k: {"entries": n, "max_ms": round(m, 2)} for k, (n, m) in self.by_script().items()
+            },  # fmt: skip
+            "note": self.note,
+        }
+
+
+def longest(entries: list[SlowEntry]) -> SlowEntry | None:
+    """The longest script call among ``entries`` (commands run inside scripts left out)."""
+    calls = [e for e in entries if e.is_script]
+    return max(calls, key=lambda e: e.duration_ms) if calls else None
+
+
+def enable_slowlog(r: redis.Redis) -> None:
+    """Log every call over 5 ms; every script is loaded first (SCRIPT LOAD), so that each
+    call is an EVALSHA named by its sha, never a first EVAL of the source."""
+    preload_scripts(r)
+    r.config_set("slowlog-log-slower-than", SLOWER_THAN_US)
+    r.config_set("slowlog-max-len", 4096)
+    r.slowlog_reset()
+
+
+def read_slowlog(r: redis.Redis, names: dict[str, str]) -> list[SlowEntry]:
+    """Every entry since the last reset, named by script (or by command)."""
+    out = []
+    for e in r.slowlog_get(4096):
+        cmd = e["command"]
+        parts = (cmd.decode() if isinstance(cmd, bytes) else str(cmd)).split(" ")
+        head = parts[0].upper()
+        if head in ("EVALSHA", "EVALSHA_RO") and len(parts) > 1:
+            out.append(SlowEntry(names.get(parts[1], f"sha:{parts[1][:10]}"), e["duration"] / 1e3))
+        elif head in ("EVAL", "EVAL_RO", "FCALL"):
+            out.append(SlowEntry(f"{head} (source)", e["duration"] / 1e3))
+        else:
+            out.append(SlowEntry(head, e["duration"] / 1e3, is_script=False))
+    return out
+
+
+@dataclass
+class HeartbeatCost:
+    devices: int
+    beats: int
+    cmd_us: float  # INFO commandstats usec per heartbeat
+    cpu_us: float  # INFO cpu (main thread) per heartbeat
+    wall_ms: float  # client wall time per heartbeat (Python building the args included)
+
+
+def heartbeat_cost(
+    r: redis.Redis, hc: HostClient, devs: list[DeviceReport], beats: int
+) -> HeartbeatCost:
+    """Heartbeat ``beats`` times with the same devices (each beat alone, measured as a whole)."""
+    hc.heartbeat(devs)  # whatever changed is applied before the window
+    cpu_oh, us_oh = stats_overhead(r, 10)
+    c0, u0, _ = stats(r)
+    t = time.perf_counter()
+    for _ in range(beats):
+        hc.heartbeat(devs)
+    wall = time.perf_counter() - t
+    c1, u1, _ = stats(r)
+    return HeartbeatCost(
+        len(devs),
+        beats,
+        max(0.0, u1 - u0 - us_oh) / beats,
+        max(0.0, c1 - c0 - cpu_oh) / beats,
+        wall * 1000 / beats,
+    )
+
+
+@dataclass
+class Probes:
+    scenarios: list[Scenario]
+    heartbeats: list[HeartbeatCost]
+
+    @property
+    def longest(self) -> tuple[str, SlowEntry] | None:
+        best = None
+        for s in self.scenarios:
+            lo = s.longest
+            if lo and (best is None or lo.duration_ms > best[1].duration_ms):
+                best = (s.name, lo)
+        return best
+
+
+def run_probes(quick: bool, log: Log) -> Probes:
+    names = sha_names()
+    srv = RedisServer().start()
+    try:
+        return _run(srv.url, names, quick, log)
+    finally:
+        srv.stop()
+
+
+def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
+    r = redis.Redis.from_url(url, decode_responses=True)
+    client, admin = Client(url, POOL), PoolAdmin(url, POOL)
+    for k, v in {"max_queue_depth": 400_000, "claim_ttl": 3600, "lease_ttl": 3600,
+                 "host_timeout": 3600}.items():  # fmt: skip
+        admin.set_config(k, v)
+    enable_slowlog(r)
+    out: list[Scenario] = []
+
+    def scenario(name: str, fn: Callable[[], str]) -> None:
+        r.slowlog_reset()
+        c0, _, _ = stats(r)
+        t = time.perf_counter()
+        note = fn()
+        wall = time.perf_counter() - t
+        c1, _, _ = stats(r)
+        s = Scenario(name, wall, read_slowlog(r, names), note, (c1 - c0) / 1000)
+        lo = s.longest
+        log(
+            f"  slowlog {name}: {len(s.by_script())} script(s) over {SLOWER_THAN_US / 1000:.0f} "
+            + (f"ms, longest call {lo.duration_ms:.1f} ms ({lo.script})" if lo else "ms: none")
+            + f"; {s.wall_s:.1f}s, {s.redis_cpu_ms:,.0f} ms Redis CPU; {note}"
+        )
+        out.append(s)
+
+    big_id = "big"
+    big = HostClient(url, POOL, big_id, admin.add_host(big_id))
+    big_devs = [DeviceReport(f"big-d{i}", "d0", ()) for i in range(5000)]
+    beats = 3
+
+    def host_5000() -> str:
+        big.heartbeat(big_devs)
+        for _ in range(beats):
+            big.heartbeat(big_devs)
+        return f"register + {beats} unchanged heartbeats"
+
+    scenario("host_5000", host_5000)
+
+    # heartbeat cost when nothing changed
+    small_id = "small"
+    small = HostClient(url, POOL, small_id, admin.add_host(small_id))
+    small_devs = [DeviceReport(f"small-d{i}", "d1", ()) for i in range(10)]
+    small.heartbeat(small_devs)
+    hb = [
+        heartbeat_cost(r, small, small_devs, 50 if quick else 200),
+        heartbeat_cost(r, big, big_devs, 5 if quick else 20),
+    ]
+    for h in hb:
+        log(
+            f"  heartbeat unchanged, {h.devices} devices: {h.cmd_us:,.0f} us Redis command time, "
+            f"{h.cpu_us:,.0f} us Redis CPU, {h.wall_ms:.2f} ms wall (x{h.beats})"
+        )
+    admin.remove_host(small_id, force=True)
+
+    # 10,000 leases lapsing at once: 5,000 devices of `big` + 50 hosts of 100
+    others = add_fleet(url, admin, 5000, 1, "x")
+    admin.set_config("claim_ttl", 1)
+    client.submit_many([{"goal": GOAL} for _ in range(10_000)], chunk=1000)
+    sched = TaskScheduler(admin)
+    assigned = 0
+    for _ in range(200):
+        res = sched.assign(expire=False)
+        assigned += res.assigned
+        if assigned >= 10_000 or not res.assigned:
+            break
+    time.sleep(1.5)  # every claim lease (1 s) has lapsed
+
+    def expire_10k() -> str:
+        total, calls = 0, 0
+        while True:
+            got = sched.expire()
+            calls += 1
+            total += sum(v for k, v in got.items() if k != "more")
+            if not got.get("more") or calls > 100:
+                break
+        return (
+            f"{assigned} assigned, {total} ended by {calls} TaskScheduler.expire() calls "
+            f"(batches of {sched.expire_batch}, {sched.expire_rounds} per call)"
+        )
+
+    scenario("expire_10k", expire_10k)
+    admin.set_config("claim_ttl", 3600)
+    big.heartbeat(big_devs)  # a heartbeat clears the hosts' and devices' suspect marks
+    for i, h in enumerate(others):
+        h.heartbeat([DeviceReport(f"x-dev{j}", "d0", ()) for j in range(i * 100, i * 100 + 100)])
+
+    def submit_100k() -> str:
+        specs = [{"goal": GOAL} for _ in range(100_000)]
+        ids = client.submit_many(specs)
+        return f"{len(ids)} tasks, default chunk"
+
+    scenario("submit_100k", submit_100k)
+
+    def commit_200() -> str:
+        base, want, heads = sched.reader.read()
+        _, pairs, _ = sched.plan_deep(base, want, heads)
+        pairs = pairs[:200]
+        c0, u0, _ = stats(r)
+        t = time.perf_counter()
+        outcome = sched.commit(pairs)
+        wall = time.perf_counter() - t
+        c1, u1, _ = stats(r)
+        ok = sum(1 for o in outcome if o.startswith("ok:"))
+        return (
+            f"{len(pairs)} pairs ({ok} ok): {wall * 1000:.1f} ms wall, "
+            f"{(c1 - c0) / 1000:.1f} ms Redis CPU, {(u1 - u0) / 1000:.1f} ms command time"
+        )
+
+    scenario("commit_200", commit_200)
+    r.close()
+    return Probes(out, hb)
