@@ -3,7 +3,7 @@
 A private redis-server, a real ``deviceq host run`` (command runner, two devices), a
 ``deviceq scheduler run`` and ``deviceq dashboard``; one task prints a progress line every
 half second; headless Chromium (``/usr/bin/chromium`` through ``/usr/bin/chromedriver``, as
-in tests/test_dashboard.py) opens its task page while it runs and saves the screenshot once
+in tests/ops/test_dashboard.py) opens its task page while it runs and saves the screenshot once
 a few lines are there (the log is still streaming: the page shows it live).
 
 Run from the repository root: ``python -m bench.screenshot_live_log [--out FILE]``."""

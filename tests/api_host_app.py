@@ -1,5 +1,5 @@
 """The API service (`deviceq.api.app.create_app`) for the end-to-end tests of
-``tests/test_api_host.py``, with a small body limit: ``python -m uvicorn --factory
+``tests/api/test_api_host.py``, with a small body limit: ``python -m uvicorn --factory
 api_host_app:make_app``, with the pool's Redis in ``DQ_API_REDIS_URL`` and its name in
 ``DQ_API_POOL``."""
 

@@ -22,8 +22,12 @@ from bench.runlog import command as runner_command
 from deviceq import Client, PoolAdmin, SchedulerClient, TaskStatus
 
 CLI = [sys.executable, "-c", "import sys; from deviceq.cli import main; sys.exit(main())"]
-TESTS_DIR = str(Path(__file__).resolve().parent)
-REPO_DIR = str(Path(TESTS_DIR).parent)  # daemons import test runners and ``bench.runlog``
+_TESTS = Path(__file__).resolve().parent
+# the test folders, as a PYTHONPATH: daemons import test runners (``test_x:runner``) by name
+TESTS_PATH = os.pathsep.join(
+    [str(_TESTS), *(str(d) for d in sorted(_TESTS.iterdir()) if any(d.glob("test_*.py")))]
+)
+REPO_DIR = str(_TESTS.parent)  # daemons import test runners and ``bench.runlog``
 SRC_DIR = str(Path(REPO_DIR) / "src")  # and this tree's deviceq, whatever is installed
 
 
@@ -99,7 +103,7 @@ class Deployment:
             "DEVICEQ_POOL": self.pool,
             "DQTEST_MARK": self.mark,
             # (this tree's src first: the daemons run the code under test, not an install)
-            "PYTHONPATH": os.pathsep.join((TESTS_DIR, SRC_DIR, REPO_DIR)),
+            "PYTHONPATH": os.pathsep.join((TESTS_PATH, SRC_DIR, REPO_DIR)),
             **(env or {}),
         }
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process

@@ -3,9 +3,10 @@
 ``device_blocker`` in ``lua/lib/eligibility.lua`` is the rule the scripts enforce (the truth: it
 decides membership of the ``idle`` candidates and which assignments ``assign.lua`` refuses);
 ``device_blocker`` here mirrors it and is tested against it over every combination of its
-fields (tests/test_constraints.py). ``verdict`` adds the host's side (`deviceq.core.liveness`)
-and gives every reason in precedence order: the first names the device's effective state,
-which ``status``, ``device list``, ``explain``, ``verify`` and the dashboard show."""
+fields (tests/scheduler/test_constraints.py). ``verdict`` adds the host's side
+(`deviceq.core.liveness`) and gives every reason in precedence order: the first names the
+device's effective state, which ``status``, ``device list``, ``explain``, ``verify`` and the
+dashboard show."""
 
 from __future__ import annotations
 

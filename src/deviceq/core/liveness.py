@@ -1,7 +1,7 @@
 """THE rule for whether a host is alive and may take new work, in Python. ``host_alive`` and
 ``host_placeable`` in ``lua/lib/liveness.lua`` are the rule the scripts enforce (the truth); this
 mirror (for the scheduler's snapshot, ``host list``, ``status`` and ``explain``) is tested against
-them on random inputs (tests/test_constraints.py)."""
+them on random inputs (tests/scheduler/test_constraints.py)."""
 
 from __future__ import annotations
 

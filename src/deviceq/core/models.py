@@ -179,7 +179,7 @@ def satisfies(
     """THE constraint rule in Python: a device satisfies a task when the task names no driver
     type or the device's, and the device has every tag the task requires. ``satisfies`` in
     ``lua/lib/constraints.lua`` is the rule the scripts enforce (the truth); this mirror is tested
-    against it on random inputs (tests/test_constraints.py)."""
+    against it on random inputs (tests/scheduler/test_constraints.py)."""
     if task_driver and task_driver != device_driver:
         return False
     have = device_tags if isinstance(device_tags, set | frozenset) else set(device_tags)

@@ -120,8 +120,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "xadd zadd zcard zrem",
     }.items()
 }
-"""The commands each script may call, the ``lua/lib/`` helpers it uses included (tests/test_acl.py
-checks that it covers what the scripts call)."""
+"""The commands each script may call, the ``lua/lib/`` helpers it uses included
+(tests/lua/test_acl.py checks that it covers what the scripts call)."""
 
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel"),

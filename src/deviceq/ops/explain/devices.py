@@ -22,7 +22,7 @@ from ...scheduler.strategies import DEFAULT_STRATEGY
 
 FILTERS: tuple[Filter, ...] = PROFILES[DEFAULT_STRATEGY].filters
 """The filter stage explain judges with: the default profile's (every built-in profile has
-the same filters; tests/test_explain_agrees.py holds that)."""
+the same filters; tests/scheduler/test_explain_agrees.py holds that)."""
 
 BLOCKERS = (
     "booked",

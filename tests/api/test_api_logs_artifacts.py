@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_api_server import Api, start_api
+from test_artifacts import artifacts_host, record
 
 from deviceq import TaskStatus
 from deviceq.api.tokens import TokenStore
@@ -21,8 +23,6 @@ from deviceq.core.errors import AuthError, NotFound
 from deviceq.host.http_client import ApiHostClient
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, wait_for
-from test_api_server import Api, start_api
-from test_artifacts import artifacts_host, record
 
 NOWHERE = "redis://127.0.0.1:1/0"
 """A Redis URL that leads nowhere: a command given it can only have used the API."""

@@ -21,7 +21,7 @@ from deviceq import HostClient
 from deviceq.host.client import DeviceReport
 from harness import Deployment, wait_for
 
-RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
 def tool(name: str) -> str:

@@ -22,7 +22,7 @@ from deviceq import TaskStatus
 from deviceq.cli.host_run_settings import build_pool_settings
 from deviceq.core.errors import ConfigError
 from deviceq.host.runners import Task
-from harness import REPO_DIR, TESTS_DIR, Deployment, wait_for
+from harness import REPO_DIR, TESTS_PATH, Deployment, wait_for
 
 EXE = str(Path(sys.executable).parent / "deviceq")
 
@@ -58,7 +58,7 @@ class Pools:
             **os.environ,
             "DEVICEQ_REDIS_URL": self.url,
             "DQTEST_MARK": self.a.mark,
-            "PYTHONPATH": os.pathsep.join((TESTS_DIR, REPO_DIR)),
+            "PYTHONPATH": os.pathsep.join((TESTS_PATH, REPO_DIR)),
             **(env or {}),
         }
         full_env.pop("DEVICEQ_POOL", None)

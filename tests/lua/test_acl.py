@@ -206,7 +206,7 @@ def test_acl_password_file_host_binding_version_and_json(tmp_path: Path) -> None
 
 
 def test_readme_shows_the_real_host_line() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## Deployment", 1)[1].split("\n## ", 1)[0]
     shown = section.split("$ deviceq acl --pool lab --role host\n", 1)[1].splitlines()[0]
     assert shown.strip() == acl_lines("--pool", "lab", "--role", "host")[0]

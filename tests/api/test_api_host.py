@@ -37,7 +37,7 @@ from deviceq.host.http_client import ApiError, ApiHostClient, ApiUnreachable, ap
 from deviceq.host.state import TRANSIENT
 from deviceq.ops.verify import verify
 from deviceq.scheduler import TaskScheduler
-from harness import CLI, REPO_DIR, SRC_DIR, TESTS_DIR, Deployment, RunLog, wait_for
+from harness import CLI, REPO_DIR, SRC_DIR, TESTS_PATH, Deployment, RunLog, wait_for
 
 
 def free_port() -> int:
@@ -58,7 +58,7 @@ class ApiServer:
 
     def start(self) -> None:
         env = {**os.environ, "DQ_API_REDIS_URL": self.redis_url, "DQ_API_POOL": self.pool,
-               "PYTHONPATH": os.pathsep.join((TESTS_DIR, SRC_DIR, REPO_DIR))}  # fmt: skip
+               "PYTHONPATH": os.pathsep.join((TESTS_PATH, SRC_DIR, REPO_DIR))}  # fmt: skip
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory", "api_host_app:make_app",
@@ -370,7 +370,7 @@ def test_host_run_checks_the_api_options_before_starting(deploy: Deployment) -> 
     token.write_text("t" * 32)
     base = [*CLI, "host", "run", "--host-id", "h1", "--token-file", str(token), "--device",
             "d1:android", "--command", "true"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join((TESTS_DIR, SRC_DIR, REPO_DIR))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((TESTS_PATH, SRC_DIR, REPO_DIR))}
     for extra, code, why in (
         (["--api-url", "ftp://x"], 2, "invalid API URL"),  # a usage error
         (["--api-url", "https://u:p@x"], 2, "no credentials"),

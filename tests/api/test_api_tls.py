@@ -5,10 +5,11 @@ done; without it the daemon refuses the certificate in one clear log line (no to
 
 from __future__ import annotations
 
+from test_api_server import make_cert, start_api
+
 from deviceq import TaskStatus
 from deviceq.ops.verify import verify
 from harness import Deployment, wait_for
-from test_api_server import make_cert, start_api
 
 NOWHERE = {"DEVICEQ_REDIS_URL": "redis://127.0.0.1:1/0"}  # the hosts can only use the API
 RUN = ("--goal-runner", "command", "--command", "sh -c {goal}")

@@ -23,7 +23,7 @@ from deviceq.host.health_checks import STOPPED, PythonCheck, PythonCheckSpec, re
 from deviceq.host.runners import Outcome, RunnerSpec, Task
 from deviceq.host.settings import WorkerSettings
 from deviceq.ops.verify import verify
-from harness import REPO_DIR, TESTS_DIR, Deployment, deviceq, wait_for
+from harness import REPO_DIR, TESTS_PATH, Deployment, deviceq, wait_for
 
 # The checks the daemons import (module ``hc``); HC_DIR is the test's directory: each call
 # appends a JSON line to HC_DIR/calls ("start" and "end" edges).
@@ -89,7 +89,7 @@ def checks_dir(tmp_path: Path) -> Path:
 
 
 def env_for(tmp: Path) -> dict[str, str]:
-    return {"HC_DIR": str(tmp), "PYTHONPATH": os.pathsep.join((str(tmp), TESTS_DIR, REPO_DIR))}
+    return {"HC_DIR": str(tmp), "PYTHONPATH": os.pathsep.join((str(tmp), TESTS_PATH, REPO_DIR))}
 
 
 def calls(tmp: Path) -> list[dict[str, Any]]:
@@ -227,7 +227,7 @@ def test_bad_python_checks_exit_2_and_touch_nothing(
     (tmp_path / "hc_needs_args.py").write_text(
         "class Check:\n    def __init__(self, serial):\n        pass\n"
     )
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), TESTS_DIR, REPO_DIR)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), TESTS_PATH, REPO_DIR)))
     base = ["host", "run", "--host-id", "h1", "--token", "t" * 32, "--device", "d1:x",
             "--command", "true"]  # fmt: skip
     for check, msg in [

@@ -9,11 +9,12 @@ import re
 import threading
 import time
 
+from test_api_server import start_api
+
 from deviceq.api.tokens import TokenStore
 from deviceq.api_client import IDLE_REUSE, ApiClient
 from deviceq.host.http_client import ApiHostClient
 from harness import Deployment, wait_for
-from test_api_server import start_api
 
 
 def ports(d: Deployment, request: str, count: int) -> list[str]:

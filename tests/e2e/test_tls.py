@@ -42,7 +42,7 @@ from deviceq.core.errors import ConfigError
 from deviceq.embedded import RedisServer, free_port
 from deviceq.host.client import HostClient
 from deviceq.scheduler import TaskScheduler
-from harness import CLI, TESTS_DIR, Deployment, wait_for
+from harness import CLI, TESTS_PATH, Deployment, wait_for
 
 PASSWORD = "tls-s3cret-pw"  # the server requires it too: it must never be shown
 TLS_ENV = ("DEVICEQ_REDIS_CA", "DEVICEQ_REDIS_CERT", "DEVICEQ_REDIS_KEY")
@@ -195,7 +195,7 @@ def tls_args(pki: Pki, *, ca: Path | None = None, cert: bool = True) -> list[str
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Any:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEQ_")}
-    full_env.update({"PYTHONPATH": TESTS_DIR, **(env or {})})
+    full_env.update({"PYTHONPATH": TESTS_PATH, **(env or {})})
     return subprocess.run([*CLI, *args], capture_output=True, text=True, env=full_env,
                           timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_api_host import ApiServer, api_host
 
 from deviceq import TaskStatus
 from deviceq.core.errors import AuthError
@@ -21,7 +22,6 @@ from deviceq.host.log_stream import CHUNK_BYTES, LogChunk
 from deviceq.host.runners import TAIL_BYTES, Task
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, wait_for
-from test_api_host import ApiServer, api_host
 
 PROGRESS = "for i in $(seq 1 30); do echo progress $i; sleep 0.2; done"
 

@@ -20,7 +20,7 @@ import pytest
 from deviceq import TaskStatus
 from deviceq.core.backoff import Backoff, Outage, endpoint, how_long, url_secrets
 from deviceq.embedded import RedisServer
-from harness import CLI, REPO_DIR, SRC_DIR, TESTS_DIR, Deployment, wait_for
+from harness import CLI, REPO_DIR, SRC_DIR, TESTS_PATH, Deployment, wait_for
 
 OUTAGE = 8.0  # seconds Redis is down
 
@@ -35,7 +35,7 @@ def spawn_host(deploy: Deployment, host_id: str, *devices: str) -> tuple[Any, Pa
         args += ["--device", d]
     env = {**os.environ, "DEVICEQ_REDIS_URL": deploy.url, "DEVICEQ_POOL": deploy.pool,
            "DQTEST_MARK": deploy.mark,
-           "PYTHONPATH": os.pathsep.join((TESTS_DIR, SRC_DIR, REPO_DIR))}  # fmt: skip
+           "PYTHONPATH": os.pathsep.join((TESTS_PATH, SRC_DIR, REPO_DIR))}  # fmt: skip
     err = deploy.tmp / f"{host_id}.stderr"
     with open(deploy.tmp / f"{host_id}.stdout", "ab") as out, open(err, "ab") as errf:
         proc = subprocess.Popen([*CLI, *args], env=env, stdout=out, stderr=errf,

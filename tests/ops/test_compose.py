@@ -29,7 +29,7 @@ from deviceq import Client
 from deviceq.cli import main
 from deviceq.embedded import RedisServer, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 HOSTS = ("host-1", "host-2")
 DEVICEQ_SERVICES = (

@@ -21,7 +21,7 @@ import deviceq
 from deviceq import Client
 from deviceq.core.scripts import Scripts, lua_dir, names, source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPO_SCRIPTS = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
 REPO_LUA = sorted(p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua"))
 """Every Lua file: the scripts and the helper files they include (``lib/NAME.lua``)."""

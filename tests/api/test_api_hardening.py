@@ -11,7 +11,7 @@ fakeredis where the fixture is parametrized):
    verbatim, and ``newest_first`` really assigns the newest task;
 6. the metrics endpoint listens on 127.0.0.1 unless ``--metrics-host`` says otherwise.
 
-(Finding 7, docker-compose.yml, is checked by ``tests/test_compose.py``.)"""
+(Finding 7, docker-compose.yml, is checked by ``tests/ops/test_compose.py``.)"""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler import strategies as S
 from deviceq.scheduler.strategies import get_strategy, register_strategy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 DEVICEQ = shutil.which("deviceq", path=str(BIN)) or "deviceq"
