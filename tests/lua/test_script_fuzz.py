@@ -79,6 +79,13 @@ class Pool:
         self.store.commit([(self.assigned, "d2")])
         self.scripts = {n: self.raw.register_script(source(n)) for n in names()}
 
+    def with_schedule(self) -> None:
+        """A schedule ``nightly`` and a scheduler leading with epoch 7 (for schedule_fire)."""
+        from deviceq.ops.schedules import ScheduleStore
+
+        ScheduleStore(self.r, self.keys).add("nightly", "0 2 * * *", {"goal": "nightly run"})
+        self.r.set(self.keys.leader, "owner-1:7")
+
     def valid(self, name: str) -> list[str]:
         tok, run, lease = self.token, self.run, self.lease
         return {
@@ -108,6 +115,8 @@ class Pool:
             "heads": ["3", self.r.hget(self.keys.task(self.queued), "sig") or "", "0", "9"],
             "leader": ["owner-1", "1000", "acquire"],
             "attempt_artifacts": ["h1", tok, run, "1", "", "1", "log.txt", "3", "b" * 64],
+            # (a claim by the leader of epoch 7: see with_schedule)
+            "schedule_fire": ["claim", "7", "nightly", "1700000000", "", ""],
         }[name]  # fmt: skip
 
 
@@ -191,6 +200,8 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
         if name == "expire":  # time passes for the running task's lease
             pool.r.hset(pool.keys.task(pool.run), "lease_expires_at", 1)
             pool.r.zadd(pool.keys.leases, {pool.run: 1})
+        if name == "schedule_fire":  # a schedule, and a leader to fire it
+            pool.with_schedule()
         before = dump(pool.r, pool.keys)
         pool.scripts[name](keys=[pool.keys.prefix], args=pool.valid(name))
         check_pool(pool.r, pool.keys)
