@@ -22,7 +22,6 @@ README = ROOT / "README.md"
 MAX_LINES = 500
 OVER_LIMIT = {
     # modules over MAX_LINES when the limit came in: each only shrinks (and leaves the list)
-    "core/models.py",
 }
 KNOWN_CYCLES: set[frozenset[str]] = set()
 

@@ -1,11 +1,10 @@
-"""Typed models of deviceq and the validation every id, tag and goal passes before it becomes
-part of a Redis key or a script argument."""
+"""Typed models of deviceq (task specs, tasks, devices, hosts, workflows, assignments); the
+validation of ids, tags and goals they apply is in `validation`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
@@ -14,116 +13,52 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from .config import check_retry_backoff, check_retry_on
 from .errors import InvalidInput
+from .validation import (  # (re-exported: the models' module was their home)
+    ID_RE as ID_RE,
+)
+from .validation import (
+    MAX_GOAL_BYTES as MAX_GOAL_BYTES,
+)
+from .validation import (
+    MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES,
+)
+from .validation import (
+    MAX_PRIORITY as MAX_PRIORITY,
+)
+from .validation import (
+    MAX_TAGS as MAX_TAGS,
+)
+from .validation import (
+    MAX_TASK_TIMEOUT as MAX_TASK_TIMEOUT,
+)
+from .validation import (
+    TAG_RE as TAG_RE,
+)
+from .validation import (
+    _shown,
+)
+from .validation import (
+    check_task_timeout as check_task_timeout,
+)
+from .validation import (
+    validate_goal as validate_goal,
+)
+from .validation import (
+    validate_id as validate_id,
+)
+from .validation import (
+    validate_tag as validate_tag,
+)
+from .validation import (
+    validate_tag_list as validate_tag_list,
+)
+from .validation import (
+    validate_tags as validate_tags,
+)
 from .vocabulary import FailureKind as FailureKind
 from .vocabulary import TaskStatus as TaskStatus
 
-ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-TAG_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}\Z")
-"""Patterns of a whole id / tag. Anchored with ``\\A``/``\\Z`` and used with ``fullmatch``:
-``$`` also matches before a trailing newline, so ``^...$`` with ``re.match`` accepted
-``"android\\n"``."""
-MAX_GOAL_BYTES = 16 * 1024
-MAX_TAGS = 32
-MAX_PRIORITY = 9
-MAX_PAYLOAD_BYTES = 64 * 1024
-MAX_TASK_TIMEOUT = 7 * 86400.0
-"""The longest per-task ``timeout`` (seconds) a submission may ask for (``submit.lua`` checks
-the same bound)."""
-
 M = TypeVar("M", bound=BaseModel)
-
-
-def _shown(value: object) -> str:
-    """A short printable form of a bad value for an error message (one line, at most ~45
-    characters: repr escapes newlines)."""
-    if isinstance(value, str):
-        return repr(value) if len(value) <= 40 else repr(f"{value[:40]}...")
-    text = repr(value)
-    return text if len(text) <= 45 else f"{text[:40]}..."
-
-
-def validate_id(value: object, what: str = "id") -> str:
-    """Return ``value`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ -``, not starting with
-    punctuation); raise InvalidInput otherwise (also for ``bytes``: ids are text). Ids become
-    parts of Redis keys."""
-    if not isinstance(value, str) or not ID_RE.fullmatch(value):
-        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
-        raise InvalidInput(
-            f"invalid {what} {_shown(value)}{kind}: use 1-128 characters from A-Z a-z 0-9 . _ - "
-            "starting with a letter or digit"
-        )
-    return value
-
-
-def validate_tag(value: object) -> str:
-    if not isinstance(value, str) or not TAG_RE.fullmatch(value):
-        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
-        raise InvalidInput(
-            f"invalid tag {_shown(value)}{kind}: use 1-64 characters from "
-            "A-Z a-z 0-9 . _ - = / + starting with a letter or digit"
-        )
-    return value
-
-
-def validate_tags(values: Any) -> tuple[str, ...]:
-    """Validate, deduplicate and sort a collection of tags. A ``str`` is read as a comma list
-    (``"wifi,camera"``): for command-line and config-file values only; the Python API and
-    ``TaskSpec`` use :func:`validate_tag_list`, which refuses a bare string."""
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        values = [v for v in values.split(",") if v]
-    elif isinstance(values, bytes | bytearray | memoryview):
-        raise InvalidInput(f"tags must be text, not {type(values).__name__}")
-    try:
-        items = list(values)
-    except TypeError:
-        what = type(values).__name__
-        raise InvalidInput(f"tags must be a list of strings, not {what}") from None
-    tags = sorted({validate_tag(v) for v in items})
-    if len(tags) > MAX_TAGS:
-        raise InvalidInput(f"at most {MAX_TAGS} tags, got {len(tags)}")
-    return tuple(tags)
-
-
-def validate_tag_list(values: Any) -> tuple[str, ...]:
-    """:func:`validate_tags` for the Python API: a bare ``str`` is refused (``tags="wifi"``
-    is almost always a mistake for ``tags=["wifi"]``; iterating it would give one tag per
-    character). Give a list, tuple or set of tags (or None for no tags)."""
-    if isinstance(values, str):
-        raise InvalidInput(
-            f"tags must be a list of strings, not the str {_shown(values)}: "
-            f"write tags=[{values!r}] (or split a comma list yourself)"
-        )
-    return validate_tags(values)
-
-
-def validate_goal(goal: object) -> str:
-    if not isinstance(goal, str):
-        raise InvalidInput(f"goal must be a str, not {type(goal).__name__}")
-    if not goal.strip():
-        raise InvalidInput("goal must be a non-empty string")
-    if "\x00" in goal:
-        raise InvalidInput("must not contain a NUL byte (\\x00): no runner could pass it")
-    size = len(goal.encode())
-    if size > MAX_GOAL_BYTES:
-        raise InvalidInput(f"goal is {size} bytes; the limit is {MAX_GOAL_BYTES}")
-    return goal
-
-
-def check_task_timeout(value: object) -> float | None:
-    """A task's own ``timeout``: None, or a number of seconds, 0.001 <= s <= 7 days (a bool or
-    a string is refused: ``timeout="30"`` is a mistake in the Python API)."""
-    if value is None:
-        return None
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    seconds = float(value) if isinstance(value, int | float) else float("nan")
-    if not number or not 0.001 <= seconds <= MAX_TASK_TIMEOUT:  # (NaN fails both)
-        raise InvalidInput(
-            f"must be a number of seconds from 0.001 to {MAX_TASK_TIMEOUT:.0f} (7 days), "
-            f"got {_shown(value)}"
-        )
-    return seconds
 
 
 def _named(what: str) -> Any:

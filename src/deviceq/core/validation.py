@@ -1,0 +1,115 @@
+"""The validation every id, tag, goal and task timeout passes before it becomes part of a
+Redis key or a script argument (pure functions; the typed models in `models` use them)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import InvalidInput
+
+ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+TAG_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}\Z")
+"""Patterns of a whole id / tag. Anchored with ``\\A``/``\\Z`` and used with ``fullmatch``:
+``$`` also matches before a trailing newline, so ``^...$`` with ``re.match`` accepted
+``"android\\n"``."""
+MAX_GOAL_BYTES = 16 * 1024
+MAX_TAGS = 32
+MAX_PRIORITY = 9
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_TASK_TIMEOUT = 7 * 86400.0
+"""The longest per-task ``timeout`` (seconds) a submission may ask for (``submit.lua`` checks
+the same bound)."""
+
+
+def _shown(value: object) -> str:
+    """A short printable form of a bad value for an error message (one line, at most ~45
+    characters: repr escapes newlines)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(f"{value[:40]}...")
+    text = repr(value)
+    return text if len(text) <= 45 else f"{text[:40]}..."
+
+
+def validate_id(value: object, what: str = "id") -> str:
+    """Return ``value`` if it is a valid id (1-128 of ``A-Z a-z 0-9 . _ -``, not starting with
+    punctuation); raise InvalidInput otherwise (also for ``bytes``: ids are text). Ids become
+    parts of Redis keys."""
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
+        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
+        raise InvalidInput(
+            f"invalid {what} {_shown(value)}{kind}: use 1-128 characters from A-Z a-z 0-9 . _ - "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def validate_tag(value: object) -> str:
+    if not isinstance(value, str) or not TAG_RE.fullmatch(value):
+        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
+        raise InvalidInput(
+            f"invalid tag {_shown(value)}{kind}: use 1-64 characters from "
+            "A-Z a-z 0-9 . _ - = / + starting with a letter or digit"
+        )
+    return value
+
+
+def validate_tags(values: Any) -> tuple[str, ...]:
+    """Validate, deduplicate and sort a collection of tags. A ``str`` is read as a comma list
+    (``"wifi,camera"``): for command-line and config-file values only; the Python API and
+    ``TaskSpec`` use :func:`validate_tag_list`, which refuses a bare string."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v]
+    elif isinstance(values, bytes | bytearray | memoryview):
+        raise InvalidInput(f"tags must be text, not {type(values).__name__}")
+    try:
+        items = list(values)
+    except TypeError:
+        what = type(values).__name__
+        raise InvalidInput(f"tags must be a list of strings, not {what}") from None
+    tags = sorted({validate_tag(v) for v in items})
+    if len(tags) > MAX_TAGS:
+        raise InvalidInput(f"at most {MAX_TAGS} tags, got {len(tags)}")
+    return tuple(tags)
+
+
+def validate_tag_list(values: Any) -> tuple[str, ...]:
+    """:func:`validate_tags` for the Python API: a bare ``str`` is refused (``tags="wifi"``
+    is almost always a mistake for ``tags=["wifi"]``; iterating it would give one tag per
+    character). Give a list, tuple or set of tags (or None for no tags)."""
+    if isinstance(values, str):
+        raise InvalidInput(
+            f"tags must be a list of strings, not the str {_shown(values)}: "
+            f"write tags=[{values!r}] (or split a comma list yourself)"
+        )
+    return validate_tags(values)
+
+
+def validate_goal(goal: object) -> str:
+    if not isinstance(goal, str):
+        raise InvalidInput(f"goal must be a str, not {type(goal).__name__}")
+    if not goal.strip():
+        raise InvalidInput("goal must be a non-empty string")
+    if "\x00" in goal:
+        raise InvalidInput("must not contain a NUL byte (\\x00): no runner could pass it")
+    size = len(goal.encode())
+    if size > MAX_GOAL_BYTES:
+        raise InvalidInput(f"goal is {size} bytes; the limit is {MAX_GOAL_BYTES}")
+    return goal
+
+
+def check_task_timeout(value: object) -> float | None:
+    """A task's own ``timeout``: None, or a number of seconds, 0.001 <= s <= 7 days (a bool or
+    a string is refused: ``timeout="30"`` is a mistake in the Python API)."""
+    if value is None:
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    seconds = float(value) if isinstance(value, int | float) else float("nan")
+    if not number or not 0.001 <= seconds <= MAX_TASK_TIMEOUT:  # (NaN fails both)
+        raise InvalidInput(
+            f"must be a number of seconds from 0.001 to {MAX_TASK_TIMEOUT:.0f} (7 days), "
+            f"got {_shown(value)}"
+        )
+    return seconds
