@@ -1,5 +1,6 @@
-"""How long the ``deviceq`` command takes to start: ``deviceq --version``, ``deviceq --help``
-and ``deviceq task show ID`` (a real task, on a private redis-server), against the reference
+"""How long the ``deviceq`` command takes to start: ``deviceq --version``, ``deviceq --help``,
+``deviceq task show --help`` and ``deviceq task show ID`` (a real task, on a private
+redis-server; as text and with ``--json``), against the reference
 ``python -c "import redis, click"`` (the two libraries no deviceq command can do without), in
 one run: each round runs every command once, in turn, so all see the same load of the machine.
 
@@ -7,8 +8,10 @@ Each command runs as the console script does (``from deviceq.cli import main; ma
 interpreter each time) on this tree's ``src/``; with ``--baseline REV`` (repeatable) also on
 the tree of git revision REV (``git archive`` into a temporary folder). Reported per command:
 the median and the min of the wall times, and their ratio to the reference's. One more line,
-``floor of task show`` (``python -c "import click, deviceq.producer"`` on this tree), is what any
-command that reads Redis through the producer's `Client` starts with.
+``floor of task show`` (``python -c "import click, deviceq.core.connection"`` on this tree), is
+what any command that reads Redis starts with. Every tree is byte-compiled first
+(``compileall``, as ``pip install`` does), so that no run compiles deviceq's source: an
+environment with ``PYTHONDONTWRITEBYTECODE`` set would otherwise time the compiler too.
 
 Run from the repository root: ``python -m bench.bench_cli_start [--runs 30] [--baseline REV]
 [--json]``."""
@@ -35,17 +38,20 @@ from deviceq.embedded import RedisServer  # noqa: E402
 POOL = "clistart"
 LAUNCH = "import sys; from deviceq.cli import main; sys.argv[0] = 'deviceq'; sys.exit(main())"
 REFERENCE = "import redis, click"
-FLOOR = "import click, deviceq.producer"
-"""What ``task show`` cannot start without: the producer's `Client` and the core it reads with
-(``core.connection``, ``core.models`` and ``core.config``, which import pydantic)."""
+FLOOR = "import click, deviceq.core.connection"
+"""What ``task show`` cannot start without: the pool's connection (the Redis client of any URL
+deviceq takes, Sentinel, Cluster redirects and TLS included) and its scripts."""
 
 
 def commands(url: str, task_id: str) -> dict[str, list[str]]:
     """What is timed: each a deviceq argument list."""
+    show = ["--redis-url", url, "--pool", POOL, "task", "show", task_id]
     return {
         "--version": ["--version"],
         "--help": ["--help"],
-        "task show ID": ["--redis-url", url, "--pool", POOL, "task", "show", task_id],
+        "task show --help": ["task", "show", "--help"],
+        "task show ID": show,
+        "task show ID --json": [*show, "--json"],
     }
 
 
@@ -95,7 +101,10 @@ def main() -> None:
                 key = f"{what} ({name})"
                 runs[key] = [sys.executable, "-c", LAUNCH, *args]
                 envs[key] = env
-        for key in runs:  # warm the file cache and the bytecode of each tree once
+        for tree in trees.values():  # bytecode as an installed package has it
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "src")],
+                           check=True)  # fmt: skip
+        for key in runs:  # warm the file cache once
             timed(runs[key], envs[key])
         times: dict[str, list[float]] = {key: [] for key in runs}
         for _ in range(a.runs):
@@ -129,9 +138,9 @@ def main() -> None:
         return
     print(f"{a.runs} runs of each, interleaved; python {results['python']}")
     head = ("command", "median ms", "min ms", "x ref (median)", "x ref (min)")
-    print(f"{head[0]:<36} {head[1]:>10} {head[2]:>8} {head[3]:>15} {head[4]:>12}")
+    print(f"{head[0]:<44} {head[1]:>10} {head[2]:>8} {head[3]:>15} {head[4]:>12}")
     for key, r in results["results"].items():
-        print(f"{key:<36} {r['median_ms']:>10.1f} {r['min_ms']:>8.1f} "
+        print(f"{key:<44} {r['median_ms']:>10.1f} {r['min_ms']:>8.1f} "
               f"{r['ratio_median']:>15.2f} {r['ratio_min']:>12.2f}")  # fmt: skip
 
 

@@ -32,7 +32,8 @@ divide the median pass wall time at 100k devices by 1k's (``*_redis_ratio_*``: R
 ``*_ms_*``: the raw medians), ``fill_per_s_100k`` placements/s, ``idle_seen_100k`` vs
 ``idle_in_pool_100k``, ``max_script_ms`` the longest script call of the SLOWLOG probes
 (``max_script`` names it), ``heartbeat_unchanged_us`` Redis command time per unchanged
-heartbeat by device count ("10", "5000"), ``host_cpu_us_per_task`` and ``utilization`` from
+heartbeat by device count ("10", "5000"; beats 25 ms apart for both: ``*_back_to_back_us`` as
+fast as each client goes), ``host_cpu_us_per_task`` and ``utilization`` from
 the real daemons; ``sizes`` and ``slowlog`` hold every raw figure."""
 
 from __future__ import annotations

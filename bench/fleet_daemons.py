@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 import redis
 
-from bench import COUNTER_KEY, URL_ENV
+from bench import URL_ENV
 from bench.deviceq_daemons import HOST, add_host
 from bench.drain import tree_cpu_s
 from bench.fleet_runners import TASK_S
 from bench.procs import Registry, child_env, cli
 from deviceq import Client
+from deviceq.core.keys import Keys
 
 POOL = "bench"
 DRIVER = "bench"
@@ -51,11 +52,16 @@ class Utilization:
         return self.scheduler_cpu_s * 1e6 / self.tasks if self.tasks else float("nan")
 
 
-def wait_counter(r: redis.Redis, at_least: int, timeout: float, alive: Callable[[], None]) -> None:
+def done_count(r: redis.Redis) -> int:
+    """The pool's tasks done (its ``status:done`` index; retention keeps them for days)."""
+    return int(r.zcard(Keys(POOL).status("done")))
+
+
+def wait_done(r: redis.Redis, at_least: int, timeout: float, alive: Callable[[], None]) -> None:
     deadline = time.monotonic() + timeout
-    while int(r.get(COUNTER_KEY) or 0) < at_least:
+    while done_count(r) < at_least:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the counter did not reach {at_least} in {timeout:.0f} s")
+            raise TimeoutError(f"{at_least} tasks were not done in {timeout:.0f} s")
         alive()
         time.sleep(0.02)
 
@@ -87,13 +93,13 @@ def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
                     raise RuntimeError(f"the {name} daemon exited ({p.returncode})")
 
         r = redis.Redis.from_url(server.url)
-        wait_counter(r, DEVICES, 120, alive)
-        c0 = int(r.get(COUNTER_KEY) or 0)
+        wait_done(r, DEVICES, 120, alive)
+        c0 = done_count(r)
         cpu0 = {k: tree_cpu_s(p) for k, p in procs.items()}
         t0 = time.perf_counter()
-        wait_counter(r, n - DEVICES, 60 + rounds * TASK_S * 20, alive)
+        wait_done(r, n - DEVICES, 60 + rounds * TASK_S * 20, alive)
         window = time.perf_counter() - t0
-        c1 = int(r.get(COUNTER_KEY) or 0)
+        c1 = done_count(r)
         cpu1 = {k: tree_cpu_s(p) for k, p in procs.items()}
         u = Utilization(
             DEVICES,

@@ -7,7 +7,13 @@ redis-server of their own (``SLOWLOG`` with ``slowlog-log-slower-than 5000``):
    once, then ended by ``TaskScheduler.expire()`` as a scheduler pass runs it (batches of
    ``expire_batch``, ``expire_rounds`` calls per pass) until none is left;
 3. ``submit_100k``: one ``Client.submit_many`` of 100,000 tasks (its default chunk);
-4. ``commit_200``: one commit of 200 (task, device) pairs (``lua/assign.lua``).
+4. ``commit_200``: one commit of 200 (task, device) pairs (``lua/assign.lua``);
+5. ``report_100``: one ``HostClient.report_many`` of 100 claimed attempts (``done``);
+6. ``trim_1m`` (``--quick``: ``trim_200k``): the retention trim of 1,000,000 finished tasks
+   (index entries of ``status:done``/``failed``/``cancelled`` far past ``retention``, a third
+   each, and 100,000 old events, written directly into a pool of their own) by
+   ``TaskScheduler.expire()`` calls until none is left; then again with ``expire_batch``
+   10,000 (``trim_1m_batch10k``: a call asks for 30,000 entries).
 
 Each scenario starts from ``SLOWLOG RESET``; its entries are named by script (an EVALSHA's
 first argument is the script's sha: ``deviceq.core.scripts.sha(name)``).
@@ -27,12 +33,13 @@ import redis
 
 from bench.bench_assign import GOAL, POOL, add_fleet, stats, stats_overhead
 from bench.common import preload_scripts
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin, Report
 from deviceq.core import scripts
 from deviceq.embedded import RedisServer
 from deviceq.scheduler.task_scheduler import TaskScheduler
 
 SLOWER_THAN_US = 5000
+PACED_MS = 25.0  # heartbeats of the paced measurement start this far apart
 Log = Callable[[str], None]
 
 
@@ -136,17 +143,29 @@ class HeartbeatCost:
     cmd_us: float  # INFO commandstats usec per heartbeat
     cpu_us: float  # INFO cpu (main thread) per heartbeat
     wall_ms: float  # client wall time per heartbeat (Python building the args included)
+    paced_ms: float | None = None  # each beat started this long after the last (None: at once)
 
 
 def heartbeat_cost(
-    r: redis.Redis, hc: HostClient, devs: list[DeviceReport], beats: int
+    r: redis.Redis,
+    hc: HostClient,
+    devs: list[DeviceReport],
+    beats: int,
+    paced_ms: float | None = None,
 ) -> HeartbeatCost:
-    """Heartbeat ``beats`` times with the same devices (each beat alone, measured as a whole)."""
+    """Heartbeat ``beats`` times with the same devices (each beat alone, measured as a whole):
+    back to back, or each ``paced_ms`` after the start of the last. Paced, Redis is idle
+    between beats as it is between a real host's, and both host sizes are measured alike:
+    back to back, the 5,000-device host's own client time (building its delta) spaces its
+    beats and the 10-device host's follow each other at once, and an idle Redis serves the
+    next call slower (its caches cold)."""
     hc.heartbeat(devs)  # whatever changed is applied before the window
     cpu_oh, us_oh = stats_overhead(r, 10)
     c0, u0, _ = stats(r)
     t = time.perf_counter()
-    for _ in range(beats):
+    for i in range(beats):
+        if paced_ms is not None:
+            time.sleep(max(0.0, t + i * paced_ms / 1000 - time.perf_counter()))
         hc.heartbeat(devs)
     wall = time.perf_counter() - t
     c1, u1, _ = stats(r)
@@ -156,6 +175,7 @@ def heartbeat_cost(
         max(0.0, u1 - u0 - us_oh) / beats,
         max(0.0, c1 - c0 - cpu_oh) / beats,
         wall * 1000 / beats,
+        paced_ms,
     )
 
 
@@ -226,14 +246,18 @@ def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
     small = HostClient(url, POOL, small_id, admin.add_host(small_id))
     small_devs = [DeviceReport(f"small-d{i}", "d1", ()) for i in range(10)]
     small.heartbeat(small_devs)
+    n = 50 if quick else 200
     hb = [
-        heartbeat_cost(r, small, small_devs, 50 if quick else 200),
-        heartbeat_cost(r, big, big_devs, 5 if quick else 20),
+        heartbeat_cost(r, small, small_devs, n, PACED_MS),  # alike: the comparison
+        heartbeat_cost(r, big, big_devs, n, PACED_MS),
+        heartbeat_cost(r, small, small_devs, n),  # as fast as each client goes
+        heartbeat_cost(r, big, big_devs, n),
     ]
     for h in hb:
+        how = f"every {h.paced_ms:.0f} ms" if h.paced_ms else "back to back"
         log(
-            f"  heartbeat unchanged, {h.devices} devices: {h.cmd_us:,.0f} us Redis command time, "
-            f"{h.cpu_us:,.0f} us Redis CPU, {h.wall_ms:.2f} ms wall (x{h.beats})"
+            f"  heartbeat unchanged, {h.devices} devices, {how}: {h.cmd_us:,.0f} us Redis "
+            f"command time, {h.cpu_us:,.0f} us Redis CPU, {h.wall_ms:.2f} ms wall (x{h.beats})"
         )
     admin.remove_host(small_id, force=True)
 
@@ -256,11 +280,12 @@ def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
             got = sched.expire()
             calls += 1
             total += sum(v for k, v in got.items() if k != "more")
-            if not got.get("more") or calls > 100:
+            if not got.get("more") or calls > 5000:
                 break
         return (
             f"{assigned} assigned, {total} ended by {calls} TaskScheduler.expire() calls "
-            f"(batches of {sched.expire_batch}, {sched.expire_rounds} per call)"
+            f"(batches of {sched.expire_batch}, {sched.expire_rounds} per call"
+            f"{budget_note(sched)})"
         )
 
     scenario("expire_10k", expire_10k)
@@ -292,5 +317,83 @@ def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
         )
 
     scenario("commit_200", commit_200)
+
+    claimed = claim_some(sched, [big, *others], 100)
+
+    def report_100() -> str:
+        host, got = claimed
+        answers = host.report_many([Report(a.task.id, a.lease_id, "done", None, "ok") for a in got])
+        ok = sum(1 for a in answers if a.startswith("ok:"))
+        return f"{len(got)} reports in one report_many ({ok} ok)"
+
+    scenario("report_100", report_100)
+
+    n_trim = 200_000 if quick else 1_000_000
+    name = f"trim_{n_trim // 1000}k" if n_trim < 1_000_000 else "trim_1m"
+    for batch in (500, 10_000):  # the default expire_batch, and one that asks for much more
+        trim_admin = PoolAdmin(url, f"trim{batch}")
+        fill_finished(r, trim_admin, n_trim, 100_000)
+        scenario(name + ("" if batch == 500 else "_batch10k"), trimming(r, trim_admin, batch))
     r.close()
     return Probes(out, hb)
+
+
+def trimming(r: redis.Redis, trim_admin: PoolAdmin, batch: int) -> Callable[[], str]:
+    """The retention trim scenario: ``TaskScheduler.expire()`` until nothing is left."""
+    trimmer = TaskScheduler(trim_admin, expire_batch=batch)
+
+    def trim() -> str:
+        total, calls = 0, 0
+        while calls < 100_000:
+            got = trimmer.expire()
+            calls += 1
+            total += got["trimmed"]
+            if not got.get("more"):
+                break
+        left = sum(r.zcard(trim_admin.keys.status(st)) for st in ("done", "failed", "cancelled"))
+        return (
+            f"{total:,} index entries trimmed by {calls} TaskScheduler.expire() calls "
+            f"(expire_batch {batch}{budget_note(trimmer)}), {left} left; "
+            f"events {r.xlen(trim_admin.keys.events):,} of 100,000 old left"
+        )
+
+    return trim
+
+
+def budget_note(sched: TaskScheduler) -> str:
+    """The expiry calls' time budget, where the tree has one."""
+    budget = getattr(sched, "expire_budget_ms", None)
+    return f", {budget:g} ms budget a call" if budget else ""
+
+
+def claim_some(
+    sched: TaskScheduler, hosts: list[HostClient], n: int
+) -> tuple[HostClient, list[Any]]:
+    """``n`` attempts claimed by one host (its own assignments; more passes while none of the
+    hosts holds ``n``)."""
+    got: dict[str, list[Any]] = {h.host_id: [] for h in hosts}
+    for _ in range(50):
+        for h in hosts:
+            got[h.host_id] += h.claim(1000)
+        best = max(hosts, key=lambda h: len(got[h.host_id]))
+        if len(got[best.host_id]) >= n:
+            return best, got[best.host_id][:n]
+        sched.assign(expire=False)
+    return best, got[best.host_id][:n]
+
+
+def fill_finished(r: redis.Redis, admin: PoolAdmin, n: int, events: int) -> None:
+    """``n`` finished tasks' index entries far past ``retention`` (a third in each terminal
+    index, task-id-like members) and ``events`` old events, written directly."""
+    keys = admin.keys
+    pipe = r.pipeline(transaction=False)
+    for i in range(0, n, 5000):
+        st = ("done", "failed", "cancelled")[(i // 5000) % 3]
+        pipe.zadd(keys.status(st), {f"{j:016x}": 1_000_000 + j for j in range(i, min(n, i + 5000))})
+        if len(pipe) >= 20:
+            pipe.execute()
+    for i in range(1, events + 1):
+        pipe.xadd(keys.events, {"type": "done", "task": f"{i:016x}"}, id=f"{1_000_000 + i}-0")
+        if len(pipe) >= 10_000:
+            pipe.execute()
+    pipe.execute()

@@ -1,18 +1,22 @@
-"""The goal runner of ``bench.fleet_daemons``: every task holds its device for
-``TASK_S`` seconds, then does one ``INCR`` of the counter key (``bench.runners.incr``), so that
-device utilization can be read as counter increments x ``TASK_S`` / (devices x time)."""
+"""The goal runners of ``bench.fleet_daemons`` (`hold`: every task holds its device for
+``TASK_S`` seconds) and ``bench.fleet_lab`` (`hold_goal`: for the seconds its goal says). They
+do nothing else (no Redis call of their own: the host daemon's CPU measured around them is
+deviceq's alone; the tasks done are read from the pool's ``status:done`` index)."""
 
 from __future__ import annotations
 
 import time
-
-from bench.runners import incr
+from typing import Any
 
 TASK_S = 0.5
 """Seconds every task runs (sleeping: the host daemon's own CPU is what is measured)."""
 
 
 def hold(task: object) -> None:
-    """Run one task: sleep ``TASK_S`` seconds, then ``INCR`` the counter."""
+    """Run one task: sleep ``TASK_S`` seconds."""
     time.sleep(TASK_S)
-    incr(task)
+
+
+def hold_goal(task: Any) -> None:
+    """Run one task: sleep the seconds its goal gives (``"0.750"``)."""
+    time.sleep(float(task.goal))

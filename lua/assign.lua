@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 --- @include "lib/config"
 --- @include "lib/args"
 --- @include "lib/events"
@@ -16,7 +17,7 @@
 --          leader epoch ('' for a manual dispatch): when given it must be the current
 --          leader's epoch.
 -- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
---          host_held, task:ID:attempts, device:ID, idle, queue:SIG, sig:SIG, queues, status:*, leases,
+--          host_held, task:ID:attempts, device:ID, idle, idle:c:*, queue:SIG, sig:SIG, queues, status:*, leases,
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued task_multi_device (a task with roles,
@@ -102,7 +103,7 @@ for i = 0, n - 1 do
     redis.call('HINCRBY', k('host_held'), host_id, 1)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
-    redis.call('ZREM', k('idle'), did)
+    idle_remove(did, v.d[5], v.d[6])
     redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
       host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
     inboxes[host_id] = inboxes[host_id] or {}

@@ -17,7 +17,8 @@
 -- ARGV     host_id token session max(1..1000)
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
---          deadlines, avoid, idle, tenant_held, host_held, device:ID:history, sched:wake; reads config
+--          deadlines, avoid, idle, idle:c:*, tenant_held, host_held, host:ID:held_devices,
+--          device:ID:history, sched:wake; reads config
 -- Returns  {lease_ms, task1, task2, ...}: the lease length granted and the claimed tasks, each
 --          a flat field/value array of the task hash. Stale inbox entries (expired, cancelled,
 --          reassigned) are dropped silently.

@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 --- @include "lib/args"
 --- @include "lib/events"
 --- @include "lib/notify"
@@ -24,7 +25,7 @@
 -- ARGV     host_id token session action(begin | next | end | clear) device_id, and for end:
 --          result(healthy | unhealthy) output(at most 4096 bytes) reason(at most 200 bytes,
 --          no control characters; '' for healthy)
--- Keys     reads host:ID, config; reads/writes device:ID, device:ID:log, idle, events, sched:wake
+-- Keys     reads host:ID, config; reads/writes device:ID, device:ID:log, idle, idle:c:*, events, sched:wake
 -- Returns  begin, next: the device's health before ('' when never checked); end: the health
 --          recorded; clear: the health before
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session), INVALID
@@ -67,7 +68,7 @@ if action == 'begin' then
   if d[3] and d[3] ~= '' then return fail('BUSY', 'device ' .. did .. ' is running task ' .. d[3]) end
   if d[6] and d[6] ~= '' then return fail('BUSY', 'device ' .. did .. ' is reserved for a person') end
   redis.call('HSET', dk, 'health', 'checking', 'health_started_at', now_str())
-  redis.call('ZREM', k('idle'), did)
+  idle_remove(did)
   emit('health_check_started', 'device', did, 'host', host_id, 'was', before)
   return before
 end
@@ -76,7 +77,7 @@ if action == 'next' then
   if d[6] and d[6] ~= '' then return fail('BUSY', 'device ' .. did .. ' is reserved for a person') end
   if before ~= 'checking' then
     redis.call('HSET', dk, 'health', 'checking')
-    redis.call('ZREM', k('idle'), did)
+    idle_remove(did)
     emit('health_check_due', 'device', did, 'host', host_id, 'was', before, 'task', d[3] or '')
   end
   return before
@@ -114,7 +115,7 @@ if result == 'healthy' then
   maybe_idle()
   emit('device_healthy', 'device', did, 'host', host_id)
 else
-  redis.call('ZREM', k('idle'), did)
+  idle_remove(did)
   emit('device_unhealthy', 'device', did, 'host', host_id, 'reason', reason)
 end
 return result

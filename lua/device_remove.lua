@@ -16,7 +16,8 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     device_id force(0|1)
 -- Keys     reads/writes device:ID, device:ID:history, device:ID:log, devices, host:ID:devices,
---          idle, bookings, faults, caps, drivers, qdrivers, devgen, events, host:ID:ctl; with
+--          host:ID:quarantined, host:ID:held_devices,
+--          idle, idle:c:*, bookings, faults, caps, drivers, qdrivers, devgen, events, host:ID:ctl; with
 --          force also task:ID, task:ID:attempts, task:ID:goal, leases, host:ID:inbox,
 --          status:*, queue:SIG, sig:SIG, queues, deadlines, avoid, retries, gangs,
 --          tenant_held, host_held, sched:wake; reads host:ID, config

@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 --- @include "lib/args"
 --- @include "lib/events"
 --- @include "lib/liveness"
@@ -19,7 +20,7 @@
 --          reserve: duration_ms 1000..604800000 (7 days), note 1-200 bytes, no control
 --          characters. extend: the end moves out by duration_ms (the end at most 7 days from
 --          now); note '' keeps the current one. release: duration_ms and note ''.
--- Keys     reads config, host:ID; reads/writes device:ID, device:ID:log, idle, bookings, events,
+-- Keys     reads config, host:ID; reads/writes device:ID, device:ID:log, idle, idle:c:*, bookings, events,
 --          sched:wake
 -- Returns  reserve/extend: {booked_until(ms), booked_by, host_id}; release: the host id
 -- Errors   INVALID (bad arguments, or an extension past 7 days from now), NOT_FOUND (no
@@ -94,7 +95,7 @@ if not host_alive(k('host', d[1])) then
 end
 local untl = I(now + dur)
 redis.call('HSET', dk, 'booked_by', note, 'booked_until', untl, 'booked_at', now_str())
-redis.call('ZREM', k('idle'), did)
+idle_remove(did)
 redis.call('ZADD', k('bookings'), untl, did)
 emit('device_reserved', 'device', did, 'host', d[1], 'by', note, 'until', untl)
 device_log(did, {event = 'booked', by = note, ['until'] = now + dur})

@@ -12,11 +12,19 @@
 --- @include "lib/affinity"
 --- @include "lib/leases"
 --- @include "lib/outcomes"
+--- @include "lib/budget"
 --- @include "gen/statuses"
 -- expire.lua: end leases past their expiry (assigned or dispatched), fail queued tasks past
 -- their queue deadline, and trim the terminal status indexes to the `retention` window: each
--- at most `limit` entries per call (bounded work; `more` says whether any is left). Events
--- older than `retention` are trimmed too (at most 10,000 per call, whole stream nodes).
+-- at most `limit` entries per call and, given a time budget, only as many as fit in it
+-- (bounded work; `more` says whether any is left). Events older than `retention` are
+-- trimmed too (whole stream nodes: at most 10,000 entries per call, 1,000 by a call the budget
+-- cut). Each index is read 100 entries at a time, so a call reads little more than it does.
+-- The budget splits the work between items, never inside one: each lease, retry, deadline,
+-- reservation is ended whole (its entry leaves its index with it, so the next call starts at
+-- the next one), the trim goes 100 index entries at a time. Every step (leases, retries,
+-- deadlines, reservations, each terminal index) does at least one item per call even with
+-- the budget spent, so a tiny budget still makes progress everywhere.
 -- An expired lease is a fault: its device is held `suspect` and its host marked `suspect`, both
 -- out of the candidates until the host's next heartbeat proves it alive; the task returns to
 -- `queued` at its original place (attempts left and lease_expired in its retry_on; it then
@@ -28,16 +36,24 @@
 -- A person's reservation of a device (device_reserve.lua) past its end is ended too (at most
 -- `limit` per call, event reservation_expired): the device is back among the idle candidates.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     limit (1..10000)
+-- ARGV     limit (1..10000) [budget_us ('' or absent = none, else 1..10000000: microseconds
+--          of Redis time, from `TIME`, after which the call stops between items)]
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
---          host:ID, host:ID:inbox, idle, queue:SIG, sig:SIG, queues, status:*, deadlines,
+--          host:ID, host:ID:inbox, host:ID:held_devices, idle, idle:c:*, queue:SIG, sig:SIG,
+--          queues, status:*, deadlines,
 --          avoid, bookings, retries, tenant_held, host_held, gangs, host:ID:ctl, events, sched:wake,
 --          device:ID:history, device:ID:log
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
---          reservations are not counted: each is a reservation_expired event)
--- Errors   INVALID (bad limit)
+--          reservations are not counted: each is a reservation_expired event); more is 1 when
+--          a step met its limit or the budget stopped it with entries left
+-- Errors   INVALID (bad limit or budget)
 local limit = int_in(ARGV[1], 1, 10000)
-if not limit or #ARGV ~= 1 then return fail('INVALID', 'limit must be an integer 1-10000') end
+if not limit or #ARGV < 1 or #ARGV > 2 then return fail('INVALID', 'limit must be an integer 1-10000') end
+local budget = nil
+if ARGV[2] and ARGV[2] ~= '' then
+  budget = int_in(ARGV[2], 1, 10000000)
+  if not budget then return fail('INVALID', 'budget_us must be an integer 1-10000000') end
+end
 
 -- end the lease of task `id` if it is past its expiry; returns what happened, or nil when the
 -- task holds no expired lease
@@ -83,19 +99,42 @@ local function expire_lease(id)
 end
 
 local now = now_ms()
+budget_start(budget)
+local cut = false  -- the budget stopped a step with entries left
+local PAGE = 100   -- entries read at a time: a call reads little more than it does
+-- the due entries of zset `key` (score <= `max`), a page at a time, each passed to `each`
+-- (which takes it out of that range: removes it or scores it later): at most `limit` in
+-- all, and only while the budget lasts (the first always goes). Returns whether the limit
+-- was reached (entries may be left).
+local function drain(key, max, cost, each)
+  local done = 0
+  while done < limit do
+    local want = math.min(PAGE, limit - done)
+    local page = redis.call('ZRANGEBYSCORE', key, '-inf', max, 'LIMIT', 0, want)
+    for _, id in ipairs(page) do
+      if done > 0 and not budget_left() then
+        cut = true
+        return false
+      end
+      each(id)
+      budget_spend(cost)
+      done = done + 1
+    end
+    if #page < want then return false end
+  end
+  return true
+end
 local requeued, failed, cancelled, unsched = 0, 0, 0, 0
-local due = redis.call('ZRANGEBYSCORE', k('leases'), '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(due) do
+local more_due = drain(k('leases'), now, 150, function(id)
   redis.call('ZREM', k('leases'), id)
   local what = expire_lease(id)
   if what == 'requeued' then requeued = requeued + 1
   elseif what == 'failed' then failed = failed + 1
   elseif what == 'cancelled' then cancelled = cancelled + 1 end
-end
+end)
 -- retries whose backoff has passed join their bucket (at their original place)
-local ripe = redis.call('ZRANGEBYSCORE', k('retries'), '-inf', now, 'LIMIT', 0, limit)
 local retried = 0
-for _, id in ipairs(ripe) do
+local more_ripe = drain(k('retries'), now, 50, function(id)
   redis.call('ZREM', k('retries'), id)
   local t = load_task(id)
   if t.status == 'queued' and (t.eligible_at or '') ~= '' then
@@ -103,9 +142,8 @@ for _, id in ipairs(ripe) do
     to_queue(id, t)
     retried = retried + 1
   end
-end
-local late = redis.call('ZRANGEBYSCORE', k('deadlines'), '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(late) do
+end)
+local more_late = drain(k('deadlines'), now, 120, function(id)
   redis.call('ZREM', k('deadlines'), id)
   local t = load_task(id)
   if t.status == 'queued' then
@@ -113,10 +151,9 @@ for _, id in ipairs(late) do
     finish(id, t, 'queued', 'failed', 'unschedulable', 'waited longer than its queue timeout')
     unsched = unsched + 1
   end
-end
+end)
 -- reservations past their end (the score is the end: an extension re-scores the entry)
-local ended = redis.call('ZRANGEBYSCORE', k('bookings'), '-inf', now, 'LIMIT', 0, limit)
-for _, did in ipairs(ended) do
+local more_ended = drain(k('bookings'), now, 80, function(did)
   local untl = tonumber(redis.call('HMGET', k('device', did), 'booked_until')[1] or '')
   if untl and untl > now then
     redis.call('ZADD', k('bookings'), I(untl), did)  -- a stale score: the end is later
@@ -126,21 +163,31 @@ for _, did in ipairs(ended) do
       device_log(did, {event = 'reservation_expired', by = by or ''})
     end
   end
-end
--- terminal status indexes keep the retention window (their tasks' keys expire with it)
+end)
+-- terminal status indexes keep the retention window (their tasks' keys expire with it), a
+-- page of entries at a time
 local cutoff = I(now - cfg_ms('retention'))
 local trimmed, more_trim = 0, false
 for _, st in ipairs({'done', 'failed', 'cancelled'}) do
-  local old_ids = redis.call('ZRANGEBYSCORE', k('status', st), '-inf', cutoff, 'LIMIT', 0, limit)
-  for i = 1, #old_ids, 500 do
-    redis.call('ZREM', k('status', st), unpack(old_ids, i, math.min(i + 499, #old_ids)))
+  local sk, done = k('status', st), 0
+  while done < limit do
+    if done > 0 and not budget_left() then
+      cut = true
+      break
+    end
+    local want = math.min(PAGE, limit - done)
+    local old_ids = redis.call('ZRANGEBYSCORE', sk, '-inf', cutoff, 'LIMIT', 0, want)
+    if #old_ids > 0 then redis.call('ZREM', sk, unpack(old_ids)) end
+    budget_spend(300)
+    done = done + #old_ids
+    if #old_ids < want then break end
   end
-  trimmed = trimmed + #old_ids
-  if #old_ids == limit then more_trim = true end
+  if done >= limit then more_trim = true end
+  trimmed = trimmed + done
 end
--- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries)
-redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', 10000)
+-- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries;
+-- 1,000 by a call the budget cut, 10,000 otherwise)
+redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', cut and '1000' or '10000')
 if requeued > 0 or retried > 0 then wake(k('sched', 'wake')) end
-local more = (#due == limit or #late == limit or #ended == limit or #ripe == limit or more_trim)
-  and 1 or 0
+local more = (cut or more_due or more_ripe or more_late or more_ended or more_trim) and 1 or 0
 return {requeued, failed, cancelled, unsched, more, trimmed, retried}

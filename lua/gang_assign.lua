@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 --- @include "lib/config"
 --- @include "lib/args"
 --- @include "lib/events"
@@ -18,7 +19,7 @@
 -- ARGV     fence task_id n(1..8), then n device ids: one per role, in the task's role order.
 --          fence is the scheduler's leader epoch ('' for a manual dispatch).
 -- Keys     reads leader, paused, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
---          task:*:attempts, device:ID, idle, gangs, deadlines, status:*, leases, host_held,
+--          task:*:attempts, device:ID, idle, idle:c:*, gangs, deadlines, status:*, leases, host_held,
 --          host:ID:inbox, host:ID:wake, events
 -- Returns  "ok:ATTEMPT" or "err:REASON" with REASON one of task_not_found not_multi_device
 --          task_not_queued invalid_id duplicate_device pool_paused, or a device's reason as in assign.lua
@@ -98,7 +99,7 @@ for i, r in ipairs(roles) do
   redis.call('ZADD', k('leases'), expires_s, pid)
   redis.call('HINCRBY', k('host_held'), host_id, 1)
   redis.call('HSET', k('device', did), 'reserved_by', pid, 'lease_id', lease, 'last_assigned_at', now_s)
-  redis.call('ZREM', k('idle'), did)
+  idle_remove(did)
   redis.call('RPUSH', k('task', pid, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
     host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
   redis.call('RPUSH', k('host', host_id, 'inbox'), pid)

@@ -1,85 +1,143 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 --- @include "lib/args"
 --- @include "lib/events"
 --- @include "lib/notify"
 --- @include "lib/auth"
 --- @include "lib/liveness"
 --- @include "lib/eligibility"
--- heartbeat.lua: a host reports itself alive and the full snapshot of its devices.
+-- heartbeat.lua: a host reports itself alive and what changed among its devices (a delta), or,
+-- when Redis and the host disagree, the full snapshot of its devices in chunks.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token session('' = no daemon session) n, then 5 fields per device:
---          device_id driver_type tags(csv, sorted) state(idle | busy | offline)
---          reason(why busy/offline, '' for idle; at most 200 bytes, no control characters).
---          Devices the host owned but left out become offline.
--- Keys     reads/writes host:ID, host:ID:devices, device:ID, devices, idle, caps, drivers,
+-- ARGV     host_id token session('' = no daemon session) mode ver arg total n, then 5 fields
+--          per device: device_id driver_type tags(csv, sorted) state(idle | busy | offline)
+--          reason(why busy/offline, '' for idle; at most 200 bytes, no control characters);
+--          n <= 400 (the host sends 100 a call). mode:
+--          delta   ver = the version of the host's last heartbeat that got through, arg = the
+--                  version this one sets, total = the devices the host has; the devices are
+--                  the ones that changed since, a device the host no longer has given with
+--                  state `gone` (driver_type, tags and reason ''). Applied only when ver is
+--                  the host's stored version, else nothing is changed and the answer is
+--                  `full`: the host sends its full snapshot.
+--          full    one chunk of the full snapshot: ver = the snapshot's sync id, arg = 'first'
+--                  for its first chunk (which starts the sync) or ''. Answers `part`, or
+--                  `full` when the sync is not the host's current one (start again).
+--          commit  the end of the full snapshot: ver = the sync id, arg = the version it sets,
+--                  total = the devices of the snapshot, n = 0. Devices the host owned but left
+--                  out become offline, at most 250 a call: `more` asks for another commit.
+-- Keys     reads/writes host:ID, host:ID:devices, host:ID:held_devices, host:ID:quarantined,
+--          host:ID:sync, host:ID:leftout, device:ID, devices, idle, idle:c:*, caps, drivers,
 --          qdrivers, devgen, events, sched:wake; reads config
--- Returns  {alive_devices, idle_assignable, draining(0|1, operator), stopping(0|1),
---          quarantined device ids (csv)}
+-- Returns  {status(ok | full | part | more), alive_devices, idle_assignable, draining(0|1,
+--          operator), stopping(0|1), quarantined device ids (csv)}; the counts and flags are
+--          those of `ok` (0 otherwise). alive_devices is the host's device count; idle_assignable
+--          counts its devices that were idle candidates when last reported (device field
+--          hb_idle: 1 when counted; a full snapshot counts them all as they are now, a delta
+--          recounts the devices it carries).
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
---          INVALID (malformed device, state or reason), DEVICE_OWNED (a device id registered
---          by another host; nothing is changed).
+--          INVALID (malformed mode, version, device, state or reason), DEVICE_OWNED (a device
+--          id registered by another host; nothing of this call is changed).
 -- A heartbeat proves the host alive after a lost lease: it clears the host's `suspect` flag
--- and its devices' `held` marks (of the absent ones too, which also leave a due or running
--- health check: they are offline). A device with an active reservation is never put among the
--- idle candidates, whatever the snapshot says; a quarantined or booked (reserved for a person,
--- device_reserve.lua) device neither, nor one under or failing a health check (device_health.lua).
+-- and its devices' `held` marks (release_device lists them in host:ID:held_devices; those of
+-- the absent ones too, which also leave a due or running health check: they are offline). A
+-- device with an active reservation is never put among the idle candidates, whatever the
+-- snapshot says; a quarantined or booked (reserved for a person, device_reserve.lua) device
+-- neither, nor one under or failing a health check (device_health.lua).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
 local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
-local n = int_in(ARGV[4], 0, 10000)
-if not n or #ARGV ~= 4 + n * 5 then return fail('INVALID', 'bad argument count') end
+local mode, ver, arg = ARGV[4], ARGV[5], ARGV[6]
+local total, n = int_in(ARGV[7], 0, 1000000), int_in(ARGV[8], 0, 400)
+if mode ~= 'delta' and mode ~= 'full' and mode ~= 'commit' then
+  return fail('INVALID', 'mode must be delta, full or commit')
+end
+if not valid_id(ver) or (mode ~= 'full' and not valid_id(arg)) or (mode == 'full' and arg ~= 'first' and arg ~= '') then
+  return fail('INVALID', 'malformed heartbeat version')
+end
+if not total or not n or #ARGV ~= 8 + n * 5 or (mode == 'commit' and n ~= 0) then
+  return fail('INVALID', 'bad argument count')
+end
 local STATES = {idle = true, busy = true, offline = true}
 local listed, owners = {}, {}
 for i = 0, n - 1 do
-  local b = 5 + i * 5
+  local b = 9 + i * 5
   local did, state, reason = ARGV[b], ARGV[b + 3], ARGV[b + 4]
   if not valid_id(did) then return fail('INVALID', 'malformed device id') end
   if listed[did] then return fail('INVALID', 'device ' .. did .. ' is listed twice') end
-  if not valid_id(ARGV[b + 1]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
-  if not valid_tags(ARGV[b + 2]) then return fail('INVALID', 'malformed tags for ' .. did) end
-  if not STATES[state] then return fail('INVALID', 'device state must be idle, busy or offline') end
-  if #reason > 200 or reason:find('%c') then
-    return fail('INVALID', 'reason must be at most 200 bytes without control characters')
+  if state == 'gone' and mode == 'delta' then
+    if ARGV[b + 1] ~= '' or ARGV[b + 2] ~= '' or reason ~= '' then
+      return fail('INVALID', 'a gone device has no driver_type, tags or reason')
+    end
+  else
+    if not valid_id(ARGV[b + 1]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
+    if not valid_tags(ARGV[b + 2]) then return fail('INVALID', 'malformed tags for ' .. did) end
+    if not STATES[state] then return fail('INVALID', 'device state must be idle, busy or offline') end
+    if #reason > 200 or reason:find('%c') then
+      return fail('INVALID', 'reason must be at most 200 bytes without control characters')
+    end
   end
   local owner = redis.call('HGET', k('device', did), 'host_id')
   owners[did] = owner
-  if owner and owner ~= host_id then
+  if owner and owner ~= host_id and state ~= 'gone' then
     return fail('DEVICE_OWNED', 'device ' .. did .. ' belongs to another host')
   end
   listed[did] = true
 end
 
-local now = now_ms()
+local h = redis.call('HMGET', hk, 'suspect', 'draining', 'stopping', 'hb_ver', 'hb_sync', 'hb_idle')
+local function refused() return {'full', 0, 0, 0, 0, ''} end
+if mode == 'delta' and h[4] ~= ver then return refused() end
+if (mode == 'commit' or (mode == 'full' and arg ~= 'first')) and h[5] ~= ver then return refused() end
+
 local now_s = now_str()
+local hdk, qk = k('host', host_id, 'devices'), k('host', host_id, 'quarantined')
+local synck, leftk = k('host', host_id, 'sync'), k('host', host_id, 'leftout')
+local q_any = mode == 'full' and redis.call('EXISTS', qk) == 1  -- any quarantined device to drop
 local was_alive = host_alive(hk)
-local h = redis.call('HMGET', hk, 'suspect', 'draining', 'stopping')
 redis.call('HSET', hk, 'last_heartbeat', now_s)
 if h[1] and h[1] ~= '' then
   redis.call('HSET', hk, 'suspect', '')
   emit('host_alive', 'host', host_id, 'after', 'lost_lease')
 end
 local woke = not was_alive or (h[1] and h[1] ~= '')
-local idle_count = 0
 local attrs_changed = false
-local quarantined = {}
 local function count(hash, key, by)
   if redis.call('HINCRBY', k(hash), key, by) <= 0 then redis.call('HDEL', k(hash), key) end
 end
-for i = 0, n - 1 do
-  local b = 5 + i * 5
-  local did, driver, tags, state, reason = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+
+-- the held marks left since the last heartbeat (release_device lists their devices)
+local hsk = k('host', host_id, 'held_devices')
+for _, did in ipairs(redis.call('SMEMBERS', hsk)) do
+  local dk = k('device', did)
+  local d = redis.call('HMGET', dk, 'host_id', 'held')
+  if d[1] == host_id and d[2] and d[2] ~= '' then
+    redis.call('HSET', dk, 'held', '')
+    emit('device_unheld', 'device', did, 'host', host_id, 'was', d[2])
+    local _, added = refresh_idle(did, gate(did))
+    if added then woke = true end
+  end
+end
+redis.call('DEL', hsk)
+
+-- one device as reported: registered when new, its attributes, state and reason stored, its
+-- held mark cleared, its place among the idle candidates decided. Returns 1 when it is an
+-- idle candidate now, and -1 / 0 / 1: the change of that against before.
+local function apply(did, driver, tags, state, reason)
   local dk = k('device', did)
   local d = redis.call('HMGET', dk, 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags',
-    'held', 'reason', 'booked_until', 'health')
+    'held', 'reason', 'booked_until', 'health', 'hb_idle')
+  local was = d[10] == '1' and 1 or 0
   if not owners[did] then
     redis.call('SADD', k('devices'), did)
-    redis.call('SADD', k('host', host_id, 'devices'), did)
+    redis.call('SADD', hdk, did)
     redis.call('HSET', dk, 'id', did, 'host_id', host_id, 'reserved_by', '', 'quarantined', '0',
       'consecutive_failures', '0', 'registered_at', now_s)
     d[3] = '0'
     emit('device_registered', 'device', did, 'host', host_id)
   end
-  if d[3] == '1' then quarantined[#quarantined + 1] = did end
+  if mode == 'full' and owners[did] then
+    if d[3] == '1' then redis.call('SADD', qk, did) elseif q_any then redis.call('SREM', qk, did) end
+  end
   local changed = d[4] ~= driver or d[5] ~= tags
   if changed then
     attrs_changed = true
@@ -96,46 +154,119 @@ for i = 0, n - 1 do
       end
     end
   end
+  if changed then idle_remove(did, d[4], d[5]) end  -- out of its old class's idle set
+  local cand, added = refresh_idle(did, {state = state, reserved_by = d[2], quarantined = d[3],
+    held = '', booked_until = d[8], health = d[9], driver_type = driver, tags = tags}, changed)
+  -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
+  if added or (cand and changed) then woke = true end
+  local c = cand and 1 or 0
   if d[1] ~= state or changed or (d[7] or '') ~= reason then
     redis.call('HSET', dk, 'driver_type', driver, 'tags', tags, 'state', state, 'reason', reason,
-      'updated_at', now_s)
+      'updated_at', now_s, 'hb_idle', I(c))
     emit('device_state', 'device', did, 'host', host_id, 'state', state, 'reason', reason)
+  elseif c ~= was then
+    redis.call('HSET', dk, 'hb_idle', I(c))
   end
   if d[6] and d[6] ~= '' then
     redis.call('HSET', dk, 'held', '')
     emit('device_unheld', 'device', did, 'host', host_id, 'was', d[6])
   end
-  local cand, added = refresh_idle(did, {state = state, reserved_by = d[2], quarantined = d[3],
-    held = '', booked_until = d[8], health = d[9]}, changed)
-  -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
-  if added or (cand and changed) then woke = true end
-  if cand then idle_count = idle_count + 1 end
+  return c, c - was
 end
--- devices owned by this host but absent from the snapshot are offline, and leave every
+
+-- a device owned by this host but absent from its devices is offline, and leaves every
 -- transient state at once (held/suspect: nothing will come back to clear it; a health check
 -- due or running: the host no longer checks it); a quarantine, a booking, an unhealthy result
--- and a lease (its expiry ends it) stay
-for _, did in ipairs(redis.call('SMEMBERS', k('host', host_id, 'devices'))) do
-  if not listed[did] then
-    local dk = k('device', did)
-    local d = redis.call('HMGET', dk, 'state', 'held', 'health')
-    if d[1] ~= 'offline' then
-      redis.call('HSET', dk, 'state', 'offline', 'reason', 'not in the host snapshot', 'updated_at', now_s)
-      emit('device_state', 'device', did, 'host', host_id, 'state', 'offline')
-    end
-    if d[2] and d[2] ~= '' then
-      redis.call('HSET', dk, 'held', '')
-      emit('device_unheld', 'device', did, 'host', host_id, 'was', d[2])
-    end
-    if d[3] == 'checking' then
-      redis.call('HDEL', dk, 'health', 'health_started_at')
-      emit('device_health_cleared', 'device', did, 'host', host_id, 'was', 'checking')
-    end
-    redis.call('ZREM', k('idle'), did)
+-- and a lease (its expiry ends it) stay. Returns -1 when it was an idle candidate, else 0.
+local function leave(did)
+  local dk = k('device', did)
+  local d = redis.call('HMGET', dk, 'state', 'held', 'health', 'quarantined', 'host_id', 'hb_idle')
+  if d[5] ~= host_id then return 0 end
+  if d[1] ~= 'offline' then
+    redis.call('HSET', dk, 'state', 'offline', 'reason', 'not in the host snapshot', 'updated_at', now_s)
+    emit('device_state', 'device', did, 'host', host_id, 'state', 'offline')
   end
+  if d[2] and d[2] ~= '' then
+    redis.call('HSET', dk, 'held', '')
+    emit('device_unheld', 'device', did, 'host', host_id, 'was', d[2])
+  end
+  if d[3] == 'checking' then
+    redis.call('HDEL', dk, 'health', 'health_started_at')
+    emit('device_health_cleared', 'device', did, 'host', host_id, 'was', 'checking')
+  end
+  if d[4] == '1' then redis.call('SADD', qk, did) else redis.call('SREM', qk, did) end
+  idle_remove(did)
+  if d[6] ~= '1' then return 0 end
+  redis.call('HSET', dk, 'hb_idle', '0')
+  return -1
 end
-if not was_alive then emit('host_alive', 'host', host_id) end
--- a device registered or its driver_type/tags changed: schedulers drop their attribute caches
-if attrs_changed then redis.call('INCR', k('devgen')) end
-if woke then wake(k('sched', 'wake')) end
-return {n, idle_count, h[2] == '1' and 1 or 0, h[3] == '1' and 1 or 0, table.concat(quarantined, ',')}
+
+local function finish()
+  if not was_alive then emit('host_alive', 'host', host_id) end
+  -- a device registered or its driver_type/tags changed: schedulers drop their attribute caches
+  if attrs_changed then redis.call('INCR', k('devgen')) end
+  if woke then wake(k('sched', 'wake')) end
+end
+
+local function answer(idle)
+  idle = math.max(0, math.min(idle, total))
+  return {'ok', total, idle, h[2] == '1' and 1 or 0, h[3] == '1' and 1 or 0,
+    table.concat(redis.call('SMEMBERS', qk), ',')}
+end
+
+if mode == 'delta' then
+  local idle = tonumber(h[6] or '0') or 0
+  for i = 0, n - 1 do
+    local b = 9 + i * 5
+    local did = ARGV[b]
+    if ARGV[b + 3] == 'gone' then
+      if owners[did] == host_id then idle = idle + leave(did) end
+    else
+      local _, delta = apply(did, ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4])
+      idle = idle + delta
+    end
+  end
+  redis.call('HSET', hk, 'hb_ver', arg, 'hb_idle', I(math.max(0, idle)))
+  finish()
+  return answer(idle)
+end
+
+if mode == 'full' then
+  if arg == 'first' then
+    redis.call('HSET', hk, 'hb_sync', ver, 'hb_sync_idle', '0', 'hb_sync_left', '')
+    redis.call('HDEL', hk, 'hb_ver')
+    redis.call('DEL', synck, leftk)
+  end
+  local idle = 0
+  for i = 0, n - 1 do
+    local b = 9 + i * 5
+    idle = idle + apply(ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4])
+  end
+  if n > 0 then
+    local ids = {}
+    for i = 0, n - 1 do ids[#ids + 1] = ARGV[9 + i * 5] end
+    redis.call('SADD', synck, unpack(ids))
+  end
+  redis.call('HINCRBY', hk, 'hb_sync_idle', I(idle))
+  finish()
+  return {'part', 0, 0, 0, 0, ''}
+end
+
+-- commit: the devices left out of the snapshot, then the version
+local LEAVE_BUDGET = 250
+local s = redis.call('HMGET', hk, 'hb_sync_left', 'hb_sync_idle')
+if s[1] ~= '1' then
+  redis.call('SDIFFSTORE', leftk, hdk, synck)
+  redis.call('DEL', synck)
+  redis.call('HSET', hk, 'hb_sync_left', '1')
+end
+local idle = tonumber(s[2] or '0') or 0
+for _, did in ipairs(redis.call('SPOP', leftk, LEAVE_BUDGET)) do leave(did) end
+if redis.call('EXISTS', leftk) == 1 then
+  finish()
+  return {'more', 0, 0, 0, 0, ''}
+end
+redis.call('HSET', hk, 'hb_ver', arg, 'hb_idle', I(idle))
+redis.call('HDEL', hk, 'hb_sync', 'hb_sync_idle', 'hb_sync_left')
+finish()
+return answer(idle)

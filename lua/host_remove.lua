@@ -13,7 +13,8 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id [force(0|1), default 0]
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:inbox, host:ID:wake, host:ID:ctl,
---          device:ID, device:ID:history, device:ID:log, devices, idle, bookings, faults, caps,
+--          host:ID:quarantined, host:ID:held_devices, host:ID:sync, host:ID:leftout,
+--          device:ID, device:ID:history, device:ID:log, devices, idle, idle:c:*, bookings, faults, caps,
 --          drivers, qdrivers, hosts, devgen, events; with force also task:ID,
 --          task:ID:attempts, task:ID:goal, leases, status:*, queue:SIG, sig:SIG, queues,
 --          deadlines, avoid, retries, gangs, tenant_held, host_held, sched:wake, host:ID:ctl; reads config
@@ -47,7 +48,9 @@ end
 for _, did in ipairs(devs) do
   delete_device(did)
 end
-redis.call('DEL', hk, k('host', host_id, 'devices'), k('host', host_id, 'inbox'), k('host', host_id, 'wake'))
+redis.call('DEL', hk, k('host', host_id, 'devices'), k('host', host_id, 'inbox'), k('host', host_id, 'wake'),
+  k('host', host_id, 'quarantined'), k('host', host_id, 'held_devices'), k('host', host_id, 'sync'),
+  k('host', host_id, 'leftout'))
 redis.call('SREM', k('hosts'), host_id)
 ctl(host_id, 'removed')
 if #devs > 0 then redis.call('INCR', k('devgen')) end  -- schedulers drop cached attributes

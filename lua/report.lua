@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 --- @include "lib/config"
 --- @include "lib/args"
 --- @include "lib/text"
@@ -39,7 +40,8 @@
 --          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
 --          '' otherwise) payload(result or error, at most 65536 bytes)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
---          device:ID, idle, leases, host:ID:inbox, status:*, qdrivers, tenant_held, host_held, events,
+--          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
+--          status:*, qdrivers, tenant_held, host_held, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
 --          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
@@ -96,8 +98,9 @@ local function maybe_quarantine(did, fails)
   local why = fails .. ' consecutive infrastructure failures'
   redis.call('HSET', dk, 'quarantined', '1', 'quarantined_at', now_str(), 'quarantine_reason', why,
     'attention', '')
+  redis.call('SADD', k('host', host_id, 'quarantined'), did)
   redis.call('HINCRBY', k('qdrivers'), d[2] or '', 1)
-  redis.call('ZREM', k('idle'), did)
+  idle_remove(did)
   emit('device_quarantined', 'device', did, 'host', host_id, 'failures', I(fails), 'by', 'automatic',
     'reason', why)
   device_log(did, {event = 'quarantined', reason = why, by = 'automatic'})

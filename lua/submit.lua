@@ -25,8 +25,12 @@
 --          a decimal 0.001 <= s <= 7 days: the longest a run may take, capped by the host's
 --          --task-timeout; not with roles) and, as a 17th, not_before ('' = none, else ms since
 --          the epoch, at most a year ahead: the task waits in `retries`, field eligible_at,
---          until then; expire.lua enqueues it; its queue timeout counts from then). A goal holds
---          no NUL byte (no runner can pass one).
+--          until then; expire.lua enqueues it; its queue timeout counts from then) and, as an
+--          18th, retry_of ('' = none, else the id of an existing task this one runs again, see
+--          Client.retry: the new task's field retry_of, the old task's rerun_by the new id) and,
+--          as a 19th, by ('' = not recorded, else an id: who submitted it, e.g. the dashboard
+--          user who retried a task; the task's submitted_by and the submitted event's `by`). A
+--          goal holds no NUL byte (no runner can pass one).
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -37,7 +41,8 @@
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
 local n = int_in(ARGV[1], 1, 10000)
-local F = n and (#ARGV == 1 + n * 17 and 17 or #ARGV == 1 + n * 16 and 16
+local F = n and (#ARGV == 1 + n * 19 and 19 or #ARGV == 1 + n * 18 and 18
+  or #ARGV == 1 + n * 17 and 17 or #ARGV == 1 + n * 16 and 16
   or #ARGV == 1 + n * 15 and 15 or #ARGV == 1 + n * 14 and 14 or 11)
 if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
 
@@ -101,11 +106,17 @@ local function check(b)
     end
     if ARGV[b + 14] ~= '' and not valid_id(ARGV[b + 14]) then return fail('INVALID', 'malformed tenant') end
   end
-  if F == 17 and ARGV[b + 17] ~= '' then
+  if F >= 17 and ARGV[b + 17] ~= '' then
     local nb = int_in(ARGV[b + 17], 0, 9007199254740991)
     if not nb or nb > now_ms() + 31536000000 then
       return fail('INVALID', 'not_before must be a time (ms since the epoch) at most a year ahead')
     end
+  end
+  if F == 19 and ARGV[b + 19] ~= '' and not valid_id(ARGV[b + 19]) then
+    return fail('INVALID', 'malformed submitter (by)')
+  end
+  if F >= 18 and ARGV[b + 18] ~= '' and not valid_id(ARGV[b + 18]) then
+    return fail('INVALID', 'malformed retry_of task id')
   end
   if F >= 16 and ARGV[b + 16] ~= '' then
     if not num_in(ARGV[b + 16], 0.001, 604800) then
@@ -137,6 +148,9 @@ for i = 0, n - 1 do
   local id, kind, wf, idem = ARGV[b + 1], ARGV[b + 2], ARGV[b + 4], ARGV[b + 9]
   if kind == 'workflow' and redis.call('EXISTS', k('workflow', wf)) == 0 then
     return fail('NOT_FOUND', 'unknown workflow ' .. wf)
+  end
+  if F >= 18 and ARGV[b + 18] ~= '' and redis.call('EXISTS', k('task', ARGV[b + 18])) == 0 then
+    return fail('NOT_FOUND', 'no task ' .. ARGV[b + 18] .. ' to retry')
   end
   local rej = ARGV[b + 11]
   if rej == '' then rej = cfg('reject_unmatchable') == 1 and '1' or '0' end
@@ -203,9 +217,13 @@ for i = 0, n - 1 do
     if F >= 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
     if F >= 16 and ARGV[b + 16] ~= '' then redis.call('HSET', tk, 'timeout', ARGV[b + 16]) end
-    local later = F == 17 and ARGV[b + 17] ~= '' and tonumber(ARGV[b + 17]) or 0
+    local later = F >= 17 and ARGV[b + 17] ~= '' and tonumber(ARGV[b + 17]) or 0
     if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
+    if F >= 18 and ARGV[b + 18] ~= '' then
+      redis.call('HSET', tk, 'retry_of', ARGV[b + 18])
+      redis.call('HSET', k('task', ARGV[b + 18]), 'rerun_by', id)
+    end
     if idem ~= '' then
       redis.call('HSET', tk, 'idempotency_key', idem)
       redis.call('SET', k('idem', idem), id, 'PX', cfg_ms('idempotency_ttl'))
@@ -225,7 +243,13 @@ for i = 0, n - 1 do
       enqueue(id, sig, seq_s, driver, tags, prio, tenant)
     end
     index_status(id, nil, 'queued', seq_s)
-    emit('submitted', 'task', id, 'sig', sig)
+    local by = F == 19 and ARGV[b + 19] or ''
+    if by ~= '' then
+      redis.call('HSET', tk, 'submitted_by', by)
+      emit('submitted', 'task', id, 'sig', sig, 'by', by)
+    else
+      emit('submitted', 'task', id, 'sig', sig)
+    end
   end
 end
 if fresh > 0 then wake(k('sched', 'wake')) end

@@ -1,6 +1,7 @@
 """Shared fixtures. Tests talk to a private ``redis-server`` started on a free port (one per
-session, plus per-test servers for restart and fault tests). Set DEVICEQ_TEST_BACKEND=fakeredis
-to run the suites marked ``both`` on fakeredis as well (they are parametrized over backends)."""
+session, i.e. one per pytest-xdist worker, plus per-test servers for restart and fault tests).
+Set DEVICEQ_TEST_BACKEND=fakeredis to run the suites marked ``both`` on fakeredis as well (they
+are parametrized over backends)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient, embedded
 from deviceq.cli import main
 from deviceq.core import fakeredis_compat
 from deviceq.embedded import RedisServer
-from harness import Deployment
+from harness import Deployment, free_port
 
 fakeredis_compat.enable()  # redis.sha1hex in fakeredis's Lua, as real Redis has it
+# the servers started in this process (RedisServer, LocalCluster) take their ports from this
+# pytest-xdist worker's block (harness.free_port), as every other server a test starts does
+embedded.free_port = free_port
 
 
 @pytest.fixture(scope="session")
@@ -130,3 +134,19 @@ def cli(redis_url: str, pool: str) -> Any:
         return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args])
 
     return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first: the ``slow`` ones (processes, wheels, fresh environments)
+    and the modules one worker runs whole (``xdist_group``: a shared browser, a cluster),
+    then those with real daemons (``deploy``), then the rest, each in collection order. Under
+    pytest-xdist (``--dist loadgroup`` hands tests out in this order, one at a time) the long
+    ones start early on every worker instead of ending the run on one; every worker sorts
+    the same way, so their collections agree."""
+
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow") or item.get_closest_marker("xdist_group"):
+            return 0
+        return 1 if "deploy" in getattr(item, "fixturenames", ()) else 2
+
+    items.sort(key=weight)  # (stable: the collection order within each weight)

@@ -5,8 +5,11 @@ ever ran two things at once."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +32,48 @@ TESTS_PATH = os.pathsep.join(
 )
 REPO_DIR = str(_TESTS.parent)  # daemons import test runners and ``bench.runlog``
 SRC_DIR = str(Path(REPO_DIR) / "src")  # and this tree's deviceq, whatever is installed
+
+
+def _port_block() -> range:
+    """The ports this process hands out: a block of its own, below the kernel's ephemeral
+    range (no outgoing connection is given one, and no ``bind(("", 0))`` either), one block per
+    pytest-xdist worker (``PYTEST_XDIST_WORKER`` ``gwN`` of ``PYTEST_XDIST_WORKER_COUNT``)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = min(low, 65536)
+    bottom = max(1024, top - 16000)
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (top - bottom) // max(workers, 1)
+    start = bottom + (worker % workers) * size
+    return range(start, start + size)
+
+
+_BLOCK = _port_block()
+# a random start: two test sessions on one machine rarely walk the same ports
+_NEXT = itertools.count(random.randrange(len(_BLOCK)) if len(_BLOCK) else 0)
+
+
+def free_port() -> int:
+    """A local port nothing is bound to, distinct from every other one this process was given
+    since (they come in turn from this worker's block: another worker never gets it, and it
+    comes back only after the whole block). Tests use it for the servers they start and for
+    "a port nobody listens on"."""
+    if len(_BLOCK) < 100:  # no room below the ephemeral range: the kernel's choice
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(len(_BLOCK)):
+        port = _BLOCK[next(_NEXT) % len(_BLOCK)]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))  # (no SO_REUSEADDR: a TIME_WAIT socket counts)
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_BLOCK}")
 
 
 def deviceq(url: str, pool: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 -- lib/eligibility.lua: THE rule deciding whether a device is an idle candidate, and the idle
 -- index kept by it.
 
@@ -10,8 +11,11 @@
 -- heartbeat, checking / unhealthy (its host's health check), then its state busy | offline.
 -- Host-level reasons (dead, draining, suspect) are host_placeable's.
 local GATE_FIELDS = {'state', 'reserved_by', 'quarantined', 'held', 'booked_until', 'health'}
+-- the gate fields and the device's class (driver_type, tags: its idle set, lib/idle.lua)
+local GATE_READ = {'state', 'reserved_by', 'quarantined', 'held', 'booked_until', 'health',
+  'driver_type', 'tags'}
 local function gate(did)
-  return hfields(k('device', did), GATE_FIELDS)
+  return hfields(k('device', did), GATE_READ)
 end
 local function device_blocker(d)
   if d.quarantined == '1' then return 'quarantined' end
@@ -23,16 +27,20 @@ local function device_blocker(d)
   return nil
 end
 
--- (re)decide whether device `did` (gate fields `d`, as they are after this call's writes) is
+-- (re)decide whether device `did` (gate fields `d`, as they are after this call's writes, with
+-- its driver_type and tags: gate() reads them; when absent they are read from its hash) is
 -- among the idle candidates, by the rule: added (score: now, kept when already there unless
--- `rescore`) or removed. Returns true when it is a candidate, and whether it was newly added.
+-- `rescore`) or removed (lib/idle.lua keeps its class's idle set in step). Returns true when
+-- it is a candidate, and whether it was newly added.
 local function refresh_idle(did, d, rescore)
   if device_blocker(d) then
-    redis.call('ZREM', k('idle'), did)
+    idle_remove(did, d.driver_type, d.tags)
     return false, false
   end
-  if rescore then
-    return true, redis.call('ZADD', k('idle'), now_str(), did) == 1
+  local driver, tags = d.driver_type, d.tags
+  if not driver or not tags then
+    local a = redis.call('HMGET', k('device', did), 'driver_type', 'tags')
+    driver, tags = a[1], a[2]
   end
-  return true, redis.call('ZADD', k('idle'), 'NX', now_str(), did) == 1
+  return true, idle_add(did, driver, tags, not rescore)
 end

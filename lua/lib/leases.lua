@@ -42,6 +42,9 @@ local function release_device(device_id, id, hold)
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str(), 'held', hold,
       'held_at', now_str())
     d.held = hold
+    -- the host's next heartbeat clears the mark (heartbeat.lua reads this set, not every device)
+    local hid = redis.call('HGET', dk, 'host_id')
+    if hid then redis.call('SADD', k('host', hid, 'held_devices'), device_id) end
   else
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
   end

@@ -58,8 +58,9 @@ end
 -- its part `part_id` ended ('' = the gang task itself, e.g. cancelled): every other part still
 -- holding a lease ends with it (lease dropped, device released, its host told at once), then
 -- the gang task is finished or queued again in `gangs`. Nothing happens when the gang task
--- holds no attempt (already ended).
-gang_end = function(gid, part_id, outcome, kind, payload, delay_ms)
+-- holds no attempt (already ended). `extra_event`: more fields for the gang task's own event
+-- (cancel.lua: `by`).
+gang_end = function(gid, part_id, outcome, kind, payload, delay_ms, extra_event)
   local g = load_task(gid)
   if not LEASED[g.status] then return end
   local why = part_id ~= '' and ('part ' .. part_id .. ' ended: ' .. outcome) or outcome
@@ -95,6 +96,6 @@ gang_end = function(gid, part_id, outcome, kind, payload, delay_ms)
     emit('requeued', 'task', gid, 'attempt', g.attempt or '0', 'reason', why)
   else
     close_attempt(gid, g.attempt, outcome, {failure_kind = kind ~= '' and kind or nil}, true)
-    finish(gid, g, g.status, outcome, kind, payload)
+    finish(gid, g, g.status, outcome, kind, payload, extra_event)
   end
 end

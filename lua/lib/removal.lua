@@ -1,4 +1,5 @@
 --- @include "lib/base"
+--- @include "lib/idle"
 -- lib/removal.lua: forgetting a device (host_remove.lua, device_remove.lua).
 
 -- forget device `did` (its hash, history, indexes and profile counts): host_remove.lua and
@@ -18,7 +19,10 @@ local function delete_device(did)
   redis.call('DEL', dk, k('device', did, 'history'), k('device', did, 'log'))
   redis.call('SREM', k('devices'), did)
   redis.call('SREM', k('host', d[1], 'devices'), did)
-  redis.call('ZREM', k('idle'), did)
+  redis.call('SREM', k('host', d[1], 'quarantined'), did)
+  -- the host's next heartbeat is a full snapshot: a device it still has registers again
+  redis.call('HDEL', k('host', d[1]), 'hb_ver')
+  idle_remove(did, d[2] or '', d[3] or '')
   redis.call('ZREM', k('bookings'), did)
   redis.call('HDEL', k('faults'), did)
   return d[1]

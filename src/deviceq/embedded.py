@@ -28,6 +28,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _PortTaken(Exception):
+    """Another process holds the port the server was to listen on."""
+
+
 class RedisServer:
     """Start with ``start()`` (or as a context manager); ``restart()`` keeps port and data
     directory (with ``appendonly=True`` the data survives, fsynced as ``appendfsync`` says);
@@ -63,6 +67,8 @@ class RedisServer:
         self.binary = binary or shutil.which("redis-server")
         if self.binary is None:
             raise FileNotFoundError("redis-server is not installed")
+        self._auto_port = port is None
+        self._started = False  # (a port of our choosing is kept once it served)
         self.port = port or free_port()
         self.appendonly = appendonly
         if appendfsync not in ("always", "everysec", "no"):
@@ -147,14 +153,35 @@ class RedisServer:
         return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers; ready means the process answering on
+        ``port`` is this server (its ``INFO`` ``process_id``), never another one that holds
+        the port. When the port was chosen here (no ``port`` given) and another process took
+        it before the server first started, it starts again on another free port."""
+        for attempt in range(5):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                if not self._auto_port or self._started or attempt == 4:
+                    raise RuntimeError(
+                        f"redis-server did not start on port {self.port}: another process "
+                        f"holds it (log: {self.log_tail()})"
+                    ) from None
+                self.port = free_port()
+                if self.cluster:
+                    self.bus_port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> RedisServer:
         conf = self.dir / "redis.conf"
         conf.write_text(f'requirepass "{self.password}"\n' if self.password else "")
         conf.chmod(0o600)
+        logfile = self.dir / "redis.log"
+        log_from = logfile.stat().st_size if logfile.exists() else 0
         args = [
             str(self.binary), str(conf), *self._tls_args(), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", self.appendfsync, "--logfile", str(self.dir / "redis.log"),
+            "--appendfsync", self.appendfsync, "--logfile", str(logfile),
             "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
         if self.cluster:
@@ -167,12 +194,15 @@ class RedisServer:
         try:
             while True:
                 try:
-                    if client.ping():
+                    if int(client.info("server")["process_id"]) == self.proc.pid:
+                        self._started = True
                         return self
-                except (redis.ConnectionError, redis.TimeoutError):
+                except redis.RedisError:  # not up yet (or another server's: ours exits)
                     pass
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.kill()
+                    if "Address already in use" in self._log_since(log_from):
+                        raise _PortTaken
                     tail = self.log_tail()
                     raise RuntimeError(
                         f"redis-server did not start on port {self.port}"
@@ -181,6 +211,14 @@ class RedisServer:
                 time.sleep(0.02)
         finally:
             client.close()
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.dir / "redis.log", "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def kill(self) -> None:
         """SIGKILL the server (data not yet written to the AOF may be lost)."""

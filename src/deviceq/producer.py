@@ -7,6 +7,7 @@ import builtins
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import redis
@@ -25,6 +26,8 @@ from .core.models import (
     WorkflowDefinition,
     validate_id,
 )
+from .core.pacing import pacer_for
+from .core.task_record import read_task, with_goal
 from .submission import (
     check_int,
     chunk_args,
@@ -48,14 +51,9 @@ __all__ = [
     "spec_from",
 ]
 
-SUBMIT_CHUNK = 500
-
-
-def _with_goal(h: dict[str, str], goal: str | None) -> dict[str, str]:
-    # goals over 64 bytes live in task:ID:goal so that the task hash stays a compact listpack
-    if goal is not None and not h.get("goal"):
-        h["goal"] = goal
-    return h
+SUBMIT_CHUNK = 500  # tasks per submit.lua call at most; the pacer sizes them by time
+SUBMIT_FIRST = 32  # the first chunk's size, before any call was timed
+SUBMIT_LEAST = 8  # never fewer a call (a durability wait is timed too: it must not starve it)
 
 
 def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
@@ -186,12 +184,13 @@ class Client(PoolConnection):
         self, specs: Iterable[TaskSpec | Mapping[str, Any]], chunk: int = SUBMIT_CHUNK
     ) -> list[str]:
         """Enqueue many tasks; returns their ids in order. Every spec is validated before
-        anything is written; each chunk of ``chunk`` tasks is one atomic script call, so a
-        QueueFull error leaves earlier chunks submitted and the failing chunk unwritten. With
-        the pool's ``durability`` set, each chunk is confirmed durable; if it cannot be, the
-        call raises NotConfirmed whose ``result`` holds the ids submitted so far (resubmit
-        with the same idempotency keys to be safe). A QueueFull raised part-way carries the
-        ids queued before it in ``queued_ids``."""
+        anything is written; each chunk (at most ``chunk`` tasks, sized by `core.pacing.Pacer`
+        from the calls' durations so that one call takes about 2.5 ms) is one atomic script
+        call, so a QueueFull error leaves earlier chunks submitted and the failing chunk
+        unwritten. With the pool's ``durability`` set, each chunk is confirmed durable; if it
+        cannot be, the call raises NotConfirmed whose ``result`` holds the ids submitted so far
+        (resubmit with the same idempotency keys to be safe). A QueueFull raised part-way
+        carries the ids queued before it in ``queued_ids``."""
         if isinstance(specs, str | bytes | Mapping | TaskSpec):
             raise InvalidInput(
                 f"submit_many takes a list of task specs, not one {type(specs).__name__}"
@@ -199,11 +198,12 @@ class Client(PoolConnection):
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise InvalidInput(f"chunk must be a positive int, got {chunk!r}")
         validated = [spec_from(s) for s in specs]
+        pacer = pacer_for(self, "submit", SUBMIT_FIRST, least=SUBMIT_LEAST)
         ids: list[str] = []
-        for start in range(0, len(validated), chunk):
-            args = chunk_args(validated[start : start + chunk])
+        for part in pacer.chunks(validated, chunk):
+            args = chunk_args(list(part))
             try:
-                flat = run_durably(self, "submit", args)
+                flat = pacer.timed(len(part), partial(run_durably, self, "submit", args))
             except NotConfirmed as exc:
                 flat = exc.result or []
                 ids += [flat[i] for i in range(0, len(flat), 2)]
@@ -219,16 +219,11 @@ class Client(PoolConnection):
     def get(self, task_id: str, *, attempts: bool = True) -> ScheduledTask:
         """The task with its attempt history. Raises NotFound."""
         validate_id(task_id, "task id")
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self.keys.task(task_id))
-        pipe.get(self.keys.goal(task_id))
-        if attempts:
-            pipe.lrange(self.keys.attempts(task_id), 0, -1)
-        res = pipe.execute()
-        if not res[0]:
+        found = read_task(self.redis, self.keys, task_id, attempts=attempts)
+        if found is None:
             raise NotFound(f"no task {task_id} in pool {self.pool}")
-        task = ScheduledTask.from_hash(_with_goal(res[0], res[1]), res[2] if attempts else None)
-        if res[0].get("roles"):  # a multi-device task: how each part is doing
+        task = ScheduledTask.from_hash(*found)
+        if found[0].get("roles"):  # a multi-device task: how each part is doing
             read_parts(self, task)
         return task
 
@@ -243,7 +238,7 @@ class Client(PoolConnection):
             pipe.get(self.keys.goal(t))
         res = pipe.execute()
         return [
-            ScheduledTask.from_hash(_with_goal(h, goal))
+            ScheduledTask.from_hash(with_goal(h, goal))
             for h, goal in zip(res[::2], res[1::2], strict=True)
             if h
         ]
@@ -298,16 +293,18 @@ class Client(PoolConnection):
         return {st.value: int(n) for st, n in zip(TaskStatus, pipe.execute(), strict=True)}
 
     # -- control ------------------------------------------------------------------------------
-    def cancel(self, task_id: str, reason: str = "cancelled by user") -> str:
+    def cancel(self, task_id: str, reason: str = "cancelled by user", by: str = "") -> str:
         """Cancel a task. Returns ``cancelled`` (ended now: it was queued or not yet claimed),
-        ``requested`` (running: its host stops it and reports) or ``already:STATUS``."""
+        ``requested`` (running: its host stops it and reports) or ``already:STATUS``. ``by``
+        (an id, '' = not recorded): who cancels it, the ``by`` field of the event."""
         validate_id(task_id, "task id")
         if not isinstance(reason, str):
             raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
-        return str(self._run("cancel", [task_id, reason[:500]]))
+        who = [validate_id(by, "actor")] if by else []
+        return str(self._run("cancel", [task_id, reason[:500], *who]))
 
     def cancel_many(
-        self, task_ids: Iterable[str], reason: str = "cancelled by user"
+        self, task_ids: Iterable[str], reason: str = "cancelled by user", by: str = ""
     ) -> dict[str, str]:
         """Cancel several tasks (each through the same atomic cancel script as `cancel`).
         Every id is validated and must exist before any is cancelled (InvalidInput /
@@ -316,7 +313,9 @@ class Client(PoolConnection):
         ids = self._existing_ids(task_ids, "cancel_many")
         if not isinstance(reason, str):
             raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
-        return {t: self.cancel(t, reason) for t in ids}
+        if by:
+            validate_id(by, "actor")
+        return {t: self.cancel(t, reason, by) for t in ids}
 
     def wait_many(
         self, task_ids: Iterable[str], timeout: float | None = None
@@ -352,12 +351,15 @@ class Client(PoolConnection):
             while events and not any(e.task in waiting for e in events):
                 cursor, events = read_events(self.redis, self.keys, cursor, block_ms=None)
 
-    def retry(self, task_id: str, rerun: bool = False) -> str:
+    def retry(self, task_id: str, rerun: bool = False, by: str = "") -> str:
         """Submit a failed or cancelled task again as a new task (same goal or workflow,
         constraints or roles, priority, max_attempts, timeout, tenant and retry policy); returns the
         new id. ``rerun``: a done task too (run a passing test again, to check a flaky one).
-        The old task is not changed. Raises NotFound, or InvalidInput if the task is not
-        failed or cancelled (or done, with ``rerun``)."""
+        The new task's ``retry_of`` is the old one's id; the old task's ``rerun_by`` becomes
+        the new one's (nothing else of it changes). ``by`` (an id, '' = not recorded): who
+        retries it, the new task's ``submitted_by`` and its submitted event's ``by``. Raises
+        NotFound, or InvalidInput if the task is not failed or cancelled (or done, with
+        ``rerun``)."""
         old = self.get(task_id, attempts=False)
         if old.gang:
             raise InvalidInput(
@@ -370,21 +372,25 @@ class Client(PoolConnection):
                 f"task {task_id} is {old.status.value}: only failed or cancelled tasks can be "
                 f"retried{hint}"
             )
-        return self.submit(
-            old.goal if old.kind == "goal" else None,
-            workflow=old.workflow if old.kind == "workflow" else None,
-            driver_type=old.driver_type,
-            tags=old.tags,
-            priority=old.priority,
-            max_attempts=old.max_attempts,
-            timeout=old.timeout,
-            tenant=old.tenant,
-            retry_on=old.retry_on,
-            retry_backoff=old.retry_backoff,
-            roles={n: Role(driver_type=r.driver_type, tags=r.tags) for n, r in old.roles.items()}
-            if old.roles
-            else None,
-        )
+        spec = spec_from(
+            {
+                "goal": old.goal if old.kind == "goal" else None,
+                "workflow": old.workflow if old.kind == "workflow" else None,
+                "driver_type": old.driver_type,
+                "tags": old.tags,
+                "priority": old.priority,
+                "max_attempts": old.max_attempts,
+                "timeout": old.timeout,
+                "tenant": old.tenant,
+                "retry_on": old.retry_on,
+                "retry_backoff": old.retry_backoff,
+                "roles": {n: Role(driver_type=r.driver_type, tags=r.tags)
+                          for n, r in old.roles.items()} if old.roles else None,
+                "retry_of": task_id,
+                "by": by or None,
+            }
+        )  # fmt: skip
+        return self.submit_many([spec])[0]
 
     def _existing_ids(self, task_ids: Iterable[str], what: str) -> builtins.list[str]:
         if isinstance(task_ids, str | bytes):

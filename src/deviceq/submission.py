@@ -87,8 +87,11 @@ def submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
 def chunk_args(specs: list[TaskSpec]) -> list[Any]:
     """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
     task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout,
-    17 (and not_before, ms) when any has a not_before."""
-    later = any(s.not_before is not None for s in specs)
+    17 (and not_before, ms) when any has a not_before, 18 (and retry_of) when any has a
+    retry_of, 19 (and by) when any names who submitted it."""
+    signed = any(s.by is not None for s in specs)
+    linked = signed or any(s.retry_of is not None for s in specs)
+    later = linked or any(s.not_before is not None for s in specs)
     timed = later or any(s.timeout is not None for s in specs)
     gang = timed or any(s.roles for s in specs)
     args: list[Any] = [len(specs)]
@@ -100,4 +103,8 @@ def chunk_args(specs: list[TaskSpec]) -> list[Any]:
             args.append("" if spec.timeout is None else f"{spec.timeout:.3f}")
         if later:
             args.append("" if spec.not_before is None else str(int(spec.not_before * 1000)))
+        if linked:
+            args.append(spec.retry_of or "")
+        if signed:
+            args.append(spec.by or "")
     return args

@@ -32,18 +32,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from click.testing import CliRunner, Result
 
 from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin, TaskFilter
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError
 from deviceq.core.models import TaskSpec, validate_id, validate_tag, validate_tags
-from deviceq.embedded import RedisServer, free_port
+from deviceq.embedded import RedisServer
 from deviceq.host.runners import Outcome, Task
 from deviceq.ops.metrics import serve_metrics
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler import strategies as S
 from deviceq.scheduler.strategies import get_strategy, register_strategy
+from harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -350,12 +352,22 @@ def locked_redis() -> Iterator[RedisServer]:
 
 
 def test_a_wrong_or_missing_password_is_one_line(locked_redis: RedisServer) -> None:
+    """Said at once: a password Redis refused (or none given) is not tried again (one
+    connection per command, counted by the server)."""
     port = locked_redis.port
+    admin = redis.Redis.from_url(locked_redis.url)
+
+    def connections() -> int:
+        return int(admin.info("stats")["total_connections_received"])
+
     for args in (["status"], ["submit", "g"], ["scheduler", "run"], ["scheduler", "run", "--once"]):
+        before = connections()
         wrong = one_line_error(cli(f"redis://:wr0ng-pw@127.0.0.1:{port}/0", *args))
         assert "refused the credentials" in wrong and "wr0ng-pw" not in wrong, wrong
         missing = one_line_error(cli(f"redis://127.0.0.1:{port}/0", *args))
         assert "requires a password" in missing, missing
+        # each command: its durability check (it goes on when that fails) and the command
+        assert connections() - before <= 4, (args, connections() - before)
     ok = cli(locked_redis.url, "status")
     assert ok.exit_code == 0, ok.stderr
 

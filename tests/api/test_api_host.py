@@ -37,13 +37,7 @@ from deviceq.host.http_client import ApiError, ApiHostClient, ApiUnreachable, ap
 from deviceq.host.state import TRANSIENT
 from deviceq.ops.verify import verify
 from deviceq.scheduler import TaskScheduler
-from harness import CLI, REPO_DIR, SRC_DIR, TESTS_PATH, Deployment, RunLog, wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from harness import CLI, REPO_DIR, SRC_DIR, TESTS_PATH, Deployment, RunLog, free_port, wait_for
 
 
 class ApiServer:
@@ -380,3 +374,38 @@ def test_host_run_checks_the_api_options_before_starting(deploy: Deployment) -> 
         res = subprocess.run([*base, *extra], capture_output=True, text=True, env=env, timeout=60)
         assert res.returncode == code and why in res.stderr, (extra, res.stderr)
         assert "Traceback" not in res.stderr
+
+
+def test_heartbeats_through_the_api_are_deltas(deploy: Deployment, api: ApiServer) -> None:
+    """`ApiHostClient` sends what changed (the route forwards each call to the script); a body
+    without ``mode`` (an older client) is still a full snapshot."""
+    token = deploy.admin.add_host("h1")
+    host = ApiHostClient(api.url, None, "h1", token)
+    calls: list[tuple[str, int, str]] = []
+    real = host.heartbeat_call
+
+    def record(mode: str, ver: str, arg: str, total: int, rows: Any) -> Any:
+        reply = real(mode, ver, arg, total, rows)
+        calls.append((mode, len(rows), reply.status))
+        return reply
+
+    host.heartbeat_call = record  # type: ignore[method-assign]
+    snap = [DeviceReport(f"d{i}", "android", ("wifi",)) for i in range(3)]
+    assert host.heartbeat(snap).devices == 3
+    assert calls == [("full", 3, "part"), ("commit", 0, "ok")]
+    calls.clear()
+    hb = host.heartbeat(snap)
+    assert calls == [("delta", 0, "ok")] and (hb.devices, hb.idle) == (3, 3)
+    calls.clear()
+    hb = host.heartbeat([snap[0], DeviceReport("d1", "android", ("wifi",), "busy", "flashing")])
+    assert calls == [("delta", 2, "ok")]  # d1 changed, d2 gone
+    assert (hb.devices, hb.idle) == (2, 1)
+    assert deploy.admin.device("d2").state.value == "offline"
+    assert deploy.admin.device("d1").reason == "flashing"
+    old = {"devices": [{"device_id": "d0", "driver_type": "android", "tags": ["wifi"]}]}
+    status, doc = http(api.url, "POST", "/hosts/h1/heartbeat", token, old)
+    assert status == 200 and (doc["status"], doc["devices"], doc["idle"]) == ("ok", 1, 1)
+    assert deploy.admin.device("d1").state.value == "offline", "left out of the full snapshot"
+    calls.clear()
+    host.heartbeat([snap[0]])  # the full snapshot moved Redis' version on: it asks for it all
+    assert [(m, s) for m, _, s in calls] == [("delta", "full"), ("full", "part"), ("commit", "ok")]

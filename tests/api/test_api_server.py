@@ -24,9 +24,8 @@ from deviceq import Client, NotFound, TaskStatus
 from deviceq.api.tokens import TokenStore
 from deviceq.api_client import ApiClient, ApiError
 from deviceq.core.events import last_event_id
-from deviceq.embedded import free_port
 from deviceq.ops.verify import verify
-from harness import Deployment, deviceq, wait_for
+from harness import Deployment, deviceq, free_port, wait_for
 
 PRODUCER_PATHS = {
     "/api/v1/tasks",
@@ -167,6 +166,7 @@ def test_submit_get_list_cancel_retry_wait_round_trip(deploy: Deployment, api: A
     assert (got["goal"], got["tags"], got["priority"], got["tenant"]) == (
         "open settings", ["wifi"], 3, "team-a"
     )  # fmt: skip
+    assert got["submitted_by"] == "tester"  # the token's name: who submitted it
 
     # the batch: idempotency keys honoured (a repeat answers the same ids, creates nothing)
     batch = {"tasks": [{"goal": "a", "idempotency_key": "k-a"}, {"workflow": "wf", "tags": []}]}
@@ -199,11 +199,14 @@ def test_submit_get_list_cancel_retry_wait_round_trip(deploy: Deployment, api: A
     assert waited["task"]["status"] == "cancelled"
     status, again, _ = call(f"{base}/tasks/{tid}/cancel", "POST", token=api.token)
     assert again["answer"] == "already:cancelled"
+    ends = [e for e in deploy.client.events(task=tid) if e.type == "cancelled"]
+    assert [e.fields.get("by") for e in ends] == ["tester"]
 
     status, retried, _ = call(f"{base}/tasks/{tid}/retry", "POST", token=api.token)
     assert status == 201 and retried["retry_of"] == tid
     new = show_json(deploy, retried["id"])
     assert (new["status"], new["goal"], new["priority"]) == ("queued", "open settings", 3)
+    assert (new["submitted_by"], new["retry_of"]) == ("tester", tid)
     status, body, _ = call(f"{base}/tasks/{retried['id']}/retry", "POST", token=api.token)
     assert (status, body["error"]["code"]) == (400, "INVALID")
 
@@ -218,6 +221,8 @@ def test_submit_get_list_cancel_retry_wait_round_trip(deploy: Deployment, api: A
         ("/tasks", "POST", b'{"goal": "x", "tags": ["bad tag\\n"]}', 400),
         ("/tasks", "POST", b'{"goal": "x", "priority": 99}', 400),
         ("/tasks", "POST", b'{"driver_type": "android"}', 400),
+        ("/tasks", "POST", b'{"goal": "x", "by": "someone-else"}', 400),
+        ("/tasks/batch", "POST", b'{"tasks": [{"goal": "x", "retry_of": "abc"}]}', 400),
         ("/tasks/batch", "POST", b'{"tasks": [{"goal": "ok"}, {"goal": 3}]}', 400),
         ("/tasks/batch", "POST", b'{"tasks": []}', 400),
         ("/tasks/batch", "POST", b'{"goal": "x"}', 400),

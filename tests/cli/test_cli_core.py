@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 
 from deviceq import HostClient, TaskStatus
 from deviceq.cli import main
-from deviceq.embedded import free_port
+from harness import free_port
 
 DESIGN_FIELDS = {
     "id",

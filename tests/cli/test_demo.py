@@ -23,6 +23,7 @@ import redis
 
 from deviceq.ops.demo import start_backend
 from deviceq.ops.demo.scenario import DEMO_HOSTS, KILLED_HOST, latency_stats, percentile
+from harness import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -162,9 +163,7 @@ def test_demo_against_given_redis_deletes_its_pool(tmp_path: Path, redis_url: st
 
 
 def test_demo_fails_with_one_line_when_redis_is_unreachable(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     code, summary, stderr = run_demo(
         tmp_path, "--redis-url", f"redis://127.0.0.1:{port}/0", "--json", timeout=60
     )
@@ -176,9 +175,7 @@ def test_demo_fails_with_one_line_when_redis_is_unreachable(tmp_path: Path) -> N
 def test_the_global_redis_url_is_the_demos_too(tmp_path: Path) -> None:
     """``deviceq --redis-url URL demo`` runs against URL as ``demo --redis-url URL`` does (here
     a port nobody listens on: it fails in one line naming it, the password redacted)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens there
     url = f"redis://:s3cret-pw@127.0.0.1:{port}/0"
     code, summary, stderr = run_demo(tmp_path, "--json", before=("--redis-url", url), timeout=60)
     assert code == 1

@@ -562,8 +562,9 @@ def test_submit_file_queue_full_reports_what_was_submitted(
     res = cli("submit", "--file", str(p))
     assert res.exit_code == 1
     ids = res.stdout.split()
-    assert len(ids) == 500 and f.client.counts()["queued"] == 500  # one chunk of 500 landed
-    one_line_error(res, "QueueFull", "500 of 1000 tasks submitted")
+    # whole chunks landed (their size follows the measured call time) until the queue was full
+    assert 0 < len(ids) <= 700 and f.client.counts()["queued"] == len(ids)
+    one_line_error(res, "QueueFull", f"{len(ids)} of 1000 tasks submitted")
 
 
 def test_submit_file_reject_unmatched(real_fleet: Any, cli: Any, tmp_path: Path) -> None:

@@ -21,6 +21,9 @@ from deviceq.ops.admin import PoolAdmin
 from deviceq.scheduler import SchedulerClient, TaskScheduler
 from harness import Deployment, deviceq, wait_for
 
+# one worker runs them all (under pytest-xdist): the module's cluster is started once
+pytestmark = pytest.mark.xdist_group("cluster")
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:

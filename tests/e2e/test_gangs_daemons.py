@@ -139,11 +139,13 @@ def test_scarce_devices_single_and_multi_device_tasks_all_finish(
 ) -> None:
     """One phone and one browser on two hosts; 200 single-device tasks, then 20 two-role tasks
     behind them. A gang needs both devices idle at once, which a backlog of single tasks
-    seldom leaves: it keeps a freed device for itself (gang_reserve_after 0). Every
-    task finishes, each gang once; no gang keeps devices longer than gang_hold_seconds
-    (gang_holds sampled all along); verify finds nothing."""
-    hold = 1.0
-    deploy.configure(gang_reserve_after=0, gang_hold_seconds=hold)
+    seldom leaves: the first single keeps the browser for 3 s, so the first gang, past
+    gang_reserve_after, keeps the phone for itself for gang_hold_seconds, lets it go to the
+    single tasks, and keeps it again. Every task finishes, each gang once; no gang keeps
+    devices longer than gang_hold_seconds (gang_holds sampled all along); verify finds
+    nothing."""
+    hold, reserve_after = 1.0, 0.5
+    deploy.configure(gang_reserve_after=reserve_after, gang_hold_seconds=hold)
     log = start(deploy, tmp_path, ("ha", ("p1:android:sim",)), ("hb", ("w1:browser",)))
     seen: dict[str, list[float]] = {}  # gang id -> times its hold was seen
     stop = threading.Event()
@@ -162,9 +164,13 @@ def test_scarce_devices_single_and_multi_device_tasks_all_finish(
          "driver_type": "android" if i % 2 else "browser"}
         for i in range(200)
     ]  # fmt: skip
+    singles[0]["goal"] = "sleep 3"  # a browser task
     ids = deploy.client.submit_many(singles)
-    wait_for(lambda: len(events(log)) >= 4, 20, "single tasks running")
-    # the gangs arrive behind a backlog: a phone frees while the browser is busy
+    wait_for(
+        lambda: any(e["ev"] == "start" and e["task"] == ids[0] for e in events(log)), 20,
+        "the long browser task running",
+    )  # fmt: skip
+    # the gangs arrive behind a backlog: the phone frees while the browser is busy
     ids += deploy.client.submit_many([{"goal": "sleep 0.05", "roles": ROLES}] * 20)
     try:
         finished = deploy.wait_all(ids, timeout=120)
@@ -183,7 +189,7 @@ def test_scarce_devices_single_and_multi_device_tasks_all_finish(
         # gang_reserve_after: split the sightings into runs separated by gaps
         spans, first, last = [], times[0], times[0]
         for t in times[1:]:
-            if t - last > 0.3:
+            if t - last > reserve_after / 2:
                 spans.append(last - first)
                 first = t
             last = t

@@ -150,10 +150,13 @@ def test_later_iteration_sees_stale_idle_snapshot(fleet: Any) -> None:
     b = fleet.client.submit("b", driver_type="android")
     c = fleet.client.submit("c", driver_type="android")
     assert fleet.store.commit([(a, "d1")])[0].startswith("ok:")
-    # the host's snapshot is stale: it still says d1 is idle
-    hb = h.heartbeat([DeviceReport("d1", "android"), DeviceReport("d2", "android")])
-    assert hb.idle == 1
+    # the host's snapshot is stale: it still says d1 is idle (a delta: nothing changed)
+    snap = [DeviceReport("d1", "android"), DeviceReport("d2", "android")]
+    h.heartbeat(snap)
     keys = fleet.admin.keys
+    assert fleet.r.zrange(keys.idle, 0, -1) == ["d2"], "d1 is not an idle candidate"
+    # the same stale snapshot in full: every device recounted as it is now
+    assert h.heartbeat(snap, full=True).idle == 1
     assert fleet.r.zrange(keys.idle, 0, -1) == ["d2"], "d1 is not an idle candidate"
     assert fleet.store.commit([(b, "d1")]) == ["err:device_reserved"]
     assert fleet.store.commit([(c, "d1")]) == ["err:device_reserved"]

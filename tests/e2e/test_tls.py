@@ -39,10 +39,10 @@ from redis.retry import Retry
 from deviceq import Client, PoolAdmin, TaskStatus
 from deviceq.core.connection import TLSError, connect, tls_query, with_tls_files
 from deviceq.core.errors import ConfigError
-from deviceq.embedded import RedisServer, free_port
+from deviceq.embedded import RedisServer
 from deviceq.host.client import HostClient
 from deviceq.scheduler import TaskScheduler
-from harness import CLI, TESTS_PATH, Deployment, wait_for
+from harness import CLI, TESTS_PATH, Deployment, free_port, wait_for
 
 PASSWORD = "tls-s3cret-pw"  # the server requires it too: it must never be shown
 TLS_ENV = ("DEVICEQ_REDIS_CA", "DEVICEQ_REDIS_CERT", "DEVICEQ_REDIS_KEY")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -25,18 +24,12 @@ from deviceq.artifacts.store import ArtifactStore
 from deviceq.core.errors import AuthError, ConfigError, InvalidInput
 from deviceq.host.client import HostClient
 from deviceq.ops.verify import verify
-from harness import Deployment, wait_for
+from harness import Deployment, free_port, wait_for
 
 moto_server = pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
 
 BUCKET = "dq-artifacts"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class S3:

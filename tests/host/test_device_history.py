@@ -17,9 +17,8 @@ import pytest
 
 from deviceq import TaskStatus
 from deviceq.core.errors import InvalidInput
-from deviceq.embedded import free_port
 from deviceq.ops.verify import verify
-from harness import CLI, Deployment, deviceq, wait_for
+from harness import CLI, Deployment, deviceq, free_port, wait_for
 
 # the daemons import this tree's deviceq (and so run its Lua), not an installed copy
 
@@ -73,7 +72,7 @@ class Follower:
 
 
 def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
-    deploy: Deployment, tmp_path: Path
+    deploy: Deployment, tmp_path: Path, cli: Any
 ) -> None:
     d = deploy
     d.spawn("scheduler", "scheduler", "run", "--tick", "0.2")
@@ -167,7 +166,8 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
     table = page(base + "/fleet?host=h1")
     assert "<td>cracked screen</td>" in table
 
-    # bad ids and a bad reason: exit 2, one line, nothing changed
+    # bad ids and a bad reason: exit 2, one line, nothing changed (in process: the same
+    # command line, without a fresh interpreter per case)
     before = d.admin.redis.hgetall(d.admin.keys.device("d1"))
     stream_len = d.admin.redis.xlen(d.admin.keys.events)
     for args in (
@@ -182,8 +182,8 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
         ("device", "quarantine", "d1", "--reason", "tab\there"),
         ("device", "quarantine", "d1", "--reason", "é" * 101),  # 202 bytes
     ):
-        res = deviceq(d.url, d.pool, *args)
-        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        res = cli(*args)
+        assert res.exit_code == 2, (args, res.stdout, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1, (args, res.stderr)
     assert d.admin.redis.hgetall(d.admin.keys.device("d1")) == before
     assert d.admin.redis.xlen(d.admin.keys.events) == stream_len

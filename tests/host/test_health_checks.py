@@ -283,11 +283,17 @@ def test_a_check_never_runs_while_a_task_holds_the_device(
     ids = d.client.submit_many([{"goal": "x", "driver_type": "x"}] * 12)
     done = d.wait_all(ids, 90)
     assert [t.status for t in done] == [TaskStatus.done] * 12
-    time.sleep(0.5)
+
+    def counted() -> tuple[int, int]:
+        runs = intervals(log)
+        return tuple(sum(1 for v in runs.values() for _, _, w in v if w == kind)  # type: ignore[return-value]
+                     for kind in ("task", "check"))  # fmt: skip
+
+    # 2 joining + 1 after each task (the one after the last task ends after its report)
+    wait_for(lambda: counted()[1] >= 14, 30, "a check after every task")
+    tasks, checks = counted()
+    assert tasks == 12 and checks >= 14, (tasks, checks)
     runs = intervals(log)
-    tasks = sum(1 for v in runs.values() for _, _, w in v if w == "task")
-    checks = sum(1 for v in runs.values() for _, _, w in v if w == "check")
-    assert tasks == 12 and checks >= 14, (tasks, checks)  # 2 joining + 1 after each task
     for dev, spans in runs.items():
         spans.sort()
         for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:], strict=False):

@@ -26,6 +26,12 @@ from harness import Deployment, deviceq, wait_for
 PROGRESS = "for i in $(seq 1 30); do echo progress $i; sleep 0.2; done"
 
 
+def gated(gate: Path) -> str:
+    """PROGRESS, but its last line waits for ``gate`` to exist (the test says when)."""
+    return (f"for i in $(seq 1 29); do echo progress $i; sleep 0.2; done; "
+            f"while [ ! -e {gate} ]; do sleep 0.05; done; echo progress 30")  # fmt: skip
+
+
 def follow(d: Deployment, task_id: str, *args: str) -> subprocess.Popen[str]:
     """``deviceq task logs ID --follow`` as a process (output captured)."""
     exe = Path(sys.executable).parent / "deviceq"
@@ -50,13 +56,16 @@ def test_progress_shows_while_it_runs_and_follow_prints_every_line(deploy: Deplo
     d.configure(retention=3600)
     d.scheduler()
     d.command_host("h1", "d1:x")
-    tid = d.client.submit(PROGRESS, driver_type="x")
+    gate = d.tmp / "last-line"
+    tid = d.client.submit(gated(gate), driver_type="x")
     watcher = follow(d, tid)
-    # `task logs` shows progress before the run ends (its last line is not there yet)
+    # `task logs` shows progress before the run ends (its last line is not there yet: the run
+    # waits for the gate)
     seen = wait_for(lambda: (lambda out: out if "progress 2\n" in out else "")(
         deviceq(d.url, d.pool, "task", "logs", tid).stdout), 60, "progress lines")  # fmt: skip
     assert "progress 30" not in seen
     assert d.status(tid) == TaskStatus.dispatched
+    gate.touch()
     rc, out, err = finished(watcher)
     assert rc == 0, err
     assert out.splitlines() == [f"progress {i}" for i in range(1, 31)]

@@ -41,7 +41,7 @@ from deviceq.cli import main
 from deviceq.core.errors import NotConfirmed, NotFound
 from deviceq.core.keys import Keys
 from deviceq.core.scripts import lua_dir, names, sha
-from deviceq.embedded import RedisServer, free_port
+from deviceq.embedded import RedisServer
 from deviceq.host.client import token_digest
 from deviceq.ops.acl import (
     FORBIDDEN,
@@ -52,7 +52,7 @@ from deviceq.ops.acl import (
     SUBCOMMANDS,
     role_acl,
 )
-from harness import Deployment, wait_for
+from harness import Deployment, free_port, wait_for
 
 NoPermission = redis.exceptions.NoPermissionError
 

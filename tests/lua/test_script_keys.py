@@ -28,7 +28,7 @@ from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
 from deviceq.ops.schedules import Firer, ScheduleStore
 
-WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "*"}
+WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "DIGEST", "*"}
 FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}
 
 
@@ -188,6 +188,11 @@ def exercise(url: str, pool: str) -> None:
     client.submit("read by the scheduler", driver_type="android")  # lua/heads.lua
     snap = TaskScheduler(admin).snapshot()
     assert any(b.heads for b in snap.buckets), "the scheduler read no heads"
+    from deviceq.dashboard.limits import LoginLimiter  # the dashboard's login limit
+
+    limiter = LoginLimiter(r, admin.keys, per_addr=1)
+    limiter.refund(limiter.charge("127.0.0.1", "alice"))
+    assert limiter.charge("::1", None).allowed and not limiter.charge("::1", None).allowed
     r.close()
 
 

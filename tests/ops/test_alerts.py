@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,7 +18,7 @@ import pytest
 
 from deviceq import HostClient
 from deviceq.host.client import DeviceReport
-from harness import Deployment, wait_for
+from harness import Deployment, free_port, wait_for
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
@@ -28,12 +27,6 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     assert path, f"{name} is not installed (Debian's prometheus package; .ci/run installs it)"
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_the_rules_are_valid_and_their_unit_tests_pass() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -25,9 +24,11 @@ import pytest
 import redis
 import yaml
 
+from cli_check import check_cli
+from cli_check import deviceq_invocations as calls_in
 from deviceq import Client
-from deviceq.cli import main
-from deviceq.embedded import RedisServer, free_port
+from deviceq.embedded import RedisServer
+from harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -40,6 +41,8 @@ DEVICEQ_SERVICES = (
     "host-1",
     "host-2",
     "producer",
+    "dashboard",
+    "api",
 )
 PASSWORD_VAR = "DEVICEQ_REDIS_PASSWORD"
 
@@ -79,31 +82,7 @@ def shell_script(svc: dict[str, Any]) -> str:
 def deviceq_invocations(script: str) -> list[list[str]]:
     """The argument lists of every `deviceq ...` call in a shell script (redirections and
     shell variables resolved to sample values)."""
-    out = []
-    for line in script.splitlines():
-        lex = shlex.shlex(line, posix=True, punctuation_chars=True)
-        lex.whitespace_split = True
-        seg: list[str] = []
-        for tok in [*lex, ";"]:
-            if tok in ("&&", "||", ";", "|", "&"):
-                if seg and seg[0] == "deviceq":
-                    out.append(strip_redirections(seg[1:]))
-                seg = []
-            else:
-                seg.append(re.sub(r"\$\{?(\w+)\}?", "host-1", tok))
-    return out
-
-
-def strip_redirections(tokens: list[str]) -> list[str]:
-    out, skip = [], False
-    for tok in tokens:
-        if skip:
-            skip = False
-        elif tok in (">", ">>", "<", "2>"):
-            skip = True
-        else:
-            out.append(tok)
-    return out
+    return [call for line in script.splitlines() for call in calls_in(line, "host-1")]
 
 
 def service_invocations(svc: dict[str, Any]) -> list[list[str]]:
@@ -111,25 +90,6 @@ def service_invocations(svc: dict[str, Any]) -> list[list[str]]:
         return deviceq_invocations(shell_script(svc))
     assert "entrypoint" not in svc  # the image's entrypoint: deviceq
     return [[str(a) for a in svc["command"]]]
-
-
-def check_cli(args: list[str]) -> click.Context:
-    """Parse ``deviceq ARGS`` as the CLI would, without running it: unknown commands, unknown
-    options, bad values and missing arguments raise click.UsageError."""
-
-    def rest_of(c: click.Context) -> list[str]:
-        return [*getattr(c, "_protected_args", []), *c.args]
-
-    ctx = main.make_context("deviceq", list(args))
-    cmd: click.Command = main
-    rest = rest_of(ctx)
-    while isinstance(cmd, click.Group):
-        name, sub, rest = cmd.resolve_command(ctx, rest)
-        assert sub is not None and name is not None
-        ctx = sub.make_context(name, rest, parent=ctx)
-        cmd, rest = sub, rest_of(ctx)
-    assert not ctx.args, f"extra arguments {ctx.args}"
-    return ctx
 
 
 def test_the_command_checker_catches_mistakes() -> None:
@@ -189,6 +149,8 @@ def test_services_and_durability_settings(compose: dict[str, Any]) -> None:
         "init": [],
         "scheduler": [],
         "producer": [],
+        "dashboard": [],
+        "api": [],
         "token-host-1": ["host-1-token:/tokens"],
         "token-host-2": ["host-2-token:/tokens"],
         "host-1": ["host-1-token:/tokens:ro"],
@@ -198,6 +160,11 @@ def test_services_and_durability_settings(compose: dict[str, Any]) -> None:
     assert set(compose["volumes"]) == {"redis-data", "host-1-token", "host-2-token"}
     # metrics: every interface of the container, published on the Docker host's loopback only
     assert services["scheduler"]["ports"] == ["127.0.0.1:9108:9108"]
+    assert services["dashboard"]["ports"] == ["127.0.0.1:8180:8180"]
+    assert services["api"]["ports"] == ["127.0.0.1:8300:8300"]
+    for name in ("dashboard", "api"):
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert services[name]["restart"] == "unless-stopped"
 
 
 def test_every_deviceq_command_is_valid_against_the_cli(compose: dict[str, Any]) -> None:
@@ -223,6 +190,8 @@ def test_every_deviceq_command_is_valid_against_the_cli(compose: dict[str, Any])
             ["host", "rotate-token", host_id],
         ]
     assert [c[:2] for c in seen["init"]] == [["workflow", "put"]]
+    assert seen["dashboard"] == [["dashboard", "--host", "0.0.0.0", "--port", "8180"]]
+    assert seen["api"] == [["api", "--host", "0.0.0.0", "--port", "8300"]]
     assert ["submit", "--file", "/tmp/tasks.jsonl"] in seen["producer"]
 
 
@@ -367,14 +336,19 @@ def _run_stack(
     tmp_path: Path,
 ) -> None:
     port = free_port()
+    web_ports = {"dashboard": free_port(), "api": free_port()}
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
-        for name in ("scheduler", "host-1", "host-2"):
+        started = ("scheduler", "host-1", "host-2", "dashboard", "api")
+        for name in started:
             args = [local(name, str(a)) for a in services[name]["command"]]
             if name == "scheduler":
                 args[args.index("--metrics-port") + 1] = str(port)
                 args[args.index("--metrics-host") + 1] = "127.0.0.1"  # not every interface here
+            if name in web_ports:
+                args[args.index("--port") + 1] = str(web_ports[name])
+                args[args.index("--host") + 1] = "127.0.0.1"
             log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115
             logs.append(log)
             procs.append(
@@ -410,10 +384,16 @@ def _run_stack(
         data = json.loads(status.stdout)
         assert {h["host_id"]: h["alive"] for h in data["hosts"]} == {"host-1": True, "host-2": True}
         assert data["devices"]["total"] == 5
+        # the dashboard shows the pool's hosts; the API describes itself without a token
+        page = _get(f"http://127.0.0.1:{web_ports['dashboard']}/", 30)
+        assert "host-1" in page and "host-2" in page
+        spec = json.loads(_get(f"http://127.0.0.1:{web_ports['api']}/api/v1/openapi.json", 30))
+        assert spec["openapi"].startswith("3.")
         for p in procs:  # what `docker compose stop` sends
             p.send_signal(signal.SIGTERM)
-        for p in procs:
-            assert p.wait(30) == 0
+        for p, name in zip(procs, started, strict=True):
+            # uvicorn shuts down cleanly, then re-raises the signal it caught
+            assert p.wait(30) in ((0, -signal.SIGTERM) if name in web_ports else (0,)), name
     finally:
         for p in procs:
             if p.poll() is None:
@@ -421,3 +401,16 @@ def _run_stack(
                 p.wait(10)
         for log in logs:
             log.close()
+
+
+def _get(url: str, wait: float) -> str:
+    """The body of a GET of ``url``, retried until the server listens (at most ``wait`` s)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,8 @@ import pytest
 
 from deviceq import Client, TaskStatus
 from deviceq.core.errors import InvalidInput
-from deviceq.dashboard import data
-from harness import REPO_DIR, Deployment, deviceq, wait_for
+from deviceq.dashboard import data, task_list
+from harness import REPO_DIR, Deployment, deviceq, free_port, wait_for
 
 
 def _find(*names: str) -> str | None:
@@ -40,7 +39,8 @@ def _find(*names: str) -> str | None:
 CHROMIUM = _find("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 CHROMEDRIVER = _find("/usr/bin/chromedriver", "chromedriver")
 
-pytestmark = pytest.mark.slow
+# one worker runs them all (under pytest-xdist): one browser and one pair of dashboards
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dashboard")]
 
 
 @pytest.fixture
@@ -61,12 +61,6 @@ SHOTS = (
     else Path(tempfile.mkdtemp(prefix="deviceq-screenshots-"))
 )
 TOKEN = "op-token-" + "7c1f4e2a9b3d8e60f5a1c2b4d6e8f0a1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Env:
@@ -102,7 +96,7 @@ def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     from selenium.webdriver.chrome.service import Service
 
     tmp = tmp_path_factory.mktemp("dashboard")
-    pool = "dash" + str(int(time.time() * 1000) % 10**9)
+    pool = "dash" + uuid.uuid4().hex[:12]
     d = Deployment(redis_server.url, pool, tmp)
     browser = None
     try:
@@ -112,7 +106,7 @@ def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         d.command_host("lab-2", "chrome-1:browser", "chrome-2:browser:gpu")
         token_file = tmp / "operator.token"
         token_file.write_text(TOKEN + "\n")
-        op_port, ro_port = _free_port(), _free_port()
+        op_port, ro_port = free_port(), free_port()
         d.spawn("dash-op", "dashboard", "--port", str(op_port),
                 "--operator-token-file", str(token_file))  # fmt: skip
         d.spawn("dash-ro", "dashboard", "--port", str(ro_port))
@@ -125,7 +119,9 @@ def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                     "--disable-gpu", "--window-size=1360,900", "--hide-scrollbars"):  # fmt: skip
             opts.add_argument(arg)
-        browser = webdriver.Chrome(options=opts, service=Service(str(CHROMEDRIVER)))
+        browser = webdriver.Chrome(
+            options=opts, service=Service(str(CHROMEDRIVER), port=free_port())
+        )
         browser.set_page_load_timeout(30)
         SHOTS.mkdir(parents=True, exist_ok=True)
         yield Env(d, op, ro, browser)
@@ -150,6 +146,31 @@ def _wait_css(browser: Any, css: str, timeout: float = 15) -> Any:
     return wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, css), timeout, css)[0]
 
 
+def _text_of(browser: Any, css: str, timeout: float = 15) -> str:
+    """The text of the first element matching ``css``, read in one script (a live refresh
+    may replace the element between two WebDriver calls)."""
+    script = "var e = document.querySelector(arguments[0]); return e ? e.innerText : null;"
+    got = wait_for(lambda: browser.execute_script(script, css), timeout, css)
+    return str(got)
+
+
+def _click_css(browser: Any, css: str, timeout: float = 15) -> None:
+    """Click the first element matching ``css``, found again if a live refresh replaced it."""
+    from selenium.common.exceptions import (
+        ElementNotInteractableException,
+        StaleElementReferenceException,
+    )
+
+    def go() -> bool:
+        try:
+            _wait_css(browser, css, timeout).click()
+            return True
+        except (StaleElementReferenceException, ElementNotInteractableException):
+            return False
+
+    wait_for(go, timeout, f"click {css}")
+
+
 def _wait_live(browser: Any) -> None:
     _wait_css(browser, "body[data-stream='open']")
 
@@ -167,12 +188,13 @@ def test_fleet_page_shows_hosts_and_devices(env: Env) -> None:
     b.get(env.ro + "/fleet")
     _wait_css(b, "tr.host[data-host='lab-1']")
     assert len(b.find_elements(By.CSS_SELECTOR, "#hosts a.dev")) == 5
-    assert "alive" in b.find_element(By.CSS_SELECTOR, "tr.host[data-host='lab-2']").text
+    assert "alive" in _text_of(b, "tr.host[data-host='lab-2']")
     # a busy device shows its current task
     tid = env.submit("sleep 20", "--driver-type", "browser", "--tag", "gpu")
     wait_for(lambda: env.d.client.get(tid).status == TaskStatus.dispatched, 20, "dispatched")
-    cell = _wait_css(b, f"#hosts a.dev.s-reserved[href='/tasks/{tid}']")
+    cell = _wait_css(b, f"#hosts a.dev.s-reserved[data-task='{tid}']")
     assert "sleep 20" in (cell.get_attribute("title") or "")
+    assert cell.get_attribute("href").endswith("/devices/chrome-2") and cell.text == "chrome-2"
     assert not b.find_elements(By.CSS_SELECTOR, "button.btn-drain")  # read-only
     _shot(b, "fleet")
     b.get(env.ro + "/fleet?host=lab-2")
@@ -214,10 +236,10 @@ def test_task_submitted_from_cli_appears_without_reload(env: Env) -> None:
     # the task page: fields, attempts, explain, events, result
     b.get(env.ro + f"/tasks/{tid}")
     _wait_css(b, "#attempts tbody tr")
-    assert "&lt;b&gt;" not in b.find_element("id", "goal").text
-    assert "not bold" in b.find_element("id", "result").text
-    assert "done" in b.find_element("id", "explain").text
-    events = b.find_element("id", "task-events").text
+    assert "&lt;b&gt;" not in _text_of(b, "#goal")
+    assert "not bold" in _text_of(b, "#result")
+    assert "done" in _text_of(b, "#explain")
+    events = _text_of(b, "#task-events")
     for kind in ("submitted", "assigned", "dispatched", "done"):
         assert kind in events
     _shot(b, "task")
@@ -239,9 +261,9 @@ def test_cancel_from_the_browser(env: Env) -> None:
     _wait_css(b, "#login-failed")
     b.find_element(By.ID, "token").send_keys(TOKEN)
     b.find_element(By.ID, "login-submit").click()
-    button = _wait_css(b, f"#cancel-{tid}")
+    _wait_css(b, f"#cancel-{tid}")
     assert TOKEN not in b.page_source
-    button.click()
+    _click_css(b, f"#cancel-{tid}")
     wait_for(lambda: b.switch_to.alert, 5, "the confirmation").accept()
     wait_for(lambda: env.d.client.get(tid).status == TaskStatus.cancelled, 20, "cancelled")
     _wait_css(b, ".st-cancelled")
@@ -331,6 +353,12 @@ def test_queue_and_events_pages(env: Env) -> None:
     assert len(b.find_elements(By.CSS_SELECTOR, "#event-rows tr")) == 1
     code, _, _ = _http(env.ro + "/events?type=%3Cscript%3E")
     assert code == 400
+    # a daemon session id is shown by its first characters (the whole id in the title)
+    session = str(env.d.admin.host("lab-1").session)
+    code, html, _ = _http(env.ro + "/events?" + urllib.parse.urlencode(
+        {"type": "session_started", "host": "lab-1"}))  # fmt: skip
+    assert code == 200 and f'title="{session}">{session[:8]}…</span>' in html
+    assert f"session={session}" not in html
 
 
 def test_task_pages_are_bounded_and_never_skip_or_repeat(
@@ -355,7 +383,7 @@ def test_task_pages_are_bounded_and_never_skip_or_repeat(
         after = None
         for _ in range(100):
             page = data.list_tasks(client, flt, after)
-            assert len(page.tasks) <= flt.limit and page.scanned <= data.MAX_SCAN
+            assert len(page.tasks) <= flt.limit and page.scanned <= task_list.MAX_SCAN
             seen += [t.id for t in page.tasks]
             if page.next_cursor is None:
                 return seen
@@ -367,8 +395,10 @@ def test_task_pages_are_bounded_and_never_skip_or_repeat(
     cancelled = walk(data.TaskFilter(status=TaskStatus.cancelled, limit=25))
     assert sorted(cancelled) == sorted(ids[:90])
     queued = walk(data.TaskFilter(status=TaskStatus.queued, limit=25))
-    assert queued == ids[90:]  # oldest first
-    monkeypatch.setattr(data, "MAX_SCAN", 30)
+    assert queued == ids[90:][::-1]  # newest first
+    oldest = walk(data.TaskFilter(status=TaskStatus.queued, limit=25, order="oldest"))
+    assert oldest == ids[90:]
+    monkeypatch.setattr(task_list, "MAX_SCAN", 30)
     needles = walk(data.TaskFilter(text="NEEDLE", limit=25))
     assert sorted(needles) == sorted(ids[::10])
     with pytest.raises(InvalidInput):
@@ -383,7 +413,9 @@ def test_task_page_shows_the_live_log_and_then_the_whole_log(env: Env) -> None:
     from selenium.webdriver.common.by import By
 
     b = env.browser
-    tid = env.submit("for i in $(seq 1 15); do echo step $i; sleep 0.2; done; echo oops >&2",
+    gate = env.d.tmp / f"gate-{uuid.uuid4().hex[:8]}"  # the run's last lines wait for it
+    tid = env.submit(f"for i in $(seq 1 14); do echo step $i; sleep 0.2; done; "
+                     f"while [ ! -e {gate} ]; do sleep 0.05; done; echo step 15; echo oops >&2",
                      "--driver-type", "android")  # fmt: skip
     wait_for(lambda: env.d.client.get(tid).status == TaskStatus.dispatched, 20, "dispatched")
     b.get(env.ro + f"/tasks/{tid}")
@@ -392,6 +424,7 @@ def test_task_page_shows_the_live_log_and_then_the_whole_log(env: Env) -> None:
     text = wait_for(lambda: (lambda t: t if "step 2\n" in t else "")(
         log.get_attribute("textContent") or ""), 20, "live log lines")  # fmt: skip
     assert "step 15" not in text
+    gate.touch()
     _wait_css(b, "#task-log[data-log-state='ended']", 30)
     text = log.get_attribute("textContent") or ""
     assert [x for x in text.splitlines() if x.startswith("step")] == [

@@ -207,15 +207,15 @@ def test_the_readme_architecture_names_every_module() -> None:
 
 HEAVY = ("pydantic", "pydantic_settings", "rich", "yaml", "starlette", "uvicorn", "httpx",
          "fsspec", "deviceq.core.models", "deviceq.producer", "deviceq.scheduler")  # fmt: skip
-"""What ``deviceq --help`` and ``--version`` must start without (each command imports what it
-runs inside its function)."""
+"""What ``deviceq --help``, ``--version`` and a command's ``--help`` must start without (each
+command imports what it runs inside its function)."""
 
 
 def test_the_command_line_starts_without_the_heavy_modules() -> None:
     probe = (
         "import sys\n"
         "from deviceq.cli import main\n"
-        "for args in (['--version'], ['--help']):\n"
+        "for args in (['--version'], ['--help'], ['task', 'show', '--help']):\n"
         "    try:\n"
         "        main(args, prog_name='deviceq')\n"
         "    except SystemExit:\n"
@@ -229,6 +229,7 @@ def test_the_command_line_starts_without_the_heavy_modules() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "deviceq, version" in out.stdout and "Commands:" in out.stdout
+    assert "Show every field of a task" in out.stdout
     assert out.stderr.strip() == "[]", f"imported to start: {out.stderr}"
 
 

@@ -9,8 +9,8 @@ from collections import Counter
 from typing import Any
 
 from deviceq.core.events import read_events
-from deviceq.embedded import free_port
 from deviceq.ops.metrics import parse_metrics, serve_metrics
+from harness import free_port
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

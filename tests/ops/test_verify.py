@@ -23,7 +23,7 @@ import deviceq
 from conftest import Fleet
 from deviceq import DeviceReport, HostClient, PoolAdmin
 from deviceq.cli import main
-from deviceq.core.keys import Keys
+from deviceq.core.keys import Keys, class_id
 from deviceq.embedded import RedisServer
 from deviceq.ops.verify import KINDS, verify
 from invariants import check_pool
@@ -145,6 +145,11 @@ class Lab:
             main, ["--redis-url", self.url, "--pool", self.pool, "verify", *args]
         )
 
+    def idle_class(self, did: str) -> str:
+        """The idle set of device ``did``'s class."""
+        drv, tags = self.r.hmget(self.keys.device(did), "driver_type", "tags")
+        return self.keys.idle_class(class_id(f"{drv}|{tags or ''}"))
+
     def expect(self, kind: str, *, also: frozenset[str] = frozenset(), **subject: str) -> None:
         """`verify` reports ``kind`` about ``subject`` (and no kind outside ``{kind} | also``);
         the CLI exits 1 with it in ``--json`` and in its text output."""
@@ -250,6 +255,7 @@ def test_reservation_missing_from_bookings(lab: Lab) -> None:
     (did,) = lab.r.zrange(lab.keys.idle, 0, 0)  # type: ignore[misc]
     lab.r.hset(lab.keys.device(did), mapping={"booked_until": "4102444800000", "booked_by": "al"})
     lab.r.zrem(lab.keys.idle, did)
+    lab.r.zrem(lab.idle_class(did), did)
     lab.expect("booking_index", device=did, key="bookings")
 
 
@@ -513,10 +519,21 @@ def test_idle_entry_that_is_not_assignable(lab: Lab) -> None:
     run = lab.task("running")
     now = time.time() * 1000
     lab.r.zadd(lab.keys.idle, {run["device_id"]: now, "d6": now, "nosuch": now})
+    for did in (run["device_id"], "d6"):  # (their class sets in step: only the rule is broken)
+        lab.r.zadd(lab.idle_class(did), {did: now})
     res = verify(lab.r, lab.pool)
     assert {v.device for v in res.violations} == {run["device_id"], "d6", "nosuch"}
     assert all(v.kind == "idle_not_assignable" for v in res.violations)
     lab.expect("idle_not_assignable", device="d6")
+
+
+def test_idle_class_sets_out_of_step_with_idle(lab: Lab) -> None:
+    (did,) = lab.r.zrange(lab.keys.idle, 0, 0)  # type: ignore[misc]
+    lab.r.zrem(lab.idle_class(did), did)  # the scheduler would never see it
+    lab.r.zadd(lab.keys.idle_class("0123456789ab"), {"ghost": 1})  # not in idle at all
+    res = verify(lab.r, lab.pool)
+    assert {v.device for v in res.violations if v.kind == "idle_classes"} == {did, "ghost"}
+    lab.expect("idle_classes", device=did, key="idle")
 
 
 def test_every_kind_has_a_test() -> None:

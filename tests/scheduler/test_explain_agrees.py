@@ -28,12 +28,13 @@ def pipeline_record(fleet: Any, sched: TaskScheduler, task_id: str) -> tuple[lis
     """The pipeline run on the scheduler's own view (`SnapshotReader.make_view`) with just the
     task's bucket (read whether or not a device serves it: the scheduler's view holds only
     buckets some device serves) and the task at its head, over the view's devices (the
-    assignable candidates). The pairs and the task's record."""
+    assignable candidates, of every device class: ``every``, as ``TaskScheduler.snapshot``
+    reads them). The pairs and the task's record."""
     t = fleet.client.get(task_id)
     raw = fleet.r.hgetall(fleet.admin.keys.task(task_id))
     (b,) = [b for b in buckets(fleet.admin) if b.sig == raw["sig"]]
     head = QueuedTask(task_id, int(raw["seq"]), b.sig, t.priority)
-    base, _, heads = sched.reader.read()
+    base, _, heads = sched.reader.read(every=True)
     real = sched.reader.make_view(base, heads)
     view = replace(real, buckets=(replace(b, heads=(head,)),), limit=1)
     rec = Recorder(watch={task_id})

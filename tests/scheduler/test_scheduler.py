@@ -537,7 +537,7 @@ def test_daemon_survives_a_redis_restart(private_redis, pool):
 
 
 def test_cli_run_once_with_metrics_port(real_fleet, redis_url):
-    from deviceq.embedded import free_port
+    from harness import free_port
 
     fleet = real_fleet
     fleet.add_host("h1", ("d1", "x", ()))
@@ -552,7 +552,8 @@ def test_expiry_runs_in_bounded_batches(fleet):
     fleet.admin.set_config("claim_ttl", 1)
     fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(25)])
     fleet.client.submit_many([{"goal": "g"}] * 25)
-    sched = TaskScheduler(fleet.admin, expire_batch=10, expire_rounds=2)
+    # count-bounded only (no time budget): exactly expire_batch a call
+    sched = TaskScheduler(fleet.admin, expire_batch=10, expire_rounds=2, expire_budget_ms=None)
     assert sched.assign().assigned == 25
     time.sleep(1.05)  # 25 assignments expire unclaimed
     fleet.admin.set_config("claim_ttl", 30)  # the re-assignments below do not expire

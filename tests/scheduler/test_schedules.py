@@ -187,12 +187,14 @@ def test_nothing_runs_while_paused_and_missed_slots_are_not_caught_up_on_resume(
     assert store.set_paused("p", True) and not store.set_paused("p", True)
     assert store.get("p").paused and f.tick(t0 + 10 * MIN) == []
     assert store.set_paused("p", False) and store.get("p").since() >= t0
-    # the record as resume writes it, resumed at t0 + 30 minutes
-    resumed = Schedule(s.name, s.cron, s.spec, s.created_at, False, (t0 + 30 * MIN) * 1000)
+    # the record as resume writes it, resumed 1 s past a minute 30 minutes on (on a minute's
+    # edge, not t0 + 30 min: from a t0 in a minute's last 5 s, +5 s would reach the next slot)
+    back = (t0 // MIN + 30) * MIN + 1
+    resumed = Schedule(s.name, s.cron, s.spec, s.created_at, False, back * 1000)
     real_r.hset(k.schedules, "p", resumed.to_json())
-    assert f.tick(t0 + 30 * MIN + 5) == []  # that slot was due before the resume
-    (after,) = f.tick(t0 + 31 * MIN + 5)
-    assert t0 + 30 * MIN < after.run_time <= t0 + 31 * MIN + 5
+    assert f.tick(back + 5) == []  # that minute's slot was due before the resume
+    (after,) = f.tick(back + MIN + 5)
+    assert after.run_time == back - 1 + MIN
     assert idem_keys(real_r, pool) == [idempotency_key("p", after.run_time)]
 
 

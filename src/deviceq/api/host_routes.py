@@ -33,6 +33,7 @@ from ..core.errors import (
 from ..core.models import ScheduledTask, validate_id
 from ..core.redirects import UNAVAILABLE
 from ..host.client import CTL_DRAIN, DeviceReport, HostClient, Report
+from ..host.heartbeat_sync import GONE, Reply, Row
 from ..host.log_stream import LogChunk
 from .context import ApiContext
 from .errors import error, from_exception
@@ -99,14 +100,36 @@ def _device(d: dict[str, Any]) -> DeviceReport:
     )
 
 
+def _row(d: dict[str, Any]) -> Row:
+    if d.get("state") == GONE:
+        return (validate_id(_str(d, "device_id"), "device id"), "", "", GONE, "")
+    did, driver, tags, state, reason = _device(d).args()
+    return (did, driver, tags, state, reason)
+
+
 def heartbeat(call: Call) -> dict[str, Any]:
-    """Report the host alive with its full device snapshot: body ``{"devices": [{"device_id",
-    "driver_type", "tags": [...], "state": "idle"|"busy"|"offline", "reason"}]}``; answers
-    ``{"devices", "idle", "draining", "stopping", "quarantined": [...]}``."""
-    devices = [_device(d) for d in _objects(call.body, "devices")]
-    hb = call.client().heartbeat(devices)
-    return {"devices": hb.devices, "idle": hb.idle, "draining": hb.draining,
-            "stopping": hb.stopping, "quarantined": sorted(hb.quarantined)}  # fmt: skip
+    """One heartbeat call (``lua/heartbeat.lua``): body ``{"mode": "delta"|"full"|"commit",
+    "ver", "arg", "total", "devices": [{"device_id", "driver_type", "tags": [...],
+    "state": "idle"|"busy"|"offline", "reason"}]}`` (a delta's device the host no longer has:
+    ``{"device_id", "state": "gone"}``); answers ``{"status": "ok"|"full"|"part"|"more",
+    "devices", "idle", "draining", "stopping", "quarantined": [...]}``. A body without
+    ``mode`` is a full snapshot (``devices`` only), sent to Redis in chunks."""
+    if "mode" not in call.body:
+        devices = [_device(d) for d in _objects(call.body, "devices")]
+        reply = Reply("ok", call.client().heartbeat(devices, full=True))
+    else:
+        rows = [_row(d) for d in _objects(call.body, "devices")]
+        reply = call.client().heartbeat_call(
+            _str(call.body, "mode"),
+            _str(call.body, "ver"),
+            _str(call.body, "arg", ""),
+            _int(call.body, "total", 0, 0, 1_000_000),
+            rows,
+        )
+    hb = reply.heartbeat
+    return {"status": reply.status, "devices": hb.devices, "idle": hb.idle,
+            "draining": hb.draining, "stopping": hb.stopping,
+            "quarantined": sorted(hb.quarantined)}  # fmt: skip
 
 
 def _assignments(client: HostClient, max_count: int) -> list[dict[str, Any]]:

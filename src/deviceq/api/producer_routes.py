@@ -61,6 +61,19 @@ def _role(request: Request, allowed: tuple[str, ...] = ROLES) -> TokenInfo:
     return info
 
 
+SERVER_SET = ("by", "retry_of")
+"""Submit fields the API sets itself: who (the token's name) and the retry link."""
+
+
+def _signed(task: dict[str, Any], token: TokenInfo) -> dict[str, Any]:
+    """A submitted task's fields with ``by``, the token's name (a body may not set it)."""
+    if set(task) & set(SERVER_SET):
+        raise InvalidInput(
+            f"{', '.join(sorted(set(task) & set(SERVER_SET)))}: set by the API, not by a request"
+        )
+    return {**task, "by": token.name}
+
+
 async def _json_body(request: Request) -> Any:
     raw = await request.body()
     try:
@@ -142,12 +155,13 @@ class ProducerApi:
         The body is a JSON object of the submit fields: ``goal`` or ``workflow``,
         ``driver_type``, ``tags`` (a list), ``priority``, ``max_attempts``,
         ``idempotency_key``, ``queue_timeout``, ``reject_unmatched``, ``tenant``,
-        ``retry_on``, ``retry_backoff``, ``timeout``, ``roles``. Answers 201 ``{"id": ID}``."""
-        _role(request)
+        ``retry_on``, ``retry_backoff``, ``timeout``, ``roles``, ``not_before``. The task's
+        ``submitted_by`` is the token's name. Answers 201 ``{"id": ID}``."""
+        token = _role(request)
         body = await _json_body(request)
         if not isinstance(body, dict):
             raise InvalidInput("the request body must be a JSON object of task fields")
-        ids = await self.call(self.client.submit_many, [body])
+        ids = await self.call(self.client.submit_many, [_signed(body, token)])
         return JSONResponse({"id": ids[0]}, status_code=201)
 
     async def submit_batch(self, request: Request) -> Response:
@@ -156,7 +170,7 @@ class ProducerApi:
         The body is ``{"tasks": [TASK, ...]}`` (each as for ``POST /tasks``; all validated
         before any is written; idempotency keys honoured). Answers 201 ``{"ids": [...]}`` in
         order."""
-        _role(request)
+        token = _role(request)
         body = await _json_body(request)
         tasks = body.get("tasks") if isinstance(body, dict) else None
         if not isinstance(body, dict) or set(body) != {"tasks"} or not isinstance(tasks, list):
@@ -165,7 +179,7 @@ class ProducerApi:
             raise InvalidInput(f"a batch holds 1 to {BATCH_MAX} tasks, not {len(tasks)}")
         if not all(isinstance(t, dict) for t in tasks):
             raise InvalidInput("every task of a batch must be a JSON object of task fields")
-        ids = await self.call(self.client.submit_many, tasks)
+        ids = await self.call(self.client.submit_many, [_signed(t, token) for t in tasks])
         return JSONResponse({"ids": ids}, status_code=201)
 
     async def get(self, request: Request) -> Response:
@@ -217,8 +231,8 @@ class ProducerApi:
 
         Optional body ``{"reason": TEXT}``. Answers ``{"id": ID, "answer": A}``, A being
         ``cancelled`` (ended now), ``requested`` (running: its host stops it) or
-        ``already:STATUS``."""
-        _role(request)
+        ``already:STATUS``. The event's ``by`` is the token's name."""
+        token = _role(request)
         task_id = validate_id(request.path_params["task_id"], "task id")
         body = await _json_body(request)
         if body is None:
@@ -228,16 +242,17 @@ class ProducerApi:
         reason = body.get("reason", "cancelled by user")
         if not isinstance(reason, str):
             raise InvalidInput("reason must be a string")
-        answer = await self.call(self.client.cancel_many, [task_id], reason)
+        answer = await self.call(self.client.cancel_many, [task_id], reason, token.name)
         return JSONResponse({"id": task_id, "answer": answer[task_id]})
 
     async def retry(self, request: Request) -> Response:
         """Submit a failed or cancelled task again as a new task.
 
-        Answers 201 ``{"id": NEW_ID, "retry_of": ID}``."""
-        _role(request)
+        The new task's ``submitted_by`` is the token's name. Answers 201 ``{"id": NEW_ID,
+        "retry_of": ID}``."""
+        token = _role(request)
         task_id = validate_id(request.path_params["task_id"], "task id")
-        new_id = await self.call(self.client.retry, task_id)
+        new_id = await self.call(self.client.retry, task_id, by=token.name)
         return JSONResponse({"id": new_id, "retry_of": task_id}, status_code=201)
 
     async def wait(self, request: Request) -> Response:

@@ -9,6 +9,7 @@ from . import acl_cmds  # noqa: F401  (registers ``deviceq acl``)
 from . import api_cmds as _api_cmds  # noqa: F401  (``deviceq api``, ``--api-url``)
 from . import completion_cmds as _completion_cmds  # noqa: F401  (``deviceq completion``)
 from . import dashboard_cmds as _dashboard_cmds  # noqa: F401  (``deviceq dashboard``)
+from . import dashboard_user_cmds as _dashboard_user_cmds  # noqa: F401  (``dashboard user``)
 from . import verify_cmds as _verify_cmds  # noqa: F401  (registers `deviceq verify`)
 from .app import main
 

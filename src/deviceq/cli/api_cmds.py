@@ -178,7 +178,7 @@ def token_add(ctx: Ctx, name: str, role: str, as_json: bool) -> None:
     Example:
       deviceq api token add ci --role producer > ci.token
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(name, "token name")
     token = _store(ctx).add(name, role)

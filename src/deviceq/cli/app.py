@@ -112,7 +112,7 @@ def main(
       deviceq task wait 3f2a9c0d1e2b4a5f --timeout 60
       deviceq --redis-url rediss://redis.lab:6380/0 --redis-ca ca.pem status   # TLS
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     try:
         for p in pool:

@@ -11,6 +11,7 @@ import click
 import redis
 
 if TYPE_CHECKING:
+    from ..core.connection import PoolConnection
     from ..ops.admin import PoolAdmin
     from ..producer import Client
 
@@ -37,6 +38,7 @@ class Ctx:
     redis_key: str | None = None
     _client: Client | None = field(default=None, repr=False)
     _admin: PoolAdmin | None = field(default=None, repr=False)
+    _reader: PoolConnection | None = field(default=None, repr=False)
 
     @property
     def pool(self) -> str:
@@ -51,7 +53,7 @@ class Ctx:
 
     def for_pool(self, pool: str) -> Ctx:
         """The same settings for one of ``pools`` (its own clients)."""
-        return replace(self, pools=(pool,), _client=None, _admin=None)
+        return replace(self, pools=(pool,), _client=None, _admin=None, _reader=None)
 
     @property
     def redis_url(self) -> str:
@@ -70,16 +72,37 @@ class Ctx:
 
     @property
     def client(self) -> Client:
-        from ..core.durability import warn_if_unsafe
         from ..producer import Client
 
         if self._client is None:
-            self._client = Client(self.redis_url, self.pool)
-            with contextlib.suppress(redis.RedisError):  # unreachable: the command says so
-                msg = warn_if_unsafe(self._client.redis, "deviceq command line", log=None)
-                if msg:
-                    click.echo(msg, err=True)
+            self._client = Client(
+                self._reader.redis if self._reader is not None else self.redis_url, self.pool
+            )
+            if self._reader is None:
+                self._warn_if_unsafe(self._client)
         return self._client
+
+    @property
+    def reader(self) -> PoolConnection:
+        """The pool's connection without the producer's `Client` (and the models it imports):
+        for commands that only read keys (``task show``). The client's, once there is one."""
+        from ..core.connection import PoolConnection
+
+        if self._client is not None:
+            return self._client
+        if self._reader is None:
+            self._reader = PoolConnection(self.redis_url, self.pool)
+            self._warn_if_unsafe(self._reader)
+        return self._reader
+
+    @staticmethod
+    def _warn_if_unsafe(conn: PoolConnection) -> None:
+        from ..core.durability import warn_if_unsafe
+
+        with contextlib.suppress(redis.RedisError):  # unreachable: the command says so
+            msg = warn_if_unsafe(conn.redis, "deviceq command line", log=None)
+            if msg:
+                click.echo(msg, err=True)
 
     def preflight(self, *, need_reachable: bool) -> None:
         """For daemons, before their retry loops start: one PING, so that a wrong or missing
@@ -112,14 +135,15 @@ class Ctx:
         when the pool has no hosts, devices, tasks, settings or workflows (most likely a typo
         in --pool). Bounded: one EXISTS over a few keys, never a SCAN. Returns True if it
         warned."""
-        from ..core.models import TaskStatus
+        from ..core.vocabulary import TaskStatus
 
-        k = self.client.keys
+        conn = self.reader
+        k = conn.keys
         # not the event stream: a scheduler's leader lease writes one even on a typo's pool
         keys = [k.hosts, k.devices, k.seq, k.config, k.workflows]
         keys += [k.status(s.value) for s in TaskStatus]
         try:
-            if int(self.client.redis.exists(*keys)):
+            if int(conn.redis.exists(*keys)):
                 return False
         except redis.ResponseError:  # an ACL user without EXISTS: no warning, no failure
             return False

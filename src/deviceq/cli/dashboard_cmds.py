@@ -1,4 +1,5 @@
-"""``deviceq dashboard``: serve the web dashboard of a pool (see ``deviceq.dashboard``)."""
+"""``deviceq dashboard``: serve the web dashboard of a pool (see ``deviceq.dashboard``); its
+users are managed by ``deviceq dashboard user`` (`dashboard_user_cmds`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8180
 
 
-@main.command("dashboard")
+@main.group("dashboard", invoke_without_command=True)
 @click.option(
     "--host",
     "bind_host",
@@ -47,13 +48,17 @@ def dashboard(
     """Serve the web dashboard of the pool: fleet, queue, tasks and the live event stream.
 
     Pages update live over Server-Sent Events; every asset ships inside the package (no
-    internet needed). Read-only unless --operator-token-file is given.
+    internet needed). Read-only unless --operator-token-file is given or the pool has
+    dashboard users (deviceq dashboard user add): then viewers log in to read and operators
+    to act, by name and password, and the token no longer logs in.
 
     \b
     Example:
       deviceq --pool lab dashboard                     # http://127.0.0.1:8180
       deviceq dashboard --port 9000 --operator-token-file ~/.deviceq-operator
     """
+    if click.get_current_context().invoked_subcommand is not None:
+        return  # deviceq dashboard user ...: serve nothing
     import uvicorn
 
     from ..dashboard import create_app

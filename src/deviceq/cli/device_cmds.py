@@ -169,7 +169,7 @@ def device_remove(ctx: Ctx, device_id: str, force: bool) -> None:
       deviceq device remove pixel-3
       deviceq device remove pixel-3 --force   # its running task goes back to the queue
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(device_id, "device id")
     ctx.warn_if_unknown_pool()

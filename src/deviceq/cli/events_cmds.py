@@ -99,7 +99,7 @@ def events_cmd(
       deviceq events --device pixel-7 --follow
       deviceq events --follow --json | jq -c 'select(.type == "failed")'
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     if task_id is not None:
         validate_id(task_id, "task id")

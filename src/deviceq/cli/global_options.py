@@ -120,7 +120,7 @@ def _global_params(taken: set[str]) -> list[click.Parameter]:
 
 def _apply_globals(ctx: click.Context) -> None:
     """Move the global options given after a (sub)command from its params into ``Ctx``."""
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     given = {
         k[len(_GLOBAL_PREFIX) :]: ctx.params.pop(k)

@@ -89,7 +89,7 @@ def host_remove(ctx: Ctx, host_id: str, force: bool) -> None:
       deviceq host drain lab-1 && deviceq host remove lab-1
       deviceq host remove lab-1 --force    # its running tasks go back to the queue
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
@@ -125,7 +125,7 @@ def host_drain(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host drain lab-1
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
@@ -143,7 +143,7 @@ def host_undrain(ctx: Ctx, host_id: str) -> None:
     Example:
       deviceq host undrain lab-1
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()

@@ -181,7 +181,7 @@ def split_devices(value: Any, pools: tuple[str, ...]) -> dict[str, list[DeviceCo
     """The devices of each pool: ``POOL/ID:DRIVER[:TAGS]`` (in a config file also a mapping
     with ``pool``, ``id``, ``driver_type``, ``tags``); a device without a pool only when
     there is one pool. Each device id in one pool only, each pool with a device at least."""
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
     from ..host.settings import DeviceConfig
 
     out: dict[str, list[DeviceConfig]] = {p: [] for p in pools}

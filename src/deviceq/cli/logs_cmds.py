@@ -102,7 +102,7 @@ def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
       deviceq task logs 3f2a9c0d1e2b4a5f -f --api-url https://deviceq.lab:8300
     """
     from ..core.live_logs import LogReader
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(task_id, "task id")
     if timeout is not None and not follow:

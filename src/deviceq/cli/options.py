@@ -96,7 +96,7 @@ def usage_checked(check: Callable[[], object]) -> None:
 def usage_ids(**ids: str | None) -> None:
     """Check ids given as options (``device_id="d1", host_id=None``; the name says what the
     id is) with `usage_checked`: a malformed one ends the command with exit 2."""
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     for name, value in ids.items():
         if value is not None:
@@ -293,7 +293,7 @@ def targets(
     error line before any warning), or the tasks its filter options select among the
     ``allowed`` statuses, counted and confirmed (`select_tasks`). Returns the ids and the
     filter (None when ids were given)."""
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     for tid in task_ids:
         validate_id(tid, "task id")

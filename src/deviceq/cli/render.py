@@ -1,6 +1,7 @@
 """How the commands print things: times and ages, a task and an event as JSON or one line, the
-last lines of a long text, a new host token, the tenants table. Shared by the command modules
-(nothing here reads Redis)."""
+last lines of a long text, a new host token, the tenants table, plain-text tables (no rich,
+for commands that must start fast). Shared by the command modules (nothing here reads
+Redis)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,69 @@ def last_lines(text: str, n: int = SHOW_LINES) -> tuple[str, int]:
     """The last ``n`` lines of ``text`` and how many lines came before them."""
     lines = text.rstrip("\n").split("\n")
     return "\n".join(lines[-n:]), max(0, len(lines) - n)
+
+
+def plain_fields(rows: list[tuple[str, str]]) -> str:
+    """Name/value rows as two columns (two spaces apart); a value's further lines start
+    under its first."""
+    width = max((len(name) for name, _ in rows), default=0) + 2
+    out = []
+    for name, value in rows:
+        first, *rest = value.split("\n")
+        out.append(f"{name:<{width}}{first}".rstrip())
+        out += [(" " * width + line).rstrip() for line in rest]
+    return "\n".join(out)
+
+
+def plain_table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    """A titled table of columns two spaces apart, each as wide as its widest cell."""
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    lines = [title]
+    for row in (header, *rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+TIME_FIELDS = ("lease_expires_at", "queue_deadline")
+
+
+def task_text(data: dict[str, Any]) -> str:
+    """``task show``'s text of a task given as its JSON (`task_json`): every field (times in
+    UTC, the last lines of a result or error), then its roles and attempts as tables."""
+    hide = {"attempts", "roles"} | (set() if data.get("gang") else {"gang", "role", "leader"})
+    rows = []
+    for name, value in data.items():
+        if name in hide:
+            continue
+        if name.endswith("_at") or name in TIME_FIELDS:
+            value = fmt_ms(value)
+        if name in ("result", "error") and value:
+            value, before = last_lines(str(value))
+            if before:
+                value = f"({before} earlier lines not shown)\n{value}"
+        rows.append((name, "-" if value in (None, "", []) else str(value)))
+    parts = [plain_fields(rows)]
+    if data.get("attempt"):
+        parts[0] += f"\nthe whole output: deviceq task logs {data['id']}"
+    roles = data.get("roles") or {}
+    if roles:
+        header = ["role", "driver_type", "tags", "device", "host", "status"]
+        leader = next(iter(roles))
+        parts.append(plain_table("roles", header, [
+            [name + (" (leader)" if name == leader else ""), r.get("driver_type") or "any",
+             ",".join(r.get("tags") or ()) or "-", r.get("device_id") or "-",
+             r.get("host_id") or "-", r.get("status") or "-"]
+            for name, r in roles.items()
+        ]))  # fmt: skip
+    if data.get("attempts"):
+        header = ["#", "lease", "host", "device", "assigned", "ended", "outcome", "kind"]
+        parts.append(plain_table("attempts", header, [
+            [str(a["attempt"]), a["lease_id"], a["host_id"], a["device_id"],
+             fmt_ms(a["assigned_at"]), fmt_ms(a["ended_at"]), a["outcome"],
+             a.get("failure_kind") or "-"]
+            for a in data["attempts"]
+        ]))  # fmt: skip
+    return "\n\n".join(parts)
 
 
 PIPE_WIDTH = 10_000  # columns when not a terminal: tables are never cut or wrapped

@@ -79,7 +79,7 @@ def reserve(
       deviceq reserve pixel-7 --extend --for 1h
       deviceq release pixel-7
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
     from ..ops.admin import MAX_RESERVATION_MS
 
     ms = parse_duration_ms(duration, "--for")
@@ -122,7 +122,7 @@ def release(ctx: Ctx, device_id: str) -> None:
     Example:
       deviceq release pixel-7
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(device_id, "device id")
     ctx.warn_if_unknown_pool()

@@ -121,6 +121,8 @@ def scheduler_run(
         run_many(ctx, strategy, once, tick, owner, batch)
         return
     sched = TaskScheduler(ctx.admin, strategy=strategy, owner=owner, batch=batch)
+    # before anything it serves: a SIGTERM from then on stops it cleanly (between passes)
+    sched.install_signal_handlers()
     ctx.preflight(need_reachable=once)
     if metrics_port is not None:
         try:
@@ -143,7 +145,6 @@ def scheduler_run(
 
         start_deliverer(ctx.admin, lambda: sched.is_leader)
         start_firer(ctx.admin, lambda: sched.epoch)
-    sched.install_signal_handlers()
     passes = sched.run(tick=tick, once=once)
     if once and not passes:
         say_standby(sched)
@@ -278,7 +279,7 @@ def explain_cmd(ctx: Ctx, task_id: str, as_json: bool) -> None:
       deviceq explain 3f2a9c0d1e2b4a5f
       deviceq explain 3f2a9c0d1e2b4a5f --json | jq .counts
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
     from ..ops.explain import explain
 
     validate_id(task_id, "task id")  # bad input: one error line, before any warning
@@ -305,7 +306,7 @@ def dispatch_cmd(ctx: Ctx, task_id: str, device_id: str, as_json: bool) -> None:
     Example:
       deviceq dispatch 3f2a9c0d1e2b4a5f --device pixel-7-a
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     validate_id(task_id, "task id")
     validate_id(device_id, "device id")

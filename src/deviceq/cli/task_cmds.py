@@ -22,7 +22,7 @@ from .options import (
     targets,
     usage_ids,
 )
-from .render import fmt_ms, last_lines, task_json
+from .render import task_json, task_text
 from .via_api import (
     cancel_via_api,
     list_via_api,
@@ -45,60 +45,23 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     Example:
       deviceq task show 3f2a9c0d1e2b4a5f --json
     """
-    from rich.table import Table
-
-    from ..core.models import validate_id
+    from ..core.task_record import read_task
+    from ..core.task_record import task_json as stored_json
+    from ..core.validation import validate_id
 
     validate_id(task_id, "task id")  # bad input: one error line, before any warning
     ctx.warn_if_unknown_pool()
-    t = ctx.client.get(task_id)
+    conn = ctx.reader  # a plain task is printed from its keys, without building the models
+    found = read_task(conn.redis, conn.keys, task_id)
+    if found is None:
+        raise NotFound(f"no task {task_id} in pool {conn.pool}")
+    data = stored_json(*found)
+    if data is None:  # a multi-device task: its parts are read through the client
+        data = task_json(ctx.client.get(task_id))
     if as_json:
-        echo_json(task_json(t))
-        return
-    console = console_for_tables()
-    grid = Table.grid(padding=(0, 2))
-    hide = {"attempts", "roles"} | (set() if t.gang else {"gang", "role", "leader"})
-    for name, value in t.model_dump(mode="json", exclude=hide).items():
-        if name.endswith("_at") or name in ("lease_expires_at", "queue_deadline"):
-            value = fmt_ms(value)
-        if name in ("result", "error") and value:
-            value, before = last_lines(str(value))
-            if before:
-                value = f"({before} earlier lines not shown)\n{value}"
-        grid.add_row(f"[bold]{name}[/]", "-" if value in (None, "", []) else str(value))
-    console.print(grid)
-    if t.attempt:
-        console.print(f"the whole output: deviceq task logs {t.id}", markup=False)
-    if t.roles:
-        roles = Table(title="roles")
-        for col in ("role", "driver_type", "tags", "device", "host", "status"):
-            roles.add_column(col)
-        for name, r in t.roles.items():
-            roles.add_row(
-                name + (" (leader)" if name == next(iter(t.roles)) else ""),
-                r.driver_type or "any",
-                ",".join(r.tags) or "-",
-                r.device_id or "-",
-                r.host_id or "-",
-                r.status or "-",
-            )
-        console.print(roles)
-    if t.attempts:
-        table = Table(title="attempts")
-        for col in ("#", "lease", "host", "device", "assigned", "ended", "outcome", "kind"):
-            table.add_column(col, no_wrap=col == "lease")
-        for a in t.attempts:
-            table.add_row(
-                str(a.attempt),
-                a.lease_id,
-                a.host_id,
-                a.device_id,
-                fmt_ms(a.assigned_at),
-                fmt_ms(a.ended_at),
-                a.outcome,
-                a.failure_kind or "-",
-            )
-        console.print(table)
+        echo_json(data)
+    else:
+        click.echo(task_text(data))
 
 
 @task.command("list")

@@ -14,7 +14,7 @@ import click
 
 from .app import F, echo_json, fail
 from .options import parse_role_options
-from .render import event_line
+from .render import event_line, task_text
 
 if TYPE_CHECKING:
     from ..api_client import ApiClient
@@ -124,12 +124,11 @@ def show_via_api(client: ApiClient, task_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(_task_json(t))
         return
-    for name, value in t.model_dump(mode="json", exclude={"attempts"}).items():
-        click.echo(f"{name}: {'-' if value in (None, '', []) else value}")
+    click.echo(task_text(_task_json(t)))
 
 
 def _one_id(task_ids: tuple[str, ...]) -> str:
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
 
     if len(task_ids) != 1:
         fail("with --api-url give exactly one task id (filters need Redis access)", 2)

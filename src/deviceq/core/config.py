@@ -9,35 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .validation import check_retry_backoff as check_retry_backoff
+from .validation import check_retry_on as check_retry_on
 from .vocabulary import RETRY_KINDS
 
 YEAR = 365 * 86400.0
-
-_SECS = re.compile(r"(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?")
-
-
-def check_retry_on(v: str) -> str:
-    """``none`` or a csv of RETRY_KINDS (the same check as ``retry_kinds`` in lua/lib/retry.lua)."""
-    kinds = v.split(",")
-    if v != "none" and (not v or any(k not in RETRY_KINDS for k in kinds)):
-        kinds_list = ", ".join(RETRY_KINDS)
-        raise ValueError(f"must be none or a comma-separated list of {kinds_list}")
-    return v
-
-
-def check_retry_backoff(v: str) -> str:
-    """``none``, ``fixed:SECONDS`` or ``exponential:BASE:MAX`` (seconds up to 999999.999, at
-    most 3 decimals; the same check as ``parse_backoff`` in lua/lib/retry.lua)."""
-    parts = v.split(":")
-    ok = (parts == ["none"]) or (
-        (parts[0], len(parts)) in (("fixed", 2), ("exponential", 3))
-        and all(_SECS.fullmatch(p) for p in parts[1:])
-    )
-    if not ok:
-        raise ValueError(
-            "must be none, fixed:SECONDS or exponential:BASE:MAX (seconds, e.g. exponential:1:300)"
-        )
-    return v
 
 
 def check_store_url(v: str) -> str:

@@ -7,16 +7,14 @@ from __future__ import annotations
 import inspect
 import os
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from .config import PoolConfig, Settings
 from .errors import ConfigError, NotFound
 from .keys import Keys
-from .models import WorkflowDefinition, validate_id
 from .redirects import FollowingRedis
 from .redis_urls import (
     MAX_PASSWORD_BYTES,
@@ -30,6 +28,11 @@ from .redis_urls import (
 )
 from .scripts import Scripts
 from .sentinel import connect_sentinel, is_sentinel_url, parse_sentinel_url
+from .validation import validate_id
+
+if TYPE_CHECKING:  # (the settings import pydantic_settings: read only when needed)
+    from .config import PoolConfig
+    from .models import WorkflowDefinition
 from .tls import (
     CERT_REQS,
     TLS_FILES,
@@ -66,15 +69,16 @@ __all__ = [
 
 
 class _Retry(Retry):
-    """redis-py's ``Retry`` that does not retry a :class:`TLSError` within one call: a
-    certificate that was not accepted will not be on the next try (a daemon's own loop still
-    tries again later)."""
+    """redis-py's ``Retry`` that does not retry a :class:`TLSError` or a refused or missing
+    password (``AuthenticationError``) within one call: a certificate or password that was
+    not accepted will not be on the next try, and retrying it made a CLI take 3-15 s to say
+    so (a daemon's own loop still tries again later)."""
 
     def call_with_retry(
         self, do: Any, fail: Any, is_retryable: Any = None, with_failure_count: bool = False
     ) -> Any:
         def retryable(exc: Exception) -> bool:
-            return not isinstance(exc, TLSError) and (
+            return not isinstance(exc, (TLSError, redis.AuthenticationError)) and (
                 is_retryable is None or bool(is_retryable(exc))
             )
 
@@ -155,7 +159,11 @@ class PoolConnection:
     """A validated pool name, its key layout and its scripts on one Redis client."""
 
     def __init__(self, redis_or_url: redis.Redis | str | None = None, pool: str | None = None):
-        settings = Settings() if redis_or_url is None or pool is None else None
+        settings = None
+        if redis_or_url is None or pool is None:  # from the environment
+            from .config import Settings
+
+            settings = Settings()
         if redis_or_url is None:
             redis_or_url = settings.redis_url  # type: ignore[union-attr]
         self.pool = validate_id(pool if pool is not None else settings.pool, "pool name")  # type: ignore[union-attr]
@@ -175,6 +183,8 @@ class PoolConnection:
     def get_workflow(self, name: str) -> WorkflowDefinition:
         """A stored `WorkflowDefinition` (producers store them; hosts load them to run a
         workflow task). Raises NotFound."""
+        from .models import WorkflowDefinition
+
         validate_id(name, "workflow name")
         raw = self.redis.get(self.keys.workflow(name))
         if raw is None:
@@ -189,6 +199,8 @@ class PoolConnection:
 
     def config(self) -> PoolConfig:
         """The pool's settings: stored values over the defaults."""
+        from .config import PoolConfig
+
         stored = self.redis.hgetall(self.keys.config)
         return PoolConfig.model_validate(
             {k: v for k, v in stored.items() if k in PoolConfig.model_fields}

@@ -56,9 +56,22 @@ key                                type       holds
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
+``idle:c:CLASS``                   zset       the members of ``idle`` of one device class
+                                              (same scores): CLASS = `class_id` of the profile
+                                              ``DRIVER|TAGS`` (``caps`` lists the profiles), so
+                                              the scheduler reads only the classes its queued
+                                              buckets can use (lua/lib/idle.lua keeps both)
 ``host:ID``                        hash       one host (sha1 token digest, heartbeat,
                                               draining, stopping, suspect, session, ...)
 ``host:ID:devices``                set        device ids owned by the host
+``host:ID:quarantined``            set        the host's quarantined device ids (its heartbeat
+                                              answers them without reading every device)
+``host:ID:held_devices``           set        the host's devices given a held mark since its last
+                                              heartbeat (which clears the marks and the set)
+``host:ID:sync``                   set        devices listed so far by a full snapshot sent in
+                                              chunks (heartbeat.lua mode full)
+``host:ID:leftout``                set        the devices the host owns but left out of its full
+                                              snapshot, still to be put offline (mode commit)
 ``host:ID:inbox``                  list       task ids assigned to the host, awaiting claim
 ``host:ID:wake``                   list       one-element signal list a worker BLPOPs on
 ``host:ID:ctl``                    list       messages to the host's daemon (cancel requested,
@@ -101,12 +114,25 @@ key                                type       holds
 ``schedules:last``                 hash       schedule name -> JSON ``{run, task | error}``: the
                                               last run the leading scheduler claimed (pending
                                               until its task is submitted; schedule_fire.lua)
+``dashboard:users``                hash       dashboard user name -> JSON ``{role, hash}`` (an
+                                              argon2 hash; ``deviceq dashboard user``)
+``dashboard:login:SCOPE:DIGEST``   string     login attempts of one client address (SCOPE
+                                              ``addr``) or user name (``user``) in the current
+                                              window (PX ttl); DIGEST: sha256 hex of the value
 =================================  =========  ==================================================
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+
+
+def class_id(profile: str) -> str:
+    """The id of a device class, from its profile ``DRIVER|TAGS`` (tags sorted, comma
+    separated, as counted in ``caps``): the first 12 hex digits of its sha1, as
+    lua/lib/idle.lua computes it."""
+    return hashlib.sha1(profile.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -195,6 +221,10 @@ class Keys:
     def idle(self) -> str:
         return self._k("idle")
 
+    def idle_class(self, cid: str) -> str:
+        """The idle set of device class ``cid`` (`class_id`)."""
+        return self._k("idle", "c", cid)
+
     @property
     def hosts(self) -> str:
         return self._k("hosts")
@@ -259,6 +289,14 @@ class Keys:
     def schedule_last(self) -> str:
         return self._k("schedules", "last")
 
+    @property
+    def dashboard_users(self) -> str:
+        return self._k("dashboard", "users")
+
+    def login_attempts(self, scope: str, digest: str) -> str:
+        """``scope`` ``addr`` or ``user``; ``digest`` the sha256 hex of the address or name."""
+        return self._k("dashboard", "login", scope, digest)
+
     # per entity
     def task(self, task_id: str) -> str:
         return self._k("task", task_id)
@@ -298,6 +336,18 @@ class Keys:
 
     def host_devices(self, host_id: str) -> str:
         return self._k("host", host_id, "devices")
+
+    def host_quarantined(self, host_id: str) -> str:
+        return self._k("host", host_id, "quarantined")
+
+    def host_held_devices(self, host_id: str) -> str:
+        return self._k("host", host_id, "held_devices")
+
+    def host_sync(self, host_id: str) -> str:
+        return self._k("host", host_id, "sync")
+
+    def host_leftout(self, host_id: str) -> str:
+        return self._k("host", host_id, "leftout")
 
     def inbox(self, host_id: str) -> str:
         return self._k("host", host_id, "inbox")

@@ -4,15 +4,15 @@ validation of ids, tags and goals they apply is in `validation`."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from .config import check_retry_backoff, check_retry_on
+from . import validation
 from .errors import InvalidInput
+from .task_record import attempt_values, is_multi_device, task_values
 from .validation import (  # (re-exported: the models' module was their home)
     ID_RE as ID_RE,
 )
@@ -34,9 +34,7 @@ from .validation import (
 from .validation import (
     TAG_RE as TAG_RE,
 )
-from .validation import (
-    _shown,
-)
+from .validation import _shown
 from .validation import (
     check_task_timeout as check_task_timeout,
 )
@@ -218,18 +216,20 @@ class TaskSpec(BaseModel):
     # a Unix time (seconds): queued, but not assigned before then (submit.lua checks it is at
     # most a year ahead by the server's clock)
     not_before: float | None = Field(None, ge=0, le=1e13, allow_inf_nan=False)
+    retry_of: Annotated[str, _named("task id")] | None = None  # the task this one runs again
+    by: Annotated[str, _named("submitter")] | None = None  # who submitted it (recorded)
 
     @field_validator("retry_on", mode="before")
     @classmethod
     def _retry_on(cls, v: Any) -> Any:
         if isinstance(v, list | tuple | set | frozenset):  # kinds as a list: a csv
             v = ",".join(sorted(str(x) for x in v)) or "none"
-        return v if v is None else check_retry_on(v) if isinstance(v, str) else v
+        return v if v is None else validation.check_retry_on(v) if isinstance(v, str) else v
 
     @field_validator("retry_backoff")
     @classmethod
     def _retry_backoff(cls, v: str | None) -> str | None:
-        return v if v is None else check_retry_backoff(v)
+        return v if v is None else validation.check_retry_backoff(v)
 
     @model_validator(mode="after")
     def _one_of(self) -> TaskSpec:
@@ -284,11 +284,7 @@ def trusted_model(cls: type[M], values: dict[str, Any]) -> M:
 
 
 def _attempts(raw: list[str] | None, dispatched_at: int | None) -> list[Attempt]:
-    out = [Attempt.model_validate(json.loads(a)) for a in raw or []]
-    # claim does not rewrite the attempt record; the live attempt's dispatch time is the task's
-    if out and out[-1].outcome == "active" and out[-1].dispatched_at is None:
-        out[-1].dispatched_at = dispatched_at
-    return out
+    return [Attempt.model_validate(a) for a in attempt_values(raw, dispatched_at)]
 
 
 class ScheduledTask(BaseModel):
@@ -323,6 +319,9 @@ class ScheduledTask(BaseModel):
     retry_backoff: str | None = None
     eligible_at: int | None = None
     tenant: str | None = None
+    retry_of: str | None = None  # submitted by `Client.retry` of this task
+    rerun_by: str | None = None  # the latest task `Client.retry` submitted for this one
+    submitted_by: str | None = None  # who submitted it, when recorded (a dashboard user)
     # a multi-device task: its roles (constraints, and where each runs once placed); for a
     # part (task ``GANG.ROLE``): its ``gang`` and ``role``; the ``leader`` part also gets every
     # role's placement in ``roles``
@@ -346,55 +345,16 @@ class ScheduledTask(BaseModel):
         returned by a deviceq script, so the pydantic validation pass is skipped (an equal
         model, ~2 µs instead of ~50: the claim path builds one per claimed task)."""
 
-        def s(name: str) -> str | None:
-            v = h.get(name)
-            return None if v in (None, "") else v
-
-        kind = s("failure_kind")
-        values: dict[str, Any] = {
-            "id": h["id"],
-            "status": TaskStatus(h["status"]),
-            "kind": h.get("kind", "goal"),
-            "goal": s("goal"),
-            "workflow": s("workflow"),
-            "driver_type": s("driver_type"),
-            "tags": tuple(t for t in (h.get("tags") or "").split(",") if t),
-            "priority": int(h.get("priority") or 0),
-            "attempt": int(h.get("attempt") or 0),
-            "max_attempts": int(h.get("max_attempts") or 1),
-            "host_id": s("host_id"),
-            "device_id": s("device_id"),
-            "lease_id": s("lease_id"),
-            "lease_expires_at": _opt_int(h.get("lease_expires_at")),
-            "failure_kind": FailureKind(kind) if kind else None,
-            "error": s("error"),
-            "result": s("result"),
-            "cancel_requested": h.get("cancel_requested") == "1",
-            "handbacks": int(h.get("handbacks") or 0),
-            "session": s("session"),
-            "avoid_devices": tuple(x for x in (h.get("avoid_devices") or "").split(",") if x),
-            "avoid_hosts": tuple(x for x in (h.get("avoid_hosts") or "").split(",") if x),
-            "idempotency_key": s("idempotency_key"),
-            "queue_deadline": _opt_int(h.get("queue_deadline")),
-            "timeout": float(h["timeout"]) if h.get("timeout") else None,
-            "retry_on": s("retry_on"),
-            "retry_backoff": s("retry_backoff"),
-            "eligible_at": _opt_int(h.get("eligible_at")),
-            "tenant": s("tenant"),
-            "roles": decode_roles(h.get("roles"), h.get("peers"))
-            if h.get("roles") or h.get("peers")
-            else None,
-            "gang": s("gang"),
-            "role": s("role"),
-            "leader": h.get("leader") == "1",
-            "seq": int(h.get("seq") or 0),
-            "submitted_at": int(h.get("submitted_at") or 0),
-            "updated_at": int(h.get("updated_at") or 0),
-            "assigned_at": _opt_int(h.get("assigned_at")),
-            "dispatched_at": _opt_int(h.get("dispatched_at")),
-            "finished_at": _opt_int(h.get("finished_at")),
-            "attempts": _attempts(attempts, _opt_int(h.get("dispatched_at"))),
-        }
+        values = task_values(h)
+        values["status"] = TaskStatus(values["status"])
+        values["tags"] = tuple(values["tags"])
+        kind = values["failure_kind"]
+        values["failure_kind"] = FailureKind(kind) if kind else None
+        values["avoid_devices"] = tuple(values["avoid_devices"])
+        values["avoid_hosts"] = tuple(values["avoid_hosts"])
+        if is_multi_device(h):
+            values["roles"] = decode_roles(h.get("roles"), h.get("peers"))
+        values["attempts"] = _attempts(attempts, values["dispatched_at"])
         return trusted_model(cls, values) if trusted else cls(**values)
 
     @property

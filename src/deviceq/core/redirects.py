@@ -124,6 +124,8 @@ class Topology:
         """Ask once (``ask`` sends CLUSTER SLOTS) whether this is a cluster, and its nodes."""
         try:
             slots = ask()
+        except redis.AuthenticationError:
+            raise  # the command would be refused the same way
         except (redis.ConnectionError, redis.TimeoutError):
             return  # ask again on the next command
         except redis.ResponseError:  # "cluster support disabled" (or not allowed to ask)

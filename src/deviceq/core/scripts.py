@@ -32,7 +32,6 @@ import redis
 from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from .config import PoolConfig
 from .errors import DeviceqError, error_codes, from_reply
 from .vocabulary import lua_include
 
@@ -124,6 +123,8 @@ def library(name: str, text: str) -> list[str]:
 def assemble(text: str, name: str = "snippet") -> str:
     """The full text sent to Redis for Lua text ``text``: the generated settings tables, the
     helper files it includes (transitively, in order), then ``text`` itself."""
+    from .config import PoolConfig  # (pydantic_settings: not for a client that only reads)
+
     parts = [read(lib) or "" for lib in library(name, text)]
     return PoolConfig.lua_defaults() + "\n".join([*parts, text])
 
@@ -160,28 +161,26 @@ def _is_pipeline(client: Any) -> bool:
 
 
 class Scripts:
-    """The transitions of one Redis connection, callable by name."""
+    """The transitions of one Redis connection, callable by name (each script's text is
+    assembled on its first call: a client that only reads builds none)."""
 
     def __init__(self, r: redis.Redis) -> None:
         self._r = r
-        self._sources = {n: source(n) for n in names()}
-        self._shas = {n: sha(n) for n in names()}
 
     def run(self, name: str, prefix: str, args: list[Any], client: Any = None) -> Any:
         """Run script ``name`` on the pool ``prefix`` (EVALSHA, falling back to EVAL of the
         body on NOSCRIPT); raise a typed DeviceqError for its error replies. ``client`` may be
         a pipeline: the call is then queued as an EVAL and its reply (or error reply) comes
         with the pipeline's ``execute``."""
-        if name not in self._shas:
-            raise KeyError(name)
+        text = source(name)  # (KeyError for an unknown name)
         target = self._r if client is None else client
         if _is_pipeline(target):
-            return target.eval(self._sources[name], 1, prefix, *args)
+            return target.eval(text, 1, prefix, *args)
         try:
             try:
-                return target.evalsha(self._shas[name], 1, prefix, *args)
+                return target.evalsha(sha(name), 1, prefix, *args)
             except NoScriptError:
-                return target.eval(self._sources[name], 1, prefix, *args)
+                return target.eval(text, 1, prefix, *args)
         except redis.ResponseError as exc:
             typed = from_reply(_strip(str(exc)))
             if typed is not None:

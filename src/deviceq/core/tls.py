@@ -13,7 +13,6 @@ from urllib.parse import quote, unquote_plus
 import redis
 from redis.connection import SSLConnection
 
-from .config import Settings
 from .errors import ConfigError
 from .redis_urls import redact_url
 
@@ -227,6 +226,8 @@ def tls_options(url: str, given: dict[str, Any] | None = None) -> tuple[str, dic
                 f"{redact_url(url)!r}"
             )
         return url, {}
+    from .config import Settings  # (pydantic_settings: read for TLS URLs only)
+
     settings = Settings()
     from_env = {
         "ssl_ca_certs": settings.redis_ca,

@@ -1,5 +1,6 @@
-"""The validation every id, tag, goal and task timeout passes before it becomes part of a
-Redis key or a script argument (pure functions; the typed models in `models` use them)."""
+"""The validation every id, tag, goal, task timeout and retry policy passes before it becomes
+part of a Redis key or a script argument (pure functions; the typed models in `models` use
+them)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from typing import Any
 
 from .errors import InvalidInput
+from .vocabulary import RETRY_KINDS
 
 ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 TAG_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}\Z")
@@ -113,3 +115,30 @@ def check_task_timeout(value: object) -> float | None:
             f"got {_shown(value)}"
         )
     return seconds
+
+
+_SECS = re.compile(r"(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?")
+
+
+def check_retry_on(v: str) -> str:
+    """``none`` or a csv of RETRY_KINDS (the same check as ``retry_kinds`` in lua/lib/retry.lua)."""
+    kinds = v.split(",")
+    if v != "none" and (not v or any(k not in RETRY_KINDS for k in kinds)):
+        kinds_list = ", ".join(RETRY_KINDS)
+        raise ValueError(f"must be none or a comma-separated list of {kinds_list}")
+    return v
+
+
+def check_retry_backoff(v: str) -> str:
+    """``none``, ``fixed:SECONDS`` or ``exponential:BASE:MAX`` (seconds up to 999999.999, at
+    most 3 decimals; the same check as ``parse_backoff`` in lua/lib/retry.lua)."""
+    parts = v.split(":")
+    ok = (parts == ["none"]) or (
+        (parts[0], len(parts)) in (("fixed", 2), ("exponential", 3))
+        and all(_SECS.fullmatch(p) for p in parts[1:])
+    )
+    if not ok:
+        raise ValueError(
+            "must be none, fixed:SECONDS or exponential:BASE:MAX (seconds, e.g. exponential:1:300)"
+        )
+    return v

@@ -1,6 +1,7 @@
 """The dashboard's ASGI application (Starlette): server-rendered pages, live updates over
-Server-Sent Events from the pool's event stream, and — only with an operator token — actions
-that go through the same Lua transitions as the command line.
+Server-Sent Events from the pool's event stream, and — for operators logged in with the
+operator token or as a dashboard user of role operator — actions that go through the same Lua
+transitions as the command line (each recorded with who did it, the events' ``by``).
 
 >>> app = create_app(Client("redis://localhost:6379/0", "default"), operator_token=None)
 >>> uvicorn.run(app, host="127.0.0.1", port=8180)
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
@@ -42,10 +42,13 @@ from ..core.live_logs import LogReader
 from ..core.models import TaskStatus, validate_id
 from ..ops.admin import PoolAdmin
 from ..producer import Client
-from . import data
-from .auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_TTL, Auth, Session
+from . import bulk, data, device_page, task_views
+from .auth import SESSION_COOKIE, Auth, Session
 from .display import bars, fmt_age, fmt_clock, fmt_ms, fmt_time
 from .headers import SecurityHeaders
+from .limits import LoginLimiter
+from .login import Login
+from .users import UserStore
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger("deviceq.dashboard")
@@ -62,6 +65,9 @@ class Dashboard:
         self.client = client
         self.admin = PoolAdmin(client.redis, client.pool)
         self.auth = Auth(operator_token)
+        self.users = UserStore(client.redis, client.keys)
+        self.limiter = LoginLimiter(client.redis, client.keys)
+        self.login = Login(self)
         self.sse_limiter = anyio.CapacityLimiter(64)
         self.rates = data.RateWindow()
         self.env = Environment(
@@ -80,21 +86,25 @@ class Dashboard:
 
     # -- rendering -------------------------------------------------------------------------
     def session_of(self, request: Request) -> Session | None:
-        return self.auth.session(request.cookies.get(SESSION_COOKIE))
+        """The request's session; a token session ends once the pool has dashboard users."""
+        s = self.auth.session(request.cookies.get(SESSION_COOKIE))
+        return None if s is not None and s.by_token and self.users.configured() else s
 
     def render(
         self, request: Request, name: str, status_code: int = 200, **ctx: Any
     ) -> HTMLResponse:
         session = self.session_of(request)
         flash: list[str] = []
-        if session is not None and session.flash:
+        partial = request.headers.get(PARTIAL_HEADER) == "1"
+        if session is not None and session.flash and not partial:  # (a live refresh has none)
             flash, session.flash = session.flash, []
         html = self.env.get_template(name).render(
             request=request,
             path=request.url.path,
-            partial=request.headers.get(PARTIAL_HEADER) == "1",
-            operator=self.auth.enabled,
-            session=session,
+            partial=partial,
+            operator=self.auth.enabled or self.users.configured(),
+            session=session if session is not None and session.can_act else None,
+            me=session,
             csrf=session.csrf if session else "",
             flash=flash,
             **ctx,
@@ -135,24 +145,10 @@ class Dashboard:
         return self.render(request, "queue.html", view=view)
 
     async def tasks(self, request: Request) -> Response:
-        q = dict(request.query_params)
-        flt = data.TaskFilter.parse(q)
-        after = q.get("after") or None
-        page = await self.call(data.list_tasks, self.client, flt, after)
-        now = await self.call(self.admin.server_time_ms)
-        next_url = "/tasks?" + urlencode(flt.query(page.next_cursor)) if page.next_cursor else None
-        first_url = "/tasks?" + urlencode(flt.query()) if after else None
-        return self.render(
-            request, "tasks.html", page=page, flt=flt, now=now, next_url=next_url,
-            first_url=first_url, max_scan=data.MAX_SCAN, page_sizes=data.PAGE_SIZES,
-        )  # fmt: skip
+        return await task_views.tasks_page(self, request)
 
     async def task(self, request: Request) -> Response:
-        if request.query_params:
-            raise InvalidInput("the task page takes no query parameters")
-        task_id = validate_id(request.path_params["task_id"], "task id")
-        view = await self.call(data.task_detail, self.admin, task_id)
-        return self.render(request, "task.html", view=view, t=view["t"])
+        return await task_views.task_page(self, request)
 
     async def artifact(self, request: Request) -> Response:
         """One file an attempt recorded, streamed from the pool's artifact store (never a
@@ -292,52 +288,8 @@ class Dashboard:
         )
 
     # -- login -----------------------------------------------------------------------------
-    async def login_form(self, request: Request) -> Response:
-        if not self.auth.enabled:
-            return self.error_page(
-                request, 403, "This dashboard is read-only: it was started without "
-                "--operator-token-file."
-            )  # fmt: skip
-        nonce = secrets.token_urlsafe(24)
-        resp = self.render(
-            request, "login.html", nonce=nonce, failed=False,
-            next_url=_safe_next(request.query_params.get("next") or ""),
-        )  # fmt: skip
-        resp.set_cookie(LOGIN_COOKIE, nonce, max_age=3600, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")  # fmt: skip
-        return resp
-
-    async def login(self, request: Request) -> Response:
-        if not self.auth.enabled:
-            return self.error_page(request, 403, "This dashboard is read-only.")
-        self.check_origin(request)
-        form = await request.form()
-        nonce = str(form.get("nonce") or "")
-        cookie = request.cookies.get(LOGIN_COOKIE) or ""
-        if not nonce or not secrets.compare_digest(nonce.encode(), cookie.encode()):
-            return self.error_page(request, 403, "The login form expired: load it again.")
-        if not self.auth.check_token(str(form.get("token") or "")):
-            await asyncio.sleep(1.0)  # slows guessing
-            log.warning("dashboard login refused (wrong token) from %s", _peer(request))
-            nonce = secrets.token_urlsafe(24)
-            page = self.render(
-                request, "login.html", 403, nonce=nonce, failed=True,
-                next_url=_safe_next(str(form.get("next") or "")),
-            )  # fmt: skip
-            page.set_cookie(LOGIN_COOKIE, nonce, max_age=3600, httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
-            return page
-        sid = self.auth.login()
-        log.info("dashboard operator logged in from %s", _peer(request))
-        resp = RedirectResponse(_safe_next(str(form.get("next") or "")), status_code=303)
-        resp.set_cookie(SESSION_COOKIE, sid, max_age=int(SESSION_TTL), httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
-        resp.delete_cookie(LOGIN_COOKIE)
-        return resp
-
     async def logout(self, request: Request) -> Response:
-        session = await self.operator(request)
-        del session
+        await self.logged_in(request)
         self.auth.logout(request.cookies.get(SESSION_COOKIE))
         resp = RedirectResponse("/fleet", status_code=303)
         resp.delete_cookie(SESSION_COOKIE)
@@ -351,46 +303,66 @@ class Dashboard:
             if urlsplit(origin).netloc != host:
                 raise HTTPException(403, "cross-origin request refused")
 
-    async def operator(self, request: Request) -> Session:
-        """The logged-in operator's session, with the CSRF token of the form checked;
-        HTTP 403 otherwise."""
-        if not self.auth.enabled:
+    async def logged_in(self, request: Request) -> Session:
+        """The request's session, with the CSRF token of the form checked; HTTP 403
+        otherwise."""
+        if not self.auth.enabled and not await self.call(self.users.configured):
             raise HTTPException(
-                403, "read-only dashboard: start it with --operator-token-file for actions"
-            )
+                403, "read-only dashboard: start it with --operator-token-file (or add "
+                "dashboard users) for actions"
+            )  # fmt: skip
         self.check_origin(request)
         session = self.session_of(request)
         if session is None:
-            raise HTTPException(403, "log in with the operator token first")
+            raise HTTPException(403, "log in first")
         form = await request.form()
         if not self.auth.csrf_ok(session, str(form.get("csrf") or "")):
             raise HTTPException(403, "bad or missing CSRF token: reload the page")
         return session
 
+    async def operator(self, request: Request) -> Session:
+        """`logged_in`, and an operator: a user's role is read again from Redis (a removed or
+        changed user's session acts no more); HTTP 403 otherwise."""
+        session = await self.logged_in(request)
+        if not session.by_token:
+            user = await self.call(self.users.get, session.user)
+            session.role = user.role if user is not None else "viewer"
+        if not session.can_act:
+            raise HTTPException(403, f"user {session.user} is a viewer: actions need an operator")
+        return session
+
     async def action(self, request: Request) -> Response:
         session = await self.operator(request)
+        by = session.user
         kind = request.path_params["kind"]
         what = request.path_params["what"]
         ident = request.path_params["ident"]
         actions: dict[tuple[str, str], tuple[Callable[[], Any], str]] = {
-            ("tasks", "cancel"): (lambda: self.client.cancel(ident, "cancelled from the "
-                                                             "dashboard"), "/tasks/"),
-            ("tasks", "retry"): (lambda: self.client.retry(ident), "/tasks/"),
-            ("hosts", "drain"): (lambda: self.admin.drain(ident, True), "/fleet?host="),
-            ("hosts", "undrain"): (lambda: self.admin.drain(ident, False), "/fleet?host="),
-            ("devices", "quarantine"): (lambda: self.admin.quarantine(ident, True), ""),
-            ("devices", "unquarantine"): (lambda: self.admin.quarantine(ident, False), ""),
+            ("tasks", "cancel"): (lambda: self.client.cancel(
+                ident, f"cancelled from the dashboard by {by}", by), "/tasks/"),
+            ("tasks", "retry"): (lambda: self.client.retry(ident, by=by), "/tasks/"),
+            ("hosts", "drain"): (lambda: self.admin.drain(ident, True, by), "/fleet?host="),
+            ("hosts", "undrain"): (lambda: self.admin.drain(ident, False, by), "/fleet?host="),
+            ("devices", "quarantine"): (lambda: self.admin.quarantine(ident, True, "", by), ""),
+            ("devices", "unquarantine"): (lambda: self.admin.quarantine(ident, False, "", by),
+                                          ""),
         }  # fmt: skip
         if (kind, what) not in actions:
             raise HTTPException(404, "no such action")
         validate_id(ident, {"tasks": "task id", "hosts": "host id"}.get(kind, "device id"))
         fn, back = actions[(kind, what)]
         result = await self.call(fn)
-        log.info("dashboard action %s %s %s: %s", kind, what, ident, result)
+        log.info("dashboard action %s %s %s by %s: %s", kind, what, ident, by, result)
+        # a form's "back": the page it came from, with the task list's filters it carried
+        came, _, list_q = str((await request.form()).get("back") or "").partition("?")
+        list_q = task_views.carried_query(list_q)
         if (kind, what) == ("tasks", "retry"):
             session.flash.append(f"Submitted {result} (retry of {ident}).")
-            return RedirectResponse(f"/tasks/{result}", status_code=303)
+            return RedirectResponse(f"/tasks/{result}" + (f"?{list_q}" if list_q else ""),
+                                    status_code=303)  # fmt: skip
         session.flash.append(f"{what} {ident}: {result}")
+        if came == f"/{kind}/{ident}":
+            return RedirectResponse(came + (f"?{list_q}" if list_q else ""), status_code=303)
         if kind == "devices":
             dev = await self.call(self.admin.device, ident)
             back, ident = "/fleet?host=", dev.host_id
@@ -413,16 +385,6 @@ class Dashboard:
         return PlainTextResponse("internal error (see the dashboard's log)\n", status_code=500)
 
 
-def _peer(request: Request) -> str:
-    return request.client.host if request.client else "?"
-
-
-def _safe_next(target: str) -> str:
-    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return "/fleet"
-
-
 def create_app(client: Client, operator_token: str | None = None) -> Starlette:
     """The dashboard of ``client``'s pool; actions only with ``operator_token``."""
     d = Dashboard(client, operator_token)
@@ -433,12 +395,15 @@ def create_app(client: Client, operator_token: str | None = None) -> Starlette:
         Route("/tasks", d.tasks),
         Route("/tasks/{task_id}", d.task),
         Route("/tasks/{task_id}/artifacts/{attempt:int}/{name:path}", d.artifact),
+        Route("/devices/{device_id}", partial(device_page.device_page, d), methods=["GET"]),
+        Route("/bulk/confirm", partial(bulk.confirm, d), methods=["POST"]),
+        Route("/bulk/apply", partial(bulk.apply, d), methods=["POST"]),
         Route("/events", d.events),
         Route("/healthz", d.healthz),
         Route("/api/stream", d.stream),
         Route("/api/tasks/{task_id}/log", d.log_stream),
-        Route("/login", d.login_form, methods=["GET"]),
-        Route("/login", d.login, methods=["POST"]),
+        Route("/login", d.login.form, methods=["GET"]),
+        Route("/login", d.login.submit, methods=["POST"]),
         Route("/logout", d.logout, methods=["POST"]),
         Route("/{kind:str}/{ident:str}/{what:str}", d.action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -1,5 +1,6 @@
-"""The operator login of the dashboard: one secret token (from ``--operator-token-file``),
-server-side sessions in memory, a CSRF token per session.
+"""The login of the dashboard: one secret operator token (from ``--operator-token-file``) or
+named users (`deviceq.dashboard.users`), server-side sessions in memory (each with its user
+name and role), a CSRF token per session.
 
 The token is compared in constant time and never stored anywhere but in this process; a
 session cookie is a random id (``HttpOnly``, ``SameSite=Strict``) that maps to the session's
@@ -20,11 +21,22 @@ MAX_SESSIONS = 1000
 MIN_TOKEN_CHARS = 16
 
 
+TOKEN_USER = "operator"
+"""The user name of a session opened with the operator token (the ``by`` of its actions)."""
+
+
 @dataclass
 class Session:
     csrf: str
     expires: float
     flash: list[str] = field(default_factory=list)
+    user: str = TOKEN_USER
+    role: str = "operator"
+    by_token: bool = True
+
+    @property
+    def can_act(self) -> bool:
+        return self.role == "operator"
 
 
 class Auth:
@@ -44,8 +56,8 @@ class Auth:
             return False
         return hmac.compare_digest(given.encode(), self._token.encode())
 
-    def login(self) -> str:
-        """A new session; returns its id (the cookie value)."""
+    def login(self, user: str = TOKEN_USER, role: str = "operator", by_token: bool = True) -> str:
+        """A new session of ``user`` with ``role``; returns its id (the cookie value)."""
         sid = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self._lock:
@@ -53,11 +65,13 @@ class Auth:
                 del self._sessions[k]
             while len(self._sessions) >= MAX_SESSIONS:  # the oldest go first
                 del self._sessions[min(self._sessions, key=lambda k: self._sessions[k].expires)]
-            self._sessions[sid] = Session(secrets.token_urlsafe(32), now + SESSION_TTL)
+            self._sessions[sid] = Session(
+                secrets.token_urlsafe(32), now + SESSION_TTL, [], user, role, by_token
+            )
         return sid
 
     def session(self, sid: str | None) -> Session | None:
-        if not sid or self._token is None:
+        if not sid:
             return None
         with self._lock:
             s = self._sessions.get(sid)

@@ -1,9 +1,8 @@
 """What the dashboard's pages show, read through deviceq's own read paths (``ops.status``,
 ``Client.get``/``get_many``, ``explain``, the event stream reader) with every read bounded:
 
-* task lists page through the ``status:STATUS`` indexes with a score cursor
-  (``ZRANGE ... BYSCORE LIMIT``), reading at most ``MAX_SCAN`` candidates per request, so a
-  selective filter never scans the whole pool in one request ("more" continues);
+* task lists (`task_list`, re-exported here) page through the ``status:STATUS`` indexes
+  with a score cursor, reading at most ``MAX_SCAN`` candidates per request;
 * the queue's throughput and latency come from the newest ``MAX_RATE_EVENTS`` events of the
   last ``RATE_MINUTES`` minutes;
 * a task's events are looked for among at most ``MAX_TASK_EVENTS`` events from its submission.
@@ -13,237 +12,34 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.events import Event, last_event_id
 from ..core.live_logs import LogReader
-from ..core.models import (
-    ScheduledTask,
-    TaskStatus,
-    validate_id,
-    validate_tag,
-)
+from ..core.models import ScheduledTask, validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
 from ..ops.explain import explain
 from ..producer import Client
+from .task_list import MAX_SCAN, PAGE_SIZES, TaskFilter, TaskPage, list_tasks, opt_id
 
-PAGE_SIZES = (25, 50, 100, 200)
-MAX_SCAN = 2000
-"""Task hashes read at most per list request (in batches of ``SCAN_BATCH``)."""
-SCAN_BATCH = 250
-MAX_QUERY = 200
+__all__ = ["MAX_SCAN", "PAGE_SIZES", "TaskFilter", "TaskPage", "list_tasks"]
+
 RATE_MINUTES = 15
 MAX_RATE_EVENTS = 20_000
 MAX_TASK_EVENTS = 20_000
 TASK_EVENT_LIMIT = 200
 TAIL_CHARS = 4000
 HOSTS_PER_PAGE = 50
-STATUS_ORDER = tuple(TaskStatus)
-
-
-def _opt_id(value: str | None, what: str) -> str | None:
-    if value is None or value == "":
-        return None
-    return validate_id(value, what)
-
-
-@dataclass(frozen=True)
-class TaskFilter:
-    """The task list's filters, validated (InvalidInput on a bad value)."""
-
-    status: TaskStatus | None = None
-    driver_type: str | None = None
-    tag: str | None = None
-    host: str | None = None
-    tenant: str | None = None
-    text: str | None = None
-    limit: int = 50
-
-    @classmethod
-    def parse(cls, q: dict[str, str]) -> TaskFilter:
-        unknown = set(q) - {"status", "driver_type", "tag", "host", "tenant", "q", "limit", "after"}
-        if unknown:
-            raise InvalidInput(f"unknown query parameter {sorted(unknown)[0]!r}")
-        status_s = q.get("status") or None
-        status = None
-        if status_s is not None:
-            try:
-                status = TaskStatus(status_s)
-            except ValueError:
-                raise InvalidInput(
-                    f"unknown status {status_s[:40]!r}; one of: " + ", ".join(TaskStatus)
-                ) from None
-        tag = q.get("tag") or None
-        text = q.get("q") or None
-        if text is not None:
-            if len(text) > MAX_QUERY:
-                raise InvalidInput(f"search text is longer than {MAX_QUERY} characters")
-            text = text.strip() or None
-        limit_s = q.get("limit") or "50"
-        if not limit_s.isdigit() or int(limit_s) not in PAGE_SIZES:
-            raise InvalidInput(f"limit must be one of {', '.join(map(str, PAGE_SIZES))}")
-        return cls(
-            status=status,
-            driver_type=_opt_id(q.get("driver_type"), "driver_type"),
-            tag=validate_tag(tag) if tag else None,
-            host=_opt_id(q.get("host"), "host id"),
-            tenant=_opt_id(q.get("tenant"), "tenant"),
-            text=text,
-            limit=int(limit_s),
-        )
-
-    def query(self, after: str | None = None) -> dict[str, str]:
-        """The query string of this filter (for links), with a cursor when given."""
-        out = {
-            "status": self.status.value if self.status else "",
-            "driver_type": self.driver_type or "",
-            "tag": self.tag or "",
-            "host": self.host or "",
-            "tenant": self.tenant or "",
-            "q": self.text or "",
-            "limit": str(self.limit) if self.limit != 50 else "",
-            "after": after or "",
-        }
-        return {k: v for k, v in out.items() if v}
-
-    def matches(self, t: ScheduledTask) -> bool:
-        if self.driver_type and t.driver_type != self.driver_type:
-            return False
-        if self.tag and self.tag not in t.tags:
-            return False
-        if self.host and t.host_id != self.host:
-            return False
-        if self.tenant and t.tenant != self.tenant:
-            return False
-        if self.text:
-            hay = (t.goal or t.workflow or "").casefold()
-            if self.text.casefold() not in hay:
-                return False
-        return True
-
-    @property
-    def active(self) -> bool:
-        return bool(self.driver_type or self.tag or self.host or self.tenant or self.text)
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where a task list page starts: a status index, and the score and id of the last task
-    shown in it (members of equal score are ordered by id)."""
-
-    status: TaskStatus
-    score: float | None = None
-    member: str = ""
-
-    def encode(self) -> str:
-        if self.score is None:
-            return self.status.value
-        return f"{self.status.value}:{int(self.score)}:{self.member}"
-
-    @classmethod
-    def parse(cls, raw: str | None, first: TaskStatus) -> Cursor:
-        if not raw:
-            return cls(first)
-        parts = raw.split(":")
-        try:
-            status = TaskStatus(parts[0])
-            if len(parts) == 1:
-                return cls(status)
-            if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 20:
-                raise ValueError
-            return cls(status, float(parts[1]), validate_id(parts[2], "cursor task id"))
-        except (ValueError, InvalidInput):
-            raise InvalidInput(f"bad page cursor {raw[:60]!r}") from None
-
-
-@dataclass
-class TaskPage:
-    tasks: list[ScheduledTask]
-    next_cursor: str | None
-    scanned: int
-    exhausted_scan: bool
-    counts: dict[str, int] = field(default_factory=dict)
-
-
-def _index_batch(client: Client, cur: Cursor, count: int) -> list[tuple[str, float]]:
-    """The next ``count`` members of ``cur.status``'s index after the cursor: oldest first
-    (queued, active: by seq) or newest first (terminal: by finish time). Members equal to
-    the cursor's score are ordered by id, so ties are neither skipped nor repeated."""
-    key = client.keys.status(cur.status.value)
-    r = client.redis
-    desc = cur.status.terminal
-    raw: Any
-    if cur.score is None:
-        raw = r.zrange(
-            key, "+inf" if desc else "-inf", "-inf" if desc else "+inf",
-            byscore=True, desc=desc, offset=0, num=count, withscores=True,
-        )  # fmt: skip
-        return [(str(m), float(s)) for m, s in raw]
-    # the cursor's task still in the index with that score: continue after its rank (ties in
-    # score are ordered by id); else (it moved on) after its score
-    score = int(cur.score)
-    pipe = r.pipeline(transaction=False)
-    pipe.zscore(key, cur.member)
-    pipe.zrevrank(key, cur.member) if desc else pipe.zrank(key, cur.member)
-    held, rank = pipe.execute()
-    if held is not None and int(held) == score and rank is not None:
-        raw = r.zrange(key, rank + 1, rank + count, desc=desc, withscores=True)
-    else:
-        raw = r.zrange(key, f"({score}", "-inf" if desc else "+inf", byscore=True, desc=desc,
-                       offset=0, num=count, withscores=True)  # fmt: skip
-    return [(str(m), float(s)) for m, s in raw]
-
-
-def list_tasks(client: Client, flt: TaskFilter, after: str | None) -> TaskPage:
-    """One page of tasks matching ``flt``, starting after the cursor ``after``. Reads at most
-    ``MAX_SCAN`` task hashes; when the filter is that selective the page may hold fewer tasks
-    and ``next_cursor`` continues the scan."""
-    statuses = [flt.status] if flt.status else list(STATUS_ORDER)
-    cur = Cursor.parse(after, statuses[0])
-    if cur.status not in statuses:
-        raise InvalidInput("the page cursor does not belong to this status filter")
-    si = statuses.index(cur.status)
-    found: list[ScheduledTask] = []
-    scanned = 0
-    next_cursor: str | None = None
-    while True:
-        batch = _index_batch(client, cur, min(SCAN_BATCH, MAX_SCAN - scanned))
-        if not batch:
-            si += 1
-            if si >= len(statuses):
-                next_cursor = None
-                break
-            cur = Cursor(statuses[si])
-            continue
-        scanned += len(batch)
-        by_id = {t.id: t for t in client.get_many([m for m, _ in batch])}
-        for m, s in batch:
-            cur = Cursor(cur.status, s, m)
-            t = by_id.get(m)
-            if t is not None and flt.matches(t):
-                found.append(t)
-                if len(found) >= flt.limit:
-                    break
-        if len(found) >= flt.limit or scanned >= MAX_SCAN:
-            next_cursor = cur.encode()
-            break
-    return TaskPage(
-        tasks=found,
-        next_cursor=next_cursor,
-        scanned=scanned,
-        exhausted_scan=scanned >= MAX_SCAN and len(found) < flt.limit,
-        counts=client.counts(),
-    )
 
 
 # -- fleet -------------------------------------------------------------------------------------
 def fleet(admin: PoolAdmin, host_page: int, host_filter: str | None) -> dict[str, Any]:
-    """Hosts (a page of ``HOSTS_PER_PAGE``) with their devices and each reserved device's
-    current task; counts over the whole fleet."""
+    """Hosts (a page of ``HOSTS_PER_PAGE``) with their devices, each reserved device's
+    current task and each booked one's reservation; counts over the whole fleet."""
     now = admin.server_time_ms()
     hosts, devices = st.hosts_and_devices(admin)
     counts = st.device_counts(devices)
@@ -256,11 +52,12 @@ def fleet(admin: PoolAdmin, host_page: int, host_filter: str | None) -> dict[str
     ids = {h.host_id for h in shown}
     by_host: dict[str, list[dict[str, Any]]] = {h: [] for h in ids}
     task_ids: list[str] = []
+    bookings = admin.reservations() if any(d.booked_until for d, _ in devices) else {}
     for d, state in devices:
         if d.host_id in ids:
-            by_host[d.host_id].append(
-                {"d": d, "state": state, "why": st.device_reason(d, state), "task": None}
-            )
+            resv = bookings.get(d.device_id)
+            by_host[d.host_id].append({"d": d, "state": state, "task": None, "resv": resv,
+                                       "why": st.device_reason(d, state, resv)})  # fmt: skip
             if d.reserved_by:
                 task_ids.append(d.reserved_by)
     goals: dict[str, str] = {}
@@ -460,9 +257,9 @@ class EventFilter:
             validate_id(t, "event type")
         return cls(
             types=types,
-            task=_opt_id(q.get("task"), "task id"),
-            host=_opt_id(q.get("host"), "host id"),
-            device=_opt_id(q.get("device"), "device id"),
+            task=opt_id(q.get("task"), "task id"),
+            host=opt_id(q.get("host"), "host id"),
+            device=opt_id(q.get("device"), "device id"),
         )
 
     def matches(self, e: Event) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import redis
@@ -29,9 +30,14 @@ from ..core.models import (
     validate_id,
     validate_tag_list,
 )
+from ..core.pacing import pacer_for
+from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
+from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
 
 MAX_REASON_BYTES = 200
+REPORT_CHUNK = 1000  # reports per report.lua call at most; the pacer sizes them by time
+REPORT_FIRST = 16  # the first chunk's size, before any call was timed
 HEALTH_OUTPUT_BYTES = 2000  # the tail of a health check's output kept on the device hash
 CTL_DRAIN = 10_000  # control messages dropped with each wake-up (they are only hints)
 
@@ -73,15 +79,6 @@ class DeviceReport:
             state,
             clean_reason(self.reason) if state != "idle" else "",
         ]
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    devices: int
-    idle: int
-    draining: bool
-    stopping: bool = False
-    quarantined: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -130,6 +127,18 @@ def output_tail(text: str, limit: int = HEALTH_OUTPUT_BYTES) -> str:
     return data[-limit:].decode(errors="ignore")
 
 
+def _check_outcome(outcome: str, kind: str) -> None:
+    """report.lua's outcome and failure_kind checks (InvalidInput, the script's words)."""
+    if outcome not in REPORT_OUTCOMES:
+        raise InvalidInput("outcome must be done, failed, cancelled or released")
+    if outcome == "failed" and kind not in HOST_FAILURE_KINDS:
+        raise InvalidInput(
+            "failure_kind must be runner_failed, runner_error, timeout, rejected or infrastructure"
+        )
+    if outcome != "failed" and kind:
+        raise InvalidInput("failure_kind is only given with outcome failed")
+
+
 def _tail(text: str) -> str:
     data = text.encode()
     if len(data) <= MAX_PAYLOAD_BYTES:
@@ -150,7 +159,7 @@ class HostLink(Protocol):
         self, session: str, mode: str = "start", owner: str = "", expected: str = ""
     ) -> SessionInfo: ...
     def end_session(self) -> bool: ...
-    def heartbeat(self, devices: Iterable[DeviceReport]) -> Heartbeat: ...
+    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat: ...
     def claim(self, max_count: int = 1) -> list[Assignment]: ...
     def wait_for_work(self, timeout: float) -> bool: ...
     def nudge(self) -> None: ...
@@ -195,6 +204,7 @@ class HostClient(PoolConnection):
             raise InvalidInput("a host token is required")
         self._token = token
         self.session = validate_id(session, "session id") if session else ""
+        self._hb = HeartbeatSync()
 
     def __repr__(self) -> str:  # never shows the token
         return f"HostClient(pool={self.pool!r}, host_id={self.host_id!r})"
@@ -229,16 +239,20 @@ class HostClient(PoolConnection):
         return bool(int(res))
 
     # -- protocol ----------------------------------------------------------------------------
-    def heartbeat(self, devices: Iterable[DeviceReport]) -> Heartbeat:
-        """Report this host alive and its full device snapshot."""
-        args: list[str] = self._auth()
-        devs = list(devices)
-        args.append(str(len(devs)))
-        for d in devs:
-            args += d.args()
-        n, idle, draining, stopping, quarantined = self._run("heartbeat", args)
-        q = frozenset(x for x in str(quarantined or "").split(",") if x)
-        return Heartbeat(int(n), int(idle), bool(draining), bool(stopping), q)
+    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat:
+        """Report this host alive with its device snapshot ``devices``: only what changed
+        since the last heartbeat that got through, or (``full``, or when Redis asks for it)
+        the full snapshot in chunks (see `deviceq.host.heartbeat_sync`)."""
+        return self._hb.beat(self.heartbeat_call, self.session, rows_of(devices), full)
+
+    def heartbeat_call(
+        self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
+    ) -> Reply:
+        """One ``lua/heartbeat.lua`` call (mode delta, full or commit) with checked rows."""
+        args: list[str] = [*self._auth(), mode, ver, arg, str(int(total)), str(len(rows))]
+        for r in rows:
+            args += r
+        return Reply.parse(self._run("heartbeat", args))
 
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``."""
@@ -317,31 +331,44 @@ class HostClient(PoolConnection):
         return [str(x) for x in self._run("log_append", args)]
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
-        """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. With
-        the pool's ``durability`` set, raises NotConfirmed (answers in ``result``) when the
-        reports could not be confirmed durable: send them again (an applied one answers
+        """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. The
+        reports go in chunks of at most ``REPORT_CHUNK``, sized by `core.pacing.Pacer` from
+        the calls' durations (about 2.5 ms a call), each report applied whole in its call. With
+        the pool's ``durability`` set, raises NotConfirmed (answers so far in ``result``) when
+        the reports could not be confirmed durable: send them again (an applied one answers
         ``dup:``)."""
         if not reports:
             return []
-        args: list[str] = [*self._auth(), str(len(reports))]
+        fields: list[list[str]] = []
         for r in reports:
             kind = (
                 r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
             )
             if r.outcome == "cancelled":
                 kind = None
-            args += [
-                validate_id(r.task_id, "task id"),
-                validate_id(r.lease_id, "lease id"),
-                r.outcome,
-                kind or "",
-                _tail(r.payload or ""),
-            ]
-        try:
-            return [str(x) for x in run_durably(self, "report", args)]
-        except NotConfirmed as exc:
-            exc.result = [str(x) for x in exc.result or []]
-            raise
+            _check_outcome(r.outcome, kind or "")  # the whole batch before any chunk is sent
+            fields.append(
+                [
+                    validate_id(r.task_id, "task id"),
+                    validate_id(r.lease_id, "lease id"),
+                    r.outcome,
+                    kind or "",
+                    _tail(r.payload or ""),
+                ]
+            )
+        pacer = pacer_for(self, "report", REPORT_FIRST)
+        answers: list[str] = []
+        for part in pacer.chunks(fields, REPORT_CHUNK):
+            args: list[str] = [*self._auth(), str(len(part))]
+            for f in part:
+                args += f
+            try:
+                out = pacer.timed(len(part), partial(run_durably, self, "report", args))
+            except NotConfirmed as exc:
+                exc.result = answers + [str(x) for x in exc.result or []]
+                raise
+            answers += [str(x) for x in out]
+        return answers
 
     def report(
         self,

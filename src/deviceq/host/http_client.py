@@ -36,6 +36,7 @@ from .client import (
     clean_reason,
     output_tail,
 )
+from .heartbeat_sync import GONE, HeartbeatSync, Reply, Row, rows_of
 from .http_transport import (
     API_PREFIX,
     IDLE_REUSE,
@@ -83,6 +84,7 @@ class ApiHostClient(ApiTransport):
         super().__init__(url, host_id, token, ca, session=session, timeout=timeout)
         self.pool = validate_id(pool, "pool name") if pool else ""
         self._refused = threading.Event()  # the last control wait was refused
+        self._hb = HeartbeatSync()
 
     # -- session -----------------------------------------------------------------------------
     def host_record(self) -> dict[str, str]:
@@ -109,11 +111,21 @@ class ApiHostClient(ApiTransport):
         return bool(self._call("DELETE", "/session")["ended"])
 
     # -- protocol ----------------------------------------------------------------------------
-    def heartbeat(self, devices: Iterable[DeviceReport]) -> Heartbeat:
-        """Report this host alive and its full device snapshot."""
-        devs = []
-        for d in devices:
-            did, driver, tags, state, reason = d.args()
+    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat:
+        """Report this host alive with its device snapshot: the changes since the last
+        heartbeat that got through, or the full snapshot in chunks (see `HostClient.heartbeat`)."""
+        return self._hb.beat(self.heartbeat_call, self.session, rows_of(devices), full)
+
+    def heartbeat_call(
+        self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
+    ) -> Reply:
+        """One heartbeat call through the API (``lua/heartbeat.lua``'s mode delta, full or
+        commit): the body carries the mode, versions and device rows."""
+        devs: list[dict[str, Any]] = []
+        for did, driver, tags, state, reason in rows:
+            if state == GONE:
+                devs.append({"device_id": did, "state": GONE})
+                continue
             devs.append(
                 {
                     "device_id": did,
@@ -123,14 +135,16 @@ class ApiHostClient(ApiTransport):
                     "reason": reason,
                 }
             )
-        doc = self._call("POST", "/heartbeat", {"devices": devs})
-        return Heartbeat(
+        body = {"mode": mode, "ver": ver, "arg": arg, "total": int(total), "devices": devs}
+        doc = self._call("POST", "/heartbeat", body)
+        hb = Heartbeat(
             int(doc["devices"]),
             int(doc["idle"]),
             bool(doc["draining"]),
             bool(doc.get("stopping")),
             frozenset(doc.get("quarantined") or ()),
         )
+        return Reply(str(doc.get("status") or "ok"), hb)
 
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``."""

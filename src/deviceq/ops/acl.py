@@ -86,35 +86,36 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "assign": "del exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
         "time xadd zadd zrange zrem",
         "cancel": "del hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
-        "time xadd zadd zcard zrange zrem",
+        "sadd time xadd zadd zcard zrange zrem",
         "claim": "get hdel hget hgetall hincrby hmget hset lindex lpop lpush lrem lset ltrim "
-        "pexpire time xadd zadd zcard zrem",
-        "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire time xadd "
-        "zadd zrem",
+        "pexpire sadd time xadd zadd zcard zrem",
+        "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire sadd srem time "
+        "xadd zadd zrem",
         "device_health": "hdel hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
-        "pexpire time xadd xtrim zadd zcard zrange zrangebyscore zrem",
+        "pexpire sadd time xadd xtrim zadd zcard zrange zrangebyscore zrem",
         "gang_assign": "exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
         "time xadd zadd zrem zscore",
         "heads": "hget zrange",
-        "heartbeat": "hdel hget hgetall hincrby hmget hset incr lpush ltrim sadd smembers "
-        "time xadd zadd zrem",
+        "heartbeat": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lset ltrim "
+        "pexpire sadd sdiffstore smembers spop srem time xadd zadd zcard zrem",
         "host_add": "exists hgetall hset lpush ltrim pexpire sadd time xadd",
         "host_drain": "exists hget hgetall hmget hset lpush ltrim xadd",
         "host_remove": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lrem "
-        "lset ltrim pexpire smembers srem time xadd zadd zcard zrange zrem",
+        "lset ltrim pexpire sadd smembers srem time xadd zadd zcard zrange zrem",
         "device_remove": "del hdel hget hgetall hincrby hmget hset incr lindex lpush lrem lset "
-        "ltrim pexpire srem time xadd zadd zcard zrange zrem",
+        "ltrim pexpire sadd srem time xadd zadd zcard zrange zrem",
         "leader": "del get hgetall incr pexpire set xadd",
+        "login_attempt": "decr get incr pexpire pttl",
         "pool_pause": "del exists hgetall lpush ltrim set time xadd",
         "schedule_fire": "get hexists hget hgetall hset xadd",
         "task_priority": "del hgetall hmget hset lpush ltrim time xadd zadd zcard zrange zrem",
         "renew": "hgetall hmget hset time zadd",
         "log_append": "exists hgetall hmget pexpire time xadd",
-        "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
+        "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "time xadd zadd zcard zrem",
-        "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
+        "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "smembers time xadd zadd zcard zrem",
         "submit": "exists get hdel hgetall hkeys hmget hset incrby lpush ltrim pexpire set time "
         "xadd zadd zcard zrem",
@@ -131,9 +132,10 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts"),
     # task retry submits, task cancel cancels, dispatch commits through assign
-    # reserve/release run device_reserve
+    # reserve/release run device_reserve; the dashboard's login limit runs login_attempt
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
-                 "device_reserve", "assign", "cancel", "submit", "pool_pause", "task_priority"),
+                 "device_reserve", "assign", "cancel", "submit", "pool_pause", "task_priority",
+                 "login_attempt"),
 }  # fmt: skip
 """The scripts each role runs."""
 
@@ -261,10 +263,13 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "smembers": "every host, every device, a host's devices, workflow list",
         "hset": "config set (the config hash); webhook add (the webhooks hash); schedule "
         "pause/resume (the schedules hash)",
-        "hlen": "webhook add: at most 50 webhooks a pool; schedule add: at most 200 schedules",
-        "hdel": "webhook remove; schedule remove (schedules, schedules:last)",
+        "hlen": "webhook add: at most 50 webhooks a pool; schedule add: at most 200 schedules; "
+        "the dashboard: has the pool dashboard users",
+        "hdel": "webhook remove; schedule remove (schedules, schedules:last); dashboard user "
+        "remove",
         "hexists": "schedule add: is the name in use",
-        "hsetnx": "schedule add (the schedules hash): a name is added once",
+        "hsetnx": "schedule add (the schedules hash), dashboard user add (dashboard:users): a "
+        "name is added once",
         "zrank": "explain: a task's place in its bucket",
         "zcount": "explain: older queued tasks",
         "scan": "verify: the pool's keys (SCAN MATCH dq:{POOL}:*)",
@@ -274,7 +279,8 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "xrange": "verify: the event stream, in bounded pages",
         "llen": "verify: attempt histories and inboxes, before reading them in pages",
         "time": "Redis time for ages and deadlines (status, host list, explain, verify)",
-        "hget": "the submission time of a bucket's head; verify: the retention setting",
+        "hget": "the submission time of a bucket's head; verify: the retention setting; the "
+        "dashboard: a user's role and password hash (dashboard:users)",
         "zcard": "queue depth per bucket, tasks per status, active leases; verify: index sizes",
     },
 }
@@ -293,14 +299,16 @@ before that)."""
 ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # submit.lua, cancel.lua, workflow put
     "producer": ("seq", "task:*", "idem:*", "queue:*", "queues", "sig:*", "status:*",
-                 "deadlines", "avoid", "leases", "device:*", "idle", "host:*:inbox",
+                 "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*",
+                 "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
                  "tenant_held", "host_held", "gangs"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
-                  "deadlines", "avoid", "leases", "device:*", "idle", "bookings", "host:*",
+                  "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*", "bookings",
+                  "host:*",
                   "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
@@ -308,8 +316,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
     # control lists are written, also by a user bound to one host id; a message there only
     # makes a daemon renew and heartbeat at once)
-    "host": ("host:*", "device:*", "devices", "idle", "caps", "drivers", "qdrivers", "faults",
-             "devgen",
+    "host": ("host:*", "device:*", "devices", "idle", "idle:c:*", "caps", "drivers", "qdrivers",
+             "faults", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
              "host:*:ctl", "log:*"),

@@ -145,13 +145,22 @@ class PoolAdmin(PoolConnection):
         )
         return RemovedDevice(str(device_id), str(host_id), str(task_id) or None, reported == 1)
 
-    def drain(self, host_id: str, draining: bool = True) -> str:
-        """No new assignments to the host (``draining=False`` resumes them)."""
+    def drain(self, host_id: str, draining: bool = True, by: str = "") -> str:
+        """No new assignments to the host (``draining=False`` resumes them). ``by`` (an id,
+        '' = not recorded): who, the ``by`` field of the event."""
+        who = [validate_id(by, "actor")] if by else []
         return str(
             self._run(
                 "host_drain",
-                [validate_id(host_id, "host id"), "1" if draining else "0", "operator", "", ""],
-            )
+                [
+                    validate_id(host_id, "host id"),
+                    "1" if draining else "0",
+                    "operator",
+                    "",
+                    "",
+                    *who,
+                ],
+            )  # fmt: skip
         )
 
     # -- the pool --------------------------------------------------------------------------
@@ -212,15 +221,19 @@ class PoolAdmin(PoolConnection):
             raise NotFound(f"no device {device_id} in pool {self.pool}")
         return PooledDevice.from_hash(h)
 
-    def quarantine(self, device_id: str, quarantined: bool = True, reason: str = "") -> str:
+    def quarantine(
+        self, device_id: str, quarantined: bool = True, reason: str = "", by: str = ""
+    ) -> str:
         """Take a device out of assignment (or release it and reset its failure count).
         ``reason`` (at most 200 bytes, no control characters; '' = "operator") is stored as
-        the device's ``quarantine_reason`` and carried by the ``device_quarantined`` event."""
+        the device's ``quarantine_reason`` and carried by the ``device_quarantined`` event.
+        ``by`` (an id; '' = "operator"): who, the events' and the change log's ``by``."""
+        who = [validate_id(by, "actor")] if by else []
         return str(
             self._run(
                 "device_quarantine",
                 [validate_id(device_id, "device id"), "1" if quarantined else "0",
-                 check_reason(reason)],
+                 check_reason(reason), *who],
             )
         )  # fmt: skip
 

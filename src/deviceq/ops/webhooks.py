@@ -27,9 +27,7 @@ import logging
 import secrets
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -230,6 +228,9 @@ Post = Callable[[str, bytes, dict[str, str]], int]
 
 def http_post(url: str, body: bytes, headers: dict[str, str]) -> int:
     """POST ``body``; the HTTP status (an unreachable receiver raises OSError)."""
+    import urllib.error  # (here: the command line imports this module for its names)
+    import urllib.request
+
     req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310 - checked URL

@@ -6,10 +6,15 @@ the host's is `deviceq.host.client.HostClient`; the producer's `deviceq.producer
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..core.connection import PoolConnection
 from ..core.models import validate_id
+from ..core.pacing import pacer_for
+
+COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
+COMMIT_FIRST = 50  # the first chunk's size, before any call was timed
 
 EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed", "retried")
 """What an expiry batch answers, in the order of ``lua/expire.lua``'s reply."""
@@ -29,13 +34,25 @@ class SchedulerClient(PoolConnection):
     """The scheduler's side of the protocol on one pool."""
 
     def commit(self, pairs: list[tuple[str, str]], fence: int | str = "") -> list[str]:
-        """Commit proposed (task_id, device_id) pairs atomically, each re-validated.
-        Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. With ``fence`` (the scheduler's
-        leader epoch) the whole batch is refused with Fenced unless that epoch still leads."""
-        args: list[Any] = [str(fence), str(len(pairs))]
-        for task_id, device_id in pairs:
-            args += [validate_id(task_id, "task id"), validate_id(device_id, "device id")]
-        return [str(x) for x in self._run("assign", args)]
+        """Commit proposed (task_id, device_id) pairs, each re-validated and committed on its
+        own. Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. The pairs go in chunks
+        (`core.pacing.Pacer`: sized from the calls' durations toward about 2.5 ms a call). With
+        ``fence`` (the scheduler's leader epoch) a call is refused with Fenced unless that epoch
+        still leads: the pairs of earlier chunks stay committed (each was valid when made)."""
+        checked = [
+            (validate_id(task_id, "task id"), validate_id(device_id, "device id"))
+            for task_id, device_id in pairs
+        ]
+        if not checked:  # still checks the fence
+            return [str(x) for x in self._run("assign", [str(fence), "0"])]
+        pacer = pacer_for(self, "assign", COMMIT_FIRST)
+        out: list[str] = []
+        for part in pacer.chunks(checked, COMMIT_CHUNK):
+            args: list[Any] = [str(fence), str(len(part))]
+            for task_id, device_id in part:
+                args += [task_id, device_id]
+            out += [str(x) for x in pacer.timed(len(part), partial(self._run, "assign", args))]
+        return out
 
     def commit_gang(self, task_id: str, devices: list[str], fence: int | str = "") -> str:
         """Place a multi-device task: one device per role, in its role order, all or none
@@ -45,10 +62,14 @@ class SchedulerClient(PoolConnection):
         args += [validate_id(d, "device id") for d in devices]
         return str(self._run("gang_assign", args))
 
-    def expire(self, limit: int = 1000) -> dict[str, int]:
+    def expire(self, limit: int = 1000, budget_ms: float | None = None) -> dict[str, int]:
         """One bounded expiry batch: leases past expiry, queue deadlines, retention trim
-        (each at most ``limit``); ``more`` says whether any is left."""
-        out = self._run("expire", [str(int(limit))])
+        (each at most ``limit``, and with ``budget_ms`` only as many as fit in that much
+        Redis time, each step at least one); ``more`` says whether any is left."""
+        args = [str(int(limit))]
+        if budget_ms is not None:
+            args.append(str(max(1, round(budget_ms * 1000))))
+        out = self._run("expire", args)
         return {k: int(v) for k, v in zip(EXPIRE_KINDS, out, strict=True)}
 
     def lead(self, owner: str, ttl_ms: int) -> Lead:

@@ -1,7 +1,9 @@
 """Reading the bounded snapshot a strategy plans on (``SnapshotReader``), in a few pipelined
 round trips and never a queue scan:
 
-- the assignable idle devices (the ``idle`` zset, at most ``max_devices``; a device's hash is
+- the assignable idle devices of the device classes some queued bucket can use, each class's
+  longest idle ones, as many as the pass can place times a small factor (`idle_classes`: no
+  device is out of sight, and a pass with nothing queued reads none; a device's hash is
   read only when it is new to this scheduler, after a ``devgen`` change or a rejected pair, so
   in a steady pool no device row is read at all), and the health of their hosts (the one
   liveness rule, `deviceq.core.liveness`);
@@ -31,13 +33,13 @@ queue timeout, a dispatch by another process) costs one rejected pair, and its b
 again at the next pass.
 
 Buckets no idle device matches are not read at all: a pass costs O(assignments + distinct
-signatures + idle devices), never O(queue length)."""
+signatures + device classes), never O(queue length) nor O(idle devices)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -47,12 +49,13 @@ from ..core.config import PoolConfig
 from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.scripts import Scripts, sha
-from ..placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, aged
+from ..placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from ..placement.view import View
 from . import head_counts
-from .device_cache import DeviceCache, tagset, with_faults
+from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
+from .idle_classes import ALL, Base, IdleClasses, deepen, pairs, read_devices, read_new
 from .inputs import INPUTS, aging_applies, settings_needed, submit_times
 from .strategies import AssignmentStrategy, strategy_needs
 
@@ -65,18 +68,6 @@ DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].defau
 DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
 TENANTS = frozenset({"tenants"})
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
-
-
-@dataclass
-class Base:
-    """The part of a snapshot read before any heads: devices, hosts, bucket constraints."""
-
-    now: int
-    shells: list[Bucket]
-    devices: list[IdleDevice]
-    matching: dict[str, list[IdleDevice]]
-    signatures: int
-    classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] | None = None  # by class
 
 
 def _seconds_ms(raw: Any, default: float) -> int:
@@ -100,7 +91,6 @@ class SnapshotReader:
         strategy: AssignmentStrategy,
         *,
         batch: int,
-        max_devices: int,
         max_buckets: int,
         device_refresh: float,
         scripts: Scripts | None = None,
@@ -117,7 +107,9 @@ class SnapshotReader:
                 f"reads: {', '.join(sorted(unknown))} (readable: {', '.join(sorted(INPUTS))})"
             )
         self.batch = batch
-        self.max_devices = max_devices
+        self.idle = IdleClasses(
+            keys, batch=batch, whole=bool(getattr(strategy, "reads_all_idle", False))
+        )
         self.max_buckets = max_buckets
         self.device_refresh = device_refresh
         # bucket -> (driver type, tags, priority, tenant)
@@ -129,6 +121,7 @@ class SnapshotReader:
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
         self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
         self.faulty = False  # some device has consecutive device faults (last base)
+        self.faults: dict[str, str] = {}  # their counts (the ``faults`` hash, last base)
         self.head_cache = HeadCache()  # bucket -> its heads (see HEAD_CACHE_SECONDS)
         self.avoiding = 0  # queued tasks with an anti-affinity record (``avoid`` hash)
         self.retry_in_ms: int | None = None  # until the earliest retry is due (last read)
@@ -142,7 +135,10 @@ class SnapshotReader:
         self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
 
     def read_base(
-        self, spec_want: dict[str, int] | None = None, spec_hosts: list[str] | None = None
+        self,
+        spec_want: dict[str, int] | None = None,
+        spec_hosts: list[str] | None = None,
+        every: bool = False,
     ) -> tuple[Base, list[str], dict[str, list[Any]], dict[str, Any]]:
         """Idle devices (attributes cached, see ``device_rows``) and the non-empty buckets'
         constraints: one pipelined round trip, plus one only when device or bucket
@@ -159,8 +155,7 @@ class SnapshotReader:
         extra = settings_needed(self.needs)
         pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, *extra)
         pipe.get(k.devgen)
-        # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
-        pipe.execute_command("ZRANGE", k.idle, 0, self.max_devices - 1, "WITHSCORES")
+        pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
         pipe.hlen(k.avoid)
         pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
@@ -170,8 +165,12 @@ class SnapshotReader:
             pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
         for h in spec_hosts:
             pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+        spec_classes = dict(self.idle.spec)  # the classes the last pass read, as deep
+        for key, n in spec_classes.items():
+            # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
+            pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
         res = pipe.execute()
-        (sec, usec), cfg, devgen, idle_raw, queues_raw, avoiding = res[:6]
+        (sec, usec), cfg, devgen, queued, queues_raw, avoiding = res[:6]
         host_timeout_raw, aging_raw = cfg[0], cfg[1]
         self.gang_ids = [str(g) for g in res[7]]
         self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
@@ -180,31 +179,34 @@ class SnapshotReader:
         faults = res[8]
         self.faulty = bool(faults)
         spec = res[9 : 9 + len(spec_want)]
-        spec_heads = {sig: _pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) :], strict=True))
+        spec_heads = {sig: pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
+        at = 9 + len(spec_want) + len(spec_hosts)
+        spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) : at], strict=True))
+        spec_idle = {key: pairs(raw) for key, raw in zip(spec_classes, res[at:], strict=True)}
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
             self.head_cache.clear()
         self.avoiding = int(avoiding or 0)
         now = int(sec) * 1000 + int(usec) // 1000
         # ms until the earliest retry becomes eligible (<= 0: due now), None when none waits
-        first_retry = _pairs(res[6])
+        first_retry = pairs(res[6])
         self.retry_in_ms = int(float(first_retry[0][1])) - now if first_retry else None
         self._host_timeout_ms = int(float(host_timeout_raw or DEFAULT_HOST_TIMEOUT) * 1000)
         self.aging_ms = _seconds_ms(aging_raw, DEFAULT_AGING)
         self.device_cache.generation(devgen)
-        idle = _pairs(idle_raw)
-        queues = _pairs(queues_raw)
+        queues = pairs(queues_raw)
 
         head_seq = {s: int(float(score)) for s, score in queues}
         self.head_cache.based_on(head_seq)
         if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
             self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in head_seq}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
-        cached, sig_rows = self.device_cache.rows(idle, [k.sig(s) for s in new_sigs])
-        if faults:
-            cached = [with_faults(d, faults) for d in cached]
-        for s, (drv, tags, prio, tenant) in zip(new_sigs, sig_rows, strict=True):
-            self._sig_cache[s] = (drv or None, tagset(tags), int(prio or 0), tenant or None)
+        read_new(self, new_sigs, devgen)
+        cons = {self._sig_cache[s][:2] for s, _ in queues}
+        todo = self.idle.take(
+            self.idle.wanted(cons, int(queued or 0), bool(self.gang_ids), every), spec_idle
+        )
+        self.idle.read(self.redis, {key: (0, n - 1 if n != ALL else -1) for key, n in todo.items()})
+        self.faults = faults
         shells = []
         old_shells, self._shells = self._shells, {}
         for s, seq in head_seq.items():
@@ -214,10 +216,8 @@ class SnapshotReader:
                 b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant)
             self._shells[s] = b
             shells.append(b)
-        pre = Snapshot.build(shells, cached, self.batch, now)
-        hosts = sorted({d.host_id for d in pre.devices})
-        base = Base(now, shells, pre.devices, pre.matching, len(queues), pre.classes)
-        return base, hosts, spec_heads, spec_rows
+        base = read_devices(self, now, shells, len(queues))
+        return base, sorted({d.host_id for d in base.devices}), spec_heads, spec_rows
 
     def without(self, base: Base, device_ids: set[str]) -> Base:
         """The base without ``device_ids`` (placed or kept for multi-device tasks)."""
@@ -351,12 +351,16 @@ class SnapshotReader:
             out.append(t)
         return tuple(out)
 
-    def read(self) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
+    def read(
+        self, every: bool = False
+    ) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
         device or bucket attributes must be read). The heads are chosen before the hosts'
         health is known (read in the same round trip); devices of dead or draining hosts are
         dropped afterwards, so a few heads may be read for nothing, never too few."""
-        base, hosts, spec_heads, spec_rows = self.read_base(self._spec_want, self._spec_hosts)
+        base, hosts, spec_heads, spec_rows = self.read_base(
+            self._spec_want, self._spec_hosts, every
+        )
         want = self.initial_want(base)
         have: dict[str, tuple[QueuedTask, ...]] = {}
         self._from_cache = set()
@@ -379,7 +383,14 @@ class SnapshotReader:
         missing = [h for h in hosts if h not in spec_rows]
         heads, rows = self.read_heads(want, have, missing)
         rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
-        base = self.host_filter(base, hosts, [rowmap[h] for h in hosts])
+        read = len(self.idle.pairs())
+        base, hosts = deepen(self, base, hosts, rowmap)
+        more = {}
+        if len(self.idle.pairs()) > read:  # read deeper: more devices than the heads were for
+            more = {s: n for s, n in self.initial_want(base).items() if n > want.get(s, 0)}
+        if more:
+            want.update(more)
+            heads, _ = self.read_heads(want, heads)
         want = {s: n for s, n in want.items() if base.matching.get(s)}
         # next pass, read these with the base (bounded: a steady pool's few buckets and hosts)
         self._want = want  # the buckets the next pass reads speculatively: see forget_heads
@@ -388,9 +399,9 @@ class SnapshotReader:
         self._per_pass = {}
         return base, want, heads
 
-    def _queued(self, sig: str, pairs: list[Any]) -> tuple[QueuedTask, ...]:
+    def _queued(self, sig: str, got: list[Any]) -> tuple[QueuedTask, ...]:
         _, _, prio, tenant = self._sig_cache[sig]
-        fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in pairs)
+        fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in got)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
     def buckets(self, base: Base, heads: dict[str, tuple[QueuedTask, ...]]) -> list[Bucket]:
@@ -473,12 +484,3 @@ class SnapshotReader:
 
     def lookahead(self) -> int:
         return min(max(0, int(getattr(self.strategy, "lookahead", 0) or 0)), MAX_LOOKAHEAD)
-
-
-def _pairs(raw: list[Any]) -> list[Any]:
-    """(member, score) pairs of a raw ZRANGE WITHSCORES reply: RESP3 pairs them already
-    (float scores); a RESP2 reply is flat (string scores) and is paired here."""
-    if not raw or isinstance(raw[0], (list, tuple)):
-        return raw
-    it = iter(raw)
-    return list(zip(it, it, strict=True))

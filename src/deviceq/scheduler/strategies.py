@@ -39,7 +39,11 @@ device faults last:
 ``fifo_match`` (default)
     Tasks oldest first (submission order, the ``seq`` counter, across all constraint buckets);
     each gets the *first* matching idle device, "first" meaning the smallest ``device_id`` in
-    plain string order. Deterministic: the same snapshot always gives the same pairs.
+    plain string order among the idle devices the pass read (of each device class a bucket
+    can use, its longest idle ones, a few times as many as the pass can place:
+    `deviceq.scheduler.idle_classes`). Deterministic: the same snapshot always gives the
+    same pairs. A strategy whose policy needs every idle device sets ``reads_all_idle =
+    True`` (each pass then reads every usable class whole).
 ``priority_match``
     Tasks by effective priority (0..9, higher first: ``priority`` raised one level per
     ``aging_seconds`` waited, see `aged`), oldest first within a priority; device choice as

@@ -2,7 +2,8 @@
 ``AssignmentStrategy``. One pass (``assign``):
 
 1. **Expire** due leases, queue deadlines and retention with ``lua/expire.lua`` in bounded
-   batches (``expire_batch`` per call, at most ``expire_rounds`` calls per pass).
+   batches (at most ``expire_batch`` per call and only what fits in ``expire_budget_ms`` of
+   Redis time, at most ``expire_rounds`` calls per pass).
 2. **Snapshot**: a bounded read of idle devices, their hosts' health and the heads of the
    buckets they can serve (`snapshot.SnapshotReader`; never a queue scan).
 3. **Plan**: a built-in strategy's placement profile chooses the pairs over a view of the
@@ -48,6 +49,7 @@ from .strategies import (
 )
 
 DEFAULT_BATCH = 200
+EXPIRE_BUDGET_MS = 2.5  # Redis time per expiry call: it stops between items once spent
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
 
 
@@ -70,18 +72,20 @@ class TaskScheduler:
         *,
         owner: str | None = None,
         batch: int = DEFAULT_BATCH,
-        max_devices: int = 20_000,
         max_buckets: int = 10_000,
         expire_batch: int = 500,
         expire_rounds: int = 10,
+        expire_budget_ms: float | None = EXPIRE_BUDGET_MS,
         device_refresh: float = 30.0,
     ) -> None:
         if isinstance(redis_or_url, PoolConnection):
             self.store = SchedulerClient(redis_or_url.redis, redis_or_url.pool)
         else:
             self.store = SchedulerClient(redis_or_url, pool)
-        if batch < 1 or max_devices < 1 or max_buckets < 1 or expire_batch < 1:
-            raise ConfigError("batch, max_devices, max_buckets and expire_batch must be >= 1")
+        if batch < 1 or max_buckets < 1 or expire_batch < 1:
+            raise ConfigError("batch, max_buckets and expire_batch must be >= 1")
+        if expire_budget_ms is not None and not 0 < expire_budget_ms <= 10_000:
+            raise ConfigError("expire_budget_ms must be > 0 and at most 10000 (or None)")
         if isinstance(strategy, str):
             self.strategy_name = strategy
             self.strategy: AssignmentStrategy = get_strategy(strategy)
@@ -93,12 +97,12 @@ class TaskScheduler:
         self.batch = batch
         self.expire_batch = expire_batch
         self.expire_rounds = max(1, expire_rounds)
+        self.expire_budget_ms = expire_budget_ms
         self.reader = SnapshotReader(
             self.store.redis,
             self.store.keys,
             self.strategy,
             batch=batch,
-            max_devices=max_devices,
             max_buckets=max_buckets,
             device_refresh=device_refresh,
             scripts=self.store.scripts,
@@ -216,11 +220,12 @@ class TaskScheduler:
         return gp.used
 
     def expire(self) -> dict[str, int]:
-        """Run the expiry script in bounded batches (at most ``expire_rounds`` calls)."""
+        """Run the expiry script in bounded batches (at most ``expire_rounds`` calls, each
+        stopped by ``expire_budget_ms`` of Redis time; None: by ``expire_batch`` only)."""
         total: Counter[str] = Counter()
         more = 0
         for _ in range(self.expire_rounds):
-            r = self.store.expire(self.expire_batch)
+            r = self.store.expire(self.expire_batch, self.expire_budget_ms)
             more = r.pop("more", 0)
             total.update(r)
             if not more:
@@ -231,8 +236,9 @@ class TaskScheduler:
 
     def snapshot(self) -> Snapshot:
         """Read the bounded snapshot the strategy plans on, with the initial number of heads
-        per bucket (``assign`` may read deeper)."""
-        base, want, heads = self.reader.read()
+        per bucket (``assign`` may read deeper). It reads every device class, as a pass with a
+        full batch queued would, even when nothing is queued."""
+        base, want, heads = self.reader.read(every=True)
         return self.reader.make_snapshot(base, want, heads)
 
     def plan(self, snap: Snapshot) -> tuple[list[Pair], int]:

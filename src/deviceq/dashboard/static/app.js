@@ -21,6 +21,32 @@
     if (msg && !window.confirm(msg)) ev.preventDefault();
   });
 
+  // inputs marked data-keep (the task list's check boxes, the bulk limit) keep what the
+  // operator set across live refreshes of #content
+  function keep() {
+    var out = {};
+    if (!content) return out;
+    content.querySelectorAll("input[data-keep]").forEach(function (el) {
+      if (el.id) out[el.id] = el.type === "checkbox" ? el.checked : el.value;
+    });
+    return out;
+  }
+  function restore(kept) {
+    Object.keys(kept).forEach(function (id) {
+      var el = document.getElementById(id);
+      if (!el) return;
+      if (el.type === "checkbox") el.checked = kept[id]; else el.value = kept[id];
+    });
+  }
+  // "check all" of the task list
+  document.addEventListener("change", function (ev) {
+    var box = ev.target;
+    if (!box || box.id !== "check-all") return;
+    document.querySelectorAll("#tasks input.pick").forEach(function (el) {
+      el.checked = box.checked;
+    });
+  });
+
   // a running attempt's live log (task page): chunks appended as they come, until "end"
   var logPre = document.getElementById("task-log");
   var logUrl = logPre && logPre.getAttribute("data-log-stream");
@@ -54,7 +80,9 @@
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
           if (html !== null && content) {
+            var kept = keep();
             content.innerHTML = html;
+            restore(kept);
             refreshes += 1;
             body.setAttribute("data-refreshes", String(refreshes));
           }
@@ -130,7 +158,10 @@
       var rest = [];
       Object.keys(e).forEach(function (k) {
         if (skip.indexOf(k) < 0 && e[k] !== "" && e[k] !== null) {
-          rest.push(k + "=" + e[k]);
+          var v = String(e[k]);
+          // a daemon session id: its first characters (as the task page shows it)
+          if (k === "session" && v.length > 8) v = v.slice(0, 8) + "\u2026";
+          rest.push(k + "=" + v);
         }
       });
       cell(tr, rest.join(" "), "mono");

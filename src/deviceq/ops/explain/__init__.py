@@ -22,6 +22,10 @@ explain and the scheduler agree on what could serve it), which gives:
   (no scheduler holds the leader lease) — the scheduler assigns at its next pass;
 * its position among the tasks competing for its devices and a wait estimate (`estimate`).
 
+While the pool is paused (``deviceq pause``) a queued task's first reason is
+``pool_paused`` (since when and why) and its summary starts with it: nothing is assigned
+until ``deviceq resume``, whatever the devices.
+
 A queued multi-device task (roles) is explained role by role (`gang`), each role judged by
 the same filters. Other states are explained from the task hash (`status`): a retry's
 backoff, assigned (waiting for its host to claim it), dispatched (running on device D), or
@@ -29,6 +33,7 @@ finished (done / failed with its failure kind / cancelled)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ...core.connection import PoolConnection
@@ -37,7 +42,7 @@ from ...core.fleet import read_parts
 from ...core.models import ScheduledTask, TaskStatus, validate_id
 from .devices import BLOCKERS
 from .gang import explain_gang
-from .model import Explanation, Reason
+from .model import Explanation, Reason, at
 from .single import explain_queued
 from .status import explain_placed, explain_retry_wait
 
@@ -73,4 +78,22 @@ def explain(admin: PoolConnection, task_id: str) -> Explanation:
     else:
         exp = explain_placed(admin, task)
     exp.constraints = cons
+    if task.status is TaskStatus.queued:
+        _paused(admin, exp)
     return exp
+
+
+def _paused(admin: PoolConnection, exp: Explanation) -> None:
+    """Put the pool's pause first in ``exp`` of a queued task when the pool is paused."""
+    raw = admin.redis.get(admin.keys.paused)
+    if raw is None:
+        return
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        info = {}
+    since, why = info.get("at"), str(info.get("reason") or "")
+    text = "the pool is paused" + (f" since {at(int(since))}" if since else "")
+    text += (f" ({why})" if why else "") + ": nothing new is assigned until `deviceq resume`"
+    exp.reasons.insert(0, Reason("pool_paused", text, 0, {"at": since, "reason": why}))
+    exp.summary = "the pool is paused" + (f" ({why})" if why else "") + "; then: " + exp.summary

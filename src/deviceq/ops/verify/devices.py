@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...core import eligibility
+from ...core.keys import class_id
 from .model import PoolState, to_int
 from .results import Findings
 
@@ -67,6 +68,29 @@ def check_idle(st: PoolState, f: Findings) -> None:
                 device=did,
                 key="idle",
             )
+
+
+def check_idle_classes(st: PoolState, f: Findings) -> None:
+    """The class idle sets (``idle:c:CLASS``) hold exactly the ``idle`` entries, each in the
+    set of its device's class (`deviceq.core.keys.class_id` of ``DRIVER|TAGS``), same score."""
+    idle = dict(st.idle)
+    placed: dict[str, tuple[str, float]] = {}
+    for cid, members in sorted(st.idle_classes.items()):
+        key = f"idle:c:{cid}"
+        for did, score in members:
+            d = st.device_rows.get(did)
+            want = class_id(f"{d['driver_type'] or ''}|{d['tags'] or ''}") if d else cid
+            if did not in idle or want != cid or idle[did] != score:
+                why = (
+                    "is not in idle" if did not in idle
+                    else "is of another class" if want != cid
+                    else f"is scored {score:.0f}, idle says {idle[did]:.0f}"
+                )  # fmt: skip
+                f.add("idle_classes", f"{key} names the device, which {why}", device=did, key=key)
+            placed[did] = (cid, score)
+    for did in sorted(set(idle) - set(placed) - (set(idle) - set(st.device_rows))):
+        f.add("idle_classes", "an idle device is in no class idle set (the scheduler never "
+              "sees it)", device=did, key="idle")  # fmt: skip
 
 
 def check_bookings(st: PoolState, f: Findings) -> None:

@@ -111,6 +111,7 @@ class KeySpace:
     devices: set[str] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     inboxes: set[str] = field(default_factory=set)
+    idle_classes: set[str] = field(default_factory=set)  # class ids of ``idle:c:CLASS``
 
     def add(self, rest: str) -> None:
         """Classify one key (its name after the pool prefix)."""
@@ -129,6 +130,8 @@ class KeySpace:
             self.hosts.add(parts[1])
         elif head == "host" and n == 3 and parts[2] == "inbox":
             self.inboxes.add(parts[1])
+        elif head == "idle" and n == 3 and parts[1] == "c":
+            self.idle_classes.add(parts[2])
 
 
 @dataclass
@@ -155,6 +158,8 @@ class PoolState:
     devices: set[str]
     device_rows: dict[str, dict[str, str | None]]
     counters: dict[str, dict[str, str]]
+    idle_classes: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    """Class id -> its idle set (``idle:c:CLASS``), in score order."""
 
     def index_entries(self) -> int:
         """How many index entries were read."""

@@ -272,6 +272,8 @@ def read_state(rd: Reader) -> PoolState:
     buckets = rd.zsets([k.queue(sig) for sig in sigs], "reading queue buckets")
     inboxes = rd.lists([k.inbox(h) for h in sorted(space.inboxes)], "reading host inboxes")
     devices = rd.members(k.devices)
+    classes = sorted(space.idle_classes)
+    by_class = rd.zsets([k.idle_class(c) for c in classes], "reading idle classes")
     return PoolState(
         now=now,
         cutoff=cutoff,
@@ -295,4 +297,5 @@ def read_state(rd: Reader) -> PoolState:
             name: rd.hash(getattr(k, name))
             for name in ("caps", "drivers", "qdrivers", "tenant_held", "host_held")
         },
+        idle_classes={c: by_class[k.idle_class(c)] for c in classes},
     )

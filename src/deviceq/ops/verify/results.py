@@ -46,6 +46,8 @@ KINDS: dict[str, str] = {
     "bucket_constraints": "sig:SIG exists while its bucket is empty, or is missing while it is not",
     "idle_not_assignable": "an idle index entry that is reserved, quarantined, held, not idle, "
     "under or failing a health check, or not a registered device",
+    "idle_classes": "the idle sets per device class (idle:c:CLASS) disagree with idle: a "
+    "device missing from its class's set or in another's, or scored other than in idle",
     "lease_and_booking": "a device held by a task's lease and a person's reservation at once",
     "booking_index": "bookings disagrees with the devices' reservations: an entry for a device "
     "that is not reserved (or not registered), a reserved device without an entry, or an "

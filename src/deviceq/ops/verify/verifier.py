@@ -10,7 +10,7 @@ import redis
 
 from ...core.connection import PoolConnection
 from ...core.errors import InvalidInput, NotFound
-from .devices import check_bookings, check_devices, check_idle
+from .devices import check_bookings, check_devices, check_idle, check_idle_classes
 from .history import History
 from .leases import check_hosts, check_leases, check_reservations, check_tenants
 from .model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH, STATUSES, PoolState
@@ -117,6 +117,7 @@ def _check_state(st: PoolState, f: Findings) -> None:
     check_task_entries(st, f)
     check_devices(st, f)
     check_idle(st, f)
+    check_idle_classes(st, f)
     check_bookings(st, f)
     check_tenants(st, f)
     check_hosts(st, f)

@@ -1,0 +1,148 @@
+"""A task as stored (its hash ``task:ID``, the long goal in ``task:ID:goal``, its attempt
+records in ``task:ID:attempts``) read into plain JSON values, without pydantic: the one
+reading of those keys. `ScheduledTask.from_hash` types these values (enums, tuples, models);
+``deviceq task show`` prints them as they are, so that it starts without building the models
+(``tests/cli/test_task_show_plain.py`` checks both give the same JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from .keys import Keys
+
+ATTEMPT_DEFAULTS: dict[str, Any] = {
+    "attempt": 0,
+    "lease_id": "",
+    "host_id": "",
+    "device_id": "",
+    "assigned_at": 0,
+    "dispatched_at": None,
+    "ended_at": None,
+    "outcome": "active",
+    "failure_kind": None,
+    "error": None,
+    "expired_in": None,
+    "retry": None,
+    "eligible_at": None,
+}
+"""The fields of an attempt record, in order, with the value of one a record leaves out
+(`Attempt` has the same fields and defaults; the first five are in every record)."""
+
+
+def with_goal(h: dict[str, str], goal: str | None) -> dict[str, str]:
+    """The hash with its goal: goals over 64 bytes live in ``task:ID:goal`` so that the task
+    hash stays a compact listpack."""
+    if goal is not None and not h.get("goal"):
+        h["goal"] = goal
+    return h
+
+
+def read_task(
+    r: redis.Redis, keys: Keys, task_id: str, *, attempts: bool = True
+) -> tuple[dict[str, str], list[str] | None] | None:
+    """A task's hash (with its goal) and attempt records in one round trip; None when there
+    is no such task. ``task_id`` must be validated already."""
+    pipe = r.pipeline(transaction=False)
+    pipe.hgetall(keys.task(task_id))
+    pipe.get(keys.goal(task_id))
+    if attempts:
+        pipe.lrange(keys.attempts(task_id), 0, -1)
+    res = pipe.execute()
+    if not res[0]:
+        return None
+    return with_goal(res[0], res[1]), (res[2] if attempts else None)
+
+
+def _s(h: dict[str, str], name: str) -> str | None:
+    v = h.get(name)
+    return None if v in (None, "") else v
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v in (None, "") else int(v)
+
+
+def _csv(v: str | None) -> list[str]:
+    return [x for x in (v or "").split(",") if x]
+
+
+def is_multi_device(h: dict[str, str]) -> bool:
+    """A multi-device task's hash (its roles, or the placement of each, are in it)."""
+    return bool(h.get("roles") or h.get("peers"))
+
+
+def task_values(h: dict[str, str]) -> dict[str, Any]:
+    """The task's fields as JSON values, in `ScheduledTask`'s order: enums as their strings,
+    lists for tuples; ``roles`` None and ``attempts`` empty (see `task_json`)."""
+    return {
+        "id": h["id"],
+        "status": h["status"],
+        "kind": h.get("kind", "goal"),
+        "goal": _s(h, "goal"),
+        "workflow": _s(h, "workflow"),
+        "driver_type": _s(h, "driver_type"),
+        "tags": _csv(h.get("tags")),
+        "priority": int(h.get("priority") or 0),
+        "attempt": int(h.get("attempt") or 0),
+        "max_attempts": int(h.get("max_attempts") or 1),
+        "host_id": _s(h, "host_id"),
+        "device_id": _s(h, "device_id"),
+        "lease_id": _s(h, "lease_id"),
+        "lease_expires_at": _opt_int(h.get("lease_expires_at")),
+        "failure_kind": _s(h, "failure_kind"),
+        "error": _s(h, "error"),
+        "result": _s(h, "result"),
+        "cancel_requested": h.get("cancel_requested") == "1",
+        "handbacks": int(h.get("handbacks") or 0),
+        "session": _s(h, "session"),
+        "avoid_devices": _csv(h.get("avoid_devices")),
+        "avoid_hosts": _csv(h.get("avoid_hosts")),
+        "idempotency_key": _s(h, "idempotency_key"),
+        "queue_deadline": _opt_int(h.get("queue_deadline")),
+        "timeout": float(h["timeout"]) if h.get("timeout") else None,
+        "retry_on": _s(h, "retry_on"),
+        "retry_backoff": _s(h, "retry_backoff"),
+        "eligible_at": _opt_int(h.get("eligible_at")),
+        "tenant": _s(h, "tenant"),
+        "retry_of": _s(h, "retry_of"),
+        "rerun_by": _s(h, "rerun_by"),
+        "submitted_by": _s(h, "submitted_by"),
+        "roles": None,
+        "gang": _s(h, "gang"),
+        "role": _s(h, "role"),
+        "leader": h.get("leader") == "1",
+        "seq": int(h.get("seq") or 0),
+        "submitted_at": int(h.get("submitted_at") or 0),
+        "updated_at": int(h.get("updated_at") or 0),
+        "assigned_at": _opt_int(h.get("assigned_at")),
+        "dispatched_at": _opt_int(h.get("dispatched_at")),
+        "finished_at": _opt_int(h.get("finished_at")),
+        "attempts": [],
+    }
+
+
+def attempt_values(raw: list[str] | None, dispatched_at: int | None) -> list[dict[str, Any]]:
+    """The attempt records as JSON values (every field of `ATTEMPT_DEFAULTS`, in order). The
+    claim does not rewrite the attempt record: the live attempt's dispatch time is the
+    task's."""
+    out = []
+    for rec in raw or []:
+        stored = json.loads(rec)
+        out.append({name: stored.get(name, d) for name, d in ATTEMPT_DEFAULTS.items()})
+    if out and out[-1]["outcome"] == "active" and out[-1]["dispatched_at"] is None:
+        out[-1]["dispatched_at"] = dispatched_at
+    return out
+
+
+def task_json(h: dict[str, str], attempts: list[str] | None) -> dict[str, Any] | None:
+    """What ``deviceq task show --json`` prints for a single-device task (or a part of a
+    multi-device one); None for a multi-device task, whose roles and parts need the models
+    (``Client.get``)."""
+    if is_multi_device(h):
+        return None
+    values = task_values(h)
+    values["attempts"] = attempt_values(attempts, values["dispatched_at"])
+    return values

@@ -1,0 +1,166 @@
+"""Delta heartbeats: what a host last got through to Redis, and what it sends next.
+
+A host keeps, per session, the device rows (``device_id driver_type tags state reason``) of
+its last heartbeat that got through and the version Redis stored with it. The next heartbeat
+sends only the rows that changed (a device the host no longer has as state ``gone``) with
+that version (``lua/heartbeat.lua`` mode ``delta``); Redis applies them only when the version
+is the one it keeps, else answers ``full`` -- after a restart that lost writes, a failover, a
+new session, a lost reply -- and the host sends its full snapshot in chunks (mode ``full``)
+and ends it (mode ``commit``, repeated while it answers ``more``: the devices left out go
+offline a bounded number per call). Each call is bounded, so no heartbeat call holds Redis for
+long, whatever the host's device count: a chunk holds at most `CHUNK` devices, fewer when the
+calls take longer than `PACE_MS` (`deviceq.core.pacing`: each call's time sizes the next
+chunk).
+
+`HeartbeatSync.beat` runs the protocol over a `HeartbeatCall`: `deviceq.host.client.HostClient`
+calls the script, `deviceq.host.http_client.ApiHostClient` the API's heartbeat route."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
+
+from ..core.errors import DeviceqError, InvalidInput
+from ..core.pacing import Pacer
+
+CHUNK = 100  # devices per heartbeat call at most (the script takes 400)
+PACE_MS = 2.5  # the wall time per call the chunks are sized toward
+LEAST = 25  # devices per call at least (a call's round trip alone, through the API, is ~ms)
+GONE = "gone"  # the state of a delta row: the host no longer has this device
+MAX_COMMITS = 10_000  # commit calls of one full snapshot at most (250 left-out devices each)
+
+Row = tuple[str, str, str, str, str]  # device_id driver_type tags state reason
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A heartbeat's answer: the host's device count, its devices that were idle candidates
+    when last reported, the operator's drain flag, the daemon's stopping flag and the host's
+    quarantined devices."""
+
+    devices: int
+    idle: int
+    draining: bool
+    stopping: bool = False
+    quarantined: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One heartbeat call's answer: ``status`` ok | full | part | more, then the heartbeat."""
+
+    status: str
+    heartbeat: Heartbeat
+
+    @classmethod
+    def parse(cls, raw: Sequence[Any]) -> Reply:
+        status, n, idle, draining, stopping, quarantined = raw
+        q = frozenset(x for x in str(quarantined or "").split(",") if x)
+        return cls(str(status), Heartbeat(int(n), int(idle), bool(int(draining)),
+                                          bool(int(stopping)), q))  # fmt: skip
+
+
+class HeartbeatCall(Protocol):
+    """One heartbeat call (see ``lua/heartbeat.lua``): ``mode`` delta | full | commit."""
+
+    def __call__(self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]) -> Reply: ...
+
+
+def new_version() -> str:
+    return secrets.token_hex(8)
+
+
+def rows_of(reports: Iterable[Any]) -> dict[str, Row]:
+    """The checked rows of ``reports`` (`DeviceReport`), by device id; a device listed twice
+    is refused (InvalidInput)."""
+    out: dict[str, Row] = {}
+    for r in reports:
+        did, driver, tags, state, reason = r.args()
+        if did in out:
+            raise InvalidInput(f"device {did} is listed twice")
+        out[did] = (did, driver, tags, state, reason)
+    return out
+
+
+class OutOfSync(DeviceqError):
+    """Redis refused a chunk of a full snapshot twice in a row (another call of the same host
+    keeps restarting the sync)."""
+
+
+class HeartbeatSync:
+    """What one host last got through (its rows and Redis' version of them), for one session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._session: str | None = None
+        self._sent: dict[str, Row] | None = None
+        self._ver = ""
+        self._pacer = Pacer(CHUNK, target_ms=PACE_MS, least=LEAST)
+
+    def forget(self) -> None:
+        """The next heartbeat sends the full snapshot."""
+        with self._lock:
+            self._sent, self._ver = None, ""
+
+    def beat(
+        self, call: HeartbeatCall, session: str, rows: dict[str, Row], full: bool = False
+    ) -> Heartbeat:
+        """Heartbeat ``rows``: the changes since the last one that got through, or (``full``,
+        none got through in this session yet, or Redis asks for it) the full snapshot."""
+        with self._lock:
+            if session != self._session:
+                self._session, self._sent, self._ver = session, None, ""
+            if not full and self._sent is not None:
+                hb = self._delta(call, rows)
+                if hb is not None:
+                    return hb
+            for _ in range(2):
+                hb = self._full(call, rows)
+                if hb is not None:
+                    return hb
+            raise OutOfSync("the full heartbeat snapshot was refused twice: try again")
+
+    def _delta(self, call: HeartbeatCall, rows: dict[str, Row]) -> Heartbeat | None:
+        sent = self._sent
+        assert sent is not None
+        changes: list[Row] = [r for did, r in rows.items() if sent.get(did) != r]
+        changes += [(did, "", "", GONE, "") for did in sent if did not in rows]
+        hb: Heartbeat | None = None
+        for part in self._pacer.chunks(changes, CHUNK) if changes else [changes]:
+            nxt = new_version()
+            beat = partial(call, "delta", self._ver, nxt, len(rows), part)
+            reply = self._pacer.timed(len(part), beat)
+            if reply.status != "ok":
+                return None
+            self._ver = nxt
+            for r in part:
+                if r[3] == GONE:
+                    sent.pop(r[0], None)
+                else:
+                    sent[r[0]] = r
+            hb = reply.heartbeat
+        return hb
+
+    def _full(self, call: HeartbeatCall, rows: dict[str, Row]) -> Heartbeat | None:
+        self._sent, self._ver = None, ""
+        sync = new_version()
+        listed = list(rows.values())
+        first = "first"
+        for part in self._pacer.chunks(listed, CHUNK) if listed else [listed]:
+            reply = self._pacer.timed(len(part), partial(call, "full", sync, first, 0, part))
+            first = ""
+            if reply.status != "part":
+                return None
+        nxt = new_version()
+        for _ in range(MAX_COMMITS):
+            reply = call("commit", sync, nxt, len(rows), [])
+            if reply.status == "ok":
+                self._sent, self._ver = dict(rows), nxt
+                return reply.heartbeat
+            if reply.status != "more":
+                return None
+        raise OutOfSync("the full heartbeat snapshot did not end")

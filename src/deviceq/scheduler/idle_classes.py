@@ -1,0 +1,233 @@
+"""Which idle devices a pass reads (`IdleClasses`): the idle sets of the device classes
+(``idle:c:CLASS``, one per distinct ``DRIVER|TAGS`` profile, kept in step with ``idle`` by
+lua/lib/idle.lua) that some queued bucket can use, each only as deep as the pass can place.
+
+- The classes are the profiles of the ``caps`` hash (read again only when ``devgen`` changes:
+  a device registered, changed its driver type or tags, or was removed).
+- A class is read when a non-empty bucket can use it (driver type matches, tags a superset of
+  the bucket's), or every class while a multi-device task waits (its roles are not buckets).
+- Each is read from its longest idle device, ``FACTOR x min(queued, batch) + SLACK`` deep:
+  no global cap, so a device of a class only it has is seen however many others are idle,
+  and a pass with nothing queued reads no idle device at all. Where the devices read leave a
+  class short (their hosts cannot take work, or stale entries), it is read deeper
+  (`short`), ``GROW`` times as deep each round.
+- A strategy whose policy needs every idle device (attribute ``reads_all_idle = True``) gets
+  its classes read whole.
+- The classes the last pass read are read again speculatively with the next base, so a
+  steady pool's pass costs no extra round trip."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..core import liveness
+from ..core.keys import Keys, class_id
+from ..placement.rows import Bucket, IdleDevice, Snapshot
+from .device_cache import tagset, with_faults
+from .host_load import host_cap_setting, read_host_tasks
+
+if TYPE_CHECKING:
+    from .snapshot import SnapshotReader
+
+FACTOR = 2  # devices read per class per placement the pass can make
+SLACK = 16  # and this many more (stale entries, faulty devices offered last, small gangs)
+GROW = 4  # a short class is read this many times as deep at the next round
+ALL = -1  # read a class whole
+
+Constraint = tuple[str | None, frozenset[str]]
+
+
+@dataclass
+class Base:
+    """The part of a snapshot read before any heads: devices, hosts, bucket constraints."""
+
+    now: int
+    shells: list[Bucket]
+    devices: list[IdleDevice]
+    matching: dict[str, list[IdleDevice]]
+    signatures: int
+    classes: dict[tuple[str, frozenset[str]], list[IdleDevice]] | None = None  # by class
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """One device class: its profile's driver type and tags, and its idle set's key."""
+
+    driver: str
+    tags: frozenset[str]
+    key: str
+
+    def accepts(self, driver: str | None, tags: frozenset[str]) -> bool:
+        """Whether a bucket of this driver type (None: any) and these tags can use it."""
+        return (driver is None or driver == self.driver) and tags <= self.tags
+
+
+class IdleClasses:
+    """The pool's device classes and how deep this pass reads each one's idle set."""
+
+    def __init__(self, keys: Keys, *, batch: int, whole: bool = False) -> None:
+        self.keys = keys
+        self.batch = batch
+        self.whole = whole  # read every class whole (a strategy that needs the whole fleet)
+        self.classes: list[DeviceClass] = []
+        self.by_class: dict[tuple[str, frozenset[str]], str] = {}  # (driver, tags) -> key
+        self._devgen: Any = ()  # the ``devgen`` the classes were read at (() = never)
+        self.spec: dict[str, int] = {}  # key -> depth: read with the next base
+        self.depth: dict[str, int] = {}  # key -> depth read this pass (ALL: whole)
+        self.got: dict[str, list[Any]] = {}  # key -> (device, score) pairs read this pass
+        self.demand = 0  # placements this pass can make: min(queued, batch)
+
+    def stale(self, devgen: Any) -> bool:
+        """Whether the classes must be read again (``devgen`` changed since)."""
+        return devgen != self._devgen
+
+    def load(self, devgen: Any, caps: dict[Any, Any]) -> None:
+        """The classes from the ``caps`` hash (profile ``DRIVER|TAGS`` -> device count)."""
+        self._devgen = devgen
+        self.classes = []
+        for raw in caps:
+            profile = raw.decode() if isinstance(raw, bytes) else str(raw)
+            driver, _, tags = profile.partition("|")
+            key = self.keys.idle_class(class_id(profile))
+            self.classes.append(
+                DeviceClass(driver, frozenset(t for t in tags.split(",") if t), key)
+            )
+        self.by_class = {(c.driver, c.tags): c.key for c in self.classes}
+
+    def wanted(
+        self, constraints: Iterable[Constraint], queued: int, gangs: bool, every: bool = False
+    ) -> dict[str, int]:
+        """Per class to read, how deep: the classes the buckets' ``constraints`` can use
+        (every class when ``gangs`` wait), ``FACTOR x min(queued, batch) + SLACK`` each.
+        ``every``: every class, as deep as a full batch needs, whatever is queued (what
+        ``TaskScheduler.snapshot`` shows)."""
+        self.demand = self.batch if every else min(max(0, queued), self.batch)
+        gangs = gangs or every
+        if self.demand <= 0 and not gangs:
+            return {}
+        n = ALL if self.whole else FACTOR * self.demand + SLACK
+        if gangs:
+            return {c.key: n for c in self.classes}
+        cons = set(constraints)
+        return {c.key: n for c in self.classes if any(c.accepts(d, t) for d, t in cons)}
+
+    def take(self, want: dict[str, int], spec: dict[str, list[Any]]) -> dict[str, int]:
+        """Record this pass's depths; the speculative replies ``spec`` (key -> pairs, read
+        with the base at the depths of ``self.spec``) that cover a wanted depth are used.
+        Returns the classes still to read (key -> depth)."""
+        self.depth = dict(want)
+        self.got = {}
+        todo: dict[str, int] = {}
+        for key, n in want.items():
+            have = spec.get(key)
+            had = self.spec.get(key)
+            if have is not None and had is not None and (had == ALL or (n != ALL and had >= n)):
+                self.got[key] = have if n == ALL else have[:n]
+            else:
+                todo[key] = n
+        self.spec = dict(want)  # the next pass reads these with its base
+        return todo
+
+    def read(self, r: redis.Redis, todo: dict[str, tuple[int, int]]) -> None:
+        """Read ``todo`` (key -> (start, stop), stop ALL: to the end) in one round trip,
+        appending to what this pass read."""
+        if not todo:
+            return
+        pipe = r.pipeline(transaction=False)
+        for key, (start, stop) in todo.items():
+            pipe.execute_command("ZRANGE", key, start, stop, "WITHSCORES")
+        for key, raw in zip(todo, pipe.execute(), strict=True):
+            self.got.setdefault(key, []).extend(pairs(raw))
+
+    def pairs(self) -> list[Any]:
+        """Every (device, score) pair read this pass."""
+        return [p for got in self.got.values() for p in got]
+
+    def short(self, usable: Iterable[tuple[str, frozenset[str]]]) -> dict[str, tuple[int, int]]:
+        """The classes to read deeper, with the range to read: those whose idle set holds
+        more than was read while fewer of the devices read than the pass can place are usable
+        (``usable``: the class of every device left after hosts' health and stale entries)."""
+        count: Counter[str] = Counter(self.by_class.get(c, "") for c in usable)
+        out: dict[str, tuple[int, int]] = {}
+        for key, n in self.depth.items():
+            got = len(self.got.get(key, ()))
+            if n == ALL or got < n or count[key] >= self.demand:
+                continue  # read whole, exhausted, or enough usable devices
+            deeper = n * GROW
+            self.depth[key] = deeper
+            out[key] = (got, deeper - 1)
+        return out
+
+
+def read_new(r: SnapshotReader, new_sigs: list[str], devgen: Any) -> None:
+    """The constraints of buckets not seen before and, when ``devgen`` changed, the device
+    classes (``caps``): one round trip, only when either is needed."""
+    stale = r.idle.stale(devgen)
+    if not new_sigs and not stale:
+        return
+    pipe = r.redis.pipeline(transaction=False)
+    for s in new_sigs:
+        pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant")
+    if stale:
+        pipe.hgetall(r.keys.caps)
+    res = pipe.execute()
+    if stale:
+        r.idle.load(devgen, res[-1])
+    for s, (drv, tags, prio, tenant) in zip(new_sigs, res, strict=False):
+        r._sig_cache[s] = (drv or None, tagset(tags), int(prio or 0), tenant or None)
+
+
+def read_devices(r: SnapshotReader, now: int, shells: list[Bucket], signatures: int) -> Base:
+    """The base over the idle devices read so far, attributes cached (`DeviceCache`)."""
+    cached, _ = r.device_cache.rows(r.idle.pairs(), [])
+    if r.faults:
+        cached = [with_faults(d, r.faults) for d in cached]
+    pre = Snapshot.build(shells, cached, r.batch, now)
+    return Base(now, shells, pre.devices, pre.matching, signatures, pre.classes)
+
+
+def deepen(
+    r: SnapshotReader, base: Base, hosts: list[str], rowmap: dict[str, Any]
+) -> tuple[Base, list[str]]:
+    """The base filtered by its hosts' health (``rowmap``: host -> row), reading the
+    classes it leaves short deeper (`IdleClasses.short`) until none is (each round: one
+    round trip for the deeper ranges, one for the health of hosts not seen yet). With
+    ``max_tasks_per_host`` set (and read: the profile places by it), a host's devices count
+    as usable only as far as its cap leaves room (one more ``HMGET`` of ``host_held``)."""
+    cap = host_cap_setting(r.settings.get("max_tasks_per_host"))
+    while True:
+        kept = r.host_filter(base, hosts, [rowmap[h] for h in hosts])
+        usable = kept.devices
+        if cap > 0:
+            room = {h: cap - n for h, n in read_host_tasks(r.redis, r.keys, hosts).items()}
+            usable = []
+            for d in kept.devices:
+                if room.get(d.host_id, cap) > 0:
+                    room[d.host_id] = room.get(d.host_id, cap) - 1
+                    usable.append(d)
+        short = r.idle.short(d.device_class for d in usable)
+        if not short:
+            return kept, hosts
+        r.idle.read(r.redis, short)
+        base = read_devices(r, base.now, base.shells, base.signatures)
+        hosts = sorted({d.host_id for d in base.devices})
+        new = [h for h in hosts if h not in rowmap]
+        if new:
+            pipe = r.redis.pipeline(transaction=False)
+            for h in new:
+                pipe.hmget(r.keys.host(h), *liveness.HOST_FIELDS)
+            rowmap.update(zip(new, pipe.execute(), strict=True))
+
+
+def pairs(raw: list[Any]) -> list[Any]:
+    """(member, score) pairs of a raw ZRANGE WITHSCORES reply: RESP3 pairs them already
+    (float scores); a RESP2 reply is flat (string scores) and is paired here."""
+    if not raw or isinstance(raw[0], (list, tuple)):
+        return raw
+    it = iter(raw)
+    return list(zip(it, it, strict=True))
