@@ -6,6 +6,7 @@ running tasks go on; a manual dispatch still works; status shows it) and `task r
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ def test_a_paused_pool_runs_what_runs_and_assigns_nothing_new(deploy: Deployment
     time.sleep(2)
     assert d.status(waiting) == TaskStatus.queued
     shown = deviceq(d.url, d.pool, "status")
-    assert "PAUSED (lab power work)" in shown.stdout, shown.stdout
+    assert re.search(r"PAUSED( by \S+)? \(lab power work\)", shown.stdout), shown.stdout
     why = json.loads(deviceq(d.url, d.pool, "explain", waiting, "--json").stdout)
     assert why["summary"].startswith("the pool is paused (lab power work); then: ")
     assert why["reasons"][0]["code"] == "pool_paused", why["reasons"]

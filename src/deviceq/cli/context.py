@@ -4,6 +4,7 @@ and `pass_ctx`, the decorator that hands it to a command."""
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,39 @@ if TYPE_CHECKING:
     from ..core.connection import PoolConnection
     from ..ops.admin import PoolAdmin
     from ..producer import Client
+
+
+ACTOR_ENV = "DEVICEQ_ACTOR"
+
+
+def login_name() -> str:
+    """This process's login name ('' when there is none, as in some containers)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - getpass raises OSError or KeyError without a login
+        return ""
+
+
+def actor() -> str:
+    """Who the command line acts as, recorded as ``by`` by the actions (cancel, retry,
+    quarantine, drain, pause): ``DEVICEQ_ACTOR`` when set (an id, else InvalidInput), or the
+    login name when it is a valid id; '' (not recorded) otherwise. It is what the user says,
+    not a checked identity: anyone who may run these scripts may write any name."""
+    from ..core.errors import InvalidInput
+    from ..core.validation import ID_RE
+
+    given = os.environ.get(ACTOR_ENV)
+    if given is not None:
+        if not ID_RE.fullmatch(given):
+            raise InvalidInput(
+                f"{ACTOR_ENV}={given[:40]!r} is not a valid name: use 1-128 characters from "
+                "A-Z a-z 0-9 . _ - (not starting with punctuation)"
+            )
+        return given
+    name = login_name()
+    return name if ID_RE.fullmatch(name) else ""
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from .app import Ctx, console_for_tables, device, echo_json, pass_ctx
+from .context import actor
 from .lazy import LazyChoice, resolve
 from .options import usage_checked, usage_ids
 from .render import fmt_ms
@@ -191,7 +192,7 @@ def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool, reason: str
 
     usage_ids(device_id=device_id)
     usage_checked(lambda: check_reason(reason))
-    res = ctx.admin.quarantine(device_id, flag, reason)
+    res = ctx.admin.quarantine(device_id, flag, reason, actor())
     if as_json:
         echo_json({"device_id": device_id, "result": res})
     elif flag:

@@ -14,6 +14,7 @@ from .app import (
     output_option,
     pass_ctx,
 )
+from .context import actor
 from .render import fmt_age, fmt_ms, print_token
 
 
@@ -129,7 +130,7 @@ def host_drain(ctx: Ctx, host_id: str) -> None:
 
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
-    state = ctx.admin.drain(host_id, True)
+    state = ctx.admin.drain(host_id, True, actor())
     click.echo(f"{host_id} {state}")
 
 
@@ -147,5 +148,5 @@ def host_undrain(ctx: Ctx, host_id: str) -> None:
 
     validate_id(host_id, "host id")
     ctx.warn_if_unknown_pool()
-    state = ctx.admin.drain(host_id, False)
+    state = ctx.admin.drain(host_id, False, actor())
     click.echo(f"{host_id} {state}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .app import Ctx, main, pass_ctx
+from .context import actor
 
 
 @main.command()
@@ -20,7 +21,7 @@ def pause(ctx: Ctx, reason: str) -> None:
       deviceq pause --reason "lab power work until 14:00"
     """
     ctx.warn_if_unknown_pool()
-    done = ctx.admin.pause(reason)
+    done = ctx.admin.pause(reason, actor())
     if done == "unchanged":
         click.echo(f"pool {ctx.pool} was already paused")
     else:
@@ -36,7 +37,7 @@ def resume(ctx: Ctx) -> None:
     Example:
       deviceq resume
     """
-    done = ctx.admin.resume()
+    done = ctx.admin.resume(actor())
     if done == "unchanged":
         click.echo(f"pool {ctx.pool} was not paused")
     else:

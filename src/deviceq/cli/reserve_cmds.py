@@ -10,20 +10,12 @@ import click
 
 from ..core.errors import InvalidInput
 from .app import Ctx, echo_json, main, pass_ctx
+from .context import login_name
 from .options import parse_duration_ms
 from .render import fmt_ms
 
 if TYPE_CHECKING:
     from ..ops.admin import Reservation
-
-
-def _default_note() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name (a container): the note is required then
-        return ""
 
 
 def _print(r: Reservation, verb: str, now_ms: int, as_json: bool) -> None:
@@ -99,7 +91,7 @@ def reserve(
         r = admin.extend(validate_id(device_id, "device id"), ms, note or "")
         _print(r, "reservation extended", admin.server_time_ms(), as_json)
         return
-    text = note if note is not None else _default_note()
+    text = note if note is not None else login_name()
     if not text:
         raise InvalidInput("--note is required (who is the device for?)")
     if device_id is not None:

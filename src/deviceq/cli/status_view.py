@@ -31,6 +31,7 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         *(
             [
                 ("   PAUSED", "bold yellow"),
+                (f" by {data['paused']['by']}" if data["paused"].get("by") else "", "yellow"),
                 (f" ({data['paused']['reason']})" if data["paused"]["reason"] else "", "yellow"),
                 (": nothing new is assigned (deviceq resume)", "yellow"),
             ]

@@ -13,6 +13,7 @@ import click
 from ..core.errors import InvalidInput, NotFound
 from ..core.vocabulary import LEASED_STATUSES
 from .app import Ctx, console_for_tables, echo_json, pass_ctx, task
+from .context import actor
 from .options import (
     LIMIT_OPTION,
     YES_OPTION,
@@ -175,6 +176,7 @@ def task_cancel(
       deviceq task cancel 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c
       deviceq task cancel --status queued --driver-type android --older-than 2h --yes
     """
+    by = actor()  # checked before anything is asked or changed
     ids, flt = targets(
         ctx,
         task_ids,
@@ -189,7 +191,7 @@ def task_cancel(
         if as_json:
             echo_json({})
         return
-    answers = ctx.client.cancel_many(ids, reason)
+    answers = ctx.client.cancel_many(ids, reason, by)
     if as_json:
         echo_json(answers)
         return
@@ -317,6 +319,7 @@ def task_retry(
       deviceq task retry --status failed --driver-type android --older-than 1h --yes
       deviceq task retry --rerun 3f2a9c0d1e2b4a5f      # a done task, run again
     """
+    by = actor()  # checked before anything is asked or changed
     allowed = RETRYABLE + (("done",) if rerun else ())
     ids, flt = targets(
         ctx,
@@ -345,7 +348,7 @@ def task_retry(
     out = []
     for task_id in ids:
         old = olds[task_id]
-        new_id = ctx.client.retry(task_id, rerun=rerun)
+        new_id = ctx.client.retry(task_id, rerun=rerun, by=by)
         if as_json:
             out.append(
                 {

@@ -164,14 +164,17 @@ class PoolAdmin(PoolConnection):
         )
 
     # -- the pool --------------------------------------------------------------------------
-    def pause(self, reason: str = "") -> str:
+    def pause(self, reason: str = "", by: str = "") -> str:
         """Stop new assignments in the whole pool (running tasks go on); ``paused`` or
-        ``unchanged``. ``reason``: at most 200 bytes, no control characters."""
-        return str(self._run("pool_pause", ["pause", check_reason(reason)]))
+        ``unchanged``. ``reason``: at most 200 bytes, no control characters. ``by`` (an id,
+        '' = not recorded): who, the event's ``by`` and `paused`'s."""
+        who = [validate_id(by, "actor")] if by else []
+        return str(self._run("pool_pause", ["pause", check_reason(reason), *who]))
 
-    def resume(self) -> str:
-        """Assign again after `pause`; ``resumed`` or ``unchanged``."""
-        return str(self._run("pool_pause", ["resume", ""]))
+    def resume(self, by: str = "") -> str:
+        """Assign again after `pause`; ``resumed`` or ``unchanged``. ``by`` as for `pause`."""
+        who = [validate_id(by, "actor")] if by else []
+        return str(self._run("pool_pause", ["resume", "", *who]))
 
     def set_priority(self, task_ids: Iterable[str], priority: int) -> dict[str, str]:
         """Change the priority (0-9) of queued tasks: each moves to the bucket of its new
@@ -187,7 +190,8 @@ class PoolAdmin(PoolConnection):
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
 
     def paused(self) -> dict[str, Any] | None:
-        """``{at, reason}`` while the pool is paused, else None."""
+        """``{at, reason, by}`` while the pool is paused, else None (``by``: '' when not
+        recorded)."""
         raw = self.redis.get(self.keys.paused)
         if raw is None:
             return None
@@ -195,7 +199,11 @@ class PoolAdmin(PoolConnection):
             info = json.loads(raw)
         except ValueError:
             info = {}
-        return {"at": info.get("at"), "reason": info.get("reason") or ""}
+        return {
+            "at": info.get("at"),
+            "reason": info.get("reason") or "",
+            "by": info.get("by") or "",
+        }
 
     def hosts(self) -> list[Host]:
         """Every host of the pool with its liveness, flags and session (sorted by id)."""
