@@ -10,7 +10,8 @@
 -- in submission order (a retry waiting out its backoff, or a delayed task, moves when it is
 -- enqueued). A multi-device task keeps its place in `gangs` with the new priority.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     priority(0..9) n(1..1000), then n task ids
+-- ARGV     priority(0..9) n(1..1000), then n task ids [, by: who, an id ('' or absent = not
+--          recorded): the priority_changed events' `by`]
 -- Keys     reads/writes task:ID, queue:SIG, sig:SIG, queues, events, sched:wake; reads config
 -- Returns  per task a string: "ok" (changed), "same" (it had that priority) or "err:REASON"
 --          with REASON one of invalid_id task_not_found task_not_queued task_part (a part of
@@ -19,7 +20,10 @@
 local prio = int_in(ARGV[1], 0, 9)
 if not prio then return fail('INVALID', 'priority must be 0-9') end
 local n = int_in(ARGV[2], 1, 1000)
-if not n or #ARGV ~= 2 + n then return fail('INVALID', 'bad argument count') end
+if not n or (#ARGV ~= 2 + n and #ARGV ~= 3 + n) then return fail('INVALID', 'bad argument count') end
+local by = ARGV[3 + n] or ''
+if by ~= '' and not valid_id(by) then return fail('INVALID', 'malformed actor (by)') end
+local who = by ~= '' and {'by', by} or {}
 local p = I(prio)
 local out, moved = {}, false
 for i = 1, n do
@@ -43,7 +47,7 @@ for i = 1, n do
         redis.call('HSET', k('task', id), 'priority', p, 'sig', sig)
         if not waiting then enqueue(id, sig, t.seq, t.driver_type, t.tags, p, t.tenant) end
       end
-      emit('priority_changed', 'task', id, 'from', old, 'to', p)
+      emit('priority_changed', 'task', id, 'from', old, 'to', p, unpack(who))
       out[i] = 'ok'
       moved = true
     end

@@ -1,6 +1,7 @@
-"""Who acted, from the command line: ``task cancel|retry``, ``device quarantine|unquarantine``,
-``host drain|undrain``, ``pause`` and ``resume`` record ``DEVICEQ_ACTOR`` (else the login
-name, when it is a valid id) as the ``by`` of the events they emit, on a real Redis."""
+"""Who acted, from the command line: ``task cancel|retry|set-priority``, ``device
+quarantine|unquarantine``, ``host drain|undrain``, ``pause`` and ``resume`` record
+``DEVICEQ_ACTOR`` (else the login name, when it is a valid id) as the ``by`` of the events
+they emit, on a real Redis."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def test_every_cli_action_records_deviceq_actor_as_by(
     real_fleet.add_host("lab-1", ("pixel-7", "android", ()))
     env: dict[str, str | None] = {"DEVICEQ_ACTOR": "bob"}
     queued = real_fleet.client.submit("a", driver_type="android")
+    other = real_fleet.client.submit("c", driver_type="android")
     steps = [
+        ("task", "set-priority", other, "5"),
         ("task", "cancel", queued),
         ("task", "retry", queued),
         ("device", "quarantine", "pixel-7", "--reason", "cracked"),
@@ -51,6 +54,7 @@ def test_every_cli_action_records_deviceq_actor_as_by(
     assert "PAUSED by bob (power)" in run(redis_url, pool, env, "status").stdout
     assert run(redis_url, pool, env, "resume").exit_code == 0
 
+    assert by_of(real_r, pool, "priority_changed") == ["bob"]
     assert by_of(real_r, pool, "cancelled") == ["bob"]
     retried = [e for e in events(real_r, pool) if e.get("type") == "submitted"][-1]
     assert retried.get("by") == "bob"
@@ -80,6 +84,7 @@ def test_without_deviceq_actor_the_login_name_is_by_and_a_name_no_id_is_not_reco
     "args",
     [
         ("pause",),
+        ("task", "set-priority", "QUEUED", "5"),
         ("host", "drain", "lab-1"),
         ("device", "quarantine", "pixel-7"),
         ("task", "cancel", "QUEUED"),
@@ -101,4 +106,5 @@ def test_a_malformed_deviceq_actor_is_one_line_and_changes_nothing(
     assert len(lines) == 1 and "DEVICEQ_ACTOR" in lines[0], res.stderr
     assert len(events(real_r, pool)) == before
     assert real_fleet.client.get(queued).status.value == "queued"
+    assert real_fleet.client.get(queued).priority == 0
     assert real_r.exists(Keys(pool).paused) == 0

@@ -32,9 +32,10 @@ def login_name() -> str:
 
 def actor() -> str:
     """Who the command line acts as, recorded as ``by`` by the actions (cancel, retry,
-    quarantine, drain, pause): ``DEVICEQ_ACTOR`` when set (an id, else InvalidInput), or the
-    login name when it is a valid id; '' (not recorded) otherwise. It is what the user says,
-    not a checked identity: anyone who may run these scripts may write any name."""
+    quarantine, drain, set-priority, pause): ``DEVICEQ_ACTOR`` when set (an id, else
+    InvalidInput), or the login name when it is a valid id; '' (not recorded) otherwise. It
+    is what the user says, not a checked identity: anyone who may run these scripts may
+    write any name."""
     from ..core.errors import InvalidInput
     from ..core.validation import ID_RE
 

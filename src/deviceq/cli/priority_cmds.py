@@ -7,6 +7,7 @@ import sys
 import click
 
 from .app import Ctx, echo_json, pass_ctx, task
+from .context import actor
 
 
 @task.command("set-priority")
@@ -27,7 +28,7 @@ def task_set_priority(ctx: Ctx, task_ids: tuple[str, ...], priority: int, as_jso
     from ..core.replies import parse
     from ..core.vocabulary import ReplyCode
 
-    result = ctx.admin.set_priority(task_ids, priority)
+    result = ctx.admin.set_priority(task_ids, priority, actor())
     replies = {tid: parse(r) for tid, r in result.items()}
     if as_json:
         echo_json(result)

@@ -176,17 +176,19 @@ class PoolAdmin(PoolConnection):
         who = [validate_id(by, "actor")] if by else []
         return str(self._run("pool_pause", ["resume", "", *who]))
 
-    def set_priority(self, task_ids: Iterable[str], priority: int) -> dict[str, str]:
+    def set_priority(self, task_ids: Iterable[str], priority: int, by: str = "") -> dict[str, str]:
         """Change the priority (0-9) of queued tasks: each moves to the bucket of its new
         priority, keeping its place in submission order (``lua/task_priority.lua``). Returns
         per id ``ok``, ``same`` or ``err:REASON`` (task_not_found, task_not_queued,
-        task_part); InvalidInput for a bad id or priority (nothing changed)."""
+        task_part); InvalidInput for a bad id or priority (nothing changed). ``by`` (an id,
+        '' = not recorded): who, the events' ``by``."""
         ids = [validate_id(t, "task id") for t in task_ids]
         if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
             raise InvalidInput(f"priority must be 0-9, got {priority!r}")
         if not 1 <= len(ids) <= 1000:
             raise InvalidInput("give 1 to 1,000 task ids")
-        out = self._run("task_priority", [str(priority), str(len(ids)), *ids])
+        who = [validate_id(by, "actor")] if by else []
+        out = self._run("task_priority", [str(priority), str(len(ids)), *ids, *who])
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
 
     def paused(self) -> dict[str, Any] | None:
