@@ -9,8 +9,8 @@ by line, in one shell against a live pool (a fresh pool on the test Redis; the s
 ``export DEVICEQ_POOL=...`` is pointed at it), background daemons (``... &``) included. Each
 command's output must match the README's once what differs between runs is set aside: task
 ids (the README's ids stand for the ones this run made: its later commands get them),
-times (also in ms since the epoch), durations, the leader's name, the Redis version, the
-widths of table rules; a ``...`` line in the README stands for any lines.
+webhook ids, times (also in ms since the epoch), durations, the leader's name, the Redis
+version, the widths of table rules; a ``...`` line in the README stands for any lines.
 """
 
 from __future__ import annotations
@@ -134,11 +134,12 @@ class Shell:
         self.jobs = 0
 
     def run(self, command: str, timeout: float = 90) -> tuple[str, int]:
-        """Run one line; a background one (``... &``) gets its output in a log file."""
+        """Run one line; a background one (``... &``) gets what it does not redirect itself
+        in a log file."""
         stripped = command.rstrip()
         if stripped.endswith("&") and not stripped.endswith("&&"):
             self.jobs += 1
-            command = f"{stripped[:-1]} > bg-{self.jobs}.log 2>&1 &"
+            command = f"( {stripped[:-1]} ) > bg-{self.jobs}.log 2>&1 &"
         assert self.proc.stdin and self.proc.stdout
         self.proc.stdin.write(f'{command}\necho "{MARK} $?"\n'.encode())
         self.proc.stdin.flush()
@@ -167,6 +168,7 @@ class Shell:
 def normalized(line: str, ids: dict[str, str]) -> str:
     """``line`` without what differs between runs (ids are mapped through ``ids`` first)."""
     line = TASK_ID.sub(lambda m: ids.get(m.group(0), m.group(0)), line)
+    line = re.sub(r"\bwh-[0-9a-f]{10}\b", "<webhook>", line)
     line = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?Z?", "<time>", line)
     line = re.sub(r"\d{13}-\d+", "<event-id>", line)
     line = re.sub(r"\b1\d{12}\b", "<ms>", line)  # a time in ms since the epoch

@@ -3,6 +3,7 @@ the leading scheduler (`deviceq.ops.webhooks`)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -112,3 +113,61 @@ def webhook_remove(ctx: Ctx, webhook_id: str) -> None:
     """
     _store(ctx).remove(webhook_id)
     click.echo(f"webhook {webhook_id} removed")
+
+
+def _print_line(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()  # at once, also into a file or a pipe
+
+
+@webhook.command("listen")
+@click.option(
+    "--secret-file",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, readable=True),
+    help="The webhook's secret (as written by `webhook add -o FILE`): each delivery's "
+    "signature is checked against it.",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=8099, show_default=True,
+              help="The port to listen on.")  # fmt: skip
+@click.option("--bind", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--count", type=click.IntRange(0), default=0,
+              help="Exit after COUNT deliveries (0: run until interrupted).")  # fmt: skip
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print each delivery's body as one JSON line, with signature_ok and repeat.",
+)
+def webhook_listen(secret_file: str, port: int, bind: str, count: int, as_json: bool) -> None:
+    """Receive webhook deliveries and print one line each: EVENT, whether its signature
+    matches the secret, and the task, device or host it is about. To try a webhook before
+    pointing it at a real receiver (a bad signature is answered 401; a repeat of a delivery
+    id is marked). Needs no Redis.
+
+    \b
+    Example:
+      deviceq webhook add http://127.0.0.1:8099/deviceq --event failed -o hook.secret
+      deviceq webhook listen --secret-file hook.secret
+    """
+    from ..ops.webhook_listen import Listener
+
+    secret = Path(secret_file).read_text().strip()
+    if not secret:
+        raise InvalidInput(f"{secret_file} is empty")
+    try:
+        listener = Listener(
+            secret,
+            _print_line,
+            host=bind,
+            port=port,
+            as_json=as_json,
+            count=count,
+        )
+    except OSError as e:
+        raise InvalidInput(f"cannot listen on {bind}:{port}: {e.strerror or e}") from None
+    click.echo(f"listening on http://{bind}:{listener.port}/ (Ctrl-C to stop)", err=True)
+    try:
+        listener.serve()
+    except KeyboardInterrupt:
+        listener.close()
