@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
+from conftest import Fleet
 from deviceq import InvalidInput, NotFound, TaskFilter, TaskStatus
 from deviceq.scheduler import TaskScheduler
 
@@ -73,8 +75,11 @@ def test_cancel_several_ids_and_a_confirmed_filter(real_fleet: Any, redis_url: s
     assert statuses(f, a + b) == ["cancelled"] * 5
 
 
-def test_retry_by_filter_and_wait_for_several(real_fleet: Any, redis_url: str) -> None:
-    f = real_fleet
+def test_retry_by_filter_and_wait_for_several(private_redis: Any, pool: str) -> None:
+    # a server of its own: the waiting command is found by its XREAD in the client list,
+    # which on the shared server could be any other test's
+    f = Fleet(redis.Redis.from_url(private_redis.url, decode_responses=True), pool)
+    redis_url = private_redis.url
     h = f.add_host("h1", ("d1", "android", ()), ("d2", "android", ()))
     ids = [f.client.submit(f"g{i}", driver_type="android", max_attempts=1) for i in range(2)]
     TaskScheduler(f.admin, owner="bulk").assign()

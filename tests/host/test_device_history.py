@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 
 from deviceq import TaskStatus
+from deviceq.cli.context import actor
 from deviceq.core.errors import InvalidInput
 from deviceq.ops.verify import verify
 from harness import CLI, Deployment, deviceq, free_port, wait_for
+
+WHO = actor() or "operator"  # who the command line acts as ('' not recorded: "operator")
 
 # the daemons import this tree's deviceq (and so run its Lua), not an installed copy
 
@@ -141,7 +144,7 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
         assert all(e["device_id"] == "d1" for e in by_device.lines)
         assert all(e["host_id"] == "h1" for e in by_host.lines)
         (q,) = [e for e in by_device.lines if e["type"] == "device_quarantined"]
-        assert (q["reason"], q["by"]) == ("cracked screen", "operator")
+        assert (q["reason"], q["by"]) == ("cracked screen", WHO)
     finally:
         by_device.close()
         by_host.close()
@@ -152,10 +155,10 @@ def test_a_devices_attempts_tasks_and_events_and_a_quarantine_reason(
     show = json.loads(deviceq(d.url, d.pool, "device", "show", "d1", "--json").stdout)
     assert show["quarantine_reason"] == "cracked screen" and show["why"] == "cracked screen"
     (h,) = show["history"]
-    assert (h["event"], h["reason"], h["by"]) == ("quarantined", "cracked screen", "operator")
+    assert (h["event"], h["reason"], h["by"]) == ("quarantined", "cracked screen", WHO)
     assert h["when"] >= recent[0]["when"]
     text = deviceq(d.url, d.pool, "device", "show", "d1").stdout
-    assert "quarantined  by=operator reason=cracked screen" in text
+    assert f"quarantined  by={WHO} reason=cracked screen" in text
     # the dashboard's fleet grid (a device's tooltip) and a host's device table show it
     port = free_port()
     d.spawn("dashboard", "dashboard", "--port", str(port))

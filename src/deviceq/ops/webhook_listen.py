@@ -86,13 +86,13 @@ class Listener:
             body = None
         if not isinstance(body, dict):
             body = {"event": req.headers.get("X-Deviceq-Event") or "?", "data": {}}
-        self._answer(req, 204 if ok else 401)
         if self.as_json:
             line = json.dumps({**body, "signature_ok": ok, "repeat": repeat}, sort_keys=True)
         else:
             line = f"{body.get('event', '?')} signature {'ok' if ok else 'BAD'} {subject(body)}"
             line += " (repeat)" if repeat else ""
-        self.emit(line)
+        self.emit(line)  # before the answer: a sender that got it finds the line written
+        self._answer(req, 204 if ok else 401)
         self.received += 1
         if self.count and self.received >= self.count:
             self.done.set()
