@@ -21,6 +21,10 @@ The heartbeat part of ``bench.fleet_probes`` alone, with ``SLOWLOG`` logging cal
    client's time between calls): on a delta tree delta calls with no device (the version
    read from ``host:ID``), else the full-snapshot call.
 
+6. ``floor``: what any script call costs on this server, a script doing nothing and one of
+   two commands (a read and a write of the host's hash: the least a heartbeat can do), back
+   to back and 50 ms apart.
+
 For each: script calls (``EVALSHA``, ``INFO commandstats``), the longest heartbeat call (ms,
 SLOWLOG) and Redis command µs and CPU µs in all (per heartbeat for 2 and 3).
 Runs on whatever ``deviceq`` is importable (``PYTHONPATH=.../src``): this tree's or a
@@ -101,6 +105,40 @@ def calls_alone(
     return snapshots
 
 
+FLOORS = {
+    "floor: a script doing nothing": "return 1",
+    "floor: a script of 2 commands": (
+        "redis.call('HGET', KEYS[1], 'token_digest') "
+        "redis.call('HSET', KEYS[1], 'last_heartbeat', ARGV[1]) return 1"
+    ),
+}
+"""What any script call costs this server: the floor an unchanged heartbeat (a host proves
+itself and says it is alive: at least a read and a write) is compared with."""
+
+
+def floors(r: redis.Redis, names: dict[str, str], key: str) -> list[Row]:
+    """Each `FLOORS` script called 200 times back to back, then 40 times 50 ms apart."""
+    out: list[Row] = []
+    for probe, body in FLOORS.items():
+        sha = str(r.script_load(body))
+
+        def alone(sha: str = sha) -> None:
+            for i in range(200):
+                r.evalsha(sha, 1, key, str(i))
+
+        def spaced(sha: str = sha) -> None:
+            for i in range(40):
+                t = time.perf_counter()
+                r.evalsha(sha, 1, key, str(i))
+                time.sleep(max(0.0, GAP - (time.perf_counter() - t)))
+
+        calls, lo, us, cpu = measure(r, names, alone)
+        out.append((f"{probe}, calls alone", 0, calls, lo, us / 200, cpu / 200))
+        calls, lo, us, cpu = measure(r, names, spaced)
+        out.append((f"{probe}, 50 ms apart", 0, calls, lo, us / 40, cpu / 40))
+    return out
+
+
 def run() -> list[Row]:
     names = sha_names()
     out: list[Row] = []
@@ -158,6 +196,7 @@ def run() -> list[Row]:
             fn = calls_alone(r, hc, d, beats)
             calls, lo, us, cpu = measure(r, names, fn)
             out.append(("unchanged, calls alone", len(d), calls, lo, us / beats, cpu / beats))
+        out += floors(r, names, small.keys.host("small"))
         r.close()
     return out
 
@@ -169,7 +208,7 @@ def markdown(rows: list[Row]) -> str:
     ]
     for probe, n, calls, lo, us, cpu in rows:
         per = " per heartbeat" if probe.startswith(("unchanged", "one changed")) else ""
-        per = " per call" if probe.endswith("calls alone") else per
+        per = " per call" if probe.endswith("calls alone") or probe.startswith("floor") else per
         longest = f"{lo:.2f}" if lo else "<1"
         lines.append(f"| {probe}{per} | {n:,} | {calls} | {longest} | {us:,.0f} | {cpu:,.0f} |")
     return "\n".join(lines) + "\n"
