@@ -36,6 +36,7 @@ README = ROOT / "README.md"
 FENCE = re.compile(r"^```console[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 MARK = "@@deviceq-step-done@@"
+BACKGROUND = re.compile(r"^(.*[^&])&[ \t]*(#[^'\"]*)?$")  # `cmd &`, maybe `cmd &  # comment`
 
 
 @dataclass
@@ -136,10 +137,10 @@ class Shell:
     def run(self, command: str, timeout: float = 90) -> tuple[str, int]:
         """Run one line; a background one (``... &``) gets what it does not redirect itself
         in a log file."""
-        stripped = command.rstrip()
-        if stripped.endswith("&") and not stripped.endswith("&&"):
+        background = BACKGROUND.match(command)
+        if background:
             self.jobs += 1
-            command = f"( {stripped[:-1]} ) > bg-{self.jobs}.log 2>&1 &"
+            command = f"( {background.group(1)} ) > bg-{self.jobs}.log 2>&1 &"
         assert self.proc.stdin and self.proc.stdout
         self.proc.stdin.write(f'{command}\necho "{MARK} $?"\n'.encode())
         self.proc.stdin.flush()
