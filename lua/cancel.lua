@@ -26,8 +26,8 @@
 local id, reason, by = ARGV[1], ARGV[2], ARGV[3] or ''
 if not valid_id(id) then return fail('INVALID', 'malformed task id') end
 if (#ARGV ~= 2 and #ARGV ~= 3) or #reason > 500 then return fail('INVALID', 'reason must be at most 500 bytes') end
-if by ~= '' and not valid_id(by) then return fail('INVALID', 'malformed actor (by)') end
-local who = by ~= '' and {'by', by} or {}
+local who = actor_fields(by)
+if not who then return fail('INVALID', 'malformed actor (by)') end
 local t = load_task(id)
 if not t.status then return fail('NOT_FOUND', 'no task ' .. id) end
 if TERMINAL[t.status] then return 'already:' .. t.status end

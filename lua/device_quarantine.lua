@@ -28,7 +28,7 @@ if #reason > 200 or reason:find('%c') or not valid_utf8(reason) then
   return fail('INVALID', 'reason must be at most 200 bytes of text without control characters')
 end
 if reason == '' then reason = 'operator' end
-if by ~= '' and not valid_id(by) then return fail('INVALID', 'malformed actor (by)') end
+if not actor_fields(by) then return fail('INVALID', 'malformed actor (by)') end
 if by == '' then by = 'operator' end
 local dk = k('device', did)
 local d = redis.call('HMGET', dk, 'host_id', 'state', 'reserved_by', 'quarantined', 'driver_type', 'held',

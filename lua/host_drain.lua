@@ -15,7 +15,8 @@
 -- Errors   NOT_FOUND (no host), AUTH / SUPERSEDED (daemon: wrong token or session), INVALID
 local host_id, flag, who, token, session = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local by = ARGV[6] or ''
-if by ~= '' and not valid_id(by) then return fail('INVALID', 'malformed actor (by)') end
+local by_fields = actor_fields(by)
+if not by_fields then return fail('INVALID', 'malformed actor (by)') end
 if not valid_id(host_id) then return fail('INVALID', 'malformed host id') end
 if flag ~= '1' and flag ~= '0' then return fail('INVALID', 'flag must be 1 or 0') end
 if who ~= 'operator' and who ~= 'daemon' then return fail('INVALID', 'who must be operator or daemon') end
@@ -31,7 +32,7 @@ if redis.call('HGET', hk, field) ~= flag then
   redis.call('HSET', hk, field, flag)
   local kind = who == 'operator' and (flag == '1' and 'host_draining' or 'host_undrained')
     or (flag == '1' and 'host_stopping' or 'host_running')
-  if by ~= '' then emit(kind, 'host', host_id, 'by', by) else emit(kind, 'host', host_id) end
+  emit(kind, 'host', host_id, unpack(by_fields))
   if flag == '0' then wake(k('sched', 'wake')) end
 end
 if who == 'operator' then return flag == '1' and 'draining' or 'active' end

@@ -14,8 +14,8 @@
 local action, reason, by = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 if action ~= 'pause' and action ~= 'resume' then return fail('INVALID', 'action must be pause or resume') end
 if #reason > 200 then return fail('INVALID', 'reason over 200 bytes') end
-if by ~= '' and not valid_id(by) then return fail('INVALID', 'malformed actor (by)') end
-local who = by ~= '' and {'by', by} or {}
+local who = actor_fields(by)
+if not who then return fail('INVALID', 'malformed actor (by)') end
 local pk = k('paused')
 local was = redis.call('EXISTS', pk) == 1
 if action == 'pause' then

@@ -22,8 +22,8 @@ if not prio then return fail('INVALID', 'priority must be 0-9') end
 local n = int_in(ARGV[2], 1, 1000)
 if not n or (#ARGV ~= 2 + n and #ARGV ~= 3 + n) then return fail('INVALID', 'bad argument count') end
 local by = ARGV[3 + n] or ''
-if by ~= '' and not valid_id(by) then return fail('INVALID', 'malformed actor (by)') end
-local who = by ~= '' and {'by', by} or {}
+local who = actor_fields(by)
+if not who then return fail('INVALID', 'malformed actor (by)') end
 local p = I(prio)
 local out, moved = {}, false
 for i = 1, n do

@@ -6,6 +6,14 @@ local function valid_id(s)
   return type(s) == 'string' and #s >= 1 and #s <= 128 and s:match('^[A-Za-z0-9][A-Za-z0-9._-]*$') ~= nil
 end
 
+-- the optional `by` of a transition (who acts: an id; '' or nil = not recorded) as event
+-- fields: {'by', by}, {} when not recorded, nil when malformed (the caller fails INVALID)
+local function actor_fields(by)
+  if by == nil or by == '' then return {} end
+  if not valid_id(by) then return nil end
+  return {'by', by}
+end
+
 local function valid_tag(s)
   return #s >= 1 and #s <= 64 and s:match('^[A-Za-z0-9][A-Za-z0-9._=/+-]*$') ~= nil
 end

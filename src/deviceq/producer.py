@@ -28,6 +28,7 @@ from .core.models import (
 )
 from .core.pacing import pacer_for
 from .core.task_record import read_task, with_goal
+from .core.validation import actor_args
 from .submission import (
     check_int,
     chunk_args,
@@ -300,8 +301,7 @@ class Client(PoolConnection):
         validate_id(task_id, "task id")
         if not isinstance(reason, str):
             raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
-        who = [validate_id(by, "actor")] if by else []
-        return str(self._run("cancel", [task_id, reason[:500], *who]))
+        return str(self._run("cancel", [task_id, reason[:500], *actor_args(by)]))
 
     def cancel_many(
         self, task_ids: Iterable[str], reason: str = "cancelled by user", by: str = ""
@@ -313,8 +313,7 @@ class Client(PoolConnection):
         ids = self._existing_ids(task_ids, "cancel_many")
         if not isinstance(reason, str):
             raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
-        if by:
-            validate_id(by, "actor")
+        actor_args(by)  # checked before the first is cancelled
         return {t: self.cancel(t, reason, by) for t in ids}
 
     def wait_many(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from deviceq.core.vocabulary import TaskStatus
+from deviceq.ops import webhook_listen
 from deviceq.ops.webhook_listen import MAX_BODY, Listener
 from deviceq.ops.webhooks import sign
 from harness import Deployment, deviceq, free_port
@@ -144,3 +145,23 @@ def test_a_busy_port_or_a_missing_secret_is_one_line(tmp_path: Path) -> None:
     blank = subprocess.run([exe, "webhook", "listen", "--secret-file", str(empty)],
                            capture_output=True, text=True, timeout=30)  # fmt: skip
     assert blank.returncode != 0 and "is empty" in blank.stderr
+
+
+def test_the_ids_kept_to_mark_repeats_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhook_listen, "REMEMBERED", 3)
+    lines: list[str] = []
+    lst = Listener("the-secret-of-it", lines.append, port=0)
+    thread = threading.Thread(target=lst.serve, daemon=True)
+    thread.start()
+    try:
+        body = json.dumps({"event": "failed", "data": {"task_id": "t1"}}).encode()
+        good = sign("the-secret-of-it", body)
+        for delivery in ("1-0", "2-0", "3-0", "3-0", "4-0", "1-0", "4-0"):
+            assert post(lst.port, body, good, delivery) == 204
+    finally:
+        lst.close()
+        thread.join(5)
+    assert len(lst.seen) == 3
+    # 3-0 and 4-0 are repeats; 1-0 was forgotten once 4-0 made four ids
+    assert [ln.endswith("(repeat)") for ln in lines] == [False, False, False, True, False,
+                                                         False, True]  # fmt: skip

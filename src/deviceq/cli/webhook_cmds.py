@@ -13,6 +13,14 @@ from ..ops.webhooks import EVENTS, WebhookStore
 from .app import Ctx, check_output_path, echo_json, main, output_option, pass_ctx, write_output_file
 
 
+def _read_secret(path: str) -> str:
+    """A webhook secret from its file (the text, stripped); InvalidInput when it is empty."""
+    secret = Path(path).read_text().strip()
+    if not secret:
+        raise InvalidInput(f"{path} is empty")
+    return secret
+
+
 def _store(ctx: Ctx) -> WebhookStore:
     return WebhookStore(ctx.admin.redis, ctx.admin.keys)
 
@@ -57,11 +65,7 @@ def webhook_add(
       deviceq webhook add https://ci.example.com/hooks/lab --event failed,quarantined,host_dead \\
           -o lab-hook.secret
     """
-    secret = None
-    if secret_file is not None:
-        secret = Path(secret_file).read_text().strip()
-        if not secret:
-            raise InvalidInput(f"{secret_file} is empty")
+    secret = _read_secret(secret_file) if secret_file is not None else None
     if output is not None:
         check_output_path(output)
     hook = _store(ctx).add(url, events, secret)
@@ -152,9 +156,7 @@ def webhook_listen(secret_file: str, port: int, bind: str, count: int, as_json: 
     """
     from ..ops.webhook_listen import Listener
 
-    secret = Path(secret_file).read_text().strip()
-    if not secret:
-        raise InvalidInput(f"{secret_file} is empty")
+    secret = _read_secret(secret_file)
     try:
         listener = Listener(
             secret,

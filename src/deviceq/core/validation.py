@@ -46,6 +46,12 @@ def validate_id(value: object, what: str = "id") -> str:
     return value
 
 
+def actor_args(by: str) -> list[str]:
+    """The optional trailing ``by`` argument (who acts) of the scripts that record it: ``[]``
+    for '' (not recorded), else ``[by]``, validated as an id (InvalidInput otherwise)."""
+    return [validate_id(by, "actor")] if by else []
+
+
 def validate_tag(value: object) -> str:
     if not isinstance(value, str) or not TAG_RE.fullmatch(value):
         kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"

@@ -18,6 +18,7 @@ from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
 from ..core.replies import parse
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
+from ..core.validation import actor_args
 from ..host.client import token_digest
 
 MAX_RESERVATION_MS = 7 * 86_400_000
@@ -148,7 +149,7 @@ class PoolAdmin(PoolConnection):
     def drain(self, host_id: str, draining: bool = True, by: str = "") -> str:
         """No new assignments to the host (``draining=False`` resumes them). ``by`` (an id,
         '' = not recorded): who, the ``by`` field of the event."""
-        who = [validate_id(by, "actor")] if by else []
+        who = actor_args(by)
         return str(
             self._run(
                 "host_drain",
@@ -168,12 +169,12 @@ class PoolAdmin(PoolConnection):
         """Stop new assignments in the whole pool (running tasks go on); ``paused`` or
         ``unchanged``. ``reason``: at most 200 bytes, no control characters. ``by`` (an id,
         '' = not recorded): who, the event's ``by`` and `paused`'s."""
-        who = [validate_id(by, "actor")] if by else []
+        who = actor_args(by)
         return str(self._run("pool_pause", ["pause", check_reason(reason), *who]))
 
     def resume(self, by: str = "") -> str:
         """Assign again after `pause`; ``resumed`` or ``unchanged``. ``by`` as for `pause`."""
-        who = [validate_id(by, "actor")] if by else []
+        who = actor_args(by)
         return str(self._run("pool_pause", ["resume", "", *who]))
 
     def set_priority(self, task_ids: Iterable[str], priority: int, by: str = "") -> dict[str, str]:
@@ -187,7 +188,7 @@ class PoolAdmin(PoolConnection):
             raise InvalidInput(f"priority must be 0-9, got {priority!r}")
         if not 1 <= len(ids) <= 1000:
             raise InvalidInput("give 1 to 1,000 task ids")
-        who = [validate_id(by, "actor")] if by else []
+        who = actor_args(by)
         out = self._run("task_priority", [str(priority), str(len(ids)), *ids, *who])
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
 
@@ -238,7 +239,7 @@ class PoolAdmin(PoolConnection):
         ``reason`` (at most 200 bytes, no control characters; '' = "operator") is stored as
         the device's ``quarantine_reason`` and carried by the ``device_quarantined`` event.
         ``by`` (an id; '' = "operator"): who, the events' and the change log's ``by``."""
-        who = [validate_id(by, "actor")] if by else []
+        who = actor_args(by)
         return str(
             self._run(
                 "device_quarantine",

@@ -4,14 +4,15 @@ prints one line per delivery — ``EVENT signature ok SUBJECT`` (SUBJECT: the ta
 host it is about), ``BAD`` for a signature that does not match (answered 401, so the
 deliverer records the error) — or, with ``as_json``, the delivery's body with
 ``signature_ok`` and ``repeat`` added. A delivery id seen before (a retry, a new leader
-resending) is marked ``(repeat)``. It is a tool for trying webhooks, not a production
-receiver: one thread, bodies of at most `MAX_BODY` bytes."""
+resending) is marked ``(repeat)`` (among the last `REMEMBERED` ids). It is a tool for trying
+webhooks, not a production receiver: one thread, bodies of at most `MAX_BODY` bytes."""
 
 from __future__ import annotations
 
 import hmac
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -20,6 +21,8 @@ from .webhooks import sign
 
 MAX_BODY = 1 << 20
 """The largest body read (bytes); a larger one is answered 413."""
+REMEMBERED = 10_000
+"""Delivery ids kept to mark repeats (the newest; an older repeat is not marked)."""
 
 
 def subject(body: dict[str, Any]) -> str:
@@ -49,7 +52,7 @@ class Listener:
     ) -> None:
         self.secret, self.emit, self.as_json, self.count = secret, emit, as_json, count
         self.received = 0
-        self.seen: set[str] = set()
+        self.seen: OrderedDict[str, None] = OrderedDict()  # the newest REMEMBERED ids
         self.done = threading.Event()
         outer = self
 
@@ -79,7 +82,10 @@ class Listener:
         ok = bool(given) and hmac.compare_digest(sign(self.secret, raw), given)
         delivery = req.headers.get("X-Deviceq-Delivery") or ""
         repeat = bool(delivery) and delivery in self.seen
-        self.seen.add(delivery)
+        if delivery and not repeat:
+            self.seen[delivery] = None
+            if len(self.seen) > REMEMBERED:
+                self.seen.popitem(last=False)
         try:
             body = json.loads(raw)
         except ValueError:
