@@ -15,6 +15,7 @@ import pytest
 
 from deviceq import DeviceReport, QueueFull, TaskStatus
 from deviceq.core.errors import AuthError
+from deviceq.core.lane import Lane
 
 
 def _queued_depth(fleet: Any) -> int:
@@ -102,14 +103,19 @@ def test_scheduler_assigns_an_idle_device(fleet: Any, monkeypatch: pytest.Monkey
     tid = fleet.client.submit("g", driver_type="android")
     fleet.store.commit([])  # loads the script, so the counted call below is the commit alone
     sent: list[str] = []
-    real = fleet.r.execute_command
+    real, real_lane = fleet.r.execute_command, Lane.call
 
     def counting(*args: Any, **kw: Any) -> Any:
         sent.append(str(args[0]).upper())
         return real(*args, **kw)
 
+    def counting_lane(lane: Lane, *args: Any) -> Any:  # the short path (deviceq.core.lane)
+        sent.append(str(args[0]).upper())
+        return real_lane(lane, *args)
+
     t0 = fleet.admin.server_time_ms()
     monkeypatch.setattr(fleet.r, "execute_command", counting)
+    monkeypatch.setattr(Lane, "call", counting_lane)
     (res,) = fleet.store.commit([(tid, "d1")])
     monkeypatch.undo()
     t1 = fleet.admin.server_time_ms()

@@ -33,6 +33,7 @@ from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from .errors import DeviceqError, error_codes, from_reply
+from .lane import lane_of
 from .vocabulary import lua_include
 
 
@@ -169,23 +170,29 @@ class Scripts:
 
     def run(self, name: str, prefix: str, args: list[Any], client: Any = None) -> Any:
         """Run script ``name`` on the pool ``prefix`` (EVALSHA, falling back to EVAL of the
-        body on NOSCRIPT); raise a typed DeviceqError for its error replies. ``client`` may be
-        a pipeline: the call is then queued as an EVAL and its reply (or error reply) comes
-        with the pipeline's ``execute``."""
+        body on NOSCRIPT); raise a typed DeviceqError for its error replies. On a plain
+        standalone client the call takes the short path of `deviceq.core.lane` (same answers
+        and errors). ``client`` may be a pipeline: the call is then queued as an EVAL and its
+        reply (or error reply) comes with the pipeline's ``execute``."""
         text = source(name)  # (KeyError for an unknown name)
         target = self._r if client is None else client
         if _is_pipeline(target):
             return target.eval(text, 1, prefix, *args)
+        lane = lane_of(target)
         try:
+            if lane is not None:
+                return lane.evalsha(sha(name), text, 1, prefix, *args)
             try:
                 return target.evalsha(sha(name), 1, prefix, *args)
             except NoScriptError:
                 return target.eval(text, 1, prefix, *args)
         except redis.ResponseError as exc:
-            typed = from_reply(_strip(str(exc)))
-            if typed is not None:
-                raise typed from None
-            raise
+            raise typed_error(exc) from None
+
+
+def typed_error(exc: redis.ResponseError) -> Exception:
+    """A script's error reply as its typed `DeviceqError` (``exc`` itself for any other)."""
+    return from_reply(_strip(str(exc))) or exc
 
 
 _CODES = error_codes()
