@@ -14,11 +14,13 @@ from functools import partial
 from typing import Protocol
 
 import redis
+from redis.exceptions import NoScriptError
 
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
+from ..core.lane import lane_of
 from ..core.models import (
     MAX_PAYLOAD_BYTES,
     Assignment,
@@ -26,12 +28,14 @@ from ..core.models import (
     FailureKind,
     ScheduledTask,
     WorkflowDefinition,
-    trusted_model,
     validate_id,
     validate_tag_list,
 )
 from ..core.pacing import pacer_for
+from ..core.scripts import sha as script_sha
+from ..core.scripts import typed_error
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
+from .claims import assignments
 from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
 
@@ -162,6 +166,7 @@ class HostLink(Protocol):
     def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat: ...
     def claim(self, max_count: int = 1) -> list[Assignment]: ...
     def wait_for_work(self, timeout: float) -> bool: ...
+    def wait_and_claim(self, timeout: float, max_count: int) -> list[Assignment]: ...
     def nudge(self) -> None: ...
     def wait_for_control(self, timeout: float) -> str | None: ...
     def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]: ...
@@ -256,31 +261,38 @@ class HostClient(PoolConnection):
 
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``."""
-        rows = self._run("claim", [*self._auth(), str(int(max_count))])
-        lease_ms = int(rows[0])
-        out = []
-        for flat in rows[1:]:
-            h = dict(zip(flat[::2], flat[1::2], strict=True))
-            task = ScheduledTask.from_hash(h, trusted=True)
-            out.append(
-                trusted_model(
-                    Assignment,
-                    {
-                        "task": task,
-                        "lease_id": task.lease_id,
-                        "attempt": task.attempt,
-                        "device_id": task.device_id,
-                        "host_id": task.host_id,
-                        "lease_expires_at": task.lease_expires_at,
-                        "lease_ms": lease_ms,
-                    },
-                )
-            )
-        return out
+        return assignments(self._run("claim", self._claim_args(max_count)))
+
+    def _claim_args(self, max_count: int) -> list[str]:
+        return [*self._auth(), str(int(max_count))]
+
+    def wait_and_claim(self, timeout: float, max_count: int) -> list[Assignment]:
+        """`wait_for_work` for at most ``timeout`` seconds, then `claim` up to ``max_count``,
+        in one round trip where the connection allows it (`deviceq.core.lane`): the two are
+        pipelined, so Redis runs the claim the moment the wait ends. The claim runs either
+        way (woken or not), as a claim after a wait would."""
+        lane = lane_of(self.redis)
+        if lane is None:
+            self.wait_for_work(timeout)
+            return self.claim(max_count)
+        key = self.keys.host_wake(self.host_id)
+        call = ("EVALSHA", script_sha("claim"), 1, self.keys.prefix, *self._claim_args(max_count))
+        woken, rows = lane.call_many(("BLPOP", key, timeout), call)
+        if isinstance(woken, Exception):
+            raise woken
+        if isinstance(rows, NoScriptError):  # a restarted server: the claim sends its body
+            return self.claim(max_count)
+        if isinstance(rows, redis.ResponseError):
+            raise typed_error(rows)
+        return assignments(rows)
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an assignment may be waiting (or ``timeout`` seconds pass)."""
-        return bool(self.redis.blpop([self.keys.host_wake(self.host_id)], timeout=timeout))
+        key = self.keys.host_wake(self.host_id)
+        lane = lane_of(self.redis)
+        if lane is None:
+            return bool(self.redis.blpop([key], timeout=timeout))
+        return bool(lane.call("BLPOP", key, timeout))
 
     def nudge(self) -> None:
         """Wake this host's own blocking inbox wait (its daemon is stopping)."""

@@ -375,6 +375,7 @@ class HostWorker:
     def _main_loop_inner(self) -> None:
         delay = 0.05
         self.backoff.reset()
+        wait = False  # the last claim emptied the inbox: wait for a wake-up before the next
         while not self.state.stopping.is_set():
             free = self.state.free_devices()
             # an operator's drain stops new assignments; what was assigned before still runs
@@ -383,13 +384,17 @@ class HostWorker:
                 self.state.changed.clear()
                 continue
             try:
-                sent = time.monotonic()
-                claimed = self.host.claim(len(free))
+                sent = time.monotonic()  # (after a wait: the claim ran at this time or later)
+                if wait:
+                    claimed = self.waiter.wait_and_claim(self._wait_timeout(), len(free))
+                else:
+                    claimed = self.host.claim(len(free))
                 self.outage.ok()
                 self.backoff.reset()
                 delay = 0.05
             except TRANSIENT as exc:
                 self._unreachable(exc)
+                wait = False
                 continue
             except (AuthError, SessionSuperseded) as exc:
                 self.state.fatal(exc)
@@ -398,23 +403,22 @@ class HostWorker:
                 self.state.log(logging.ERROR, f"claim refused: {type(exc).__name__}: {exc}")
                 self.state.stopping.wait(max(1.0, delay))
                 delay = min(5.0, delay * 2)
+                wait = False
                 continue
             for a in claimed:
                 self.executor.start(a, sent)
-            if len(claimed) >= len(free):
-                continue  # the inbox may hold more: claim again at once
             # fewer than asked: the inbox was empty (claim drains it up to the max), so an
-            # immediate second claim would be an empty round trip; a later assignment pushes
-            # the wake list, which ends the wait at once
-            self._wait_for_work()
+            # immediate second claim would be an empty round trip; the next claim follows a
+            # wait for the wake list, which a later assignment pushes (the two in one round
+            # trip where the connection allows: `HostClient.wait_and_claim`)
+            wait = len(claimed) < len(free)
 
-    def _wait_for_work(self) -> None:
+    def _wait_timeout(self) -> float:
+        """How long one inbox wait lasts: about ``poll_interval``, and at most a tenth of the
+        lease (a claim that ends a wait may have run as soon as the wait began: its lease
+        is counted from then)."""
         timeout = self.settings.poll_interval * random.uniform(0.75, 1.25)
-        try:
-            self.waiter.wait_for_work(timeout)
-            self.outage.ok()
-        except TRANSIENT as exc:
-            self._unreachable(exc)
+        return max(0.05, min(timeout, self.state.lease_ttl / 10))
 
     def _unreachable(self, exc: Exception) -> None:
         """A claim or an inbox wait met an outage: back off (ends early if Redis is back)."""

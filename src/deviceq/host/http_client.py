@@ -160,6 +160,11 @@ class ApiHostClient(ApiTransport):
             return True
         return bool(doc["woken"])
 
+    def wait_and_claim(self, timeout: float, max_count: int) -> list[Assignment]:
+        """`wait_for_work`, then `claim` (two requests)."""
+        self.wait_for_work(timeout)
+        return self.claim(max_count)
+
     def nudge(self) -> None:
         """Wake this host's own blocking inbox wait (its daemon is stopping)."""
         self._call("POST", "/nudge", {})

@@ -107,7 +107,8 @@ class HostState:
         return ctx
 
     def log(self, level: int, msg: str, **fields: Any) -> None:
-        log(LOG, level, msg, **{**self.context(), **fields})
+        if LOG.isEnabledFor(level):  # (most per-task lines are DEBUG: nothing is built)
+            log(LOG, level, msg, **{**self.context(), **fields})
 
     def log_exception(self, msg: str, **fields: Any) -> None:
         """Log ``msg`` at ERROR with the exception being handled (and this daemon's fields)."""

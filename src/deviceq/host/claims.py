@@ -1,0 +1,32 @@
+"""``claim.lua``'s reply read into `Assignment` s: the lease length, then each claimed task's
+hash as flat field/value pairs (trusted: the script wrote them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.models import Assignment, ScheduledTask, trusted_model
+
+
+def assignments(rows: list[Any]) -> list[Assignment]:
+    """The assignments of one claim reply (``[]`` when the inbox was empty)."""
+    lease_ms = int(rows[0])
+    out = []
+    for flat in rows[1:]:
+        h = dict(zip(flat[::2], flat[1::2], strict=True))
+        task = ScheduledTask.from_hash(h, trusted=True)
+        out.append(
+            trusted_model(
+                Assignment,
+                {
+                    "task": task,
+                    "lease_id": task.lease_id,
+                    "attempt": task.attempt,
+                    "device_id": task.device_id,
+                    "host_id": task.host_id,
+                    "lease_expires_at": task.lease_expires_at,
+                    "lease_ms": lease_ms,
+                },
+            )
+        )
+    return out
