@@ -382,6 +382,9 @@ class HostWorker:
             if not free:
                 self.state.changed.wait(self.settings.poll_interval)
                 self.state.changed.clear()
+                # a device freed here was freed in Redis first (its report), and its next
+                # assignment pushes the wake list: wait for that (at once when pushed already)
+                wait = True
                 continue
             try:
                 sent = time.monotonic()  # (after a wait: the claim ran at this time or later)
