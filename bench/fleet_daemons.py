@@ -10,6 +10,7 @@ scheduler daemon (their process trees, ``psutil``)."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,31 +67,42 @@ def wait_done(r: redis.Redis, at_least: int, timeout: float, alive: Callable[[],
         time.sleep(0.02)
 
 
+def start_daemons(
+    reg: Registry, url: str, devices: int, goal_runner: str
+) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[], None]]:
+    """``deviceq scheduler run`` and one ``deviceq host run`` serving ``devices`` devices
+    (``u000:bench``...) with ``goal_runner`` in threads, on the server at ``url``; returns the
+    processes by name and a check that raises once either has exited."""
+    env = child_env({URL_ENV: url})
+    base = [cli(), "--redis-url", url, "--pool", POOL]
+    token_file = add_host(reg, base, env)
+    args = [a for i in range(devices) for a in ("--device", f"u{i:03d}:{DRIVER}")]
+    host = [
+        *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *args,
+        "--goal-runner", goal_runner, "--isolation", "thread",
+    ]  # fmt: skip
+    procs = {
+        "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env),
+        "host": reg.spawn("host", host, env),
+    }
+
+    def alive() -> None:
+        for name, p in procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"the {name} daemon exited ({p.returncode})")
+
+    return procs, alive
+
+
 def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
     """One run (see the module docstring); every process and server is gone on return."""
     reg = Registry()
     try:
         server = reg.redis_server()
-        env = child_env({URL_ENV: server.url})
-        base = [cli(), "--redis-url", server.url, "--pool", POOL]
-        token_file = add_host(reg, base, env)
         client = Client(server.url, POOL)
         n = DEVICES * rounds
         client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * n)
-        devices = [a for i in range(DEVICES) for a in ("--device", f"u{i:03d}:{DRIVER}")]
-        host = [
-            *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *devices,
-            "--goal-runner", "bench.fleet_runners:hold", "--isolation", "thread",
-        ]  # fmt: skip
-        procs = {
-            "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env),
-            "host": reg.spawn("host", host, env),
-        }
-
-        def alive() -> None:
-            for name, p in procs.items():
-                if p.poll() is not None:
-                    raise RuntimeError(f"the {name} daemon exited ({p.returncode})")
+        procs, alive = start_daemons(reg, server.url, DEVICES, "bench.fleet_runners:hold")
 
         r = redis.Redis.from_url(server.url)
         wait_done(r, DEVICES, 120, alive)

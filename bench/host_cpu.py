@@ -29,11 +29,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import URL_ENV  # noqa: E402
-from bench.deviceq_daemons import HOST, add_host  # noqa: E402
 from bench.drain import tree_cpu_s  # noqa: E402
-from bench.fleet_daemons import DRIVER, POOL, done_count, wait_done  # noqa: E402
-from bench.procs import Registry, child_env, cli, log  # noqa: E402
+from bench.fleet_daemons import DRIVER, POOL, done_count, start_daemons, wait_done  # noqa: E402
+from bench.procs import Registry, log  # noqa: E402
 from deviceq import Client  # noqa: E402
 
 
@@ -62,27 +60,10 @@ def run(task_s: float, rounds: int, devices: int) -> dict[str, float]:
     reg = Registry()
     try:
         server = reg.redis_server()
-        env = child_env({URL_ENV: server.url})
-        base = [cli(), "--redis-url", server.url, "--pool", POOL]
-        token_file = add_host(reg, base, env)
         client = Client(server.url, POOL)
         n = devices * rounds
         client.submit_many([{"goal": f"{task_s:.3f}", "driver_type": DRIVER}] * n)
-        args = [a for i in range(devices) for a in ("--device", f"u{i:03d}:{DRIVER}")]
-        host = [
-            *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *args,
-            "--goal-runner", "bench.fleet_runners:hold_goal", "--isolation", "thread",
-        ]  # fmt: skip
-        procs = {
-            "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env),
-            "host": reg.spawn("host", host, env),
-        }
-
-        def alive() -> None:
-            for name, p in procs.items():
-                if p.poll() is not None:
-                    raise RuntimeError(f"the {name} daemon exited ({p.returncode})")
-
+        procs, alive = start_daemons(reg, server.url, devices, "bench.fleet_runners:hold_goal")
         r = redis.Redis.from_url(server.url, decode_responses=True)
         wait_done(r, devices, 120, alive)
         hpid = procs["host"].pid
