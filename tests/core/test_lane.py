@@ -174,3 +174,17 @@ def test_a_forked_child_never_uses_its_parents_connections(server: RedisServer) 
     client.submit("g", driver_type="x")  # the parent's connection still works
     assert client.counts().get("queued") == 3
     r.close()
+
+
+def test_closing_the_pool_connection_closes_the_lanes_connections(server: RedisServer) -> None:
+    r = connect(server.url)
+    client = Client(r, "lane")
+    client.submit("g", driver_type="x")
+    lane = lane_of(r)
+    assert lane is not None and lane._idle
+    observer = redis.Redis.from_url(server.url, decode_responses=True)
+    before = len(observer.client_list())
+    client.close()
+    assert lane._idle == []
+    assert len(observer.client_list()) < before
+    observer.close()

@@ -207,6 +207,9 @@ class PoolConnection:
         )
 
     def close(self) -> None:
+        lane = getattr(self.redis, "_dq_lane", None)
+        if lane is not None:  # (deviceq.core.lane: its kept connections too)
+            lane.close()
         self.redis.close()
 
     def __enter__(self) -> PoolConnection:
