@@ -109,6 +109,23 @@ def test_command_success_result_is_output_tail_and_env_is_set(tmp_path: Path) ->
     )
 
 
+def test_command_output_is_passed_on_whole_even_when_the_live_log_is_slow() -> None:
+    """A sink that takes longer than the quiet limit to take a piece (a loaded machine, a
+    slow live log) still gets every piece, stderr's too, before the runner returns."""
+    got: list[tuple[str, str]] = []
+
+    def slow_sink(stream: str, text: str) -> None:
+        time.sleep(1.5)  # four pieces: longer in all than the 2 s a silent pipe is waited for
+        got.append((stream, text))
+
+    task = make_task("x")
+    task.log_sink = slow_sink
+    out = CommandRunner("sh -c 'for i in 1 2 3 4; do echo $i; sleep 0.2; done; echo e >&2'")(task)
+    assert out.ok
+    text = "".join(t for s, t in got if s == "stdout")
+    assert text == "1\n2\n3\n4\n" and "e\n" in [t for s, t in got if s == "stderr"]
+
+
 def test_command_placeholders_are_shell_quoted_and_goal_is_not_run_by_a_shell(
     tmp_path: Path,
 ) -> None:

@@ -279,6 +279,8 @@ class _Output:
         self.task = task
         self.buf = bytearray()
         self.cut = 0  # bytes dropped ahead of buf
+        self.handled = 0  # chunks read and passed on to the task's output so far
+        self.passing = 0  # readers passing a chunk on right now
         self.lock = threading.Lock()
         self.err_last = ""  # the last line with text written on stderr
         self._err_open = ""  # stderr's line not ended yet (its last 1 KiB)
@@ -303,7 +305,14 @@ class _Output:
             text = decoder.decode(chunk)
             if stream == "stderr":
                 self._see_stderr(text)
-            self.task.output(stream, text)
+            with self.lock:
+                self.passing += 1
+            try:
+                self.task.output(stream, text)
+            finally:
+                with self.lock:
+                    self.passing -= 1
+                    self.handled += 1
         text = decoder.decode(b"", final=True)
         if stream == "stderr":
             self._see_stderr(text + "\n")
@@ -322,6 +331,24 @@ class _Output:
     def data(self) -> bytes:
         with self.lock:
             return bytes(self.buf)
+
+    def finish(
+        self, readers: list[threading.Thread], quiet: float = 2.0, cap: float = 30.0
+    ) -> None:
+        """Wait for ``readers`` to reach the end of their pipes: while output still goes through
+        them (a loaded machine, or a slow live log, may take seconds to pass a long output
+        on), at most ``cap`` seconds; and ``quiet`` seconds past the last of it (a stray
+        process of the command that keeps a pipe open without writing)."""
+        start = last = time.monotonic()
+        seen = self.handled
+        for reader in readers:
+            while reader.is_alive():
+                reader.join(0.05)
+                now = time.monotonic()
+                if self.handled != seen or self.passing:
+                    seen, last = self.handled, now
+                elif now - last > quiet or now - start > cap:
+                    return
 
     def tail(self) -> str:
         with self.lock:
@@ -435,8 +462,7 @@ class CommandRunner:
             rc = proc.wait()
         finally:
             os.close(ctl_w)
-        for reader in readers:
-            reader.join(2.0)
+        out.finish(readers)
         text, buf = out.tail(), out.data()
         if rc != 0 and not stopped:
             return dataclasses.replace(self._failed(rc, text, buf), reason_line=out.err_last)
