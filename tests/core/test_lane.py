@@ -15,7 +15,7 @@ import redis
 from deviceq import Client, HostClient, PoolAdmin
 from deviceq.core.connection import connect
 from deviceq.core.errors import AuthError, InvalidInput
-from deviceq.core.lane import MAX_IDLE, lane_of
+from deviceq.core.lane import MAX_IDLE, Lane, lane_of
 from deviceq.core.redirects import repoint
 from deviceq.embedded import RedisServer
 
@@ -24,6 +24,16 @@ from deviceq.embedded import RedisServer
 def server() -> Iterator[RedisServer]:
     with RedisServer() as s:
         yield s
+
+
+def _warm(server: RedisServer) -> tuple[redis.Redis, Client, Lane]:
+    """A daemon-like client that ran one script call (its lane keeps the connection)."""
+    r = connect(server.url)
+    client = Client(r, "lane")
+    client.submit("g", driver_type="x")
+    lane = lane_of(r)
+    assert lane is not None and lane._idle
+    return r, client, lane
 
 
 def _last_commands(r: redis.Redis, conns: list[object]) -> set[str]:
@@ -97,11 +107,7 @@ def test_a_restarted_server_without_its_scripts_is_ridden_out(server: RedisServe
 def test_a_killed_connection_falls_back_once_and_the_next_call_uses_a_new_one(
     server: RedisServer,
 ) -> None:
-    r = connect(server.url)
-    client = Client(r, "lane")
-    client.submit("g", driver_type="x")
-    lane = lane_of(r)
-    assert lane is not None and lane._idle
+    r, client, lane = _warm(server)
     killer = redis.Redis.from_url(server.url, decode_responses=True)
     for c in killer.client_list():
         if c.get("cmd") in ("eval", "evalsha"):
@@ -155,11 +161,7 @@ def test_calls_racing_from_threads_each_get_their_own_connection(server: RedisSe
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_never_uses_its_parents_connections(server: RedisServer) -> None:
-    r = connect(server.url)
-    client = Client(r, "lane")
-    client.submit("g", driver_type="x")
-    lane = lane_of(r)
-    assert lane is not None and lane._idle
+    r, client, lane = _warm(server)
     parents = list(lane._idle)
     pid = os.fork()
     if pid == 0:  # the child: submit, and tell by its exit status whether it shared a socket
@@ -177,11 +179,7 @@ def test_a_forked_child_never_uses_its_parents_connections(server: RedisServer) 
 
 
 def test_closing_the_pool_connection_closes_the_lanes_connections(server: RedisServer) -> None:
-    r = connect(server.url)
-    client = Client(r, "lane")
-    client.submit("g", driver_type="x")
-    lane = lane_of(r)
-    assert lane is not None and lane._idle
+    _, client, lane = _warm(server)
     observer = redis.Redis.from_url(server.url, decode_responses=True)
     before = len(observer.client_list())
     client.close()
