@@ -159,7 +159,6 @@ def test_calls_racing_from_threads_each_get_their_own_connection(server: RedisSe
     r.close()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_never_uses_its_parents_connections(server: RedisServer) -> None:
     r, client, lane = _warm(server)
     parents = list(lane._idle)
