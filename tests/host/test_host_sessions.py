@@ -6,9 +6,13 @@ concurrent run would find taken."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from deviceq import TaskStatus
+from deviceq.host.session import owner_dead, owner_id
 from harness import Deployment, RunLog, wait_for
 
 
@@ -164,3 +168,20 @@ def test_a_late_report_from_a_frozen_host_is_rejected(deploy: Deployment) -> Non
     t2 = deploy.client.get(tid)
     assert (t2.status, t2.host_id, t2.attempt, t2.result) == (t.status, "hB", 2, t.result)
     assert runlog.overlaps() == []
+
+
+def test_a_sigkilled_daemon_not_yet_reaped_counts_as_gone() -> None:
+    """Restarted right after a SIGKILL, a daemon finds its predecessor a zombie (exited, not
+    yet waited for by its parent): that session is replaced at once, not taken for live."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner = owner_id(child.pid)
+        assert not owner_dead(owner)
+        child.send_signal(signal.SIGKILL)
+        wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0]
+                 == "Z", 10, "the killed child a zombie")  # fmt: skip
+        assert owner_dead(owner)  # (still unreaped: this test is its parent and has not waited)
+    finally:
+        child.kill()
+        child.wait()
+    assert owner_dead(owner)

@@ -36,12 +36,15 @@ def boot_id() -> str:
 
 
 def start_time(pid: int) -> str:
-    """A process's start time (clock ticks since boot, /proc/PID/stat field 22), '' if none."""
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22), '' if none or
+    if it has exited and is only waiting to be reaped (a zombie: state Z or X, as a SIGKILLed
+    daemon is until its parent waits for it)."""
     stat = _read(f"/proc/{pid}/stat")
     if not stat:
         return ""
     try:
-        return stat.rsplit(")", 1)[1].split()[19]
+        fields = stat.rsplit(")", 1)[1].split()
+        return "" if fields[0] in ("Z", "X") else fields[19]
     except IndexError:
         return ""
 
