@@ -181,6 +181,13 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     help="Longest blocking inbox wait (jittered) [default: 2].",
 )
 @click.option(
+    "--report-linger",
+    type=click.FloatRange(0, 1),
+    metavar="SECONDS",
+    help="While other runs still go, a report waits this long for those that end meanwhile "
+    "(one call for them all); 0 = each at once [default: 0.005].",
+)
+@click.option(
     "--heartbeat-interval",
     type=click.FloatRange(min=0, min_open=True),
     help="[default: host_timeout/3 of the pool]",

@@ -2,8 +2,9 @@
 `Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a
 long-lived thread (the runner runs in that thread: no hand-off per run), keeps the device out
 of service while a runner that did not stop is still alive, and reports the outcome through
-the `Reporter` (coalesced, retried while Redis is unreachable). Per-task log lines are DEBUG;
-the daemon logs a summary line now and then."""
+the `Reporter` (coalesced, retried while Redis is unreachable): the run's thread hands the
+report over and is free; the reporter's thread ends the run once the report is answered.
+Per-task log lines are DEBUG; the daemon logs a summary line now and then."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .artifacts import uploader, whole_log
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .log_stream import LogStreamer, RunLog
-from .reporter import Reporter
+from .reporter import Pending, Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
 from .state import TRANSIENT, HostState
@@ -118,7 +119,7 @@ class Executor:
     def __init__(self, state: HostState, host: HostLink, dispatcher: TaskDispatcher) -> None:
         self.state = state
         self.settings = state.settings
-        self.reporter = Reporter(state, host)
+        self.reporter = Reporter(state, host, state.settings.report_linger)
         self.stats = Stats()
         # at most one run per device at a time, plus runs of a device whose earlier runner is
         # still stopping (they wait for it first), each in a reused thread
@@ -174,6 +175,7 @@ class Executor:
         self.threads.run(lambda: self.execute(run), f"run-{run.task_id}")
 
     def execute(self, run: Run) -> None:
+        handed_over = False  # its report went to the reporter, whose thread ends the run
         try:
             if run.after is not None:
                 run.after.ended.wait()
@@ -211,19 +213,24 @@ class Executor:
             if outcome.handed_off:  # reported when it was abandoned; now it has ended
                 self.runner_ended(run)
             else:
-                self.finish(run, outcome)
+                handed_over = self.finish(run, outcome, wait=False)
         except Exception:  # noqa: BLE001 - never lose the slot
             self.state.log_exception("run failed", **run.fields())
             with contextlib.suppress(Exception):
                 self.release(run, "worker error")
         finally:
-            self.artifacts.discard(run.artifacts_dir)  # (not queued: released, lost, error)
-            run.ended.set()
-            with self.state.lock:
-                self.state.runs.pop(run.task_id, None)
-                if self.state.by_device.get(run.device_id) is run:
-                    del self.state.by_device[run.device_id]
-            self.state.changed.set()
+            if not handed_over:
+                self.close_run(run)
+
+    def close_run(self, run: Run) -> None:
+        """The run is over (reported, or not to be): its device is free for the next claim."""
+        self.artifacts.discard(run.artifacts_dir)  # (not queued: released, lost, error)
+        run.ended.set()
+        with self.state.lock:
+            self.state.runs.pop(run.task_id, None)
+            if self.state.by_device.get(run.device_id) is run:
+                del self.state.by_device[run.device_id]
+        self.state.changed.set()
 
     def hold_part(self, run: Run) -> None:
         """A non-leader role of a multi-device task: keep the device (its lease renewed like
@@ -282,7 +289,10 @@ class Executor:
         )
         self.state.beat_now.set()
 
-    def finish(self, run: Run, out: DispatchOutcome) -> None:
+    def finish(self, run: Run, out: DispatchOutcome, wait: bool = True) -> bool:
+        """Report the run's outcome (or hand it back, or not report it: its lease is lost).
+        ``wait`` False: a report goes to the reporter thread, which ends the run (`ended`)
+        once it is answered; True when that is so (the caller must not end it)."""
         f = run.fields()
         if run.log is not None:  # the last output, while the lease is still current
             self.logs.close(run.log)
@@ -296,10 +306,10 @@ class Executor:
                 status=out.status,
                 **f,
             )
-            return
+            return False
         if run.reason in RELEASED_WHY and not out.ok:
             self.release(run, RELEASED_WHY[run.reason])
-            return
+            return False
         if run.reason == "cancel" and not out.ok:
             report = Report(
                 run.task_id, run.assignment.lease_id, "cancelled", None, out.payload or "cancelled"
@@ -308,21 +318,40 @@ class Executor:
             report = Report(run.task_id, run.assignment.lease_id, "done", None, out.payload)
         elif out.status == "cancelled":  # cancelled without a request: hand it back
             self.release(run, out.payload or "stopped")
-            return
+            return False
         else:
             report = Report(
                 run.task_id, run.assignment.lease_id, "failed", out.failure_kind, out.payload
             )
-        self.report(run, report)
+        if wait:
+            self.report(run, report)
+            return False
+        self._ending(run, report)
+
+        def then(p: Pending) -> None:
+            try:
+                self.answered(run, report, p)
+            finally:
+                self.close_run(run)
+
+        self.reporter.post(report, f, then)
+        return True
 
     def report(self, run: Run, report: Report) -> str | None:
         """Report through the `Reporter` (coalesced with the reports of runs that end at the
-        same time) and log the answer; None when it was not delivered."""
-        f = run.fields()
+        same time), wait for the answer and log it; None when it was not delivered."""
+        self._ending(run, report)
+        return self.answered(run, report, self.reporter.send(report, run.fields()))
+
+    def _ending(self, run: Run, report: Report) -> None:
         if report.outcome != "released":
             kind = report.failure_kind
             self.state.task_ending(run.device_id, report.outcome, str(kind) if kind else None)
-        p = self.reporter.send(report, f)
+
+    def answered(self, run: Run, report: Report, p: Pending) -> str | None:
+        """What follows a report's answer: log it, count it, queue the attempt's artifacts;
+        the answer (None when the report was not delivered)."""
+        f = run.fields()
         if p.error is not None:
             self.state.log(logging.ERROR, f"report refused: {p.error}", **f)
             return None

@@ -84,6 +84,7 @@ class WorkerSettings:
     task_timeout: float = 0.0
     stop_grace: float = 5.0
     poll_interval: float = 2.0
+    report_linger: float = 0.005  # how long a report waits for others (deviceq.host.reporter)
     heartbeat_interval: float | None = None
     renew_interval: float | None = None
     socket_timeout: float = 5.0
@@ -134,6 +135,8 @@ class WorkerSettings:
         for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if not 0 <= self.report_linger <= 1:
+            raise ConfigError("report_linger must be between 0 and 1 (seconds)")
         if self.task_timeout < 0:
             raise ConfigError("task_timeout must be >= 0 (0 = no limit)")
         self.health_check = parse_health_checks(self.health_check)
