@@ -336,7 +336,7 @@ def test_queue_and_events_pages(env: Env) -> None:
     env.submit("needs a rig", "--driver-type", "gpu-rig")
     b.get(env.ro + "/queue")
     _wait_css(b, "#unmatchable")
-    rows = b.find_element(By.ID, "queues").text
+    rows = _text_of(b, "#queues")
     assert "gpu-rig" in rows and "none" in rows
     assert b.find_elements(By.CSS_SELECTOR, "#chart-throughput svg rect.bar")
     _shot(b, "queue")
@@ -345,7 +345,7 @@ def test_queue_and_events_pages(env: Env) -> None:
     tid = env.submit("echo events", "--driver-type", "android")
     _wait_css(b, f"#event-rows a[href='/tasks/{tid}']")
     wait_for(lambda: env.d.client.get(tid).status == TaskStatus.done, 20, "done")
-    wait_for(lambda: "done" in b.find_element(By.ID, "event-rows").text, 10, "done event")
+    wait_for(lambda: "done" in _text_of(b, "#event-rows"), 10, "done event")
     _shot(b, "events")
     # filtered: only this task's events, live
     b.get(env.ro + "/events?" + urllib.parse.urlencode({"task": tid, "type": "done"}))
