@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from deviceq.host.client import HostClient, Report
 from deviceq.host.reporter import Pending, Reporter
 from deviceq.host.runners import RunnerSpec
@@ -86,3 +88,20 @@ def test_a_failing_then_does_not_stop_the_reports_after_it(real_fleet: Any) -> N
     # a report the script refuses is answered, not raised (its lease is no longer current)
     again = reporter.send(reports[1], {})
     assert again.answer is not None and again.answer.startswith(("dup:", "rejected:"))
+
+
+def test_the_linger_setting_is_checked() -> None:
+    from click.testing import CliRunner
+
+    from deviceq.cli import main
+    from deviceq.core.errors import ConfigError
+
+    spec = RunnerSpec("sim")
+    assert WorkerSettings("h1", ["d0:x"], goal_runner=spec).report_linger == 0.005
+    assert WorkerSettings("h1", ["d0:x"], goal_runner=spec, report_linger=0).report_linger == 0
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ConfigError, match="report_linger"):
+            WorkerSettings("h1", ["d0:x"], goal_runner=spec, report_linger=bad)
+    out = CliRunner().invoke(main, ["host", "run", "--host-id", "h1", "--device", "d0:x",
+                                    "--command", "true", "--report-linger", "2"])  # fmt: skip
+    assert out.exit_code == 2 and "--report-linger" in out.output
