@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import time
@@ -448,6 +449,24 @@ def test_host_run_config_file_merges_under_options(tmp_path: Path) -> None:
     ):
         with pytest.raises((ConfigError, ValueError)):
             build_settings(bad, {})
+
+
+def test_a_config_files_durations_are_numbers_or_a_clear_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "host.yaml"
+    base = "host_id: h\ntoken: t\ndevices: ['d:x']\ncommand: 'true'\n"
+    cfg.write_text(base + "report_linger: '0.01'\npoll_interval: 3\n")
+    settings, _ = build_settings({}, load_config_file(str(cfg)))
+    assert (settings.report_linger, settings.poll_interval) == (0.01, 3.0)
+    for line, said in (
+        ("report_linger: abc", "report_linger must be a number of seconds, not 'abc'"),
+        ("poll_interval: [1]", "poll_interval must be a number of seconds"),
+        ("grace: .nan", "grace must be a finite number of seconds"),
+        ("report_linger: 2", "report_linger must be between 0 and 1"),
+        ("heartbeat_interval: soon", "heartbeat_interval must be a number of seconds"),
+    ):
+        cfg.write_text(base + line + "\n")
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            build_settings({}, load_config_file(str(cfg)))
 
 
 def test_at_info_a_host_logs_a_summary_not_a_line_per_task(deploy: Deployment) -> None:

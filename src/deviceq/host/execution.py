@@ -291,7 +291,7 @@ class Executor:
 
     def finish(self, run: Run, out: DispatchOutcome, wait: bool = True) -> bool:
         """Report the run's outcome (or hand it back, or not report it: its lease is lost).
-        ``wait`` False: a report goes to the reporter thread, which ends the run (`ended`)
+        ``wait`` False: a report goes to the reporter thread, which ends the run (`close_run`)
         once it is answered; True when that is so (the caller must not end it)."""
         f = run.fields()
         if run.log is not None:  # the last output, while the lease is still current

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,6 +133,7 @@ class WorkerSettings:
         self._device_sources()
         self._api()
         self._artifacts()
+        self._seconds()
         for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
@@ -158,6 +160,24 @@ class WorkerSettings:
             CommandTemplate.parse(self.device_check, DEVICE_CHECK_PLACEHOLDERS)
             if self.device_check_interval <= 0 or self.device_check_timeout <= 0:
                 raise ConfigError("device check interval and timeout must be positive")
+
+    def _seconds(self) -> None:
+        """The durations as finite numbers (a config file may give any text): ConfigError
+        naming the setting, else each one a float (optional ones may stay None)."""
+        names = ("grace", "task_timeout", "stop_grace", "poll_interval", "report_linger",
+                 "socket_timeout", "device_check_interval", "device_check_timeout",
+                 "heartbeat_interval", "renew_interval")  # fmt: skip
+        for name in names:
+            value = getattr(self, name)
+            if value is None and name in ("heartbeat_interval", "renew_interval"):
+                continue
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
+            if not math.isfinite(number):
+                raise ConfigError(f"{name} must be a finite number of seconds, not {value!r}")
+            setattr(self, name, number)
 
     def _artifacts(self) -> None:
         """Check the artifact store settings (ConfigError: one line); nothing is contacted."""
