@@ -224,7 +224,8 @@ def test_a_refused_submission_is_recorded_not_retried(real_r: redis.Redis, pool:
     s = store.add("wf", "* * * * *", {"workflow": "not-stored"})
     epoch = lead(real_r, pool, "s1")
     f = Firer(real_r, Keys(pool), pool, lambda: epoch)
-    t = s.created_at / 1000 + MIN
+    t0 = s.created_at // 1000
+    t = t0 - t0 % MIN + MIN  # a minute's start: t + 1 is no new slot (at hh:mm:59 it was)
     (fired,) = f.tick(t)
     assert fired.task_id is None and "NotFound" in (fired.error or "")
     assert f.tick(t + 1) == []
