@@ -19,6 +19,7 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from common import (
@@ -380,6 +381,17 @@ MICRO = {
         "outcome = 'active'}) "
         "for i = 1, LOOP do local t = cjson.decode(s) t.outcome = 'done' s = cjson.encode(t) end"
     ),
+    # a dispatched task's hash (21 fields, a listpack: TASK_HASH) read whole, and the ~30
+    # fields the lifecycle helpers use read by name (lib/tasks.lua reads it whole)
+    "HGETALL of a task hash into a table": (
+        "for i = 1, LOOP do local f = redis.call('HGETALL', KEYS[1] .. 't') local t = {} "
+        "for j = 1, #f, 2 do t[f[j]] = f[j + 1] end end"
+    ),
+    "HMGET of 30 task fields into a table": (
+        "local names = {" + ", ".join(f"'f{i}'" for i in range(30)) + "} "
+        "for i = 1, LOOP do local v = redis.call('HMGET', KEYS[1] .. 't', unpack(names)) "
+        "local t = {} for j, n in ipairs(names) do t[n] = v[j] end end"
+    ),
     "XADD MAXLEN ~ 100000 (an event)": (
         "for i = 1, LOOP do redis.call('XADD', KEYS[1] .. 's', 'MAXLEN', '~', 100000, '*', "
         "'type', 'done', 'task', 'abcdef0123456789', 'lease', 'abcdef0123456789-a1') end"
@@ -394,6 +406,7 @@ def lua_micro(repeat: int) -> list[list[Any]]:
     with private_redis() as server:
         r = raw_client(server.url)
         r.hset("dq:{m}:h", mapping={"a": "1", "b": "2"})
+        r.hset("dq:{m}:ht", mapping={f"f{i}": f"value-{i:04d}-abcdef" for i in range(21)})
         for name, body in MICRO.items():
             sha = r.script_load(f"local LOOP = {LOOP} " + body + " return 1")
             usec = []
@@ -450,6 +463,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="main", help="reference git revision for --library")
     ap.add_argument("--rounds", type=int, default=7, help="rounds of --library")
     ap.add_argument("--calls", type=int, default=5000, help="calls per script and round")
+    ap.add_argument("--out", type=Path, help="write the transitions table here too (bench.ab)")
     args = ap.parse_args()
     if args.library:
         from library_load import run as library_run
@@ -487,27 +501,28 @@ def main() -> None:
                 x.breakdown,
             ]
         )
-    print(
-        table(
-            [
-                "transition",
-                "calls",
-                "cmds/call",
-                "cmds/item",
-                "client µs/call",
-                "client µs/item",
-                "server µs/call",
-                "server µs/item",
-                "in-cmds µs/item",
-                "redis CPU µs/item",
-                "x EVALSHA(1) client",
-                "x naive/item client",
-                "x naive/item redis CPU",
-                "commands per call inside the script",
-            ],
-            out,
-        )
+    main_table = table(
+        [
+            "transition",
+            "calls",
+            "cmds/call",
+            "cmds/item",
+            "client µs/call",
+            "client µs/item",
+            "server µs/call",
+            "server µs/item",
+            "in-cmds µs/item",
+            "redis CPU µs/item",
+            "x EVALSHA(1) client",
+            "x naive/item client",
+            "x naive/item redis CPU",
+            "commands per call inside the script",
+        ],
+        out,
     )
+    print(main_table)
+    if args.out:  # (bench.ab compares this table between two trees)
+        args.out.write_text(main_table + "\n")
     print("\nLua building blocks (per iteration, inside one EVALSHA):")
     print(table(["block", "server µs (median)", "server µs (min)"], lua_micro(repeat)))
     print(

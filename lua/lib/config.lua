@@ -1,5 +1,5 @@
 --- @include "lib/base"
--- lib/config.lua: the pool's settings (config hash, DEFAULTS, BOUNDS).
+-- lib/config.lua: the pool's settings (the config hash; defaults and bounds: setting()).
 
 -- a pool setting: the stored value, or the default when missing or not a number, clamped to
 -- its bounds (a raw HSET of garbage can never break a script half-way)
@@ -14,11 +14,9 @@ local function load_cfg()
 end
 local function cfg(name)
   local v = tonumber(load_cfg()[name])
-  if v == nil or v ~= v then v = DEFAULTS[name] end
-  local b = BOUNDS[name]
-  if b then
-    if v < b[1] then v = b[1] elseif v > b[2] then v = b[2] end
-  end
+  local default, lo, hi = setting(name)
+  if v == nil or v ~= v then v = default end
+  if v < lo then v = lo elseif v > hi then v = hi end
   return v
 end
 

@@ -45,11 +45,11 @@ local function retry_delay(t, kind)
   local used = (tonumber(t.attempt) or 0) - (tonumber(t.handbacks) or 0)
   if used >= (tonumber(t.max_attempts) or 1) then return nil, used end
   local on = retry_kinds(t.retry_on or '') or retry_kinds(cfg_text('retry_on'))
-    or retry_kinds(SDEFAULTS.retry_on)
+    or retry_kinds(text_default('retry_on'))
   if not on[kind] then return nil, used end
   local base, doubling, max = parse_backoff(t.retry_backoff or '')
   if not base then base, doubling, max = parse_backoff(cfg_text('retry_backoff')) end
-  if not base then base, doubling, max = parse_backoff(SDEFAULTS.retry_backoff) end
+  if not base then base, doubling, max = parse_backoff(text_default('retry_backoff')) end
   local d = base
   if doubling then
     d = math.min(max, base * 2 ^ math.min(math.max(used - 1, 0), 40))

@@ -153,8 +153,8 @@ BUILTINS = frozenset(
         "redis string table math cjson cmsgpack bit struct KEYS ARGV",
     )
 )
-HEADER = frozenset({"DEFAULTS", "BOUNDS", "SDEFAULTS"})  # PoolConfig.lua_defaults()
-assert all(f"local {h} = " in PoolConfig.lua_defaults() for h in HEADER)
+HEADER = frozenset({"setting", "text_default"})  # PoolConfig.lua_defaults()
+assert all(f"local function {h}(" in PoolConfig.lua_defaults() for h in HEADER)
 
 _TOKEN = re.compile(
     r"""(?P<space>\s+)

@@ -19,6 +19,7 @@ import redis
 
 import deviceq
 from deviceq import Client
+from deviceq.core.config import PoolConfig
 from deviceq.core.scripts import Scripts, lua_dir, names, source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def test_scripts_load_from_the_source_checkout(real_r: redis.Redis, pool: str) -
     )
     for name in names():
         text = source(name)
-        assert text.startswith("local DEFAULTS = {") and "local function k(" in text
+        assert text.startswith(PoolConfig.lua_defaults()) and "local function k(" in text
         assert (folder / f"{name}.lua").read_text() in text
     Scripts(real_r)  # every script registers
     tid = Client(real_r, pool).submit("from the checkout")

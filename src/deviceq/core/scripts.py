@@ -1,11 +1,11 @@
 """Loads the Lua transitions from ``lua/`` and runs them, mapping error replies to types.
 
 The scripts live at the repository root in ``lua/``; a built wheel carries them as the package
-data folder ``deviceq/lua``. Each script is sent as ``DEFAULTS`` (generated from
-``PoolConfig``) + the helper files it includes + the script. A Lua file (script or helper)
-names the helper files it uses in its first lines, one ``--- @include "lib/NAME"`` line each
-(``lua/lib/NAME.lua``); they are resolved transitively, each file after the files it includes
-and once only, so a script carries the helpers it uses and nothing else. An include
+data folder ``deviceq/lua``. Each script is sent as the settings' defaults and bounds
+(``PoolConfig.lua_defaults``) + the helper files it includes + the script. A Lua file (script
+or helper) names the helper files it uses in its first lines, one ``--- @include "lib/NAME"``
+line each (``lua/lib/NAME.lua``); they are resolved transitively, each file after the files it
+includes and once only, so a script carries the helpers it uses and nothing else. An include
 ``gen/NAME`` is generated from ``deviceq.core.vocabulary`` (`vocabulary.lua_include`: the task
 statuses, failure kinds and other sets the scripts test names against), not read from a file.
 
@@ -122,7 +122,7 @@ def library(name: str, text: str) -> list[str]:
 
 
 def assemble(text: str, name: str = "snippet") -> str:
-    """The full text sent to Redis for Lua text ``text``: the generated settings tables, the
+    """The full text sent to Redis for Lua text ``text``: the generated settings functions, the
     helper files it includes (transitively, in order), then ``text`` itself."""
     from .config import PoolConfig  # (pydantic_settings: not for a client that only reads)
 

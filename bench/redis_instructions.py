@@ -1,0 +1,164 @@
+"""What one task lifecycle costs redis-server in machine instructions, per phase, counted by
+valgrind's callgrind: the same count for the same code and inputs whatever else the machine
+is doing, so a change of a few percent in the scripts shows where timings (``bench_batch.py``,
+``bench_transitions.py``) drown in the machine's noise. A figure is an A/B tool, not a
+time: run it on two trees (``python -m bench.ab --baseline REV bench/redis_instructions.py``).
+
+The lifecycle is ``bench_batch.py``'s, through the public API on one host of ``--batch``
+devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
+(``TaskScheduler.assign``), ``HostClient.claim(batch)`` and ``HostClient.report_many`` until
+every task is done. Each phase's instructions are counted apart (``callgrind_control``
+zeroes the counters before a phase and dumps them after) and divided by the tasks. Only the
+instructions inside ``processCommand`` count (a command's execution, scripts' own commands
+included): not the event loop, the reading of requests and writing of replies, nor the
+server's timed background work, whose share would grow with the wall time of a phase.
+
+Needs valgrind (``apt-get install valgrind``). Usage:
+``python bench/redis_instructions.py [--tasks 400] [--batch 5] [--out FILE]``"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import add_hosts, preload_scripts, raw_client, table  # noqa: E402
+from deviceq.embedded import RedisServer  # noqa: E402
+from deviceq.host.client import HostClient, Report  # noqa: E402
+from deviceq.ops.admin import PoolAdmin  # noqa: E402
+from deviceq.producer import Client  # noqa: E402
+from deviceq.scheduler import TaskScheduler  # noqa: E402
+
+GOAL = "open the settings app, enable wifi, check the connection: ok"
+DRIVER = "bench"
+PHASES = ("submit", "pass", "claim", "report")
+
+
+class Counter:
+    """callgrind's instruction counter of one process: zeroed and read around a phase."""
+
+    def __init__(self, pid: int, out_dir: Path) -> None:
+        self.pid = pid
+        self.out_dir = out_dir
+
+    def _control(self, *args: str) -> None:
+        subprocess.run(
+            ["callgrind_control", *args, str(self.pid)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def zero(self) -> None:
+        self._control("-z")
+
+    def read(self) -> int:
+        """Instructions since the last zero (dumped, then read back from the dump's summary)."""
+        before = set(self.out_dir.glob("callgrind.out.*"))
+        self._control("-d")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            new = set(self.out_dir.glob("callgrind.out.*")) - before
+            for f in new:
+                m = re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M)
+                if m:
+                    f.unlink()
+                    return int(m.group(1))
+            time.sleep(0.05)
+        raise RuntimeError("callgrind wrote no dump")
+
+
+def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
+    """Instructions per task of each phase (and in all) for ``tasks`` lifecycles."""
+    wrapper = work / "redis-under-callgrind"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'cd "{work}" && exec valgrind --tool=callgrind --callgrind-out-file={work}/'
+        "callgrind.out.%p.%n -q --collect-atstart=no --toggle-collect=processCommand "
+        + str(shutil.which("redis-server"))
+        + ' "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    server = RedisServer(binary=str(wrapper))
+    server.start(timeout=120)
+    try:
+        assert server.proc is not None
+        counter = Counter(server.proc.pid, work)
+        r = raw_client(server.url)
+        preload_scripts(r)
+        pool = "bench"
+        admin, client = PoolAdmin(r, pool), Client(r, pool)
+        admin.set_config("max_queue_depth", 10_000_000)
+        for name in ("host_timeout", "claim_ttl", "lease_ttl"):  # (a slowed server: no expiry)
+            admin.set_config(name, 3600)
+        host_id, token, _ = add_hosts(admin, server.url, 1, batch, driver_type=DRIVER)[0]
+        host = HostClient(r, pool, host_id, token)
+        sched = TaskScheduler(r, pool)
+        sched.assign()  # (first pass: the scheduler's own set-up reads)
+        spent = dict.fromkeys(PHASES, 0)
+
+        def timed(phase: str, fn: Callable[[], object]) -> object:
+            counter.zero()
+            out = fn()
+            spent[phase] += counter.read()
+            return out
+
+        for i in range(0, tasks, batch):
+            n = min(batch, tasks - i)
+            batch_of_n = [{"goal": GOAL, "driver_type": DRIVER}] * n
+            timed("submit", lambda b=batch_of_n: client.submit_many(b))
+        done = 0
+        while done < tasks:
+            timed("pass", sched.assign)
+            got = timed("claim", lambda: host.claim(batch))
+            assert isinstance(got, list)
+            if not got:
+                raise RuntimeError(f"nothing to claim after {done} of {tasks} tasks")
+            reports = [Report(a.task.id, a.lease_id, "done", payload="ok") for a in got]
+            timed("report", lambda reports=reports: host.report_many(reports))
+            done += len(got)
+        if client.counts().get("done") != tasks:
+            raise RuntimeError("not every task ended done")
+        r.close()
+    finally:
+        server.stop()
+    per_task = {p: spent[p] / tasks for p in PHASES}
+    per_task["lifecycle"] = sum(per_task.values())
+    return per_task
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", type=int, default=400, help="lifecycles to count (default 400)")
+    ap.add_argument("--batch", type=int, default=5, help="items per script call (default 5)")
+    ap.add_argument("--out", type=Path, help="write the table here too (bench.ab)")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="deviceq-callgrind-") as tmp:
+        t0 = time.monotonic()
+        per_task = measure(args.tasks, args.batch, Path(tmp))
+        took = time.monotonic() - t0
+    rows = [[p, args.tasks, args.batch, round(per_task[p])] for p in (*PHASES, "lifecycle")]
+    text = table(["phase", "tasks", "items per call", "redis-server instructions per task"], rows)
+    print(text)
+    print(
+        f"\n{args.tasks} tasks, {args.batch} items per call, one host of {args.batch} devices; "
+        f"callgrind, took {took:.0f} s (pid {os.getpid()})"
+    )
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
