@@ -84,7 +84,8 @@ for i = 0, n - 1 do
   listed[did] = true
 end
 
-local h = redis.call('HMGET', hk, 'suspect', 'draining', 'stopping', 'hb_ver', 'hb_sync', 'hb_idle')
+local h = redis.call('HMGET', hk, 'suspect', 'draining', 'stopping', 'hb_ver', 'hb_sync', 'hb_idle',
+  'last_heartbeat')
 local function refused() return {'full', 0, 0, 0, 0, ''} end
 if mode == 'delta' and h[4] ~= ver then return refused() end
 if (mode == 'commit' or (mode == 'full' and arg ~= 'first')) and h[5] ~= ver then return refused() end
@@ -93,8 +94,9 @@ local now_s = now_str()
 local hdk, qk = k('host', host_id, 'devices'), k('host', host_id, 'quarantined')
 local synck, leftk = k('host', host_id, 'sync'), k('host', host_id, 'leftout')
 local q_any = mode == 'full' and redis.call('EXISTS', qk) == 1  -- any quarantined device to drop
-local was_alive = host_alive(hk)
-redis.call('HSET', hk, 'last_heartbeat', now_s)
+local was_alive = heartbeat_fresh(h[7])
+-- (a delta sets it with its version, in one write)
+if mode ~= 'delta' then redis.call('HSET', hk, 'last_heartbeat', now_s) end
 if h[1] and h[1] ~= '' then
   redis.call('HSET', hk, 'suspect', '')
   emit('host_alive', 'host', host_id, 'after', 'lost_lease')
@@ -107,7 +109,8 @@ end
 
 -- the held marks left since the last heartbeat (release_device lists their devices)
 local hsk = k('host', host_id, 'held_devices')
-for _, did in ipairs(redis.call('SMEMBERS', hsk)) do
+local held = redis.call('SMEMBERS', hsk)
+for _, did in ipairs(held) do
   local dk = k('device', did)
   local d = redis.call('HMGET', dk, 'host_id', 'held')
   if d[1] == host_id and d[2] and d[2] ~= '' then
@@ -117,7 +120,7 @@ for _, did in ipairs(redis.call('SMEMBERS', hsk)) do
     if added then woke = true end
   end
 end
-redis.call('DEL', hsk)
+if #held > 0 then redis.call('DEL', hsk) end
 
 -- one device as reported: registered when new, its attributes, state and reason stored, its
 -- held mark cleared, its place among the idle candidates decided. Returns 1 when it is an
@@ -226,7 +229,7 @@ if mode == 'delta' then
       idle = idle + delta
     end
   end
-  redis.call('HSET', hk, 'hb_ver', arg, 'hb_idle', I(math.max(0, idle)))
+  redis.call('HSET', hk, 'last_heartbeat', now_s, 'hb_ver', arg, 'hb_idle', I(math.max(0, idle)))
   finish()
   return answer(idle)
 end

@@ -2,9 +2,15 @@
 --- @include "lib/config"
 -- lib/liveness.lua: the liveness rule of a host (deviceq.core.liveness mirrors it).
 
-local function host_alive(hk)
-  local hb = tonumber(redis.call('HGET', hk, 'last_heartbeat') or '0') or 0
+-- a host whose last heartbeat (field last_heartbeat, ms) is `hb` is alive: one within
+-- host_timeout
+local function heartbeat_fresh(hb)
+  hb = tonumber(hb or '0') or 0
   return hb > 0 and now_ms() - hb <= cfg_ms('host_timeout')
+end
+
+local function host_alive(hk)
+  return heartbeat_fresh(redis.call('HGET', hk, 'last_heartbeat'))
 end
 
 -- can the host take new work? true, or the reason it cannot: host_dead (no heartbeat within
@@ -12,8 +18,7 @@ end
 -- host_draining (operator drain or daemon shutting down)
 local function host_placeable(hk)
   local h = redis.call('HMGET', hk, 'last_heartbeat', 'draining', 'stopping', 'suspect')
-  local hb = tonumber(h[1] or '0') or 0
-  if hb <= 0 or now_ms() - hb > cfg_ms('host_timeout') then return 'host_dead' end
+  if not heartbeat_fresh(h[1]) then return 'host_dead' end
   if h[2] == '1' or h[3] == '1' then return 'host_draining' end
   if h[4] and h[4] ~= '' then return 'host_suspect' end
   return true
