@@ -134,6 +134,25 @@ def test_a_repointed_pool_moves_the_lane_with_it() -> None:
         r.close()
 
 
+def test_arguments_are_sent_as_the_client_sends_them(server: RedisServer) -> None:
+    r, _, lane = _warm(server)
+    assert lane._c_pack  # (UTF-8, strict: hiredis packs)
+    lane.call("SET", "k", "é ✓ 日本")
+    assert lane.call("GET", "k") == "é ✓ 日本"
+    lane.call("MSET", "i", 12, "f", 2.5, "b", b"\x00raw")
+    assert lane.call("MGET", "i", "f", "b") == ["12", "2.5", "\x00raw"]
+    # what hiredis refuses goes through redis-py's packer, which raises as it always did
+    for bad in (None, True):
+        with pytest.raises(redis.DataError):
+            lane.call("SET", "k", bad)
+    with pytest.raises(UnicodeEncodeError):
+        lane.call("SET", "k", "\ud800")
+    assert lane.call("GET", "k") == "é ✓ 日本" and lane.fallbacks == 0  # (none sent)
+    # in one round trip too
+    assert lane.call_many(("SET", "k", "ü"), ("GET", "k")) == ["OK", "ü"]
+    r.close()
+
+
 def test_calls_racing_from_threads_each_get_their_own_connection(server: RedisServer) -> None:
     r = connect(server.url)
     client = Client(r, "lane")

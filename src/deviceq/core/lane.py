@@ -18,12 +18,18 @@ is not on a cluster): Sentinel, Redis Cluster, fakeredis and custom clients keep
 path for everything. Connections are checked out one per thread at a time (a few per process:
 as many as calls run at once) and made like the pool's own (its class and settings: TLS,
 password, timeouts, the health check of a connection idle for a while); one pointed elsewhere
-or made before a fork is dropped instead of reused."""
+or made before a fork is dropped instead of reused.
+
+A command is packed by hiredis's C packer where the connection encodes as it does (UTF-8,
+strict): redis-py's packer encodes every argument in Python first, about 45 µs for a report
+of five tasks (33 arguments) against 5.5 µs. An argument it refuses (``None``, a bool: not a
+str, int, float or bytes) goes through redis-py's packer, which raises what it always did."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -31,6 +37,12 @@ from redis.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import NoScriptError
 
 from .redirects import FollowingRedis
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - redis[hiredis] is a dependency
+    _hiredis_pack = None
 
 MAX_IDLE = 8
 """Connections kept for reuse at most (more run at once only while calls overlap)."""
@@ -46,6 +58,30 @@ class Lane:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.fallbacks = 0  # calls sent again through the client (diagnostics, tests)
+        kw = self.pool.connection_kwargs
+        self._c_pack = (
+            _hiredis_pack is not None
+            and kw.get("encoding", "utf-8").lower().replace("_", "-") in ("utf-8", "utf8")
+            and kw.get("encoding_errors", "strict") == "strict"
+        )
+
+    def _pack(self, conn: AbstractConnection, args: tuple[Any, ...]) -> bytes:
+        """One command as the bytes redis-py would send for it (see the module docstring)."""
+        if self._c_pack and _hiredis_pack is not None:
+            try:
+                return _hiredis_pack(args)
+            except TypeError:
+                pass
+        return b"".join(conn.pack_command(*args))
+
+    def _packed(self, conn: AbstractConnection, commands: Sequence[tuple[Any, ...]]) -> bytes:
+        """``commands`` packed for ``conn``; arguments no client could send (``None``, a
+        bool) raise as the client raises them, and nothing is sent."""
+        try:
+            return b"".join(self._pack(conn, c) for c in commands)
+        except BaseException:
+            self._checkin(conn)
+            raise
 
     def _where(self) -> tuple[Any, Any]:
         kw = self.pool.connection_kwargs
@@ -80,8 +116,9 @@ class Lane:
         `NoScriptError`, ... with its text untouched); a connection that fails, times out or
         answers ``LOADING`` sends the command again through the client instead."""
         conn = self._checkout()
+        packed = self._packed(conn, [args])
         try:
-            conn.send_command(*args)
+            conn.send_packed_command([packed])
             reply = conn.read_response()
         except redis.ResponseError:
             self._checkin(conn)  # an error reply: the connection is fine
@@ -103,9 +140,10 @@ class Lane:
         client would raise; a connection that fails sends the commands again, one by one,
         through the client (with the same error replies in place)."""
         conn = self._checkout()
+        packed = self._packed(conn, commands)
         out: list[Any] = []
         try:
-            conn.send_packed_command(conn.pack_commands(commands))
+            conn.send_packed_command([packed])
             for _ in commands:
                 try:
                     out.append(conn.read_response())
