@@ -7,28 +7,40 @@
 --- @include "lib/status"
 --- @include "lib/tasks"
 --- @include "lib/handback"
+--- @include "lib/budget"
 -- claim.lua: the owning host takes up to `max` unexpired assigned attempts from its inbox to
 -- `dispatched`, each with a fresh run lease (now + lease_ttl, read from the pool config now),
 -- stamped with the claiming session. Exactly one caller gets each.
 -- An assignment whose device was quarantined or held since it was committed is handed back
 -- here (atomically, so the host never sees it; it counts against max_handbacks).
 -- A multi-device task (GANG) becomes `dispatched` once each of its parts (GANG.ROLE) is claimed.
+-- The work is split by time: once `budget_us` (default 2,500) is spent, checked every
+-- BUDGET_EVERY entries, the claim stops between two entries and, when the inbox still holds
+-- some, pushes the host's wake list, so the host's next wait ends at once and its next claim
+-- takes them.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token session max(1..1000)
+-- ARGV     host_id token session max(1..1000) [budget_us(1..10000000)]
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
---          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
+--          device:ID, status:*, leases, events, host:ID:wake; on a hand-back also queue:SIG, sig:SIG, queues,
 --          deadlines, avoid, idle, idle:c:*, tenant_held, host_held, host:ID:held_devices,
 --          device:ID:history, sched:wake; reads config
 -- Returns  {lease_ms, task1, task2, ...}: the lease length granted and the claimed tasks, each
---          a flat field/value array of the task hash. Stale inbox entries (expired, cancelled,
---          reassigned) are dropped silently.
+--          a flat field/value array of the task hash as read, then the fields the claim set
+--          (a field may come twice: its last value is the current one). Stale inbox entries
+--          (expired, cancelled, reassigned) are dropped silently.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
---          INVALID (bad max).
+--          INVALID (bad max or budget).
+local BUDGET_US, BUDGET_EVERY, ENTRY_US = 2500, 8, 60  -- (ENTRY_US: an entry's estimate, lib/budget)
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
 local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
 local max = int_in(ARGV[4], 1, 1000)
-if not max or #ARGV ~= 4 then return fail('INVALID', 'max must be an integer 1-1000') end
+if not max or (#ARGV ~= 4 and #ARGV ~= 5) then return fail('INVALID', 'max must be an integer 1-1000') end
+local budget = BUDGET_US
+if #ARGV == 5 then
+  budget = int_in(ARGV[5], 1, 10000000)
+  if not budget then return fail('INVALID', 'budget_us must be an integer 1-10000000') end
+end
 local now = now_ms()
 local ttl = cfg_ms('lease_ttl')
 local now_s, expires_s = now_str(), I(now + ttl)
@@ -48,9 +60,17 @@ local function gang_claimed(gid)
 end
 local out = {ttl}
 local refused = false
+local taken = 0
+budget_start(budget)
 while #out <= max do
+  if taken > 0 and taken % BUDGET_EVERY == 0 and not budget_left() then
+    if redis.call('LLEN', inbox) > 0 then wake(k('host', host_id, 'wake')) end
+    break
+  end
   local id = redis.call('LPOP', inbox)
   if not id then break end
+  taken = taken + 1
+  budget_spend(ENTRY_US)
   local tk = k('task', id)
   local t, flat = load_task_flat(id)
   if t.status == 'assigned' and t.host_id == host_id and (tonumber(t.lease_expires_at) or 0) > now then
@@ -67,11 +87,11 @@ while #out <= max do
       emit('dispatched', 'task', id, 'lease', t.lease_id, 'host', host_id, 'device', t.device_id,
         'attempt', t.attempt, 'claim_ms', I(now - tonumber(t.assigned_at)), 'since_submit_ms',
         I(now - tonumber(t.submitted_at)), gang_field(t))
-      flat_set(flat, {status = 'dispatched', lease_expires_at = expires_s, dispatched_at = now_s,
-        updated_at = now_s, session = session or ''})
+      flat_update(flat, 'status', 'dispatched', 'lease_expires_at', expires_s, 'dispatched_at', now_s,
+        'updated_at', now_s, 'session', session or '')
       local gang = t.gang or ''
       if t.goal == '' then  -- a long goal lives in its own key (a part's: its gang task's)
-        flat_set(flat, {goal = redis.call('GET', k('task', gang ~= '' and gang or id, 'goal')) or ''})
+        flat_update(flat, 'goal', redis.call('GET', k('task', gang ~= '' and gang or id, 'goal')) or '')
       end
       if gang ~= '' then gang_claimed(gang) end
       out[#out + 1] = flat

@@ -17,12 +17,10 @@ local function load_task(id)
   return (load_task_flat(id))
 end
 
--- set fields of a flat field/value array (in place, appending missing ones)
-local function flat_set(flat, values)
-  local pos = {}
-  for i = 1, #flat, 2 do pos[flat[i]] = i end
-  for name, v in pairs(values) do
-    local i = pos[name]
-    if i then flat[i + 1] = v else flat[#flat + 1] = name; flat[#flat + 1] = v end
-  end
+-- newer values of fields of a flat field/value array: appended (in place), so the array may
+-- name a field twice; its reader takes the last value (deviceq.host.claims). Cheaper than
+-- finding each field: that built a table of every field's place for each task.
+local function flat_update(flat, ...)
+  local n = #flat
+  for i = 1, select('#', ...) do flat[n + i] = select(i, ...) end
 end

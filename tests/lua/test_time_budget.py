@@ -1,5 +1,6 @@
 """Work split by time, not count: ``expire.lua`` stops between items once its time budget
-(``budget_us``, `lib/budget.lua`) is spent and says ``more``; ``submit_many``, ``report_many``
+(``budget_us``, `lib/budget.lua`) is spent and says ``more``, ``claim.lua`` likewise (and
+wakes its host); ``submit_many``, ``report_many``
 and the scheduler's commit size their calls with `deviceq.core.pacing.Pacer`. A tiny budget
 (1 us) or a tiny pacer target forces the split; the end state must be the one of an unsplit
 run: every item handled once, nothing lost, idempotency kept. No timing is asserted."""
@@ -14,8 +15,10 @@ import pytest
 import redis
 
 from deviceq import Client, Report, TaskScheduler
+from deviceq.core.errors import InvalidInput
 from deviceq.core.keys import Keys
 from deviceq.core.pacing import Pacer, pacer_for
+from deviceq.host.claims import assignments
 from deviceq.scheduler.client import SchedulerClient
 
 TINY_MS = 0.001  # 1 us: each step of an expiry call does its first item only
@@ -197,6 +200,32 @@ def test_report_many_and_commit_in_paced_chunks_answer_each_once(real_fleet: Any
     assert script_calls(fleet.r) - c0 == 31
     assert answers == ["ok:done"] * 30 + ["dup:done"]
     assert real_done(fleet) == 30
+
+
+def test_claim_stops_once_its_budget_is_spent_and_wakes_its_host(real_fleet: Any) -> None:
+    fleet = real_fleet
+    h = fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(20)])
+    ids = fleet.client.submit_many([{"goal": f"g{i}"} for i in range(20)])
+    pairs = [(t, f"d{i:02d}") for i, t in enumerate(ids)]
+    assert all(o.startswith("ok:") for o in fleet.store.commit(pairs))
+    wake = Keys(fleet.pool).host_wake("h1")
+    fleet.r.delete(wake)
+    claimed: list[str] = []
+    sizes = []
+    while True:  # a 1 us budget: 8 entries a call (it is checked every 8), the rest left
+        got = assignments(h._run("claim", [*h._auth(), "1000", "1"]))
+        sizes.append(len(got))
+        if not got:
+            break
+        claimed += [a.task.id for a in got]
+        left = len(ids) - len(claimed)
+        assert fleet.r.llen(wake) == (1 if left else 0)  # the host's next wait ends at once
+        fleet.r.delete(wake)
+    assert sizes == [8, 8, 4, 0]
+    assert sorted(claimed) == sorted(ids)  # each once
+    assert {fleet.client.get(t).status.value for t in ids} == {"dispatched"}
+    with pytest.raises(InvalidInput, match="budget_us"):
+        h._run("claim", [*h._auth(), "10", "0"])
 
 
 def real_done(fleet: Any) -> int:

@@ -1,5 +1,6 @@
 """``claim.lua``'s reply read into `Assignment` s: the lease length, then each claimed task's
-hash as flat field/value pairs (trusted: the script wrote them)."""
+hash as flat field/value pairs (trusted: the script wrote them), the fields the claim changed
+appended: a field named twice has its last value."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def assignments(rows: list[Any]) -> list[Assignment]:
     lease_ms = int(rows[0])
     out = []
     for flat in rows[1:]:
-        h = dict(zip(flat[::2], flat[1::2], strict=True))
+        h = dict(zip(flat[::2], flat[1::2], strict=True))  # (the last value of a field wins)
         task = ScheduledTask.from_hash(h, trusted=True)
         out.append(
             trusted_model(

@@ -87,8 +87,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "time xadd zadd zrange zrem",
         "cancel": "del hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
         "sadd time xadd zadd zcard zrange zrem",
-        "claim": "get hdel hget hgetall hincrby hmget hset lindex lpop lpush lrem lset ltrim "
-        "pexpire sadd time xadd zadd zcard zrem",
+        "claim": "get hdel hget hgetall hincrby hmget hset lindex llen lpop lpush lrem lset "
+        "ltrim pexpire sadd time xadd zadd zcard zrem",
         "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire sadd srem time "
         "xadd zadd zrem",
         "device_health": "hdel hgetall hmget hset lpush ltrim time xadd zadd zrem",
