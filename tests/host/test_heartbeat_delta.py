@@ -20,7 +20,7 @@ from deviceq.core.errors import DeviceOwned, InvalidInput
 from deviceq.core.keys import Keys
 from deviceq.embedded import RedisServer
 from deviceq.host import heartbeat_sync
-from deviceq.host.heartbeat_sync import CHUNK, Reply, Row
+from deviceq.host.heartbeat_sync import CHUNK, FIRST, Reply, Row
 
 Call = tuple[str, list[Row], str]  # mode, rows, answer status
 
@@ -279,6 +279,7 @@ def test_5000_devices_register_in_chunks_with_the_same_state(setup: Any, monkeyp
         pool = "t" + uuid.uuid4().hex[:12]
         admin = PoolAdmin(r, pool)
         monkeypatch.setattr(heartbeat_sync, "CHUNK", chunk)
+        monkeypatch.setattr(heartbeat_sync, "FIRST", chunk)
         h = host(r, pool, admin)
         if mode == "delta":
             h.heartbeat([])
@@ -349,8 +350,8 @@ def test_chunks_shrink_when_the_calls_take_longer_than_the_pace(setup: Any) -> N
     hb = h.heartbeat(devs(1000))
     calls = rec.take()
     sizes = [len(rows) for m, rows, _ in calls if m == "full"]
-    assert sizes[0] == CHUNK and sum(sizes) == 1000  # every device, once
-    assert max(sizes[1:]) <= 25  # 100 devices took 10 ms: toward 2.5 ms a call
+    assert sizes[0] == FIRST and sum(sizes) == 1000  # every device, once
+    assert max(sizes[1:]) <= 25  # 40 devices took 4 ms: toward 2.5 ms a call
     assert (hb.devices, r.scard(Keys(pool).host_devices("h1"))) == (1000, 1000)
     changed = devs(30, state="busy") + devs(1000)[30:]  # a delta of 30 changes: paced alike
     h.heartbeat(changed)
