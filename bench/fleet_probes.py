@@ -33,6 +33,7 @@ import redis
 
 from bench.bench_assign import GOAL, POOL, add_fleet, stats, stats_overhead
 from bench.common import preload_scripts
+from bench.procs import realtime
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, Report
 from deviceq.core import scripts
 from deviceq.embedded import RedisServer
@@ -196,7 +197,7 @@ class Probes:
 
 def run_probes(quick: bool, log: Log) -> Probes:
     names = sha_names()
-    srv = RedisServer().start()
+    srv = realtime(RedisServer().start())
     try:
         return _run(srv.url, names, quick, log)
     finally:

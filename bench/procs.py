@@ -31,6 +31,25 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+REALTIME_ENV = "DEVICEQ_BENCH_REALTIME_REDIS"
+"""Set (to ``1``) by ``python -m bench.fleet --realtime-redis``: see `realtime`."""
+
+
+def realtime(server: RedisServer) -> RedisServer:
+    """When `REALTIME_ENV` is set, every thread of ``server`` runs under SCHED_FIFO (``chrt -a
+    -f -p 10``, root only): on a 2-core machine shared with the benchmark's own clients and
+    daemons, the kernel then never preempts redis-server for them in the middle of a call,
+    so ``SLOWLOG`` (which times a call by the wall clock) shows how long the call's own work
+    takes. Without the variable, nothing changes."""
+    if os.environ.get(REALTIME_ENV) == "1" and server.proc is not None:
+        subprocess.run(
+            ["chrt", "-a", "-f", "-p", "10", str(server.proc.pid)],
+            check=True,
+            capture_output=True,
+        )
+    return server
+
+
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     """This environment plus ``extra``, with the repository root first on ``PYTHONPATH``."""
     env = dict(os.environ)
@@ -76,7 +95,7 @@ class Registry:
         server = RedisServer()
         self.servers.append(server)
         server.start()
-        return server
+        return realtime(server)
 
     def stop_server(self, server: RedisServer) -> None:
         server.stop()
