@@ -7,7 +7,10 @@ time: run it on two trees (``python -m bench.ab --baseline REV bench/redis_instr
 The lifecycle is ``bench_batch.py``'s, through the public API on one host of ``--batch``
 devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
 (``TaskScheduler.assign``), ``HostClient.claim(batch)`` and ``HostClient.report_many`` until
-every task is done. Each phase's instructions are counted apart (``callgrind_control``
+every task is done. Beside it, the same lifecycle of ``bench_batch.py``'s floor (a stripped-down
+atomic lifecycle: three inline scripts, see that module), on a server of its own: its submit is
+one pipelined ``HSET`` + ``ZADD`` per task, its pass the ``ZRANGE`` snapshot and its assign
+script. Each phase's instructions are counted apart (``callgrind_control``
 zeroes the counters before a phase and dumps them after) and divided by the tasks. Only the
 instructions inside ``processCommand`` count (a command's execution, scripts' own commands
 included): not the event loop, the reading of requests and writing of replies, nor the
@@ -29,9 +32,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_batch import FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT  # noqa: E402
 from common import add_hosts, preload_scripts, raw_client, table  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.host.client import HostClient, Report  # noqa: E402
@@ -78,8 +83,8 @@ class Counter:
         raise RuntimeError("callgrind wrote no dump")
 
 
-def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
-    """Instructions per task of each phase (and in all) for ``tasks`` lifecycles."""
+def counted_server(work: Path) -> tuple[RedisServer, Counter]:
+    """A private redis-server under callgrind (counting inside ``processCommand`` only)."""
     wrapper = work / "redis-under-callgrind"
     wrapper.write_text(
         "#!/bin/sh\n"
@@ -91,9 +96,20 @@ def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     server = RedisServer(binary=str(wrapper))
     server.start(timeout=120)
+    assert server.proc is not None
+    return server, Counter(server.proc.pid, work)
+
+
+def per_task(spent: dict[str, int], tasks: int) -> dict[str, float]:
+    out = {p: spent[p] / tasks for p in PHASES}
+    out["lifecycle"] = sum(out.values())
+    return out
+
+
+def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
+    """deviceq's instructions per task of each phase (and in all) for ``tasks`` lifecycles."""
+    server, counter = counted_server(work)
     try:
-        assert server.proc is not None
-        counter = Counter(server.proc.pid, work)
         r = raw_client(server.url)
         preload_scripts(r)
         pool = "bench"
@@ -132,9 +148,56 @@ def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
         r.close()
     finally:
         server.stop()
-    per_task = {p: spent[p] / tasks for p in PHASES}
-    per_task["lifecycle"] = sum(per_task.values())
-    return per_task
+    return per_task(spent, tasks)
+
+
+def measure_floor(tasks: int, batch: int, work: Path) -> dict[str, float]:
+    """The floor's instructions per task of each phase, for the same lifecycles."""
+    server, counter = counted_server(work)
+    try:
+        r = raw_client(server.url)
+        p = "dq:{floor}:"
+        assign, claim, report = (
+            r.register_script(s) for s in (FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT)
+        )
+        for fn in (assign, claim, report):
+            r.script_load(fn.script)
+        devices = [f"d{i}" for i in range(batch)]
+        spent = dict.fromkeys(PHASES, 0)
+
+        def timed(phase: str, fn: Callable[[], object]) -> object:
+            counter.zero()
+            out = fn()
+            spent[phase] += counter.read()
+            return out
+
+        for i in range(0, tasks, batch):
+
+            def submit(lo: int = i) -> None:
+                pipe = r.pipeline(transaction=False)
+                for j in range(lo, min(lo + batch, tasks)):
+                    pipe.hset(f"{p}task:t{j}", mapping={"status": "queued", "goal": GOAL,
+                                                        "driver_type": DRIVER})  # fmt: skip
+                    pipe.zadd(p + "queue", {f"t{j}": j})
+                pipe.execute()
+
+            timed("submit", submit)
+        done = 0
+        while done < tasks:
+
+            def assign_pass() -> None:
+                ids: list[Any] = r.zrange(p + "queue", 0, batch - 1)  # the snapshot read
+                assign(keys=[p], args=[v for pair in zip(ids, devices, strict=False) for v in pair])
+
+            timed("pass", assign_pass)
+            got = timed("claim", lambda: claim(keys=[p], args=[batch]))
+            assert isinstance(got, list) and got
+            timed("report", lambda got=got: report(keys=[p], args=[v for g in got for v in g[:2]]))
+            done += len(got)
+        r.close()
+    finally:
+        server.stop()
+    return per_task(spent, tasks)
 
 
 def main() -> None:
@@ -147,10 +210,18 @@ def main() -> None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="deviceq-callgrind-") as tmp:
         t0 = time.monotonic()
-        per_task = measure(args.tasks, args.batch, Path(tmp))
+        dq = measure(args.tasks, args.batch, Path(tmp))
+        floor = measure_floor(args.tasks, args.batch, Path(tmp))
         took = time.monotonic() - t0
-    rows = [[p, args.tasks, args.batch, round(per_task[p])] for p in (*PHASES, "lifecycle")]
-    text = table(["phase", "tasks", "items per call", "redis-server instructions per task"], rows)
+    rows = [
+        [p, args.tasks, args.batch, round(dq[p]), round(floor[p]), f"{dq[p] / floor[p]:.2f}"]
+        for p in (*PHASES, "lifecycle")
+    ]
+    text = table(
+        ["phase", "tasks", "items per call", "deviceq instructions per task",
+         "floor instructions per task", "x floor"],
+        rows,
+    )  # fmt: skip
     print(text)
     print(
         f"\n{args.tasks} tasks, {args.batch} items per call, one host of {args.batch} devices; "

@@ -32,10 +32,11 @@ end
 -- the rule allows (refresh_idle); hold = 'suspect' (its lease expired) or 'refused' (its host
 -- handed the assignment back): out of the candidates until its host's next heartbeat.
 -- Returns the device's consecutive infrastructure failure count (nil when not reserved by id).
+local RELEASE_READ = {'consecutive_failures', unpack(GATE_READ)}  -- (gate's, in one read)
 local function release_device(device_id, id, hold)
   if not device_id or device_id == '' then return end
   local dk = k('device', device_id)
-  local d = gate(device_id)
+  local d = hfields(dk, RELEASE_READ)
   if d.reserved_by ~= id then return end
   d.reserved_by = ''
   if hold then
@@ -49,5 +50,5 @@ local function release_device(device_id, id, hold)
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
   end
   refresh_idle(device_id, d)
-  return tonumber(redis.call('HGET', dk, 'consecutive_failures') or '0') or 0
+  return tonumber(d.consecutive_failures or '0') or 0
 end

@@ -46,7 +46,7 @@ local function finish(id, t, old, status, kind, payload, extra_event)
   local field = status == 'done' and 'result' or 'error'
   redis.call('HSET', k('task', id), 'status', status, 'failure_kind', kind or '', field, payload or '',
     'finished_at', now_str(), 'updated_at', now_str(), 'lease_expires_at', '')
-  index_status(id, old, status, t.seq)
+  index_status(id, old, status, t.seq, t)
   local extra = extra_event or {}
   if (t.gang or '') ~= '' then extra = {'gang', t.gang, unpack(extra)} end
   emit(status, 'task', id, 'lease', t.lease_id or '', 'host', t.host_id or '', 'device',

@@ -4,9 +4,12 @@
 -- lib/status.lua: the status indexes and a finished task's expiry.
 
 -- move a task between status indexes; terminal sets are scored by finish time (expire.lua
--- trims them to the retention window) and a finished task's keys expire after `retention`
+-- trims them to the retention window) and a finished task's keys expire after `retention`.
+-- `t`: the task's fields as loaded this call (load_task), when the caller has them: a
+-- finished task's attempt, goal, avoid_devices, queue_deadline and eligible_at are then not
+-- read again (no transition changes them between its load and its end)
 local _keep
-local function index_status(id, old, new, seq)
+local function index_status(id, old, new, seq, t)
   local part = seq == ''  -- a gang's part (gang_assign.lua): only its gang's task is indexed
   if old and not part then redis.call('ZREM', k('status', old), id) end
   if TERMINAL[new] then
@@ -15,8 +18,9 @@ local function index_status(id, old, new, seq)
     if not part then redis.call('ZADD', k('status', new), now_str(), id) end
     redis.call('PEXPIRE', k('task', id), keep)
     -- the attempt history and a long goal (only these keys exist besides the hash)
-    local h = redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline',
-      'eligible_at')
+    local h = t and {t.attempt, t.goal, t.avoid_devices, t.queue_deadline, t.eligible_at}
+      or redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline',
+        'eligible_at')
     if h[1] and h[1] ~= '0' then redis.call('PEXPIRE', k('task', id, 'attempts'), keep) end
     if h[2] == '' and not part then redis.call('PEXPIRE', k('task', id, 'goal'), keep) end
     if old == 'queued' and h[3] and h[3] ~= '' then redis.call('HDEL', k('avoid'), id) end
