@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,16 @@ def counted_server(work: Path) -> tuple[RedisServer, Counter]:
     return server, Counter(server.proc.pid, work)
 
 
+def count_phase(
+    counter: Counter, spent: dict[str, int], phase: str, fn: Callable[[], object]
+) -> object:
+    """Run ``fn`` and add the instructions the server ran meanwhile to ``spent[phase]``."""
+    counter.zero()
+    out = fn()
+    spent[phase] += counter.read()
+    return out
+
+
 def per_task(spent: dict[str, int], tasks: int) -> dict[str, float]:
     out = {p: spent[p] / tasks for p in PHASES}
     out["lifecycle"] = sum(out.values())
@@ -122,12 +133,7 @@ def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
         sched = TaskScheduler(r, pool)
         sched.assign()  # (first pass: the scheduler's own set-up reads)
         spent = dict.fromkeys(PHASES, 0)
-
-        def timed(phase: str, fn: Callable[[], object]) -> object:
-            counter.zero()
-            out = fn()
-            spent[phase] += counter.read()
-            return out
+        timed = partial(count_phase, counter, spent)
 
         for i in range(0, tasks, batch):
             n = min(batch, tasks - i)
@@ -164,12 +170,7 @@ def measure_floor(tasks: int, batch: int, work: Path) -> dict[str, float]:
             r.script_load(fn.script)
         devices = [f"d{i}" for i in range(batch)]
         spent = dict.fromkeys(PHASES, 0)
-
-        def timed(phase: str, fn: Callable[[], object]) -> object:
-            counter.zero()
-            out = fn()
-            spent[phase] += counter.read()
-            return out
+        timed = partial(count_phase, counter, spent)
 
         for i in range(0, tasks, batch):
 
