@@ -99,8 +99,8 @@ for i = 0, n - 1 do
     -- a queue deadline applies while queued only (requeue files it again)
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
-    if v.t[11] and v.t[11] ~= '' then redis.call('HINCRBY', k('tenant_held'), v.t[11], 1) end
-    redis.call('HINCRBY', k('host_held'), host_id, 1)
+    if v.t[11] and v.t[11] ~= '' then redis.call('HINCRBY', k('tenant_held'), v.t[11], '1') end
+    redis.call('HINCRBY', k('host_held'), host_id, '1')
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
     idle_remove(did, v.d[5], v.d[6])

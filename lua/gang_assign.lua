@@ -97,7 +97,7 @@ for i, r in ipairs(roles) do
     'submitted_at', t.submitted_at or now_s, 'updated_at', now_s, 'session', '',
     'peers', i == 1 and placement or '')
   redis.call('ZADD', k('leases'), expires_s, pid)
-  redis.call('HINCRBY', k('host_held'), host_id, 1)
+  redis.call('HINCRBY', k('host_held'), host_id, '1')
   redis.call('HSET', k('device', did), 'reserved_by', pid, 'lease_id', lease, 'last_assigned_at', now_s)
   idle_remove(did)
   redis.call('RPUSH', k('task', pid, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,

@@ -144,7 +144,7 @@ for i = 0, n - 1 do
       elseif outcome == 'failed' and DEVICE_KINDS[kind] and fails_before
         and not (kind == 'timeout' and redis.call('HGET', k('task', id), 'timeout')) then
         -- (a timeout at the task's own limit is not the device's fault)
-        local fails = redis.call('HINCRBY', dk, 'consecutive_failures', 1)
+        local fails = redis.call('HINCRBY', dk, 'consecutive_failures', '1')
         redis.call('HSET', k('faults'), t.device_id, I(fails))
         maybe_quarantine(t.device_id, fails)
       end

@@ -9,7 +9,7 @@ local function close_attempt(id, attempt, outcome, extra, whole_gang)
   local ak = k('task', id, 'attempts')
   local idx = (tonumber(attempt) or 0) - 1
   if idx < 0 then return end
-  local raw = redis.call('LINDEX', ak, idx)
+  local raw = redis.call('LINDEX', ak, I(idx))
   if not raw then return end
   local rec = cjson.decode(raw)
   rec.outcome = outcome

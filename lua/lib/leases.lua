@@ -7,7 +7,7 @@
 -- gang_assign.lua count up; the max_tasks_per_host cap)
 local function host_lease_ended(host_id)
   if host_id and host_id ~= '' then
-    if redis.call('HINCRBY', k('host_held'), host_id, -1) <= 0 then
+    if redis.call('HINCRBY', k('host_held'), host_id, '-1') <= 0 then
       redis.call('HDEL', k('host_held'), host_id)
     end
   end
@@ -18,13 +18,13 @@ end
 local function drop_lease(id, t)
   redis.call('ZREM', k('leases'), id)
   if t.tenant and t.tenant ~= '' then  -- the devices a tenant holds (assign.lua counts up)
-    if redis.call('HINCRBY', k('tenant_held'), t.tenant, -1) <= 0 then
+    if redis.call('HINCRBY', k('tenant_held'), t.tenant, '-1') <= 0 then
       redis.call('HDEL', k('tenant_held'), t.tenant)
     end
   end
   host_lease_ended(t.host_id)
   if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
-    redis.call('LREM', k('host', t.host_id, 'inbox'), 0, id)
+    redis.call('LREM', k('host', t.host_id, 'inbox'), '0', id)
   end
 end
 

@@ -14,7 +14,7 @@ end
 
 -- after tasks left bucket `sig`: drop it (and its constraints) or fix its head score
 local function fix_head(sig)
-  local head = redis.call('ZRANGE', k('queue', sig), 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', k('queue', sig), '0', '0', 'WITHSCORES')
   if #head == 0 then
     redis.call('ZREM', k('queues'), sig)
     redis.call('DEL', k('sig', sig))
