@@ -16,18 +16,18 @@
 -- A multi-device task (GANG) becomes `dispatched` once each of its parts (GANG.ROLE) is claimed.
 -- The work is split by time: once `budget_us` (default 2,500) is spent, checked every
 -- BUDGET_EVERY entries, the claim stops between two entries and, when the inbox still holds
--- some, pushes the host's wake list, so the host's next wait ends at once and its next claim
--- takes them.
+-- some, says `more` (the caller claims again: HostClient.claim does, up to its max).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session max(1..1000) [budget_us(1..10000000)]
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
---          device:ID, status:*, leases, events, host:ID:wake; on a hand-back also queue:SIG, sig:SIG, queues,
+--          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
 --          deadlines, avoid, idle, idle:c:*, tenant_held, host_held, host:ID:held_devices,
 --          device:ID:history, sched:wake; reads config
--- Returns  {lease_ms, task1, task2, ...}: the lease length granted and the claimed tasks, each
---          a flat field/value array of the task hash as read, then the fields the claim set
---          (a field may come twice: its last value is the current one). Stale inbox entries
---          (expired, cancelled, reassigned) are dropped silently.
+-- Returns  {lease_ms, task1, task2, ...[, 'more']}: the lease length granted and the claimed
+--          tasks, each a flat field/value array of the task hash as read, then the fields the
+--          claim set (a field may come twice: its last value is the current one); last the
+--          string 'more' when the budget stopped the claim with entries left in the inbox.
+--          Stale inbox entries (expired, cancelled, reassigned) are dropped silently.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
 --          INVALID (bad max or budget).
 local BUDGET_US, BUDGET_EVERY, ENTRY_US = 2500, 8, 60  -- (ENTRY_US: an entry's estimate, lib/budget)
@@ -60,11 +60,11 @@ local function gang_claimed(gid)
 end
 local out = {ttl}
 local refused = false
-local taken = 0
+local taken, more = 0, false
 budget_start(budget)
 while #out <= max do
   if taken > 0 and taken % BUDGET_EVERY == 0 and not budget_left() then
-    if redis.call('LLEN', inbox) > 0 then wake(k('host', host_id, 'wake')) end
+    more = redis.call('LLEN', inbox) > 0
     break
   end
   local id = redis.call('LPOP', inbox)
@@ -99,4 +99,5 @@ while #out <= max do
   end
 end
 if refused then wake(k('sched', 'wake')) end
+if more then out[#out + 1] = 'more' end
 return out

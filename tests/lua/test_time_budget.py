@@ -1,6 +1,6 @@
 """Work split by time, not count: ``expire.lua`` stops between items once its time budget
 (``budget_us``, `lib/budget.lua`) is spent and says ``more``, ``claim.lua`` likewise (and
-wakes its host); ``submit_many``, ``report_many``
+says ``more``: `HostClient.claim` claims again); ``submit_many``, ``report_many``
 and the scheduler's commit size their calls with `deviceq.core.pacing.Pacer`. A tiny budget
 (1 us) or a tiny pacer target forces the split; the end state must be the one of an unsplit
 run: every item handled once, nothing lost, idempotency kept. No timing is asserted."""
@@ -18,7 +18,7 @@ from deviceq import Client, Report, TaskScheduler
 from deviceq.core.errors import InvalidInput
 from deviceq.core.keys import Keys
 from deviceq.core.pacing import Pacer, pacer_for
-from deviceq.host.claims import assignments
+from deviceq.host.claims import assignments, claimed_all
 from deviceq.scheduler.client import SchedulerClient
 
 TINY_MS = 0.001  # 1 us: each step of an expiry call does its first item only
@@ -202,30 +202,48 @@ def test_report_many_and_commit_in_paced_chunks_answer_each_once(real_fleet: Any
     assert real_done(fleet) == 30
 
 
-def test_claim_stops_once_its_budget_is_spent_and_wakes_its_host(real_fleet: Any) -> None:
-    fleet = real_fleet
-    h = fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(20)])
-    ids = fleet.client.submit_many([{"goal": f"g{i}"} for i in range(20)])
+def _assigned(fleet: Any, n: int) -> tuple[Any, list[str]]:
+    """A host of ``n`` devices with ``n`` assignments in its inbox."""
+    h = fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(n)])
+    ids = fleet.client.submit_many([{"goal": f"g{i}"} for i in range(n)])
     pairs = [(t, f"d{i:02d}") for i, t in enumerate(ids)]
     assert all(o.startswith("ok:") for o in fleet.store.commit(pairs))
-    wake = Keys(fleet.pool).host_wake("h1")
-    fleet.r.delete(wake)
+    return h, list(ids)
+
+
+def test_claim_stops_once_its_budget_is_spent_and_says_more(real_fleet: Any) -> None:
+    fleet = real_fleet
+    h, ids = _assigned(fleet, 20)
     claimed: list[str] = []
-    sizes = []
+    replies = []
     while True:  # a 1 us budget: 8 entries a call (it is checked every 8), the rest left
-        got = assignments(h._run("claim", [*h._auth(), "1000", "1"]))
-        sizes.append(len(got))
+        rows = h._run("claim", [*h._auth(), "1000", "1"])
+        got = assignments(rows)
+        replies.append((len(got), claimed_all(rows)))
         if not got:
             break
         claimed += [a.task.id for a in got]
-        left = len(ids) - len(claimed)
-        assert fleet.r.llen(wake) == (1 if left else 0)  # the host's next wait ends at once
-        fleet.r.delete(wake)
-    assert sizes == [8, 8, 4, 0]
+    assert replies == [(8, False), (8, False), (4, True), (0, True)]
     assert sorted(claimed) == sorted(ids)  # each once
     assert {fleet.client.get(t).status.value for t in ids} == {"dispatched"}
     with pytest.raises(InvalidInput, match="budget_us"):
         h._run("claim", [*h._auth(), "10", "0"])
+
+
+def test_a_host_claim_takes_all_it_asks_for_across_budgeted_calls(
+    real_fleet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = real_fleet
+    h, ids = _assigned(fleet, 20)
+    tiny = h._claim_args
+    monkeypatch.setattr(h, "_claim_args", lambda n: [*tiny(n), "1"])  # a 1 us budget
+    c0 = script_calls(fleet.r)
+    got = h.claim(9)
+    assert len(got) == 9 and script_calls(fleet.r) - c0 == 2  # 8 (more), then 1
+    c0 = script_calls(fleet.r)
+    rest = h.wait_and_claim(0.05, 100)  # the same after the one-round-trip wait
+    assert len(rest) == 11 and script_calls(fleet.r) - c0 == 2  # 8 (more), then 3
+    assert sorted(a.task.id for a in got + rest) == sorted(ids)
 
 
 def real_done(fleet: Any) -> int:

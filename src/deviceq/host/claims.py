@@ -1,6 +1,7 @@
 """``claim.lua``'s reply read into `Assignment` s: the lease length, then each claimed task's
 hash as flat field/value pairs (trusted: the script wrote them), the fields the claim changed
-appended: a field named twice has its last value."""
+appended: a field named twice has its last value; last ``more`` when the script's time budget
+stopped it with assignments left in the inbox (`claimed_all` is False: claim again)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from typing import Any
 from ..core.models import Assignment, ScheduledTask, trusted_model
 
 
+def claimed_all(rows: list[Any]) -> bool:
+    """Did the claim take all it could (False: its time budget stopped it, some are left)?"""
+    return not (len(rows) > 1 and rows[-1] == "more")
+
+
 def assignments(rows: list[Any]) -> list[Assignment]:
     """The assignments of one claim reply (``[]`` when the inbox was empty)."""
     lease_ms = int(rows[0])
     out = []
-    for flat in rows[1:]:
+    for flat in rows[1:] if claimed_all(rows) else rows[1:-1]:
         h = dict(zip(flat[::2], flat[1::2], strict=True))  # (the last value of a field wins)
         task = ScheduledTask.from_hash(h, trusted=True)
         out.append(
