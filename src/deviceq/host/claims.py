@@ -5,6 +5,7 @@ stopped it with assignments left in the inbox (`claimed_all` is False: claim aga
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..core.models import Assignment, ScheduledTask, trusted_model
@@ -37,3 +38,17 @@ def assignments(rows: list[Any]) -> list[Assignment]:
             )
         )
     return out
+
+
+def claim_rest(
+    rows: list[Any], again: Callable[[int], list[Any]], max_count: int
+) -> list[Assignment]:
+    """The assignments of claim reply ``rows`` and, while the script's time budget stopped a
+    call with some left (``more``), of the calls ``again(n)`` that take the rest, up to
+    ``max_count`` in all."""
+    out: list[Assignment] = []
+    while True:
+        out += assignments(rows)
+        if claimed_all(rows) or len(out) >= max_count:
+            return out
+        rows = again(max_count - len(out))

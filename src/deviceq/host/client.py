@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 from redis.exceptions import NoScriptError
@@ -35,7 +35,7 @@ from ..core.pacing import pacer_for
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
-from .claims import assignments, claimed_all
+from .claims import claim_rest
 from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
 
@@ -262,15 +262,13 @@ class HostClient(PoolConnection):
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``: in
         several script calls when one call's time budget (2.5 ms) cannot take them all."""
-        out: list[Assignment] = []
-        while True:
-            rows = self._run("claim", self._claim_args(max_count - len(out)))
-            out += assignments(rows)
-            if claimed_all(rows) or len(out) >= max_count:
-                return out
+        return claim_rest(self._claim_call(max_count), self._claim_call, max_count)
 
     def _claim_args(self, max_count: int) -> list[str]:
         return [*self._auth(), str(int(max_count))]
+
+    def _claim_call(self, max_count: int) -> list[Any]:
+        return list(self._run("claim", self._claim_args(max_count)))
 
     def wait_and_claim(self, timeout: float, max_count: int) -> list[Assignment]:
         """`wait_for_work` for at most ``timeout`` seconds, then `claim` up to ``max_count``,
@@ -290,10 +288,7 @@ class HostClient(PoolConnection):
             return self.claim(max_count)
         if isinstance(rows, redis.ResponseError):
             raise typed_error(rows)
-        got = assignments(rows)
-        if claimed_all(rows) or len(got) >= max_count:
-            return got
-        return got + self.claim(max_count - len(got))  # (the budget stopped it: the rest now)
+        return claim_rest(rows, self._claim_call, max_count)
 
     def wait_for_work(self, timeout: float) -> bool:
         """Block until an assignment may be waiting (or ``timeout`` seconds pass)."""
