@@ -126,6 +126,37 @@ def test_command_output_is_passed_on_whole_even_when_the_live_log_is_slow() -> N
     assert text == "1\n2\n3\n4\n" and "e\n" in [t for s, t in got if s == "stderr"]
 
 
+def test_output_left_in_the_pipe_is_waited_for_however_long_its_reader_is_kept_waiting() -> None:
+    """The command has exited and its last output waits in the pipe, but the reader thread
+    has not run for longer than the quiet limit (a loaded machine): that output is still
+    read and passed on before the runner goes on, not lost from the task's log."""
+    from deviceq.host.runners.command import _Output
+
+    got: list[str] = []
+    task = make_task("x")
+    task.log_sink = lambda stream, text: got.append(text)
+    out = _Output(1024, task)
+    r, w = os.pipe()
+    os.write(w, b"the last line\n")
+    os.close(w)
+    late = threading.Event()
+
+    class Pipe:
+        def fileno(self) -> int:
+            return r
+
+    # the reader starts reading only after 3 quiet limits
+    real_read = out._read
+    out._read = lambda fd, stream: (late.wait(0.9), real_read(fd, stream))  # type: ignore[method-assign]
+    reader = out.reader(Pipe(), "stdout")
+    out.finish([reader], quiet=0.3)
+    try:
+        assert not reader.is_alive() and "".join(got) == "the last line\n"
+    finally:
+        reader.join(5)
+        os.close(r)
+
+
 def test_command_placeholders_are_shell_quoted_and_goal_is_not_run_by_a_shell(
     tmp_path: Path,
 ) -> None:

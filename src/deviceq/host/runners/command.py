@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -270,6 +271,18 @@ os._exit(code)
 WATCHDOG_MARK = b"[deviceq watchdog]"
 
 
+def _readable(fd: int | None) -> bool:
+    """Does pipe ``fd`` hold output (or its end) that its reader has not taken yet?"""
+    if fd is None:
+        return False
+    poll = select.poll()  # (not select.select: a busy daemon's fds pass 1024)
+    poll.register(fd, select.POLLIN)
+    try:
+        return any(ev & (select.POLLIN | select.POLLHUP) for _, ev in poll.poll(0))
+    except OSError:
+        return False
+
+
 class _Output:
     """A command's combined stdout and stderr as it arrives: each piece goes to the task's
     live log (marked stdout or stderr) and the last bytes are kept (bounded) for the tail."""
@@ -284,12 +297,15 @@ class _Output:
         self.lock = threading.Lock()
         self.err_last = ""  # the last line with text written on stderr
         self._err_open = ""  # stderr's line not ended yet (its last 1 KiB)
+        self.fds: dict[threading.Thread, int] = {}  # the pipe each reader reads
 
     def reader(self, pipe: Any, stream: str) -> threading.Thread:
+        fd = pipe.fileno()
         th = threading.Thread(
-            target=self._read, args=(pipe.fileno(), stream), daemon=True,
+            target=self._read, args=(fd, stream), daemon=True,
             name=f"{stream}-{self.task.task_id}",
         )  # fmt: skip
+        self.fds[th] = fd
         th.start()
         return th
 
@@ -336,19 +352,28 @@ class _Output:
         self, readers: list[threading.Thread], quiet: float = 2.0, cap: float = 30.0
     ) -> None:
         """Wait for ``readers`` to reach the end of their pipes: while output still goes through
-        them (a loaded machine, or a slow live log, may take seconds to pass a long output
-        on), at most ``cap`` seconds; and ``quiet`` seconds past the last of it (a stray
-        process of the command that keeps a pipe open without writing)."""
+        them or waits in them to be read (a loaded machine, or a slow live log, may take
+        seconds to pass a long output on), at most ``cap`` seconds; and ``quiet`` seconds past
+        the last of it (a stray process of the command that keeps a pipe open without
+        writing). Output still unread when it gives up is not in the task's log (said so)."""
         start = last = time.monotonic()
         seen = self.handled
         for reader in readers:
             while reader.is_alive():
                 reader.join(0.05)
                 now = time.monotonic()
-                if self.handled != seen or self.passing:
+                if self.handled != seen or self.passing or _readable(self.fds.get(reader)):
                     seen, last = self.handled, now
                 elif now - last > quiet or now - start > cap:
-                    return
+                    break
+                if now - start > cap:
+                    break
+        left = [r.name for r in readers if r.is_alive()]
+        if left:
+            self.task.logger.warning(
+                "stopped reading the command's output: a pipe is still open after it exited",
+                fields={"pipes": ",".join(left)},
+            )
 
     def tail(self) -> str:
         with self.lock:
