@@ -126,16 +126,40 @@ def test_command_output_is_passed_on_whole_even_when_the_live_log_is_slow() -> N
     assert text == "1\n2\n3\n4\n" and "e\n" in [t for s, t in got if s == "stderr"]
 
 
+def test_the_two_streams_meet_between_lines_never_inside_one() -> None:
+    """stdout and stderr are read on pipes of their own: stderr's line written while stdout's
+    line is unfinished comes before that line, not inside it (the live log, log.txt and the
+    tail all read the same pieces)."""
+    got: list[tuple[str, str]] = []
+    task = make_task("x")
+    task.log_sink = lambda stream, text: got.append((stream, text))
+    script = "printf abc; sleep 0.3; echo err >&2; sleep 0.3; echo def"
+    out = CommandRunner(f"sh -c '{script}'")(task)
+    assert out.ok and "".join(t for _, t in got) == "err\nabcdef\n", got
+    assert out.text == "err\nabcdef\n"
+
+
+def test_an_unfinished_line_is_passed_on_after_a_second_without_more() -> None:
+    """A prompt without a newline shows in the live log while the command waits."""
+    seen: dict[str, float] = {}
+    task = make_task("x")
+    task.log_sink = lambda stream, text: seen.setdefault(text, time.monotonic())
+    start = time.monotonic()
+    out = CommandRunner("sh -c 'printf \"go? \"; sleep 2.5; echo yes'")(task)
+    assert out.ok and out.text == "go? yes\n"
+    assert seen["go? "] - start < 2.0 and seen["yes\n"] - start >= 2.5
+
+
 def test_output_left_in_the_pipe_is_waited_for_however_long_its_reader_is_kept_waiting() -> None:
     """The command has exited and its last output waits in the pipe, but the reader thread
     has not run for longer than the quiet limit (a loaded machine): that output is still
     read and passed on before the runner goes on, not lost from the task's log."""
-    from deviceq.host.runners.command import _Output
+    from deviceq.host.runners.command_output import CommandOutput
 
     got: list[str] = []
     task = make_task("x")
     task.log_sink = lambda stream, text: got.append(text)
-    out = _Output(1024, task)
+    out = CommandOutput(1024, task)
     r, w = os.pipe()
     os.write(w, b"the last line\n")
     os.close(w)

@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import dataclasses
 import os
 import re
-import select
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +18,8 @@ from typing import Any
 
 from ...core.errors import ConfigError, InvalidInput
 from ...core.models import MAX_PAYLOAD_BYTES
-from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception, line_tail
+from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception
+from .command_output import CommandOutput
 
 PLACEHOLDERS = ("goal", "device_id", "driver_type", "task_id", "attempt", "tags", "host_id",
                 "serial")  # fmt: skip
@@ -271,115 +269,6 @@ os._exit(code)
 WATCHDOG_MARK = b"[deviceq watchdog]"
 
 
-def _readable(fd: int | None) -> bool:
-    """Does pipe ``fd`` hold output (or its end) that its reader has not taken yet?"""
-    if fd is None:
-        return False
-    poll = select.poll()  # (not select.select: a busy daemon's fds pass 1024)
-    poll.register(fd, select.POLLIN)
-    try:
-        return any(ev & (select.POLLIN | select.POLLHUP) for _, ev in poll.poll(0))
-    except OSError:
-        return False
-
-
-class _Output:
-    """A command's combined stdout and stderr as it arrives: each piece goes to the task's
-    live log (marked stdout or stderr) and the last bytes are kept (bounded) for the tail."""
-
-    def __init__(self, limit: int, task: Task) -> None:
-        self.limit = limit
-        self.task = task
-        self.buf = bytearray()
-        self.cut = 0  # bytes dropped ahead of buf
-        self.handled = 0  # chunks read and passed on to the task's output so far
-        self.passing = 0  # readers passing a chunk on right now
-        self.lock = threading.Lock()
-        self.err_last = ""  # the last line with text written on stderr
-        self._err_open = ""  # stderr's line not ended yet (its last 1 KiB)
-        self.fds: dict[threading.Thread, int] = {}  # the pipe each reader reads
-
-    def reader(self, pipe: Any, stream: str) -> threading.Thread:
-        fd = pipe.fileno()
-        th = threading.Thread(
-            target=self._read, args=(fd, stream), daemon=True,
-            name=f"{stream}-{self.task.task_id}",
-        )  # fmt: skip
-        self.fds[th] = fd
-        th.start()
-        return th
-
-    def _read(self, fd: int, stream: str) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            with self.lock:
-                self.buf.extend(chunk)
-                if len(self.buf) > 4 * self.limit:
-                    drop = len(self.buf) - self.limit
-                    del self.buf[:drop]
-                    self.cut += drop
-            text = decoder.decode(chunk)
-            if stream == "stderr":
-                self._see_stderr(text)
-            with self.lock:
-                self.passing += 1
-            try:
-                self.task.output(stream, text)
-            finally:
-                with self.lock:
-                    self.passing -= 1
-                    self.handled += 1
-        text = decoder.decode(b"", final=True)
-        if stream == "stderr":
-            self._see_stderr(text + "\n")
-        self.task.output(stream, text)
-
-    def _see_stderr(self, text: str) -> None:
-        """Keep stderr's last line with text (a failed command's reason, whatever stdout
-        printed after it: the two pipes are read apart, so their order is arrival order)."""
-        *ended, self._err_open = (self._err_open + text).split("\n")
-        self._err_open = self._err_open[-1024:]
-        for line in reversed(ended):
-            if line.strip():
-                self.err_last = line.strip()[-1024:]
-                break
-
-    def data(self) -> bytes:
-        with self.lock:
-            return bytes(self.buf)
-
-    def finish(
-        self, readers: list[threading.Thread], quiet: float = 2.0, cap: float = 30.0
-    ) -> None:
-        """Wait for ``readers`` to reach the end of their pipes: while output still goes through
-        them or waits in them to be read (a loaded machine, or a slow live log, may take
-        seconds to pass a long output on), at most ``cap`` seconds; and ``quiet`` seconds past
-        the last of it (a stray process of the command that keeps a pipe open without
-        writing). Output still unread when it gives up is not in the task's log (said so)."""
-        start = last = time.monotonic()
-        seen = self.handled
-        for reader in readers:
-            while reader.is_alive():
-                reader.join(0.05)
-                now = time.monotonic()
-                if self.handled != seen or self.passing or _readable(self.fds.get(reader)):
-                    seen, last = self.handled, now
-                elif now - last > quiet or now - start > cap:
-                    break
-                if now - start > cap:
-                    break
-        left = [r.name for r in readers if r.is_alive()]
-        if left:
-            self.task.logger.warning(
-                "stopped reading the command's output: a pipe is still open after it exited",
-                fields={"pipes": ",".join(left)},
-            )
-
-    def tail(self) -> str:
-        with self.lock:
-            return line_tail(bytes(self.buf), self.limit, self.cut)
-
-
 class CommandRunner:
     """Runs a command per task. ``template`` is split into arguments once, at start (see
     `CommandTemplate` for the placeholders and how ``{goal}`` may be used), and executed
@@ -463,7 +352,7 @@ class CommandRunner:
             return Outcome.failure(f"cannot start the command: {describe_exception(exc)}")
         os.close(ctl_r)
         task.logger.debug("command started", fields={"pid": proc.pid, "argv0": argv[0]})
-        out = _Output(max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES)), task)
+        out = CommandOutput(max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES)), task)
         assert proc.stdout is not None and proc.stderr is not None
         readers = [out.reader(proc.stdout, "stdout"), out.reader(proc.stderr, "stderr")]
         stopped = False
