@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from deviceq.core.config import PoolConfig
+from deviceq.core.lua_prune import prune
 from deviceq.core.scripts import (
     IncludeError,
     assemble,
@@ -124,7 +125,8 @@ def test_the_sent_text_is_defaults_then_the_library_then_the_script() -> None:
         libs = library(name, body)
         assert libs, name
         expected = PoolConfig.lua_defaults() + "\n".join([*(text_of(lib) for lib in libs), body])
-        assert source(name) == expected
+        assert assemble(body, name, pruned=False) == expected
+        assert source(name) == prune(expected)
         assert libs[0] == "lib/base", name  # every other file builds on it
 
 

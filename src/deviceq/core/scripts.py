@@ -2,7 +2,8 @@
 
 The scripts live at the repository root in ``lua/``; a built wheel carries them as the package
 data folder ``deviceq/lua``. Each script is sent as the settings' defaults and bounds
-(``PoolConfig.lua_defaults``) + the helper files it includes + the script. A Lua file (script
+(``PoolConfig.lua_defaults``) + the helper files it includes + the script, without the helper
+functions it never calls (`deviceq.core.lua_prune`). A Lua file (script
 or helper) names the helper files it uses in its first lines, one ``--- @include "lib/NAME"``
 line each (``lua/lib/NAME.lua``); they are resolved transitively, each file after the files it
 includes and once only, so a script carries the helpers it uses and nothing else. An include
@@ -34,6 +35,7 @@ from redis.exceptions import NoScriptError
 
 from .errors import DeviceqError, error_codes, from_reply
 from .lane import lane_of
+from .lua_prune import prune
 from .vocabulary import lua_include
 
 
@@ -121,13 +123,16 @@ def library(name: str, text: str) -> list[str]:
     return resolve(includes(text, name), read, name)
 
 
-def assemble(text: str, name: str = "snippet") -> str:
+def assemble(text: str, name: str = "snippet", *, pruned: bool = True) -> str:
     """The full text sent to Redis for Lua text ``text``: the generated settings functions, the
-    helper files it includes (transitively, in order), then ``text`` itself."""
+    helper files it includes (transitively, in order), then ``text`` itself; ``pruned``:
+    without the helper functions nothing in it calls (`deviceq.core.lua_prune`: Redis makes
+    every function of the text again at every call)."""
     from .config import PoolConfig  # (pydantic_settings: not for a client that only reads)
 
     parts = [read(lib) or "" for lib in library(name, text)]
-    return PoolConfig.lua_defaults() + "\n".join([*parts, text])
+    whole = PoolConfig.lua_defaults() + "\n".join([*parts, text])
+    return prune(whole) if pruned else whole
 
 
 @cache
