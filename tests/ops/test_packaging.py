@@ -20,7 +20,7 @@ import redis
 import deviceq
 from deviceq import Client
 from deviceq.core.config import PoolConfig
-from deviceq.core.scripts import Scripts, lua_dir, names, source
+from deviceq.core.scripts import Scripts, assemble, lua_dir, names, source
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_SCRIPTS = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
@@ -37,8 +37,9 @@ def test_scripts_load_from_the_source_checkout(real_r: redis.Redis, pool: str) -
         names()
     )
     for name in names():
-        text = source(name)
-        assert text.startswith(PoolConfig.lua_defaults()) and "local function k(" in text
+        text, body = source(name), (folder / f"{name}.lua").read_text()
+        assert assemble(body, name, pruned=False).startswith(PoolConfig.lua_defaults())
+        assert text.endswith(body) and "local function k(" in text
         assert (folder / f"{name}.lua").read_text() in text
     Scripts(real_r)  # every script registers
     tid = Client(real_r, pool).submit("from the checkout")
