@@ -1,4 +1,5 @@
-"""Heartbeat cost on a private redis-server: ``python -m bench.heartbeat_probe [--out PATH]``.
+"""Heartbeat cost on a private redis-server: ``python -m bench.heartbeat_probe [--out PATH]``
+(or by path, as ``bench.ab`` runs it).
 
 The heartbeat part of ``bench.fleet_probes`` alone, with ``SLOWLOG`` logging calls over 1 ms
 (not 5 ms), so the longest heartbeat call is known down to 1 ms (``<1`` when none is over):
@@ -40,10 +41,12 @@ from pathlib import Path
 
 import redis
 
-from bench.bench_assign import POOL, stats, stats_overhead
-from bench.fleet_probes import enable_slowlog, heartbeat_cost, read_slowlog, sha_names
-from deviceq import DeviceReport, HostClient, PoolAdmin
-from deviceq.embedded import RedisServer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (run by path: bench.ab)
+
+from bench.bench_assign import POOL, stats, stats_overhead  # noqa: E402
+from bench.fleet_probes import enable_slowlog, heartbeat_cost, read_slowlog, sha_names  # noqa: E402
+from deviceq import DeviceReport, HostClient, PoolAdmin  # noqa: E402
+from deviceq.embedded import RedisServer  # noqa: E402
 
 Row = tuple[str, int, int, float, float, float]  # probe devices calls longest_ms cmd_us cpu_us
 
