@@ -112,6 +112,7 @@ def test_backoff_doubles_to_its_cap_with_jitter_and_resets() -> None:
         assert nominal * 0.75 <= d <= min(10.0, nominal * 1.25), (i, d)
     assert max(delays) <= 10.0 and delays[-1] >= 7.5
     assert len({round(d, 6) for d in delays[-5:]}) > 1  # jittered, not in lock step
+    assert all(d < 10.0 for d in delays[-5:])  # at the cap too: drawn below it, not cut at it
     b.reset()
     assert 0.15 <= b.next() <= 0.25
     flat = Backoff(0.1, 5.0, jitter=0)

@@ -52,7 +52,9 @@ class Backoff:
         self._delay = min(self.cap, delay * 2)
         self.failures += 1
         spread = delay * self.jitter
-        return min(self.cap, delay + random.uniform(-spread, spread))
+        # drawn below the cap, not cut at it: at the cap, half the draws would be the cap
+        # itself and the hosts of an outage would retry in lock step
+        return random.uniform(delay - spread, min(self.cap, delay + spread))
 
     def reset(self) -> None:
         self._delay = self.base
