@@ -44,7 +44,8 @@
 -- snapshot says; a quarantined or booked (reserved for a person, device_reserve.lua) device
 -- neither, nor one under or failing a health check (device_health.lua).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
-local hk, err = auth_host(host_id, token, session or '')
+local hk, err, h = auth_host(host_id, token, session or '',
+  {'suspect', 'draining', 'stopping', 'hb_ver', 'hb_sync', 'hb_idle', 'last_heartbeat'})
 if not hk then return err end
 local mode, ver, arg = ARGV[4], ARGV[5], ARGV[6]
 local total, n = int_in(ARGV[7], 0, 1000000), int_in(ARGV[8], 0, 400)
@@ -84,15 +85,16 @@ for i = 0, n - 1 do
   listed[did] = true
 end
 
-local h = redis.call('HMGET', hk, 'suspect', 'draining', 'stopping', 'hb_ver', 'hb_sync', 'hb_idle',
-  'last_heartbeat')
 local function refused() return {'full', 0, 0, 0, 0, ''} end
 if mode == 'delta' and h[4] ~= ver then return refused() end
 if (mode == 'commit' or (mode == 'full' and arg ~= 'first')) and h[5] ~= ver then return refused() end
 
 local now_s = now_str()
-local hdk, qk = k('host', host_id, 'devices'), k('host', host_id, 'quarantined')
-local synck, leftk = k('host', host_id, 'sync'), k('host', host_id, 'leftout')
+local qk = k('host', host_id, 'quarantined')
+local hdk, synck, leftk  -- (the snapshot's keys: a delta does without them)
+if mode ~= 'delta' then
+  hdk, synck, leftk = k('host', host_id, 'devices'), k('host', host_id, 'sync'), k('host', host_id, 'leftout')
+end
 local q_any = mode == 'full' and redis.call('EXISTS', qk) == 1  -- any quarantined device to drop
 local was_alive = heartbeat_fresh(h[7])
 -- (a delta sets it with its version, in one write)
@@ -132,7 +134,7 @@ local function apply(did, driver, tags, state, reason)
   local was = d[10] == '1' and 1 or 0
   if not owners[did] then
     redis.call('SADD', k('devices'), did)
-    redis.call('SADD', hdk, did)
+    redis.call('SADD', hdk or k('host', host_id, 'devices'), did)
     redis.call('HSET', dk, 'id', did, 'host_id', host_id, 'reserved_by', '', 'quarantined', '0',
       'consecutive_failures', '0', 'registered_at', now_s)
     d[3] = '0'

@@ -83,16 +83,16 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
     name: frozenset(cmds.split())
     for name, cmds in {
         "attempt_artifacts": "hmget lindex lset",
-        "assign": "del exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
-        "time xadd zadd zrange zrem",
+        "assign": "del exists get hdel hget hincrby hmget hset lpush ltrim pexpire rpush time "
+        "xadd zadd zrange zrem",
         "cancel": "del hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire "
         "sadd time xadd zadd zcard zrange zrem",
         "claim": "get hdel hget hgetall hincrby hmget hset lindex llen lpop lpush lrem lset "
         "ltrim pexpire sadd time xadd zadd zcard zrem",
-        "device_quarantine": "hdel hgetall hincrby hmget hset lpush ltrim pexpire sadd srem time "
+        "device_quarantine": "hdel hget hincrby hmget hset lpush ltrim pexpire sadd srem time "
         "xadd zadd zrem",
-        "device_health": "hdel hgetall hmget hset lpush ltrim time xadd zadd zrem",
-        "device_reserve": "hdel hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
+        "device_health": "hdel hget hmget hset lpush ltrim time xadd zadd zrem",
+        "device_reserve": "hdel hget hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
         "pexpire sadd time xadd xtrim zadd zcard zrange zrangebyscore zrem",
         "gang_assign": "exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
@@ -100,24 +100,24 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "heads": "hget zrange",
         "heartbeat": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lset ltrim "
         "pexpire sadd sdiffstore smembers spop srem time xadd zadd zcard zrem",
-        "host_add": "exists hgetall hset lpush ltrim pexpire sadd time xadd",
-        "host_drain": "exists hget hgetall hmget hset lpush ltrim xadd",
+        "host_add": "exists hget hset lpush ltrim pexpire sadd time xadd",
+        "host_drain": "exists hget hmget hset lpush ltrim xadd",
         "host_remove": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lrem "
         "lset ltrim pexpire sadd smembers srem time xadd zadd zcard zrange zrem",
         "device_remove": "del hdel hget hgetall hincrby hmget hset incr lindex lpush lrem lset "
         "ltrim pexpire sadd srem time xadd zadd zcard zrange zrem",
-        "leader": "del get hgetall incr pexpire set xadd",
+        "leader": "del get hget incr pexpire set xadd",
         "login_attempt": "decr get incr pexpire pttl",
-        "pool_pause": "del exists hgetall lpush ltrim set time xadd",
-        "schedule_fire": "get hexists hget hgetall hset xadd",
-        "task_priority": "del hgetall hmget hset lpush ltrim time xadd zadd zcard zrange zrem",
-        "renew": "hgetall hmget hset time zadd",
-        "log_append": "exists hgetall hmget pexpire time xadd",
+        "pool_pause": "del exists hget lpush ltrim set time xadd",
+        "schedule_fire": "get hexists hget hset xadd",
+        "task_priority": "del hget hgetall hset lpush ltrim xadd zadd zcard zrange zrem",
+        "renew": "hget hmget hset time zadd",
+        "log_append": "exists hget hmget pexpire time xadd",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "time xadd zadd zcard zrem",
         "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "smembers time xadd zadd zcard zrem",
-        "submit": "exists get hdel hgetall hkeys hmget hset incrby lpush ltrim pexpire set time "
+        "submit": "exists get hdel hget hkeys hmget hset incrby lpush ltrim pexpire set time "
         "xadd zadd zcard zrem",
     }.items()
 }
