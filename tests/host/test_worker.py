@@ -124,20 +124,28 @@ def test_restarted_host_hands_back_what_its_killed_run_left_without_waiting_for_
     assert "(its daemon is gone)" in deploy.log("h1") and "handed_back=1" in deploy.log("h1")
 
 
-def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(deploy: Deployment) -> None:
+def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(
+    deploy: Deployment, tmp_path: Path
+) -> None:
     deploy.scheduler()
     h = deploy.command_host("h1", "d1:android", "d2:android", extra=("--grace", "20"))
-    running = [deploy.client.submit("sleep 1.5; echo finished") for _ in range(2)]
+    go = tmp_path / "go"  # the running tasks end once the drain has begun, however slow
+    script = f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
+    running = [deploy.client.submit(script) for _ in range(2)]
     wait_for(lambda: all(deploy.status(t) is TaskStatus.dispatched for t in running), 20,
              "tasks running")  # fmt: skip
     waiting = [deploy.client.submit("echo should not run here") for _ in range(2)]
     h.send_signal(signal.SIGTERM)
-    assert h.wait(20) == 0
+    wait_for(lambda: deploy.admin.host("h1").stopping, 20, "the host marked stopping")
+    go.touch()
+    assert h.wait(20) == 0, deploy.log("h1")
     for t in deploy.client.get_many(running):
-        assert (t.status, t.result, t.host_id) == (TaskStatus.done, "finished\n", "h1")
+        got = (t.status, t.result, t.host_id)
+        assert got == (TaskStatus.done, "finished\n", "h1"), (got, deploy.log("h1"))
     time.sleep(0.5)  # a scheduler pass or two
     for t in (deploy.client.get(x) for x in waiting):
-        assert t.status is TaskStatus.queued and t.attempt == 0 and t.attempts == []
+        assert t.status is TaskStatus.queued and t.attempt == 0 and t.attempts == [], (
+            t.status, t.attempts, deploy.log("h1"))  # fmt: skip
     host = deploy.admin.host("h1")
     assert host.stopping and not host.draining and host.session is None
     assert "draining" in deploy.log("h1")
