@@ -11,8 +11,9 @@ every task is done. Beside it, the same lifecycle of ``bench_batch.py``'s floor 
 atomic lifecycle: three inline scripts, see that module), on a server of its own: its submit is
 one pipelined ``HSET`` + ``ZADD`` per task, its pass the ``ZRANGE`` snapshot and its assign
 script. Each phase's instructions are counted apart (``callgrind_control``
-zeroes the counters before a phase and dumps them after) and divided by the tasks. Only the
-instructions inside ``processCommand`` count (a command's execution, scripts' own commands
+zeroes the counters before a phase and dumps them after) and divided by the tasks, and so
+are its data commands (``INFO commandstats``, a script's own included; not the script calls).
+Only the instructions inside ``processCommand`` count (a command's execution, scripts' own commands
 included): not the event loop, the reading of requests and writing of replies, nor the
 server's timed background work, whose share would grow with the wall time of a phase.
 
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_batch import FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT  # noqa: E402
 from common import add_hosts, preload_scripts, raw_client, table  # noqa: E402
+from deviceq.core import pacing  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.host.client import HostClient, Report  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
@@ -48,6 +50,26 @@ from deviceq.scheduler import TaskScheduler  # noqa: E402
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 DRIVER = "bench"
 PHASES = ("submit", "pass", "claim", "report")
+
+
+SLOWDOWN = 100
+"""About how much slower redis-server runs under callgrind. deviceq sizes its batched calls by
+time (`deviceq.core.pacing`: 2.5 ms a call; ``claim.lua``'s 2.5 ms budget): under callgrind
+they would shrink to one item a call (5 times the per-call work at 5 a call, against a floor
+whose calls always take 5). Their time targets are stretched by this factor here, so that a
+call takes the items it takes on a native server (``script calls per task`` shows it)."""
+
+
+def stretch_time_targets() -> None:
+    """Every `Pacer` made from now on sizes its calls toward ``SLOWDOWN`` times its target."""
+    pacing.Pacer.__init__.__defaults__ = (pacing.TARGET_MS * SLOWDOWN, 1)
+
+
+class StretchedHost(HostClient):
+    """A `HostClient` whose claims carry ``claim.lua``'s budget times ``SLOWDOWN``."""
+
+    def _claim_args(self, max_count: int) -> list[str]:
+        return [*super()._claim_args(max_count), str(2500 * SLOWDOWN)]
 
 
 class Counter:
@@ -101,13 +123,41 @@ def counted_server(work: Path) -> tuple[RedisServer, Counter]:
     return server, Counter(server.proc.pid, work)
 
 
+NOT_WORK = frozenset(
+    {"evalsha", "eval", "info", "script", "config", "client", "hello", "ping", "select",
+     "slowlog", "function"}
+)  # fmt: skip
+"""Commands that are not a lifecycle's data work: the script calls themselves (the commands a
+script runs are counted), and the bench's own probes."""
+
+
+def commands_run(r: Any) -> tuple[int, int]:
+    """Data commands the server has run (``INFO commandstats``; those inside scripts too),
+    and script calls."""
+    stats = {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+    data = sum(n for name, n in stats.items() if name not in NOT_WORK)
+    return data, stats.get("evalsha", 0) + stats.get("eval", 0)
+
+
 def count_phase(
-    counter: Counter, spent: dict[str, int], phase: str, fn: Callable[[], object]
+    counter: Counter,
+    spent: dict[str, int],
+    r: Any,
+    cmds: dict[str, int],
+    calls: dict[str, int],
+    phase: str,
+    fn: Callable[[], object],
 ) -> object:
-    """Run ``fn`` and add the instructions the server ran meanwhile to ``spent[phase]``."""
+    """Run ``fn`` and add the instructions the server ran meanwhile to ``spent[phase]``, the
+    data commands to ``cmds[phase]`` and the script calls to ``calls[phase]`` (both read
+    outside the counted window)."""
+    data0, calls0 = commands_run(r)
     counter.zero()
     out = fn()
     spent[phase] += counter.read()
+    data1, calls1 = commands_run(r)
+    cmds[phase] += data1 - data0
+    calls[phase] += calls1 - calls0
     return out
 
 
@@ -117,8 +167,13 @@ def per_task(spent: dict[str, int], tasks: int) -> dict[str, float]:
     return out
 
 
-def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
-    """deviceq's instructions per task of each phase (and in all) for ``tasks`` lifecycles."""
+Counts = tuple[dict[str, float], dict[str, float], dict[str, float]]
+"""Per task: instructions, data commands, script calls."""
+
+
+def measure(tasks: int, batch: int, work: Path) -> Counts:
+    """deviceq's instructions and data commands per task of each phase (and in all) for
+    ``tasks`` lifecycles."""
     server, counter = counted_server(work)
     try:
         r = raw_client(server.url)
@@ -129,11 +184,12 @@ def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
         for name in ("host_timeout", "claim_ttl", "lease_ttl"):  # (a slowed server: no expiry)
             admin.set_config(name, 3600)
         host_id, token, _ = add_hosts(admin, server.url, 1, batch, driver_type=DRIVER)[0]
-        host = HostClient(r, pool, host_id, token)
+        stretch_time_targets()
+        host = StretchedHost(r, pool, host_id, token)
         sched = TaskScheduler(r, pool)
         sched.assign()  # (first pass: the scheduler's own set-up reads)
-        spent = dict.fromkeys(PHASES, 0)
-        timed = partial(count_phase, counter, spent)
+        spent, cmds, calls = (dict.fromkeys(PHASES, 0) for _ in range(3))
+        timed = partial(count_phase, counter, spent, r, cmds, calls)
 
         for i in range(0, tasks, batch):
             n = min(batch, tasks - i)
@@ -154,11 +210,12 @@ def measure(tasks: int, batch: int, work: Path) -> dict[str, float]:
         r.close()
     finally:
         server.stop()
-    return per_task(spent, tasks)
+    return per_task(spent, tasks), per_task(cmds, tasks), per_task(calls, tasks)
 
 
-def measure_floor(tasks: int, batch: int, work: Path) -> dict[str, float]:
-    """The floor's instructions per task of each phase, for the same lifecycles."""
+def measure_floor(tasks: int, batch: int, work: Path) -> Counts:
+    """The floor's instructions and data commands per task of each phase, for the same
+    lifecycles."""
     server, counter = counted_server(work)
     try:
         r = raw_client(server.url)
@@ -169,8 +226,8 @@ def measure_floor(tasks: int, batch: int, work: Path) -> dict[str, float]:
         for fn in (assign, claim, report):
             r.script_load(fn.script)
         devices = [f"d{i}" for i in range(batch)]
-        spent = dict.fromkeys(PHASES, 0)
-        timed = partial(count_phase, counter, spent)
+        spent, cmds, calls = (dict.fromkeys(PHASES, 0) for _ in range(3))
+        timed = partial(count_phase, counter, spent, r, cmds, calls)
 
         for i in range(0, tasks, batch):
 
@@ -198,7 +255,7 @@ def measure_floor(tasks: int, batch: int, work: Path) -> dict[str, float]:
         r.close()
     finally:
         server.stop()
-    return per_task(spent, tasks)
+    return per_task(spent, tasks), per_task(cmds, tasks), per_task(calls, tasks)
 
 
 def main() -> None:
@@ -211,16 +268,19 @@ def main() -> None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="deviceq-callgrind-") as tmp:
         t0 = time.monotonic()
-        dq = measure(args.tasks, args.batch, Path(tmp))
-        floor = measure_floor(args.tasks, args.batch, Path(tmp))
+        dq_counts = measure(args.tasks, args.batch, Path(tmp))
+        floor_counts = measure_floor(args.tasks, args.batch, Path(tmp))
         took = time.monotonic() - t0
+    (dq, dq_cmds, dq_calls), (floor, floor_cmds, _) = dq_counts, floor_counts
     rows = [
-        [p, args.tasks, args.batch, round(dq[p]), round(floor[p]), f"{dq[p] / floor[p]:.2f}"]
+        [p, args.tasks, args.batch, round(dq[p]), round(floor[p]), f"{dq[p] / floor[p]:.2f}",
+         f"{dq_cmds[p]:.1f}", f"{floor_cmds[p]:.1f}", f"{dq_calls[p]:.2f}"]
         for p in (*PHASES, "lifecycle")
-    ]
+    ]  # fmt: skip
     text = table(
         ["phase", "tasks", "items per call", "deviceq instructions per task",
-         "floor instructions per task", "x floor"],
+         "floor instructions per task", "x floor", "deviceq commands per task",
+         "floor commands per task", "deviceq script calls per task"],
         rows,
     )  # fmt: skip
     print(text)
