@@ -7,7 +7,10 @@ implementations, each on its own fresh private ``redis-server``, interleaved, in
 
 - **deviceq**: the public API. A scheduler pass (``TaskScheduler.assign``: its snapshot reads,
   ``heads.lua`` and ``assign.lua``), ``HostClient.claim(B)``, the job's ``INCR``, then
-  ``HostClient.report_many`` of the B claimed tasks, on one host with B idle devices.
+  ``HostClient.report_many`` of the B claimed tasks, on one host with B idle devices. The
+  pass's expiry step (``expire.lua``) runs as the scheduler daemon runs it: on its tick
+  (``DEFAULT_TICK``, 2 s), not at every pass (``--expire-every-pass``: at every pass, as this
+  benchmark did before; the floor has no expiry).
 - **floor**: the least an atomic lifecycle can be: three inline scripts (assign, claim, report),
   each taking B items, with one event per transition, a lease index, the device's reservation,
   a per-host inbox and an attempt record, the same ``ZRANGE`` snapshot read and job ``INCR``.
@@ -24,8 +27,10 @@ Usage: ``python bench/bench_batch.py [--quick] [--repeat N] [--out FILE]``"""
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,7 @@ from deviceq.host.client import HostClient, Report
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler
+from deviceq.scheduler.daemon import DEFAULT_TICK
 
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 DRIVER = "bench"
@@ -142,7 +148,7 @@ def measure(r: redis.Redis, impl: str, batch: int, step: Callable[[], int]) -> C
     return Cell(impl, batch, done, cpu * 1e6 / n, cmds / n, d.evalsha_calls / n, d.evalsha_usec / n)
 
 
-def run_deviceq(batch: int, tasks: int) -> Cell:
+def run_deviceq(batch: int, tasks: int, expire_every_pass: bool = False) -> Cell:
     with private_redis() as server:
         r = raw_client(server.url)
         preload_scripts(r)
@@ -154,9 +160,10 @@ def run_deviceq(batch: int, tasks: int) -> Cell:
         client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * tasks)
         sched = TaskScheduler(r, pool)
         counter = f"dq:{{{pool}}}:bench-counter"
+        expiry = ExpiryTick(expire_every_pass)
 
         def step() -> int:
-            sched.assign()
+            sched.assign(expire=expiry.due())
             got = host.claim(batch)
             for _ in got:
                 r.incr(counter)  # the job
@@ -169,6 +176,23 @@ def run_deviceq(batch: int, tasks: int) -> Cell:
             raise RuntimeError(f"deviceq: {cell.tasks} of {tasks} tasks ended done")
         r.close()
         return cell
+
+
+class ExpiryTick:
+    """When a pass runs its expiry step: on the scheduler daemon's tick (``tick`` seconds, the
+    daemon's ``DEFAULT_TICK``; the first pass runs it), or at every pass."""
+
+    def __init__(self, every_pass: bool, tick: float = DEFAULT_TICK) -> None:
+        self.every_pass = every_pass
+        self.tick = tick
+        self.last = float("-inf")
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if self.every_pass or now - self.last >= self.tick:
+            self.last = now
+            return True
+        return False
 
 
 def run_floor(batch: int, tasks: int) -> Cell:
@@ -232,6 +256,11 @@ def main() -> None:
         "--repeat", type=int, default=None, help="runs per cell (default 3, 1 with --quick)"
     )
     ap.add_argument("--out", type=Path, default=None, help="also write the results (markdown) here")
+    ap.add_argument(
+        "--expire-every-pass",
+        action="store_true",
+        help="run deviceq's expiry step at every pass (default: on the daemon's 2 s tick)",
+    )
     args = ap.parse_args()
     if args.repeat is not None and args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -246,7 +275,8 @@ def main() -> None:
     with Timer() as t:
         for _ in range(repeat):
             for b in sizes:
-                for impl, fn in (("deviceq", run_deviceq), ("floor", run_floor)):
+                run_dq = partial(run_deviceq, expire_every_pass=args.expire_every_pass)
+                for impl, fn in (("deviceq", run_dq), ("floor", run_floor)):
                     cells.setdefault((impl, b), []).append(fn(b, tasks))
     rows = []
     for b in sizes:

@@ -6,16 +6,17 @@ time: run it on two trees (``python -m bench.ab --baseline REV bench/redis_instr
 
 The lifecycle is ``bench_batch.py``'s, through the public API on one host of ``--batch``
 devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
-(``TaskScheduler.assign``), ``HostClient.claim(batch)`` and ``HostClient.report_many`` until
-every task is done. Beside it, the same lifecycle of ``bench_batch.py``'s floor (a stripped-down
-atomic lifecycle: three inline scripts, see that module), on a server of its own: its submit is
-one pipelined ``HSET`` + ``ZADD`` per task, its pass the ``ZRANGE`` snapshot and its assign
-script. Each phase's instructions are counted apart (``callgrind_control``
-zeroes the counters before a phase and dumps them after) and divided by the tasks, and so
-are its data commands (``INFO commandstats``, a script's own included; not the script calls).
-Only the instructions inside ``processCommand`` count (a command's execution, scripts' own commands
-included): not the event loop, the reading of requests and writing of replies, nor the
-server's timed background work, whose share would grow with the wall time of a phase.
+(``TaskScheduler.assign``, its expiry step on the daemon's tick), ``HostClient.claim(batch)``
+and ``HostClient.report_many`` until every task is done. Beside it, the same lifecycle of
+``bench_batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
+module), on a server of its own: its submit is one pipelined ``HSET`` + ``ZADD`` per task, its
+pass the ``ZRANGE`` snapshot and its assign script. Each phase's instructions are counted apart
+(``callgrind_control`` zeroes the counters before a phase and dumps them after) and divided by
+the tasks, and so are its data commands (``INFO commandstats``, a script's own included; not the
+script calls). Only the instructions inside ``processCommand`` count (a command's execution,
+scripts' own commands included): not the event loop, the reading of requests and writing of
+replies, nor the server's timed background work, whose share would grow with the wall time of a
+phase.
 
 Needs valgrind (``apt-get install valgrind``). Usage:
 ``python bench/redis_instructions.py [--tasks 400] [--batch 5] [--out FILE]``"""
@@ -38,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_batch import FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT  # noqa: E402
+from bench_batch import FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT, ExpiryTick  # noqa: E402
 from common import add_hosts, preload_scripts, raw_client, table  # noqa: E402
 from deviceq.core import pacing  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
@@ -46,6 +47,7 @@ from deviceq.host.client import HostClient, Report  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
 from deviceq.producer import Client  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
+from deviceq.scheduler.daemon import DEFAULT_TICK  # noqa: E402
 
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 DRIVER = "bench"
@@ -188,6 +190,7 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
         host = StretchedHost(r, pool, host_id, token)
         sched = TaskScheduler(r, pool)
         sched.assign()  # (first pass: the scheduler's own set-up reads)
+        expiry = ExpiryTick(False, DEFAULT_TICK * SLOWDOWN)  # (the daemon's tick, stretched)
         spent, cmds, calls = (dict.fromkeys(PHASES, 0) for _ in range(3))
         timed = partial(count_phase, counter, spent, r, cmds, calls)
 
@@ -197,7 +200,7 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
             timed("submit", lambda b=batch_of_n: client.submit_many(b))
         done = 0
         while done < tasks:
-            timed("pass", sched.assign)
+            timed("pass", lambda: sched.assign(expire=expiry.due()))
             got = timed("claim", lambda: host.claim(batch))
             assert isinstance(got, list)
             if not got:
