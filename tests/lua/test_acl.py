@@ -40,7 +40,7 @@ from deviceq import (
 from deviceq.cli import main
 from deviceq.core.errors import NotConfirmed, NotFound
 from deviceq.core.keys import Keys
-from deviceq.core.scripts import lua_dir, names, sha
+from deviceq.core.scripts import lua_dir, names, sha, source
 from deviceq.embedded import RedisServer
 from deviceq.host.client import token_digest
 from deviceq.ops.acl import (
@@ -220,32 +220,10 @@ def _sha256(text: str) -> str:
 
 # -- the tables against the scripts ----------------------------------------------------------
 def _lua_commands() -> dict[str, set[str]]:
-    """Every command each script may call: its own ``redis.call``s and those of the
-    ``lua/lib/`` helpers it uses (transitively)."""
-    lib = "\n".join(p.read_text() for p in sorted((lua_dir() / "lib").glob("*.lua")))
-    # `local function f(` and, for one declared ahead of its callers, `f = function(`
-    func = re.compile(r"^(?:local function (\w+)|(\w+) = function)\(.*?^end$", re.S | re.M)
-    funcs = {m.group(1) or m.group(2): m.group(0) for m in func.finditer(lib)}
-    top = func.sub("", lib)
-
-    def cmds(text: str) -> set[str]:
-        return {c.lower() for c in re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", text)}
-
-    def calls(text: str) -> set[str]:
-        return {f for f in funcs if re.search(rf"\b{f}\(", text)}
-
-    out = {}
-    for name in names():
-        body = (lua_dir() / f"{name}.lua").read_text()
-        got, seen, todo = cmds(body) | cmds(top), set(), list(calls(body))
-        while todo:
-            f = todo.pop()
-            if f not in seen:
-                seen.add(f)
-                got |= cmds(funcs[f])
-                todo += calls(funcs[f].split("\n", 1)[1])
-        out[name] = got
-    return out
+    """Every command each script may call: the ``redis.call``s of the text sent for it (its
+    own and those of the helpers it reaches: `deviceq.core.scripts.source`)."""
+    call = re.compile(r"redis\.p?call\(\s*['\"](\w+)['\"]")
+    return {name: {c.lower() for c in call.findall(source(name))} for name in names()}
 
 
 def _written_keys(name: str) -> set[str]:
