@@ -1,7 +1,7 @@
 """A command's output as the command runner reads it: stdout and stderr on pipes of their own,
-each read by a thread that passes every piece on to the task's live log as it arrives, keeps
-the last bytes (bounded) for the task's result, and stderr's last line with text (a failed
-command's reason)."""
+each read by a thread that passes its stream's lines on to the task's live log as they end,
+keeps the last bytes (bounded) for the task's result, and stderr's last line with text (a
+failed command's reason)."""
 
 from __future__ import annotations
 
@@ -137,9 +137,7 @@ class CommandOutput:
                 now = time.monotonic()
                 if self.handled != seen or self.passing or _readable(self.fds.get(reader)):
                     seen, last = self.handled, now
-                elif now - last > quiet or now - start > cap:
-                    break
-                if now - start > cap:
+                if now - last > quiet or now - start > cap:
                     break
         left = [r.name for r in readers if r.is_alive()]
         if left:
