@@ -198,8 +198,7 @@ def test_fleet_page_shows_hosts_and_devices(env: Env) -> None:
     assert not b.find_elements(By.CSS_SELECTOR, "button.btn-drain")  # read-only
     _shot(b, "fleet")
     b.get(env.ro + "/fleet?host=lab-2")
-    row = _wait_css(b, "#devices tr[data-device='chrome-2']")
-    assert tid in row.text
+    assert tid in _text_of(b, "#devices tr[data-device='chrome-2']")
     env.d.client.cancel(tid)
 
 
@@ -268,9 +267,9 @@ def test_cancel_from_the_browser(env: Env) -> None:
     wait_for(lambda: env.d.client.get(tid).status == TaskStatus.cancelled, 20, "cancelled")
     _wait_css(b, ".st-cancelled")
     # retry from the browser: a new task with the same goal
-    _wait_css(b, f"#retry-{tid}").click()
+    _click_css(b, f"#retry-{tid}")
     _wait_css(b, ".flash")
-    new_id = b.find_element(By.ID, "task-id").text
+    new_id = _text_of(b, "#task-id")
     assert new_id != tid and env.d.client.get(new_id).goal == "sleep 30"
     env.d.client.cancel(new_id)
 
