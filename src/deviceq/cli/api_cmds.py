@@ -132,6 +132,9 @@ def serve(
     app = create_app(api_ctx, limiter=FailureLimiter(max_auth_failures, auth_window))
     scheme = "https" if tls_cert else "http"
     click.echo(f"deviceq api of pool {ctx.pool} on {scheme}://{bind_host}:{port}/api/v1")
+    from ..core import heap
+
+    heap.settle()
     try:
         uvicorn.run(
             app,

@@ -231,6 +231,10 @@ def run_many(
 
     signal.signal(signal.SIGTERM, stop_all)
     signal.signal(signal.SIGINT, stop_all)
+    if not once:
+        from ..core import heap
+
+        heap.settle()
     threads = [
         threading.Thread(target=run, args=(s,), name=f"scheduler-{s.pool}", daemon=True)
         for s in scheds

@@ -59,6 +59,7 @@ from typing import Any
 
 import redis
 
+from ..core import heap
 from ..core.backoff import Backoff, Outage, endpoint, url_secrets
 from ..core.connection import TLSError, connect, redis_password
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
@@ -220,6 +221,8 @@ class HostWorker:
         code = self._startup()
         if code:
             return code
+        if threading.current_thread() is threading.main_thread():
+            heap.settle()  # (the process is this daemon's alone)
         loops = [("heartbeat", self.upkeep.heartbeat_loop), ("renew", self.upkeep.renew_loop)]
         if self.settings.device_check:
             loops.append(("device-check", self.upkeep.check_loop))

@@ -23,6 +23,7 @@ import logging
 import threading
 from collections.abc import Mapping
 
+from ..core import heap
 from ..core.logs import log
 from .daemon import HostWorker, install_stop_signals
 from .settings import WorkerSettings
@@ -83,6 +84,7 @@ class MultiPoolHost:
     def run(self) -> int:
         if threading.current_thread() is threading.main_thread():
             install_stop_signals(self._on_signal)
+            heap.settle()  # (the process is this daemon's alone)
         threads = [
             threading.Thread(target=self._run_one, args=(p, w), name=f"host-{p}", daemon=True)
             for p, w in self.workers.items()
