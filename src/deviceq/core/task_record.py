@@ -56,11 +56,6 @@ def read_task(
     return with_goal(res[0], res[1]), (res[2] if attempts else None)
 
 
-def _s(h: dict[str, str], name: str) -> str | None:
-    v = h.get(name)
-    return None if v in (None, "") else v
-
-
 def _opt_int(v: Any) -> int | None:
     return None if v in (None, "") else int(v)
 
@@ -76,50 +71,52 @@ def is_multi_device(h: dict[str, str]) -> bool:
 
 def task_values(h: dict[str, str]) -> dict[str, Any]:
     """The task's fields as JSON values, in `ScheduledTask`'s order: enums as their strings,
-    lists for tuples; ``roles`` None and ``attempts`` empty (see `task_json`)."""
+    lists for tuples; ``roles`` None and ``attempts`` empty (see `task_json`). (A text field
+    stored empty reads as None: ``g(name) or None``.)"""
+    g = h.get
     return {
         "id": h["id"],
         "status": h["status"],
-        "kind": h.get("kind", "goal"),
-        "goal": _s(h, "goal"),
-        "workflow": _s(h, "workflow"),
-        "driver_type": _s(h, "driver_type"),
-        "tags": _csv(h.get("tags")),
-        "priority": int(h.get("priority") or 0),
-        "attempt": int(h.get("attempt") or 0),
-        "max_attempts": int(h.get("max_attempts") or 1),
-        "host_id": _s(h, "host_id"),
-        "device_id": _s(h, "device_id"),
-        "lease_id": _s(h, "lease_id"),
-        "lease_expires_at": _opt_int(h.get("lease_expires_at")),
-        "failure_kind": _s(h, "failure_kind"),
-        "error": _s(h, "error"),
-        "result": _s(h, "result"),
-        "cancel_requested": h.get("cancel_requested") == "1",
-        "handbacks": int(h.get("handbacks") or 0),
-        "session": _s(h, "session"),
-        "avoid_devices": _csv(h.get("avoid_devices")),
-        "avoid_hosts": _csv(h.get("avoid_hosts")),
-        "idempotency_key": _s(h, "idempotency_key"),
-        "queue_deadline": _opt_int(h.get("queue_deadline")),
-        "timeout": float(h["timeout"]) if h.get("timeout") else None,
-        "retry_on": _s(h, "retry_on"),
-        "retry_backoff": _s(h, "retry_backoff"),
-        "eligible_at": _opt_int(h.get("eligible_at")),
-        "tenant": _s(h, "tenant"),
-        "retry_of": _s(h, "retry_of"),
-        "rerun_by": _s(h, "rerun_by"),
-        "submitted_by": _s(h, "submitted_by"),
+        "kind": g("kind", "goal"),
+        "goal": g("goal") or None,
+        "workflow": g("workflow") or None,
+        "driver_type": g("driver_type") or None,
+        "tags": _csv(g("tags")),
+        "priority": int(g("priority") or 0),
+        "attempt": int(g("attempt") or 0),
+        "max_attempts": int(g("max_attempts") or 1),
+        "host_id": g("host_id") or None,
+        "device_id": g("device_id") or None,
+        "lease_id": g("lease_id") or None,
+        "lease_expires_at": _opt_int(g("lease_expires_at")),
+        "failure_kind": g("failure_kind") or None,
+        "error": g("error") or None,
+        "result": g("result") or None,
+        "cancel_requested": g("cancel_requested") == "1",
+        "handbacks": int(g("handbacks") or 0),
+        "session": g("session") or None,
+        "avoid_devices": _csv(g("avoid_devices")),
+        "avoid_hosts": _csv(g("avoid_hosts")),
+        "idempotency_key": g("idempotency_key") or None,
+        "queue_deadline": _opt_int(g("queue_deadline")),
+        "timeout": float(h["timeout"]) if g("timeout") else None,
+        "retry_on": g("retry_on") or None,
+        "retry_backoff": g("retry_backoff") or None,
+        "eligible_at": _opt_int(g("eligible_at")),
+        "tenant": g("tenant") or None,
+        "retry_of": g("retry_of") or None,
+        "rerun_by": g("rerun_by") or None,
+        "submitted_by": g("submitted_by") or None,
         "roles": None,
-        "gang": _s(h, "gang"),
-        "role": _s(h, "role"),
-        "leader": h.get("leader") == "1",
-        "seq": int(h.get("seq") or 0),
-        "submitted_at": int(h.get("submitted_at") or 0),
-        "updated_at": int(h.get("updated_at") or 0),
-        "assigned_at": _opt_int(h.get("assigned_at")),
-        "dispatched_at": _opt_int(h.get("dispatched_at")),
-        "finished_at": _opt_int(h.get("finished_at")),
+        "gang": g("gang") or None,
+        "role": g("role") or None,
+        "leader": g("leader") == "1",
+        "seq": int(g("seq") or 0),
+        "submitted_at": int(g("submitted_at") or 0),
+        "updated_at": int(g("updated_at") or 0),
+        "assigned_at": _opt_int(g("assigned_at")),
+        "dispatched_at": _opt_int(g("dispatched_at")),
+        "finished_at": _opt_int(g("finished_at")),
         "attempts": [],
     }
 

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,10 @@ class DispatchOutcome:
 WATCH_EVERY = 0.1  # how often runs are checked for a cancel request, a deadline, a stop grace
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Watched:
-    """One run under watch."""
+    """One run under watch. ``finished`` and ``gave_up`` change under the watchdog's lock;
+    the events exist only where something waits on them."""
 
     task: Task
     cancel_event: threading.Event
@@ -69,9 +70,10 @@ class _Watched:
     on_abandon: Callable[[DispatchOutcome], None] | None
     cause: str | None = None  # why the runner was told to stop: cancelled | timeout
     told_at: float = 0.0
-    finished: threading.Event = field(default_factory=threading.Event)  # the runner returned
+    finished: bool = False  # the runner returned
     gave_up: bool = False  # abandoned: the runner did not stop within the grace
-    over: threading.Event = field(default_factory=threading.Event)  # finished or gave_up
+    over: threading.Event | None = None  # (a run in a thread of its own) finished or gave_up
+    runner_done: threading.Event | None = None  # (once given up on) set when the runner returns
 
 
 class _Watchdog:
@@ -97,9 +99,12 @@ class _Watchdog:
     def finish(self, w: _Watched) -> bool:
         """The runner of ``w`` returned. True if it had been given up on already."""
         with self._cv:
-            w.finished.set()
+            w.finished = True
             self._items.discard(w)
-            w.over.set()
+            if w.runner_done is not None:
+                w.runner_done.set()
+            if w.over is not None:
+                w.over.set()
             return w.gave_up
 
     def _loop(self) -> None:
@@ -109,36 +114,39 @@ class _Watchdog:
                     self._cv.wait()
                 items = list(self._items)
             now = time.monotonic()
-            for w in items:
-                self._check(w, now)
+            for w in items:  # (a hundred runs ten times a second: kept to attribute reads)
+                if w.cause is None:
+                    if w.cancel_event.is_set() or (w.deadline is not None and now >= w.deadline):
+                        self._tell(w, now)
+                elif now - w.told_at > self.grace:
+                    self._give_up(w)
             time.sleep(WATCH_EVERY)
 
-    def _check(self, w: _Watched, now: float) -> None:
-        if w.finished.is_set():
+    def _tell(self, w: _Watched, now: float) -> None:
+        """Tell the runner of ``w`` to stop (its cancel event, or its deadline, came)."""
+        if w.finished:
             return
-        if w.cause is None:
-            if w.cancel_event.is_set():
-                w.cause = "cancelled"
-            elif w.deadline is not None and now >= w.deadline:
-                w.cause = "timeout"
-            if w.cause is not None:
-                w.told_at = now
-                w.task.cancel.set()
-                w.task.logger.info(f"stopping runner ({w.cause})")
-            return
-        if now - w.told_at <= self.grace:
-            return
+        w.cause = "cancelled" if w.cancel_event.is_set() else "timeout"
+        w.told_at = now
+        w.task.cancel.set()
+        w.task.logger.info(f"stopping runner ({w.cause})")
+
+    def _give_up(self, w: _Watched) -> None:
+        """The runner of ``w`` did not stop within the grace: abandon it."""
         with self._cv:
-            if w.finished.is_set():
+            if w.finished:
                 return
             w.gave_up = True
+            w.runner_done = threading.Event()
             self._items.discard(w)
-            w.over.set()
+            if w.over is not None:
+                w.over.set()
         w.task.logger.error(f"runner did not stop {self.grace:.1f}s after {w.cause}; abandoned")
         if w.on_abandon is not None:  # in a thread of its own: it reports (may ride out Redis)
             out = TaskDispatcher._stopped(
-                w.cause, "runner did not stop; abandoned", abandoned=True, done=w.finished
-            )
+                w.cause or "cancelled", "runner did not stop; abandoned", abandoned=True,
+                done=w.runner_done,
+            )  # fmt: skip
             threading.Thread(target=w.on_abandon, args=(out,), name="abandon", daemon=True).start()
 
 
@@ -306,31 +314,34 @@ class TaskDispatcher:
             return self.watchdog.finish(w)
 
         started = time.monotonic()
-        task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
+        debug = self.log.isEnabledFor(logging.DEBUG)  # (the two lines per run are DEBUG)
+        if debug:
+            task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
         self.watchdog.watch(w)
         if on_abandon is not None:
             if target():  # given up on meanwhile: its outcome went to on_abandon
                 return DispatchOutcome(
                     "cancelled", FailureKind.cancelled, "abandoned runner ended", True,
-                    w.finished, handed_off=True,
+                    w.runner_done, handed_off=True,
                 )  # fmt: skip
         else:
+            w.over = threading.Event()
             self.threads.run(lambda: None if target() else None, f"runner-{task.task_id}")
             w.over.wait()
-            if not w.finished.is_set():
+            if not w.finished:
                 assert w.cause is not None
                 return self._stopped(
-                    w.cause, "runner did not stop; abandoned", abandoned=True, done=w.finished
+                    w.cause, "runner did not stop; abandoned", abandoned=True, done=w.runner_done
                 )
         cause = w.cause
-        elapsed = time.monotonic() - started
         if "exc" in box:  # the traceback goes to the host's log, never into the task
             exc = box["exc"]
             task.logger.warning(f"runner raised {type(exc).__name__}: {exc}\n{box.get('tb', '')}")
             return DispatchOutcome("failed", FailureKind.runner_error, describe_exception(exc))
         out: Outcome = box["out"]
-        fields = {"ok": out.ok, "seconds": round(elapsed, 3)}
-        task.logger.debug("runner finished", fields=fields)
+        if debug:
+            seconds = round(time.monotonic() - started, 3)
+            task.logger.debug("runner finished", fields={"ok": out.ok, "seconds": seconds})
         if out.ok:
             return DispatchOutcome("done", None, out.text)
         if cause is None and cancel_event.is_set():

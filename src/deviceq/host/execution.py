@@ -63,6 +63,7 @@ class Run:
     ended: threading.Event = field(default_factory=threading.Event)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
     artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
+    _fields: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def task_id(self) -> str:
@@ -73,14 +74,17 @@ class Run:
         return self.assignment.device_id
 
     def fields(self) -> dict[str, Any]:
-        a = self.assignment
-        return {
-            "task": a.task.id,
-            "lease": a.lease_id,
-            "host": a.host_id,
-            "device": a.device_id,
-            "attempt": a.attempt,
-        }
+        """The run's fields on the host's log lines (made once; not to be changed)."""
+        if self._fields is None:
+            a = self.assignment
+            self._fields = {
+                "task": a.task.id,
+                "lease": a.lease_id,
+                "host": a.host_id,
+                "device": a.device_id,
+                "attempt": a.attempt,
+            }
+        return self._fields
 
     def stop(self, reason: str) -> None:
         """Ask the runner to stop; ``lost`` overrides any earlier reason."""
@@ -165,13 +169,9 @@ class Executor:
             self.state.by_device[a.device_id] = run
             self.state.runs[run.task_id] = run
         self.stats.claimed += 1
-        self.state.log(
-            logging.DEBUG,
-            "claimed",
-            goal=(a.task.goal or "")[:80] or None,
-            workflow=a.task.workflow,
-            **f,
-        )
+        if self.state.debugging():
+            self.state.log(logging.DEBUG, "claimed", goal=(a.task.goal or "")[:80] or None,
+                           workflow=a.task.workflow, **f)  # fmt: skip
         self.threads.run(lambda: self.execute(run), f"run-{run.task_id}")
 
     def execute(self, run: Run) -> None:
@@ -375,13 +375,10 @@ class Executor:
                 wrote = run.log is None or run.log.wrote
                 self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
                                              report.payload, wrote)  # fmt: skip
-        self.state.log(
-            logging.WARNING if rejected else logging.DEBUG,
-            f"reported {report.outcome}",
-            answer=answer,
-            failure_kind=report.failure_kind,
-            **f,
-        )
+        if rejected or self.state.debugging():
+            self.state.log(logging.WARNING if rejected else logging.DEBUG,
+                           f"reported {report.outcome}", answer=answer,
+                           failure_kind=report.failure_kind, **f)  # fmt: skip
         return answer
 
     def release(self, run: Run, why: str) -> None:

@@ -110,6 +110,11 @@ class HostState:
         if LOG.isEnabledFor(level):  # (most per-task lines are DEBUG: nothing is built)
             log(LOG, level, msg, **{**self.context(), **fields})
 
+    @staticmethod
+    def debugging() -> bool:
+        """Are DEBUG lines logged (a per-task line's fields are then worth building)?"""
+        return LOG.isEnabledFor(logging.DEBUG)
+
     def log_exception(self, msg: str, **fields: Any) -> None:
         """Log ``msg`` at ERROR with the exception being handled (and this daemon's fields)."""
         LOG.exception(msg, extra={"fields": {**self.context(), **fields}})
