@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import fakeredis
 import pytest
@@ -15,7 +16,7 @@ import redis
 from deviceq import Client, HostClient, PoolAdmin
 from deviceq.core.connection import connect
 from deviceq.core.errors import AuthError, InvalidInput
-from deviceq.core.lane import MAX_IDLE, Lane, lane_of
+from deviceq.core.lane import MAX_IDLE, Batch, Lane, batch, lane_of
 from deviceq.core.redirects import repoint
 from deviceq.embedded import RedisServer
 from harness import wait_for
@@ -206,3 +207,68 @@ def test_closing_the_pool_connection_closes_the_lanes_connections(server: RedisS
     # (the server sees a closed connection on its next turn: the count drops soon after)
     wait_for(lambda: len(observer.client_list()) < before, 5, "connections closed")
     observer.close()
+
+
+def _queue_reads(p: Any) -> None:
+    """The reads a scheduler pass queues, on ``p`` (a `Batch` or a redis-py pipeline)."""
+    p.time()
+    p.hmget("h", "a", "missing")
+    p.hmget("h", ["a", "b"])
+    p.hget("h", "b")
+    p.hgetall("h")
+    p.hgetall("nothing")
+    p.hlen("h")
+    p.get("s")
+    p.zcard("z")
+    p.execute_command("ZRANGE", "z", 0, -1, "WITHSCORES")
+
+
+def test_a_batch_answers_what_the_clients_pipeline_answers(server: RedisServer) -> None:
+    r = connect(server.url)
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    r.set("s", "v")
+    r.zadd("z", {"m1": 1.5, "m2": 2})
+    lane = lane_of(r)
+    assert lane is not None
+    quick, plain = batch(r), r.pipeline(transaction=False)
+    assert isinstance(quick, Batch)
+    _queue_reads(quick)
+    _queue_reads(plain)
+    got, want = quick.execute(), plain.execute()
+    assert got[1:] == want[1:] and got[0][0] - want[0][0] in (-1, 0)  # (TIME: a second apart)
+    assert got[4] == {"a": "1", "b": "2"} and got[5] == {}  # (HGETALL: a dict, as ever)
+    assert quick.execute() == []  # (sent once)
+    assert batch(fakeredis.FakeRedis(decode_responses=True)).__class__ is not Batch
+    r.close()
+
+
+def test_a_batch_raises_the_first_error_or_keeps_errors_in_place(server: RedisServer) -> None:
+    r = connect(server.url)
+    r.set("s", "v")
+    assert lane_of(r) is not None
+    b = batch(r)
+    b.get("s").hgetall("s").get("s")  # HGETALL of a string: WRONGTYPE
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        b.execute()
+    b.get("s").evalsha("0" * 40, 0).get("s")
+    got = b.execute(raise_on_error=False)
+    assert got[0] == got[2] == "v" and isinstance(got[1], redis.exceptions.NoScriptError)
+    r.close()
+
+
+def test_a_batch_on_a_killed_connection_goes_through_the_clients_pipeline(
+    server: RedisServer,
+) -> None:
+    r = connect(server.url)
+    r.hset("h", mapping={"a": "1"})
+    lane = lane_of(r)
+    assert lane is not None
+    assert batch(r).get("nothing").execute() == [None]  # (the lane keeps a connection)
+    killer = redis.Redis.from_url(server.url, decode_responses=True)
+    addr = "{}:{}".format(*lane._idle[0]._sock.getsockname()[:2])  # type: ignore[attr-defined]
+    assert killer.client_kill(addr)
+    killer.close()
+    before = lane.fallbacks
+    assert batch(r).hgetall("h").time().execute()[0] == {"a": "1"}
+    assert lane.fallbacks == before + 1
+    r.close()

@@ -139,6 +139,45 @@ class Lane:
         soon as the wait ends. An error reply comes back in its place as the exception the
         client would raise; a connection that fails sends the commands again, one by one,
         through the client (with the same error replies in place)."""
+        out = self._exchange(commands)
+        if out is None:
+            out = []
+            for command in commands:
+                try:
+                    out.append(self.client.execute_command(*command))
+                except redis.ResponseError as exc:
+                    out.append(exc)
+        return out
+
+    def pipeline(
+        self, commands: Sequence[tuple[Any, ...]], raise_on_error: bool = True
+    ) -> list[Any]:
+        """What a pipeline of the client (``transaction=False``) answers for ``commands``:
+        their replies in order, each through the client's response callback for its command
+        (an ``HGETALL`` a dict, ``TIME`` a pair of ints); the first error reply raised
+        (``raise_on_error``), else left in its place. A connection that fails sends them
+        again through such a pipeline."""
+        replies = self._exchange(commands)
+        if replies is None:
+            pipe = self.client.pipeline(transaction=False)
+            for c in commands:
+                pipe.execute_command(*c)
+            return pipe.execute(raise_on_error=raise_on_error)
+        callbacks = self.client.response_callbacks
+        out = []
+        for c, r in zip(commands, replies, strict=True):
+            if isinstance(r, redis.ResponseError):
+                if raise_on_error:
+                    raise r
+                out.append(r)
+                continue
+            cb = callbacks.get(c[0])
+            out.append(r if cb is None else cb(r))
+        return out
+
+    def _exchange(self, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
+        """Send ``commands`` in one write and read their raw replies (error replies as
+        exceptions in place); None when the connection failed (it is closed)."""
         conn = self._checkout()
         packed = self._packed(conn, commands)
         out: list[Any] = []
@@ -152,13 +191,7 @@ class Lane:
         except Exception:  # noqa: BLE001 - the client's path rides it out or raises it
             conn.disconnect()
             self.fallbacks += 1
-            out = []
-            for command in commands:
-                try:
-                    out.append(self.client.execute_command(*command))
-                except redis.ResponseError as exc:
-                    out.append(exc)
-            return out
+            return None
         except BaseException:
             conn.disconnect()
             raise
@@ -196,3 +229,53 @@ def lane_of(client: Any) -> Lane | None:
     lane = Lane(client)
     client._dq_lane = lane
     return lane
+
+
+class Batch:
+    """Commands queued as on a redis-py pipeline (``transaction=False``) and sent in one round
+    trip through a lane (`Lane.pipeline`): the few read commands the scheduler's passes
+    queue, by the same names and arguments, answering what the pipeline answers."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self.commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any) -> Batch:
+        self.commands.append(args)
+        return self
+
+    def time(self) -> Batch:
+        return self.execute_command("TIME")
+
+    def get(self, name: str) -> Batch:
+        return self.execute_command("GET", name)
+
+    def hget(self, name: str, key: str) -> Batch:
+        return self.execute_command("HGET", name, key)
+
+    def hmget(self, name: str, keys: Any, *args: Any) -> Batch:
+        fields = [*keys, *args] if isinstance(keys, (list, tuple)) else [keys, *args]
+        return self.execute_command("HMGET", name, *fields)
+
+    def hgetall(self, name: str) -> Batch:
+        return self.execute_command("HGETALL", name)
+
+    def hlen(self, name: str) -> Batch:
+        return self.execute_command("HLEN", name)
+
+    def zcard(self, name: str) -> Batch:
+        return self.execute_command("ZCARD", name)
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Batch:
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        commands, self.commands = self.commands, []
+        return self.lane.pipeline(commands, raise_on_error) if commands else []
+
+
+def batch(client: Any) -> Any:
+    """A pipeline (``transaction=False``) for ``client``: a `Batch` through its lane where it
+    has one, else the client's own pipeline."""
+    lane = lane_of(client)
+    return Batch(lane) if lane is not None else client.pipeline(transaction=False)

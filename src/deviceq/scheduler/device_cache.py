@@ -12,6 +12,7 @@ import redis
 
 from ..core import eligibility
 from ..core.keys import Keys
+from ..core.lane import batch
 from ..placement.rows import IdleDevice
 
 GATE = eligibility.GATE_FIELDS
@@ -69,7 +70,7 @@ class DeviceCache:
         scores = dict(idle)
         res: list[Any] = []
         if fetch or sig_keys:
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = batch(self.redis)
             for did in fetch:
                 pipe.hmget(k.device(did), *DEVICE_ROW)
             for sk in sig_keys:

@@ -27,6 +27,7 @@ import redis
 
 from ..core import liveness
 from ..core.keys import Keys, class_id
+from ..core.lane import batch
 from ..placement.rows import Bucket, IdleDevice, Snapshot
 from .device_cache import tagset, with_faults
 from .host_load import host_cap_setting, read_host_tasks
@@ -138,7 +139,7 @@ class IdleClasses:
         appending to what this pass read."""
         if not todo:
             return
-        pipe = r.pipeline(transaction=False)
+        pipe = batch(r)
         for key, (start, stop) in todo.items():
             pipe.execute_command("ZRANGE", key, start, stop, "WITHSCORES")
         for key, raw in zip(todo, pipe.execute(), strict=True):
@@ -170,7 +171,7 @@ def read_new(r: SnapshotReader, new_sigs: list[str], devgen: Any) -> None:
     stale = r.idle.stale(devgen)
     if not new_sigs and not stale:
         return
-    pipe = r.redis.pipeline(transaction=False)
+    pipe = batch(r.redis)
     for s in new_sigs:
         pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant")
     if stale:
@@ -218,7 +219,7 @@ def deepen(
         hosts = sorted({d.host_id for d in base.devices})
         new = [h for h in hosts if h not in rowmap]
         if new:
-            pipe = r.redis.pipeline(transaction=False)
+            pipe = batch(r.redis)
             for h in new:
                 pipe.hmget(r.keys.host(h), *liveness.HOST_FIELDS)
             rowmap.update(zip(new, pipe.execute(), strict=True))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.lane import batch
 from ..core.tenants import parse_tenant
 from ..placement.rows import Bucket, TenantShare
 from ..placement.view import Avoid
@@ -65,7 +66,7 @@ def read_tenants(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[s
     names = sorted({b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)})
     if not names:
         return {"tenants": {}}
-    pipe = r.redis.pipeline(transaction=False)
+    pipe = batch(r.redis)
     pipe.hmget(r.keys.tenants, names)
     pipe.hmget(r.keys.tenant_held, names)
     specs, held = pipe.execute()
@@ -99,7 +100,7 @@ def submit_times(r: SnapshotReader, buckets: list[Bucket]) -> dict[str, int]:
     known = r._submitted
     new = [t for t in ids if t not in known]
     if new:
-        pipe = r.redis.pipeline(transaction=False)
+        pipe = batch(r.redis)
         for t in new:
             pipe.hget(r.keys.task(t), "submitted_at")
         for t, v in zip(new, pipe.execute(), strict=True):

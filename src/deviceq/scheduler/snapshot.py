@@ -48,6 +48,7 @@ from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.errors import ConfigError
 from ..core.keys import Keys
+from ..core.lane import batch
 from ..core.scripts import Scripts, sha
 from ..placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from ..placement.view import View
@@ -150,7 +151,7 @@ class SnapshotReader:
         k = self.keys
         spec_want = spec_want or {}
         spec_hosts = spec_hosts or []
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = batch(self.redis)
         pipe.time()
         extra = settings_needed(self.needs)
         pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, *extra)
@@ -275,7 +276,7 @@ class SnapshotReader:
         rows: list[Any] = []
         replies: Any = None
         if hosts:  # one round trip: the hosts' rows and (EVALSHA) the heads
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = batch(self.redis)
             for h in hosts:
                 pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
             if todo:
