@@ -260,6 +260,9 @@ class Batch:
     def hgetall(self, name: str) -> Batch:
         return self.execute_command("HGETALL", name)
 
+    def exists(self, *names: str) -> Batch:
+        return self.execute_command("EXISTS", *names)
+
     def hlen(self, name: str) -> Batch:
         return self.execute_command("HLEN", name)
 

@@ -132,6 +132,7 @@ class SnapshotReader:
         self._from_cache: set[str] = set()  # buckets whose heads this pass took from the cache
         self._spec_hosts: list[str] = []
         self.gang_ids: list[str] = []  # queued multi-device tasks, oldest first (last read)
+        self.paused = False  # the pool was paused (deviceq pause) at the last read
         self.gang_reserve_ms = int(DEFAULT_GANG_RESERVE * 1000)
         self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
 
@@ -162,6 +163,7 @@ class SnapshotReader:
         pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
         pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
         pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
+        pipe.exists(k.paused)  # (a paused pool places nothing: see `read`)
         for sig, n in spec_want.items():
             pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
         for h in spec_hosts:
@@ -179,10 +181,11 @@ class SnapshotReader:
         self.settings = dict(zip(extra, cfg[4:], strict=True))
         faults = res[8]
         self.faulty = bool(faults)
-        spec = res[9 : 9 + len(spec_want)]
+        self.paused = bool(res[9])
+        spec = res[10 : 10 + len(spec_want)]
         spec_heads = {sig: pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        at = 9 + len(spec_want) + len(spec_hosts)
-        spec_rows = dict(zip(spec_hosts, res[9 + len(spec_want) : at], strict=True))
+        at = 10 + len(spec_want) + len(spec_hosts)
+        spec_rows = dict(zip(spec_hosts, res[10 + len(spec_want) : at], strict=True))
         spec_idle = {key: pairs(raw) for key, raw in zip(spec_classes, res[at:], strict=True)}
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
             self.head_cache.clear()
@@ -353,15 +356,19 @@ class SnapshotReader:
         return tuple(out)
 
     def read(
-        self, every: bool = False
+        self, every: bool = False, unless_paused: bool = False
     ) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The base, the initial head counts and the heads: two round trips (three when
         device or bucket attributes must be read). The heads are chosen before the hosts'
         health is known (read in the same round trip); devices of dead or draining hosts are
-        dropped afterwards, so a few heads may be read for nothing, never too few."""
+        dropped afterwards, so a few heads may be read for nothing, never too few. With
+        ``unless_paused``, a paused pool (``paused`` is read with the base) ends the read
+        there: no heads."""
         base, hosts, spec_heads, spec_rows = self.read_base(
             self._spec_want, self._spec_hosts, every
         )
+        if unless_paused and self.paused:
+            return base, {}, {}
         want = self.initial_want(base)
         have: dict[str, tuple[QueuedTask, ...]] = {}
         self._from_cache = set()

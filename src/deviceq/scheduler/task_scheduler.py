@@ -155,11 +155,11 @@ class TaskScheduler:
         started = time.perf_counter()
         res = AssignResult()
         res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
-        if self.redis.exists(self.keys.paused):  # expiry and retries go on; nothing is placed
+        base, want, heads = self.reader.read(unless_paused=True)
+        if self.reader.paused:  # expiry and retries go on; nothing is placed
             res.paused = True
             res.duration_ms = (time.perf_counter() - started) * 1000
             return res
-        base, want, heads = self.reader.read()
         res.retry_in_ms = self.reader.retry_in_ms
         f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
         if self.reader.gang_ids or self.gangs.kept:
