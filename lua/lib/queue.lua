@@ -2,18 +2,31 @@
 -- lib/queue.lua: where a queued task waits: its constraint bucket (queue:SIG, sig:SIG, the
 -- queues index) or, a multi-device task, `gangs`.
 
+-- buckets this call put tasks in: sig -> the lowest seq it gave the bucket index (the bucket
+-- is non-empty and its constraints written; forgotten when tasks leave the bucket). A call
+-- enqueuing many tasks of one bucket then checks its size and its head score once, not per
+-- task.
+local enqueued = {}
+
 -- put a task into its constraint bucket (keeps its original submission order); the bucket's
 -- constraints (sig:SIG) exist exactly while the bucket is non-empty
 local function enqueue(id, sig, seq, driver, tags, prio, tenant)
-  if redis.call('ZADD', k('queue', sig), seq, id) == 1 and redis.call('ZCARD', k('queue', sig)) == 1 then
+  local low = enqueued[sig]
+  if redis.call('ZADD', k('queue', sig), seq, id) == 1 and not low
+      and redis.call('ZCARD', k('queue', sig)) == 1 then
     redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0',
       'tenant', tenant or '')
   end
-  redis.call('ZADD', k('queues'), 'LT', seq, sig)
+  local n = tonumber(seq)
+  if not low or n < low then
+    redis.call('ZADD', k('queues'), 'LT', seq, sig)
+    enqueued[sig] = n
+  end
 end
 
 -- after tasks left bucket `sig`: drop it (and its constraints) or fix its head score
 local function fix_head(sig)
+  enqueued[sig] = nil
   local head = redis.call('ZRANGE', k('queue', sig), '0', '0', 'WITHSCORES')
   if #head == 0 then
     redis.call('ZREM', k('queues'), sig)
