@@ -150,10 +150,15 @@ class Executor:
             )
             self.release(run, "device not served by this worker")
             return
-        with self.state.lock:
-            busy = self.state.abandoned.get(a.device_id)
         state = self.state.states.get(a.device_id, DeviceState.offline)
-        if self.state.stopping.is_set() or busy or state is not DeviceState.idle:
+        with self.state.lock:  # (taken once: the run is registered here unless refused)
+            busy = self.state.abandoned.get(a.device_id)
+            refused = self.state.stopping.is_set() or busy or state is not DeviceState.idle
+            if not refused:
+                run.after = self.state.by_device.get(a.device_id)
+                self.state.by_device[a.device_id] = run
+                self.state.runs[run.task_id] = run
+        if refused:
             why = (
                 "host shutting down"
                 if self.state.stopping.is_set()
@@ -164,10 +169,6 @@ class Executor:
             self.state.log(logging.INFO, f"{why}: handing the assignment back", **f)
             self.release(run, why)
             return
-        with self.state.lock:
-            run.after = self.state.by_device.get(a.device_id)
-            self.state.by_device[a.device_id] = run
-            self.state.runs[run.task_id] = run
         self.stats.claimed += 1
         if self.state.debugging():
             self.state.log(logging.DEBUG, "claimed", goal=(a.task.goal or "")[:80] or None,

@@ -321,6 +321,8 @@ class LogStreamer:
         batch: list[tuple[RunLog, LogChunk]] = []
         done: list[RunLog] = []
         for log in runs:
+            if not (log.pieces or log.dropped or log.final or log.closed or log.capped == 1):
+                continue  # nothing new (read without its lock: a write now goes next flush)
             chunks = log.take()
             if log.closed or any(c.final for c in chunks):
                 done.append(log)
