@@ -61,8 +61,14 @@ end
 local out = {ttl}
 local refused = false
 local taken, more = 0, false
--- one entry: claim it (its flat hash joins `out`), hand it back, or drop it (stale)
-local function claim_entry(id)
+budget_start(budget)
+while #out <= max do
+  if taken > 0 and taken % BUDGET_EVERY == 0 and not budget_left() then
+    more = redis.call('LLEN', inbox) > 0
+    break
+  end
+  local id = redis.call('LPOP', inbox)
+  if not id then break end
   taken = taken + 1
   budget_spend(ENTRY_US)
   local tk = k('task', id)
@@ -91,18 +97,6 @@ local function claim_entry(id)
       out[#out + 1] = flat
     end
   end
-end
--- the inbox is popped BUDGET_EVERY entries at a time, never more than are still wanted (an
--- entry popped is claimed or dropped: none is pushed back), the budget checked in between
-budget_start(budget)
-while #out <= max do
-  if taken > 0 and not budget_left() then
-    more = redis.call('LLEN', inbox) > 0
-    break
-  end
-  local ids = redis.call('LPOP', inbox, math.min(BUDGET_EVERY, max + 1 - #out))
-  if not ids then break end
-  for _, id in ipairs(ids) do claim_entry(id) end
 end
 if refused then wake(k('sched', 'wake')) end
 if more then out[#out + 1] = 'more' end
