@@ -130,10 +130,11 @@ def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(
     deploy.scheduler()
     h = deploy.command_host("h1", "d1:android", "d2:android", extra=("--grace", "20"))
     go = tmp_path / "go"  # the running tasks end once the drain has begun, however slow
-    script = f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
+    script = f"touch {tmp_path}/started.$$; while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
     running = [deploy.client.submit(script) for _ in range(2)]
-    wait_for(lambda: all(deploy.status(t) is TaskStatus.dispatched for t in running), 20,
-             "tasks running")  # fmt: skip
+    # running, not only claimed: an assignment claimed but not yet started when the SIGTERM
+    # comes is handed back (its attempt not spent), as it should be
+    wait_for(lambda: len(list(tmp_path.glob("started.*"))) == 2, 20, "tasks running")
     waiting = [deploy.client.submit("echo should not run here") for _ in range(2)]
     h.send_signal(signal.SIGTERM)
     wait_for(lambda: deploy.admin.host("h1").stopping, 20, "the host marked stopping")
