@@ -68,18 +68,20 @@ def wait_done(r: redis.Redis, at_least: int, timeout: float, alive: Callable[[],
 
 
 def start_daemons(
-    reg: Registry, url: str, devices: int, goal_runner: str
+    reg: Registry, url: str, devices: int, goal_runner: str, host_command: list[str] | None = None
 ) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[], None]]:
     """``deviceq scheduler run`` and one ``deviceq host run`` serving ``devices`` devices
     (``u000:bench``...) with ``goal_runner`` in threads, on the server at ``url``; returns the
-    processes by name and a check that raises once either has exited."""
+    processes by name and a check that raises once either has exited. ``host_command``: what
+    runs the host's ``deviceq`` arguments instead of the ``deviceq`` script."""
     env = child_env({URL_ENV: url})
     base = [cli(), "--redis-url", url, "--pool", POOL]
     token_file = add_host(reg, base, env)
     args = [a for i in range(devices) for a in ("--device", f"u{i:03d}:{DRIVER}")]
     host = [
-        *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *args,
-        "--goal-runner", goal_runner, "--isolation", "thread",
+        *(host_command or base[:1]), *base[1:], "host", "run", "--host-id", HOST,
+        "--token-file", str(token_file), *args, "--goal-runner", goal_runner,
+        "--isolation", "thread",
     ]  # fmt: skip
     procs = {
         "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env),
@@ -92,6 +94,44 @@ def start_daemons(
                 raise RuntimeError(f"the {name} daemon exited ({p.returncode})")
 
     return procs, alive
+
+
+@dataclass
+class HeldFleet:
+    """`held_fleet`'s daemons, once every device has finished its first task."""
+
+    procs: dict[str, subprocess.Popen[bytes]]
+    alive: Callable[[], None]
+    r: redis.Redis
+    client: Client
+    tasks: int  # queued in all
+
+    def wait_last_but_one_round(self, devices: int, task_s: float, rounds: int) -> None:
+        """Wait until every round but the last is done (the queue never ran empty)."""
+        wait_done(self.r, self.tasks - devices, 60 + rounds * task_s * 20, self.alive)
+
+    def close(self) -> None:
+        self.r.close()
+        self.client.close()
+
+
+def held_fleet(
+    reg: Registry, task_s: float, rounds: int, devices: int, host_command: list[str] | None = None
+) -> HeldFleet:
+    """A private server with ``rounds`` tasks per device queued (each sleeps ``task_s``, goal
+    runner ``bench.fleet_runners:hold_goal``), the daemons of `start_daemons` started, and
+    the first round done: the steady-state window of ``bench/host_cpu.py`` and
+    ``bench/host_profile.py`` begins."""
+    server = reg.redis_server()
+    client = Client(server.url, POOL)
+    n = devices * rounds
+    client.submit_many([{"goal": f"{task_s:.3f}", "driver_type": DRIVER}] * n)
+    procs, alive = start_daemons(
+        reg, server.url, devices, "bench.fleet_runners:hold_goal", host_command
+    )
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    wait_done(r, devices, 120, alive)
+    return HeldFleet(procs, alive, r, client, n)
 
 
 def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:

@@ -30,9 +30,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.drain import tree_cpu_s  # noqa: E402
-from bench.fleet_daemons import DRIVER, POOL, done_count, start_daemons, wait_done  # noqa: E402
+from bench.fleet_daemons import done_count, held_fleet  # noqa: E402
 from bench.procs import Registry, log  # noqa: E402
-from deviceq import Client  # noqa: E402
 
 
 def thread_cpu_s(pid: int) -> dict[int, float]:
@@ -59,19 +58,14 @@ def redis_cpu_s(r: redis.Redis) -> float:
 def run(task_s: float, rounds: int, devices: int) -> dict[str, float]:
     reg = Registry()
     try:
-        server = reg.redis_server()
-        client = Client(server.url, POOL)
-        n = devices * rounds
-        client.submit_many([{"goal": f"{task_s:.3f}", "driver_type": DRIVER}] * n)
-        procs, alive = start_daemons(reg, server.url, devices, "bench.fleet_runners:hold_goal")
-        r = redis.Redis.from_url(server.url, decode_responses=True)
-        wait_done(r, devices, 120, alive)
+        fleet = held_fleet(reg, task_s, rounds, devices)
+        procs, r = fleet.procs, fleet.r
         hpid = procs["host"].pid
         c0, cpu0 = done_count(r), {k: tree_cpu_s(p) for k, p in procs.items()}
         th0 = thread_cpu_s(hpid)
         calls0, rcpu0 = calls(r), redis_cpu_s(r)
         t0 = time.perf_counter()
-        wait_done(r, n - devices, 60 + rounds * task_s * 20, alive)
+        fleet.wait_last_but_one_round(devices, task_s, rounds)
         window = time.perf_counter() - t0
         th1 = thread_cpu_s(hpid)
         c1, cpu1 = done_count(r), {k: tree_cpu_s(p) for k, p in procs.items()}
@@ -101,8 +95,7 @@ def run(task_s: float, rounds: int, devices: int) -> dict[str, float]:
             f"{out['host_us']:,.0f} us/task (main thread {out['main_us']:,.0f}), scheduler "
             f"{out['scheduler_us']:,.0f}, redis {out['redis_us']:,.0f}"
         )
-        r.close()
-        client.close()
+        fleet.close()
         return out
     finally:
         reg.close()

@@ -25,7 +25,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,42 +126,25 @@ def wrapped_host(out: str, argv: list[str]) -> None:
 
 # -- the run ---------------------------------------------------------------------------------
 def run(task_s: float, rounds: int, devices: int, tmp: Path) -> dict[str, Any]:
-    import redis
-
-    from bench.fleet_daemons import DRIVER, POOL, done_count, start_daemons, wait_done
+    from bench.fleet_daemons import done_count, held_fleet
     from bench.procs import Registry
-    from deviceq import Client
 
     out = tmp / "host-profile.json"
     reg = Registry()
-    spawn: Callable[..., Any] = reg.spawn
-
-    def host_through_this_file(name: str, argv: list[str], env: dict[str, str]) -> Any:
-        if name == "host":  # (argv[0] is the deviceq script: this file runs its main)
-            argv = [sys.executable, __file__, "--wrap", str(out), "--", *argv[1:]]
-        return spawn(name, argv, env)
-
-    reg.spawn = host_through_this_file  # type: ignore[method-assign]
     try:
-        server = reg.redis_server()
-        client = Client(server.url, POOL)
-        n = devices * rounds
-        client.submit_many([{"goal": f"{task_s:.3f}", "driver_type": DRIVER}] * n)
-        procs, alive = start_daemons(reg, server.url, devices, "bench.fleet_runners:hold_goal")
-        r = redis.Redis.from_url(server.url, decode_responses=True)
-        wait_done(r, devices, 120, alive)
-        host = procs["host"]
+        wrap = [sys.executable, __file__, "--wrap", str(out), "--"]
+        fleet = held_fleet(reg, task_s, rounds, devices, host_command=wrap)
+        host = fleet.procs["host"]
         host.send_signal(signal.SIGUSR1)
-        c0 = done_count(r)
-        wait_done(r, n - devices, 60 + rounds * task_s * 20, alive)
+        c0 = done_count(fleet.r)
+        fleet.wait_last_but_one_round(devices, task_s, rounds)
         host.send_signal(signal.SIGUSR2)
-        tasks = done_count(r) - c0
+        tasks = done_count(fleet.r) - c0
         deadline = time.monotonic() + 10
         while not out.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         data = json.loads(out.read_text(encoding="utf-8"))
-        r.close()
-        client.close()
+        fleet.close()
         return {"tasks": tasks, **data}
     finally:
         reg.close()
