@@ -56,11 +56,17 @@ local function tenant_capped(tenant)
   if caps[tenant] <= 0 then return false end
   return (tonumber(redis.call('HGET', k('tenant_held'), tenant) or '0') or 0) >= caps[tenant]
 end
--- the pool's cap on leases held on one host's devices at once (max_tasks_per_host, 0 = none)
+-- the pool's cap on leases held on one host's devices at once (max_tasks_per_host, 0 = none);
+-- `held`: a host's count (read once a call where the cap applies), `added`: the leases this
+-- call adds per host (written to host_held once per host, at the end)
 local host_cap = math.floor(cfg('max_tasks_per_host'))
+local held, added = {}, {}
 local function host_capped(host_id)
   if host_cap <= 0 then return false end
-  return (tonumber(redis.call('HGET', k('host_held'), host_id) or '0') or 0) >= host_cap
+  if not held[host_id] then
+    held[host_id] = tonumber(redis.call('HGET', k('host_held'), host_id) or '0') or 0
+  end
+  return held[host_id] + (added[host_id] or 0) >= host_cap
 end
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
@@ -100,7 +106,7 @@ for i = 0, n - 1 do
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
     if v.t[11] and v.t[11] ~= '' then redis.call('HINCRBY', k('tenant_held'), v.t[11], '1') end
-    redis.call('HINCRBY', k('host_held'), host_id, '1')
+    added[host_id] = (added[host_id] or 0) + 1
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
     idle_remove(did, v.d[5], v.d[6])
@@ -114,6 +120,7 @@ for i = 0, n - 1 do
   end
 end
 for sig in pairs(touched) do fix_head(sig) end
+for host_id, by in pairs(added) do redis.call('HINCRBY', k('host_held'), host_id, I(by)) end
 for host_id, ids in pairs(inboxes) do
   for i = 1, #ids, 500 do
     redis.call('RPUSH', k('host', host_id, 'inbox'), unpack(ids, i, math.min(i + 499, #ids)))

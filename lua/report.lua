@@ -107,6 +107,7 @@ local function maybe_quarantine(did, fails)
 end
 
 local out, freed = {}, false
+held_defer()  -- (host_held: written once per host, below)
 for i = 0, n - 1 do
   local b = 5 + i * 5
   local id, lease, outcome, kind, payload = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
@@ -171,5 +172,6 @@ for i = 0, n - 1 do
     end
   end
 end
+held_flush()
 if freed then wake(k('sched', 'wake')) end
 return out

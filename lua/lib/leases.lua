@@ -4,10 +4,26 @@
 -- host's inbox), out of its host's count, its device released.
 
 -- a lease on a device of host `host_id` ended: one fewer in `host_held` (assign.lua and
--- gang_assign.lua count up; the max_tasks_per_host cap)
+-- gang_assign.lua count up; the max_tasks_per_host cap). A script that ends many leases in a
+-- call may defer these counts (the two functions below: defer first, flush before it
+-- returns): `host_held` is then written once per host, not once per lease.
+local _held_later
+local function held_defer()
+  _held_later = {}
+end
+local function held_flush()
+  for host_id, by in pairs(_held_later or {}) do
+    if redis.call('HINCRBY', k('host_held'), host_id, I(by)) <= 0 then
+      redis.call('HDEL', k('host_held'), host_id)
+    end
+  end
+  _held_later = nil
+end
 local function host_lease_ended(host_id)
   if host_id and host_id ~= '' then
-    if redis.call('HINCRBY', k('host_held'), host_id, '-1') <= 0 then
+    if _held_later then
+      _held_later[host_id] = (_held_later[host_id] or 0) - 1
+    elseif redis.call('HINCRBY', k('host_held'), host_id, '-1') <= 0 then
       redis.call('HDEL', k('host_held'), host_id)
     end
   end

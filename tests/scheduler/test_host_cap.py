@@ -13,6 +13,7 @@ import pytest
 from conftest import Fleet
 from deviceq import ConfigError, TaskStatus
 from deviceq.core.keys import Keys
+from deviceq.host.client import Report
 from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
 from deviceq.scheduler.host_load import read_host_tasks
@@ -179,6 +180,31 @@ def test_every_end_of_a_lease_frees_its_place(real_fleet: Fleet) -> None:
     assert real_fleet.store.expire()["requeued"] == 1
     freed()
     assert not real_fleet.r.exists(k.host_held)
+
+
+def test_one_report_of_many_outcomes_counts_each_lease_down(real_fleet: Fleet) -> None:
+    """report.lua writes host_held once per call: a call ending leases by every outcome
+    (done, failed and retried, failed for good, handed back) and refusing one (an unknown
+    lease) counts exactly those it ended down; the host's other leases stay counted."""
+    h = real_fleet.add_host("h1", *phones("d1", "d2", "d3", "d4", "d5"))
+    ids = submit(real_fleet, 5)
+    out = real_fleet.store.commit(list(zip(ids, ("d1", "d2", "d3", "d4", "d5"), strict=True)))
+    leases = [o[3:] for o in out]
+    assert held(real_fleet) == {"h1": 5}
+    h.claim(5)
+    got = h.report_many([
+        Report(ids[0], leases[0], "done", payload="ok"),
+        Report(ids[1], leases[1], "failed", "infrastructure", "usb"),
+        Report(ids[2], leases[2], "failed", "runner_failed", "exit 1"),
+        Report(ids[3], leases[3], "released"),
+        Report(ids[4], ids[4] + "-a9", "done", payload="not this lease"),
+    ])  # fmt: skip
+    assert [g.split(":")[0] for g in got] == ["ok", "ok", "ok", "ok", "rejected"], got
+    assert held(real_fleet) == {"h1": 1}
+    sound(real_fleet)
+    assert h.report_many([Report(ids[4], leases[4], "done", payload="ok")]) == ["ok:done"]
+    assert held(real_fleet) == {}
+    sound(real_fleet)
 
 
 def test_a_removed_host_leaves_no_count(real_fleet: Fleet) -> None:
