@@ -1,23 +1,14 @@
 --- @include "lib/base"
 -- lib/config.lua: the pool's settings (the config hash; defaults and bounds: setting()).
 
--- a pool setting as stored (nil when not set). The first read of a call fetches, in one HMGET,
--- every setting the script reads by a literal name (listed in `names` when the script is
--- assembled: deviceq.core.scripts.settings_read); any other name is read alone (HGET). Each
--- is read once a call: a script reads the few it can use, however many are stored.
-local _cfg
+-- a pool setting: the stored value, or the default when missing or not a number, clamped to
+-- its bounds (a raw HSET of garbage can never break a script half-way). Each setting is read
+-- once a call, by name (HGET): a script reads the few it needs, however many are stored.
+local _cfg = {}
 local function cfg_raw(name)
-  if not _cfg then
-    _cfg = {}
-    local names = {--[[settings read]]}
-    if #names > 0 then
-      local vals = redis.call('HMGET', k('config'), unpack(names))
-      for i = 1, #names do _cfg[names[i]] = vals[i] end  -- (false: not set)
-    end
-  end
   local v = _cfg[name]
   if v == nil then
-    v = redis.call('HGET', k('config'), name)
+    v = redis.call('HGET', k('config'), name)  -- (false: not set)
     _cfg[name] = v
   end
   return v or nil

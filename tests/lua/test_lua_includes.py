@@ -30,7 +30,6 @@ from deviceq.core.scripts import (
     read,
     resolve,
     source,
-    with_settings_read,
 )
 from deviceq.core.vocabulary import LUA_INCLUDES
 
@@ -126,8 +125,8 @@ def test_the_sent_text_is_defaults_then_the_library_then_the_script() -> None:
         libs = library(name, body)
         assert libs, name
         expected = PoolConfig.lua_defaults() + "\n".join([*(text_of(lib) for lib in libs), body])
-        assert assemble(body, name, pruned=False) == with_settings_read(expected, prune(expected))
-        assert source(name) == with_settings_read(prune(expected))
+        assert assemble(body, name, pruned=False) == expected
+        assert source(name) == prune(expected)
         assert libs[0] == "lib/base", name  # every other file builds on it
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -127,36 +127,12 @@ def assemble(text: str, name: str = "snippet", *, pruned: bool = True) -> str:
     """The full text sent to Redis for Lua text ``text``: the generated settings functions, the
     helper files it includes (transitively, in order), then ``text`` itself; ``pruned``:
     without the helper functions nothing in it calls (`deviceq.core.lua_prune`: Redis makes
-    every function of the text again at every call). Either way ``lib/config.lua`` lists the
-    settings the pruned text reads (`with_settings_read`)."""
+    every function of the text again at every call)."""
     from .config import PoolConfig  # (pydantic_settings: not for a client that only reads)
 
     parts = [read(lib) or "" for lib in library(name, text)]
     whole = PoolConfig.lua_defaults() + "\n".join([*parts, text])
-    kept = prune(whole)
-    return with_settings_read(kept if pruned else whole, kept)
-
-
-SETTINGS_READ = "--[[settings read]]"
-"""Where ``lib/config.lua`` lists the settings its script reads (`settings_read`)."""
-
-_SETTING_CALL = re.compile(r"\bcfg(?:_ms|_text)?\(\s*'([a-z0-9_]+)'\s*\)")
-
-
-def with_settings_read(text: str, reads: str | None = None) -> str:
-    """``text`` with ``lib/config.lua``'s list (`SETTINGS_READ`) of the settings that
-    ``reads`` (default: ``text`` itself) reads by name filled in."""
-    from .config import PoolConfig
-
-    listed = settings_read(text if reads is None else reads, PoolConfig.model_fields)
-    return text.replace(SETTINGS_READ, ", ".join(f"'{s}'" for s in listed))
-
-
-def settings_read(text: str, known: Iterable[str]) -> list[str]:
-    """The pool settings Lua text ``text`` reads by a literal name (``cfg('NAME')``,
-    ``cfg_ms('NAME')``, ``cfg_text('NAME')``) that are among ``known``, sorted: the first
-    setting a call reads fetches them all in one ``HMGET``."""
-    return sorted(set(_SETTING_CALL.findall(text)) & set(known))
+    return prune(whole) if pruned else whole
 
 
 @cache

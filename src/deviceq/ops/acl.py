@@ -100,17 +100,17 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "heads": "hget zrange",
         "heartbeat": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lset ltrim "
         "pexpire sadd sdiffstore smembers spop srem time xadd zadd zcard zrem",
-        "host_add": "exists hget hmget hset lpush ltrim pexpire sadd time xadd",
+        "host_add": "exists hget hset lpush ltrim pexpire sadd time xadd",
         "host_drain": "exists hget hmget hset lpush ltrim xadd",
         "host_remove": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lrem "
         "lset ltrim pexpire sadd smembers srem time xadd zadd zcard zrange zrem",
         "device_remove": "del hdel hget hgetall hincrby hmget hset incr lindex lpush lrem lset "
         "ltrim pexpire sadd srem time xadd zadd zcard zrange zrem",
-        "leader": "del get hget hmget incr pexpire set xadd",
+        "leader": "del get hget incr pexpire set xadd",
         "login_attempt": "decr get incr pexpire pttl",
-        "pool_pause": "del exists hget hmget lpush ltrim set time xadd",
-        "schedule_fire": "get hexists hget hmget hset xadd",
-        "task_priority": "del hget hgetall hmget hset lpush ltrim xadd zadd zcard zrange zrem",
+        "pool_pause": "del exists hget lpush ltrim set time xadd",
+        "schedule_fire": "get hexists hget hset xadd",
+        "task_priority": "del hget hgetall hset lpush ltrim xadd zadd zcard zrange zrem",
         "renew": "hget hmget hset time zadd",
         "log_append": "exists hget hmget pexpire time xadd",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
