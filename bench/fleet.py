@@ -33,7 +33,9 @@ divide the median pass wall time at 100k devices by 1k's (``*_redis_ratio_*``: R
 ``idle_in_pool_100k``, ``max_script_ms`` the longest script call of the SLOWLOG probes
 (``max_script`` names it), ``heartbeat_unchanged_us`` Redis command time per unchanged
 heartbeat by device count ("10", "5000"; beats 25 ms apart for both: ``*_back_to_back_us`` as
-fast as each client goes), ``host_cpu_us_per_task`` and ``utilization`` from
+fast as each client goes; ``heartbeat_unchanged_alone_us``: the script's calls alone, back to
+back with their arguments built first; ``script_floor_us``: a script of two commands, back to
+back and paced alike), ``host_cpu_us_per_task`` and ``utilization`` from
 the real daemons; ``sizes`` and ``slowlog`` hold every raw figure."""
 
 from __future__ import annotations

@@ -180,10 +180,78 @@ def heartbeat_cost(
     )
 
 
+def calls_alone(
+    r: redis.Redis, hc: HostClient, devs: list[DeviceReport], beats: int
+) -> Callable[[], None]:
+    """``beats`` unchanged heartbeat script calls of ``hc``, their arguments built first."""
+    auth = [hc.host_id, hc._token, hc.session]
+    if hasattr(hc, "heartbeat_call"):  # the delta protocol
+        hk = hc.keys.host(hc.host_id)
+        versions = [f"bench{i}" for i in range(beats)]
+
+        def deltas() -> None:
+            ver = str(r.hget(hk, "hb_ver"))
+            for nxt in versions:
+                hc.scripts.run("heartbeat", hc.keys.prefix,
+                               [*auth, "delta", ver, nxt, str(len(devs)), "0"])  # fmt: skip
+                ver = nxt
+
+        return deltas
+    args = [*auth, str(len(devs))]
+    for dev in devs:
+        args += dev.args()
+
+    def snapshots() -> None:
+        for _ in range(beats):
+            hc.scripts.run("heartbeat", hc.keys.prefix, args)
+
+    return snapshots
+
+
+FLOORS = {
+    "floor: a script doing nothing": "return 1",
+    "floor: a script of 2 commands": (
+        "redis.call('HGET', KEYS[1], 'token_digest') "
+        "redis.call('HSET', KEYS[1], 'last_heartbeat', ARGV[1]) return 1"
+    ),
+}
+"""What any script call costs this server: the floor an unchanged heartbeat (a host proves
+itself and says it is alive: at least a read and a write) is compared with."""
+
+
+def unchanged_alone_us(
+    r: redis.Redis, hc: HostClient, devs: list[DeviceReport], beats: int
+) -> float:
+    """Redis command µs per unchanged heartbeat script call of ``hc``, `calls_alone`."""
+    fn = calls_alone(r, hc, devs, beats)
+    _, us_oh = stats_overhead(r, 10)
+    _, u0, _ = stats(r)
+    fn()
+    _, u1, _ = stats(r)
+    return max(0.0, u1 - u0 - us_oh) / beats
+
+
+def script_floor_us(r: redis.Redis, key: str, calls: int, paced_ms: float | None) -> float:
+    """Redis command µs per call of the 2-command floor script (`FLOORS`) on ``key``: back to
+    back, or each call ``paced_ms`` after the start of the last (as the paced heartbeats)."""
+    sha = str(r.script_load(FLOORS["floor: a script of 2 commands"]))
+    _, us_oh = stats_overhead(r, 10)
+    _, u0, _ = stats(r)
+    t = time.perf_counter()
+    for i in range(calls):
+        if paced_ms is not None:
+            time.sleep(max(0.0, t + i * paced_ms / 1000 - time.perf_counter()))
+        r.evalsha(sha, 1, key, str(i))
+    _, u1, _ = stats(r)
+    return max(0.0, u1 - u0 - us_oh) / calls
+
+
 @dataclass
 class Probes:
     scenarios: list[Scenario]
     heartbeats: list[HeartbeatCost]
+    alone_us: dict[str, float] = field(default_factory=dict)  # devices -> µs per call
+    floor_us: dict[str, float] = field(default_factory=dict)  # back_to_back | paced -> µs
 
     @property
     def longest(self) -> tuple[str, SlowEntry] | None:
@@ -260,6 +328,17 @@ def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
             f"  heartbeat unchanged, {h.devices} devices, {how}: {h.cmd_us:,.0f} us Redis "
             f"command time, {h.cpu_us:,.0f} us Redis CPU, {h.wall_ms:.2f} ms wall (x{h.beats})"
         )
+    hosts = ((small, small_devs), (big, big_devs))
+    alone = {str(len(d)): unchanged_alone_us(r, h, d, n) for h, d in hosts}
+    key = small.keys.host(small_id)
+    floor = {"back_to_back": script_floor_us(r, key, n, None),
+             "paced": script_floor_us(r, key, n, PACED_MS)}  # fmt: skip
+    log(
+        "  heartbeat unchanged, script calls alone: "
+        + ", ".join(f"{d} devices {us:,.0f} us" for d, us in alone.items())
+        + f"; a 2-command script: {floor['back_to_back']:,.0f} us back to back, "
+        f"{floor['paced']:,.0f} us paced"
+    )
     admin.remove_host(small_id, force=True)
 
     # 10,000 leases lapsing at once: 5,000 devices of `big` + 50 hosts of 100
@@ -336,7 +415,7 @@ def _run(url: str, names: dict[str, str], quick: bool, log: Log) -> Probes:
         fill_finished(r, trim_admin, n_trim, 100_000)
         scenario(name + ("" if batch == 500 else "_batch10k"), trimming(r, trim_admin, batch))
     r.close()
-    return Probes(out, hb)
+    return Probes(out, hb, alone, floor)
 
 
 def trimming(r: redis.Redis, trim_admin: PoolAdmin, batch: int) -> Callable[[], str]:

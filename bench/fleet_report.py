@@ -140,6 +140,8 @@ def summary(sizes: list[Size], probes: Probes | None, util: Utilization | None) 
                                      for n in ("10", "5000")}  # fmt: skip
     out["heartbeat_unchanged_cpu_us"] = {n: h.cpu_us for n, h in paced.items()} or None
     out["heartbeat_unchanged_back_to_back_us"] = {n: h.cmd_us for n, h in at_once.items()} or None
+    out["heartbeat_unchanged_alone_us"] = (probes.alone_us or None) if probes else None
+    out["script_floor_us"] = (probes.floor_us or None) if probes else None
     out["host_cpu_us_per_task"] = util.host_cpu_us_per_task if util else None
     out["scheduler_cpu_us_per_task"] = util.scheduler_cpu_us_per_task if util else None
     out["utilization"] = util.utilization if util else None
@@ -227,6 +229,17 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
             "beats while the 10-device host's follow at once, and an idle Redis serves a call "
             "slower (its caches cold).",
         ]
+        if probes.alone_us or probes.floor_us:
+            alone = ", ".join(f"{int(d):,} devices {us:,.0f}" for d, us in probes.alone_us.items())
+            fl = probes.floor_us
+            lines += [
+                "",
+                f"The heartbeat script's own calls, back to back with their arguments built "
+                f"first (Redis command µs per call): {alone or '-'}. A script of two commands "
+                f"(a read and a write of the host's hash, the least a heartbeat can do): "
+                f"{fl.get('back_to_back', float('nan')):,.0f} back to back, "
+                f"{fl.get('paced', float('nan')):,.0f} paced as the heartbeats above.",
+            ]
     if util:
         lines += [
             "",

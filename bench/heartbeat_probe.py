@@ -44,7 +44,14 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (run by path: bench.ab)
 
 from bench.bench_assign import POOL, stats, stats_overhead  # noqa: E402
-from bench.fleet_probes import enable_slowlog, heartbeat_cost, read_slowlog, sha_names  # noqa: E402
+from bench.fleet_probes import (  # noqa: E402
+    FLOORS,
+    calls_alone,
+    enable_slowlog,
+    heartbeat_cost,
+    read_slowlog,
+    sha_names,
+)
 from deviceq import DeviceReport, HostClient, PoolAdmin  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 
@@ -78,45 +85,6 @@ def measure(
     n = evalsha_calls(r) - n0
     lo = longest_heartbeat(r, names)
     return n, lo, max(0.0, u1 - u0 - us_oh), max(0.0, c1 - c0 - cpu_oh)
-
-
-def calls_alone(
-    r: redis.Redis, hc: HostClient, devs: list[DeviceReport], beats: int
-) -> Callable[[], None]:
-    """``beats`` unchanged heartbeat script calls of ``hc``, their arguments built first."""
-    auth = [hc.host_id, hc._token, hc.session]
-    if hasattr(hc, "heartbeat_call"):  # the delta protocol
-        hk = hc.keys.host(hc.host_id)
-        versions = [f"bench{i}" for i in range(beats)]
-
-        def deltas() -> None:
-            ver = str(r.hget(hk, "hb_ver"))
-            for nxt in versions:
-                hc.scripts.run("heartbeat", hc.keys.prefix,
-                               [*auth, "delta", ver, nxt, str(len(devs)), "0"])  # fmt: skip
-                ver = nxt
-
-        return deltas
-    args = [*auth, str(len(devs))]
-    for dev in devs:
-        args += dev.args()
-
-    def snapshots() -> None:
-        for _ in range(beats):
-            hc.scripts.run("heartbeat", hc.keys.prefix, args)
-
-    return snapshots
-
-
-FLOORS = {
-    "floor: a script doing nothing": "return 1",
-    "floor: a script of 2 commands": (
-        "redis.call('HGET', KEYS[1], 'token_digest') "
-        "redis.call('HSET', KEYS[1], 'last_heartbeat', ARGV[1]) return 1"
-    ),
-}
-"""What any script call costs this server: the floor an unchanged heartbeat (a host proves
-itself and says it is alive: at least a read and a write) is compared with."""
 
 
 def floors(r: redis.Redis, names: dict[str, str], key: str) -> list[Row]:
