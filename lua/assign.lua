@@ -9,17 +9,22 @@
 --- @include "lib/queue"
 --- @include "lib/fence"
 --- @include "lib/placement"
+--- @include "lib/budget"
 -- assign.lua: commit a batch of proposed (task, device) pairs. Each pair is re-validated and,
 -- if valid, committed on its own: task queued -> assigned, attempt+1, a lease (claim_ttl),
 -- the device reserved, the assignment filed in the owning host's inbox.
+-- Given a time budget, the work is split by time: once `budget_us` is spent, checked every
+-- BUDGET_EVERY pairs, the pairs not yet looked at answer `later` (the caller sends them again:
+-- SchedulerClient.commit does); the first pair is always committed or refused.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     fence n(0..10000), then task_id device_id per pair. fence is the scheduler's
---          leader epoch ('' for a manual dispatch): when given it must be the current
---          leader's epoch.
+-- ARGV     fence n(0..10000), then task_id device_id per pair, then [budget_us(1..10000000)].
+--          fence is the scheduler's leader epoch ('' for a manual dispatch): when given it
+--          must be the current leader's epoch.
 -- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
 --          host_held, task:ID:attempts, device:ID, idle, idle:c:*, queue:SIG, sig:SIG, queues, status:*, leases,
 --          avoid, deadlines, host:ID:inbox, host:ID:wake, events
--- Returns  per pair a string: "ok:LEASE_ID" or "err:REASON" where REASON is one of
+-- Returns  per pair a string: "ok:LEASE_ID", "later" (not looked at: the budget was spent;
+--          nothing of it changed) or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued task_multi_device (a task with roles,
 --          or one of its parts: gang_assign.lua places those) device_not_found device_reserved
 --          device_not_idle device_quarantined device_held device_booked (reserved for a
@@ -31,9 +36,17 @@
 --          pair of a fenced batch while the pool is paused: pool_pause.lua)
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
+local BUDGET_EVERY, PAIR_US = 4, 40  -- (PAIR_US: a pair's estimate, lib/budget)
 local fence = ARGV[1]
 local n = int_in(ARGV[2], 0, 10000)
-if not n or #ARGV ~= 2 + n * 2 then return fail('INVALID', 'bad argument count') end
+if not n or (#ARGV ~= 2 + n * 2 and #ARGV ~= 3 + n * 2) then
+  return fail('INVALID', 'bad argument count')
+end
+local budget
+if #ARGV == 3 + n * 2 then
+  budget = int_in(ARGV[#ARGV], 1, 10000000)
+  if not budget then return fail('INVALID', 'budget_us must be an integer 1-10000000') end
+end
 local fenced = check_fence(fence)
 if fenced then return fenced end
 if paused_for(fence) then
@@ -85,7 +98,13 @@ local function check(id, did)
   return {t = t, d = d}
 end
 
+budget_start(budget)
 for i = 0, n - 1 do
+  if i > 0 and i % BUDGET_EVERY == 0 and not budget_left() then
+    for _ = i, n - 1 do out[#out + 1] = 'later' end
+    break
+  end
+  budget_spend(PAIR_US)
   local id, did = ARGV[3 + i * 2], ARGV[4 + i * 2]
   local v, why = check(id, did)
   if not v then

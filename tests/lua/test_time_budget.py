@@ -1,6 +1,7 @@
 """Work split by time, not count: ``expire.lua`` stops between items once its time budget
 (``budget_us``, `lib/budget.lua`) is spent and says ``more``, ``claim.lua`` likewise (and
-says ``more``: `HostClient.claim` claims again); ``submit_many``, ``report_many``
+says ``more``: `HostClient.claim` claims again), ``assign.lua`` likewise (the pairs past it
+answer ``later``: the scheduler's commit sends them again); ``submit_many``, ``report_many``
 and the scheduler's commit size their calls with `deviceq.core.pacing.Pacer`. A tiny budget
 (1 us) or a tiny pacer target forces the split; the end state must be the one of an unsplit
 run: every item handled once, nothing lost, idempotency kept. No timing is asserted."""
@@ -19,7 +20,9 @@ from deviceq.core.errors import InvalidInput
 from deviceq.core.keys import Keys
 from deviceq.core.pacing import Pacer, pacer_for
 from deviceq.host.claims import assignments, claimed_all
+from deviceq.ops.verify import verify
 from deviceq.scheduler.client import SchedulerClient
+from invariants import check_pool
 
 TINY_MS = 0.001  # 1 us: each step of an expiry call does its first item only
 
@@ -244,6 +247,50 @@ def test_a_host_claim_takes_all_it_asks_for_across_budgeted_calls(
     rest = h.wait_and_claim(0.05, 100)  # the same after the one-round-trip wait
     assert len(rest) == 11 and script_calls(fleet.r) - c0 == 2  # 8 (more), then 3
     assert sorted(a.task.id for a in got + rest) == sorted(ids)
+
+
+def test_assign_stops_once_its_budget_is_spent_and_answers_later(real_fleet: Any) -> None:
+    fleet = real_fleet
+    fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(10)])
+    ids = fleet.client.submit_many([{"goal": f"g{i}"} for i in range(10)])
+    args = ["", "10"]
+    for i, t in enumerate(ids):
+        args += [t, f"d{i:02d}"]
+    # a 1 us budget: 4 pairs (it is checked every 4), the rest not looked at
+    out = fleet.store._run("assign", [*args, "1"])
+    assert [o[:3] for o in out[:4]] == ["ok:"] * 4 and out[4:] == ["later"] * 6
+    assert {fleet.client.get(t).status.value for t in ids[4:]} == {"queued"}
+    assert {fleet.admin.device(f"d{i:02d}").reserved_by for i in range(4, 10)} == {None}
+    sound(fleet)
+    with pytest.raises(InvalidInput, match="budget_us"):
+        fleet.store._run("assign", [*args, "0"])
+    with pytest.raises(InvalidInput, match="argument count"):
+        fleet.store._run("assign", [*args, "1", "1"])
+
+
+def test_a_commit_sends_again_the_pairs_past_a_budget(
+    real_fleet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = real_fleet
+    fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(10)])
+    ids = fleet.client.submit_many([{"goal": f"g{i}"} for i in range(10)])
+    monkeypatch.setattr("deviceq.scheduler.client.COMMIT_BUDGET_US", 1)
+    p = pacer_for(fleet.store, "assign", 1)  # every chunk all that is left: only the budget splits
+    p.target_ms, p.size = 1e9, 1000
+    pairs = [(t, f"d{i:02d}") for i, t in enumerate(ids)] + [(ids[0], "d09")]
+    c0 = script_calls(fleet.r)
+    out = fleet.store.commit(pairs)
+    assert script_calls(fleet.r) - c0 == 3  # 4 pairs, 4, then the last 3
+    assert all(o.startswith("ok:") for o in out[:10]) and out[10] == "err:task_not_queued"
+    assert {fleet.client.get(t).status.value for t in ids} == {"assigned"}
+    sound(fleet)
+
+
+def sound(fleet: Any) -> None:
+    """The test model's invariants and `deviceq verify` hold."""
+    check_pool(fleet.r, Keys(fleet.pool))
+    res = verify(fleet.r, fleet.pool)
+    assert res.ok, [str(v) for v in res.violations]
 
 
 def real_done(fleet: Any) -> int:

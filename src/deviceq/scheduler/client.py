@@ -5,16 +5,18 @@ the host's is `deviceq.host.client.HostClient`; the producer's `deviceq.producer
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from ..core.connection import PoolConnection
+from ..core.errors import DeviceqError
 from ..core.models import validate_id
 from ..core.pacing import pacer_for
 
 COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
 COMMIT_FIRST = 50  # the first chunk's size, before any call was timed
+COMMIT_BUDGET_US = 2500  # a call's time budget in assign.lua: the pairs past it come back later
 
 EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed", "retried")
 """What an expiry batch answers, in the order of ``lua/expire.lua``'s reply."""
@@ -36,7 +38,9 @@ class SchedulerClient(PoolConnection):
     def commit(self, pairs: list[tuple[str, str]], fence: int | str = "") -> list[str]:
         """Commit proposed (task_id, device_id) pairs, each re-validated and committed on its
         own. Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. The pairs go in chunks
-        (`core.pacing.Pacer`: sized from the calls' durations toward about 2.5 ms a call). With
+        (`core.pacing.Pacer`: sized from the calls' durations toward about 2.5 ms a call), and
+        each call stops once its time budget (``COMMIT_BUDGET_US``) is spent: the pairs it did
+        not reach go in the next call. With
         ``fence`` (the scheduler's leader epoch) a call is refused with Fenced unless that epoch
         still leads: the pairs of earlier chunks stay committed (each was valid when made)."""
         checked = [
@@ -47,11 +51,21 @@ class SchedulerClient(PoolConnection):
             return [str(x) for x in self._run("assign", [str(fence), "0"])]
         pacer = pacer_for(self, "assign", COMMIT_FIRST)
         out: list[str] = []
-        for part in pacer.chunks(checked, COMMIT_CHUNK):
+        while len(out) < len(checked):
+            part = checked[len(out) : len(out) + pacer.next_size(len(checked) - len(out),
+                                                                 COMMIT_CHUNK)]  # fmt: skip
             args: list[Any] = [str(fence), str(len(part))]
             for task_id, device_id in part:
                 args += [task_id, device_id]
-            out += [str(x) for x in pacer.timed(len(part), partial(self._run, "assign", args))]
+            args.append(str(COMMIT_BUDGET_US))
+            t = time.perf_counter()
+            answers = [str(x) for x in self._run("assign", args)]
+            # the pairs past the call's time budget answer "later" (always after the first)
+            done = answers.index("later") if "later" in answers else len(answers)
+            if done == 0:
+                raise DeviceqError("assign.lua looked at none of the pairs it was sent")
+            pacer.record(done, time.perf_counter() - t)
+            out += answers[:done]
         return out
 
     def commit_gang(self, task_id: str, devices: list[str], fence: int | str = "") -> str:
