@@ -124,6 +124,42 @@ return out"""
 
 
 @dataclass
+class Lab:
+    """One pool on a private server with one host of ``batch`` idle devices of `DRIVER`: the
+    lifecycle set-up of this benchmark, ``redis_instructions.py`` and
+    ``lifecycle_commands.py``."""
+
+    r: redis.Redis
+    pool: str
+    admin: PoolAdmin
+    client: Client
+    host: HostClient
+
+
+def lab(url: str, batch: int, host_cls: type[HostClient] = HostClient) -> Lab:
+    """A `Lab` on the server at ``url`` (every script loaded first: each call is an
+    ``EVALSHA``)."""
+    r = raw_client(url)
+    preload_scripts(r)
+    pool = "bench"
+    admin, client = PoolAdmin(r, pool), Client(r, pool)
+    admin.set_config("max_queue_depth", 10_000_000)
+    host_id, token, _ = add_hosts(admin, url, 1, batch, driver_type=DRIVER)[0]
+    return Lab(r, pool, admin, client, host_cls(r, pool, host_id, token))
+
+
+def floor_submit(r: redis.Redis, prefix: str, lo: int, hi: int) -> None:
+    """The floor's submit of tasks ``t{lo}``..``t{hi - 1}``: a pipelined ``HSET`` and ``ZADD``
+    each."""
+    pipe = r.pipeline(transaction=False)
+    for j in range(lo, hi):
+        pipe.hset(f"{prefix}task:t{j}", mapping={"status": "queued", "goal": GOAL,
+                                                 "driver_type": DRIVER})  # fmt: skip
+        pipe.zadd(prefix + "queue", {f"t{j}": j})
+    pipe.execute()
+
+
+@dataclass
 class Cell:
     impl: str
     batch: int
@@ -150,13 +186,8 @@ def measure(r: redis.Redis, impl: str, batch: int, step: Callable[[], int]) -> C
 
 def run_deviceq(batch: int, tasks: int, expire_every_pass: bool = False) -> Cell:
     with private_redis() as server:
-        r = raw_client(server.url)
-        preload_scripts(r)
-        pool = "bench"
-        admin, client = PoolAdmin(r, pool), Client(r, pool)
-        admin.set_config("max_queue_depth", 10_000_000)
-        host_id, token, _ = add_hosts(admin, server.url, 1, batch, driver_type=DRIVER)[0]
-        host = HostClient(r, pool, host_id, token)
+        lb = lab(server.url, batch)
+        r, pool, client, host = lb.r, lb.pool, lb.client, lb.host
         client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * tasks)
         sched = TaskScheduler(r, pool)
         counter = f"dq:{{{pool}}}:bench-counter"
@@ -202,12 +233,7 @@ def run_floor(batch: int, tasks: int) -> Cell:
         assign, claim, report = (
             r.register_script(s) for s in (FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT)
         )
-        pipe = r.pipeline(transaction=False)
-        for i in range(tasks):
-            task = {"status": "queued", "goal": GOAL, "driver_type": DRIVER}
-            pipe.hset(f"{p}task:t{i}", mapping=task)
-            pipe.zadd(p + "queue", {f"t{i}": i})
-        pipe.execute()
+        floor_submit(r, p, 0, tasks)
         devices = [f"d{i}" for i in range(batch)]
         for fn in (assign, claim, report):  # cached server-side: every measured call is EVALSHA
             r.script_load(fn.script)

@@ -10,10 +10,12 @@ scheduler daemon (their process trees, ``psutil``)."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
@@ -171,3 +173,17 @@ def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
         return u
     finally:
         reg.close()
+
+
+def host_bench_args(description: str) -> argparse.Namespace:
+    """The options of the host-daemon benchmarks (``host_cpu.py``, ``host_profile.py``),
+    parsed and checked: ``--task-s``, ``--rounds``, ``--devices``, ``--out``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--task-s", type=float, default=1.0, help="seconds each task runs")
+    ap.add_argument("--rounds", type=int, default=20, help="tasks per device queued")
+    ap.add_argument("--devices", type=int, default=100, help="devices on the one host")
+    ap.add_argument("--out", type=Path, help="write the markdown table here too")
+    a = ap.parse_args()
+    if a.rounds < 3 or a.devices < 1 or a.task_s <= 0:
+        ap.error("--rounds must be >= 3, --devices >= 1, --task-s > 0")
+    return a

@@ -161,23 +161,27 @@ def heartbeat_cost(
     beats and the 10-device host's follow each other at once, and an idle Redis serves the
     next call slower (its caches cold)."""
     hc.heartbeat(devs)  # whatever changed is applied before the window
+    cmd_us, cpu_us, wall_ms = per_call(r, beats, paced_ms, lambda _: hc.heartbeat(devs))
+    return HeartbeatCost(len(devs), beats, cmd_us, cpu_us, wall_ms, paced_ms)
+
+
+def per_call(
+    r: redis.Redis, calls: int, paced_ms: float | None, call: Callable[[int], object]
+) -> tuple[float, float, float]:
+    """Redis command µs, Redis CPU µs and client wall ms per call of ``call(i)``, ``calls``
+    times: back to back, or each ``paced_ms`` after the start of the last (the INFO calls'
+    own cost subtracted)."""
     cpu_oh, us_oh = stats_overhead(r, 10)
     c0, u0, _ = stats(r)
     t = time.perf_counter()
-    for i in range(beats):
+    for i in range(calls):
         if paced_ms is not None:
             time.sleep(max(0.0, t + i * paced_ms / 1000 - time.perf_counter()))
-        hc.heartbeat(devs)
+        call(i)
     wall = time.perf_counter() - t
     c1, u1, _ = stats(r)
-    return HeartbeatCost(
-        len(devs),
-        beats,
-        max(0.0, u1 - u0 - us_oh) / beats,
-        max(0.0, c1 - c0 - cpu_oh) / beats,
-        wall * 1000 / beats,
-        paced_ms,
-    )
+    return (max(0.0, u1 - u0 - us_oh) / calls, max(0.0, c1 - c0 - cpu_oh) / calls,
+            wall * 1000 / calls)  # fmt: skip
 
 
 def calls_alone(
@@ -224,26 +228,14 @@ def unchanged_alone_us(
 ) -> float:
     """Redis command µs per unchanged heartbeat script call of ``hc``, `calls_alone`."""
     fn = calls_alone(r, hc, devs, beats)
-    _, us_oh = stats_overhead(r, 10)
-    _, u0, _ = stats(r)
-    fn()
-    _, u1, _ = stats(r)
-    return max(0.0, u1 - u0 - us_oh) / beats
+    return per_call(r, 1, None, lambda _: fn())[0] / beats
 
 
 def script_floor_us(r: redis.Redis, key: str, calls: int, paced_ms: float | None) -> float:
     """Redis command µs per call of the 2-command floor script (`FLOORS`) on ``key``: back to
     back, or each call ``paced_ms`` after the start of the last (as the paced heartbeats)."""
     sha = str(r.script_load(FLOORS["floor: a script of 2 commands"]))
-    _, us_oh = stats_overhead(r, 10)
-    _, u0, _ = stats(r)
-    t = time.perf_counter()
-    for i in range(calls):
-        if paced_ms is not None:
-            time.sleep(max(0.0, t + i * paced_ms / 1000 - time.perf_counter()))
-        r.evalsha(sha, 1, key, str(i))
-    _, u1, _ = stats(r)
-    return max(0.0, u1 - u0 - us_oh) / calls
+    return per_call(r, calls, paced_ms, lambda i: r.evalsha(sha, 1, key, str(i)))[0]
 
 
 @dataclass

@@ -18,7 +18,6 @@ side by side with a baseline: ``python -m bench.ab --baseline REV --rounds 3 ben
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.drain import tree_cpu_s  # noqa: E402
-from bench.fleet_daemons import done_count, held_fleet  # noqa: E402
+from bench.fleet_daemons import done_count, held_fleet, host_bench_args  # noqa: E402
 from bench.procs import Registry, log  # noqa: E402
 
 
@@ -118,14 +117,7 @@ def table(row: dict[str, float]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--task-s", type=float, default=1.0, help="seconds each task runs")
-    ap.add_argument("--rounds", type=int, default=20, help="tasks per device queued")
-    ap.add_argument("--devices", type=int, default=100, help="devices on the one host")
-    ap.add_argument("--out", type=Path, help="write the markdown table here too")
-    a = ap.parse_args()
-    if a.rounds < 3 or a.devices < 1 or a.task_s <= 0:
-        ap.error("--rounds must be >= 3, --devices >= 1, --task-s > 0")
+    a = host_bench_args(__doc__.split("\n\n")[0])
     md = table(run(a.task_s, a.rounds, a.devices))
     print(md, end="")
     if a.out:

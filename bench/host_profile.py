@@ -16,7 +16,6 @@ side by side with a baseline: ``python -m bench.ab --baseline REV bench/host_pro
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import gc
 import json
@@ -175,14 +174,9 @@ def main() -> None:
         out, rest = sys.argv[2], sys.argv[3:]
         wrapped_host(out, rest[1:] if rest[:1] == ["--"] else rest)
         return
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--task-s", type=float, default=1.0, help="seconds each task runs")
-    ap.add_argument("--rounds", type=int, default=20, help="tasks per device queued")
-    ap.add_argument("--devices", type=int, default=100, help="devices on the one host")
-    ap.add_argument("--out", type=Path, help="write the markdown table here too")
-    a = ap.parse_args()
-    if a.rounds < 3 or a.devices < 1 or a.task_s <= 0:
-        ap.error("--rounds must be >= 3, --devices >= 1, --task-s > 0")
+    from bench.fleet_daemons import host_bench_args
+
+    a = host_bench_args(__doc__.split("\n\n")[0])
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -49,15 +49,11 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_batch import FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT  # noqa: E402
-from common import add_hosts, preload_scripts, private_redis, raw_client, table  # noqa: E402
-from deviceq.host.client import HostClient, Report  # noqa: E402
-from deviceq.ops.admin import PoolAdmin  # noqa: E402
-from deviceq.producer import Client  # noqa: E402
+from bench_batch import DRIVER, FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT, GOAL, floor_submit, lab  # noqa: E402
+from common import private_redis, raw_client, table  # noqa: E402
+from deviceq.host.client import Report  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 
-GOAL = "open the settings app, enable wifi, check the connection: ok"
-DRIVER = "bench"
 PHASES = ("submit", "pass", "claim", "report")
 NOT_DATA = frozenset({"EVALSHA", "EVAL", "SCRIPT", "INFO", "CLIENT", "HELLO", "PING", "SELECT",
                       "MONITOR", "ECHO", "CONFIG"})  # fmt: skip
@@ -154,13 +150,8 @@ def mark(r: redis.Redis, phase: str) -> None:
 
 def run_deviceq(tasks: int, batch: int) -> dict[str, Counter[str]]:
     with private_redis() as server:
-        r = raw_client(server.url)
-        preload_scripts(r)
-        pool = "bench"
-        admin, client = PoolAdmin(r, pool), Client(r, pool)
-        admin.set_config("max_queue_depth", 10_000_000)
-        host_id, token, _ = add_hosts(admin, server.url, 1, batch, driver_type=DRIVER)[0]
-        host = HostClient(r, pool, host_id, token)
+        lb = lab(server.url, batch)
+        r, pool, client, host = lb.r, lb.pool, lb.client, lb.host
         sched = TaskScheduler(r, pool)
         sched.assign()  # (its set-up reads, not counted)
         mon = Monitor(server.url)
@@ -197,12 +188,7 @@ def run_floor(tasks: int, batch: int) -> dict[str, Counter[str]]:
         mon = Monitor(server.url)
         for lo in range(0, tasks, batch):
             mark(r, "submit")
-            pipe = r.pipeline(transaction=False)
-            for j in range(lo, min(lo + batch, tasks)):
-                pipe.hset(f"{p}task:t{j}", mapping={"status": "queued", "goal": GOAL,
-                                                    "driver_type": DRIVER})  # fmt: skip
-                pipe.zadd(p + "queue", {f"t{j}": j})
-            pipe.execute()
+            floor_submit(r, p, lo, min(lo + batch, tasks))
         done = 0
         while done < tasks:
             mark(r, "pass")

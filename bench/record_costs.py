@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import table  # noqa: E402
+from redis_instructions import require_callgrind  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("submit", "pass", "claim", "report", "lifecycle")
@@ -74,8 +75,9 @@ import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, {bench!r})
 import redis_instructions as ri
+from deviceq.producer import Client
 # (a copy without status indexes cannot count its tasks by status)
-ri.Client.counts = lambda self, *a, **k: {{"done": {tasks}}}
+Client.counts = lambda self, *a, **k: {{"done": {tasks}}}
 with tempfile.TemporaryDirectory() as tmp:
     ins, cmds, _ = ri.measure({tasks}, 5, Path(tmp))
 print(json.dumps({{"ins": ins, "cmds": cmds}}))
@@ -100,8 +102,10 @@ def measure(patches: list[Patch], tasks: int) -> dict[str, dict[str, float]]:
         tree = tree_without(patches, Path(tmp))
         env = {**os.environ, "PYTHONPATH": str(tree / "src")}
         code = MEASURE.format(bench=str(REPO / "bench"), tasks=tasks)
-        out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                             capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True)  # fmt: skip
+        if out.returncode != 0:
+            raise SystemExit(f"the count on a copy failed:\n{out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -112,8 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.tasks < 5:
         ap.error("--tasks must be at least 5")
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    require_callgrind()
     got: dict[str, dict[str, dict[str, float]]] = {}
     for name, patches in VARIANTS.items():
         print(f"  {name} ...", file=sys.stderr, flush=True)

@@ -39,18 +39,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_batch import FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT, ExpiryTick  # noqa: E402
-from common import add_hosts, preload_scripts, raw_client, table  # noqa: E402
+from bench_batch import (  # noqa: E402
+    DRIVER,
+    FLOOR_ASSIGN,
+    FLOOR_CLAIM,
+    FLOOR_REPORT,
+    GOAL,
+    ExpiryTick,
+    floor_submit,
+    lab,
+)  # noqa: E402
+from common import raw_client, table  # noqa: E402
 from deviceq.core import pacing  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.host.client import HostClient, Report  # noqa: E402
-from deviceq.ops.admin import PoolAdmin  # noqa: E402
-from deviceq.producer import Client  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 from deviceq.scheduler.daemon import DEFAULT_TICK  # noqa: E402
 
-GOAL = "open the settings app, enable wifi, check the connection: ok"
-DRIVER = "bench"
 PHASES = ("submit", "pass", "claim", "report")
 
 
@@ -60,6 +65,12 @@ time (`deviceq.core.pacing`: 2.5 ms a call; ``claim.lua``'s 2.5 ms budget): unde
 they would shrink to one item a call (5 times the per-call work at 5 a call, against a floor
 whose calls always take 5). Their time targets are stretched by this factor here, so that a
 call takes the items it takes on a native server (``script calls per task`` shows it)."""
+
+
+def require_callgrind() -> None:
+    """Exit with a hint when valgrind's callgrind is not installed."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
 
 
 def stretch_time_targets() -> None:
@@ -178,16 +189,11 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
     ``tasks`` lifecycles."""
     server, counter = counted_server(work)
     try:
-        r = raw_client(server.url)
-        preload_scripts(r)
-        pool = "bench"
-        admin, client = PoolAdmin(r, pool), Client(r, pool)
-        admin.set_config("max_queue_depth", 10_000_000)
+        lb = lab(server.url, batch, StretchedHost)
+        r, pool, client, host = lb.r, lb.pool, lb.client, lb.host
         for name in ("host_timeout", "claim_ttl", "lease_ttl"):  # (a slowed server: no expiry)
-            admin.set_config(name, 3600)
-        host_id, token, _ = add_hosts(admin, server.url, 1, batch, driver_type=DRIVER)[0]
+            lb.admin.set_config(name, 3600)
         stretch_time_targets()
-        host = StretchedHost(r, pool, host_id, token)
         sched = TaskScheduler(r, pool)
         sched.assign()  # (first pass: the scheduler's own set-up reads)
         expiry = ExpiryTick(False, DEFAULT_TICK * SLOWDOWN)  # (the daemon's tick, stretched)
@@ -233,16 +239,7 @@ def measure_floor(tasks: int, batch: int, work: Path) -> Counts:
         timed = partial(count_phase, counter, spent, r, cmds, calls)
 
         for i in range(0, tasks, batch):
-
-            def submit(lo: int = i) -> None:
-                pipe = r.pipeline(transaction=False)
-                for j in range(lo, min(lo + batch, tasks)):
-                    pipe.hset(f"{p}task:t{j}", mapping={"status": "queued", "goal": GOAL,
-                                                        "driver_type": DRIVER})  # fmt: skip
-                    pipe.zadd(p + "queue", {f"t{j}": j})
-                pipe.execute()
-
-            timed("submit", submit)
+            timed("submit", partial(floor_submit, r, p, i, min(i + batch, tasks)))
         done = 0
         while done < tasks:
 
@@ -267,8 +264,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5, help="items per script call (default 5)")
     ap.add_argument("--out", type=Path, help="write the table here too (bench.ab)")
     args = ap.parse_args()
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    require_callgrind()
     with tempfile.TemporaryDirectory(prefix="deviceq-callgrind-") as tmp:
         t0 = time.monotonic()
         dq_counts = measure(args.tasks, args.batch, Path(tmp))

@@ -18,7 +18,6 @@ Prints a markdown table (``--out`` writes it too)."""
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import table  # noqa: E402
 from deviceq.core.scripts import assemble, includes, lua_dir, names, source  # noqa: E402
-from redis_instructions import counted_server  # noqa: E402
+from redis_instructions import counted_server, require_callgrind  # noqa: E402
 
 PREFIX = "dq:{prelude}:"
 
@@ -48,8 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.calls < 1:
         ap.error("--calls must be at least 1")
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    require_callgrind()
     rows = []
     with tempfile.TemporaryDirectory(prefix="deviceq-prelude-") as tmp:
         server, counter = counted_server(Path(tmp))

@@ -52,8 +52,8 @@ class SchedulerClient(PoolConnection):
         pacer = pacer_for(self, "assign", COMMIT_FIRST)
         out: list[str] = []
         while len(out) < len(checked):
-            part = checked[len(out) : len(out) + pacer.next_size(len(checked) - len(out),
-                                                                 COMMIT_CHUNK)]  # fmt: skip
+            rest = checked[len(out) :]
+            part = rest[: pacer.next_size(len(rest), COMMIT_CHUNK)]
             args: list[Any] = [str(fence), str(len(part))]
             for task_id, device_id in part:
                 args += [task_id, device_id]
