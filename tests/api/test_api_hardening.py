@@ -7,7 +7,7 @@ fakeredis where the fixture is parametrized):
 3. every bad Redis URL or connection problem is one line on stderr and exit 1, for every
    command (CliRunner and a real ``deviceq`` process);
 4. ``register_strategy`` sets the strategy's ``name``;
-5. the README's Python examples ("Writing a strategy", "Python API", "Writing a runner") run
+5. the docs' Python examples ("Writing a strategy", "Python API", "Writing a runner") run
    verbatim, and ``newest_first`` really assigns the newest task;
 6. the metrics endpoint listens on 127.0.0.1 unless ``--metrics-host`` says otherwise.
 
@@ -35,6 +35,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
+import docs_pages
 from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin, TaskFilter
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError
@@ -48,7 +49,6 @@ from deviceq.scheduler.strategies import get_strategy, register_strategy
 from harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 DEVICEQ = shutil.which("deviceq", path=str(BIN)) or "deviceq"
 
@@ -472,20 +472,17 @@ def test_register_strategy_sets_the_name(registry: None) -> None:
     assert "hardening_broken" not in S.registered_strategies()
 
 
-# -- 5. the README's examples, run verbatim -----------------------------------------------------
+# -- 5. the docs' examples, run verbatim -----------------------------------------------------
 def readme_blocks(section: str, lang: str = "python") -> list[str]:
-    """The ``lang`` code blocks of README section ``## section``, verbatim."""
-    text = README.read_text()
-    start = text.index(f"\n## {section}\n")
-    end = text.find("\n## ", start + 1)
-    body = text[start : end if end != -1 else len(text)]
+    """The ``lang`` code blocks under the docs heading ``section`` (one page has it), verbatim."""
+    _, body = docs_pages.section(section)
     return re.findall(rf"^```{lang}\n(.*?)^```$", body, re.M | re.S)
 
 
 def test_readme_strategy_example_assigns_the_newest_task(fleet: Any, registry: None) -> None:
     (block,) = readme_blocks("Writing a strategy")
     namespace: dict[str, Any] = {"__name__": "readme_writing_a_strategy"}
-    exec(compile(block, "README.md (Writing a strategy)", "exec"), namespace)
+    exec(compile(block, "docs (Writing a strategy)", "exec"), namespace)
     cls = namespace["NewestFirst"]
     assert cls.name == "newest_first"  # set by register_strategy
     fleet.add_host("h1", ("d1", "android", ()))
@@ -507,7 +504,7 @@ def test_the_strategies_docstring_example_is_the_readme_one() -> None:
 @pytest.fixture
 def daemons(redis_url: str, pool: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     """A scheduler and a host ``lab-1`` (an android device with a camera, the ``command`` runner
-    echoing the goal) as real processes; yields the environment the README code runs in."""
+    echoing the goal) as real processes; yields the environment the docs' code runs in."""
     env = {**os.environ, "DEVICEQ_REDIS_URL": redis_url, "DEVICEQ_POOL": pool}
     token = tmp_path / "lab-1.token"
     token.write_text(PoolAdmin(redis_url, pool).add_host("lab-1"))
@@ -580,7 +577,7 @@ def test_readme_runner_example_returns_outcomes() -> None:
 
     for ok in (True, False):
         namespace: dict[str, Any] = {"__name__": "mylab.runners", "my_agent": Agent(ok)}
-        exec(compile(block, "README.md (Writing a runner)", "exec"), namespace)
+        exec(compile(block, "docs (Writing a runner)", "exec"), namespace)
         task = Task(goal="open settings", task_id="t1", device_id="pixel-7", driver_type="android")
         out = namespace["adb_goal"](task)
         assert out == Outcome(ok, "ran open settings on pixel-7")

@@ -1,5 +1,6 @@
-"""The two README quick-start commands, run verbatim, each from a fresh copy of the repository
-in a fresh virtual environment (as a newcomer would on a fresh machine).
+"""The two quick-start commands (docs/getting-started.md; README.md shows the same two), run
+verbatim, each from a fresh copy of the repository in a fresh virtual environment (as a
+newcomer would on a fresh machine).
 
 The first (install, then ``deviceq demo``) starts from an empty environment: it proves that
 the project's own dependencies, without the test extras, make the demo work. The second
@@ -12,7 +13,7 @@ same install from an empty environment is what CI's ``.ci/run`` does before the 
 
 The second command runs the test suite, this file included. To keep the inner run from
 recursing and small, the outer test sets ``PYTEST_ADDOPTS`` (which pytest reads on top of the
-command line, so the README line itself stays verbatim) to ``-m "not slow" -k smoke``: the
+command line, so the documented line itself stays verbatim) to ``-m "not slow" -k smoke``: the
 process-starting end-to-end tests (this one and the demo test are marked ``slow``) are
 deselected and only the smoke tests run. The inner run must still pass at least one test:
 pytest exits 5 when nothing ran, which fails this test.
@@ -31,6 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 INNER_PYTEST_ADDOPTS = '-m "not slow" -k smoke'
 pytestmark = pytest.mark.slow
 
@@ -38,7 +40,7 @@ pytestmark = pytest.mark.slow
 def quickstart_commands(readme: str) -> list[str]:
     """The first two lines of the first ```sh block under the ``## Quick start`` heading."""
     m = re.search(r"^## Quick start[ \t]*$", readme, re.MULTILINE)
-    assert m, "README.md has no '## Quick start' heading"
+    assert m, "no '## Quick start' heading"
     section = readme[m.end() :]
     next_heading = re.search(r"^## ", section, re.MULTILINE)
     if next_heading:
@@ -122,15 +124,22 @@ def _explain(proc: subprocess.CompletedProcess[str]) -> str:
     )
 
 
+def documented_commands() -> list[str]:
+    """The quick start of the getting-started page, the one these tests run."""
+    return quickstart_commands(GETTING_STARTED.read_text())
+
+
 def test_readme_quickstart_block_has_the_two_commands() -> None:
-    first, second = quickstart_commands((ROOT / "README.md").read_text())
+    first, second = documented_commands()
     assert "pip install" in first and "deviceq demo" in first
     assert "pip install" in second and "pytest" in second and ".[test]" in second
+    # the README shows the same two, word for word
+    assert quickstart_commands((ROOT / "README.md").read_text()) == [first, second]
 
 
 @pytest.mark.timeout(600)
 def test_quickstart_demo_command_runs_verbatim(tmp_path: Path) -> None:
-    first, _ = quickstart_commands((ROOT / "README.md").read_text())
+    first, _ = documented_commands()
     proc = run_in_fresh_env(tmp_path, "demo", first)
     assert proc.returncode == 0, _explain(proc)
     out = proc.stdout + proc.stderr
@@ -140,7 +149,7 @@ def test_quickstart_demo_command_runs_verbatim(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(900)  # a fresh environment with every test extra, on a busy machine
 def test_quickstart_test_command_runs_verbatim(tmp_path: Path) -> None:
-    _, second = quickstart_commands((ROOT / "README.md").read_text())
+    _, second = documented_commands()
     proc = run_in_fresh_env(tmp_path, "tests", second, see_packages=True)
     assert proc.returncode == 0, _explain(proc)
     summary = re.search(r"(\d+) passed", proc.stdout)

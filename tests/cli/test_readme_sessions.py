@@ -1,16 +1,17 @@
-"""The README's console sessions against the tool.
+"""The documentation's console sessions against the tool (the pages of the docs site under
+docs/, and README.md).
 
 Every ``$ deviceq ...`` line of every ```console block (also those inside ``$(...)`` and
 pipes) is parsed by the CLI: a command, option or value the CLI does not know fails here,
-unless the README shows that very line failing (its output starts with ``deviceq: error``).
+unless the page shows that very line failing (its output starts with ``deviceq: error``).
 
 Sessions marked ``<!-- replay -->`` on the line before their fence are run as written, line
 by line, in one shell against a live pool (a fresh pool on the test Redis; the session's own
 ``export DEVICEQ_POOL=...`` is pointed at it), background daemons (``... &``) included. Each
-command's output must match the README's once what differs between runs is set aside: task
-ids (the README's ids stand for the ones this run made: its later commands get them),
+command's output must match the page's once what differs between runs is set aside: task
+ids (the page's ids stand for the ones this run made: its later commands get them),
 webhook ids, times (also in ms since the epoch), durations, the leader's name, the Redis
-version, the widths of table rules; a ``...`` line in the README stands for any lines.
+version, the widths of table rules; a ``...`` line in a page stands for any lines.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import click
 import pytest
 
 from cli_check import check_cli, deviceq_invocations
+from docs_pages import README, pages, rel
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+REPLAYED = 7  # the sessions replayed: a page's session lost in an edit fails the count
 FENCE = re.compile(r"^```console[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 MARK = "@@deviceq-step-done@@"
@@ -41,7 +43,7 @@ BACKGROUND = re.compile(r"^(.*[^&])&[ \t]*(#[^'\"]*)?$")  # `cmd &`, maybe `cmd 
 
 @dataclass
 class Step:
-    line: int  # in README.md, 1-based
+    line: int  # in its page, 1-based
     command: str
     output: list[str] = field(default_factory=list)
 
@@ -51,6 +53,10 @@ class Session:
     line: int
     replay: bool
     steps: list[Step]
+    page: str = ""  # the page's path in the repository
+
+    def at(self, line: int) -> str:
+        return f"{self.page}:{line}"
 
 
 def sessions(text: str) -> list[Session]:
@@ -79,7 +85,13 @@ def sessions(text: str) -> list[Session]:
 
 
 def all_sessions() -> list[Session]:
-    return sessions(README.read_text())
+    """The sessions of every docs page and of README.md, each knowing its page."""
+    out = []
+    for page in [*pages(), README]:
+        for session in sessions(page.read_text(encoding="utf-8")):
+            session.page = rel(page)
+            out.append(session)
+    return out
 
 
 def test_the_session_reader_joins_lines_and_finds_replays() -> None:
@@ -111,8 +123,8 @@ def test_every_deviceq_command_in_the_readme_parses() -> None:
                     if "does not exist" in str(e):  # a file the session made: not here
                         continue
                     if not shows_error:
-                        bad.append(f"README.md:{step.line}: deviceq {' '.join(args)}: {e}")
-    assert checked > 100, checked  # the README's sessions are read at all
+                        bad.append(f"{session.at(step.line)}: deviceq {' '.join(args)}: {e}")
+    assert checked > 100, checked  # the pages' sessions are read at all
     assert not bad, "\n".join(bad)
 
 
@@ -182,7 +194,7 @@ def normalized(line: str, ids: dict[str, str]) -> str:
 
 
 def learn_ids(expected: list[str], actual: list[str], ids: dict[str, str]) -> None:
-    """Map the README's task ids to this run's: in order when both show as many, else by
+    """Map the page's task ids to this run's: in order when both show as many, else by
     their places in the same lines."""
     want = [i for x in expected for i in TASK_ID.findall(x)]
     got = [i for x in actual for i in TASK_ID.findall(x)]
@@ -198,7 +210,7 @@ def learn_ids(expected: list[str], actual: list[str], ids: dict[str, str]) -> No
 
 
 def matches(expected: list[str], actual: list[str], ids: dict[str, str]) -> str | None:
-    """None when ``actual`` shows what ``expected`` (the README) shows, else what differs."""
+    """None when ``actual`` shows what ``expected`` (the page) shows, else what differs."""
     exp = [normalized(x, ids) for x in expected if x.strip()]
     act = [normalized(x, ids) for x in actual if x.strip()]
     i = 0
@@ -214,7 +226,7 @@ def matches(expected: list[str], actual: list[str], ids: dict[str, str]) -> str 
             got = act[i] if i < len(act) else "<nothing>"
             return f"expected {want!r}, got {got!r}"
         i += 1
-    return None if i == len(act) else f"more output than the README shows: {act[i]!r}"
+    return None if i == len(act) else f"more output than the page shows: {act[i]!r}"
 
 
 def replayed() -> Iterator[Session]:
@@ -223,7 +235,13 @@ def replayed() -> Iterator[Session]:
             yield s
 
 
-@pytest.mark.parametrize("session", list(replayed()), ids=lambda s: f"README.md:{s.line}")
+def test_the_replayed_sessions_are_all_found_in_the_docs_pages() -> None:
+    found = list(replayed())
+    assert len(found) == REPLAYED, [s.at(s.line) for s in found]
+    assert all(s.page.startswith("docs/") for s in found), [s.at(s.line) for s in found]
+
+
+@pytest.mark.parametrize("session", list(replayed()), ids=lambda s: s.at(s.line))
 def test_a_readme_session_runs_as_written(
     session: Session, redis_url: str, pool: str, tmp_path: Path
 ) -> None:
@@ -252,9 +270,9 @@ def test_a_readme_session_runs_as_written(
             learn_ids(step.output, lines, ids)
             shows_error = any(x.startswith(("deviceq: error", "error:")) for x in step.output)
             assert rc == 0 or shows_error or "exit " in step.command, (
-                f"README.md:{step.line}: `{step.command}` exited {rc}:\n{out}"
+                f"{session.at(step.line)}: `{step.command}` exited {rc}:\n{out}"
             )
             diff = matches(step.output, lines, ids)
-            assert diff is None, f"README.md:{step.line}: `{step.command}`: {diff}\n{out}"
+            assert diff is None, f"{session.at(step.line)}: `{step.command}`: {diff}\n{out}"
     finally:
         shell.close()

@@ -27,6 +27,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
+import docs_pages
 from deviceq import (
     AuthError,
     Client,
@@ -205,9 +206,8 @@ def test_acl_password_file_host_binding_version_and_json(tmp_path: Path) -> None
         assert d["scripts"] == list(ROLE_SCRIPTS[d["role"]])
 
 
-def test_readme_shows_the_real_host_line() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Deployment", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_show_the_real_host_line() -> None:
+    _, section = docs_pages.section("Redis users, one per role")
     shown = section.split("$ deviceq acl --pool lab --role host\n", 1)[1].splitlines()[0]
     assert shown.strip() == acl_lines("--pool", "lab", "--role", "host")[0]
 
