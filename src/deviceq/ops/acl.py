@@ -42,7 +42,7 @@ What stops a producer from acting as a host is the host token the host scripts c
 stops a producer or a host from changing settings is that it cannot write ``config``; what
 stops a host from rotating another host's token (``host_add.lua`` writes ``host:ID``) is a
 user bound to its own host id. A user that may write every ``host:*`` key (the scheduler, an
-unbound host user) could. See README "Deployment"."""
+unbound host user) could. See docs/how-to/securing.md."""
 
 from __future__ import annotations
 

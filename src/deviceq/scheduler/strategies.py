@@ -23,8 +23,8 @@ Registering a strategy::
 Without ``lookahead`` this example would assign the *oldest* task: a snapshot holds, per
 bucket, only as many head (oldest) tasks as there are idle devices able to serve it (see
 :class:`AssignmentStrategy`). With it, it assigns the newest of a bucket's oldest
-idle-devices + 100 tasks. The README's "Writing a strategy" example is the same code, and
-``tests/api/test_api_hardening.py`` runs it.
+idle-devices + 100 tasks. The "Writing a strategy" example of docs/how-to/priorities.md is
+the same code, and ``tests/api/test_api_hardening.py`` runs it.
 
 A strategy in another installed package is found by name through the entry-point group
 ``deviceq.strategies`` (``name = "package.module:Class"``); no edit to the scheduler needed.

@@ -429,5 +429,5 @@ def next_steps(result: DemoResult, kept_pool: bool = False) -> list[str]:
         "deviceq host run --host-id lab-1 --token-file lab-1.token --device phone-1:android "
         "--goal-runner sim &",
         "  then: deviceq submit 'open settings' --driver-type android; deviceq status "
-        '(README: "A real session")',
+        '(docs/getting-started.md, "A host and its first task")',
     ]
