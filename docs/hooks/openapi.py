@@ -1,5 +1,11 @@
 """MkDocs hook: the HTTP API reference, made at build time from the service's own OpenAPI
-document.
+document; and the command line reference's examples kept as code.
+
+The command line page is mkdocs-click's rendering of the click commands. Click keeps a help
+text's ``\\b`` paragraphs (``Example:`` and its indented command lines) as written, but
+mkdocs-click drops the ``\\b`` and hands the lines to Markdown, which would run them together
+into one paragraph: on that page, a line ending in a colon followed by indented lines becomes
+that line and a code block of them (and click's "no default" marker reads "none").
 
 The app is built as ``deviceq api`` builds it (on a Redis client that never connects: the
 OpenAPI route reads no key) and ``GET /api/v1/openapi.json`` is asked of it in process,
@@ -106,8 +112,9 @@ def render(spec: dict[str, Any]) -> str:
             if params:
                 out.append("| parameter | in | required | type |\n|---|---|---|---|")
                 for p in params:
-                    out.append(f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} "
-                               f"| {p.get('schema', {}).get('type', '')} |")  # fmt: skip
+                    required = "yes" if p.get("required") else "no"
+                    kind = p.get("schema", {}).get("type", "")
+                    out.append(f"| `{p['name']}` | {p['in']} | {required} | {kind} |")
                 out.append("")
             if "requestBody" in op:
                 kinds = ", ".join(op["requestBody"].get("content", {})) or "any"
@@ -117,10 +124,60 @@ def render(spec: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+_cli_page = False  # the page being rendered is the command line reference
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    global _cli_page
+    _cli_page = "::: mkdocs-click" in markdown
     if MARKER not in markdown:
         return markdown
     return markdown.replace(MARKER, render(openapi_document()))
+
+
+def fence_indented_blocks(lines: list[str]) -> list[str]:
+    """Each run of lines indented by two or more spaces that follows a line ending in a colon,
+    as a fenced code block (dedented by its first line's indent)."""
+    out: list[str] = []
+    i, fenced = 0, False
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        out.append(line)
+        i += 1
+        if fenced or not line.rstrip().endswith(":") or line.startswith(" "):
+            continue
+        block = []
+        while i < len(lines) and lines[i].startswith("  ") and lines[i].strip():
+            block.append(lines[i])
+            i += 1
+        if block:
+            indent = len(block[0]) - len(block[0].lstrip())
+            body = [b[indent:] if b[:indent].isspace() else b.lstrip() for b in block]
+            out += ["", "```text", *body, "```", ""]
+    return out
+
+
+def on_config(config: Any) -> Any:
+    from markdown import Extension
+    from markdown.preprocessors import Preprocessor
+
+    class HelpExamples(Preprocessor):
+        def run(self, lines: list[str]) -> list[str]:
+            if not _cli_page:
+                return lines
+            # click 8.3's marker of "no default" as mkdocs-click prints it
+            lines = [ln.replace("`Sentinel.UNSET`", "none") for ln in lines]
+            return fence_indented_blocks(lines)
+
+    class HelpExamplesExtension(Extension):
+        def extendMarkdown(self, md: Any) -> None:  # noqa: N802 (Markdown's name)
+            # after mkdocs-click (141) has written the commands, before fenced code (25-30)
+            md.preprocessors.register(HelpExamples(md), "deviceq_help_examples", 100)
+
+    config.markdown_extensions.append(HelpExamplesExtension())
+    return config
 
 
 def on_files(files: Any, config: Any) -> Any:

@@ -57,7 +57,13 @@ def test_the_cli_reference_has_every_command(site: Path) -> None:
     missing = [" ".join(p) for p in paths if "-".join(("deviceq", *p)) not in anchors]
     assert not missing, f"not in the CLI reference: {missing}"
     # options come from the commands themselves: one only `host run` has
-    assert "--infra-exit-code" in html.unescape(page)
+    text = html.unescape(page)
+    assert "--infra-exit-code" in text
+    # a help text's example lines stay lines of code, not one run-together paragraph
+    blocks = [html.unescape(b) for b in re.findall(r"<pre[^>]*>(.*?)</pre>", page, re.S)]
+    assert any("deviceq host run --config lab-1.yaml\n" in re.sub(r"<[^>]+>", "", b)
+               for b in blocks), "the host run examples are not a code block"  # fmt: skip
+    assert "Sentinel.UNSET" not in text
 
 
 def test_the_http_api_reference_has_every_operation(site: Path) -> None:
