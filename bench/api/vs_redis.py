@@ -1,6 +1,6 @@
 """The HTTP API against direct Redis, in one run on one private redis-server, with real
 daemons for each setup (on a pool of its own): ``deviceq scheduler run``, 2 ``deviceq host
-run`` daemons with 16 devices in all (goal runner ``bench.runners:noop`` in threads: the
+run`` daemons with 16 devices in all (goal runner ``bench.support.runners:noop`` in threads: the
 cost measured is deviceq's, not a runner's) and, when used, a ``deviceq api`` process on a
 loopback port. The setups:
 
@@ -17,7 +17,7 @@ lifecycles per second (N over first submit -> last ``finished_at``), submit -> d
 (``finished_at - submitted_at`` of each task, server clock), submit call latency, CPU of the
 API process and of the host daemons per task, and each setup's ratio to ``a``.
 
-Usage: ``python bench/bench_api.py [--tasks N] [--devices D] [--hosts H] [--rounds R]`` from
+Usage: ``python bench/api/vs_redis.py [--tasks N] [--devices D] [--hosts H] [--rounds R]`` from
 the repository root (500 tasks, 16 devices, 2 hosts, 1 round by default: under a minute on 2
 cores; ``--rounds 3`` for steadier medians on a shared machine)."""
 
@@ -37,11 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import machine, percentile, private_redis, raw_client, table
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # (run by path: the repository root)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from bench.support.common import machine, percentile, private_redis, raw_client, table  # noqa: E402
 from deviceq.api.tokens import TokenStore  # noqa: E402
 from deviceq.api_client import ApiClient  # noqa: E402
 from deviceq.embedded import free_port  # noqa: E402
@@ -196,7 +195,7 @@ def measure(
                 *devices,
                 *via,
                 "--goal-runner",
-                "bench.runners:noop",
+                "bench.support.runners:noop",
                 "--isolation",
                 "thread",
             ]

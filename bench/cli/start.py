@@ -13,7 +13,7 @@ what any command that reads Redis starts with. Every tree is byte-compiled first
 (``compileall``, as ``pip install`` does), so that no run compiles deviceq's source: an
 environment with ``PYTHONDONTWRITEBYTECODE`` set would otherwise time the compiler too.
 
-Run from the repository root: ``python -m bench.bench_cli_start [--runs 30] [--baseline REV]
+Run from the repository root: ``python -m bench.cli.start [--runs 30] [--baseline REV]
 [--json]``."""
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
+from bench.support.procs import baseline_tree  # noqa: E402
 from deviceq import Client  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 
@@ -53,16 +54,6 @@ def commands(url: str, task_id: str) -> dict[str, list[str]]:
         "task show ID": show,
         "task show ID --json": [*show, "--json"],
     }
-
-
-def baseline_tree(dest: Path, rev: str) -> Path:
-    """The files of git revision ``rev`` of this repository, under ``dest``."""
-    tree = dest / f"tree-{rev}"
-    tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
-                             capture_output=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    return tree
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -118,7 +109,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "command": " ".join(
             [
-                "python -m bench.bench_cli_start",
+                "python -m bench.cli.start",
                 f"--runs {a.runs}",
                 *(f"--baseline {r}" for r in a.baseline),
             ]

@@ -5,9 +5,9 @@ A dashboard with an operator token (`deviceq.dashboard.create_app`) on a real uv
 login form and post a wrong token, over and over, for ``--seconds``. Counted by answer: 403
 (the token was checked and refused), 429 (refused before any check: the login limit). Run on
 this tree and on a baseline with ``python -m bench.ab --baseline REV
-bench/bench_dashboard_login.py``.
+bench/dashboard/login.py``.
 
-Usage: python bench/bench_dashboard_login.py [--clients 40] [--seconds 10] [--out FILE]"""
+Usage: python bench/dashboard/login.py [--clients 40] [--seconds 10] [--out FILE]"""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ requested ``--runs`` times after one warm-up; the table has the median and the f
 
 Usage::
 
-    python bench/bench_dashboard.py [--tasks 20000] [--hosts 50] [--devices 20] [--out F]
-    python -m bench.ab --baseline REV bench/bench_dashboard.py --tasks 20000
+    python bench/dashboard/pages.py [--tasks 20000] [--hosts 50] [--devices 20] [--out F]
+    python -m bench.ab --baseline REV bench/dashboard/pages.py --tasks 20000
 
 ``--new-pages`` adds the pages a baseline may lack (``/devices/ID``, ``/tasks?status=
 failed``): leave it out for ``bench.ab``, whose two tables must have the same rows."""
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench.common import add_hosts, machine, median, private_redis, raw_client, table  # noqa: E402
+from bench.support.common import add_hosts, machine, median, private_redis, raw_client, table  # noqa: E402
 
 
 async def _get(app: Any, target: str) -> tuple[int, int]:

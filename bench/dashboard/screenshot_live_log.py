@@ -6,7 +6,7 @@ half second; headless Chromium (``/usr/bin/chromium`` through ``/usr/bin/chromed
 in tests/ops/test_dashboard.py) opens its task page while it runs and saves the screenshot once
 a few lines are there (the log is still streaming: the page shows it live).
 
-Run from the repository root: ``python -m bench.screenshot_live_log [--out FILE]``."""
+Run from the repository root: ``python -m bench.dashboard.screenshot_live_log [--out FILE]``."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench.deviceq_daemons import add_host  # noqa: E402
-from bench.procs import REPO, Registry, child_env, cli, interrupt_on_signals, log  # noqa: E402
+from bench.support.deviceq_daemons import add_host  # noqa: E402
+from bench.support.procs import REPO, Registry, child_env, cli, interrupt_on_signals, log  # noqa: E402
 from deviceq import Client  # noqa: E402
 
 POOL = "lab"

@@ -1,7 +1,7 @@
 """Chaos soak: the real daemons under real faults, then the books are checked.
 
 Its own ``redis-server`` (AOF, ``appendfsync always``) on loopback; ``--hosts`` x
-``--devices`` devices under ``deviceq host run`` (each task runs ``bench/runlog.py``, which
+``--devices`` devices under ``deviceq host run`` (each task runs ``bench/support/runlog.py``, which
 holds a per-device and a per-task ``flock`` and logs each run's start and end); two
 ``deviceq scheduler run`` (a leader and a standby); ``--tasks`` tasks submitted in batches
 (an idempotency key each, resent until acknowledged; progress every 10 s on stderr). While
@@ -16,7 +16,7 @@ At the end (all bounded by ``--max-seconds``): every task terminal, none lost, n
 no task ran two things at once (the runners' locks and log), and ``deviceq.verify`` finds
 no violation. Prints the figures (``--json``: one object) and exits 1 when a check fails.
 
-    python -m bench.chaos [--tasks 1000] [--hosts 4] [--devices 4] [--every 3] [--json]
+    python -m bench.faults.chaos [--tasks 1000] [--hosts 4] [--devices 4] [--every 3] [--json]
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from bench.procs import Registry, child_env, cli, interrupt_on_signals, log
-from bench.runlog import RunLog, command
+from bench.support.procs import Registry, child_env, cli, interrupt_on_signals, log
+from bench.support.runlog import RunLog, command
 from deviceq import Client, PoolAdmin, TaskStatus, verify
 from deviceq.embedded import RedisServer
 from deviceq.ops.status import leader

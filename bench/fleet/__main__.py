@@ -4,7 +4,7 @@
 Per fleet size (devices; hosts of 100 devices; one signature; batch 200), on a private
 redis-server of its own (``deviceq.embedded.RedisServer``), with in-process hosts
 (``HostClient`` heartbeats register the devices) and ``TaskScheduler.assign()`` passes
-measured as ``bench/bench_assign.py`` does (wall time in this process; Redis CPU from
+measured as ``bench/scheduler/assign.py`` does (wall time in this process; Redis CPU from
 ``INFO cpu``; Redis command time from ``INFO commandstats``; the INFO calls' own cost
 measured and subtracted -- its ``stats``/``stats_overhead``/``finish_all`` are reused):
 
@@ -17,11 +17,11 @@ measured and subtracted -- its ``stats``/``stats_overhead``/``finish_all`` are r
    pool (``ZCARD idle``) before it;
 5. commit: 200 tasks queued, read and planned unmeasured, then the commit of the 200 pairs
    alone (``TaskScheduler.commit``, one ``lua/assign.lua`` call) measured (median);
-then, on one more private server (``bench.fleet_probes``): the longest script calls in
+then, on one more private server (``bench.fleet.probes``): the longest script calls in
 ``SLOWLOG`` (over 5 ms) through a 5,000-device host registering and heartbeating, 10,000
 leases lapsing at once, a 100,000-task ``submit_many`` and a 200-pair commit; and Redis time
 per heartbeat when nothing changed (10 and 5,000 devices); then device utilization and host
-daemon CPU per task with the real daemons (``bench.fleet_daemons``: one host of 100 devices).
+daemon CPU per task with the real daemons (``bench.fleet.daemons``: one host of 100 devices).
 
 Ratios divide by the 1,000-device figures. ``--quick`` (under five minutes: the 100k fill
 takes about a minute) runs the same sizes with 5 passes per median (15 on a full run), fewer
@@ -51,7 +51,17 @@ from pathlib import Path
 
 import redis
 
-from bench.bench_assign import (
+from bench.fleet.daemons import run_utilization
+from bench.fleet.probes import (
+    Scenario,
+    enable_slowlog,
+    longest,
+    read_slowlog,
+    run_probes,
+)
+from bench.fleet.probes import sha_names as script_names
+from bench.fleet.report import Pass, Size, markdown, summary
+from bench.support.assignment import (
     GOAL,
     POOL,
     add_fleet,
@@ -59,17 +69,7 @@ from bench.bench_assign import (
     stats,
     stats_overhead,
 )
-from bench.fleet_daemons import run_utilization
-from bench.fleet_probes import (
-    Scenario,
-    enable_slowlog,
-    longest,
-    read_slowlog,
-    run_probes,
-)
-from bench.fleet_probes import sha_names as script_names
-from bench.fleet_report import Pass, Size, markdown, summary
-from bench.procs import REALTIME_ENV, realtime
+from bench.support.procs import REALTIME_ENV, realtime
 from deviceq import Client, PoolAdmin
 from deviceq.embedded import RedisServer
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
@@ -263,7 +263,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.realtime_redis:
-        os.environ[REALTIME_ENV] = "1"  # (the daemons' servers too: bench.procs.realtime)
+        os.environ[REALTIME_ENV] = "1"  # (the daemons' servers too: bench.support.procs.realtime)
     started = time.time()
     load0 = os.getloadavg()
     log(f"sizes={args.sizes} passes={args.passes} batch={DEFAULT_BATCH} load={load0[0]:.2f}")

@@ -11,8 +11,8 @@ process, which is what a daemon pays per call; wall time beside it):
 - ``report`` of one done task and ``claim`` of one assignment, over a real lifecycle
   (submit and assignment in between are not counted).
 
-Usage: ``python bench/call_cpu.py [--calls N] [--out F]``; side by side with a baseline:
-``python -m bench.ab --baseline REV --rounds 3 bench/call_cpu.py``."""
+Usage: ``python bench/fleet/call_cpu.py [--calls N] [--out F]``; side by side with a baseline:
+``python -m bench.ab --baseline REV --rounds 3 bench/fleet/call_cpu.py``."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from common import add_hosts, preload_scripts, private_redis, raw_client  # noqa: E402
+from bench.support.common import add_hosts, preload_scripts, private_redis, raw_client  # noqa: E402
 from deviceq.core.connection import connect  # noqa: E402
 from deviceq.host.client import HostClient, Report  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402

@@ -1,5 +1,5 @@
 """Device utilization with deviceq's real daemons (``deviceq scheduler run`` + one
-``deviceq host run`` serving ``DEVICES`` devices, goal runner ``bench.fleet_runners:hold``:
+``deviceq host run`` serving ``DEVICES`` devices, goal runner ``bench.fleet.runners:hold``:
 every task holds its device ``TASK_S`` seconds), on a private redis-server of its own.
 
 Enough tasks are queued up front for ``rounds`` rounds of every device; once the first round
@@ -20,10 +20,10 @@ from pathlib import Path
 import redis
 
 from bench import URL_ENV
-from bench.deviceq_daemons import HOST, add_host
-from bench.drain import tree_cpu_s
-from bench.fleet_runners import TASK_S
-from bench.procs import Registry, child_env, cli
+from bench.fleet.runners import TASK_S
+from bench.support.deviceq_daemons import HOST, add_host
+from bench.support.drain import tree_cpu_s
+from bench.support.procs import Registry, child_env, cli
 from deviceq import Client
 from deviceq.core.keys import Keys
 
@@ -121,15 +121,15 @@ def held_fleet(
     reg: Registry, task_s: float, rounds: int, devices: int, host_command: list[str] | None = None
 ) -> HeldFleet:
     """A private server with ``rounds`` tasks per device queued (each sleeps ``task_s``, goal
-    runner ``bench.fleet_runners:hold_goal``), the daemons of `start_daemons` started, and
-    the first round done: the steady-state window of ``bench/host_cpu.py`` and
-    ``bench/host_profile.py`` begins."""
+    runner ``bench.fleet.runners:hold_goal``), the daemons of `start_daemons` started, and
+    the first round done: the steady-state window of ``bench/fleet/host_cpu.py`` and
+    ``bench/fleet/host_profile.py`` begins."""
     server = reg.redis_server()
     client = Client(server.url, POOL)
     n = devices * rounds
     client.submit_many([{"goal": f"{task_s:.3f}", "driver_type": DRIVER}] * n)
     procs, alive = start_daemons(
-        reg, server.url, devices, "bench.fleet_runners:hold_goal", host_command
+        reg, server.url, devices, "bench.fleet.runners:hold_goal", host_command
     )
     r = redis.Redis.from_url(server.url, decode_responses=True)
     wait_done(r, devices, 120, alive)
@@ -144,7 +144,7 @@ def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
         client = Client(server.url, POOL)
         n = DEVICES * rounds
         client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * n)
-        procs, alive = start_daemons(reg, server.url, DEVICES, "bench.fleet_runners:hold")
+        procs, alive = start_daemons(reg, server.url, DEVICES, "bench.fleet.runners:hold")
 
         r = redis.Redis.from_url(server.url)
         wait_done(r, DEVICES, 120, alive)
@@ -176,8 +176,8 @@ def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
 
 
 def host_bench_args(description: str) -> argparse.Namespace:
-    """The options of the host-daemon benchmarks (``host_cpu.py``, ``host_profile.py``),
-    parsed and checked: ``--task-s``, ``--rounds``, ``--devices``, ``--out``."""
+    """The options of the host-daemon benchmarks (``host_cpu.py``, ``host_profile.py``), parsed
+    and checked: ``--task-s``, ``--rounds``, ``--devices``, ``--out``."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--task-s", type=float, default=1.0, help="seconds each task runs")
     ap.add_argument("--rounds", type=int, default=20, help="tasks per device queued")

@@ -1,13 +1,13 @@
-"""Heartbeat cost on a private redis-server: ``python -m bench.heartbeat_probe [--out PATH]``
+"""Heartbeat cost on a private redis-server: ``python -m bench.fleet.heartbeat_probe [--out PATH]``
 (or by path, as ``bench.ab`` runs it).
 
-The heartbeat part of ``bench.fleet_probes`` alone, with ``SLOWLOG`` logging calls over 1 ms
+The heartbeat part of ``bench.fleet.probes`` alone, with ``SLOWLOG`` logging calls over 1 ms
 (not 5 ms), so the longest heartbeat call is known down to 1 ms (``<1`` when none is over):
 
 1. ``register``: a 5,000-device host's first heartbeat (the devices register);
 2. ``unchanged``: Redis command time (``INFO commandstats``) and Redis CPU per heartbeat in
    which nothing changed, of a host with 10 devices and of one with 5,000
-   (`bench.fleet_probes.heartbeat_cost`, 200 heartbeats each);
+   (`bench.fleet.probes.heartbeat_cost`, 200 heartbeats each);
    ``unchanged 50 ms apart``: the same, each heartbeat starting 50 ms after the previous one
    for both hosts: a call that finds Redis idle costs it more than one right after another
    (caches gone cold), and a 5,000-device host's client spends ~10 ms building its rows
@@ -41,10 +41,9 @@ from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # (run by path: bench.ab)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench.bench_assign import POOL, stats, stats_overhead  # noqa: E402
-from bench.fleet_probes import (  # noqa: E402
+from bench.fleet.probes import (  # noqa: E402
     FLOORS,
     calls_alone,
     enable_slowlog,
@@ -52,6 +51,7 @@ from bench.fleet_probes import (  # noqa: E402
     read_slowlog,
     sha_names,
 )
+from bench.support.assignment import POOL, stats, stats_overhead  # noqa: E402
 from deviceq import DeviceReport, HostClient, PoolAdmin  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Where the host daemon's CPU per task goes, with deviceq's real daemons: ``deviceq scheduler
 run`` and one ``deviceq host run`` serving ``--devices`` devices (goal runner
-``bench.fleet_runners:hold_goal``: every task only sleeps ``--task-s`` seconds), on a private
+``bench.fleet.runners:hold_goal``: every task only sleeps ``--task-s`` seconds), on a private
 redis-server of its own. Enough tasks are queued for ``--rounds`` rounds of every device; the
 window runs from the end of the first round to the end of the last but one (the queue never
 empty).
@@ -12,8 +12,9 @@ renewals, heartbeats, the watchdog), from each thread's ``/proc/PID/task/TID/sch
 a tick down to nothing); the scheduler daemon's CPU; redis-server's CPU; and the script calls
 (``EVALSHA``) and inbox waits (``BLPOP``) the server ran, all clients together.
 
-Usage: ``python bench/host_cpu.py [--task-s 1.0] [--rounds 20] [--devices 100] [--out F]``;
-side by side with a baseline: ``python -m bench.ab --baseline REV --rounds 3 bench/host_cpu.py``.
+Usage: ``python bench/fleet/host_cpu.py [--task-s 1.0] [--rounds 20] [--devices 100] [--out F]``;
+side by side with a baseline:
+``python -m bench.ab --baseline REV --rounds 3 bench/fleet/host_cpu.py``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from pathlib import Path
 import psutil
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench.drain import tree_cpu_s  # noqa: E402
-from bench.fleet_daemons import done_count, held_fleet, host_bench_args  # noqa: E402
-from bench.procs import Registry, log  # noqa: E402
+from bench.fleet.daemons import done_count, held_fleet, host_bench_args  # noqa: E402
+from bench.support.drain import tree_cpu_s  # noqa: E402
+from bench.support.procs import Registry, log  # noqa: E402
 
 
 def thread_cpu_s(pid: int) -> dict[int, float]:

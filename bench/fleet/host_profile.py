@@ -1,5 +1,5 @@
 """Where the host daemon's CPU per task goes, function by function, in the real daemon: the setup
-of ``bench/host_cpu.py`` (``deviceq scheduler run`` and one ``deviceq host run`` serving
+of ``bench/fleet/host_cpu.py`` (``deviceq scheduler run`` and one ``deviceq host run`` serving
 ``--devices`` devices whose tasks only sleep ``--task-s`` seconds, a private redis-server), with
 the host started through this file (``--wrap``), which times the per-task functions listed in
 `TIMED` on the CPU clock of the thread that runs them (``time.thread_time``: a thread waiting
@@ -11,8 +11,9 @@ Over the window (from the end of the first round to the end of the last but one)
 done: each function's calls and CPU (a function's figure includes the functions it calls, so
 rows overlap), and the host process's whole CPU.
 
-Usage: ``python bench/host_profile.py [--task-s 1.0] [--rounds 20] [--devices 100] [--out F]``;
-side by side with a baseline: ``python -m bench.ab --baseline REV bench/host_profile.py``."""
+Usage: ``python bench/fleet/host_profile.py [--task-s 1.0] [--rounds 20] [--devices 100]
+[--out F]``;
+side by side with a baseline: ``python -m bench.ab --baseline REV bench/fleet/host_profile.py``."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ TIMED: list[tuple[str, str, str]] = [
     ("deviceq.host.execution", "Executor.start", "main: Executor.start"),
     ("deviceq.host.execution", "Executor.execute", "runner: Executor.execute (whole run)"),
     ("deviceq.host.dispatcher", "TaskDispatcher.dispatch", "runner: dispatch (incl. runner)"),
-    ("bench.fleet_runners", "hold_goal", "runner: the runner itself (sleep)"),
+    ("bench.fleet.runners", "hold_goal", "runner: the runner itself (sleep)"),
     ("deviceq.host.execution", "Executor.finish", "runner: Executor.finish"),
     ("deviceq.host.log_stream", "LogStreamer.open", "runner: live log open"),
     ("deviceq.host.log_stream", "LogStreamer.close", "runner: live log close"),
@@ -125,8 +126,8 @@ def wrapped_host(out: str, argv: list[str]) -> None:
 
 # -- the run ---------------------------------------------------------------------------------
 def run(task_s: float, rounds: int, devices: int, tmp: Path) -> dict[str, Any]:
-    from bench.fleet_daemons import done_count, held_fleet
-    from bench.procs import Registry
+    from bench.fleet.daemons import done_count, held_fleet
+    from bench.support.procs import Registry
 
     out = tmp / "host-profile.json"
     reg = Registry()
@@ -174,7 +175,7 @@ def main() -> None:
         out, rest = sys.argv[2], sys.argv[3:]
         wrapped_host(out, rest[1:] if rest[:1] == ["--"] else rest)
         return
-    from bench.fleet_daemons import host_bench_args
+    from bench.fleet.daemons import host_bench_args
 
     a = host_bench_args(__doc__.split("\n\n")[0])
     import tempfile

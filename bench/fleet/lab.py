@@ -2,7 +2,7 @@
 processes of ``--devices`` devices each (1,000 devices on 10 hosts by default) and one
 ``deviceq scheduler run``, on a private redis-server; every task holds its device for a time
 drawn uniformly from ``--min``..``--max`` seconds (0.2-2 s; its goal is the time, goal runner
-``bench.fleet_runners:hold_goal``), and the queue is never empty during the window.
+``bench.fleet.runners:hold_goal``), and the queue is never empty during the window.
 
 Over a window of ``--window`` seconds (after a warm-up in which every device has run a task),
 read afterwards from the attempt records Redis kept (every time in them is Redis' clock):
@@ -13,7 +13,7 @@ read afterwards from the attempt records Redis kept (every time in them is Redis
   waits for its next task;
 - host and scheduler daemon CPU per task (their process trees, ``psutil``).
 
-Run: ``python -m bench.fleet_lab [--hosts 10] [--devices 100] [--window 30] [--json]``."""
+Run: ``python -m bench.fleet.lab [--hosts 10] [--devices 100] [--window 30] [--json]``."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from typing import Any
 import redis
 
 from bench import URL_ENV
-from bench.drain import tree_cpu_s
-from bench.procs import Registry, child_env, cli, log
+from bench.support.drain import tree_cpu_s
+from bench.support.procs import Registry, child_env, cli, log
 from deviceq import Client
 from deviceq.core.keys import Keys
 
@@ -130,7 +130,7 @@ def run(hosts: int, per_host: int, window: float, lo: float, hi: float) -> LabRu
             devs = [a for d in range(per_host) for a in ("--device", f"{host}-d{d:03d}:{DRIVER}")]
             procs[host] = reg.spawn(host, [
                 *base, "host", "run", "--host-id", host, "--token-file", token, *devs,
-                "--goal-runner", "bench.fleet_runners:hold_goal", "--isolation", "thread",
+                "--goal-runner", "bench.fleet.runners:hold_goal", "--isolation", "thread",
             ], env)  # fmt: skip
         r = redis.Redis.from_url(server.url)
         done = Keys(POOL).status("done")

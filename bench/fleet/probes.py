@@ -20,7 +20,7 @@ first argument is the script's sha: ``deviceq.core.scripts.sha(name)``).
 
 Then the heartbeat cost when nothing changed: Redis command time (``INFO commandstats``) and
 Redis CPU (``INFO cpu``) per heartbeat of a host with 10 devices and of one with 5,000, the
-INFO calls' own cost subtracted (``bench.bench_assign.stats_overhead``)."""
+INFO calls' own cost subtracted (``bench.support.assignment.stats_overhead``)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import redis
 
-from bench.bench_assign import GOAL, POOL, add_fleet, stats, stats_overhead
-from bench.common import preload_scripts
-from bench.procs import realtime
+from bench.support.assignment import GOAL, POOL, add_fleet, stats, stats_overhead
+from bench.support.common import preload_scripts
+from bench.support.procs import realtime
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, Report
 from deviceq.core import scripts
 from deviceq.embedded import RedisServer

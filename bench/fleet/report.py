@@ -7,8 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.fleet_daemons import Utilization
-from bench.fleet_probes import SLOWER_THAN_US, Probes
+from bench.fleet.daemons import Utilization
+from bench.fleet.probes import SLOWER_THAN_US, Probes
 
 UTILIZATION_NOTE = "not measured in this run (--no-daemons)"
 
@@ -244,7 +244,7 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
         lines += [
             "",
             "Utilization with the real daemons (`deviceq scheduler run` + one `deviceq host run`, "
-            "goal runner `bench.fleet_runners:hold`):",
+            "goal runner `bench.fleet.runners:hold`):",
             "",
             "| devices | task s | window s | tasks | utilization | host daemon CPU µs/task "
             "| scheduler CPU µs/task |",

@@ -1,5 +1,5 @@
-"""The goal runners of ``bench.fleet_daemons`` (`hold`: every task holds its device for
-``TASK_S`` seconds) and ``bench.fleet_lab`` (`hold_goal`: for the seconds its goal says). They
+"""The goal runners of ``bench.fleet.daemons`` (`hold`: every task holds its device for
+``TASK_S`` seconds) and ``bench.fleet.lab`` (`hold_goal`: for the seconds its goal says). They
 do nothing else (no Redis call of their own: the host daemon's CPU measured around them is
 deviceq's alone; the tasks done are read from the pool's ``status:done`` index)."""
 

@@ -22,11 +22,12 @@ Calls are sequential from Python over TCP on an otherwise idle server, so each c
 round trip of its own (as in the drain). Redis CPU is ``used_cpu_user + used_cpu_sys`` from
 ``INFO cpu`` around the loop; commands and script time are from ``INFO commandstats``.
 
-Usage: ``python bench/bench_batch.py [--quick] [--repeat N] [--out FILE]``"""
+Usage: ``python bench/lifecycle/batch.py [--quick] [--repeat N] [--out FILE]``"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,9 @@ from typing import Any
 
 import redis
 
-from common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
+from bench.support.common import (
     Timer,
     add_hosts,
     commandstats,
@@ -126,8 +129,8 @@ return out"""
 @dataclass
 class Lab:
     """One pool on a private server with one host of ``batch`` idle devices of `DRIVER`: the
-    lifecycle set-up of this benchmark, ``redis_instructions.py`` and
-    ``lifecycle_commands.py``."""
+    lifecycle set-up of this benchmark, ``bench/lifecycle/instructions.py`` and
+    ``bench/lifecycle/commands.py``."""
 
     r: redis.Redis
     pool: str

@@ -1,20 +1,20 @@
-"""Which record each Redis command of a task lifecycle keeps: ``python bench/lifecycle_commands.py
+"""Which record each Redis command of a task lifecycle keeps: ``python bench/lifecycle/commands.py
 [--tasks 200] [--batch 5] [--out FILE]``.
 
-The floor (``bench_batch.py``) runs 22.8 data commands per task lifecycle, deviceq about 51.
+The floor (``batch.py``) runs 22.8 data commands per task lifecycle, deviceq about 51.
 This benchmark counts them (to within ~1%: the machine's speed does not change them, except
 where a moment's delay makes a pass run the expiry step again or a call come out smaller) and
 names the record each one keeps, so that what each record adds is a number. A command is not the
 unit of cost: most of a script's instructions are the Lua around its commands (building keys,
-reading replies into tables, encoding JSON), which ``redis_instructions.py`` counts; a change
+reading replies into tables, encoding JSON), which ``instructions.py`` counts; a change
 that merges commands without removing that work saves nothing (one ``HMGET`` of a script's
 settings in place of one ``HGET`` each: 0.97x the commands, 1.00x the instructions).
 
-It runs ``bench_batch.py``'s lifecycle (and ``redis_instructions.py``'s): through the public
+It runs ``batch.py``'s lifecycle (and ``instructions.py``'s): through the public
 API on one host of ``--batch`` devices, ``Client.submit_many`` in chunks of ``--batch``, then
 rounds of a scheduler pass (``TaskScheduler.assign``; its expiry step only on the first pass:
 the daemon runs it on a 2 s tick), ``HostClient.claim(batch)`` and ``HostClient.report_many``;
-and the floor's lifecycle (three inline scripts: ``bench_batch.FLOOR_*``), each on a private
+and the floor's lifecycle (three inline scripts: ``batch.FLOOR_*``), each on a private
 redis-server under ``MONITOR``. Every data command (a script's own included; not the script
 calls themselves) is put in one row by its key and name:
 
@@ -47,10 +47,18 @@ from typing import Any
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench_batch import DRIVER, FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT, GOAL, floor_submit, lab  # noqa: E402
-from common import private_redis, raw_client, table  # noqa: E402
+from bench.lifecycle.batch import (  # noqa: E402
+    DRIVER,
+    FLOOR_ASSIGN,
+    FLOOR_CLAIM,
+    FLOOR_REPORT,
+    GOAL,
+    floor_submit,
+    lab,
+)
+from bench.support.common import private_redis, raw_client, table  # noqa: E402
 from deviceq.host.client import Report  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 

@@ -1,14 +1,14 @@
 """What one task lifecycle costs redis-server in machine instructions, per phase, counted by
 valgrind's callgrind: the same count for the same code and inputs whatever else the machine
-is doing, so a change of a few percent in the scripts shows where timings (``bench_batch.py``,
-``bench_transitions.py``) drown in the machine's noise. A figure is an A/B tool, not a
-time: run it on two trees (``python -m bench.ab --baseline REV bench/redis_instructions.py``).
+is doing, so a change of a few percent in the scripts shows where timings (``batch.py``,
+``transitions.py``) drown in the machine's noise. A figure is an A/B tool, not a
+time: run it on two trees (``python -m bench.ab --baseline REV bench/lifecycle/instructions.py``).
 
-The lifecycle is ``bench_batch.py``'s, through the public API on one host of ``--batch``
+The lifecycle is ``batch.py``'s, through the public API on one host of ``--batch``
 devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
 (``TaskScheduler.assign``, its expiry step on the daemon's tick), ``HostClient.claim(batch)``
 and ``HostClient.report_many`` until every task is done. Beside it, the same lifecycle of
-``bench_batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
+``batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
 module), on a server of its own: its submit is one pipelined ``HSET`` + ``ZADD`` per task, its
 pass the ``ZRANGE`` snapshot and its assign script. Each phase's instructions are counted apart
 (``callgrind_control`` zeroes the counters before a phase and dumps them after) and divided by
@@ -19,7 +19,7 @@ replies, nor the server's timed background work, whose share would grow with the
 phase.
 
 Needs valgrind (``apt-get install valgrind``). Usage:
-``python bench/redis_instructions.py [--tasks 400] [--batch 5] [--out FILE]``"""
+``python bench/lifecycle/instructions.py [--tasks 400] [--batch 5] [--out FILE]``"""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench_batch import (  # noqa: E402
+from bench.lifecycle.batch import (  # noqa: E402
     DRIVER,
     FLOOR_ASSIGN,
     FLOOR_CLAIM,
@@ -49,7 +49,7 @@ from bench_batch import (  # noqa: E402
     floor_submit,
     lab,
 )  # noqa: E402
-from common import raw_client, table  # noqa: E402
+from bench.support.common import raw_client, table  # noqa: E402
 from deviceq.core import pacing  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.host.client import HostClient, Report  # noqa: E402

@@ -6,7 +6,7 @@ redis-server, interleaved round by round. Per call: the server's ``EVALSHA`` use
 ``INFO commandstats``) and redis-server CPU (user + sys), the part above a bare
 ``return 1``, and the bytes of the script as sent.
 
-Run through ``python bench/bench_transitions.py --library [--baseline REV]``."""
+Run through ``python bench/lifecycle/transitions.py --library [--baseline REV]``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,17 @@ from typing import Any
 
 import redis
 
-from common import commandstats, machine, median, private_redis, raw_client, redis_cpu_s, table
+from bench.support.common import (
+    commandstats,
+    machine,
+    median,
+    private_redis,
+    raw_client,
+    redis_cpu_s,
+    table,
+)
+from bench.support.procs import REPO, baseline_tree
 
-REPO = Path(__file__).resolve().parents[1]
 PREFIX = "dq:{bench}:"
 
 FLOOR = "return 1"
@@ -49,14 +57,6 @@ def tree_sources(tree: Path) -> dict[str, list[str]]:
     return sources
 
 
-def archive(rev: str, dest: Path) -> Path:
-    """The files of git revision ``rev`` of this repository, under ``dest``."""
-    data = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
-                          capture_output=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=data, check=True)
-    return dest
-
-
 def calls(r: redis.Redis, sha: str, n: int) -> tuple[float, float]:
     """``n`` argument-less EVALSHAs of ``sha`` (pipelined, 500 a batch): server usec and
     redis-server CPU usec per call."""
@@ -78,7 +78,10 @@ def calls(r: redis.Redis, sha: str, n: int) -> tuple[float, float]:
 
 def run(rev: str, rounds: int, n: int) -> str:
     with tempfile.TemporaryDirectory(prefix="dq-bench-lib-") as tmp:
-        trees = {"this tree": tree_sources(REPO), f"{rev}": tree_sources(archive(rev, Path(tmp)))}
+        trees = {
+            "this tree": tree_sources(REPO),
+            f"{rev}": tree_sources(baseline_tree(Path(tmp), rev)),
+        }
     here, ref = trees
     scripts = sorted(set(trees[here]) & set(trees[ref]) - {""})
     # each variant's text: the refused call (the script as sent) and its load alone (what is

@@ -11,15 +11,19 @@ submit N tasks with ``Client.submit_many`` and report
   µs per assigned pair of ``assign`` batches of 100 committed at that depth (then claimed and
   reported to free the devices again): both must stay flat from 10k to 1M.
 
-Usage: ``python bench/bench_memory.py [--quick] [--depths 10000,100000,1000000]``"""
+Usage: ``python bench/lifecycle/memory.py [--quick] [--depths 10000,100000,1000000]``"""
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 from typing import Any
 
-from common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
+from bench.support.common import (
     GOAL,
     Timer,
     add_hosts,

@@ -7,7 +7,7 @@ and ``report_many(done)`` (the workers). Each phase is timed separately: client 
 (``time.process_time`` of this process), Redis CPU (``INFO cpu`` delta, the INFO call's own
 cost subtracted) and wall time, per task. ``--profile PHASE`` adds a cProfile of that phase.
 
-Usage: ``python bench/bench_phases.py [--rounds 40] [--batch 200] [--backlog 5000]
+Usage: ``python bench/lifecycle/phases.py [--rounds 40] [--batch 200] [--backlog 5000]
 [--profile scheduler|submit|claim|report]``"""
 
 from __future__ import annotations
@@ -15,10 +15,22 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from common import GOAL, add_hosts, machine, private_redis, raw_client, redis_cpu_s, table
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
+from bench.support.common import (
+    GOAL,
+    add_hosts,
+    machine,
+    private_redis,
+    raw_client,
+    redis_cpu_s,
+    table,
+)
 from deviceq.host.client import HostClient, Report
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
@@ -83,7 +95,7 @@ def main() -> None:
 
         for _ in range(args.rounds):
             phase("submit", lambda: client.submit_many([spec] * args.batch))
-            # as the daemon does between ticks: no expiry step (bench_transitions has its cost)
+            # as the daemon does between ticks: no expiry step (transitions.py has its cost)
             res = phase("scheduler", assign)
             got_all = phase("claim", lambda: [(hc, hc.claim(args.devices)) for hc in hosts])
             for hc, got in got_all:

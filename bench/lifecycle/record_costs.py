@@ -1,7 +1,7 @@
 """What each record a task lifecycle keeps costs redis-server, in instructions: ``python
-bench/record_costs.py [--tasks 200] [--out FILE]`` (needs valgrind).
+bench/lifecycle/record_costs.py [--tasks 200] [--out FILE]`` (needs valgrind).
 
-``redis_instructions.py`` counts a lifecycle's instructions (callgrind, inside
+``bench/lifecycle/instructions.py`` counts a lifecycle's instructions (callgrind, inside
 ``processCommand``; 5 items a call). This runs it on copies of this tree's ``src/`` and
 ``lua/`` with one record left out at a time, so the difference is what that record costs:
 
@@ -31,12 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from common import table  # noqa: E402
-from redis_instructions import require_callgrind  # noqa: E402
+from bench.lifecycle.instructions import require_callgrind  # noqa: E402
+from bench.support.common import table  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PHASES = ("submit", "pass", "claim", "report", "lifecycle")
 
 Patch = tuple[str, str, str]  # (file under lua/, text, its replacement)
@@ -73,8 +73,8 @@ VARIANTS: dict[str, list[Patch]] = {
 MEASURE = """
 import json, sys, tempfile
 from pathlib import Path
-sys.path.insert(0, {bench!r})
-import redis_instructions as ri
+sys.path.insert(0, {root!r})
+import bench.lifecycle.instructions as ri
 from deviceq.producer import Client
 # (a copy without status indexes cannot count its tasks by status)
 Client.counts = lambda self, *a, **k: {{"done": {tasks}}}
@@ -101,7 +101,7 @@ def measure(patches: list[Patch], tasks: int) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="deviceq-records-") as tmp:
         tree = tree_without(patches, Path(tmp))
         env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-        code = MEASURE.format(bench=str(REPO / "bench"), tasks=tasks)
+        code = MEASURE.format(root=str(REPO), tasks=tasks)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True)  # fmt: skip
         if out.returncode != 0:

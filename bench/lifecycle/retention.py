@@ -11,7 +11,7 @@ trims the terminal indexes and the event stream, and Redis's own key expiry remo
 finished tasks' keys. Reported: how long memory took to come back within ``--within`` (10 %)
 of the baseline, and what was left.
 
-    python -m bench.retention [--tasks 100000] [--retention 30] [--json]
+    python -m bench.lifecycle.retention [--tasks 100000] [--retention 30] [--json]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from bench.procs import log
+from bench.support.procs import log
 from deviceq import DeviceReport, HostClient, PoolAdmin, Report
 from deviceq.embedded import RedisServer
 from deviceq.producer import Client

@@ -1,5 +1,5 @@
 """What every call of each script pays before its first line of work: ``python
-bench/script_prelude.py [--calls 200] [--out FILE]`` (needs valgrind).
+bench/lifecycle/script_prelude.py [--calls 200] [--out FILE]`` (needs valgrind).
 
 Redis runs a script's whole text at every ``EVALSHA``: the generated settings functions and
 every helper function the script carries (`deviceq.core.lua_prune` keeps those it can reach)
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from common import table  # noqa: E402
+from bench.lifecycle.instructions import counted_server, require_callgrind  # noqa: E402
+from bench.support.common import table  # noqa: E402
 from deviceq.core.scripts import assemble, includes, lua_dir, names, source  # noqa: E402
-from redis_instructions import counted_server, require_callgrind  # noqa: E402
 
 PREFIX = "dq:{prelude}:"
 

@@ -16,17 +16,30 @@ Redis server times, ms). The reference, in the same run, is a bare Redis list qu
 same processes and batch round trips: producer LPUSH (variadic), consumers BRPOP + RPOP COUNT,
 then INCRBY (the "report").
 
-Usage: ``python bench/bench_lifecycle.py [--quick] [--rates 1000,2500,5000] [--duration S]``"""
+Usage: ``python bench/lifecycle/throughput.py [--quick] [--rates 1000,2500,5000] [--duration S]``"""
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from common import GOAL, Timer, add_hosts, machine, percentile, private_redis, raw_client, table
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
+from bench.support.common import (
+    GOAL,
+    Timer,
+    add_hosts,
+    machine,
+    percentile,
+    private_redis,
+    raw_client,
+    table,
+)
 from deviceq.core.keys import Keys
 from deviceq.host.client import DeviceReport, HostClient, Report
 from deviceq.ops.admin import PoolAdmin

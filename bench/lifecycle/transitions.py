@@ -8,21 +8,25 @@ EVALSHA from commandstats), next to references measured in the same run:
   pipeline (a 16-field HSET of the task, a ZADD to a queue, an XADD event), per task.
 
 With ``--library``, only what loading a script's helpers costs per call, for this tree and for
-the reference tree ``--baseline REV`` (default ``main``) side by side (``library_load.py``).
+the reference tree ``--baseline REV`` (default ``main``) side by side
+(``library_load.py``).
 
-Usage: ``python bench/bench_transitions.py [--quick] [--hosts N]`` or
-``python bench/bench_transitions.py --library [--baseline REV] [--rounds N] [--calls N]``"""
+Usage: ``python bench/lifecycle/transitions.py [--quick] [--hosts N]`` or
+``python bench/lifecycle/transitions.py --library [--baseline REV] [--rounds N] [--calls N]``"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
+from bench.support.common import (
     GOAL,
     Timer,
     add_hosts,
@@ -466,7 +470,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the transitions table here too (bench.ab)")
     args = ap.parse_args()
     if args.library:
-        from library_load import run as library_run
+        from bench.lifecycle.library_load import run as library_run
 
         print(library_run(args.baseline, args.rounds, args.calls))
         return

@@ -12,12 +12,12 @@
   between two flushes; the rest is replaced by a drop marker).
 
 Then, in the same run, the drain benchmark of ``python -m bench`` for deviceq (tasks that
-print nothing: lifecycles/s and Redis CPU per lifecycle, ``bench.deviceq_daemons``), in
+print nothing: lifecycles/s and Redis CPU per lifecycle, ``bench.support.deviceq_daemons``), in
 ``--rounds`` rounds; with ``--baseline REV`` (repeatable) each round also drains on the tree
 of git revision REV (``git archive``: e.g. the last one without live logs), alternating, so
 all see the same load of the machine.
 
-Run from the repository root: ``python -m bench.bench_logs [--quick] [--json]``."""
+Run from the repository root: ``python -m bench.logs.live_logs [--quick] [--json]``."""
 
 from __future__ import annotations
 
@@ -33,14 +33,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import psutil  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
 from bench import URL_ENV  # noqa: E402
-from bench.deviceq_daemons import add_host  # noqa: E402
-from bench.procs import REPO, Registry, child_env, cli, interrupt_on_signals, log  # noqa: E402
-from bench.redisstats import Probe  # noqa: E402
+from bench.support.deviceq_daemons import add_host  # noqa: E402
+from bench.support.procs import (  # noqa: E402
+    REPO,
+    Registry,
+    baseline_tree,
+    child_env,
+    cli,
+    interrupt_on_signals,
+    log,
+)
+from bench.support.redisstats import Probe  # noqa: E402
 from deviceq import Client  # noqa: E402
 from deviceq.core.keys import Keys  # noqa: E402
 from deviceq.core.live_logs import LogReader  # noqa: E402
@@ -242,8 +250,12 @@ def run_logs(reg: Registry, devices: int, rate: float, seconds: float) -> LogRun
 
 DRAIN = """
 import json, sys
-from bench.procs import Registry
-from bench.deviceq_daemons import run_deviceq
+try:
+    from bench.support.deviceq_daemons import run_deviceq
+    from bench.support.procs import Registry
+except ImportError:  # (a revision from before bench/ had its folders)
+    from bench.deviceq_daemons import run_deviceq
+    from bench.procs import Registry
 reg = Registry()
 try:
     r = run_deviceq(reg, int(sys.argv[1]), 0, 0, timeout=600)
@@ -267,16 +279,6 @@ def drain_in(tree: Path, tasks: int) -> dict[str, Any]:
         raise RuntimeError(f"drain in {tree} failed:\n{out.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
-
-
-def baseline_tree(reg: Registry, rev: str) -> Path:
-    """The files of git revision ``rev`` of this repository, in the run's directory."""
-    dest = reg.tmp / f"tree-{rev}"
-    dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
-                             capture_output=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def drain_line(name: str, ds: list[dict[str, Any]]) -> str:
@@ -343,7 +345,7 @@ def main() -> int:
         p.error(f"--seconds must be > 0, --rate >= {LINE} and --devices 1 to 99")
     if a.drain_tasks < 0 or a.rounds < 1:
         p.error("--drain-tasks must be >= 0 and --rounds >= 1")
-    from bench.common import machine
+    from bench.support.common import machine
 
     interrupt_on_signals()
     reg = Registry()
@@ -353,7 +355,7 @@ def main() -> int:
         run = run_logs(reg, a.devices, a.rate, a.seconds)
         trees = {"this tree": REPO}
         for rev in a.baseline:
-            trees[f"revision {rev}"] = baseline_tree(reg, rev)
+            trees[f"revision {rev}"] = baseline_tree(reg.tmp, rev)
         drains: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for i in range(a.rounds if a.drain_tasks else 0):
             for name, tree in trees.items():

@@ -9,8 +9,8 @@ import io
 import shutil
 from dataclasses import dataclass
 
-from bench.procs import Registry, child_env
-from bench.redisstats import Probe
+from bench.support.procs import Registry, child_env
+from bench.support.redisstats import Probe
 
 CLIENTS = 50
 

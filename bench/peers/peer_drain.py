@@ -1,13 +1,13 @@
 """One peer, one fresh private redis-server: enqueue N jobs (in a child process), then start
-ONE worker process and measure the drain (``bench.drain``)."""
+ONE worker process and measure the drain (``bench.support.drain``)."""
 
 from __future__ import annotations
 
 from bench import URL_ENV
-from bench.drain import Drain, measure_drain
 from bench.peers import load
-from bench.procs import Registry, child_env
-from bench.redisstats import Probe
+from bench.support.drain import Drain, measure_drain
+from bench.support.procs import Registry, child_env
+from bench.support.redisstats import Probe
 
 
 def run_peer(reg: Registry, name: str, n: int, timeout: float) -> Drain:

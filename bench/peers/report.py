@@ -1,4 +1,4 @@
-"""Collected results of a ``python -m bench`` run, rendered as markdown (RESULTS-peers.md) and
+"""Collected results of a ``python -m bench`` run, rendered as markdown (bench/peers/RESULTS.md) and
 as one JSON object (``--json``)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from bench.ceiling import Ceiling
-from bench.deviceq_daemons import DeviceqRun
-from bench.drain import Drain
+from bench.peers.ceiling import Ceiling
+from bench.support.deviceq_daemons import DeviceqRun
+from bench.support.drain import Drain
 
 
 @dataclass
@@ -242,8 +242,8 @@ NOTES = [
     "default `--log-level INFO`: a summary line of the scheduler's passes and one of "
     "the host's tasks every ~10 s (per-pass and per-task lines are DEBUG).",
     "- The deviceq runner does its INCR in a thread of the host process through one shared "
-    "redis-py client (`bench/runners.py`); the peers' jobs do theirs through one client per "
-    "worker process (arq: the worker's own pool), so every system pays one INCR per job.",
+    "redis-py client (`bench/support/runners.py`); the peers' jobs do theirs through one client "
+    "per worker process (arq: the worker's own pool), so every system pays one INCR per job.",
     "- arq 0.28.0 requires redis-py < 6 and bullmq 3.4.4 redis-py >= 6.2: arq runs from a "
     "virtualenv of its own (redis-py 5), created on first use under "
     "`~/.cache/deviceq-bench/venv-arq`.",

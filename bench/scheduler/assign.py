@@ -25,8 +25,8 @@ Signatures: 1 = no constraints; 100 = driver type d0..d3 x one required tag t0..
 device of type dX has all 25 tags (so a device serves 25 signatures); tasks pick a signature at
 random.
 
-Usage: ``python bench/bench_assign.py [--quick] [--queued 1000,100000,1000000]
-[--devices 10,1000,10000] [--sigs 1,100] [--assignments N] [--out bench/RESULTS.md]``
+Usage: ``python bench/scheduler/assign.py [--quick] [--queued 1000,100000,1000000]
+[--devices 10,1000,10000] [--sigs 1,100] [--assignments N] [--out bench/scheduler/RESULTS.md]``
 """
 
 from __future__ import annotations
@@ -45,14 +45,21 @@ from typing import Any
 
 import redis
 
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
+
+from bench.support.assignment import (
+    GOAL,
+    POOL,
+    add_fleet,
+    finish_all,
+    signatures,
+    stats,
+    stats_overhead,
+)
+from deviceq import Client, HostClient, PoolAdmin
 from deviceq.embedded import RedisServer
-from deviceq.host.client import Report
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
-POOL = "bench"
-GOAL = "open the settings app, enable wifi, check the connection"
-DEVICES_PER_HOST = 100
 CHUNK = 1000
 
 
@@ -92,70 +99,8 @@ class Cell:
         return self.cmd_calls / self.assigned if self.assigned else float("nan")
 
 
-def signatures(n: int) -> list[dict[str, Any]]:
-    if n == 1:
-        return [{}]
-    return [{"driver_type": f"d{i % 4}", "tags": [f"t{i // 4}"]} for i in range(n)]
-
-
-def device_kind(i: int, sigs: int) -> tuple[str, tuple[str, ...]]:
-    if sigs == 1:
-        return ("d0", ())
-    return (f"d{i % 4}", tuple(f"t{j}" for j in range(max(1, sigs // 4))))
-
-
 def specs(n: int, sigs: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
     return [{"goal": GOAL, **rng.choice(sigs)} for _ in range(n)]
-
-
-def stats(r: redis.Redis) -> tuple[float, float, int]:
-    info = r.execute_command("INFO", "cpu", "commandstats")
-    cpu = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
-    usec = sum(
-        int(v["usec"]) for k, v in info.items() if k.startswith("cmdstat_") and k != "cmdstat_info"
-    )
-    calls = sum(
-        int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_") and k != "cmdstat_info"
-    )
-    return cpu * 1e6, float(usec), calls
-
-
-def stats_overhead(r: redis.Redis, n: int = 30) -> tuple[float, float]:
-    """Redis CPU and command time that one stats() pair adds by itself (subtracted)."""
-    cpu = us = 0.0
-    for _ in range(n):
-        c0, u0, _ = stats(r)
-        c1, u1, _ = stats(r)
-        cpu += c1 - c0
-        us += u1 - u0
-    return cpu / n, us / n
-
-
-def add_fleet(url: str, admin: PoolAdmin, n: int, sigs: int, tag: str) -> list[HostClient]:
-    hosts = []
-    for h in range(0, n, DEVICES_PER_HOST):
-        host_id = f"{tag}-h{h // DEVICES_PER_HOST}"
-        token = admin.add_host(host_id)
-        hc = HostClient(url, POOL, host_id, token)
-        devs = []
-        for i in range(h, min(n, h + DEVICES_PER_HOST)):
-            drv, tags = device_kind(i, sigs)
-            devs.append(DeviceReport(f"{tag}-dev{i}", drv, tags))
-        hc.heartbeat(devs)
-        hosts.append(hc)
-    return hosts
-
-
-def finish_all(hosts: list[HostClient]) -> int:
-    n = 0
-    for h in hosts:
-        while True:
-            got = h.claim(1000)
-            if not got:
-                break
-            h.report_many([Report(a.task.id, a.lease_id, "done") for a in got])
-            n += len(got)
-    return n
 
 
 class Bench:
@@ -313,7 +258,7 @@ def main() -> None:
         print(msg, file=sys.stderr, flush=True)
 
     log(
-        f"bench_assign: queued={queued} devices={devices} sigs={sigs} batch={DEFAULT_BATCH} "
+        f"scheduler.assign: queued={queued} devices={devices} sigs={sigs} batch={DEFAULT_BATCH} "
         f"load={os.getloadavg()[0]:.1f}"
     )
     started = time.time()

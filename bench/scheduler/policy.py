@@ -1,7 +1,7 @@
 """Assignment cost of ``fair_share`` with 100 tenants and aging on, against plain ``fifo_match``
 (issue 14: "within 1.5x of plain fifo_match at 1k and 1M queued tasks").
 
-The method is bench_assign.py's. For each queue size, one private redis-server
+The method is bench/scheduler/assign.py's. For each queue size, one private redis-server
 (``deviceq.embedded.RedisServer``) holds two pools, each loaded with ``queued`` tasks by
 ``Client.submit_many`` (chunks of 1000, progress on stderr):
 
@@ -23,12 +23,13 @@ order), on every server in turn, so that machine noise hits them all alike:
 Each configuration has its own ``TaskScheduler`` (default batch 200) and one unmeasured warm-up
 pass. Before every measured pass, unmeasured: the pool's hosts claim and report done every
 assigned task, and the pool is topped back up to ``queued``. Measured around ``assign()`` only
-(with bench_assign's helpers): wall time of the pass in this process, Redis CPU of the main
-thread (INFO cpu) and command time (INFO commandstats, every command but INFO), with the cost of
-the INFO calls themselves subtracted. Ratios divide by (a) on the same server.
+(with the helpers of ``bench.support.assignment``): wall time of the pass in this process, Redis
+CPU of the main thread (INFO cpu) and command time (INFO commandstats, every command but INFO),
+with the cost of the INFO calls themselves subtracted. Ratios divide by (a) on the same server.
 
-Usage: ``python bench/bench_policy.py [--quick] [--queued 1000,1000000] [--passes N]
-[--out bench/RESULTS-policy.md]`` (``--quick``: 1k and 100k queued, fewer passes, < 3 min).
+Usage: ``python bench/scheduler/policy.py [--quick] [--queued 1000,1000000] [--passes N]
+[--out bench/scheduler/RESULTS-policy.md]`` (``--quick``: 1k and 100k queued, fewer passes,
+< 3 min).
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ from typing import Any
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
-from bench_assign import GOAL, finish_all, stats, stats_overhead  # noqa: E402
+from bench.support.assignment import GOAL, finish_all, stats, stats_overhead  # noqa: E402
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin  # noqa: E402
 from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler  # noqa: E402
@@ -325,7 +326,7 @@ def main() -> None:
         print(msg, file=sys.stderr, flush=True)
 
     log(
-        f"bench_policy: queued={queued} devices={args.devices} passes={args.passes} "
+        f"scheduler.policy: queued={queued} devices={args.devices} passes={args.passes} "
         f"batch={DEFAULT_BATCH} load={os.getloadavg()[0]:.1f}"
     )
     started = time.time()

@@ -1,8 +1,8 @@
-"""Shared helpers of the core benchmarks (bench_transitions, bench_lifecycle, bench_memory):
+"""Shared helpers of the core benchmarks (bench.lifecycle, bench.fleet, bench.scheduler, ...):
 a private redis-server, command statistics deltas, machine load, percentiles and tables.
 
-Not part of the package: run the benches as ``python bench/NAME.py [--quick]`` from the
-repository root (they import ``deviceq`` from the installed/editable package)."""
+Run the benches from the repository root (``python -m bench.SUBJECT.NAME``, see
+bench/README.md); they import ``deviceq`` from the installed/editable package."""
 
 from __future__ import annotations
 
@@ -10,17 +10,13 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from deviceq.embedded import RedisServer  # noqa: E402
 from deviceq.host.client import DeviceReport, HostClient  # noqa: E402

@@ -3,8 +3,8 @@
 1. ``deviceq host add`` (CLI) creates the host; its token goes to a 0600 file;
 2. ``Client.submit_many`` queues N goal tasks (driver type ``bench``);
 3. ``deviceq scheduler run`` and ``deviceq host run`` (16 devices ``d01:bench`` ...,
-   goal runner ``bench.runners:incr`` in threads) start; the drain is measured like the
-   peers' (``bench.drain``), with the CPU of each daemon process;
+   goal runner ``bench.support.runners:incr`` in threads) start; the drain is measured like the
+   peers' (``bench.support.drain``), with the CPU of each daemon process;
 4. with both daemons idle, an open-loop producer submits at a fixed offered rate for a few
    seconds; submit -> dispatched latency comes from the ``since_submit_ms`` field of the
    ``dispatched`` events (``Client.events``);
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import URL_ENV
-from bench.drain import Drain, measure_drain, tree_cpu_s
-from bench.procs import Registry, child_env, cli
-from bench.redisstats import Probe, Usage
+from bench.support.drain import Drain, measure_drain, tree_cpu_s
+from bench.support.procs import Registry, child_env, cli
+from bench.support.redisstats import Probe, Usage
 from deviceq import Client
 
 POOL = "bench"
@@ -34,7 +34,7 @@ DRIVER = "bench"
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 SETTINGS = (
     f"`deviceq scheduler run` (defaults) + `deviceq host run` with {DEVICES} devices, "
-    "`--goal-runner bench.runners:incr --isolation thread`"
+    "`--goal-runner bench.support.runners:incr --isolation thread`"
 )
 
 
@@ -143,7 +143,7 @@ def run_deviceq(
         scheduler = [*base, "scheduler", "run"]
         host = [
             *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *devices,
-            "--goal-runner", "bench.runners:incr", "--isolation", "thread",
+            "--goal-runner", "bench.support.runners:incr", "--isolation", "thread",
         ]  # fmt: skip
         probe = Probe(server.url)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from bench.procs import ChildFailed, Registry, tail
-from bench.redisstats import Probe, Usage
+from bench.support.procs import ChildFailed, Registry, tail
+from bench.support.redisstats import Probe, Usage
 
 POLL_S = 0.005  # counter poll period during the drain (its Redis cost is subtracted)
 STALL_S = 60.0  # no progress for this long: the system is stuck

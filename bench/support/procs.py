@@ -22,8 +22,18 @@ from typing import IO
 
 from deviceq.embedded import RedisServer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 """Repository root: the working directory and ``PYTHONPATH`` of every child."""
+
+
+def baseline_tree(dest: Path, rev: str) -> Path:
+    """The files of git revision ``rev`` of this repository, under ``dest``."""
+    tree = dest / f"tree-{rev}"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
 
 
 def log(msg: str) -> None:

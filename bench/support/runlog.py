@@ -3,9 +3,9 @@ things at once: it takes an exclusive, non-blocking ``flock`` on a per-device an
 lock file (the kernel drops it when the process dies, SIGKILL included) and logs each run's
 start and end. A second holder at the same moment finds the lock taken and logs ``OVERLAP``.
 
-Usage (as a ``--command`` template, see `command`): ``python bench/runlog.py {device_id}
+Usage (as a ``--command`` template, see `command`): ``python bench/support/runlog.py {device_id}
 {task_id} {goal}`` with the goal ``SECONDS [EXIT_CODE]``; the log directory is ``$DQ_RUNLOG``.
-`RunLog` reads what the runs logged (the end-to-end tests and ``bench/chaos.py``). Standard
+`RunLog` reads what the runs logged (the end-to-end tests and ``bench/faults/chaos.py``). Standard
 library only: the runner starts once per task."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The goal runner of the deviceq drain benchmark: every task does one ``INCR`` of the counter
 key, like the peers' jobs. The host daemon runs it in threads
-(``--goal-runner bench.runners:incr --isolation thread``) and finds the measured redis-server in
-the ``BENCH_REDIS_URL`` environment variable."""
+(``--goal-runner bench.support.runners:incr --isolation thread``) and finds the measured
+redis-server in the ``BENCH_REDIS_URL`` environment variable."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Durable mode's cost: the real daemons' drain with ``durability=none`` and with
 ``durability=replica`` (a replica of the private server acknowledges every submission and
 report: ``WAIT 1``), interleaved in one run, medians of ``--runs``. Writes
-bench/RESULTS-durability.md.
+bench/topology/RESULTS-durability.md.
 
-    python -m bench.durability [--jobs 5000] [--runs 3]
+    python -m bench.topology.durability [--jobs 5000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.deviceq_daemons import run_deviceq
-from bench.procs import Registry, interrupt_on_signals
+from bench.support.deviceq_daemons import run_deviceq
+from bench.support.procs import Registry, interrupt_on_signals
 
 OUT = Path(__file__).resolve().parent / "RESULTS-durability.md"
 
