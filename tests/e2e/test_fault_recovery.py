@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from bench import runlog as overlap_runner
+from bench.support import runlog as overlap_runner
 
 from deviceq import FailureKind, TaskStatus
 from deviceq.host.runners import Task
