@@ -1,4 +1,4 @@
-"""Redis CPU per task lifecycle against the number of items per script call (issue 12).
+"""Redis CPU per task lifecycle against the number of items per script call.
 
 Through the real daemons (``python -m bench``) a drain with 16 devices runs about 5 items per
 assign, claim or report call, because devices free up a few at a time. This benchmark holds

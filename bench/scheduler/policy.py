@@ -1,5 +1,5 @@
 """Assignment cost of ``fair_share`` with 100 tenants and aging on, against plain ``fifo_match``
-(issue 14: "within 1.5x of plain fifo_match at 1k and 1M queued tasks").
+(the target: within 1.5x of plain fifo_match at 1k and 1M queued tasks).
 
 The method is bench/scheduler/assign.py's. For each queue size, one private redis-server
 (``deviceq.embedded.RedisServer``) holds two pools, each loaded with ``queued`` tasks by
