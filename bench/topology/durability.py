@@ -3,7 +3,7 @@
 report: ``WAIT 1``), interleaved in one run, medians of ``--runs``. Writes
 bench/topology/RESULTS-durability.md.
 
-    python -m bench.topology.durability [--jobs 5000] [--runs 3]
+    python -m bench.topology.durability [--jobs 5000] [--runs 3] [--out FILE]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=OUT, help=f"markdown report [{OUT.name}]")
     args = ap.parse_args(argv)
     rates: dict[str, list[float]] = {"none": [], "replica": []}
     cpu: dict[str, list[float]] = {"none": [], "replica": []}
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {statistics.median(cpu[m]):,.0f} |"
         )
     lines += ["", f"replica / none: {med['replica'] / med['none']:.2f}×", ""]
-    OUT.write_text("\n".join(lines))
+    args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 
