@@ -30,6 +30,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
 from bench.fleet.daemons import done_count, held_fleet, host_bench_args  # noqa: E402
+from bench.support.common import redis_cpu_s
 from bench.support.drain import tree_cpu_s  # noqa: E402
 from bench.support.procs import Registry, log  # noqa: E402
 
@@ -48,11 +49,6 @@ def thread_cpu_s(pid: int) -> dict[int, float]:
 
 def calls(r: redis.Redis) -> dict[str, int]:
     return {k: int(v["calls"]) for k, v in r.info("commandstats").items()}
-
-
-def redis_cpu_s(r: redis.Redis) -> float:
-    cpu = r.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def run(task_s: float, rounds: int, devices: int) -> dict[str, float]:

@@ -38,6 +38,7 @@ import psutil  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: the repository root)
 
 from bench import URL_ENV  # noqa: E402
+from bench.support.common import percentile  # noqa: E402
 from bench.support.deviceq_daemons import add_host  # noqa: E402
 from bench.support.procs import (  # noqa: E402
     REPO,
@@ -142,13 +143,6 @@ class LogRun:
     def per_mb(self, seconds: float, denominator: int) -> float:
         """Milliseconds of CPU per MB (10^6 bytes) of ``denominator`` bytes."""
         return seconds * 1e3 / max(1e-9, denominator / 1e6)
-
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, int(len(s) * p / 100 + 0.5) - 1))]
 
 
 def own_cpu_s(pid: int) -> float:

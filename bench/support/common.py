@@ -6,6 +6,7 @@ bench/README.md); they import ``deviceq`` from the installed/editable package.""
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -127,12 +128,12 @@ def machine() -> str:
 
 
 def percentile(values: Sequence[float], p: float) -> float:
-    """The p-th percentile (0-100), nearest-rank."""
+    """The p-th percentile (0-100), nearest-rank: the smallest value with at least p% of the
+    values at or below it."""
     if not values:
         return float("nan")
     s = sorted(values)
-    idx = max(0, min(len(s) - 1, int(round(p / 100 * len(s) + 0.5)) - 1))
-    return float(s[idx])
+    return float(s[max(0, min(len(s) - 1, math.ceil(len(s) * p / 100) - 1))])
 
 
 def median(values: Iterable[float]) -> float:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import subprocess
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import URL_ENV
+from bench.support.common import percentile
 from bench.support.drain import Drain, measure_drain, tree_cpu_s
 from bench.support.procs import Registry, child_env, cli
 from bench.support.redisstats import Probe, Usage
@@ -78,14 +78,6 @@ class DeviceqRun:
             self.counts.get("done") == self.expected_done
             and self.drain.final_counter == self.expected_done
         )
-
-
-def percentile(values: list[int] | list[float], p: float) -> float:
-    """Nearest-rank percentile (0-100)."""
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return float(s[max(0, min(len(s) - 1, math.ceil(len(s) * p / 100) - 1))])
 
 
 def add_host(reg: Registry, base: list[str], env: dict[str, str]) -> Path:
