@@ -80,6 +80,18 @@ class DeviceqRun:
         )
 
 
+def settled_counts(client: Client, expected: int, timeout: float = 30.0) -> dict[str, int]:
+    """The pool's counts once ``expected`` tasks are done (or ``timeout`` has passed): a job's
+    ``INCR`` lands before its report, which the host sends in a wave a few ms later (later
+    still when every report waits for a replica), so the counter can reach N first."""
+    deadline = time.monotonic() + timeout
+    counts = client.counts()
+    while counts.get("done", 0) < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        counts = client.counts()
+    return counts
+
+
 def add_host(reg: Registry, base: list[str], env: dict[str, str]) -> Path:
     out = reg.run("host-add", [*base, "host", "add", HOST, "--json"], env, timeout=60)
     token = json.loads(out[out.index("{") : out.rindex("}") + 1])["token"]  # --json: indented
@@ -151,7 +163,7 @@ def run_deviceq(
                 time.sleep(0.5)  # let the daemons go idle (blocking waits)
                 latency = open_loop(client, probe, procs, n, rate, duration)
             expected = n + (latency.submitted if latency else 0)
-            counts = client.counts()
+            counts = settled_counts(client, expected)
         finally:
             reg.forget(procs["host"])  # SIGTERM: the host drains and exits
             reg.forget(procs["scheduler"])

@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {i + 1}/{args.runs}: durability={mode}", file=sys.stderr)
                 run = run_deviceq(reg, args.jobs, 0.0, 0.0, 600.0, durability=mode)
                 if not run.ok:
-                    raise RuntimeError(f"durability={mode}: not every task done once")
+                    raise RuntimeError(
+                        f"durability={mode}: not every task done once: {run.counts}, "
+                        f"counter {run.drain.final_counter} of {run.expected_done}"
+                    )
                 rates[mode].append(run.drain.rate)
                 cpu[mode].append(run.drain.redis_cpu_us_per_job)
     finally:
