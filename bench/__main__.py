@@ -7,7 +7,7 @@ submit -> dispatched latency at a fixed offered rate, and redis-benchmark's EVAL
 
 Usage: ``python -m bench [--quick] [--json] [--only deviceq,huey,...] [--jobs N] [--runs N]
 [--rate R] [--duration S] [--out PATH]`` from the repository root. Writes
-``bench/RESULTS-peers.md`` on a full run (not with ``--quick`` or ``--only`` unless ``--out``
+``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or ``--only`` unless ``--out``
 is given); ``--json`` prints one JSON object on stdout. Progress goes to stderr.
 Install the peers with ``pip install -e '.[bench]'`` (arq gets a virtualenv of its own)."""
 
@@ -22,15 +22,15 @@ import traceback
 from pathlib import Path
 
 from bench import peers
-from bench.ceiling import run_ceiling
-from bench.deviceq_daemons import SETTINGS as DEVICEQ_SETTINGS
-from bench.deviceq_daemons import run_deviceq
-from bench.peer_drain import run_peer
-from bench.procs import Registry, interrupt_on_signals, log
-from bench.report import Results, as_json, fmt, machine, main_table, markdown
+from bench.peers.ceiling import run_ceiling
+from bench.peers.peer_drain import run_peer
+from bench.peers.report import Results, as_json, fmt, machine, main_table, markdown
+from bench.support.deviceq_daemons import SETTINGS as DEVICEQ_SETTINGS
+from bench.support.deviceq_daemons import run_deviceq
+from bench.support.procs import Registry, interrupt_on_signals, log
 
 SYSTEMS = ("deviceq", *peers.PEERS, "ceiling")
-DEFAULT_OUT = Path(__file__).resolve().parent / "RESULTS-peers.md"
+DEFAULT_OUT = Path(__file__).resolve().parent / "peers" / "RESULTS.md"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -7,7 +7,7 @@ ratio this tree / baseline.
 
 Usage, from the repository root::
 
-    python -m bench.ab --baseline REV [--rounds 2] bench/bench_assign.py --quick
+    python -m bench.ab --baseline REV [--rounds 2] bench/scheduler/assign.py --quick
 
 Everything after the script path is passed to it."""
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .bench_cli_start import REPO, baseline_tree
+from bench.support.procs import REPO, baseline_tree
 
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 

@@ -1,6 +1,6 @@
 """Harness for end-to-end tests: real `deviceq` daemons as processes on a private Redis; their
-tasks may run the runner of ``bench/runlog.py``, whose log proves that no device (and no task)
-ever ran two things at once."""
+tasks may run the runner of ``bench/support/runlog.py``, whose log proves that no device (and no
+task) ever ran two things at once."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from bench.runlog import RunLog
-from bench.runlog import command as runner_command
+from bench.support.runlog import RunLog
+from bench.support.runlog import command as runner_command
 
 from deviceq import Client, PoolAdmin, SchedulerClient, TaskStatus
 
@@ -30,7 +30,7 @@ _TESTS = Path(__file__).resolve().parent
 TESTS_PATH = os.pathsep.join(
     [str(_TESTS), *(str(d) for d in sorted(_TESTS.iterdir()) if any(d.glob("test_*.py")))]
 )
-REPO_DIR = str(_TESTS.parent)  # daemons import test runners and ``bench.runlog``
+REPO_DIR = str(_TESTS.parent)  # daemons import test runners and ``bench.support.runlog``
 SRC_DIR = str(Path(REPO_DIR) / "src")  # and this tree's deviceq, whatever is installed
 
 

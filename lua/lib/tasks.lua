@@ -12,7 +12,7 @@ end
 
 -- a task's fields as a table (missing ones nil). One HGETALL walks the small (listpack) hash
 -- once: an HMGET of the ~30 fields the lifecycle helpers read looked each one up in turn and
--- cost about twice as much (bench/bench_transitions.py, "Lua building blocks")
+-- cost about twice as much (bench/lifecycle/transitions.py, "Lua building blocks")
 local function load_task(id)
   return (load_task_flat(id))
 end

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from bench.runlog import command as runner_command
+from bench.support.runlog import command as runner_command
 
 from deviceq import TaskStatus
 from deviceq.core.errors import (

@@ -1,5 +1,5 @@
 """What ``deviceq task show ID`` imports to run (a structural check of the import graph, not a
-timing: the start time is measured in bench/bench_cli_start.py): neither form builds the models
+timing: the start time is measured in bench/cli/start.py): neither form builds the models
 (pydantic), reads the client settings (pydantic_settings) or the scheduler, or prints with
 rich."""
 

@@ -1,4 +1,4 @@
-"""The chaos soak's short version: ``bench/chaos.py`` with 300 tasks on 4 hosts x 4
+"""The chaos soak's short version: ``bench/faults/chaos.py`` with 300 tasks on 4 hosts x 4
 devices, a fault every 2 s (host SIGKILL, leader scheduler SIGKILL, host SIGSTOP past its
 lease, redis-server SIGKILL and restart from its AOF). Every task ends, none is lost, no device
 or task ran two things at once, and ``deviceq verify`` finds nothing."""
@@ -6,7 +6,7 @@ or task ran two things at once, and ``deviceq verify`` finds nothing."""
 from __future__ import annotations
 
 import pytest
-from bench.chaos import FAULTS, parse, soak
+from bench.faults.chaos import FAULTS, parse, soak
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 once, and a device runs one thing at a time, physically (host and scheduler kills, restarts,
 and a soak with hosts SIGKILLed every few seconds). Real `deviceq host run` and
 `deviceq scheduler run` processes on a private Redis; tasks run the overlap-proving runner
-(see bench/runlog.py)."""
+(see bench/support/runlog.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from bench import runlog as overlap_runner
+from bench.support import runlog as overlap_runner
 
 from deviceq import FailureKind, TaskStatus
 from deviceq.host.runners import Task

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import redis
-from bench.runlog import RunLog
-from bench.runlog import command as runner_command
+from bench.support.runlog import RunLog
+from bench.support.runlog import command as runner_command
 
 from deviceq import TaskStatus
 from deviceq.cli.host_run_settings import build_pool_settings

@@ -1,0 +1,1 @@
+"""How long the ``deviceq`` command takes to start."""

@@ -1,0 +1,1 @@
+"""What live logs cost Redis and the host daemon, and what they cost tasks that print nothing."""
