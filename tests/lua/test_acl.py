@@ -38,9 +38,9 @@ from deviceq import (
     TaskStatus,
 )
 from deviceq.cli import main
-from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
 from deviceq.core.errors import NotConfirmed, NotFound
 from deviceq.core.keys import Keys
+from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
 from deviceq.core.scripts import lua_dir, names, sha, source
 from deviceq.embedded import RedisServer
 from deviceq.host.client import token_digest

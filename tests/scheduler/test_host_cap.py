@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from deviceq.scheduler.host_load import read_host_tasks
 
 from conftest import Fleet
 from deviceq import ConfigError, TaskStatus
@@ -16,7 +17,6 @@ from deviceq.core.keys import Keys
 from deviceq.host.client import Report
 from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
-from deviceq.scheduler.host_load import read_host_tasks
 from deviceq.scheduler.task_scheduler import TaskScheduler
 from invariants import check_pool
 
