@@ -38,6 +38,18 @@ class LimitState:
             for key, ids in self._by_field.items():
                 if self._full(key, 0):
                     self._closed.extend(ids)
+        # a limit counted by tenant and host: the hosts full for a tenant close their devices
+        # to that tenant's tasks (`closed_for`)
+        self._on_host: dict[str, list[str]] | None = None
+        self._full_hosts: dict[str, set[str]] = {}
+        if "tenant" in limit.scope and "host" in limit.scope:
+            self._on_host = {}
+            for d in devices:
+                self._on_host.setdefault(d.host_id, []).append(d.device_id)
+            for key in self._held:
+                if self._full(key, 0):
+                    v = limit.values(key)
+                    self._full_hosts.setdefault(v["tenant"], set()).add(v["host"])
 
     def _key(self, task: QueuedTask, device: IdleDevice | None) -> str | None:
         host = device.host_id if device is not None else None
@@ -66,13 +78,31 @@ class LimitState:
         if key is None:
             return
         n = self._held[key] = self._held.get(key, 0) + 1
-        if self._by_field is not None and n == self._load.cap(key):
-            self._closed.extend(self._by_field.get(key, ()))
+        if n == self._load.cap(key):
+            if self._by_field is not None:
+                self._closed.extend(self._by_field.get(key, ()))
+            if self._on_host is not None:
+                v = self._limit.values(key)
+                self._full_hosts.setdefault(v["tenant"], set()).add(v["host"])
 
     def unplaced(self, task: QueuedTask, device: IdleDevice) -> None:
         key = self._key(task, device)
         if key is not None:
             self._held[key] = self._held.get(key, 0) - 1
+            if self._on_host is not None and not self._full(key, 0):
+                v = self._limit.values(key)
+                self._full_hosts.get(v["tenant"], set()).discard(v["host"])
+
+    def closed_for(self, task: QueuedTask) -> list[str]:
+        """The devices ``task`` may not take now: those on hosts where its tenant is at the
+        limit (only for a limit counted by tenant and host; others close devices for every
+        task, `closed`, or judge the task whatever the device)."""
+        if self._on_host is None or not task.tenant:
+            return []
+        hosts = self._full_hosts.get(task.tenant)
+        if not hosts:
+            return []
+        return [d for h in hosts for d in self._on_host.get(h, ())]
 
     def closed(self) -> list[str]:
         out = self._closed
