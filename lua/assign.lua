@@ -10,6 +10,7 @@
 --- @include "lib/fence"
 --- @include "lib/placement"
 --- @include "lib/budget"
+--- @include "lib/limits"
 -- assign.lua: commit a batch of proposed (task, device) pairs. Each pair is re-validated and,
 -- if valid, committed on its own: task queued -> assigned, attempt+1, a lease (claim_ttl),
 -- the device reserved, the assignment filed in the owning host's inbox.
@@ -20,9 +21,10 @@
 -- ARGV     fence n(0..10000), then task_id device_id per pair, then [budget_us(1..10000000)].
 --          fence is the scheduler's leader epoch ('' for a manual dispatch): when given it
 --          must be the current leader's epoch.
--- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID, tenant_held,
---          host_held, task:ID:attempts, device:ID, idle, idle:c:*, queue:SIG, sig:SIG, queues, status:*, leases,
---          avoid, deadlines, host:ID:inbox, host:ID:wake, events
+-- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID,
+--          LIMIT_COUNTERS (lib/limits), task:ID:attempts, device:ID, idle, idle:c:*,
+--          queue:SIG, sig:SIG, queues, status:*, leases, avoid, deadlines, host:ID:inbox,
+--          host:ID:wake, events
 -- Returns  per pair a string: "ok:LEASE_ID", "later" (not looked at: the budget was spent;
 --          nothing of it changed) or "err:REASON" where REASON is one of
 --          invalid_id task_not_found task_not_queued task_multi_device (a task with roles,
@@ -30,10 +32,10 @@
 --          device_not_idle device_quarantined device_held device_booked (reserved for a
 --          person, device_reserve.lua) device_checking device_unhealthy (a health check
 --          runs on it / failed: device_health.lua) host_dead host_draining
---          host_suspect driver_type_mismatch missing_tag:TAG tenant_cap (the task's tenant
---          holds its max_devices: `tenants`, counted in `tenant_held`) host_cap (the device's
---          host holds max_tasks_per_host leases, counted in `host_held`) pool_paused (every
---          pair of a fenced batch while the pool is paused: pool_pause.lua)
+--          host_suspect driver_type_mismatch missing_tag:TAG pool_paused (every pair of a
+--          fenced batch while the pool is paused: pool_pause.lua), or a declared limit's
+--          NAME_cap (one more lease would break it, e.g. host_cap, tenant_cap: see
+--          lib/limits.lua and deviceq.core.limits)
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
 local BUDGET_EVERY, PAIR_US = 4, 40  -- (PAIR_US: a pair's estimate, lib/budget)
@@ -59,28 +61,8 @@ local now = now_ms()
 local claim_ms = cfg_ms('claim_ttl')
 local now_s, expires_s = now_str(), I(now + claim_ms)
 local out, hosts_ok, inboxes, touched = {}, {}, {}, {}
--- a tenant's cap on devices held at once (`tenants` hash: WEIGHT:MAX_DEVICES, 0 = no cap)
-local caps = {}
-local function tenant_capped(tenant)
-  if caps[tenant] == nil then
-    local spec = redis.call('HGET', k('tenants'), tenant) or ''
-    caps[tenant] = tonumber(spec:match('^%d+:(%d+)$') or '0') or 0
-  end
-  if caps[tenant] <= 0 then return false end
-  return (tonumber(redis.call('HGET', k('tenant_held'), tenant) or '0') or 0) >= caps[tenant]
-end
--- the pool's cap on leases held on one host's devices at once (max_tasks_per_host, 0 = none);
--- `held`: a host's count (read once a call where the cap applies), `added`: the leases this
--- call adds per host (written to host_held once per host, at the end)
-local host_cap = math.floor(cfg('max_tasks_per_host'))
-local held, added = {}, {}
-local function host_capped(host_id)
-  if host_cap <= 0 then return false end
-  if not held[host_id] then
-    held[host_id] = tonumber(redis.call('HGET', k('host_held'), host_id) or '0') or 0
-  end
-  return held[host_id] + (added[host_id] or 0) >= host_cap
-end
+-- the limits' counts of this call's leases are written once per field, at the end
+limits_defer()
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk = k('task', id)
@@ -93,9 +75,10 @@ local function check(id, did)
   if not d then return nil, bad end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
-  if t[11] and t[11] ~= '' and tenant_capped(t[11]) then return nil, 'tenant_cap' end
-  if host_capped(d[1]) then return nil, 'host_cap' end
-  return {t = t, d = d}
+  local lease = {host = d[1], tenant = t[11]}
+  local capped = limits_refusal(lease, 1)
+  if capped then return nil, capped end
+  return {t = t, d = d, lease = lease}
 end
 
 budget_start(budget)
@@ -124,8 +107,7 @@ for i = 0, n - 1 do
     -- a queue deadline applies while queued only (requeue files it again)
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
-    if v.t[11] and v.t[11] ~= '' then redis.call('HINCRBY', k('tenant_held'), v.t[11], '1') end
-    added[host_id] = (added[host_id] or 0) + 1
+    limits_count(v.lease, 1)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
     idle_remove(did, v.d[5], v.d[6])
@@ -139,7 +121,7 @@ for i = 0, n - 1 do
   end
 end
 for sig in pairs(touched) do fix_head(sig) end
-for host_id, by in pairs(added) do redis.call('HINCRBY', k('host_held'), host_id, I(by)) end
+limits_flush()
 for host_id, ids in pairs(inboxes) do
   for i = 1, #ids, 500 do
     redis.call('RPUSH', k('host', host_id, 'inbox'), unpack(ids, i, math.min(i + 499, #ids)))

@@ -10,6 +10,7 @@
 --- @include "lib/fence"
 --- @include "lib/tasks"
 --- @include "lib/placement"
+--- @include "lib/limits"
 -- gang_assign.lua: commit one multi-device (gang) task: each of its roles gets its device, as
 -- part task ID.ROLE (queued -> assigned, a lease of claim_ttl, the device reserved, the part in
 -- its device's host's inbox), all in this one call or none (nothing is written when any
@@ -19,13 +20,13 @@
 -- ARGV     fence task_id n(1..8), then n device ids: one per role, in the task's role order.
 --          fence is the scheduler's leader epoch ('' for a manual dispatch).
 -- Keys     reads leader, paused, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
---          task:*:attempts, device:ID, idle, idle:c:*, gangs, deadlines, status:*, leases, host_held,
---          host:ID:inbox, host:ID:wake, events
+--          task:*:attempts, device:ID, idle, idle:c:*, gangs, deadlines, status:*, leases,
+--          LIMIT_COUNTERS (lib/limits), host:ID:inbox, host:ID:wake, events
 -- Returns  "ok:ATTEMPT" or "err:REASON" with REASON one of task_not_found not_multi_device
 --          task_not_queued invalid_id duplicate_device pool_paused, or a device's reason as in assign.lua
---          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...), host_cap@ROLE
---          included: the role's device's host would hold more than max_tasks_per_host leases
---          (`host_held`; each of the task's devices on one host counts one)
+--          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...), a declared
+--          limit's NAME_cap@ROLE included (host_cap@ROLE: the role's device's host would hold
+--          more than max_tasks_per_host leases; each of the task's devices on one host counts one)
 -- Errors   FENCED (the fence is not the current leader epoch), INVALID (bad arguments).
 local fence, id = ARGV[1], ARGV[2]
 local n = int_in(ARGV[3], 1, 8)
@@ -55,18 +56,14 @@ for i, r in ipairs(roles) do
   if not d then return 'err:' .. why .. '@' .. r.name end
   rows[i] = d
 end
--- the cap on leases held on one host's devices at once (max_tasks_per_host, 0 = none)
-local host_cap = math.floor(cfg('max_tasks_per_host'))
-if host_cap > 0 then
-  local on_host = {}
-  for i, r in ipairs(roles) do
-    local h = rows[i][1]
-    if on_host[h] == nil then
-      on_host[h] = tonumber(redis.call('HGET', k('host_held'), h) or '0') or 0
-    end
-    on_host[h] = on_host[h] + 1
-    if on_host[h] > host_cap then return 'err:host_cap@' .. r.name end
-  end
+-- every declared limit (lib/limits): each role's lease counts as the task's parts do (by its
+-- device's host; parts have no tenant of their own); written once per field, at the end
+limits_defer()
+for i, r in ipairs(roles) do
+  local lease = {host = rows[i][1]}
+  local capped = limits_refusal(lease, 1)
+  if capped then return 'err:' .. capped .. '@' .. r.name end
+  limits_count(lease, 1)
 end
 
 local now = now_ms()
@@ -97,7 +94,6 @@ for i, r in ipairs(roles) do
     'submitted_at', t.submitted_at or now_s, 'updated_at', now_s, 'session', '',
     'peers', i == 1 and placement or '')
   redis.call('ZADD', k('leases'), expires_s, pid)
-  redis.call('HINCRBY', k('host_held'), host_id, '1')
   redis.call('HSET', k('device', did), 'reserved_by', pid, 'lease_id', lease, 'last_assigned_at', now_s)
   idle_remove(did)
   redis.call('RPUSH', k('task', pid, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
@@ -107,6 +103,7 @@ for i, r in ipairs(roles) do
   emit('assigned', 'task', pid, 'lease', lease, 'host', host_id, 'device', did, 'attempt',
     attempt_s, 'gang', id, 'role', r.name)
 end
+limits_flush()
 redis.call('ZREM', k('gangs'), id)
 if (t.queue_deadline or '') ~= '' then redis.call('ZREM', k('deadlines'), id) end
 index_status(id, 'queued', 'assigned', t.seq)

@@ -12,6 +12,7 @@
 --- @include "lib/tasks"
 --- @include "lib/history"
 --- @include "lib/attempts"
+--- @include "lib/limits"
 --- @include "lib/affinity"
 --- @include "lib/leases"
 --- @include "lib/outcomes"
@@ -41,7 +42,7 @@
 --          '' otherwise) payload(result or error, at most 65536 bytes)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
---          status:*, qdrivers, tenant_held, host_held, events,
+--          status:*, qdrivers, LIMIT_COUNTERS, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
 --          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
@@ -107,7 +108,7 @@ local function maybe_quarantine(did, fails)
 end
 
 local out, freed = {}, false
-held_defer()  -- (host_held: written once per host, below)
+limits_defer()  -- (the limits' counts: written once per field, below)
 for i = 0, n - 1 do
   local b = 5 + i * 5
   local id, lease, outcome, kind, payload = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
@@ -172,6 +173,6 @@ for i = 0, n - 1 do
     end
   end
 end
-held_flush()
+limits_flush()
 if freed then wake(k('sched', 'wake')) end
 return out

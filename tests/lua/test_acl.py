@@ -41,6 +41,7 @@ from deviceq import (
 from deviceq.cli import main
 from deviceq.core.errors import NotConfirmed, NotFound
 from deviceq.core.keys import Keys
+from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
 from deviceq.core.scripts import lua_dir, names, sha, source
 from deviceq.embedded import RedisServer
 from deviceq.host.client import token_digest
@@ -237,7 +238,13 @@ def _written_keys(name: str) -> set[str]:
             mode = "r"
         elif tok in ("writes", "reads/writes"):
             mode = "w"
-        elif tok and mode == "w" and tok not in {"on", "a", "hand-back", "also", "and"}:
+        elif tok == "LIMIT_COUNTERS" and mode == "w":  # every declared limit's count hash
+            out.update(LIMIT_COUNTERS)
+        elif (
+            tok
+            and mode == "w"
+            and tok not in {"on", "a", "hand-back", "also", "and", "(lib/limits)"}
+        ):
             out.add(":".join("h1" if p in {"ID", "SIG", "KEY", "NAME", "STATUS", "*"} else p
                              for p in tok.split(":")))  # fmt: skip
     return out

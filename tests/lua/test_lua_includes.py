@@ -31,7 +31,7 @@ from deviceq.core.scripts import (
     resolve,
     source,
 )
-from deviceq.core.vocabulary import LUA_INCLUDES
+from deviceq.core.vocabulary import GENERATED_INCLUDES
 
 # -- the resolver ----------------------------------------------------------------------------
 
@@ -278,7 +278,7 @@ def lib_files() -> list[str]:
 
 def gen_files() -> list[str]:
     """The generated includes (``gen/NAME``, from ``deviceq.core.vocabulary``)."""
-    return sorted(LUA_INCLUDES)
+    return sorted(GENERATED_INCLUDES)
 
 
 def text_of(name: str) -> str:

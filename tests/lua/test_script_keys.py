@@ -24,12 +24,25 @@ from deviceq import (
     SchedulerClient,
     TaskScheduler,
 )
+from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
 from deviceq.ops.schedules import Firer, ScheduleStore
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "DIGEST", "*"}
-FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}
+FILLER = {
+    "(lib/limits)",
+    "reads",
+    "writes",
+    "and",
+    "also",
+    "on",
+    "a",
+    "hand-back",
+    "the",
+    "in",
+    "dead",
+}
 
 
 def declared(name: str) -> list[re.Pattern[str]]:
@@ -41,6 +54,9 @@ def declared(name: str) -> list[re.Pattern[str]]:
     out = []
     for tok in re.split(r"[,;\s]+", section):
         if not tok or tok in FILLER:
+            continue
+        if tok == "LIMIT_COUNTERS":  # every declared limit's count hash (deviceq.core.limits)
+            out.extend(re.compile(re.escape(c) + r"\Z") for c in LIMIT_COUNTERS)
             continue
         parts = [("[^:]+" if p in WILDCARDS else re.escape(p)) for p in tok.split(":")]
         out.append(re.compile(":".join(parts) + r"\Z"))

@@ -132,7 +132,7 @@ def test_the_scripts_carry_the_generated_text_they_include() -> None:
             assert str(v.lua_include(g)) not in source(name), (name, g)
         for g in gens:
             users.setdefault(g, set()).add(name)
-    assert set(users) == set(v.LUA_INCLUDES), "every generated include is used"
+    assert set(users) == set(v.GENERATED_INCLUDES), "every generated include is used"
     assert users["gen/reports"] == {"report"}
     assert {"assign", "gang_assign"} <= users["gen/assign_refusals"]
     assert "heads" not in set().union(*users.values())

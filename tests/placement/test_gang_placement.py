@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from deviceq.core.limits import BY_NAME
 from deviceq.placement import PROFILES, Avoid, GangDecision, Profile
-from deviceq.placement.builtin import FifoSort, ReserveThenHold, TenantCap
+from deviceq.placement.builtin import FifoSort, LimitCap, ReserveThenHold
 from deviceq.placement.builtin.gang_hold import HoldState
 from deviceq.placement.gang import Gang, GangPick, GangView, Role, gang_scores, place_gangs
 from deviceq.scheduler.strategies import IdleDevice, TenantShare
@@ -173,7 +174,7 @@ def test_a_profile_without_the_tenant_cap_ignores_caps() -> None:
     tenants = {"t": TenantShare(1, 1, 1)}
     g = gang("g", 1, "a=android", "b=android", tenant="t")
     assert list(placed(run("fifo_match", [g], PHONES, tenants=tenants))) == ["g"]
-    capped = Profile("capped_fifo", FifoSort(), permits=(TenantCap(),))
+    capped = Profile("capped_fifo", FifoSort(), permits=(LimitCap(BY_NAME["tenant"]),))
     assert run(capped, [g], PHONES, tenants=tenants)["g"].decision is DENY
 
 

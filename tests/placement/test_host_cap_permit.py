@@ -1,6 +1,7 @@
-"""The host cap permit (`HostCap`): at most ``max_tasks_per_host`` leases on one host's
-devices, counting those held when the snapshot was read (``host_tasks``) and the pairs placed in
-the pass; run through `placement.place` on hand-made and random views."""
+"""The host limit's permit (`LimitCap` of the declared limit ``host``): at most
+``max_tasks_per_host`` leases on one host's devices, counting those held when the snapshot was
+read (the view's ``limits``) and the pairs placed in the pass; run through `placement.place` on
+hand-made and random views."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
+from deviceq.core.limits import BY_NAME
 from deviceq.placement import PROFILES, GangDecision, MissingInputs, Profile, View, place
-from deviceq.placement.builtin import HostCap, ReserveThenHold
+from deviceq.placement.builtin import LimitCap, ReserveThenHold
 from deviceq.placement.gang import Gang, GangView, Role, place_gangs
 from deviceq.placement.rows import (
     Bucket,
@@ -21,6 +23,7 @@ from deviceq.placement.rows import (
     Snapshot,
     TenantShare,
 )
+from deviceq.placement.view import LimitLoad
 
 
 def bucket(sig: str, seqs: list[int], tenant: str | None = None) -> Bucket:
@@ -30,6 +33,11 @@ def bucket(sig: str, seqs: list[int], tenant: str | None = None) -> Bucket:
 
 def dev(did: str, host: str, idle_since: int = 0, faults: int = 0) -> IdleDevice:
     return IdleDevice(did, host, "android", frozenset(), idle_since, faults)
+
+
+def host_limit(cap: int, held: dict[str, int] | None) -> dict[str, LimitLoad]:
+    """The view's ``limits`` with the host limit at ``cap`` and ``held`` leases per host."""
+    return {"host": LimitLoad(held or {}, cap)}
 
 
 def view(
@@ -47,8 +55,7 @@ def view(
         tuple(devices),
         limit,
         1_000_000,
-        host_tasks=held or {},
-        max_tasks_per_host=cap,
+        limits=host_limit(cap, held),
         **inputs,  # type: ignore[arg-type]
     )
 
@@ -66,8 +73,8 @@ def without_cap(profile: Profile) -> Profile:
 def test_every_builtin_profile_has_the_host_cap() -> None:
     for p in PROFILES.values():
         assert "host_cap" in [x.name for x in p.permits], p.name
-        assert "host_tasks" in p.needs
-    assert HostCap().needs == {"host_tasks"}
+        assert "limits" in p.needs
+    assert LimitCap(BY_NAME["host"]).needs == {"limits"}
 
 
 def test_cap_zero_allows_every_pair_whatever_the_hosts_hold() -> None:
@@ -133,21 +140,21 @@ def test_fair_share_applies_both_caps() -> None:
     assert sum(1 for t, _ in pairs if t.startswith("x")) == 1
 
 
-def test_a_view_without_host_tasks_is_refused() -> None:
+def test_a_view_without_the_limits_is_refused() -> None:
     v = View((bucket("a", [1]),), (dev("d1", "h1"),), 10, avoid={}, faults={})
-    with pytest.raises(MissingInputs, match="host_tasks"):
+    with pytest.raises(MissingInputs, match="limits"):
         place(PROFILES["fifo_match"], v)
 
 
-def test_from_snapshot_takes_the_host_load_and_refuses_a_cap_without_it() -> None:
+def test_from_snapshot_takes_the_limits_and_sets_none_without_them() -> None:
     b = bucket("a", [1, 2])
     snap = Snapshot.build([b], [dev("d1", "h1"), dev("d2", "h1")], 10, 0)
-    assert View.from_snapshot(snap).host_tasks == {}
-    v = View.from_snapshot(snap, host_tasks={"h1": 1}, max_tasks_per_host=2)
-    assert v.host_tasks == {"h1": 1} and v.max_tasks_per_host == 2
+    assert View.from_snapshot(snap).limits == {}
+    assert place(PROFILES["fifo_match"], View.from_snapshot(snap)) == [("a1", "d1"), ("a2", "d2")]
+    v = View.from_snapshot(snap, limits=host_limit(2, {"h1": 1}))
+    assert v.limits is not None and v.limits["host"].held == {"h1": 1}
+    assert v.limits["host"].bound == 2
     assert place(PROFILES["fifo_match"], v) == [("a1", "d1")]
-    with pytest.raises(ValueError, match="host_tasks"):
-        View.from_snapshot(snap, max_tasks_per_host=1)
 
 
 # -- random views ----------------------------------------------------------------------------------
@@ -184,9 +191,7 @@ def random_view(rng: random.Random, cap: int) -> View:
     tenants = {"x": TenantShare(2, rng.choice((0, 1, 3)), rng.randint(0, 2))}
     snap = replace(snap, tenants=tenants)
     sub = {t.task_id: t.seq for b in buckets for t in b.heads}
-    return View.from_snapshot(
-        snap, submit_times=sub, aging_ms=0, host_tasks=held, max_tasks_per_host=cap
-    )
+    return View.from_snapshot(snap, submit_times=sub, aging_ms=0, limits=host_limit(cap, held))
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -199,7 +204,7 @@ def test_no_host_ever_exceeds_its_cap(name: str) -> None:
         cap = rng.randint(1, 3)
         v = random_view(rng, cap)
         pairs = place(PROFILES[name], v)
-        held = v.host_tasks or {}
+        held = dict(v.limits["host"].held) if v.limits else {}
         for host, n in per_host(v, pairs).items():
             assert n <= max(0, cap - held.get(host, 0)), (host, n, held, pairs)
         assert len({t for t, _ in pairs}) == len(pairs) == len({d for _, d in pairs})
@@ -209,14 +214,14 @@ def test_no_host_ever_exceeds_its_cap(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_cap_zero_or_out_of_reach_changes_no_pair(name: str) -> None:
-    """The permit is inert at cap 0 (whatever host_tasks says) and when no host can reach the
+    """The permit is inert at cap 0 (whatever the counts say) and when no host can reach the
     cap in the pass: the same pairs as the profile without it."""
     rng = random.Random(name + "inert")
     for _ in range(300):
         v = random_view(rng, 0)
         bare = place(without_cap(PROFILES[name]), v)
         assert place(PROFILES[name], v) == bare
-        far = replace(v, host_tasks={}, max_tasks_per_host=len(v.devices))
+        far = replace(v, limits=host_limit(len(v.devices), {}))
         assert place(PROFILES[name], far) == bare
 
 
@@ -224,7 +229,7 @@ def test_cap_zero_or_out_of_reach_changes_no_pair(name: str) -> None:
 def gangs_placed(
     gangs: list[Gang], devices: list[IdleDevice], cap: int, held: dict[str, int]
 ) -> dict[str, list[str]]:
-    gv = GangView.build(gangs, devices, 1_000_000, host_tasks=held, max_tasks_per_host=cap)
+    gv = GangView.build(gangs, devices, 1_000_000, limits=host_limit(cap, held))
     picks = place_gangs(PROFILES["fifo_match"], gv, ReserveThenHold(60_000, 30_000))
     return {p.gang_id: p.devices for p in picks if p.decision is GangDecision.ALLOW}
 
@@ -245,6 +250,6 @@ def test_a_gang_counts_each_of_its_devices_on_a_host() -> None:
     assert gangs_placed([two("g1", 1)], devs[:2], cap=0, held={"ha": 9}) == {"g1": ["p1", "p2"]}
 
 
-def test_a_gang_view_with_a_cap_needs_the_host_load() -> None:
-    with pytest.raises(ValueError, match="host_tasks"):
-        GangView.build([two("g1", 1)], [dev("p1", "ha")], 0, max_tasks_per_host=1)
+def test_a_gang_view_without_limits_sets_none() -> None:
+    gv = GangView.build([two("g1", 1)], [dev("p1", "ha")], 0)
+    assert gv.view.limits == {}

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from deviceq.core.limits import BY_NAME
 from deviceq.placement import PROFILES, Avoid, MissingInputs, Profile, View, place
 from deviceq.placement.builtin import (
     AgingSort,
@@ -14,9 +15,9 @@ from deviceq.placement.builtin import (
     FaultCount,
     FifoSort,
     LeastRecentlyUsed,
+    LimitCap,
     Match,
     PrioritySort,
-    TenantCap,
 )
 from deviceq.scheduler.strategies import Bucket, IdleDevice, QueuedTask, TenantShare
 
@@ -44,7 +45,7 @@ def view(buckets: list[Bucket], devices: list[IdleDevice], limit: int = 100, **k
         "submit_times": {},
         "avoid": {},
         "faults": {},
-        "host_tasks": {},
+        "limits": {},
     }
     inputs.update(kw)
     return View(tuple(buckets), tuple(devices), limit, 1_000_000, **inputs)  # type: ignore[arg-type]
@@ -60,7 +61,7 @@ def test_view_is_read_only_and_sorts_devices_by_id() -> None:
     assert [d.device_id for d in v.devices] == ["d1", "d10", "d2"]
     with pytest.raises(TypeError):
         v.faults["d1"] = 3  # type: ignore[index]
-    assert v.inputs == {"tenants", "submit_times", "avoid", "faults", "host_tasks"}
+    assert v.inputs == {"tenants", "submit_times", "avoid", "faults", "limits"}
     assert View((), (), 1).inputs == frozenset()
 
 
@@ -124,7 +125,8 @@ def test_fair_share_sort_counts_only_what_was_placed() -> None:
 def test_tenant_cap_counts_held_and_this_passs_devices() -> None:
     t = QueuedTask("t", 1, "s", tenant="acme")
     free = QueuedTask("u", 2, "s")
-    state = TenantCap().start(view([], [], tenants={"acme": TenantShare(1, 2, 1)}))
+    state = LimitCap(BY_NAME["tenant"]).start(view([], [], tenants={"acme": TenantShare(1, 2, 1)}))
+    assert state is not None
     assert state.allows(t, dev("d1"))
     state.placed(t, dev("d1"))
     assert not state.allows(t, dev("d2"))
@@ -202,20 +204,20 @@ def test_the_window_keeps_a_big_class_to_its_limit_best_for_a_retry() -> None:
 
 
 def test_a_view_without_an_input_a_plugin_needs_is_refused() -> None:
-    v = View((bucket("a", [1]),), (dev("d1"),), 10, avoid={}, faults={}, host_tasks={})
+    v = View((bucket("a", [1]),), (dev("d1"),), 10, avoid={}, faults={}, limits={})
     assert place(PROFILES["fifo_match"], v) == [("a1", "d1")]
     with pytest.raises(MissingInputs, match="submit_times"):
         place(PROFILES["priority_match"], v)
 
 
 def test_profile_needs_are_the_union_of_its_plugins() -> None:
-    assert PROFILES["fifo_match"].needs == {"avoid", "faults", "host_tasks"}
+    assert PROFILES["fifo_match"].needs == {"avoid", "faults", "limits"}
     assert PROFILES["fair_share"].needs == {
         "tenants",
         "submit_times",
         "avoid",
         "faults",
-        "host_tasks",
+        "limits",
     }
     p = Profile("plain", FifoSort())
     assert p.needs == frozenset() and p.plugins == (p.sort, *p.filters)

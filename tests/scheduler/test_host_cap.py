@@ -16,7 +16,7 @@ from deviceq.core.keys import Keys
 from deviceq.host.client import Report
 from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
-from deviceq.scheduler.host_load import read_host_tasks
+from deviceq.scheduler.limit_load import read_limits
 from deviceq.scheduler.task_scheduler import TaskScheduler
 from invariants import check_pool
 
@@ -84,7 +84,10 @@ def test_assign_refuses_a_pair_past_the_cap(real_fleet: Fleet) -> None:
     # another host is not concerned
     assert real_fleet.store.commit([(ids[2], "e1")])[0].startswith("ok:")
     assert held(real_fleet) == {"h1": 2, "h2": 1}
-    assert read_host_tasks(real_fleet.r, Keys(real_fleet.pool), ["h1", "h2", "h3"]) == {
+    loads = read_limits(
+        real_fleet.r, Keys(real_fleet.pool), {"max_tasks_per_host": "2"}, ["h1", "h2", "h3"], ()
+    )
+    assert {h: loads["host"].held.get(h, 0) for h in ("h1", "h2", "h3")} == {
         "h1": 2,
         "h2": 1,
         "h3": 0,

@@ -38,6 +38,8 @@ key                                type       holds
 ``tenant_held``                    hash       tenant -> devices its tasks hold (leases)
 ``host_held``                      hash       host id -> leases its devices hold (assigned or
                                               running; ``max_tasks_per_host``)
+                                              (each declared limit's count hash:
+                                              `deviceq.core.limits`, ``counter``)
 ``avoid``                          hash       queued task id -> ``DEVICES|HOSTS`` (csv) it lost an
                                               attempt on: a retry prefers others (anti-affinity)
 ``status:STATUS``                  zset       task ids by status (queued/active by seq,
@@ -127,6 +129,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from .limits import COUNTERS
+
 
 def class_id(profile: str) -> str:
     """The id of a device class, from its profile ``DRIVER|TAGS`` (tags sorted, comma
@@ -184,6 +188,12 @@ class Keys:
     @property
     def host_held(self) -> str:
         return self._k("host_held")
+
+    def counter(self, name: str) -> str:
+        """The count hash ``name`` of a declared limit (`deviceq.core.limits.Limit.counter`)."""
+        if name not in COUNTERS:
+            raise ValueError(f"{name!r} is no declared limit's count hash")
+        return self._k(name)
 
     @property
     def devgen(self) -> str:

@@ -8,7 +8,8 @@ or helper) names the helper files it uses in its first lines, one ``--- @include
 line each (``lua/lib/NAME.lua``); they are resolved transitively, each file after the files it
 includes and once only, so a script carries the helpers it uses and nothing else. An include
 ``gen/NAME`` is generated from ``deviceq.core.vocabulary`` (`vocabulary.lua_include`: the task
-statuses, failure kinds and other sets the scripts test names against), not read from a file.
+statuses, failure kinds and other sets the scripts test names against) or, for ``gen/limits``,
+from the declared limits (`deviceq.core.limits`), not read from a file.
 
 A call is ``EVALSHA`` (the fast path: only the digest travels). When the server does not know
 the script (``NOSCRIPT``: a restarted or failed-over server, a ``SCRIPT FLUSH``), the call is

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
+from .limits import REASONS as LIMIT_REASONS
+from .limits import lua_include as limits_include
+
 
 class TaskStatus(StrEnum):
     """A task's status (field ``status`` of ``task:ID``, the index ``status:STATUS``)."""
@@ -146,7 +149,7 @@ ASSIGN_REFUSALS: tuple[str, ...] = (
     "invalid_id", "task_not_found", "task_not_queued", "task_multi_device", "device_not_found",
     "device_reserved", "device_not_idle", "device_quarantined", "device_held", "device_booked",
     "device_checking", "device_unhealthy", "host_dead", "host_draining", "host_suspect",
-    "driver_type_mismatch", "missing_tag", "tenant_cap", "host_cap", "pool_paused",
+    "driver_type_mismatch", "missing_tag", "pool_paused", *LIMIT_REASONS,
 )  # fmt: skip
 """The reasons of assign.lua's ``err:REASON`` (``missing_tag`` comes as ``missing_tag:TAG``)."""
 GANG_REFUSALS: tuple[str, ...] = (
@@ -188,6 +191,8 @@ LUA_INCLUDES: Mapping[str, Mapping[str, LuaValue]] = {
 """Each generated include: the Lua locals it defines, each with its value (a tuple: a set,
 ``{name = true, ...}``; a mapping: ``{name = 'text', ...}``). Each script names the ones it
 uses, so it carries only those."""
+GENERATED_INCLUDES: tuple[str, ...] = (*LUA_INCLUDES, "gen/limits")
+"""The name of every generated include (`lua_include` gives each one's text)."""
 
 
 _LUA_KEYWORDS = frozenset((
@@ -214,7 +219,10 @@ def lua_table(name: str, value: LuaValue) -> str:
 
 
 def lua_include(name: str) -> str | None:
-    """The text of generated include ``name`` (``gen/NAME``), or None when there is none."""
+    """The text of generated include ``name`` (``gen/NAME``), or None when there is none
+    (``gen/limits``: the declared limits, `deviceq.core.limits.lua_include`)."""
+    if name == "gen/limits":
+        return limits_include()
     tables = LUA_INCLUDES.get(name)
     if tables is None:
         return None

@@ -53,6 +53,7 @@ from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.keys import Keys
+from ..core.limits import COUNTERS as LIMIT_COUNTERS
 from ..core.models import validate_id
 
 ROLES: tuple[str, ...] = ("producer", "scheduler", "host", "operator")
@@ -302,14 +303,14 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                  "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*",
                  "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
-                 "tenant_held", "host_held", "gangs"),
+                 *LIMIT_COUNTERS, "gangs"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
     "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
                   "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*", "bookings",
                   "host:*",
-                  "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
+                  "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
@@ -319,7 +320,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     "host": ("host:*", "device:*", "devices", "idle", "idle:c:*", "caps", "drivers", "qdrivers",
              "faults", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
-             "leases", "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
+             "leases", "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
              "host:*:ctl", "log:*"),
     "operator": ("*",),
 }  # fmt: skip

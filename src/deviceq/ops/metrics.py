@@ -31,8 +31,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.events import Event, last_event_id, read_events
+from ..core.limits import LIMITS, setting_bound
 from ..core.vocabulary import TERMINAL_STATUSES, FailureKind
-from ..scheduler.host_load import host_cap_setting
+from ..scheduler.limit_load import read_counts
 from . import status as st
 from .admin import PoolAdmin
 
@@ -146,18 +147,21 @@ class PoolCollector(Collector):
         hs.add_metric([pool, "dead"], float(sum(not h.alive for h in hosts)))
         hs.add_metric([pool, "draining"], float(sum(h.draining for h in hosts)))
         yield hs
-        per_host = GaugeMetricFamily(
-            "deviceq_host_held",
-            "leases (assigned or running) on a host's devices, and the pool's cap on them "
-            "(max_tasks_per_host, 0 = none); hosts holding none are left out",
-            labels=["pool", "host", "max_tasks_per_host"],
-        )
         r, keys = self.admin.redis, self.admin.keys
-        cap = str(host_cap_setting(r.hget(keys.config, "max_tasks_per_host")))
-        held: dict[str, str] = r.hgetall(keys.host_held)  # type: ignore[assignment]
-        for host, count in sorted(held.items()):
-            per_host.add_metric([pool, host, cap], float(int(count or 0)))
-        yield per_host
+        for lim in LIMITS:
+            if lim.setting is None:  # a tenant's own cap: deviceq_tenant_held, above
+                continue
+            family = GaugeMetricFamily(
+                f"deviceq_{lim.counter}",
+                f"the {lim.name} limit: {lim.summary}, held now, and its bound ({lim.setting}, "
+                "0 = none); counts of none are left out",
+                labels=["pool", *lim.scope, lim.setting],
+            )
+            bound = str(setting_bound(r.hget(keys.config, lim.setting)))
+            for key, count in sorted(read_counts(r, keys, lim).items()):
+                values = lim.values(key)
+                family.add_metric([pool, *(values[s] for s in lim.scope), bound], float(count))
+            yield family
         leases = GaugeMetricFamily(
             "deviceq_active_leases", "tasks holding a lease", labels=["pool"]
         )

@@ -47,7 +47,7 @@ from .plugins import (
 )
 from .profiles import Profile
 from .rows import Bucket, IdleDevice, QueuedTask, TenantShare, aged
-from .view import Avoid, DeviceClass, View
+from .view import Avoid, DeviceClass, LimitLoad, View
 
 
 class MissingGangInputs(ValueError):
@@ -116,13 +116,10 @@ class GangView:
         aging_ms: int = 0,
         tenants: Mapping[str, TenantShare] | None = None,
         avoid: Mapping[str, Avoid] | None = None,
-        host_tasks: Mapping[str, int] | None = None,
-        max_tasks_per_host: int = 0,
+        limits: Mapping[str, LimitLoad] | None = None,
     ) -> GangView:
-        """``host_tasks``: the leases each host's devices hold (needed when
-        ``max_tasks_per_host`` > 0, else none are counted)."""
-        if host_tasks is None and max_tasks_per_host > 0:
-            raise ValueError("max_tasks_per_host needs host_tasks (the leases held per host)")
+        """``limits``: each declared limit's bound and counts (`View.limits`; none: no limit
+        is set)."""
         by_id: dict[str, Gang] = {}
         groups: dict[tuple[int, str], list[QueuedTask]] = {}
         for g in gangs:
@@ -159,8 +156,7 @@ class GangView:
             aging_ms=aging_ms,
             avoid=avoid or {},
             faults={d.device_id: d.faults for d in devs if d.faults},
-            host_tasks=host_tasks or {},
-            max_tasks_per_host=max_tasks_per_host,
+            limits=limits or {},
         )
         return cls(by_id, view)
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .plugins import DeviceScore, PassPermit, Requirement, Score, TaskScore
+from .plugins import DeviceScore, PassPermit, Requirement, Score, TaskClosingPermit, TaskScore
 from .profiles import Profile
 from .recorder import FilterRecord, Recorder, TaskRecord, judge
 from .rows import IdleDevice, Pair, QueuedTask
@@ -208,13 +208,22 @@ class _Pass:
         used: set[str] = set()
         for p in permits:
             used.update(p.closed())
+        closers = [p for p in permits if isinstance(p, TaskClosingPermit)]
         chosen: list[tuple[QueuedTask, IdleDevice]] = []
         for task in order:
             if len(chosen) >= limit:
                 break
             cands = self.classes(task.sig)
             live = {i: s for i, s in task_scores if s.applies(view, task)} if task_scores else None
-            best = self.scan(task, cands, used, live) if live else self.first(cands, used)
+            skip = used
+            for p in closers:
+                closed = p.closed_for(task)
+                if closed:
+                    skip = (skip if skip is not used else set(used)) | set(closed)
+            if live:
+                best = self.scan(task, cands, skip, live)
+            else:
+                best = self.first(cands, skip, skip is used)
             denied: str | None = None
             if best is not None:
                 for name, p in zip(names, permits, strict=True):
@@ -255,9 +264,13 @@ class _Pass:
     ) -> None:
         """The refine stage moved some pairs (recording only)."""
 
-    def first(self, cands: list[DeviceClass], used: set[str]) -> IdleDevice | None:
+    def first(
+        self, cands: list[DeviceClass], used: set[str], keep: bool = True
+    ) -> IdleDevice | None:
         """The best unused device by the device scores: the smallest of the classes' first
-        unused ranked devices."""
+        unused ranked devices. ``keep``: ``used`` only grows in this pass, so each class's
+        position past its used devices is kept (False: ``used`` holds devices closed to this
+        task alone, the positions stay)."""
         best: IdleDevice | None = None
         best_rank: Any = None
         ranked, pos, key = self.ranked, self.pos, self.key
@@ -266,7 +279,8 @@ class _Pass:
             i, n = pos[c], len(devs)
             while i < n and devs[i].device_id in used:
                 i += 1
-            pos[c] = i
+            if keep:
+                pos[c] = i
             if i < n:
                 d = devs[i]
                 r = d.device_id if key is None else (key[d.device_id], d.device_id)

@@ -116,6 +116,15 @@ class PassPermit(Protocol):
 
 
 @runtime_checkable
+class TaskClosingPermit(PassPermit, Protocol):
+    """A pass permit whose answer depends on the task and the device together (a tenant's
+    limit on one host): ``closed_for`` names the devices ``task`` may not take now, so the
+    pass offers it its best device among the others instead of skipping it."""
+
+    def closed_for(self, task: QueuedTask) -> Iterable[str]: ...
+
+
+@runtime_checkable
 class GangPassPermit(PassPermit, Protocol):
     """A pass permit that judges a multi-device task's devices together: ``devices`` has one
     entry per role (None for a role no device was found for yet, which still counts as a

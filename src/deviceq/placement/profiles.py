@@ -21,15 +21,14 @@ from dataclasses import dataclass
 
 from ..core.errors import ConfigError
 from .builtin import (
+    LIMIT_CAPS,
     AgingSort,
     AntiAffinity,
     FairShareSort,
     FaultCount,
     FifoSort,
-    HostCap,
     LeastRecentlyUsed,
     Match,
-    TenantCap,
 )
 from .plugins import Filter, Permit, Plugin, QueueSort, Score
 
@@ -69,9 +68,12 @@ class Profile:
 REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
 """Anti-affinity, then faulty devices last: the refine stage of every built-in profile (and
 the correction of a registered whole-pass strategy's pairs)."""
-HOST_CAP: tuple[Permit, ...] = (HostCap(),)
-"""The pool's max_tasks_per_host: a permit of every built-in profile (it allows every pair
-while the cap is 0)."""
+LIMITS: tuple[Permit, ...] = tuple(c for c in LIMIT_CAPS if not c.limit.per_tenant)
+"""The declared limits (`deviceq.core.limits`) bounded by a pool setting: permits of every
+built-in profile (each allows every pair while its bound is unset). A tenant's own cap
+(``max_devices``) is judged in the pass by ``fair_share`` only (`ALL_LIMITS`); the commit
+enforces every limit whatever the strategy."""
+ALL_LIMITS: tuple[Permit, ...] = LIMIT_CAPS
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -80,7 +82,7 @@ PROFILES: dict[str, Profile] = {
             "fifo_match",
             FifoSort(),
             scores=(AntiAffinity(),),
-            permits=HOST_CAP,
+            permits=LIMITS,
             refine=REFINE,
             window=True,
         ),
@@ -88,7 +90,7 @@ PROFILES: dict[str, Profile] = {
             "priority_match",
             AgingSort(),
             scores=(AntiAffinity(),),
-            permits=HOST_CAP,
+            permits=LIMITS,
             refine=REFINE,
             window=True,
         ),
@@ -96,7 +98,7 @@ PROFILES: dict[str, Profile] = {
             "lru_device",
             FifoSort(),
             scores=(AntiAffinity(), LeastRecentlyUsed()),
-            permits=HOST_CAP,
+            permits=LIMITS,
             refine=REFINE,
             window=True,
         ),
@@ -104,7 +106,7 @@ PROFILES: dict[str, Profile] = {
             "fair_share",
             FairShareSort(),
             scores=(AntiAffinity(),),
-            permits=(TenantCap(), *HOST_CAP),
+            permits=ALL_LIMITS,
             refine=REFINE,
         ),
     )

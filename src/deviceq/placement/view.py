@@ -4,9 +4,9 @@ A `View` holds the servable buckets (with their head tasks, oldest first), the a
 devices (by ``device_id``), the pass's pair limit and time, and the optional inputs a plugin may
 declare it needs (`INPUTS`): ``tenants`` (weights, caps and held devices), ``submit_times``
 (for aging, with ``aging_ms``), ``avoid`` (the devices and hosts a task lost an attempt on),
-``faults`` (a device's consecutive device faults) and ``host_tasks`` (the leases each host's
-devices hold, with the pool's ``max_tasks_per_host``). An input that was not read is ``None``; a
-profile's plugins name what they need, so a snapshot can read just the union of those.
+``faults`` (a device's consecutive device faults) and ``limits`` (each declared limit's bound and
+the leases it counts now: `LimitLoad`, `deviceq.core.limits`). An input that was not read is
+``None``; a profile's plugins name what they need, so a snapshot can read just the union of those.
 
 The task, device, bucket and tenant rows are the scheduler's own dataclasses
 (`deviceq.scheduler.strategies`): a view adds no copy of them, only the optional inputs as
@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from .rows import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
 
-INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults", "host_tasks"})
+INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults", "limits"})
 """The optional inputs of a view, by the names plugins declare in their ``needs``."""
 
 DeviceClass = tuple[str, frozenset[str]]
@@ -41,6 +41,21 @@ def _frozen(m: Mapping[str, object] | None) -> Mapping[str, object] | None:
 
 
 @dataclass(frozen=True)
+class LimitLoad:
+    """One declared limit (`deviceq.core.limits.Limit`) in a pass: the bound on each count
+    field (``bounds``, else ``bound``: a setting's, the same for every field) and the leases
+    counted now per field (a field holding none may be missing)."""
+
+    held: Mapping[str, int] = field(default_factory=dict)
+    bound: int = 0
+    bounds: Mapping[str, int] = field(default_factory=dict)
+
+    def cap(self, key: str) -> int:
+        """The bound on count field ``key`` (0 = none)."""
+        return self.bounds.get(key, self.bound)
+
+
+@dataclass(frozen=True)
 class View:
     """One pass's inputs, read-only. ``devices`` are in ``device_id`` order and ``buckets``
     are those some device can serve, each with its heads oldest first (the contract of
@@ -55,11 +70,9 @@ class View:
     aging_ms: int = 0
     avoid: Mapping[str, Avoid] | None = None
     faults: Mapping[str, int] | None = None
-    host_tasks: Mapping[str, int] | None = None
-    """host_id -> leases (assigned or running) its devices hold when the snapshot was read
-    (`deviceq.scheduler.host_load.read_host_tasks`; a host holding none may be missing)."""
-    max_tasks_per_host: int = 0
-    """The pool's cap on leases held on one host's devices at once (0 = none)."""
+    limits: Mapping[str, LimitLoad] | None = None
+    """Limit name -> its bound and counts when the snapshot was read
+    (`deviceq.scheduler.limit_load.read_limits`); a limit with no bound set may be missing."""
     # ``devices`` grouped by class, each group in device_id order, when the reader has it
     # already (then ``devices`` must be in device_id order: they are not checked)
     classes: Mapping[DeviceClass, Sequence[IdleDevice]] | None = field(
@@ -67,7 +80,7 @@ class View:
     )
 
     def __post_init__(self) -> None:
-        for name in ("tenants", "submit_times", "avoid", "faults", "host_tasks"):
+        for name in INPUTS:
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         if self.classes is not None:
             return
@@ -96,18 +109,13 @@ class View:
         *,
         submit_times: Mapping[str, int] | None = None,
         aging_ms: int = 0,
-        host_tasks: Mapping[str, int] | None = None,
-        max_tasks_per_host: int = 0,
+        limits: Mapping[str, LimitLoad] | None = None,
     ) -> View:
         """The view of a whole-pass `Snapshot`: its tenants, the anti-affinity records of its
         heads and its devices' fault counts are taken from it. Without ``submit_times`` the
         snapshot's priorities count as already aged (the reader sets a whole-pass
         strategy's effective priorities), so an aging plugin orders by them as they are. The
-        leases per host (``host_tasks``) are not in a snapshot either: without them no host
-        counts as holding any, which only ``max_tasks_per_host`` 0 (no cap) may rely on, so a
-        cap without them is a ValueError."""
-        if host_tasks is None and max_tasks_per_host > 0:
-            raise ValueError("max_tasks_per_host needs host_tasks (the leases held per host)")
+        limits' loads are not in a snapshot either: without ``limits`` no limit is set."""
         avoid = {
             t.task_id: Avoid(t.avoid_devices, t.avoid_hosts)
             for t in snap.tasks()
@@ -124,8 +132,7 @@ class View:
             aging_ms=aging_ms if submit_times is not None else 0,
             avoid=avoid,
             faults=faults,
-            host_tasks=host_tasks if host_tasks is not None else {},
-            max_tasks_per_host=max_tasks_per_host,
+            limits=limits if limits is not None else {},
         )
 
 

@@ -33,6 +33,7 @@ import redis
 
 from ..core.config import PoolConfig
 from ..core.keys import Keys
+from ..core.limits import SETTINGS as LIMIT_SETTINGS
 from ..core.models import decode_roles
 from ..core.tenants import parse_tenant
 from ..placement.builtin.gang_hold import HoldState, ReserveThenHold
@@ -40,7 +41,7 @@ from ..placement.gang import Gang, GangView, Role, place_gangs
 from ..placement.plugins import GangDecision
 from ..placement.profiles import PROFILES, Profile
 from ..placement.view import Avoid
-from .host_load import host_cap_setting, read_host_tasks
+from .limit_load import read_limits
 from .strategies import DEFAULT_STRATEGY, IdleDevice, TenantShare
 
 GANG_SCAN = 50
@@ -92,7 +93,7 @@ class GangPlanner:
         self._avoid: dict[str, tuple[tuple[Any, Any], dict[str, Avoid]]] = {}
         self._written: dict[str, str] = {}  # gang_holds as this scheduler last wrote it
         self._reset = True  # rewrite gang_holds whole (another scheduler may have written it)
-        self.host_cap = 0  # the pool's max_tasks_per_host (as read with the gangs' rows)
+        self.limit_settings: dict[str, Any] = {}  # the limits' settings, read with the rows
 
     @property
     def kept(self) -> bool:
@@ -137,12 +138,13 @@ class GangPlanner:
             return out
         gangs, tenants, avoid, aging_ms = self.read(waiting, now)
         permit = ReserveThenHold(reserve_after_ms, hold_ms, self._holds)
-        cap = self.host_cap
-        hosts = {d.host_id for d in devices} if cap > 0 else set()
-        gv = GangView.build(
-            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid,
-            host_tasks=read_host_tasks(self.redis, self.keys, hosts), max_tasks_per_host=cap,
+        limits = read_limits(
+            self.redis, self.keys, self.limit_settings, {d.host_id for d in devices},
+            {g.tenant for g in gangs if g.tenant},
         )  # fmt: skip
+        gv = GangView.build(
+            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid, limits=limits
+        )
         for p in place_gangs(self.profile, gv, permit):
             if p.decision is GangDecision.ALLOW:
                 out.place.append((p.gang_id, p.devices))
@@ -157,14 +159,14 @@ class GangPlanner:
         records (by part id) and the pool's aging (ms): see the module doc for the reads."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(k.config, "aging_seconds", "max_tasks_per_host")
+        pipe.hmget(k.config, "aging_seconds", *LIMIT_SETTINGS)
         for gid in waiting:
             if gid in self._roles:
                 pipe.hmget(k.task(gid), *GANG_FIELDS)
             else:
                 pipe.hmget(k.task(gid), *GANG_FIELDS, "roles")
-        (aging_raw, cap_raw), *rows = pipe.execute()
-        self.host_cap = host_cap_setting(cap_raw)
+        (aging_raw, *limit_raw), *rows = pipe.execute()
+        self.limit_settings = dict(zip(LIMIT_SETTINGS, limit_raw, strict=True))
         gangs: list[Gang] = []
         stamps: dict[str, tuple[Any, Any]] = {}
         for gid, row in zip(waiting, rows, strict=True):

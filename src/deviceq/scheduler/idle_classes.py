@@ -30,7 +30,7 @@ from ..core.keys import Keys, class_id
 from ..core.lane import batch
 from ..placement.rows import Bucket, IdleDevice, Snapshot
 from .device_cache import tagset, with_faults
-from .host_load import host_cap_setting, read_host_tasks
+from .limit_load import device_room, read_limits
 
 if TYPE_CHECKING:
     from .snapshot import SnapshotReader
@@ -197,20 +197,24 @@ def deepen(
 ) -> tuple[Base, list[str]]:
     """The base filtered by its hosts' health (``rowmap``: host -> row), reading the
     classes it leaves short deeper (`IdleClasses.short`) until none is (each round: one
-    round trip for the deeper ranges, one for the health of hosts not seen yet). With
-    ``max_tasks_per_host`` set (and read: the profile places by it), a host's devices count
-    as usable only as far as its cap leaves room (one more ``HMGET`` of ``host_held``)."""
-    cap = host_cap_setting(r.settings.get("max_tasks_per_host"))
+    round trip for the deeper ranges, one for the health of hosts not seen yet). With a limit
+    counted by host set (and read: the profile places by the limits), a host's devices count
+    as usable only as far as its limits leave room (`limit_load.device_room`: one more read
+    of their counts)."""
     while True:
         kept = r.host_filter(base, hosts, [rowmap[h] for h in hosts])
         usable = kept.devices
-        if cap > 0:
-            room = {h: cap - n for h, n in read_host_tasks(r.redis, r.keys, hosts).items()}
-            usable = []
-            for d in kept.devices:
-                if room.get(d.host_id, cap) > 0:
-                    room[d.host_id] = room.get(d.host_id, cap) - 1
-                    usable.append(d)
+        if "limits" in r.needs:
+            loads = read_limits(r.redis, r.keys, r.settings, hosts, ())
+            room = {h: device_room(loads, h) for h in hosts}
+            if any(v is not None for v in room.values()):
+                usable = []
+                for d in kept.devices:
+                    left = room.get(d.host_id)
+                    if left is None or left > 0:
+                        if left is not None:
+                            room[d.host_id] = left - 1
+                        usable.append(d)
         short = r.idle.short(d.device_class for d in usable)
         if not short:
             return kept, hosts

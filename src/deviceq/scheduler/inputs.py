@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.lane import batch
+from ..core.limits import SETTINGS as LIMIT_SETTINGS
+from ..core.limits import setting_bound
 from ..core.tenants import parse_tenant
 from ..placement.rows import Bucket, TenantShare
 from ..placement.view import Avoid
-from .host_load import host_cap_setting, read_host_tasks
+from .limit_load import read_limits
 
 if TYPE_CHECKING:
     from .snapshot import Base, SnapshotReader
@@ -134,12 +136,14 @@ def read_faults(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[st
     return {"faults": {d.device_id: d.faults for d in base.devices if d.faults}}
 
 
-@register_input("host_tasks", settings=("max_tasks_per_host",), per_pass=True)
-def read_host_load(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
-    """The pool's ``max_tasks_per_host`` (read with the base) and, when it is set, the leases
-    the idle devices' hosts hold (one ``HMGET`` of ``host_held``); none read at cap 0."""
-    cap = host_cap_setting(r.settings.get("max_tasks_per_host"))
-    if cap <= 0:
-        return {"host_tasks": {}, "max_tasks_per_host": 0}
+@register_input("limits", settings=LIMIT_SETTINGS, per_pass=True)
+def read_limit_loads(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The declared limits bounded by a setting (read with the base): for those set, the
+    leases counted on the idle devices' hosts for the servable buckets' tenants
+    (`limit_load.read_limits`); nothing more read while no bound is set. (A tenant's own cap
+    comes with the tenants' shares: ``tenants``.)"""
+    if not any(setting_bound(r.settings.get(s)) > 0 for s in LIMIT_SETTINGS):
+        return {"limits": {}}
     hosts = {d.host_id for d in base.devices}
-    return {"host_tasks": read_host_tasks(r.redis, r.keys, hosts), "max_tasks_per_host": cap}
+    tenants = {b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)}
+    return {"limits": read_limits(r.redis, r.keys, r.settings, hosts, tenants)}

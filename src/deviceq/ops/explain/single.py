@@ -13,7 +13,7 @@ from ...placement.recorder import Need
 from ...placement.rows import MAX_PRIORITY, aged
 from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, first_reason, match
 from .estimate import position
-from .hosts import host_cap_reason
+from .limits import limit_reasons
 from .model import Explanation, Reason, at, secs
 
 
@@ -134,11 +134,11 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
             )
     if cls["idle"]:
         idle = [d for d in matching if first_reason(d, hosts.get(d.host_id or "")) == "idle"]
-        full = host_cap_reason(admin, idle)
-        if full is not None:
+        for full in reversed(limit_reasons(admin, task.tenant, idle)):
             reasons.insert(0, full)
             if leader and full.count == len(idle):
-                summary = "every idle matching device is on a host at max_tasks_per_host"
+                setting = next(k for k in full.detail if k != "hosts")
+                summary = f"every idle matching device is on a host at {setting}"
     if matching:
         reasons.append(position(admin, task, matching, now, counts))
     aging = _aging(admin, task, now)

@@ -26,11 +26,11 @@ What is checked (each violation has a ``kind``, see `KINDS`):
   live lease has one; a task whose submission is in the stream and that never ended still
   exists;
 - the counters agree with what they count: ``caps``/``drivers``/``qdrivers`` with the
-  registered devices, ``tenant_held`` and ``host_held`` with the leases of each tenant's
-  tasks and on each host's devices, the queue depth with the buckets, ``queues`` with the
-  buckets' heads, ``sig:SIG`` with the non-empty buckets, and the ``idle`` index holds only
-  idle, unreserved, unquarantined, unheld, unbooked devices whose health check neither runs
-  nor failed;
+  registered devices, each declared limit's count hash (``tenant_held``, ``host_held``, ...:
+  `deviceq.core.limits`) with the leases under it, the queue depth with the buckets,
+  ``queues`` with the buckets' heads, ``sig:SIG`` with the non-empty buckets, and the
+  ``idle`` index holds only idle, unreserved, unquarantined, unheld, unbooked devices whose
+  health check neither runs nor failed;
 - a multi-device task holds all its devices or none (every part's lease while it is active,
   none otherwise), and ``gangs`` holds exactly the queued ones;
 - a device is held by at most one lease *or* one person's reservation (``deviceq reserve``:
@@ -50,8 +50,8 @@ what both passes find is reported (a real violation stays, a race does not), the
 counted in ``skipped["transient"]``.
 
 The package, by what each part checks: `tasks` (status indexes, attempts, a task's host, avoid
-and inbox entries), `leases` (``leases``, one lease per device, ``tenant_held``,
-``host_held``), `queues` (buckets, ``retries``, heads), `gangs` (multi-device tasks),
+and inbox entries), `leases` (``leases``, one lease per device, the limits'
+counts), `queues` (buckets, ``retries``, heads), `gangs` (multi-device tasks),
 `devices` (counters, ``idle``, person's reservations), `history` (the event stream); `reader`
 does the bounded reads into `model`'s shapes, `results` holds the kinds and what is reported,
 `verifier` the entry points.

@@ -1,11 +1,13 @@
 """Checks of the leases: ``leases`` holds exactly the live leases, scored by their expiry; one
 live lease per device, agreeing with the device's ``reserved_by``/``lease_id``;
-``tenant_held`` counts each tenant's leases and ``host_held`` each host's."""
+each declared limit's count hash (``tenant_held``, ``host_held``, ...) counts the leases under
+it."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from ...core.limits import LIMITS
 from .model import ACTIVE, PoolState, TaskRow, to_int
 from .results import Findings
 
@@ -106,37 +108,25 @@ def _task_side(st: PoolState, f: Findings, did: str, t: TaskRow) -> None:
         )
 
 
-def check_tenants(st: PoolState, f: Findings) -> None:
-    """``tenant_held`` counts each tenant's tasks holding a lease (assigned or running)."""
-    held: dict[str, int] = {}
-    for t in st.tasks.values():
-        if t.tenant and t.status in ACTIVE:
-            held[t.tenant] = held.get(t.tenant, 0) + 1
-    stored = st.counters.get("tenant_held", {})
-    for name in sorted(set(held) | set(stored)):
-        want, got = held.get(name, 0), to_int(stored.get(name)) or 0
-        if want != got:
-            f.add(
-                "tenant_held",
-                f"tenant_held counts {got} device(s) for tenant {name}, its tasks hold {want}",
-                key="tenant_held",
-            )
-
-
-def check_hosts(st: PoolState, f: Findings) -> None:
-    """``host_held`` counts the leases (assigned or running) on each host's devices: single
-    tasks and the parts of multi-device tasks, not the multi-device tasks themselves."""
-    held: dict[str, int] = {}
-    for t in st.tasks.values():
-        if t.status in ACTIVE and not t.parts and not t.roles and t.host_id:
-            held[t.host_id] = held.get(t.host_id, 0) + 1
-    stored = st.counters.get("host_held", {})
-    for host in sorted(set(held) | set(stored)):
-        want, got = held.get(host, 0), to_int(stored.get(host)) or 0
-        if want != got:
-            f.add(
-                "host_held",
-                f"host_held counts {got} lease(s) on host {host}, its devices hold {want}",
-                key="host_held",
-                host=host,
-            )
+def check_limits(st: PoolState, f: Findings) -> None:
+    """Each declared limit's count hash (`deviceq.core.limits`) counts the leases (assigned or
+    running) under it: single tasks by their host and tenant, the parts of multi-device tasks
+    by their host (the multi-device tasks themselves hold no lease of their own)."""
+    for lim in LIMITS:
+        held: dict[str, int] = {}
+        for t in st.tasks.values():
+            if t.status in ACTIVE and not t.parts and not t.roles:
+                key = lim.field(host=t.host_id or "", tenant=t.tenant or "")
+                if key is not None:
+                    held[key] = held.get(key, 0) + 1
+        stored = st.counters.get(lim.counter, {})
+        for key in sorted(set(held) | set(stored)):
+            want, got = held.get(key, 0), to_int(stored.get(key)) or 0
+            if want != got:
+                at = " and ".join(f"{s} {v}" for s, v in lim.values(key).items())
+                f.add(
+                    lim.counter,
+                    f"{lim.counter} counts {got} lease(s) for {at}, its tasks hold {want}",
+                    key=lim.counter,
+                    **({"host": lim.values(key)["host"]} if "host" in lim.scope else {}),
+                )

@@ -10,6 +10,7 @@ import redis
 
 from ...core.config import PoolConfig
 from ...core.connection import PoolConnection
+from ...core.limits import COUNTERS as LIMIT_COUNTERS
 from .model import (
     ATTEMPTS_HEAD,
     DEVICE_FIELDS,
@@ -294,8 +295,8 @@ def read_state(rd: Reader) -> PoolState:
         devices=devices,
         device_rows=rd.devices(sorted(devices | space.devices)),
         counters={
-            name: rd.hash(getattr(k, name))
-            for name in ("caps", "drivers", "qdrivers", "tenant_held", "host_held")
+            **{name: rd.hash(getattr(k, name)) for name in ("caps", "drivers", "qdrivers")},
+            **{c: rd.hash(k.counter(c)) for c in LIMIT_COUNTERS},
         },
         idle_classes={c: by_class[k.idle_class(c)] for c in classes},
     )

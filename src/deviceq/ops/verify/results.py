@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.limits import LIMITS
+
 KINDS: dict[str, str] = {
     "device_two_leases": "two active tasks hold a lease on the same device",
     "reservation_mismatch": "a device's reserved_by/lease_id disagrees with the active task "
@@ -36,10 +38,11 @@ KINDS: dict[str, str] = {
     "queue_depth": "ZCARD status:queued differs from the sum of the queue buckets and the "
     "retries waiting out their backoff",
     "retry_index": "retries holds a task that is not queued, or that is also in a bucket",
-    "tenant_held": "tenant_held disagrees with the leases of the tenants' tasks (the cap on "
-    "devices a tenant holds would be wrong)",
-    "host_held": "host_held disagrees with the leases held on each host's devices (the "
-    "max_tasks_per_host cap would be wrong)",
+    **{
+        lim.counter: f"{lim.counter} disagrees with the leases it counts (the {lim.name} limit, "
+        f"{lim.summary}, would be wrong)"
+        for lim in LIMITS
+    },
     "bucket_mismatch": "a queue bucket holds a task that is not queued in it, or a queued "
     "task is missing from its bucket",
     "queue_head": "the queues index disagrees with the buckets' heads",

@@ -12,7 +12,7 @@ from ...core.connection import PoolConnection
 from ...core.errors import InvalidInput, NotFound
 from .devices import check_bookings, check_devices, check_idle, check_idle_classes
 from .history import History
-from .leases import check_hosts, check_leases, check_reservations, check_tenants
+from .leases import check_leases, check_limits, check_reservations
 from .model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH, STATUSES, PoolState
 from .queues import check_buckets
 from .reader import Reader, read_state
@@ -119,8 +119,7 @@ def _check_state(st: PoolState, f: Findings) -> None:
     check_idle(st, f)
     check_idle_classes(st, f)
     check_bookings(st, f)
-    check_tenants(st, f)
-    check_hosts(st, f)
+    check_limits(st, f)
 
 
 def _recheck_orphans(st: PoolState, rd: Reader, f: Findings) -> None:

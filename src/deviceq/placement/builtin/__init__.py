@@ -4,11 +4,10 @@ from .anti_affinity import AntiAffinity
 from .fair_share import FairShareSort
 from .faults import FaultCount
 from .gang_hold import ReserveThenHold
-from .host_cap import HostCap
+from .limit_caps import LIMIT_CAPS, LimitCap
 from .lru import LeastRecentlyUsed
 from .matching import Match
 from .ordering import AgingSort, FifoSort, PrioritySort
-from .tenant_cap import TenantCap
 
 __all__ = [
     "AgingSort",
@@ -16,10 +15,10 @@ __all__ = [
     "FairShareSort",
     "FaultCount",
     "FifoSort",
-    "HostCap",
+    "LIMIT_CAPS",
     "LeastRecentlyUsed",
+    "LimitCap",
     "Match",
     "PrioritySort",
     "ReserveThenHold",
-    "TenantCap",
 ]
