@@ -151,6 +151,20 @@ def hosts_hold_their_leases(tasks: dict[str, dict[str, str]], r: redis.Redis, ke
     assert {k: int(v) for k, v in r.hgetall(keys.host_held).items()} == held
 
 
+def tenants_hold_their_leases_per_host(
+    tasks: dict[str, dict[str, str]], r: redis.Redis, keys: Keys
+) -> None:
+    """``tenant_host_held`` counts, per tenant and host, the tenant's tasks holding a lease on
+    the host's devices (field ``TENANT|HOST``)."""
+    held: dict[str, int] = {}
+    for t in tasks.values():
+        if t.get("tenant") and t["status"] in ACTIVE and not t.get("roles"):
+            key = f"{t['tenant']}|{t['host_id']}"
+            held[key] = held.get(key, 0) + 1
+    got = r.hgetall(keys.counter("tenant_host_held"))
+    assert {k: int(v) for k, v in got.items()} == held  # type: ignore[union-attr]
+
+
 def check_pool(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     """Every invariant above; returns the tasks."""
     devices_and_leases_agree(r, keys)
@@ -158,6 +172,7 @@ def check_pool(r: redis.Redis, keys: Keys) -> dict[str, dict[str, str]]:
     queued_depth_is_consistent(r, keys)
     device_counts_agree(r, keys)
     tenants_hold_their_leases(tasks, r, keys)
+    tenants_hold_their_leases_per_host(tasks, r, keys)
     hosts_hold_their_leases(tasks, r, keys)
     return tasks
 

@@ -478,6 +478,11 @@ def test_tenant_held_disagrees_with_the_leases(lab: Lab) -> None:
     lab.expect("tenant_held", key="tenant_held")
 
 
+def test_tenant_host_held_disagrees_with_the_leases(lab: Lab) -> None:
+    lab.r.hset(lab.keys.counter("tenant_host_held"), "team-x|h1", 2)
+    lab.expect("tenant_host_held", key="tenant_host_held", host="h1")
+
+
 def test_host_held_disagrees_with_the_leases(lab: Lab) -> None:
     lab.r.hincrby(lab.keys.host_held, "h1", 1)
     lab.expect("host_held", key="host_held", host="h1")

@@ -149,6 +149,13 @@ class PoolConfig(BaseModel):
         description="leases (assigned or running) the tasks may hold on one host's devices at "
         "once; a multi-device task's devices on the host count one each (0 = no limit)",
     )
+    max_tasks_per_tenant_per_host: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="leases (assigned or running) one tenant's tasks may hold on one host's "
+        "devices at once; tasks without a tenant are not counted (0 = no limit)",
+    )
     durability: Literal["none", "aof", "replica"] = Field(
         "none",
         description="none | aof | replica: submissions and reports wait until the write is "

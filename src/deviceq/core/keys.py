@@ -38,6 +38,8 @@ key                                type       holds
 ``tenant_held``                    hash       tenant -> devices its tasks hold (leases)
 ``host_held``                      hash       host id -> leases its devices hold (assigned or
                                               running; ``max_tasks_per_host``)
+``tenant_host_held``               hash       ``TENANT|HOST`` -> leases a tenant's tasks hold on
+                                              the host's devices (``max_tasks_per_tenant_per_host``)
                                               (each declared limit's count hash:
                                               `deviceq.core.limits`, ``counter``)
 ``avoid``                          hash       queued task id -> ``DEVICES|HOSTS`` (csv) it lost an

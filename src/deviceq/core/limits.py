@@ -97,6 +97,13 @@ LIMITS: tuple[Limit, ...] = (
         "host_held",
         "leases (assigned or running) on one host's devices at once",
     ),
+    Limit(
+        "tenant_host",
+        ("tenant", "host"),
+        "max_tasks_per_tenant_per_host",
+        "tenant_host_held",
+        "leases one tenant's tasks hold on one host's devices at once",
+    ),
 )
 """Every declared limit, in the order a commit checks them (the first broken one is named)."""
 
