@@ -17,23 +17,23 @@ first saw the task queued (a new leader starts counting afresh: it never keeps d
 than the setting says).
 
 Reads per pass, bounded by the waiting gangs the snapshot listed (at most ``GANG_SCAN``): one
-round trip with ``aging_seconds`` and each gang's row (priority, seq, submitted_at, tenant,
+round trip with each gang's row (priority, seq, submitted_at, tenant,
 attempt, updated_at; its roles only the first time); a second one only when needed: the
 weight, cap and held devices of the gangs' tenants (when a gang has one), and the
 anti-affinity records of the parts (``GANG.ROLE``: the device and host a role lost an attempt
-on) of gangs that ran before, read again only after their row changed."""
+on) of gangs that ran before, read again only after their row changed; the declared limits'
+counts when a limit is set (`limit_load.read_limits`). The pool settings (aging, the limits'
+bounds) come with the pass's base: the snapshot reader reads those the profile's inputs name."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from ..core.config import PoolConfig
 from ..core.keys import Keys
-from ..core.limits import SETTINGS as LIMIT_SETTINGS
 from ..core.models import decode_roles
 from ..core.tenants import parse_tenant
 from ..placement.builtin.gang_hold import HoldState, ReserveThenHold
@@ -48,7 +48,6 @@ GANG_SCAN = 50
 """Queued multi-device tasks considered per pass, oldest first (bounded work per pass)."""
 
 GANG_FIELDS = ("priority", "seq", "submitted_at", "tenant", "attempt", "updated_at")
-DEFAULT_AGING = float(PoolConfig.model_fields["aging_seconds"].default)
 
 
 def gang_profile(profile: Profile | str | None) -> Profile:
@@ -93,7 +92,6 @@ class GangPlanner:
         self._avoid: dict[str, tuple[tuple[Any, Any], dict[str, Avoid]]] = {}
         self._written: dict[str, str] = {}  # gang_holds as this scheduler last wrote it
         self._reset = True  # rewrite gang_holds whole (another scheduler may have written it)
-        self.limit_settings: dict[str, Any] = {}  # the limits' settings, read with the rows
 
     @property
     def kept(self) -> bool:
@@ -126,9 +124,13 @@ class GangPlanner:
         now: int,
         reserve_after_ms: int,
         hold_ms: int,
+        settings: Mapping[str, Any] | None = None,
+        aging_ms: int = 0,
     ) -> GangPlan:
         """Place the waiting gangs on ``devices`` with the profile: the gangs whose every role
-        got a device, and the partial picks kept by gangs past their reserve time."""
+        got a device, and the partial picks kept by gangs past their reserve time. ``settings``
+        and ``aging_ms``: the pool settings and aging as the pass read them with its base (the
+        snapshot reader reads what the profile's inputs name: `needs`)."""
         out = GangPlan()
         present = set(waiting)
         for state in (self._since, self._holds, self._avoid):
@@ -136,10 +138,10 @@ class GangPlanner:
                 del state[t]  # placed, cancelled or gone
         if not waiting:
             return out
-        gangs, tenants, avoid, aging_ms = self.read(waiting, now)
+        gangs, tenants, avoid = self.read(waiting, now)
         permit = ReserveThenHold(reserve_after_ms, hold_ms, self._holds)
         limits = read_limits(
-            self.redis, self.keys, self.limit_settings, {d.host_id for d in devices},
+            self.redis, self.keys, settings or {}, {d.host_id for d in devices},
             {g.tenant for g in gangs if g.tenant},
         )  # fmt: skip
         gv = GangView.build(
@@ -154,19 +156,17 @@ class GangPlanner:
 
     def read(
         self, waiting: Sequence[str], now: int
-    ) -> tuple[list[Gang], dict[str, TenantShare], dict[str, Avoid], int]:
-        """The waiting gangs (those still queued), their tenants, their parts' anti-affinity
-        records (by part id) and the pool's aging (ms): see the module doc for the reads."""
+    ) -> tuple[list[Gang], dict[str, TenantShare], dict[str, Avoid]]:
+        """The waiting gangs (those still queued), their tenants and their parts' anti-affinity
+        records (by part id): see the module doc for the reads."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(k.config, "aging_seconds", *LIMIT_SETTINGS)
         for gid in waiting:
             if gid in self._roles:
                 pipe.hmget(k.task(gid), *GANG_FIELDS)
             else:
                 pipe.hmget(k.task(gid), *GANG_FIELDS, "roles")
-        (aging_raw, *limit_raw), *rows = pipe.execute()
-        self.limit_settings = dict(zip(LIMIT_SETTINGS, limit_raw, strict=True))
+        rows = pipe.execute()
         gangs: list[Gang] = []
         stamps: dict[str, tuple[Any, Any]] = {}
         for gid, row in zip(waiting, rows, strict=True):
@@ -216,7 +216,7 @@ class GangPlanner:
                         recs[g.part_id(role)] = Avoid(_csv(devs), _csv(hosts))
                 self._avoid[g.gang_id] = (stamps[g.gang_id], recs)
         avoid = {p: a for gid, (_, recs) in self._avoid.items() for p, a in recs.items()}
-        return gangs, tenants, avoid, _aging_ms(aging_raw)
+        return gangs, tenants, avoid
 
     def _trim_roles(self, ids: Sequence[str]) -> None:
         if len(self._roles) > 4 * GANG_SCAN + 1000:
@@ -256,12 +256,3 @@ def _int(raw: Any) -> int:
 
 def _csv(raw: Any) -> frozenset[str]:
     return frozenset(x for x in str(raw or "").split(",") if x)
-
-
-def _aging_ms(raw: Any) -> int:
-    """``aging_seconds`` in ms (its default when missing or not a number)."""
-    try:
-        v = float(raw) if raw not in (None, "") else DEFAULT_AGING
-    except (TypeError, ValueError):
-        v = DEFAULT_AGING
-    return int(v * 1000) if v == v and v >= 0 else int(DEFAULT_AGING * 1000)

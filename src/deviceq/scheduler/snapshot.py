@@ -95,12 +95,14 @@ class SnapshotReader:
         max_buckets: int,
         device_refresh: float,
         scripts: Scripts | None = None,
+        also_needs: frozenset[str] = frozenset(),
     ) -> None:
         self.redis = r
         self.scripts = scripts or Scripts(r)
         self.keys = keys
         self.strategy = strategy
         self.needs = strategy_needs(strategy)  # the optional inputs its plugins read
+        self.also_needs = also_needs  # (multi-device tasks' profile's: their settings are read)
         unknown = self.needs - INPUTS.keys()
         if unknown:
             raise ConfigError(
@@ -154,7 +156,7 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = batch(self.redis)
         pipe.time()
-        extra = settings_needed(self.needs)
+        extra = settings_needed(self.needs | self.also_needs)
         pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, *extra)
         pipe.get(k.devgen)
         pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read

@@ -98,6 +98,9 @@ class TaskScheduler:
         self.expire_batch = expire_batch
         self.expire_rounds = max(1, expire_rounds)
         self.expire_budget_ms = expire_budget_ms
+        # multi-device tasks go through the same profile (a whole-pass strategy: the default's)
+        profile = self.strategy.profile if isinstance(self.strategy, ProfileStrategy) else None
+        self.gangs = GangPlanner(self.store.redis, self.store.keys, profile)
         self.reader = SnapshotReader(
             self.store.redis,
             self.store.keys,
@@ -106,10 +109,8 @@ class TaskScheduler:
             max_buckets=max_buckets,
             device_refresh=device_refresh,
             scripts=self.store.scripts,
+            also_needs=self.gangs.profile.needs,
         )
-        # multi-device tasks go through the same profile (a whole-pass strategy: the default's)
-        profile = self.strategy.profile if isinstance(self.strategy, ProfileStrategy) else None
-        self.gangs = GangPlanner(self.store.redis, self.store.keys, profile)
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
         self.leadership = Leadership(self.store, owner, on_elected=self._elected)
         self._stop = threading.Event()
@@ -205,7 +206,9 @@ class TaskScheduler:
         ``gang_assign`` call each, all roles or none) and keep devices for those waiting past
         ``gang_reserve_after`` (`gangs.GangPlanner`). Returns the devices taken or kept."""
         r = self.reader
-        gp = self.gangs.plan(r.gang_ids, devices, now, r.gang_reserve_ms, r.gang_hold_ms)
+        gp = self.gangs.plan(
+            r.gang_ids, devices, now, r.gang_reserve_ms, r.gang_hold_ms, r.settings, r.aging_ms
+        )
         for gid, devs in gp.place:
             out = parse(self.store.commit_gang(gid, devs, fence))
             if out.ok:
