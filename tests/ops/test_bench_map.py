@@ -18,6 +18,9 @@ import sys
 import tomllib
 from pathlib import Path
 
+from docs_pages import README as DOCS_README
+from docs_pages import pages
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 README = BENCH / "README.md"
@@ -183,3 +186,78 @@ def test_every_bench_module_imports() -> None:
     }
     assert wrong == {}
     assert len(names) - len(failed) >= 10  # (most import without the bench extra)
+
+
+# What the docs may name of bench/: a path (file or folder), a module (``python -m bench...``,
+# ``bench.ab``) or a runner path (``bench.support.runners:incr``). Placeholders stand for any
+# subject or script (``bench/SUBJECT/NAME.py``).
+DOC_PATH = re.compile(r"(?<![\w./~-])bench/[\w./-]*")
+DOC_MODULE = re.compile(r"(?<![\w./~-])(bench(?:\.[a-z_][a-z0-9_]*)*)(?::(\w+))?")
+PLACEHOLDERS = {"SUBJECT", "NAME"}
+
+
+def doc_sources() -> list[Path]:
+    """The docs site's pages, README.md, mkdocs.yml and deviceq's own source (its help texts
+    and comments)."""
+    src = sorted((ROOT / "src").rglob("*.py"))
+    return [*pages(), DOCS_README, ROOT / "mkdocs.yml", *src]
+
+
+def stale_bench_names(text: str) -> list[str]:
+    """Every ``bench/...`` path, ``bench...`` module and ``bench...:NAME`` runner named in
+    ``text`` that does not exist in this tree (a ``python -m`` module must also be runnable)."""
+    wrong = []
+
+    def run_by_m(m: re.Match[str]) -> bool:
+        return text[max(0, m.start() - 3) : m.start()] == "-m "
+
+    for m in DOC_PATH.finditer(text):
+        path = m.group(0).rstrip(".,;:")
+        stem_parts = {Path(p).stem for p in path.split("/")}
+        if stem_parts & PLACEHOLDERS:
+            continue
+        if not (ROOT / path).exists():
+            wrong.append(path)
+    for m in DOC_MODULE.finditer(text):
+        name, attr = m.group(1), m.group(2)
+        if name == "bench" and not run_by_m(m):
+            continue  # the word "bench" itself, not a module run
+        file = module_file(name)
+        if file is None:
+            wrong.append(name)
+        elif attr and not defines(file, attr):
+            wrong.append(f"{name}:{attr}")
+        elif run_by_m(m):
+            runs = file.parent / "__main__.py" if file.name == "__init__.py" else file
+            if not (runs.is_file() and runnable(runs)):
+                wrong.append(f"python -m {name} (not runnable)")
+    return wrong
+
+
+def test_stale_bench_names_are_found() -> None:
+    text = (
+        "`python -m bench.chaos`, `bench/bench_batch.py`, `bench/RESULTS-core.md`, "
+        "`bench.runners:incr`, `bench.support.runners:nope`, `python -m bench.support`.\n"
+        "Fine: `python -m bench --quick`, `python -m bench.faults.chaos`, "
+        "`bench/SUBJECT/NAME.py`, `bench/support/`, `bench.support.runners:incr`, "
+        "`bench/lifecycle/RESULTS.md`, ~/.cache/deviceq-bench/venv, a bench.\n"
+    )
+    assert stale_bench_names(text) == [
+        "bench/bench_batch.py",
+        "bench/RESULTS-core.md",
+        "bench.chaos",
+        "bench.runners",
+        "bench.support.runners:nope",
+        "python -m bench.support (not runnable)",
+    ]
+
+
+def test_the_docs_name_only_bench_paths_and_modules_that_exist() -> None:
+    wrong, named = {}, 0
+    for source in doc_sources():
+        text = source.read_text(encoding="utf-8")
+        named += len(DOC_PATH.findall(text)) + text.count("python -m bench")
+        if bad := stale_bench_names(text):
+            wrong[str(source.relative_to(ROOT))] = bad
+    assert wrong == {}, f"stale bench/ names (see bench/README.md for the current ones): {wrong}"
+    assert named >= 15, named  # (the pages do name benchmarks: the scan found them)
