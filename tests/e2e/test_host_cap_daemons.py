@@ -41,9 +41,8 @@ def runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def test_one_task_per_host_at_a_time_and_all_finish(deploy: Deployment, tmp_path: Path) -> None:
-    deploy.configure(max_tasks_per_host=1)
-    log = tmp_path / "runs.jsonl"
+def start_recording_host(deploy: Deployment, log: Path) -> None:
+    """The scheduler and host h1 with three android devices whose runs `record` to ``log``."""
     deploy.scheduler()
     deploy.host(
         "h1", "d1:android", "d2:android", "d3:android", env={"HOST_CAP_LOG": str(log)},
@@ -51,6 +50,12 @@ def test_one_task_per_host_at_a_time_and_all_finish(deploy: Deployment, tmp_path
     )  # fmt: skip
     wait_for(lambda: deploy.alive("h1"), 20, "host h1 up")
     wait_for(lambda: len(deploy.admin.devices()) == 3, 10, "three devices registered")
+
+
+def test_one_task_per_host_at_a_time_and_all_finish(deploy: Deployment, tmp_path: Path) -> None:
+    deploy.configure(max_tasks_per_host=1)
+    log = tmp_path / "runs.jsonl"
+    start_recording_host(deploy, log)
 
     # sampled all along: leases on h1 (the tasks' own state, and the host_held count)
     most = {"active": 0, "held": 0}

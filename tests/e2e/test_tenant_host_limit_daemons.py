@@ -10,24 +10,18 @@ import threading
 import time
 from pathlib import Path
 
-from test_host_cap_daemons import runs
+from test_host_cap_daemons import runs, start_recording_host
 
 from deviceq import TaskStatus
 from deviceq.core.limits import BY_NAME
 from deviceq.ops.verify import verify
-from harness import Deployment, wait_for
+from harness import Deployment
 
 
 def test_one_lease_per_tenant_per_host_and_all_finish(deploy: Deployment, tmp_path: Path) -> None:
     deploy.configure(max_tasks_per_tenant_per_host=1)
     log = tmp_path / "runs.jsonl"
-    deploy.scheduler()
-    deploy.host(
-        "h1", "d1:android", "d2:android", "d3:android", env={"HOST_CAP_LOG": str(log)},
-        extra=("--goal-runner", "test_host_cap_daemons:record", "--isolation", "thread"),
-    )  # fmt: skip
-    wait_for(lambda: deploy.alive("h1"), 20, "host h1 up")
-    wait_for(lambda: len(deploy.admin.devices()) == 3, 10, "three devices registered")
+    start_recording_host(deploy, log)
     counter = deploy.admin.keys.counter(BY_NAME["tenant_host"].counter)
 
     most: dict[str, int] = {}
