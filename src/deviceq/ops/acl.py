@@ -8,8 +8,9 @@ Each role gets a Redis user that can do its whole job and nothing else:
   (`deviceq.core.scripts` falls back to ``EVAL`` on ``NOSCRIPT``), never ``FLUSHALL``,
   ``FLUSHDB``, ``KEYS``, ``CONFIG``, ``FUNCTION``, ``DEBUG``, ``SHUTDOWN``, ``MONITOR``,
   ``SLOWLOG`` or ``ACL`` (`FORBIDDEN`).
-- **keys**: only the pool's, ``dq:{POOL}:*``. The producer, scheduler and host read every key
-  of the pool (``%R~``) but write only the key families their scripts and calls write: none of
+- **keys**: only the pool's, ``dq:{POOL}:*``. The producer and host read every key of the
+  pool but its private ones (``%R~dq:{POOL}:[^_]*``: ``_webhook_secrets``), the scheduler
+  reads them all (``%R~``); they write only the key families their scripts and calls write: none of
   them can change ``config`` or add to ``hosts``, a producer cannot write a host's hash, and a
   host user bound to its host id (``--host-id``) cannot write another host's keys; the
   operator reads and writes the whole pool. ``~dq:{POOL}:`` itself is the pool prefix every
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidInput
-from ..core.keys import Keys
+from ..core.keys import PRIVATE_MARK, Keys
 from ..core.models import validate_id
 
 ROLES: tuple[str, ...] = ("producer", "scheduler", "host", "operator")
@@ -310,7 +311,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                   "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*", "bookings",
                   "host:*",
                   "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
-                  "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
+                  "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
+                  "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
@@ -327,6 +329,11 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
 device's ``device:ID:history`` (every script that ends an attempt writes it: cancel, claim,
 expire, report, session) and ``device:ID:log`` (device_quarantine, device_reserve,
 device_health, report's automatic quarantine, expire's end of a reservation)."""
+
+PRIVATE_READERS: frozenset[str] = frozenset({"scheduler", "operator"})
+"""The roles that read the pool's private keys (``dq:{POOL}:_*``: the webhooks' signing
+secrets, which the scheduler signs deliveries with); the producer and the host read every
+other key of the pool (``%R~dq:{POOL}:[^_]*``)."""
 
 
 @dataclass(frozen=True)
@@ -419,7 +426,9 @@ def role_acl(
         reads: tuple[str, ...] = ()
         write_keys: tuple[str, ...] = (prefix + "*",)
     else:
-        reads = (prefix + "*",)
+        # a private key (its name starting with PRIVATE_MARK: the webhooks' secrets) is read
+        # by the roles of PRIVATE_READERS only
+        reads = (prefix + ("*" if role in PRIVATE_READERS else f"[^{PRIVATE_MARK}]*"),)
         write_keys = (prefix, *(prefix + w for w in writes))
     user = f"dq-{pool}-{role}" + (f"-{host_id}" if host_id else "")
     return RoleAcl(pool, role, user, commands, reads, write_keys, host_id, scripts)
@@ -488,6 +497,7 @@ def acl_users(
 __all__ = [
     "FORBIDDEN",
     "SUBCOMMANDS",
+    "PRIVATE_READERS",
     "ROLES",
     "ROLE_SCRIPTS",
     "ROLE_WRITES",
