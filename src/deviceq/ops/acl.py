@@ -39,8 +39,10 @@ operator    the operator commands of ``deviceq`` (`PoolAdmin`, ``status``, ``exp
 
 Roles are enforced by Redis per command and per key family, not per script: a user that may
 run ``EVALSHA`` may run any script (and any Lua) whose commands and keys its ACL allows.
-What stops a producer from acting as a host is the host token the host scripts check; what
-stops a producer or a host from changing settings is that it cannot write ``config``; what
+The host token the host scripts check keeps a producer from running them as a host, but
+not from acting as one: it may write what they write itself (`DIRECT_MODE_LIMITS`; the HTTP
+API is the boundary for producers and hosts that are not trusted). What stops a producer or
+a host from changing settings is that it cannot write ``config``; what
 stops a host from rotating another host's token (``host_add.lua`` writes ``host:ID``) is a
 user bound to its own host id. A user that may write every ``host:*`` key (the scheduler, an
 unbound host user) could. See README "Deployment"."""
@@ -336,6 +338,34 @@ secrets, which the scheduler signs deliveries with); the producer and the host r
 other key of the pool (``%R~dq:{POOL}:[^_]*``)."""
 
 
+DIRECT_MODE_LIMITS: Mapping[str, str] = {
+    "producer": (
+        "this Redis user does NOT confine a producer: Redis runs a script with its caller's "
+        "rights, and a producer's user may run EVAL and write task, status, lease, device, "
+        "host_held and event keys, so with one EVAL it can end any running task as if its "
+        "host had reported it (status done, attempt closed, lease dropped, device idle "
+        "again, a done event) without any host token. `deviceq verify` detects some such "
+        "forgeries, not all (`deviceq verify --scope`). Give a producer you do not trust the "
+        "HTTP API (`deviceq api`, `deviceq api token add NAME --role producer`), never a "
+        "Redis user."
+    ),
+    "host": (
+        "this Redis user does NOT confine a host: Redis runs a script with its caller's "
+        "rights, and a host's user (--host-id or not) may run EVAL and write every task's "
+        "hash and attempt records, the leases, devices, counters and the event stream, so it "
+        "can rewrite another host's task (host_id, session, its attempt record) and report "
+        "it with its own token, or end it outright; --host-id only keeps it from writing "
+        "other hosts' own keys (token, inbox). `deviceq verify` detects some such forgeries, "
+        "not all (`deviceq verify --scope`). Give a host you do not trust the HTTP API "
+        "(`deviceq host run --api-url URL` with its host token), where a host can act only "
+        "as itself."
+    ),
+}
+"""What the direct-Redis users of the producer and host roles do NOT prevent (``deviceq acl``
+prints it on stderr and as ``does_not_prevent`` in ``--json``): only the HTTP API is a
+boundary for producers and hosts that are not trusted."""
+
+
 @dataclass(frozen=True)
 class RoleAcl:
     """The Redis user of one role on one pool: its name, commands (with why) and keys."""
@@ -382,6 +412,7 @@ class RoleAcl:
             "write_keys": list(self.write_keys),
             "commands": dict(self.commands),
             "line": self.line(password),
+            "does_not_prevent": DIRECT_MODE_LIMITS.get(self.role),
         }
 
 
@@ -495,6 +526,7 @@ def acl_users(
 
 
 __all__ = [
+    "DIRECT_MODE_LIMITS",
     "FORBIDDEN",
     "SUBCOMMANDS",
     "PRIVATE_READERS",

@@ -59,6 +59,14 @@ KINDS: dict[str, str] = {
     "multi-device task is neither in gangs nor waiting out a retry",
     "task_host_mismatch": "a task whose host_id is neither its device's host nor the host of "
     "its current attempt (its hash was rewritten to let another host report it)",
+    "attempt_host_mismatch": "an attempt record naming a host other than its device's owner "
+    "(the record was rewritten: a host making another host's task its own)",
+    "attempt_end_unrecorded": "an ended attempt whose end is not in its device's history (or "
+    "is there with another outcome): it was closed by a hand-written script, not by a report, "
+    "a cancel or an expiry",
+    "report_host_mismatch": "an event of a task's lease (claimed, done, failed, released...) "
+    "naming a host other than the one its lease was assigned to (the task's host was "
+    "rewritten before it was reported)",
     "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
     "not be read)",
 }

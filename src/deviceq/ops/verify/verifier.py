@@ -14,6 +14,7 @@ from .devices import check_bookings, check_devices, check_idle, check_idle_class
 from .history import History
 from .leases import check_hosts, check_leases, check_reservations, check_tenants
 from .model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH, STATUSES, PoolState
+from .provenance import check_attempt_ends, check_attempt_hosts
 from .queues import check_buckets
 from .reader import Reader, read_state
 from .results import Findings, Progress, VerifyResult, Violation
@@ -121,6 +122,8 @@ def _check_state(st: PoolState, f: Findings) -> None:
     check_bookings(st, f)
     check_tenants(st, f)
     check_hosts(st, f)
+    check_attempt_hosts(st, f)
+    check_attempt_ends(st, f)
 
 
 def _recheck_orphans(st: PoolState, rd: Reader, f: Findings) -> None:
