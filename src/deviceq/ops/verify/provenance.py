@@ -61,8 +61,11 @@ def check_attempt_hosts(st: PoolState, f: Findings) -> None:
 
 def check_attempt_ends(st: PoolState, f: Findings) -> None:
     """Each closed attempt on a registered device is in its device's history, with its
-    outcome, while that history still reaches back to its end."""
+    outcome, while that history still reaches back to its end (a multi-device task's own
+    record is not: its parts' records are the ones on their devices)."""
     for t in st.tasks.values():
+        if t.roles or t.parts:
+            continue
         for n, end in enumerate(t.ends, start=1):
             if end.outcome in ("active", "?") or end.ended_at is None or not end.device_id:
                 continue
