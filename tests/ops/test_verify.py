@@ -919,9 +919,8 @@ def test_a_producer_users_one_eval_that_finishes_a_running_task_is_reported(
     assert verify(f.r, f.pool).ok
 
     prod_r = redis.Redis.from_url(acl_users.url("producer"), decode_responses=True)
-    assert prod_r.eval(assemble(FINISH_BY_HAND.lstrip()), 1, f.admin.keys.prefix, tid, "forged") == (
-        "dispatched"
-    )
+    script = assemble(FINISH_BY_HAND.lstrip())
+    assert prod_r.eval(script, 1, f.admin.keys.prefix, tid, "forged") == "dispatched"
     prod_r.close()
     assert f.client.get(tid).status.value == "done"
     assert f.admin.device("dA").reserved_by in ("", None)
@@ -939,3 +938,17 @@ def test_the_device_history_bound_mirrors_the_lua_one() -> None:
 
     text = (lua_dir() / "lib" / "history.lua").read_text()
     assert f"local DEVICE_RECENT = {DEVICE_RECENT}\n" in text
+
+
+def test_verify_says_what_it_checks_and_what_it_cannot(lab: Lab) -> None:
+    from deviceq.ops.verify.results import CANNOT_CHECK, CHECKS
+
+    res = CliRunner().invoke(main, ["verify", "--scope", "--json"])  # (reads no pool)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"checks": list(CHECKS), "cannot_check": list(CANNOT_CHECK)}
+    text = CliRunner().invoke(main, ["verify", "--scope"]).stdout
+    assert all(line in text for line in (*CHECKS, *CANNOT_CHECK))
+    assert "direct Redis access" in text and "HTTP API" in text
+    # every run says where its verdict stops (stderr: stdout keeps its one summary line)
+    out = lab.cli()
+    assert out.exit_code == 0 and "deviceq verify --scope" in out.stderr
