@@ -21,6 +21,12 @@ from deviceq.cli import main
 from deviceq.core import fakeredis_compat
 from deviceq.embedded import RedisServer
 from harness import Deployment, free_port
+from reaper import Session
+
+# every process this run starts carries its mark and is killed when the run ends, however it
+# ends (see tests/reaper.py)
+REAPER = Session()
+REAPER.install()
 
 fakeredis_compat.enable()  # redis.sha1hex in fakeredis's Lua, as real Redis has it
 # the servers started in this process (RedisServer, LocalCluster) take their ports from this
@@ -134,6 +140,10 @@ def cli(redis_url: str, pool: str) -> Any:
         return runner.invoke(main, ["--redis-url", redis_url, "--pool", pool, *args])
 
     return run
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    REAPER.end()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

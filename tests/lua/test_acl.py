@@ -154,8 +154,11 @@ def test_acl_prints_one_setuser_line_per_role_with_only_the_pools_keys() -> None
         assert {"evalsha", "eval", "ping"} <= set(granted)
     producer, scheduler, host, operator = (ln.split() for ln in lines)
     assert "~dq:{lab}:*" in operator and "%R~dq:{lab}:*" not in operator
-    for tokens in (producer, scheduler, host):  # read the pool, write only some of it
-        assert "%R~dq:{lab}:*" in tokens and "~dq:{lab}:*" not in tokens
+    # read the pool (producer and host: but its private keys, dq:{POOL}:_*), write only
+    # some of it
+    for tokens, reads in ((producer, "%R~dq:{lab}:[^_]*"), (scheduler, "%R~dq:{lab}:*"),
+                          (host, "%R~dq:{lab}:[^_]*")):  # fmt: skip
+        assert reads in tokens and "~dq:{lab}:*" not in tokens
         assert "~dq:{lab}:config" not in tokens and "~dq:{lab}:hosts" not in tokens
     assert "~dq:{lab}:host:*" in host and "~dq:{lab}:host:*" not in producer
 
@@ -688,3 +691,62 @@ def test_scripts_run_after_script_flush_for_users_without_script(
             c.close()
     finally:
         u.close()
+
+
+def test_webhook_secrets_are_read_by_the_scheduler_and_operator_only(
+    users: Users, pool: str, real_r: redis.Redis, tmp_path: Path
+) -> None:
+    """The producer's and a host's users read the webhooks (URL, events) but not their
+    signing secrets, neither directly nor from a script; the scheduler signs with them. A
+    record stored with its secret inline (as before the secrets moved) is moved over by the
+    scheduler's first read, after which no role but those two can read it either."""
+    from deviceq.ops.webhooks import WebhookStore
+
+    op_url, prod_url = users.add("operator"), users.add("producer")
+    sched_url, host_url = users.add("scheduler"), users.add("host", "h1")
+    keys = Keys(pool)
+    secret = "s3cret-" + secrets.token_hex(12)
+    (tmp_path / "hook.secret").write_text(secret + "\n")
+    res = cli(op_url, pool, "webhook", "add", "http://127.0.0.1:9/hook", "--event", "failed",
+              "--secret-file", str(tmp_path / "hook.secret"), "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    hook_id = json.loads(res.stdout)["id"]
+    legacy = {
+        "id": "wh-legacy0001",
+        "url": "http://127.0.0.1:9/old",
+        "events": ["done"],
+        "created_at": 1,
+        "secret": "legacy-" + secrets.token_hex(12),
+        "since": "0-0",
+    }
+    real_r.hset(keys.webhooks, legacy["id"], json.dumps(legacy))  # as an older release stored it
+
+    # the scheduler (its Deliverer's store) reads both secrets, moving the old one over
+    got = {h.id: h.secret for h in WebhookStore(users.conn(sched_url), keys).all()}
+    assert got == {hook_id: secret, legacy["id"]: legacy["secret"]}
+    for url in (prod_url, host_url):
+        r = users.conn(url)
+        hooks = r.hgetall(keys.webhooks)
+        assert set(hooks) == {hook_id, legacy["id"]}
+        assert secret not in str(hooks) and legacy["secret"] not in str(hooks)
+        assert all("secret" not in json.loads(v) for v in hooks.values())
+        with pytest.raises(NoPermission):
+            r.hgetall(keys.webhook_secrets)
+        with pytest.raises(NoPermission):
+            r.hget(keys.webhook_secrets, hook_id)
+        with pytest.raises(redis.ResponseError):  # nor from a script of its own
+            r.eval(f"return redis.call('HGETALL', '{keys.webhook_secrets}')", 1, keys.prefix)
+        r.close()
+    op_r = users.conn(op_url)
+    assert op_r.hgetall(keys.webhook_secrets) == {hook_id: secret,
+                                                  legacy["id"]: legacy["secret"]}  # fmt: skip
+    # the commands still work, and a removed webhook's secret goes with it
+    listed = cli(op_url, pool, "webhook", "list", "--json")
+    assert listed.exit_code == 0 and secret not in listed.stdout, listed.output
+    assert {h["id"] for h in json.loads(listed.stdout)} == {hook_id, legacy["id"]}
+    assert cli(op_url, pool, "webhook", "remove", hook_id).exit_code == 0
+    assert op_r.hkeys(keys.webhook_secrets) == [legacy["id"]]
+    op_r.close()
+    assert users.denials() == [] or all(
+        d.get("username") in (f"dq-{pool}-producer", f"dq-{pool}-host-h1") for d in users.denials()
+    )

@@ -5,7 +5,6 @@ Debian's `promtool`, and evaluated by a real `prometheus` scraping a live pool's
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import system_tools
 from deviceq import HostClient
 from deviceq.host.client import DeviceReport
 from harness import Deployment, free_port, wait_for
@@ -24,9 +24,9 @@ RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
 def tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} is not installed (Debian's prometheus package; .ci/run installs it)"
-    return path
+    """The path of ``promtool`` or ``prometheus`` (Debian's prometheus package: installed by
+    the first test that needs it when the run may, else the test fails saying how)."""
+    return system_tools.prometheus()[name]
 
 
 def test_the_rules_are_valid_and_their_unit_tests_pass() -> None:

@@ -5,12 +5,12 @@ by a real headless Chromium through chromedriver (Debian's ``chromium`` and
 with ``DEVICEQ_SCREENSHOTS=1`` to ``docs/screenshots/`` (the README's), else to a temporary
 folder (a test run leaves the checkout clean).
 
-Skipped only when no Chromium or chromedriver binary can be found."""
+Never skipped: without Chromium or chromedriver they are installed first when the run may
+(tests/system_tools.py), else the tests fail saying how to install them."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import urllib.error
 import urllib.parse
@@ -22,22 +22,11 @@ from typing import Any
 
 import pytest
 
+import system_tools
 from deviceq import Client, TaskStatus
 from deviceq.core.errors import InvalidInput
 from deviceq.dashboard import data, task_list
 from harness import REPO_DIR, Deployment, deviceq, free_port, wait_for
-
-
-def _find(*names: str) -> str | None:
-    for n in names:
-        path = n if n.startswith("/") else shutil.which(n)
-        if path and Path(path).exists():
-            return path
-    return None
-
-
-CHROMIUM = _find("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
-CHROMEDRIVER = _find("/usr/bin/chromedriver", "chromedriver")
 
 # one worker runs them all (under pytest-xdist): one browser and one pair of dashboards
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dashboard")]
@@ -45,12 +34,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dashboard")]
 
 @pytest.fixture
 def require_browser() -> None:
-    """The browser tests run everywhere (never skipped): without the binaries they fail."""
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.fail(
-            "no chromium/chromedriver binary: apt-get install chromium chromium-driver "
-            "(.ci/run installs them)"
-        )
+    """The browser tests run everywhere (never skipped): without the binaries (and no way to
+    install them: tests/system_tools.py) they fail saying how to install them."""
+    system_tools.browser()
 
 
 needs_browser = pytest.mark.usefixtures("require_browser")
@@ -115,12 +101,13 @@ def env(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             wait_for(lambda b=base: _ok(b + "/healthz"), 20, f"dashboard at {base}")
         wait_for(lambda: len(d.admin.devices()) == 5, 20, "the hosts' devices")
         opts = webdriver.ChromeOptions()
-        opts.binary_location = str(CHROMIUM)
+        tools = system_tools.browser()
+        opts.binary_location = tools["chromium"]
         for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                     "--disable-gpu", "--window-size=1360,900", "--hide-scrollbars"):  # fmt: skip
             opts.add_argument(arg)
         browser = webdriver.Chrome(
-            options=opts, service=Service(str(CHROMEDRIVER), port=free_port())
+            options=opts, service=Service(tools["chromedriver"], port=free_port())
         )
         browser.set_page_load_timeout(30)
         SHOTS.mkdir(parents=True, exist_ok=True)

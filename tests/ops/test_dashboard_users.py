@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+import system_tools
 from deviceq import Client, TaskStatus
 from deviceq.core.errors import InvalidInput
 from deviceq.dashboard import create_app
@@ -313,16 +314,11 @@ def test_concurrent_wrong_logins_are_bounded_per_address_and_per_name(serve: Any
 
 def _chromium() -> Any:
     """A headless Chromium through chromedriver (Debian's chromium and chromium-driver)."""
-    import shutil
-
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    binary = next((p for p in ("/usr/bin/chromium", shutil.which("chromium")) if p), None)
-    driver = next((p for p in ("/usr/bin/chromedriver", shutil.which("chromedriver"))
-                   if p and Path(p).exists()), None)  # fmt: skip
-    if binary is None or driver is None or not Path(binary).exists():
-        pytest.fail("no chromium/chromedriver binary: apt-get install chromium chromium-driver")
+    tools = system_tools.browser()  # (installed first when the run may, else a failure)
+    binary, driver = tools["chromium"], tools["chromedriver"]
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",

@@ -789,4 +789,171 @@ def test_a_task_rewritten_to_another_host_is_reported(real_fleet: Fleet, redis_u
     # (the lease was counted for hB and ended as hA's: host_held is left wrong for hB too)
     assert [v.host for v in res.violations if v.kind == "host_held"] == ["hB"]
     lab = Lab(f.r, redis_url, f.pool, f.admin.keys, {})
-    lab.expect("task_host_mismatch", also=frozenset({"host_held"}), task=tid, host="hA")
+    # (its done event names hA, but the lease was assigned to hB: report_host_mismatch too)
+    lab.expect("task_host_mismatch", also=frozenset({"host_held", "report_host_mismatch"}),
+               task=tid, host="hA")  # fmt: skip
+
+
+# -- forgeries by direct-Redis ACL users (Redis runs a script with its caller's rights) -------
+class AclUsers:
+    """Redis users made from the lines ``deviceq acl --role R --password-file F`` prints,
+    run as the administrator; ``close()`` deletes them."""
+
+    def __init__(self, r: redis.Redis, port: int, pool: str, tmp: Any) -> None:
+        self.r, self.port, self.pool, self.tmp = r, port, pool, tmp
+        self.users: list[str] = []
+
+    def url(self, role: str, host_id: str | None = None) -> str:
+        password = uuid.uuid4().hex
+        pw = self.tmp / f"{role}-{host_id}.pw"
+        pw.write_text(password + "\n")
+        args = ["acl", "--pool", self.pool, "--role", role, "--password-file", str(pw)]
+        res = CliRunner().invoke(main, [*args, *(["--host-id", host_id] if host_id else [])])
+        assert res.exit_code == 0, res.output
+        assert "does NOT confine" in res.stderr and "HTTP API" in res.stderr  # the warning
+        line = res.stdout.strip()
+        user = line.split()[2]
+        self.r.execute_command(*line.split())
+        self.users.append(user)
+        return f"redis://{user}:{password}@127.0.0.1:{self.port}/0"
+
+    def close(self) -> None:
+        for user in self.users:
+            self.r.execute_command("ACL", "DELUSER", user)
+
+
+@pytest.fixture
+def acl_users(real_fleet: Fleet, redis_server: RedisServer, tmp_path: Any) -> Iterator[AclUsers]:
+    users = AclUsers(real_fleet.r, redis_server.port, real_fleet.pool, tmp_path)
+    try:
+        yield users
+    finally:
+        users.close()
+
+
+def test_the_acl_warning_says_what_direct_users_do_not_prevent() -> None:
+    for role in ("producer", "host"):
+        res = CliRunner().invoke(main, ["acl", "--pool", "lab", "--role", role, "--json"])
+        assert res.exit_code == 0, res.output
+        (user,) = json.loads(res.stdout)
+        text = user["does_not_prevent"]
+        assert "does NOT confine" in text and "caller's rights" in text and "HTTP API" in text
+        assert text in res.stderr
+    res = CliRunner().invoke(main, ["acl", "--pool", "lab", "--role", "scheduler", "--json"])
+    assert json.loads(res.stdout)[0]["does_not_prevent"] is None and res.stderr == ""
+
+
+def _running_on_a(f: Fleet, ha: HostClient, what: str) -> tuple[str, str]:
+    """A task running on hA's device dA (claimed in hA's session): its id and lease."""
+    tid = f.client.submit(what, driver_type="android")
+    assert f.store.commit([(tid, "dA")])[0].startswith("ok:")
+    (a,) = ha.claim(1)
+    assert a.task.id == tid
+    return tid, a.lease_id
+
+
+def test_a_host_users_forged_report_of_another_hosts_task_is_reported(
+    real_fleet: Fleet, acl_users: AclUsers, redis_url: str
+) -> None:
+    """hB's own ACL user (bound to hB) makes hA's running task its own: host_id and session
+    in the task, host_id in its attempt record (LSET), host_held moved from hA to hB so the
+    counts agree; then hB reports it done with its own token, and the report is accepted.
+    verify reports the rewritten attempt record (its device belongs to hA) and the done
+    event of a lease assigned to hA naming hB."""
+    f = real_fleet
+    ha = f.add_host("hA", ("dA", "android", ()))
+    f.add_host("hB", ("dB", "ios", ())).start_session("sessB")
+    ha.start_session("sessA")
+    tid, lease = _running_on_a(f, ha, "hA's job")
+    assert verify(f.r, f.pool).ok
+    hb_r = redis.Redis.from_url(acl_users.url("host", "hB"), decode_responses=True)
+    keys = f.admin.keys
+    hb_r.hset(keys.task(tid), mapping={"host_id": "hB", "session": "sessB"})
+    rec = json.loads(hb_r.lindex(keys.attempts(tid), -1))  # type: ignore[arg-type]
+    hb_r.lset(keys.attempts(tid), -1, json.dumps({**rec, "host_id": "hB"}))
+    hb_r.hincrby(keys.host_held, "hA", -1)
+    hb_r.hincrby(keys.host_held, "hB", 1)
+    hb = HostClient(hb_r, f.pool, "hB", f.tokens["hB"], session="sessB")
+    assert hb.report(tid, lease, "done", payload="forged") == "ok:done"
+    hb_r.close()
+
+    lab = Lab(f.r, redis_url, f.pool, keys, {})
+    both = frozenset({"attempt_host_mismatch", "report_host_mismatch"})
+    lab.expect("attempt_host_mismatch", also=both, task=tid, host="hB", device="dA")
+    lab.expect("report_host_mismatch", also=both, task=tid, host="hB")
+
+
+FINISH_BY_HAND = """
+--- @include "lib/tasks"
+--- @include "lib/leases"
+--- @include "lib/outcomes"
+-- end task ARGV[1] as done with result ARGV[2], as report.lua would, with no host token:
+-- lease dropped (host_held and tenant_held counted down), device idle again, the attempt
+-- closed by hand, the status moved to done, a done event
+local id = ARGV[1]
+local t = load_task(id)
+local old = t.status
+drop_lease(id, t)
+release_device(t.device_id, id, nil)
+local ak = k('task', id, 'attempts')
+local rec = cjson.decode(redis.call('LINDEX', ak, -1))
+rec.outcome = 'done'
+rec.ended_at = now_ms()
+redis.call('LSET', ak, -1, cjson.encode(rec))
+finish(id, t, old, 'done', '', ARGV[2])
+return old
+"""
+
+
+def test_a_producer_users_one_eval_that_finishes_a_running_task_is_reported(
+    real_fleet: Fleet, acl_users: AclUsers, redis_url: str
+) -> None:
+    """The producer's ACL user ends hA's running task with one EVAL and no host token
+    (deviceq's own Lua helpers: the status moved to done, the attempt closed, the lease
+    dropped, the device idle again, host_held counted down, a done event): every index and
+    counter agrees, but no transition script closed the attempt, so its end is not in the
+    device's history, and verify reports it."""
+    from deviceq.core.scripts import assemble
+
+    f = real_fleet
+    ha = f.add_host("hA", ("dA", "android", ()))
+    ha.start_session("sessA")
+    first, lease = _running_on_a(f, ha, "a real one")
+    assert ha.report(first, lease, "done", payload="real") == "ok:done"
+    tid, _ = _running_on_a(f, ha, "hA's job")
+    assert verify(f.r, f.pool).ok
+
+    prod_r = redis.Redis.from_url(acl_users.url("producer"), decode_responses=True)
+    script = assemble(FINISH_BY_HAND.lstrip())
+    assert prod_r.eval(script, 1, f.admin.keys.prefix, tid, "forged") == "dispatched"
+    prod_r.close()
+    assert f.client.get(tid).status.value == "done"
+    assert f.admin.device("dA").reserved_by in ("", None)
+
+    lab = Lab(f.r, redis_url, f.pool, f.admin.keys, {})
+    lab.expect("attempt_end_unrecorded", task=tid, device="dA")
+    # the real report of the first task is in the history: only the forged end is reported
+    res = verify(f.r, f.pool)
+    assert [v.task for v in res.violations] == [tid]
+
+
+def test_the_device_history_bound_mirrors_the_lua_one() -> None:
+    from deviceq.core.scripts import lua_dir
+    from deviceq.ops.verify.model import DEVICE_RECENT
+
+    text = (lua_dir() / "lib" / "history.lua").read_text()
+    assert f"local DEVICE_RECENT = {DEVICE_RECENT}\n" in text
+
+
+def test_verify_says_what_it_checks_and_what_it_cannot(lab: Lab) -> None:
+    from deviceq.ops.verify.results import CANNOT_CHECK, CHECKS
+
+    res = CliRunner().invoke(main, ["verify", "--scope", "--json"])  # (reads no pool)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"checks": list(CHECKS), "cannot_check": list(CANNOT_CHECK)}
+    text = CliRunner().invoke(main, ["verify", "--scope"]).stdout
+    assert all(line in text for line in (*CHECKS, *CANNOT_CHECK))
+    assert "direct Redis access" in text and "HTTP API" in text
+    # every run says where its verdict stops (stderr: stdout keeps its one summary line)
+    out = lab.cli()
+    assert out.exit_code == 0 and "deviceq verify --scope" in out.stderr

@@ -61,6 +61,10 @@ def acl_cmd(
     administrator (redis-cli reads them from stdin); then give each process its user in
     its URL: redis://USER:PASSWORD@HOST:6379/0.
 
+    The producer and host users do not confine an untrusted producer or host (Redis runs a
+    script with its caller's rights: a warning on stderr says what they do not prevent);
+    those go through the HTTP API (deviceq api), where a host can act only as itself.
+
     \b
     Example:
       deviceq acl --pool lab
@@ -68,7 +72,14 @@ def acl_cmd(
         | redis-cli --user admin --askpass
       deviceq acl --pool lab --role operator --json | jq '.[0].commands'
     """
-    from ..ops.acl import ROLES, acl_users, parse_version, password_rule, read_password_file
+    from ..ops.acl import (
+        DIRECT_MODE_LIMITS,
+        ROLES,
+        acl_users,
+        parse_version,
+        password_rule,
+        read_password_file,
+    )
 
     pool = acl_pool if acl_pool is not None else ctx.pool
     selected = tuple(dict.fromkeys(roles)) or ROLES
@@ -81,6 +92,9 @@ def acl_cmd(
     password = read_password_file(password_file) if password_file is not None else None
     rule = password_rule(password)
     users = acl_users(pool, selected, host_id=host_id, redis_version=parse_version(redis_version))
+    for role in selected:  # (stderr: stdout stays the lines redis-cli reads)
+        if role in DIRECT_MODE_LIMITS:
+            click.echo(f"warning: dq-{pool}-{role}: {DIRECT_MODE_LIMITS[role]}", err=True)
     if as_json:
         echo_json([u.as_dict(rule) for u in users])
         return

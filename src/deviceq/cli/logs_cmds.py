@@ -12,6 +12,7 @@ import click
 
 from ..core.errors import NotFound
 from .app import Ctx, fail, pass_ctx, task
+from .render import visible
 from .via_api import via_api
 
 if TYPE_CHECKING:
@@ -24,19 +25,22 @@ MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
 
 class TextPrinter:
     """Prints entries as text: each line of stderr and log chunks marked (`MARKS`), a line
-    cut across two chunks marked once."""
+    cut across two chunks marked once; control characters shown as escapes (`visible`: what
+    a run printed never drives the terminal) unless ``raw``."""
 
-    def __init__(self) -> None:
+    def __init__(self, raw: bool = False) -> None:
         self.at_line_start: dict[str, bool] = {}
+        self.raw = raw
 
     def __call__(self, e: LogEntry) -> None:
         mark = MARKS.get(e.stream, f"[{e.stream}] ")
+        text = e.text if self.raw else visible(e.text)
         if not mark:
-            sys.stdout.write(e.text)
+            sys.stdout.write(text)
         else:
             out = []
             start = self.at_line_start.get(e.stream, True)
-            for piece in e.text.splitlines(keepends=True):
+            for piece in text.splitlines(keepends=True):
                 out.append((mark if start else "") + piece)
                 start = piece.endswith("\n")
             self.at_line_start[e.stream] = start
@@ -44,8 +48,8 @@ class TextPrinter:
         sys.stdout.flush()
 
 
-def print_entries(entries: Iterable[LogEntry], as_json: bool) -> None:
-    show = TextPrinter()
+def print_entries(entries: Iterable[LogEntry], as_json: bool, raw: bool = False) -> None:
+    show = TextPrinter(raw)
     for e in entries:
         if as_json:
             click.echo(json.dumps(e.json(), sort_keys=True))
@@ -54,7 +58,7 @@ def print_entries(entries: Iterable[LogEntry], as_json: bool) -> None:
 
 
 def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: bool,
-                 timeout: float | None, as_json: bool) -> None:  # fmt: skip
+                 timeout: float | None, as_json: bool, raw: bool) -> None:  # fmt: skip
     """``task logs`` through ``deviceq api`` (``GET /tasks/ID/logs``): the same output and
     exit codes."""
     from ..core.models import TaskStatus, validate_id
@@ -64,10 +68,10 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
         fail("--timeout goes with --follow", 2)
     n = attempt if attempt is not None else max(1, client.get(task_id).attempt)
     if not follow:
-        print_entries(client.logs(task_id, n), as_json)
+        print_entries(client.logs(task_id, n), as_json, raw)
         return
     try:
-        print_entries(client.logs(task_id, n, follow=True, timeout=timeout), as_json)
+        print_entries(client.logs(task_id, n, follow=True, timeout=timeout), as_json, raw)
     except TimeoutError as exc:
         click.echo(f"error: timed out: {exc}", err=True)
         sys.exit(124)
@@ -88,11 +92,15 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
 @click.option("--json", "as_json", is_flag=True,
               help='One JSON object per chunk: {"time_ms", "stream": "stdout"|"stderr"|"log", '
               '"text"}.')  # fmt: skip
+@click.option("--raw", is_flag=True,
+              help="Write the output's bytes as they are, terminal control sequences "
+              "included (by default they are shown as escapes: \\e[31m, \\r).")  # fmt: skip
 @pass_ctx
 def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
-              timeout: float | None, as_json: bool) -> None:  # fmt: skip
+              timeout: float | None, as_json: bool, raw: bool) -> None:  # fmt: skip
     """Print what an attempt of a task wrote (stdout, stderr marked [stderr], task.log lines
-    marked [log]), while it runs and for `retention` after it ended.
+    marked [log]), while it runs and for `retention` after it ended. Control characters and
+    escape sequences in it are shown as escapes (\\e]0;title\\a, \\r); --raw writes them.
 
     \b
     Example:
@@ -114,10 +122,10 @@ def task_logs(ctx: Ctx, task_id: str, attempt: int | None, follow: bool,
         fail(str(exc), 1)
         return
     if not follow:
-        print_entries(reader.all(task_id, n), as_json)
+        print_entries(reader.all(task_id, n), as_json, raw)
         return
     try:
-        print_entries(reader.follow(task_id, n, timeout), as_json)
+        print_entries(reader.follow(task_id, n, timeout), as_json, raw)
     except TimeoutError as exc:
         click.echo(f"error: timed out: {exc}", err=True)
         sys.exit(124)

@@ -21,6 +21,25 @@ if TYPE_CHECKING:
     from ..core.models import ScheduledTask
 
 
+_NAMED = {0x00: "\\0", 0x07: "\\a", 0x08: "\\b", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+          0x1B: "\\e"}  # fmt: skip
+_VISIBLE = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)},
+    **_NAMED,
+    # bidirectional overrides and isolates reorder what a terminal shows
+    **{c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+}
+
+
+def visible(text: str) -> str:
+    """``text`` as it is safe to write to a terminal: every control character but newline and
+    tab shown as an escape (ESC as ``\\e``, so ``ESC]52;...`` is ``\\e]52;...``; CR ``\\r``, BEL
+    ``\\a``, others ``\\xNN``; C1 controls ``\\xNN``; bidirectional overrides ``\\uNNNN``), so
+    what a run printed cannot set the title, the clipboard (OSC 52), move the cursor or
+    rewrite a line; printable text (UTF-8 included) is left as it is. ``--raw`` skips it."""
+    return text.translate(_VISIBLE)
+
+
 def task_json(t: ScheduledTask) -> dict[str, object]:
     return t.model_dump(mode="json")
 
@@ -66,8 +85,9 @@ def event_json(e: Event) -> dict[str, Any]:
 
 
 def event_line(e: Event) -> str:
+    """An event on one line; its fields' control characters shown (`visible`)."""
     fields = " ".join(f"{k}={v}" for k, v in e.fields.items() if v != "")
-    return f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}"
+    return visible(f"{fmt_ms(e.ms)}  {e.id:<18} {e.type:<20} {fields}")
 
 
 def tenant_table(rows: list[dict[str, Any]]) -> Table:

@@ -23,7 +23,7 @@ from .options import (
     targets,
     usage_ids,
 )
-from .render import task_json, task_text
+from .render import task_json, task_text, visible
 from .via_api import (
     cancel_via_api,
     list_via_api,
@@ -38,9 +38,13 @@ from .via_api import (
 @via_api(show_via_api)
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--raw", is_flag=True,
+              help="Print the result and error as they are, terminal control sequences "
+              "included (by default they are shown as escapes: \\e[31m, \\r).")  # fmt: skip
 @pass_ctx
-def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
-    """Show every field of a task and its attempt history.
+def task_show(ctx: Ctx, task_id: str, as_json: bool, raw: bool) -> None:
+    """Show every field of a task and its attempt history (control characters shown as
+    escapes unless --raw).
 
     \b
     Example:
@@ -62,7 +66,7 @@ def task_show(ctx: Ctx, task_id: str, as_json: bool) -> None:
     if as_json:
         echo_json(data)
     else:
-        click.echo(task_text(data))
+        click.echo(task_text(data) if raw else visible(task_text(data)))
 
 
 @task.command("list")
@@ -273,7 +277,7 @@ def task_wait(
     else:
         for t in done:
             detail = f" ({t.failure_kind.value}: {t.error})" if t.failure_kind else ""
-            click.echo(f"{t.id} {t.status.value}{detail}")
+            click.echo(visible(f"{t.id} {t.status.value}{detail}"))
     sys.exit(0 if all(t.status == TaskStatus.done for t in done) else 1)
 
 

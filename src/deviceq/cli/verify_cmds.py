@@ -94,8 +94,14 @@ def _summary(result: VerifyResult) -> str:
     help="Report what the first pass finds (by default a pass that finds violations is "
     "repeated and only what both find is reported: a busy pool's races are not).",
 )
+@click.option(
+    "--scope",
+    is_flag=True,
+    help="Print what verify checks and what it cannot check (with --json as "
+    '{"checks": [...], "cannot_check": [...]}), without reading the pool.',
+)
 @pass_ctx
-def verify_cmd(ctx: Ctx, as_json: bool, batch: int, no_confirm: bool) -> None:
+def verify_cmd(ctx: Ctx, as_json: bool, batch: int, no_confirm: bool, scope: bool) -> None:
     """Check the pool's invariants from its Redis state and event stream (read-only, in
     bounded batches): one live lease per device and per task, terminal once, no report from a
     superseded lease accepted, whole attempt histories, consistent indexes and counters.
@@ -103,12 +109,28 @@ def verify_cmd(ctx: Ctx, as_json: bool, batch: int, no_confirm: bool) -> None:
     stderr. A pass that finds violations is repeated and only what both passes find is
     reported, so a transition between two reads of a busy pool is not taken for one.
 
+    It cannot tell a record forged by a user with direct Redis access from the real thing
+    when the forger repeats every write of the transition: --scope lists what it checks and
+    what it cannot; the HTTP API is the boundary for producers and hosts not trusted.
+
     \b
     Example:
       deviceq verify
       deviceq verify --json | jq -r '.violations[] | "\\(.kind) \\(.task // .device)"'
+      deviceq verify --scope
     """
     from ..ops.verify import verify
+    from ..ops.verify.results import CANNOT_CHECK, CHECKS
+
+    if scope:
+        if as_json:
+            echo_json({"checks": list(CHECKS), "cannot_check": list(CANNOT_CHECK)})
+        else:
+            click.echo("verify checks, from the pool's records:")
+            click.echo("\n".join(f"  - {line}" for line in CHECKS))
+            click.echo("it cannot check:")
+            click.echo("\n".join(f"  - {line}" for line in CANNOT_CHECK))
+        return
 
     with _progress() as progress:
         result = verify(ctx.admin, batch=batch, progress=progress, confirm=not no_confirm)
@@ -118,5 +140,10 @@ def verify_cmd(ctx: Ctx, as_json: bool, batch: int, no_confirm: bool) -> None:
         click.echo(_summary(result))
         for v in result.violations:
             click.echo(f"  {v.line()}")
+        click.echo(
+            "note: verify sees what Redis holds; a forgery by a direct-Redis user that repeats "
+            "a transition's every write looks like the transition (deviceq verify --scope)",
+            err=True,
+        )
     if not result.ok:
         sys.exit(1)

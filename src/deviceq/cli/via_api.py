@@ -14,7 +14,7 @@ import click
 
 from .app import F, echo_json, fail
 from .options import parse_role_options
-from .render import event_line, task_text
+from .render import event_line, task_text, visible
 
 if TYPE_CHECKING:
     from ..api_client import ApiClient
@@ -119,12 +119,13 @@ def submit_via_api(client: ApiClient, **p: Any) -> None:
         click.echo(task_id)
 
 
-def show_via_api(client: ApiClient, task_id: str, as_json: bool) -> None:
+def show_via_api(client: ApiClient, task_id: str, as_json: bool, raw: bool) -> None:
     t = client.get(task_id)
     if as_json:
         echo_json(_task_json(t))
         return
-    click.echo(task_text(_task_json(t)))
+    text = task_text(_task_json(t))
+    click.echo(text if raw else visible(text))
 
 
 def _one_id(task_ids: tuple[str, ...]) -> str:
@@ -177,7 +178,7 @@ def wait_via_api(client: ApiClient, task_ids: tuple[str, ...], timeout: float | 
         echo_json(_task_json(t))
     else:
         detail = f" ({t.failure_kind.value}: {t.error})" if t.failure_kind else ""
-        click.echo(f"{t.id} {t.status.value}{detail}")
+        click.echo(visible(f"{t.id} {t.status.value}{detail}"))
     sys.exit(0 if t.status == TaskStatus.done else 1)
 
 

@@ -107,9 +107,13 @@ key                                type       holds
                                               ``{name, role, created_at}`` (``deviceq api
                                               token``; the token itself is never stored)
 ``api_token_names``                hash       HTTP API token name -> its digest (add, remove)
-``webhooks``                       hash       webhook id -> JSON ``{id, url, events, secret,
+``webhooks``                       hash       webhook id -> JSON ``{id, url, events,
                                               created_at, last_ok_at, last_error}`` (``deviceq
                                               webhook``)
+``_webhook_secrets``               hash       webhook id -> its signing secret. A key whose name
+                                              starts with ``_`` is private: the producer and
+                                              host ACL users cannot read it (only the scheduler
+                                              and the operator)
 ``webhooks:cursor``                string     the last event id the leading scheduler handed to
                                               the webhooks
 ``webhooks:dead``                  set        hosts whose death was delivered (``host_dead``)
@@ -132,6 +136,11 @@ import hashlib
 from dataclasses import dataclass
 
 from .limits import COUNTERS
+
+PRIVATE_MARK = "_"
+"""The first character of a private key's name after the pool prefix: keys holding secrets
+(the webhooks' signing secrets). The producer and host ACL users read the pool's keys but
+these (``%R~dq:{POOL}:[^_]*``): `deviceq.ops.acl`."""
 
 
 def class_id(profile: str) -> str:
@@ -284,6 +293,11 @@ class Keys:
     @property
     def webhooks(self) -> str:
         return self._k("webhooks")
+
+    @property
+    def webhook_secrets(self) -> str:
+        """The webhooks' signing secrets: a private key (``_``: see `PRIVATE_MARK`)."""
+        return self._k(PRIVATE_MARK + "webhook_secrets")
 
     @property
     def webhook_cursor(self) -> str:

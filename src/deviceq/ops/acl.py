@@ -8,8 +8,9 @@ Each role gets a Redis user that can do its whole job and nothing else:
   (`deviceq.core.scripts` falls back to ``EVAL`` on ``NOSCRIPT``), never ``FLUSHALL``,
   ``FLUSHDB``, ``KEYS``, ``CONFIG``, ``FUNCTION``, ``DEBUG``, ``SHUTDOWN``, ``MONITOR``,
   ``SLOWLOG`` or ``ACL`` (`FORBIDDEN`).
-- **keys**: only the pool's, ``dq:{POOL}:*``. The producer, scheduler and host read every key
-  of the pool (``%R~``) but write only the key families their scripts and calls write: none of
+- **keys**: only the pool's, ``dq:{POOL}:*``. The producer and host read every key of the
+  pool but its private ones (``%R~dq:{POOL}:[^_]*``: ``_webhook_secrets``), the scheduler
+  reads them all (``%R~``); they write only the key families their scripts and calls write: none of
   them can change ``config`` or add to ``hosts``, a producer cannot write a host's hash, and a
   host user bound to its host id (``--host-id``) cannot write another host's keys; the
   operator reads and writes the whole pool. ``~dq:{POOL}:`` itself is the pool prefix every
@@ -38,8 +39,10 @@ operator    the operator commands of ``deviceq`` (`PoolAdmin`, ``status``, ``exp
 
 Roles are enforced by Redis per command and per key family, not per script: a user that may
 run ``EVALSHA`` may run any script (and any Lua) whose commands and keys its ACL allows.
-What stops a producer from acting as a host is the host token the host scripts check; what
-stops a producer or a host from changing settings is that it cannot write ``config``; what
+The host token the host scripts check keeps a producer from running them as a host, but
+not from acting as one: it may write what they write itself (`DIRECT_MODE_LIMITS`; the HTTP
+API is the boundary for producers and hosts that are not trusted). What stops a producer or
+a host from changing settings is that it cannot write ``config``; what
 stops a host from rotating another host's token (``host_add.lua`` writes ``host:ID``) is a
 user bound to its own host id. A user that may write every ``host:*`` key (the scheduler, an
 unbound host user) could. See docs/how-to/securing.md."""
@@ -52,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidInput
-from ..core.keys import Keys
+from ..core.keys import PRIVATE_MARK, Keys
 from ..core.limits import COUNTERS as LIMIT_COUNTERS
 from ..core.models import validate_id
 
@@ -311,7 +314,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                   "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*", "bookings",
                   "host:*",
                   "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
-                  "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
+                  "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
+                  "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
@@ -328,6 +332,39 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
 device's ``device:ID:history`` (every script that ends an attempt writes it: cancel, claim,
 expire, report, session) and ``device:ID:log`` (device_quarantine, device_reserve,
 device_health, report's automatic quarantine, expire's end of a reservation)."""
+
+PRIVATE_READERS: frozenset[str] = frozenset({"scheduler", "operator"})
+"""The roles that read the pool's private keys (``dq:{POOL}:_*``: the webhooks' signing
+secrets, which the scheduler signs deliveries with); the producer and the host read every
+other key of the pool (``%R~dq:{POOL}:[^_]*``)."""
+
+
+DIRECT_MODE_LIMITS: Mapping[str, str] = {
+    "producer": (
+        "this Redis user does NOT confine a producer: Redis runs a script with its caller's "
+        "rights, and a producer's user may run EVAL and write task, status, lease, device, "
+        "host_held and event keys, so with one EVAL it can end any running task as if its "
+        "host had reported it (status done, attempt closed, lease dropped, device idle "
+        "again, a done event) without any host token. `deviceq verify` detects some such "
+        "forgeries, not all (`deviceq verify --scope`). Give a producer you do not trust the "
+        "HTTP API (`deviceq api`, `deviceq api token add NAME --role producer`), never a "
+        "Redis user."
+    ),
+    "host": (
+        "this Redis user does NOT confine a host: Redis runs a script with its caller's "
+        "rights, and a host's user (--host-id or not) may run EVAL and write every task's "
+        "hash and attempt records, the leases, devices, counters and the event stream, so it "
+        "can rewrite another host's task (host_id, session, its attempt record) and report "
+        "it with its own token, or end it outright; --host-id only keeps it from writing "
+        "other hosts' own keys (token, inbox). `deviceq verify` detects some such forgeries, "
+        "not all (`deviceq verify --scope`). Give a host you do not trust the HTTP API "
+        "(`deviceq host run --api-url URL` with its host token), where a host can act only "
+        "as itself."
+    ),
+}
+"""What the direct-Redis users of the producer and host roles do NOT prevent (``deviceq acl``
+prints it on stderr and as ``does_not_prevent`` in ``--json``): only the HTTP API is a
+boundary for producers and hosts that are not trusted."""
 
 
 @dataclass(frozen=True)
@@ -376,6 +413,7 @@ class RoleAcl:
             "write_keys": list(self.write_keys),
             "commands": dict(self.commands),
             "line": self.line(password),
+            "does_not_prevent": DIRECT_MODE_LIMITS.get(self.role),
         }
 
 
@@ -420,7 +458,9 @@ def role_acl(
         reads: tuple[str, ...] = ()
         write_keys: tuple[str, ...] = (prefix + "*",)
     else:
-        reads = (prefix + "*",)
+        # a private key (its name starting with PRIVATE_MARK: the webhooks' secrets) is read
+        # by the roles of PRIVATE_READERS only
+        reads = (prefix + ("*" if role in PRIVATE_READERS else f"[^{PRIVATE_MARK}]*"),)
         write_keys = (prefix, *(prefix + w for w in writes))
     user = f"dq-{pool}-{role}" + (f"-{host_id}" if host_id else "")
     return RoleAcl(pool, role, user, commands, reads, write_keys, host_id, scripts)
@@ -487,8 +527,10 @@ def acl_users(
 
 
 __all__ = [
+    "DIRECT_MODE_LIMITS",
     "FORBIDDEN",
     "SUBCOMMANDS",
+    "PRIVATE_READERS",
     "ROLES",
     "ROLE_SCRIPTS",
     "ROLE_WRITES",

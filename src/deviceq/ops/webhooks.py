@@ -1,7 +1,8 @@
 """Webhooks: chosen events of a pool POSTed as JSON to HTTP receivers, signed with HMAC-SHA256.
 
-``deviceq webhook add URL --event failed,quarantined,host_dead`` stores a webhook (with a
-secret shown once) in ``webhooks``; the leading scheduler's `Deliverer` reads the event stream
+``deviceq webhook add URL --event failed,quarantined,host_dead`` stores a webhook in
+``webhooks`` and its secret (shown once) in ``_webhook_secrets``, which only the scheduler and
+the operator can read; the leading scheduler's `Deliverer` reads the event stream
 from the cursor ``webhooks:cursor`` and POSTs each matching event:
 
 - body: ``{"id", "event", "pool", "time_ms", "data"}`` (``data``: the event's typed fields, as
@@ -93,15 +94,15 @@ class Webhook:
         return name in self.events and _after(event_id, self.since)
 
     @classmethod
-    def from_json(cls, raw: str) -> Webhook:
-        d = json.loads(raw)
+    def from_record(cls, d: dict[str, Any], secret: str) -> Webhook:
+        """A stored record (the JSON of `to_json`, decoded) with its secret."""
         return cls(str(d["id"]), str(d["url"]), tuple(d["events"]), int(d["created_at"]),
-                   str(d["secret"]), str(d.get("since") or "0-0"), d.get("last_ok_at"),
+                   secret, str(d.get("since") or "0-0"), d.get("last_ok_at"),
                    d.get("last_error"))  # fmt: skip
 
     def to_json(self) -> str:
-        return json.dumps({**self.public(), "url": self.url, "secret": self.secret,
-                           "since": self.since})  # fmt: skip
+        """The stored record: everything but the secret (kept apart: `WebhookStore`)."""
+        return json.dumps({**self.public(), "url": self.url, "since": self.since})
 
 
 def _after(a: str, b: str) -> bool:
@@ -159,7 +160,10 @@ def sign(secret: str, body: bytes) -> str:
 
 
 class WebhookStore:
-    """The pool's webhooks (the ``webhooks`` hash: id -> JSON)."""
+    """The pool's webhooks: the ``webhooks`` hash (id -> JSON, no secret) and their secrets in
+    the private ``_webhook_secrets`` hash (id -> secret), which the producer and host ACL
+    users cannot read. A record written before the secrets moved (its JSON holding
+    ``secret``) is moved over when it is read or written."""
 
     def __init__(self, r: redis.Redis, keys: Keys) -> None:
         self.r, self.keys = r, keys
@@ -178,22 +182,39 @@ class WebhookStore:
         # the deliverer reads on from its cursor; the first webhook starts it at this event
         first = self.r.hlen(self.keys.webhooks) == 0
         self.r.set(self.keys.webhook_cursor, since, nx=not first)
+        # the secret first: a record is never visible without it
+        self.r.hset(self.keys.webhook_secrets, hook.id, hook.secret)
         self.r.hset(self.keys.webhooks, hook.id, hook.to_json())
         return hook
 
     def all(self) -> list[Webhook]:
         raw: dict[str, str] = self.r.hgetall(self.keys.webhooks)  # type: ignore[assignment]
+        if not raw:
+            return []
+        kept: dict[str, str] = self.r.hgetall(self.keys.webhook_secrets)  # type: ignore[assignment]
         out = []
-        for v in raw.values():
+        for hook_id, v in raw.items():
             try:
-                out.append(Webhook.from_json(v))
-            except (ValueError, KeyError, TypeError):
-                continue  # (written by hand: skipped, never an error of the deliverer)
+                d = json.loads(v)
+                if d.get("secret"):
+                    kept[hook_id] = self._move_secret(hook_id, d)
+                out.append(Webhook.from_record(d, kept[hook_id]))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # (written by hand, or no secret: skipped, never an error)
         return sorted(out, key=lambda h: (h.created_at, h.id))
+
+    def _move_secret(self, hook_id: str, record: dict[str, Any]) -> str:
+        """Move the secret of a record that still holds it to the private hash (the secret
+        first, then the record without it); the secret."""
+        secret = str(record.pop("secret"))
+        self.r.hset(self.keys.webhook_secrets, hook_id, secret)
+        self.r.hset(self.keys.webhooks, hook_id, json.dumps(record))
+        return secret
 
     def remove(self, hook_id: str) -> None:
         if not self.r.hdel(self.keys.webhooks, hook_id):
             raise NotFound(f"no webhook {hook_id}")
+        self.r.hdel(self.keys.webhook_secrets, hook_id)
 
     def note(self, hook_id: str, ok: bool, error: str | None = None) -> None:
         """Keep the outcome of the last delivery on the webhook (if it still exists)."""
@@ -201,6 +222,8 @@ class WebhookStore:
         if raw is None:
             return
         d = json.loads(raw)
+        if d.get("secret"):
+            self._move_secret(hook_id, d)
         if ok:
             d["last_ok_at"], d["last_error"] = int(time.time() * 1000), None
         else:

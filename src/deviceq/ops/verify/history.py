@@ -24,6 +24,8 @@ class Trail:
     terminal: str = ""
     """``TYPE ID`` of its first terminal event ("" = none yet)."""
     leases: list[str] = field(default_factory=list)
+    hosts: dict[str, str] = field(default_factory=dict)
+    """Lease -> the host of its ``assigned`` event (the owner of the device it was given)."""
 
 
 class History:
@@ -48,7 +50,10 @@ class History:
         lease = fields.get("lease", "")
         if kind == "assigned":
             self._assigned(tid, tr, eid, lease)
-        elif kind in ("expired", "requeued"):  # (requeued: a multi-device task's parts ended)
+            tr.hosts[lease] = fields.get("host", "")
+            return
+        self._host_is_assigned(tid, tr, eid, kind, lease, fields.get("host", ""))
+        if kind in ("expired", "requeued"):  # (requeued: a multi-device task's parts ended)
             tr.live = False
         elif kind in ("released", "retrying"):  # retrying: failed, queued again (retry_on)
             self._lease_is_latest(tid, tr, eid, kind, lease)
@@ -65,6 +70,20 @@ class History:
             )
         tr.lease, tr.live = lease, True
         tr.leases.append(lease)
+
+    def _host_is_assigned(self, tid: str, tr: Trail, eid: str, kind: str, lease: str,
+                          host: str) -> None:  # fmt: skip
+        """An event of a lease (claimed, reported, handed back, retried) names the host that
+        lease was assigned to: the one the scheduler chose, owner of the device."""
+        given = tr.hosts.get(lease) if lease else None
+        if given and host and host != given:
+            self.f.add(
+                "report_host_mismatch",
+                f"{kind} event {eid} names host {host}, but its lease {lease} was assigned "
+                f"to host {given}",
+                task=tid,
+                host=host,
+            )
 
     def _terminal(self, tid: str, tr: Trail, eid: str, kind: str, lease: str) -> None:
         if tr.terminal:

@@ -25,8 +25,11 @@ TASK_FIELDS = (
 )  # fmt: skip
 DEVICE_FIELDS = (
     "host_id", "driver_type", "tags", "state", "reserved_by", "lease_id", "quarantined", "held",
-    "booked_until", "health",
+    "booked_until", "health", "registered_at",
 )  # fmt: skip
+DEVICE_RECENT = 20
+"""Attempt ends a device's history (``device:ID:history``) keeps, newest first: the mirror of
+``DEVICE_RECENT`` in lua/lib/history.lua (tests/ops/test_verify_forgery.py compares them)."""
 
 
 def to_int(x: str | None) -> int | None:
@@ -55,6 +58,46 @@ def parse_record(raw: str) -> tuple[str | None, str, str]:
     return rec.get("lease_id"), str(rec.get("outcome", "?")), str(rec.get("host_id") or "")
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """What an attempt record says of where it ran and when it ended."""
+
+    attempt: int | None
+    host_id: str
+    device_id: str
+    assigned_at: int | None
+    ended_at: int | None
+    outcome: str
+
+    @classmethod
+    def parse(cls, raw: str) -> AttemptEnd:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict):
+            return cls(None, "", "", None, None, "?")
+
+        def text(name: str) -> str:
+            return str(rec.get(name) or "")
+
+        return cls(to_int(text("attempt")), text("host_id"), text("device_id"),
+                   to_int(text("assigned_at")), to_int(text("ended_at")),
+                   str(rec.get("outcome", "?")))  # fmt: skip
+
+
+def parse_history(raw: str) -> tuple[str, int | None, str, int | None] | None:
+    """(task, attempt, outcome, at) of one entry of a device's history (None: not JSON)."""
+    try:
+        e = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(e, dict):
+        return None
+    return (str(e.get("task") or ""), to_int(str(e.get("attempt") or "")),
+            str(e.get("outcome") or ""), to_int(str(e.get("at") or "")))  # fmt: skip
+
+
 @dataclass(slots=True)
 class TaskRow:
     """The fields of one task the checks need, with its attempt records (lease, outcome,
@@ -76,11 +119,18 @@ class TaskRow:
     gang: str = ""  # a part of multi-device task ``gang`` (in no status index)
     parts: tuple[str, ...] = ()  # a multi-device task's parts (after its first placement)
     roles: bool = False  # a multi-device task (waits in ``gangs``, not a bucket)
+    ends: list[AttemptEnd] = field(default_factory=list)
+    """Each attempt record's host, device and times (in the order of ``records``)."""
+
+    def add_records(self, raw: Iterable[str]) -> None:
+        for x in raw:
+            self.records.append(parse_record(x))
+            self.ends.append(AttemptEnd.parse(x))
 
     @classmethod
     def parse(cls, tid: str, vals: Sequence[str | None], n: int, raw: Iterable[str]) -> TaskRow:
         f = dict(zip(TASK_FIELDS, vals, strict=True))
-        return cls(
+        row = cls(
             id=tid,
             status=f["status"] or "",
             attempt=to_int(f["attempt"]),
@@ -93,11 +143,13 @@ class TaskRow:
             finished_at=to_int(f["finished_at"]),
             attempts_len=int(n),
             tenant=f["tenant"] or "",
-            records=[parse_record(x) for x in raw],
+            records=[],
             gang=f["gang"] or "",
             parts=tuple(filter(None, (f["parts"] or "").split(","))),
             roles=bool(f["roles"]),
         )
+        row.add_records(raw)
+        return row
 
 
 @dataclass
@@ -160,6 +212,11 @@ class PoolState:
     counters: dict[str, dict[str, str]]
     idle_classes: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     """Class id -> its idle set (``idle:c:CLASS``), in score order."""
+    device_history: dict[str, list[tuple[str, int | None, str, int | None]]] = field(
+        default_factory=dict
+    )
+    """Registered device -> its history (``device:ID:history``: task, attempt, outcome,
+    at), newest first."""
 
     def index_entries(self) -> int:
         """How many index entries were read."""

@@ -19,7 +19,7 @@ from .model import (
     KeySpace,
     PoolState,
     TaskRow,
-    parse_record,
+    parse_history,
     to_float,
 )
 from .results import Progress
@@ -156,7 +156,7 @@ class Reader:
             )
         owner = {k.attempts(tid): tid for tid in out}
         for key, entries in self._ranged("lrange", longer):
-            out[owner[key]].records.extend(parse_record(x) for x in entries)
+            out[owner[key]].add_records(entries)
         return out, vanished
 
     def _ranged(self, cmd: str, spans: list[tuple[str, int, int]]) -> Iterator[tuple[str, Any]]:
@@ -275,6 +275,8 @@ def read_state(rd: Reader) -> PoolState:
     devices = rd.members(k.devices)
     classes = sorted(space.idle_classes)
     by_class = rd.zsets([k.idle_class(c) for c in classes], "reading idle classes")
+    registered = sorted(devices)
+    histories = rd.lists([k.device_history(d) for d in registered], "reading device histories")
     return PoolState(
         now=now,
         cutoff=cutoff,
@@ -299,4 +301,8 @@ def read_state(rd: Reader) -> PoolState:
             **{c: rd.hash(k.counter(c)) for c in LIMIT_COUNTERS},
         },
         idle_classes={c: by_class[k.idle_class(c)] for c in classes},
+        device_history={
+            d: [e for e in map(parse_history, histories[k.device_history(d)]) if e is not None]
+            for d in registered
+        },
     )

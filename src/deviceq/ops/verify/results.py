@@ -62,9 +62,54 @@ KINDS: dict[str, str] = {
     "multi-device task is neither in gangs nor waiting out a retry",
     "task_host_mismatch": "a task whose host_id is neither its device's host nor the host of "
     "its current attempt (its hash was rewritten to let another host report it)",
+    "attempt_host_mismatch": "an attempt record naming a host other than its device's owner "
+    "(the record was rewritten: a host making another host's task its own)",
+    "attempt_end_unrecorded": "an ended attempt whose end is not in its device's history (or "
+    "is there with another outcome): it was closed by a hand-written script, not by a report, "
+    "a cancel or an expiry",
+    "report_host_mismatch": "an event of a task's lease (claimed, done, failed, released...) "
+    "naming a host other than the one its lease was assigned to (the task's host was "
+    "rewritten before it was reported)",
     "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
     "not be read)",
 }
+CHECKS: tuple[str, ...] = (
+    "one live lease per device, and each device's reservation agrees with the task holding it "
+    "(design invariant 1)",
+    "one live lease per task, held in one status index with one open attempt (2)",
+    "a terminal state reached once, and no report of a superseded lease accepted, as far as "
+    "the event stream reaches back (3)",
+    "nothing lost: every task in its status index, every attempt recorded, a submitted task "
+    "that never ended still exists (4)",
+    "indexes and counters agree with what they count: queue buckets and heads, leases, "
+    "deadlines, retries, idle sets, inboxes, bookings, caps/drivers, tenant_held, host_held",
+    "a multi-device task holds all its devices or none",
+    "a task and each attempt record name the host owning its device, and each event of a "
+    "lease names the host it was assigned to (a task rewritten to be reported by another "
+    "host)",
+    "each ended attempt is in its device's history, as a transition script leaves it (an "
+    "attempt closed by a hand-written script), while that history reaches back to it",
+)
+"""What `verify` checks, from the records Redis holds (``deviceq verify --scope``)."""
+
+CANNOT_CHECK: tuple[str, ...] = (
+    "who wrote a record: a user with direct Redis access (the producer and host ACL users "
+    "included: Redis runs a script with its caller's rights) that repeats every write of a "
+    "transition (a report's, device history included) leaves records identical to the "
+    "real transition's; only the HTTP API confines producers and hosts",
+    "what the stream no longer holds: events trimmed by event_maxlen, or a stream deleted "
+    "or rewritten by a user that may write it, leave earlier transitions unjudged "
+    "(skipped: history_trimmed)",
+    "attempt ends older than a device's history (its last 20 ends; skipped: "
+    "attempt_ends_past_device_history), or on a device removed and registered again since",
+    "that a run really happened, or that a result is what the device produced: a host's "
+    "report is taken as it comes (its token and session are checked when it is made)",
+    "whether a device ran two things at once physically (invariant 7: the host daemon's "
+    "runner locks, not Redis) or a preempted run stopped before its device moved on (11)",
+    "where secrets can be read: ACL users and tokens are configured outside the pool (10)",
+)
+"""What `verify` cannot see from Redis, said so that its ``ok`` is not taken for more."""
+
 Progress = Callable[[str, int, int | None], None]
 """``progress(stage, done, total)``: called as the verifier reads (total None: unknown)."""
 

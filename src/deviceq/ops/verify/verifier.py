@@ -14,6 +14,7 @@ from .devices import check_bookings, check_devices, check_idle, check_idle_class
 from .history import History
 from .leases import check_leases, check_limits, check_reservations
 from .model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH, STATUSES, PoolState
+from .provenance import check_attempt_ends, check_attempt_hosts
 from .queues import check_buckets
 from .reader import Reader, read_state
 from .results import Findings, Progress, VerifyResult, Violation
@@ -120,6 +121,8 @@ def _check_state(st: PoolState, f: Findings) -> None:
     check_idle_classes(st, f)
     check_bookings(st, f)
     check_limits(st, f)
+    check_attempt_hosts(st, f)
+    check_attempt_ends(st, f)
 
 
 def _recheck_orphans(st: PoolState, rd: Reader, f: Findings) -> None:
