@@ -17,6 +17,7 @@ import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from ..artifacts.records import Recorded, recorded, store_for
 from ..artifacts.store import CHUNK
@@ -46,8 +47,6 @@ LOGS_MAX = 10_000
 """Most log chunks one ``GET /tasks/{id}/logs`` stream sends."""
 MAX_ATTEMPT = 9999
 SSE_BLOCK_MS = 1000
-BLOCKING_THREADS = 64
-"""Long polls and event streams held at once (each holds a thread while Redis blocks)."""
 
 EVENT_ID_CHARS = frozenset("0123456789-")
 
@@ -121,12 +120,23 @@ def _since(request: Request) -> str | None:
     return since
 
 
-def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(
-        stream,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-    )
+class _HeldStream(StreamingResponse):
+    """A stream that gives back its slot of the token's blocking calls when it ends, however
+    it ends (sent, client gone, error)."""
+
+    def __init__(self, stream: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(
+            stream,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def _log_event(e: LogEntry) -> str:
@@ -144,7 +154,7 @@ class ProducerApi:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
         self.client = Client(ctx.redis, ctx.pool)
-        self.blocking = anyio.CapacityLimiter(BLOCKING_THREADS)
+        self.waiter = Client(ctx.blocker, ctx.pool)  # blocking reads: their own connections
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
@@ -261,13 +271,12 @@ class ProducerApi:
         ``timeout`` seconds (default and at most the service's ``max_wait``). Answers
         ``{"task": TASK, "terminal": bool}`` as soon as the task is terminal, or with
         ``terminal: false`` and the task as it is when the time is up."""
-        _role(request)
+        token = _role(request)
         task_id = validate_id(request.path_params["task_id"], "task id")
         timeout = _query_float(request, "timeout", self.ctx.max_wait, self.ctx.max_wait)
         try:
-            task = await anyio.to_thread.run_sync(
-                partial(self.client.wait, task_id, timeout=timeout), limiter=self.blocking
-            )
+            with self.ctx.long_polls.hold("token", token.name):
+                task = await self.call(self.waiter.wait, task_id, timeout=timeout)
         except TimeoutError:
             task = await self.call(self.client.get, task_id)
         return JSONResponse({"task": task_json(task), "terminal": task.status.terminal})
@@ -282,14 +291,14 @@ class ProducerApi:
         300), or, with ``follow=0``, once the events so far are sent. Each event is
         ``id: ID``, ``event: TYPE`` and ``data: JSON`` (the object of ``deviceq events
         --json``)."""
-        _role(request)
+        token = _role(request)
         wanted = _event_filter(request)
         since = _since(request)
         limit = _query_int(request, "limit", 1000, EVENTS_MAX)
         duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
         follow = _follow(request)
-        r, keys = self.client.redis, self.client.keys
-        cursor = since or await self.call(last_event_id, r, keys)
+        r, keys = self.ctx.blocker, self.client.keys
+        cursor = since or await self.call(last_event_id, self.client.redis, keys)
 
         async def stream() -> AsyncIterator[str]:
             nonlocal cursor
@@ -301,10 +310,9 @@ class ProducerApi:
                 if left <= 0:
                     break
                 try:
-                    cursor, batch = await anyio.to_thread.run_sync(
-                        partial(read_events, r, keys, cursor, count=min(500, limit - sent),
-                                block_ms=max(1, min(SSE_BLOCK_MS, int(left * 1000)))),
-                        limiter=self.blocking,
+                    cursor, batch = await self.call(
+                        read_events, r, keys, cursor, count=min(500, limit - sent),
+                        block_ms=max(1, min(SSE_BLOCK_MS, int(left * 1000))),
                     )  # fmt: skip
                 except redis.RedisError:
                     yield ": redis unavailable\n\n"
@@ -318,7 +326,13 @@ class ProducerApi:
                         return
                     yield ": keepalive\n\n"
 
-        return _sse(stream())
+        return self._held(token, stream())
+
+    def _held(self, token: TokenInfo, stream: AsyncIterator[str]) -> Response:
+        """``stream`` as Server-Sent Events, within the token's bound of blocking calls
+        (TooManyWaits past it: 429 before anything is sent)."""
+        self.ctx.long_polls.acquire("token", token.name)
+        return _HeldStream(stream, partial(self.ctx.long_polls.release, "token", token.name))
 
     async def logs(self, request: Request) -> Response:
         """Follow an attempt's live log as Server-Sent Events.
@@ -331,7 +345,7 @@ class ProducerApi:
         ``Last-Event-ID`` header). The stream also ends after ``limit`` chunks (default and
         at most 10000), after ``timeout`` seconds (default the service's ``max_wait``, at
         most 300), or, with ``follow=0``, once the chunks so far are sent."""
-        _role(request)
+        token = _role(request)
         task_id = validate_id(request.path_params["task_id"], "task id")
         wanted = _query_int(request, "attempt", 0, MAX_ATTEMPT) or None
         follow = _follow(request)
@@ -369,23 +383,20 @@ class ProducerApi:
                 if not follow or left <= 0:
                     return
                 try:
-                    await anyio.to_thread.run_sync(
-                        partial(self._wait_log, task_id, attempt, after,
-                                max(1, min(SSE_BLOCK_MS, int(left * 1000)))),
-                        limiter=self.blocking,
-                    )  # fmt: skip
+                    await self.call(self._wait_log, task_id, attempt, after,
+                                    max(1, min(SSE_BLOCK_MS, int(left * 1000))))  # fmt: skip
                 except redis.RedisError:
                     yield ": redis unavailable\n\n"
                     return
                 yield ": keepalive\n\n"
 
-        return _sse(stream())
+        return self._held(token, stream())
 
     def _wait_log(self, task_id: str, attempt: int, after: str, block_ms: int) -> None:
         """Block up to ``block_ms`` for a chunk after ``after`` (then the stream looks at
         the task again)."""
         key = self.client.keys.log(task_id, attempt)
-        self.client.redis.xread({key: after}, count=1, block=block_ms)
+        self.ctx.blocker.xread({key: after}, count=1, block=block_ms)
 
     def _recorded(self, request: Request, attempt: int | None) -> Recorded:
         _role(request)
