@@ -92,7 +92,7 @@ def start_dashboard(d: Deployment, name: str, *extra: str) -> str:
     def answers() -> bool:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/login")
+            conn.request("GET", "/healthz")
             return conn.getresponse().status == 200
         except OSError:
             return False

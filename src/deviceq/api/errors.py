@@ -21,6 +21,7 @@ STATUS = {
     "SUPERSEDED": 409,
     "FENCED": 409,
     "NOT_CONFIRMED": 409,
+    "CORRUPT": 409,
     "TOO_LARGE": 413,
     "RATE_LIMITED": 429,
     "QUEUE_FULL": 503,

@@ -6,7 +6,6 @@ token. The routes themselves are in `deviceq.api.host_routes`."""
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..core import json_bounded
 from ..core.errors import AuthError, DeviceqError, InvalidInput, SessionSuperseded
 from ..core.models import validate_id
 from ..host.client import HostClient, token_digest
@@ -125,10 +125,7 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
             raise TooLarge(f"request body over {limit} bytes")
     if not data.strip():
         return {}
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput("request body is not valid JSON") from None
+    body = json_bounded.loads(bytes(data), "request body")
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object")
     return body

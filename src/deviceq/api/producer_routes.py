@@ -20,14 +20,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from ..artifacts.records import Recorded, recorded, store_for
-from ..artifacts.store import CHUNK
+from ..artifacts.store import CHUNK, StoredFileRefused
+from ..core import json_bounded
 from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
 from ..core.models import ScheduledTask, TaskStatus, validate_id
 from ..producer import Client, TaskFilter
+from .auth import bearer
 from .context import ApiContext
-from .tokens import ROLES, TokenInfo
+from .tokens import ROLES, TokenInfo, TokenStore
 
 
 def task_json(t: ScheduledTask) -> dict[str, Any]:
@@ -47,6 +49,9 @@ LOGS_MAX = 10_000
 """Most log chunks one ``GET /tasks/{id}/logs`` stream sends."""
 MAX_ATTEMPT = 9999
 SSE_BLOCK_MS = 1000
+TOKEN_RECHECK_S = 5.0
+"""How often an open event or log stream checks that its token is still current (a removed
+token's stream then ends with ``event: error``)."""
 
 EVENT_ID_CHARS = frozenset("0123456789-")
 
@@ -75,10 +80,7 @@ def _signed(task: dict[str, Any], token: TokenInfo) -> dict[str, Any]:
 
 async def _json_body(request: Request) -> Any:
     raw = await request.body()
-    try:
-        return json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"the request body is not JSON: {exc}") from None
+    return json_bounded.loads(raw or b"null", "the request body")
 
 
 def _query_float(request: Request, name: str, default: float, maximum: float) -> float:
@@ -148,11 +150,40 @@ def _query_id(request: Request, name: str, what: str) -> str | None:
     return None if value is None else validate_id(value, what)
 
 
+class _TokenWatch:
+    """An open stream's check of its own token, at most every `TOKEN_RECHECK_S` seconds."""
+
+    def __init__(self, tokens: TokenStore, request: Request) -> None:
+        self.tokens = tokens
+        self.token = bearer(request.scope) or ""
+        self.checked = time.monotonic()
+
+    async def revoked(self) -> bool:
+        """True once the token is no longer current (removed, or replaced by a new one of
+        the same name); a Redis error is left to the stream's own read."""
+        if time.monotonic() - self.checked < TOKEN_RECHECK_S:
+            return False
+        self.checked = time.monotonic()
+        try:
+            info = await anyio.to_thread.run_sync(self.tokens.lookup, self.token)
+        except redis.RedisError:
+            return False
+        return info is None
+
+
+REVOKED_EVENT = (
+    "event: error\ndata: "
+    + json.dumps({"code": "AUTH", "message": "the API token was removed: the stream ends"})
+    + "\n\n"
+)
+
+
 class ProducerApi:
     """The producer routes of one pool (``ctx``)."""
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
+        self.tokens = TokenStore(ctx.redis, ctx.keys)
         self.client = Client(ctx.redis, ctx.pool)
         self.waiter = Client(ctx.blocker, ctx.pool)  # blocking reads: their own connections
 
@@ -299,6 +330,7 @@ class ProducerApi:
         follow = _follow(request)
         r, keys = self.ctx.blocker, self.client.keys
         cursor = since or await self.call(last_event_id, self.client.redis, keys)
+        watch = _TokenWatch(self.tokens, request)
 
         async def stream() -> AsyncIterator[str]:
             nonlocal cursor
@@ -306,6 +338,9 @@ class ProducerApi:
             sent = 0
             yield ": connected\n\n"
             while sent < limit and not await request.is_disconnected():
+                if await watch.revoked():
+                    yield REVOKED_EVENT
+                    return
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -354,6 +389,7 @@ class ProducerApi:
         duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
         reader = LogReader(self.client.redis, self.client.keys)
         attempt = await self.call(reader.attempt_for, task_id, wanted)
+        watch = _TokenWatch(self.tokens, request)
 
         async def stream() -> AsyncIterator[str]:
             nonlocal after
@@ -361,6 +397,9 @@ class ProducerApi:
             sent = 0
             yield ": connected\n\n"
             while sent < limit and not await request.is_disconnected():
+                if await watch.revoked():
+                    yield REVOKED_EVENT
+                    return
                 try:
                     state = await self.call(reader.state, task_id)  # before the read
                     page = await self.call(reader.read, task_id, attempt, after,
@@ -418,10 +457,12 @@ class ProducerApi:
     async def artifact(self, request: Request) -> Response:
         """Download one file an attempt kept (from the pool's ``artifact_store``).
 
-        Only a name the attempt's record lists is served (else 404); the answer is the
-        file's bytes as the store holds them (``application/octet-stream``, chunked), with its
-        recorded sha256 in the ``X-Deviceq-Sha256`` header (check it: the store may differ).
-        503 when the store cannot be read now."""
+        Only a name the attempt's record lists is served (else 404). The file is read whole
+        from the store and checked against its recorded size and sha256 before the first
+        byte is sent: the answer (``application/octet-stream``, its ``Content-Length``) is
+        then exactly the bytes checked, with that sha256 in the ``X-Deviceq-Sha256`` header.
+        409 ``CORRUPT`` when the store's file differs from the record, is a link (never
+        followed) or a folder; 404 when it is gone; 503 when the store cannot be read now."""
         text = str(request.path_params["attempt"])
         if not text.isdigit() or not 1 <= int(text) <= MAX_ATTEMPT:
             raise InvalidInput(f"attempt must be an integer from 1 to {MAX_ATTEMPT}")
@@ -430,11 +471,16 @@ class ProducerApi:
         entry = next((f for f in rec.files if f.get("name") == name), None)
         if entry is None:
             raise NotFound(f"attempt {rec.attempt} recorded no artifact {name[:80]!r}")
+        size, sha256 = _int_or(entry.get("size"), -1), str(entry.get("sha256") or "")
+        if size < 0 or len(sha256) != 64:
+            raise StoredFileRefused(f"artifact {name[:80]!r} has no size and sha256 recorded")
         task_id = str(request.path_params["task_id"])
         try:
-            src = await self.call(self._open_artifact, task_id, rec.attempt, name)
+            src = await self.call(self._open_artifact, task_id, rec.attempt, name, size, sha256)
         except FileNotFoundError:
             raise NotFound(f"artifact {name[:80]!r} is no longer in the store") from None
+        except StoredFileRefused:
+            raise
         except (DeviceqError, OSError, ImportError, ValueError) as exc:
             raise StoreUnavailable(exc) from None
 
@@ -447,14 +493,20 @@ class ProducerApi:
 
         leaf = name.rsplit("/", 1)[-1]
         return StreamingResponse(body(), media_type="application/octet-stream", headers={
-            "x-deviceq-sha256": str(entry.get("sha256") or ""),
+            "x-deviceq-sha256": sha256,
+            "content-length": str(size),
             "content-disposition": f"attachment; filename*=UTF-8''{quote(leaf, safe='')}",
             "cache-control": "no-store",
         })  # fmt: skip
 
-    def _open_artifact(self, task_id: str, attempt: int, name: str) -> Any:
+    def _open_artifact(self, task_id: str, attempt: int, name: str, size: int,
+                       sha256: str) -> Any:  # fmt: skip
         store = store_for(self.client, None)
-        return store.open(self.client.pool, task_id, attempt, name)
+        return store.open_verified(self.client.pool, task_id, attempt, name, size, sha256)
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 class StoreUnavailable(DeviceqError):
