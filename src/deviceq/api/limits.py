@@ -20,7 +20,7 @@ PER_HOST = 8
 a restarted daemon's old ones last until their timeout)."""
 PER_TOKEN = 32
 """Blocking calls (task waits, event and log streams) one API token holds at once."""
-TOTAL = 384
+TOTAL = 512
 """Blocking calls the service holds at once (below its worker threads: short calls always
 have one)."""
 RETRY_AFTER = 1

@@ -91,7 +91,7 @@ DEFAULT_PORT = 8300
 @click.option(
     "--max-waits",
     type=click.IntRange(1, 10_000),
-    default=384,
+    default=512,
     show_default=True,
     help="Long polls and streams the service holds at once, all hosts and tokens together; "
     "they run on Redis connections of their own, so short calls never wait for them.",
@@ -147,7 +147,7 @@ class LongPollBounds:
 
     per_host: int = 8
     per_token: int = 32
-    total: int = 384
+    total: int = 512
 
 
 def serve(
