@@ -24,7 +24,7 @@ def test_one_hosts_long_polls_leave_the_service_to_the_others(deploy: Deployment
     token_a = deploy.admin.add_host("hA")
     token_b = deploy.admin.add_host("hB")
     producer = TokenStore(deploy.r, deploy.client.keys).add("ci", "producer")
-    url = start_api(deploy, "api-polls", "--max-wait", "6", "--max-waits-per-host", "4")
+    url = start_api(deploy, "api-polls", "--max-wait", "20", "--max-waits-per-host", "4")
     waits: list[tuple[int, Any, dict[str, str]]] = []
     lock = threading.Lock()
     go = threading.Barrier(110)
@@ -61,6 +61,10 @@ def test_one_hosts_long_polls_leave_the_service_to_the_others(deploy: Deployment
                                token=token_b)  # fmt: skip
         others.append(status)
         assert status == 200, body
+    # then hA's own nudges wake its held polls (each wakes one)
+    while any(t.is_alive() for t in threads) and time.monotonic() - before < 40:
+        assert call(f"{url}/api/v1/hosts/hA/nudge", "POST", {}, token=token_a)[0] == 200
+        time.sleep(0.2)
     for t in threads:
         t.join(60)
     assert len(others) >= 10 and set(others) <= {200, 201}
