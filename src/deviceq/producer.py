@@ -28,7 +28,7 @@ from .core.models import (
 )
 from .core.pacing import pacer_for
 from .core.task_record import read_task, with_goal
-from .core.validation import actor_args
+from .core.validation import actor_args, check_text
 from .submission import (
     check_int,
     chunk_args,
@@ -299,8 +299,7 @@ class Client(PoolConnection):
         ``requested`` (running: its host stops it and reports) or ``already:STATUS``. ``by``
         (an id, '' = not recorded): who cancels it, the ``by`` field of the event."""
         validate_id(task_id, "task id")
-        if not isinstance(reason, str):
-            raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
+        check_text(reason, "reason")
         return str(self._run("cancel", [task_id, reason[:500], *actor_args(by)]))
 
     def cancel_many(
@@ -311,8 +310,7 @@ class Client(PoolConnection):
         NotFound, nothing changed). Returns ``{task_id: answer}`` in the given order, each
         answer as `cancel` returns it (``cancelled``, ``requested`` or ``already:STATUS``)."""
         ids = self._existing_ids(task_ids, "cancel_many")
-        if not isinstance(reason, str):
-            raise InvalidInput(f"reason must be a str, not {type(reason).__name__}")
+        check_text(reason, "reason")
         actor_args(by)  # checked before the first is cancelled
         return {t: self.cancel(t, reason, by) for t in ids}
 

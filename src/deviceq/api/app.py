@@ -31,7 +31,15 @@ from .tokens import TokenStore
 log = logging.getLogger("deviceq.api")
 
 WORKER_THREADS = 512  # requests served at once (long polls included): about 250 hosts
+SHORT_CALL_THREADS = 128  # threads kept for the short calls beyond the most long polls held
 HTTP_CODES = {400: "INVALID", 401: "AUTH", 403: "FORBIDDEN", 404: "NOT_FOUND", 413: "TOO_LARGE"}
+
+
+def worker_threads(long_polls: int) -> int:
+    """Threads the service runs its Redis calls on, ``long_polls`` of them at most blocked:
+    its main Redis client needs as many connections (one per thread), so that a burst of
+    short calls never finds its pool exhausted."""
+    return max(WORKER_THREADS, long_polls + SHORT_CALL_THREADS)
 
 
 def _operations(routes: list[BaseRoute], prefix: str) -> list[tuple[str, str, Any]]:
@@ -171,7 +179,9 @@ def create_app(ctx: ApiContext, *, limiter: FailureLimiter | None = None) -> Sta
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # every long poll (a host's claim and control waits, a producer's wait) holds one
         # worker thread: anyio's default of 40 would cap a service at about 20 hosts
-        anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        # (and the blocking calls, bounded by ctx.long_polls, leave threads to the others)
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = worker_threads(ctx.long_polls.total)
         yield
 
     app = Starlette(

@@ -38,7 +38,11 @@ class FailureLimiter:
     """At most ``limit`` failed authentications per client address per ``window`` seconds
     (a fixed window per address): one lock makes the check and the count one step, so
     concurrent bad requests cannot slip past the limit. Memory is bounded: at most
-    ``max_addresses`` windows, the oldest dropped first."""
+    ``max_addresses`` windows. When the table is full, an ended window goes first, then the
+    oldest address still under its limit; an address at its limit is dropped only when every
+    tracked one is (so pushing a locked-out address out of the table takes ``max_addresses``
+    other locked-out ones, ``limit`` failures each, not one failure from each of
+    ``max_addresses`` new addresses)."""
 
     def __init__(
         self,
@@ -52,14 +56,31 @@ class FailureLimiter:
         self.max_addresses = max_addresses
         self.clock = clock
         self._lock = threading.Lock()
-        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        # windows under the limit (oldest start first) and at it (in the order they got
+        # there): an ended window not at a table's head is dropped when next looked up
+        self._counting: OrderedDict[str, _Window] = OrderedDict()
+        self._limited: OrderedDict[str, _Window] = OrderedDict()
+
+    def tracked(self) -> int:
+        """Addresses in the table now."""
+        return len(self._counting) + len(self._limited)
 
     def _current(self, addr: str, now: float) -> _Window | None:
-        w = self._windows.get(addr)
-        if w is not None and now - w.start >= self.window:
-            del self._windows[addr]
-            return None
-        return w
+        for table in (self._limited, self._counting):
+            w = table.get(addr)
+            if w is not None:
+                if now - w.start >= self.window:
+                    del table[addr]
+                    return None
+                return w
+        return None
+
+    def _make_room(self, now: float) -> None:
+        for table in (self._counting, self._limited):  # ended windows first
+            while table and now - next(iter(table.values())).start >= self.window:
+                table.popitem(last=False)
+        while self.tracked() >= self.max_addresses:
+            (self._counting or self._limited).popitem(last=False)
 
     def blocked_for(self, addr: str) -> float:
         """Seconds until ``addr`` may try again (0: it may now)."""
@@ -82,10 +103,12 @@ class FailureLimiter:
             if ok:
                 return 0.0
             if w is None:
-                while len(self._windows) >= self.max_addresses:
-                    self._windows.popitem(last=False)
-                w = self._windows[addr] = _Window(now, 0)
+                self._make_room(now)
+                w = self._counting[addr] = _Window(now, 0)
             w.failures += 1
+            if w.failures >= self.limit:
+                del self._counting[addr]
+                self._limited[addr] = w
             return 0.0
 
 

@@ -21,6 +21,7 @@ STATUS = {
     "SUPERSEDED": 409,
     "FENCED": 409,
     "NOT_CONFIRMED": 409,
+    "CORRUPT": 409,
     "TOO_LARGE": 413,
     "RATE_LIMITED": 429,
     "QUEUE_FULL": 503,
@@ -38,5 +39,10 @@ def error(code: str, message: str, status: int | None = None) -> JSONResponse:
 
 
 def from_exception(exc: DeviceqError) -> JSONResponse:
-    """A deviceq error (a script's refusal, bad input) as the API's error answer."""
-    return error(exc.code, str(exc))
+    """A deviceq error (a script's refusal, bad input) as the API's error answer (with
+    Retry-After when the error names a wait)."""
+    answer = error(exc.code, str(exc))
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int):
+        answer.headers["retry-after"] = str(retry_after)
+    return answer

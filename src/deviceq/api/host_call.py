@@ -6,7 +6,6 @@ token. The routes themselves are in `deviceq.api.host_routes`."""
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..core import json_bounded
 from ..core.errors import AuthError, DeviceqError, InvalidInput, SessionSuperseded
 from ..core.models import validate_id
 from ..host.client import HostClient, token_digest
@@ -71,17 +71,20 @@ class Call:
         outlast it)."""
         wanted = _number(self.body, name, 0.0, 0.0, 3600.0)
         limit = self.ctx.max_wait
-        sock = self.ctx.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        sock = self.ctx.blocker.connection_pool.connection_kwargs.get("socket_timeout")
         if sock:
             limit = min(limit, max(0.0, float(sock) - 1.0))
         return min(wanted, limit)
 
     def blpop(self, key: str, seconds: float) -> str | None:
-        """Pop the head of one of this host's lists, blocking up to ``seconds`` (0: no wait)."""
+        """Pop the head of one of this host's lists, blocking up to ``seconds`` (0: no wait)
+        on the service's blocking client, within the host's bound of blocking calls
+        (TooManyWaits past it)."""
         if seconds <= 0:
             got = self.ctx.redis.lpop(key)
             return None if got is None else str(got)
-        popped = self.ctx.redis.blpop([key], timeout=seconds)
+        with self.ctx.long_polls.hold("host", self.host_id):
+            popped = self.ctx.blocker.blpop([key], timeout=seconds)
         return str(popped[1]) if popped else None
 
 
@@ -122,10 +125,7 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
             raise TooLarge(f"request body over {limit} bytes")
     if not data.strip():
         return {}
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput("request body is not valid JSON") from None
+    body = json_bounded.loads(bytes(data), "request body")
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object")
     return body

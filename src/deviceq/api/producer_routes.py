@@ -17,16 +17,19 @@ import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from ..artifacts.records import Recorded, recorded, store_for
-from ..artifacts.store import CHUNK
+from ..artifacts.store import CHUNK, StoredFileRefused
+from ..core import json_bounded
 from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
 from ..core.models import ScheduledTask, TaskStatus, validate_id
 from ..producer import Client, TaskFilter
+from .auth import bearer
 from .context import ApiContext
-from .tokens import ROLES, TokenInfo
+from .tokens import ROLES, TokenInfo, TokenStore
 
 
 def task_json(t: ScheduledTask) -> dict[str, Any]:
@@ -46,8 +49,9 @@ LOGS_MAX = 10_000
 """Most log chunks one ``GET /tasks/{id}/logs`` stream sends."""
 MAX_ATTEMPT = 9999
 SSE_BLOCK_MS = 1000
-BLOCKING_THREADS = 64
-"""Long polls and event streams held at once (each holds a thread while Redis blocks)."""
+TOKEN_RECHECK_S = 5.0
+"""How often an open event or log stream checks that its token is still current (a removed
+token's stream then ends with ``event: error``)."""
 
 EVENT_ID_CHARS = frozenset("0123456789-")
 
@@ -76,10 +80,7 @@ def _signed(task: dict[str, Any], token: TokenInfo) -> dict[str, Any]:
 
 async def _json_body(request: Request) -> Any:
     raw = await request.body()
-    try:
-        return json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"the request body is not JSON: {exc}") from None
+    return json_bounded.loads(raw or b"null", "the request body")
 
 
 def _query_float(request: Request, name: str, default: float, maximum: float) -> float:
@@ -121,12 +122,23 @@ def _since(request: Request) -> str | None:
     return since
 
 
-def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(
-        stream,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-    )
+class _HeldStream(StreamingResponse):
+    """A stream that gives back its slot of the token's blocking calls when it ends, however
+    it ends (sent, client gone, error)."""
+
+    def __init__(self, stream: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(
+            stream,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def _log_event(e: LogEntry) -> str:
@@ -138,13 +150,42 @@ def _query_id(request: Request, name: str, what: str) -> str | None:
     return None if value is None else validate_id(value, what)
 
 
+class _TokenWatch:
+    """An open stream's check of its own token, at most every `TOKEN_RECHECK_S` seconds."""
+
+    def __init__(self, tokens: TokenStore, request: Request) -> None:
+        self.tokens = tokens
+        self.token = bearer(request.scope) or ""
+        self.checked = time.monotonic()
+
+    async def revoked(self) -> bool:
+        """True once the token is no longer current (removed, or replaced by a new one of
+        the same name); a Redis error is left to the stream's own read."""
+        if time.monotonic() - self.checked < TOKEN_RECHECK_S:
+            return False
+        self.checked = time.monotonic()
+        try:
+            info = await anyio.to_thread.run_sync(self.tokens.lookup, self.token)
+        except redis.RedisError:
+            return False
+        return info is None
+
+
+REVOKED_EVENT = (
+    "event: error\ndata: "
+    + json.dumps({"code": "AUTH", "message": "the API token was removed: the stream ends"})
+    + "\n\n"
+)
+
+
 class ProducerApi:
     """The producer routes of one pool (``ctx``)."""
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
+        self.tokens = TokenStore(ctx.redis, ctx.keys)
         self.client = Client(ctx.redis, ctx.pool)
-        self.blocking = anyio.CapacityLimiter(BLOCKING_THREADS)
+        self.waiter = Client(ctx.blocker, ctx.pool)  # blocking reads: their own connections
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
@@ -261,13 +302,12 @@ class ProducerApi:
         ``timeout`` seconds (default and at most the service's ``max_wait``). Answers
         ``{"task": TASK, "terminal": bool}`` as soon as the task is terminal, or with
         ``terminal: false`` and the task as it is when the time is up."""
-        _role(request)
+        token = _role(request)
         task_id = validate_id(request.path_params["task_id"], "task id")
         timeout = _query_float(request, "timeout", self.ctx.max_wait, self.ctx.max_wait)
         try:
-            task = await anyio.to_thread.run_sync(
-                partial(self.client.wait, task_id, timeout=timeout), limiter=self.blocking
-            )
+            with self.ctx.long_polls.hold("token", token.name):
+                task = await self.call(self.waiter.wait, task_id, timeout=timeout)
         except TimeoutError:
             task = await self.call(self.client.get, task_id)
         return JSONResponse({"task": task_json(task), "terminal": task.status.terminal})
@@ -282,14 +322,15 @@ class ProducerApi:
         300), or, with ``follow=0``, once the events so far are sent. Each event is
         ``id: ID``, ``event: TYPE`` and ``data: JSON`` (the object of ``deviceq events
         --json``)."""
-        _role(request)
+        token = _role(request)
         wanted = _event_filter(request)
         since = _since(request)
         limit = _query_int(request, "limit", 1000, EVENTS_MAX)
         duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
         follow = _follow(request)
-        r, keys = self.client.redis, self.client.keys
-        cursor = since or await self.call(last_event_id, r, keys)
+        r, keys = self.ctx.blocker, self.client.keys
+        cursor = since or await self.call(last_event_id, self.client.redis, keys)
+        watch = _TokenWatch(self.tokens, request)
 
         async def stream() -> AsyncIterator[str]:
             nonlocal cursor
@@ -297,14 +338,16 @@ class ProducerApi:
             sent = 0
             yield ": connected\n\n"
             while sent < limit and not await request.is_disconnected():
+                if await watch.revoked():
+                    yield REVOKED_EVENT
+                    return
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 try:
-                    cursor, batch = await anyio.to_thread.run_sync(
-                        partial(read_events, r, keys, cursor, count=min(500, limit - sent),
-                                block_ms=max(1, min(SSE_BLOCK_MS, int(left * 1000)))),
-                        limiter=self.blocking,
+                    cursor, batch = await self.call(
+                        read_events, r, keys, cursor, count=min(500, limit - sent),
+                        block_ms=max(1, min(SSE_BLOCK_MS, int(left * 1000))),
                     )  # fmt: skip
                 except redis.RedisError:
                     yield ": redis unavailable\n\n"
@@ -318,7 +361,13 @@ class ProducerApi:
                         return
                     yield ": keepalive\n\n"
 
-        return _sse(stream())
+        return self._held(token, stream())
+
+    def _held(self, token: TokenInfo, stream: AsyncIterator[str]) -> Response:
+        """``stream`` as Server-Sent Events, within the token's bound of blocking calls
+        (TooManyWaits past it: 429 before anything is sent)."""
+        self.ctx.long_polls.acquire("token", token.name)
+        return _HeldStream(stream, partial(self.ctx.long_polls.release, "token", token.name))
 
     async def logs(self, request: Request) -> Response:
         """Follow an attempt's live log as Server-Sent Events.
@@ -331,7 +380,7 @@ class ProducerApi:
         ``Last-Event-ID`` header). The stream also ends after ``limit`` chunks (default and
         at most 10000), after ``timeout`` seconds (default the service's ``max_wait``, at
         most 300), or, with ``follow=0``, once the chunks so far are sent."""
-        _role(request)
+        token = _role(request)
         task_id = validate_id(request.path_params["task_id"], "task id")
         wanted = _query_int(request, "attempt", 0, MAX_ATTEMPT) or None
         follow = _follow(request)
@@ -340,6 +389,7 @@ class ProducerApi:
         duration = _query_float(request, "timeout", self.ctx.max_wait, EVENTS_MAX_SECONDS)
         reader = LogReader(self.client.redis, self.client.keys)
         attempt = await self.call(reader.attempt_for, task_id, wanted)
+        watch = _TokenWatch(self.tokens, request)
 
         async def stream() -> AsyncIterator[str]:
             nonlocal after
@@ -347,6 +397,9 @@ class ProducerApi:
             sent = 0
             yield ": connected\n\n"
             while sent < limit and not await request.is_disconnected():
+                if await watch.revoked():
+                    yield REVOKED_EVENT
+                    return
                 try:
                     state = await self.call(reader.state, task_id)  # before the read
                     page = await self.call(reader.read, task_id, attempt, after,
@@ -369,23 +422,20 @@ class ProducerApi:
                 if not follow or left <= 0:
                     return
                 try:
-                    await anyio.to_thread.run_sync(
-                        partial(self._wait_log, task_id, attempt, after,
-                                max(1, min(SSE_BLOCK_MS, int(left * 1000)))),
-                        limiter=self.blocking,
-                    )  # fmt: skip
+                    await self.call(self._wait_log, task_id, attempt, after,
+                                    max(1, min(SSE_BLOCK_MS, int(left * 1000))))  # fmt: skip
                 except redis.RedisError:
                     yield ": redis unavailable\n\n"
                     return
                 yield ": keepalive\n\n"
 
-        return _sse(stream())
+        return self._held(token, stream())
 
     def _wait_log(self, task_id: str, attempt: int, after: str, block_ms: int) -> None:
         """Block up to ``block_ms`` for a chunk after ``after`` (then the stream looks at
         the task again)."""
         key = self.client.keys.log(task_id, attempt)
-        self.client.redis.xread({key: after}, count=1, block=block_ms)
+        self.ctx.blocker.xread({key: after}, count=1, block=block_ms)
 
     def _recorded(self, request: Request, attempt: int | None) -> Recorded:
         _role(request)
@@ -407,10 +457,12 @@ class ProducerApi:
     async def artifact(self, request: Request) -> Response:
         """Download one file an attempt kept (from the pool's ``artifact_store``).
 
-        Only a name the attempt's record lists is served (else 404); the answer is the
-        file's bytes as the store holds them (``application/octet-stream``, chunked), with its
-        recorded sha256 in the ``X-Deviceq-Sha256`` header (check it: the store may differ).
-        503 when the store cannot be read now."""
+        Only a name the attempt's record lists is served (else 404). The file is read whole
+        from the store and checked against its recorded size and sha256 before the first
+        byte is sent: the answer (``application/octet-stream``, its ``Content-Length``) is
+        then exactly the bytes checked, with that sha256 in the ``X-Deviceq-Sha256`` header.
+        409 ``CORRUPT`` when the store's file differs from the record, is a link (never
+        followed) or a folder; 404 when it is gone; 503 when the store cannot be read now."""
         text = str(request.path_params["attempt"])
         if not text.isdigit() or not 1 <= int(text) <= MAX_ATTEMPT:
             raise InvalidInput(f"attempt must be an integer from 1 to {MAX_ATTEMPT}")
@@ -419,11 +471,16 @@ class ProducerApi:
         entry = next((f for f in rec.files if f.get("name") == name), None)
         if entry is None:
             raise NotFound(f"attempt {rec.attempt} recorded no artifact {name[:80]!r}")
+        size, sha256 = _int_or(entry.get("size"), -1), str(entry.get("sha256") or "")
+        if size < 0 or len(sha256) != 64:
+            raise StoredFileRefused(f"artifact {name[:80]!r} has no size and sha256 recorded")
         task_id = str(request.path_params["task_id"])
         try:
-            src = await self.call(self._open_artifact, task_id, rec.attempt, name)
+            src = await self.call(self._open_artifact, task_id, rec.attempt, name, size, sha256)
         except FileNotFoundError:
             raise NotFound(f"artifact {name[:80]!r} is no longer in the store") from None
+        except StoredFileRefused:
+            raise
         except (DeviceqError, OSError, ImportError, ValueError) as exc:
             raise StoreUnavailable(exc) from None
 
@@ -436,14 +493,20 @@ class ProducerApi:
 
         leaf = name.rsplit("/", 1)[-1]
         return StreamingResponse(body(), media_type="application/octet-stream", headers={
-            "x-deviceq-sha256": str(entry.get("sha256") or ""),
+            "x-deviceq-sha256": sha256,
+            "content-length": str(size),
             "content-disposition": f"attachment; filename*=UTF-8''{quote(leaf, safe='')}",
             "cache-control": "no-store",
         })  # fmt: skip
 
-    def _open_artifact(self, task_id: str, attempt: int, name: str) -> Any:
+    def _open_artifact(self, task_id: str, attempt: int, name: str, size: int,
+                       sha256: str) -> Any:  # fmt: skip
         store = store_for(self.client, None)
-        return store.open(self.client.pool, task_id, attempt, name)
+        return store.open_verified(self.client.pool, task_id, attempt, name, size, sha256)
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 class StoreUnavailable(DeviceqError):

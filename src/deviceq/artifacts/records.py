@@ -7,11 +7,11 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError, NotFound
+from ..core.errors import ConfigError, DeviceqError, NotFound
 from ..core.models import validate_id
 from .store import ArtifactStore, iter_chunks, safe_name
 
@@ -63,29 +63,63 @@ def store_for(
     return ArtifactStore(url or conn.config().artifact_store, options)
 
 
+@dataclass
+class Downloaded:
+    """What `download` got: the files written, and one line per file that was not (its
+    name and why)."""
+
+    paths: list[Path] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
 def download(
     store: ArtifactStore, pool: str, task_id: str, rec: Recorded, into: Path
-) -> list[Path]:
+) -> Downloaded:
     """Copy an attempt's recorded files into ``into`` (names checked again: nothing lands
-    outside it), each checked against its recorded sha256 (ConfigError on a mismatch: the
-    partial file is removed)."""
+    outside it), each checked against its recorded sha256 (a mismatch leaves nothing of that
+    file). A file that cannot be had (not in the store, a link or a folder there, its sha256
+    not the record's, its place in ``into`` taken by a folder) is one line of
+    ``failed``; the others are still downloaded."""
     into = into.resolve()
-    out = []
+    out = Downloaded()
     for f in rec.files:
         name = str(f["name"])
-        dest = (into / name).resolve()
-        if into not in dest.parents:
-            raise ConfigError(f"artifact name {name!r} escapes {into}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        h = hashlib.sha256()
-        tmp = dest.with_name(dest.name + ".part")
-        with store.open(pool, task_id, rec.attempt, name) as src, open(tmp, "wb") as dst:
+        try:
+            out.paths.append(_download_one(store, pool, task_id, rec.attempt, f, into))
+        except FileNotFoundError:
+            out.failed.append(f"{name}: not in the artifact store")
+        except IsADirectoryError:
+            out.failed.append(f"{name}: a folder, not a file (another recorded name is "
+                              "inside it)")  # fmt: skip
+        except NotADirectoryError:
+            out.failed.append(f"{name}: a folder on its path is a file (another recorded "
+                              "name)")  # fmt: skip
+        except DeviceqError as exc:
+            out.failed.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else exc.code}")
+        except OSError as exc:
+            out.failed.append(f"{name}: {exc.strerror or type(exc).__name__}")
+    return out
+
+
+def _download_one(store: ArtifactStore, pool: str, task_id: str, attempt: int,
+                  f: Mapping[str, Any], into: Path) -> Path:  # fmt: skip
+    name = str(f["name"])
+    dest = (into / name).resolve()
+    if into not in dest.parents:
+        raise ConfigError(f"artifact name {name!r} escapes {into}")
+    if dest.is_dir():
+        raise IsADirectoryError(name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        with store.open(pool, task_id, attempt, name) as src, open(tmp, "wb") as dst:
             for chunk in iter_chunks(src):
                 h.update(chunk)
                 dst.write(chunk)
         if h.hexdigest() != f.get("sha256"):
-            tmp.unlink(missing_ok=True)
-            raise ConfigError(f"{name}: sha256 {h.hexdigest()} does not match the record")
+            raise ConfigError(f"sha256 {h.hexdigest()} does not match the record")
         os.replace(tmp, dest)
-        out.append(dest)
-    return out
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest

@@ -8,17 +8,20 @@ followed). fsspec and s3fs are imported lazily, when a store is first used (``pi
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import hmac
 import importlib.util
 import os
 import stat
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ..core.config import check_store_url
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, DeviceqError
 from ..core.models import validate_id
 
 MAX_FILES = 1000  # files one attempt keeps, at most
@@ -68,6 +71,18 @@ def check_store_settings(url: str | None, options: Any) -> dict[str, str]:
     if importlib.util.find_spec("fsspec") is None:
         raise ConfigError("--artifact-store needs fsspec: pip install 'deviceq[artifacts]'")
     return opts
+
+
+SPOOL_IN_MEMORY = 8 << 20
+"""Bytes of a file being checked kept in memory (beyond: a temporary file)."""
+
+
+class StoredFileRefused(DeviceqError):
+    """A file in the artifact store is not what the attempt recorded: a link (never
+    followed), a folder, or bytes whose size or sha256 differ from the record. Nothing of it
+    is served."""
+
+    code = "CORRUPT"
 
 
 class ArtifactStore:
@@ -144,8 +159,42 @@ class ArtifactStore:
         self.fs.put_file(str(local), remote)
 
     def open(self, pool: str, task_id: str, attempt: int, name: str) -> IO[bytes]:
-        f: IO[bytes] = self.fs.open(self.path(pool, task_id, attempt, name), "rb")
+        """One stored file, to read. In a ``file://`` store every folder below the root and
+        the file itself are opened without following a link (StoredFileRefused for a link
+        or a folder; FileNotFoundError when it is not there)."""
+        path = self.path(pool, task_id, attempt, name)
+        if not self.s3:
+            return _open_no_links(self.root(), path[len(self.root()) + 1 :], name)
+        f: IO[bytes] = self.fs.open(path, "rb")
         return f
+
+    def open_verified(self, pool: str, task_id: str, attempt: int, name: str, size: int,
+                      sha256: str) -> IO[bytes]:  # fmt: skip
+        """A checked copy of one stored file: read whole from the store (at most ``size`` + 1
+        bytes) into a spool (memory up to `SPOOL_IN_MEMORY`, then a temporary file) while
+        hashed; answered, rewound, only when its size and sha256 are the recorded ones
+        (else StoredFileRefused). What is served from it is exactly the bytes checked."""
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115
+        try:
+            h = hashlib.sha256()
+            got = 0
+            with self.open(pool, task_id, attempt, name) as src:
+                while chunk := src.read(min(CHUNK, size + 1 - got)):
+                    got += len(chunk)
+                    h.update(chunk)
+                    spool.write(chunk)
+                    if got > size:
+                        break
+            if got != size or not hmac.compare_digest(h.hexdigest(), sha256):
+                raise StoredFileRefused(
+                    f"artifact {name[:80]!r} in the store does not match its record (size or "
+                    "sha256): not served"
+                )
+            spool.seek(0)
+            return spool
+        except BaseException:
+            spool.close()
+            raise
 
     def remove_task(self, pool: str, task_id: str) -> None:
         """Remove every attempt folder of a task (nothing when there is none)."""
@@ -153,6 +202,42 @@ class ArtifactStore:
         with contextlib.suppress(FileNotFoundError):
             if self.fs.exists(folder):
                 self.fs.rm(folder, recursive=True)
+
+
+def _open_no_links(root: str, rel: str, name: str) -> IO[bytes]:
+    """``root/rel`` opened one component at a time below ``root`` (``openat`` with
+    ``O_NOFOLLOW``): a link anywhere below the root is refused, never followed; so is
+    anything but a regular file."""
+    parts = rel.split("/")
+    nofollow = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | nofollow | (0 if last else getattr(os, "O_DIRECTORY", 0))
+            try:
+                nxt = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK) and (
+                    os.path.islink(os.path.join(root, *parts[: i + 1]))
+                ):
+                    raise StoredFileRefused(
+                        f"artifact {name[:80]!r}: the store holds a link there (never "
+                        "followed): not served"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = nxt
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoredFileRefused(
+                f"artifact {name[:80]!r} is a folder or special file in the store, not a file"
+            )
+        f = os.fdopen(fd, "rb")
+        fd = -1
+        return f
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 @dataclass(frozen=True)

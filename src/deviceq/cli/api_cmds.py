@@ -4,11 +4,13 @@ The producer commands' ``--api-url`` forms are in `via_api`."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from .app import Ctx, echo_json, fail, main, pass_ctx
+from .proxies import proxy_settings, trusted_proxy_option
 from .render import fmt_ms
 
 DEFAULT_HOST = "127.0.0.1"
@@ -71,11 +73,36 @@ DEFAULT_PORT = 8300
     help="The window of --max-auth-failures.",
 )
 @click.option(
+    "--max-waits-per-host",
+    type=click.IntRange(1, 10_000),
+    default=8,
+    show_default=True,
+    help="Long polls (claim and control waits) one host holds at once; one more is "
+    "answered 429 with Retry-After at once (a daemon holds 2).",
+)
+@click.option(
+    "--max-waits-per-token",
+    type=click.IntRange(1, 10_000),
+    default=32,
+    show_default=True,
+    help="Task waits and event and log streams one API token holds at once; one more is "
+    "answered 429 with Retry-After at once.",
+)
+@click.option(
+    "--max-waits",
+    type=click.IntRange(1, 10_000),
+    default=512,
+    show_default=True,
+    help="Long polls and streams the service holds at once, all hosts and tokens together; "
+    "they run on Redis connections of their own, so short calls never wait for them.",
+)
+@click.option(
     "--access-log/--no-access-log",
     default=True,
     show_default=True,
     help="Log one line per request (method, path, status; never a header or a body).",
 )
+@trusted_proxy_option
 @click.pass_context
 def api(
     cctx: click.Context,
@@ -87,7 +114,11 @@ def api(
     max_wait: float | None,
     max_auth_failures: int,
     auth_window: float,
+    max_waits_per_host: int,
+    max_waits_per_token: int,
+    max_waits: int,
     access_log: bool,
+    trusted_proxies: list[str],
 ) -> None:
     """Serve the pool's HTTP API (JSON under /api/v1; OpenAPI at /api/v1/openapi.json):
     producers submit and follow tasks with an API token (`deviceq api token add`), hosts
@@ -105,8 +136,18 @@ def api(
         fail("--tls-cert and --tls-key go together: give both or neither", 2)
     ctx = cctx.find_object(Ctx)
     assert ctx is not None
+    polls = LongPollBounds(max_waits_per_host, max_waits_per_token, max_waits)
     serve(ctx, bind_host, port, tls_cert, tls_key, max_body, max_wait,
-          max_auth_failures, auth_window, access_log)  # fmt: skip
+          max_auth_failures, auth_window, access_log, polls, trusted_proxies)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LongPollBounds:
+    """``deviceq api``'s bounds on blocking calls (see `deviceq.api.limits.LongPolls`)."""
+
+    per_host: int = 8
+    per_token: int = 32
+    total: int = 512
 
 
 def serve(
@@ -120,15 +161,26 @@ def serve(
     max_auth_failures: int,
     auth_window: float,
     access_log: bool,
+    polls: LongPollBounds = LongPollBounds(),
+    trusted_proxies: list[str] | None = None,
 ) -> None:
     import uvicorn
 
-    from ..api.app import create_app
+    from ..api.app import create_app, worker_threads
     from ..api.auth import FailureLimiter
     from ..api.context import MAX_BODY, MAX_WAIT, ApiContext
+    from ..api.limits import LongPolls
+    from ..core.connection import connect
 
     ctx.preflight(need_reachable=True)
-    api_ctx = ApiContext(ctx.client.redis, ctx.pool, max_body or MAX_BODY, max_wait or MAX_WAIT)
+    api_ctx = ApiContext(
+        # a connection for every worker thread (short calls never find the pool exhausted)
+        connect(ctx.redis_url, max_connections=worker_threads(polls.total)),
+        ctx.pool, max_body or MAX_BODY, max_wait or MAX_WAIT,
+        # the blocking calls on connections of their own: one more than they may hold
+        blocking_redis=connect(ctx.redis_url, max_connections=polls.total + 1),
+        long_polls=LongPolls(polls.per_host, polls.per_token, polls.total),
+    )  # fmt: skip
     app = create_app(api_ctx, limiter=FailureLimiter(max_auth_failures, auth_window))
     scheme = "https" if tls_cert else "http"
     click.echo(f"deviceq api of pool {ctx.pool} on {scheme}://{bind_host}:{port}/api/v1")
@@ -146,6 +198,7 @@ def serve(
             access_log=access_log,
             timeout_graceful_shutdown=2,
             server_header=False,
+            **proxy_settings(trusted_proxies or []),
         )
     except (OSError, ValueError) as exc:  # a bad certificate or key, a port in use
         fail(f"cannot serve on {bind_host}:{port}: {' '.join(str(exc).split())}")

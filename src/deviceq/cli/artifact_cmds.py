@@ -25,34 +25,60 @@ def artifacts_via_api(client: ApiClient, task_id: str, attempt: int | None, into
                       as_json: bool) -> None:  # fmt: skip
     """``task artifacts`` through ``deviceq api``: listed, and downloaded from the pool's
     store by the service (each checked against its recorded sha256)."""
+    from ..core.errors import DeviceqError
+
     refuse(artifact_store=store_url, artifact_store_option=store_options)
     rec = client.artifacts(task_id, attempt)
     got: list[Path] = []
+    failed: list[str] = []
     if into is not None:
-        got = [client.download_artifact(task_id, int(rec["attempt"]), str(f["name"]), into)
-               for f in rec["artifacts"]]  # fmt: skip
+        for f in rec["artifacts"]:
+            name = str(f["name"])
+            try:
+                got.append(client.download_artifact(task_id, int(rec["attempt"]), name, into))
+            except (DeviceqError, OSError) as exc:  # (ApiError is a DeviceqError)
+                failed.append(f"{name}: {_why(exc)}")
     show(task_id, int(rec["attempt"]), rec["artifacts"], rec["artifacts_error"], into, got,
-         as_json)  # fmt: skip
+         as_json, failed)  # fmt: skip
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, IsADirectoryError):
+        return "a folder, not a file (another recorded name is inside it)"
+    if isinstance(exc, NotADirectoryError):
+        return "a folder on its path is a file (another recorded name)"
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text
 
 
 def show(task_id: str, attempt: int, files: list[dict[str, Any]], error: str | None,
-         into: str | None, got: list[Path], as_json: bool) -> None:  # fmt: skip
-    """Print an attempt's recorded artifacts (and what was downloaded into ``into``)."""
+         into: str | None, got: list[Path], as_json: bool,
+         failed: list[str] | None = None) -> None:  # fmt: skip
+    """Print an attempt's recorded artifacts (and what was downloaded into ``into``); each
+    file that could not be downloaded is one ``error:`` line on stderr, then exit 1."""
+    failed = failed or []
     if as_json:
         out: dict[str, Any] = {"task_id": task_id, "attempt": attempt, "artifacts": files,
                                "artifacts_error": error}  # fmt: skip
         if into is not None:
             out["downloaded"] = [str(p) for p in got]
+            out["failed"] = failed
         echo_json(out)
-        return
-    if not files:
-        click.echo(f"task {task_id} attempt {attempt}: no artifacts recorded")
-    for f in files:
-        click.echo(f"{f['name']}\t{f['size']}\t{f['sha256']}")
-    if error:
-        click.echo(f"artifacts_error: {error}", err=True)
-    if into is not None:
-        click.echo(f"downloaded {len(got)} file(s) into {into} (sha256 checked)", err=True)
+    else:
+        if not files:
+            click.echo(f"task {task_id} attempt {attempt}: no artifacts recorded")
+        for f in files:
+            click.echo(f"{f['name']}\t{f['size']}\t{f['sha256']}")
+        if error:
+            click.echo(f"artifacts_error: {error}", err=True)
+        if into is not None:
+            click.echo(f"downloaded {len(got)} file(s) into {into} (sha256 checked)", err=True)
+    for line in failed:
+        click.echo(f"error: {line}", err=True)
+    if failed:
+        raise SystemExit(1)
 
 
 @task.command("artifacts")
@@ -100,10 +126,12 @@ def task_artifacts(
     admin = ctx.admin
     rec = recorded(admin, task_id, attempt)
     got: list[Path] = []
+    failed: list[str] = []
     if into is not None:
         store = store_for(admin, store_url, parse_store_options(store_options))
-        got = download(store, admin.pool, task_id, rec, Path(into))
-    show(task_id, rec.attempt, rec.files, rec.error, into, got, as_json)
+        res = download(store, admin.pool, task_id, rec, Path(into))
+        got, failed = res.paths, res.failed
+    show(task_id, rec.attempt, rec.files, rec.error, into, got, as_json, failed)
 
 
 __all__ = ["artifacts_prune", "task_artifacts"]

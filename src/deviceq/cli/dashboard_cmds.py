@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .app import Ctx, fail, main, pass_ctx
+from .proxies import proxy_settings, trusted_proxy_option
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8180
@@ -41,9 +42,15 @@ DEFAULT_PORT = 8180
     show_default=True,
     help="Log one line per HTTP request (method, path, status; never form contents).",
 )
+@trusted_proxy_option
 @pass_ctx
 def dashboard(
-    ctx: Ctx, bind_host: str, port: int, operator_token_file: str | None, access_log: bool
+    ctx: Ctx,
+    bind_host: str,
+    port: int,
+    operator_token_file: str | None,
+    access_log: bool,
+    trusted_proxies: list[str],
 ) -> None:
     """Serve the web dashboard of the pool: fleet, queue, tasks and the live event stream.
 
@@ -82,4 +89,5 @@ def dashboard(
         access_log=access_log,
         timeout_graceful_shutdown=2,
         server_header=False,
+        **proxy_settings(trusted_proxies),
     )

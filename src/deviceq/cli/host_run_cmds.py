@@ -299,6 +299,22 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     "uploads (a restarted daemon finishes them) [default: $XDG_STATE_HOME/deviceq or "
     "~/.local/state/deviceq].",
 )
+@click.option(
+    "--live-log-budget",
+    type=click.IntRange(64 << 10, 1 << 40),
+    metavar="BYTES",
+    help="Bytes the live logs of this host's running attempts may stream to Redis together "
+    "(each attempt also stops at the pool's log_max_bytes); past it a run's live log says "
+    "where it stops (its log.txt goes on) [default: 268435456, 256 MiB].",
+)
+@click.option(
+    "--log-file-max",
+    type=click.IntRange(64 << 10, 1 << 40),
+    metavar="BYTES",
+    help="Bytes of an attempt's log.txt kept in the artifact store; the rest is cut (a last "
+    "line says so) and the cut recorded in the attempt's artifacts_error "
+    "[default: 67108864, 64 MiB].",
+)
 @pass_ctx
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them

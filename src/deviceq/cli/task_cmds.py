@@ -152,10 +152,21 @@ def task_list(
 CANCELLABLE = ("queued", *LEASED_STATUSES)
 
 
+def _text_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A text option's value, refused (exit 2) unless it is UTF-8 text."""
+    from ..core.errors import InvalidInput
+    from ..core.validation import check_text
+
+    try:
+        return check_text(value, f"--{(param.name or 'value').replace('_', '-')}")
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @task.command("cancel")
 @via_api(cancel_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
-@click.option("--reason", default="cancelled by user", show_default=True)
+@click.option("--reason", default="cancelled by user", show_default=True, callback=_text_option)
 @filter_options
 @YES_OPTION
 @LIMIT_OPTION

@@ -101,6 +101,7 @@ def connect(
     ssl_certfile: str | os.PathLike[str] | None = None,
     ssl_keyfile: str | os.PathLike[str] | None = None,
     ssl_cert_reqs: str | ssl.VerifyMode | None = None,
+    max_connections: int | None = None,
 ) -> redis.Redis:
     """THE way deviceq opens a Redis client: decoded responses, keepalive, health checks and a
     short retry on a dropped connection. ``socket_timeout`` must exceed the longest blocking
@@ -123,9 +124,10 @@ def connect(
     (``rediss://h:6380/0?ssl_ca_certs=/etc/deviceq/ca.pem``) or, for the three files, the
     environment (``DEVICEQ_REDIS_CA``, ``DEVICEQ_REDIS_CERT``, ``DEVICEQ_REDIS_KEY``) when
     neither says: see :func:`tls_options`. The password, when the URL gives none, may come
-    from the environment (:func:`redis_password`). A missing or unreadable file, or one that is not
-    what it should be, raises ConfigError here; a failed handshake (a certificate not
-    accepted either way) raises :class:`TLSError` on first use."""
+    from the environment (:func:`redis_password`). ``max_connections``: the most
+    connections the client's pool opens (redis-py's default: 100). A missing or unreadable
+    file, or one that is not what it should be, raises ConfigError here; a failed handshake
+    (a certificate not accepted either way) raises :class:`TLSError` on first use."""
     given = {
         "ssl_ca_certs": ssl_ca_certs,
         "ssl_certfile": ssl_certfile,
@@ -141,6 +143,8 @@ def connect(
         "retry": _RETRY(ExponentialBackoff(cap=backoff_cap, base=0.05), retries),
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
     }
+    if max_connections is not None:
+        options["max_connections"] = max_connections
     if is_sentinel_url(check_redis_url(url)):
         if any(v is not None for v in given.values()) or "?" in url:
             raise ConfigError("TLS options are not supported with redis+sentinel:// URLs yet")

@@ -69,6 +69,16 @@ def _opt_named(what: str) -> Any:
 
 
 Tags = Annotated[tuple[str, ...], BeforeValidator(validate_tag_list)]
+
+
+def _not_bool(v: Any) -> Any:
+    """A number field given ``True``/``False``: refused (Python would take it as 1/0)."""
+    if isinstance(v, bool):
+        raise InvalidInput(f"must be a number, not {v!r}")
+    return v
+
+
+_NOT_BOOL = BeforeValidator(_not_bool)
 """Tags: a list/tuple/set of tags, validated, deduplicated, sorted (a bare str is refused)."""
 DriverType = Annotated[str, _named("driver_type")]
 OptDriverType = Annotated[str | None, _opt_named("driver_type")]
@@ -203,10 +213,12 @@ class TaskSpec(BaseModel):
     workflow: Annotated[str, _named("workflow name")] | None = None
     driver_type: OptDriverType = None
     tags: Tags = ()
-    priority: int = Field(0, ge=0, le=MAX_PRIORITY)
-    max_attempts: int | None = Field(None, ge=1, le=1000)
+    priority: Annotated[int, _NOT_BOOL] = Field(0, ge=0, le=MAX_PRIORITY)
+    max_attempts: Annotated[int | None, _NOT_BOOL] = Field(None, ge=1, le=1000)
     idempotency_key: Annotated[str, _named("idempotency key")] | None = None
-    queue_timeout: float | None = Field(None, gt=0, le=365 * 86400.0, allow_inf_nan=False)
+    queue_timeout: Annotated[float | None, _NOT_BOOL] = Field(
+        None, gt=0, le=365 * 86400.0, allow_inf_nan=False
+    )
     timeout: Annotated[float | None, BeforeValidator(check_task_timeout)] = None
     reject_unmatched: bool | None = None
     retry_on: str | None = None
@@ -215,7 +227,7 @@ class TaskSpec(BaseModel):
     roles: Annotated[dict[str, Role] | None, BeforeValidator(check_roles)] = None
     # a Unix time (seconds): queued, but not assigned before then (submit.lua checks it is at
     # most a year ahead by the server's clock)
-    not_before: float | None = Field(None, ge=0, le=1e13, allow_inf_nan=False)
+    not_before: Annotated[float | None, _NOT_BOOL] = Field(None, ge=0, le=1e13, allow_inf_nan=False)
     retry_of: Annotated[str, _named("task id")] | None = None  # the task this one runs again
     by: Annotated[str, _named("submitter")] | None = None  # who submitted it (recorded)
 

@@ -5,6 +5,7 @@ them)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidInput
@@ -72,6 +73,8 @@ def validate_tags(values: Any) -> tuple[str, ...]:
         values = [v for v in values.split(",") if v]
     elif isinstance(values, bytes | bytearray | memoryview):
         raise InvalidInput(f"tags must be text, not {type(values).__name__}")
+    elif isinstance(values, Mapping):  # (iterating it would take its keys as the tags)
+        raise InvalidInput(f"tags must be a list of strings, not {type(values).__name__}")
     try:
         items = list(values)
     except TypeError:
@@ -93,6 +96,18 @@ def validate_tag_list(values: Any) -> tuple[str, ...]:
             f"write tags=[{values!r}] (or split a comma list yourself)"
         )
     return validate_tags(values)
+
+
+def check_text(value: object, what: str) -> str:
+    """``value`` as text Redis can store: a ``str`` that encodes to UTF-8 (a lone surrogate,
+    what a command line's undecodable bytes become, does not): InvalidInput otherwise."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid UTF-8 text (a lone surrogate is not)") from None
+    return value
 
 
 def validate_goal(goal: object) -> str:

@@ -151,10 +151,12 @@ class Dashboard:
         return await task_views.task_page(self, request)
 
     async def artifact(self, request: Request) -> Response:
-        """One file an attempt recorded, streamed from the pool's artifact store (never a
-        store URL handed out; a name the attempt record does not list is a 404)."""
+        """One file an attempt recorded, from the pool's artifact store (never a store URL
+        handed out; a name the attempt record does not list is a 404): read whole and
+        checked against its recorded size and sha256 before the first byte is sent (409 when
+        the store's file differs, is a link or a folder; 404 when it is gone)."""
         from ..artifacts.records import recorded, store_for
-        from ..artifacts.store import iter_chunks
+        from ..artifacts.store import CHUNK
 
         task_id = validate_id(request.path_params["task_id"], "task id")
         attempt, name = int(request.path_params["attempt"]), request.path_params["name"]
@@ -162,13 +164,19 @@ class Dashboard:
         f = next((f for f in rec.files if f.get("name") == name), None)
         if f is None:
             raise NotFound(f"attempt {attempt} of task {task_id} recorded no file {name!r}")
+        size, sha256 = f.get("size"), str(f.get("sha256") or "")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise NotFound(f"attempt {attempt} of task {task_id} recorded no size for {name!r}")
         store = await self.call(store_for, self.admin, None)
-        src = await self.call(store.open, self.admin.pool, task_id, attempt, name)
+        try:
+            src = await self.call(store.open_verified, self.admin.pool, task_id, attempt,
+                                  name, size, sha256)  # fmt: skip
+        except FileNotFoundError:
+            raise NotFound(f"{name!r} is no longer in the artifact store") from None
 
         async def body() -> AsyncIterator[bytes]:
-            chunks = iter_chunks(src)
             try:
-                while chunk := await self.call(next, chunks, b""):
+                while chunk := await self.call(src.read, CHUNK):
                     yield chunk
             finally:
                 await self.call(src.close)
@@ -176,7 +184,8 @@ class Dashboard:
         leaf = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_"
                        for c in name.rsplit("/", 1)[-1])  # fmt: skip
         return StreamingResponse(body(), media_type="application/octet-stream", headers={
-            "content-disposition": f'attachment; filename="{leaf}"'})  # fmt: skip
+            "content-disposition": f'attachment; filename="{leaf}"',
+            "content-length": str(size), "x-deviceq-sha256": sha256})  # fmt: skip
 
     async def events(self, request: Request) -> Response:
         q = dict(request.query_params)

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -37,6 +38,8 @@ from ..core.models import validate_id
 LOG = logging.getLogger("deviceq.artifacts")
 MAX_TRIES = 50
 MAX_ERROR = 2000
+LOG_FILE_MAX = 64 << 20
+"""Bytes of an attempt's ``log.txt`` kept by default (the host's ``log_file_max``)."""
 
 
 def whole_log(folder: Path | None) -> Path | None:
@@ -49,6 +52,27 @@ def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/deviceq`` (else ``~/.local/state/deviceq``)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "deviceq"
+
+
+def cap_log_file(path: Path, limit: int) -> bool:
+    """Cut ``path`` (an attempt's ``log.txt``, a regular file: a link is left to `collect`,
+    which skips it) to ``limit`` bytes plus one line that says so; True when it was longer.
+    Cutting again gives the same file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False  # none, a link, or not ours to change
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= limit:
+            return False
+        os.ftruncate(fd, limit)
+        os.lseek(fd, limit, os.SEEK_SET)
+        os.write(fd, f"\n[deviceq] log.txt cut here: {limit:,} bytes kept (log_file_max)\n"
+                 .encode())  # fmt: skip
+        return True
+    finally:
+        os.close(fd)
 
 
 # -- the spool and the uploads -----------------------------------------------------------------
@@ -89,8 +113,10 @@ class Uploader:
         store_url: str | None,
         options: Mapping[str, str],
         closed: threading.Event,
+        log_file_max: int = LOG_FILE_MAX,
     ) -> None:
         self.host, self.pool, self.host_id = host, pool, host_id
+        self.log_file_max = log_file_max
         base = Path(state_dir) / validate_id(pool, "pool") / validate_id(host_id, "host id")
         self.work, self.spool = base / "work", base / "spool"
         self._work = os.fspath(self.work)
@@ -238,12 +264,15 @@ class Uploader:
         folder = Path(job.folder)
         try:
             if job.uploaded is None:
+                cut = cap_log_file(folder / LOG_NAME, self.log_file_max)
                 files, skipped = collect(folder)
                 store = self.store()
                 for f in files:
                     store.put(f.path, store.path(job.pool, job.task_id, job.attempt, f.name))
                 job.uploaded = [[f.name, f.size, f.sha256] for f in files]
-                job.note = ("skipped: " + ", ".join(skipped))[:MAX_ERROR] if skipped else ""
+                notes = [f"{LOG_NAME} cut at {self.log_file_max:,} bytes (log_file_max)"] * cut
+                notes += ["skipped: " + ", ".join(skipped)] if skipped else []
+                job.note = "; ".join(notes)[:MAX_ERROR]
                 self._save(job)
         except Exception as exc:  # noqa: BLE001 - any store failure: retried later
             self._failed(job, f"upload failed (try {job.tries + 1}): {type(exc).__name__}: {exc}")
@@ -295,6 +324,7 @@ def uploader(state: Any, host: Any) -> Uploader:
         getattr(st, "artifact_store", None) or None,
         getattr(st, "artifact_store_option", None) or {},
         state.closed,
+        int(getattr(st, "log_file_max", None) or LOG_FILE_MAX),
     )
     if up.pending():
         up.start()

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from ..core import json_bounded
 from ..core.errors import ConfigError, DeviceqError
 from ..core.models import ID_RE, TAG_RE
 from .device_config import DeviceConfig
@@ -106,7 +107,7 @@ def parse_json_lines(text: str, what: str = "discovery") -> tuple[list[DeviceCon
         if not line:
             continue
         try:
-            value = json.loads(line)
+            value = json_bounded.loads(line, "the line")
             if not isinstance(value, dict):
                 raise DeviceSourceError("not a JSON object")
             dev = coerce_device(value)

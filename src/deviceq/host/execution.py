@@ -130,7 +130,10 @@ class Executor:
         self.threads = RunnerThreads(keep=2 * len(state.devices) + 2)
         self.host = host
         self.dispatcher = dispatcher
-        self.logs = LogStreamer(host)  # the runs' live logs
+        # the runs' live logs, within the host's budget; each whole log kept a byte past
+        # log_file_max on disk (the uploader then cuts log.txt there and records the cut)
+        self.logs = LogStreamer(host, budget=self.settings.live_log_budget,
+                                whole_max=self.settings.log_file_max + 1)  # fmt: skip
         self.artifacts = uploader(state, host)
 
     def start(self, a: Assignment, sent: float) -> None:

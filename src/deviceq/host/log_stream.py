@@ -38,6 +38,10 @@ CHUNK_BYTES = ENTRY_BYTES  # (the name of one entry's limit before the buffer he
 MAX_CHUNKS_PER_CALL = 1000  # log_append.lua's limit
 MAX_CALL_BYTES = 1 << 20  # text of one log_append call at most (one short script run)
 DEFAULT_MAX_BYTES = 64 << 20  # PoolConfig.log_max_bytes's default
+DEFAULT_HOST_BUDGET = 256 << 20
+"""Bytes the live logs of one host's running attempts may stream in all, together (the
+host's ``live_log_budget``): 16 runs each allowed ``log_max_bytes`` cannot put 1 GiB in
+Redis at once."""
 FINAL_WAIT = 5.0  # seconds a run's end waits for its final flush, at most
 STREAMS = ("stdout", "stderr", "log")
 
@@ -100,6 +104,15 @@ def cap_marker(limit: int) -> str:
     )
 
 
+def host_cap_marker(total: int) -> str:
+    """The last line of a live log cut because the host's runs hold their whole budget."""
+    return (
+        f"[deviceq] the live log stops here: this host's running attempts streamed "
+        f"{total:,} bytes of live logs together (live_log_budget); the whole log is kept as "
+        "log.txt\n"
+    )
+
+
 def split_utf8(text: str, limit: int = ENTRY_BYTES) -> list[str]:
     """``text`` in pieces of at most ``limit`` bytes, cut between characters (at a line's
     end where one is in the piece's last quarter)."""
@@ -121,6 +134,28 @@ def split_utf8(text: str, limit: int = ENTRY_BYTES) -> list[str]:
     return out
 
 
+class LiveLogBudget:
+    """What the live logs of one host's open runs have streamed, together, against
+    ``total`` bytes: a run takes bytes as it writes and gives them all back when its log
+    closes (its stream then expires with the pool's ``retention``)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> int:
+        """Up to ``n`` bytes of the budget (what is left of it): the bytes granted."""
+        with self._lock:
+            got = max(0, min(n, self.total - self.used))
+            self.used += got
+            return got
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used = max(0, self.used - n)
+
+
 @dataclass(eq=False)
 class RunLog:
     """The output buffer of one run (bounded: see `CHUNK_BYTES`). With ``whole``, every
@@ -131,12 +166,16 @@ class RunLog:
     lease_id: str
     whole: Path | None = None
     max_bytes: int = DEFAULT_MAX_BYTES  # streamed in all, at most (then `cap_marker`)
+    budget: LiveLogBudget | None = None  # the host's, shared by its runs (then `cap_marker`)
+    whole_max: int = WHOLE_LOG_BYTES  # bytes of the whole log kept on disk, at most
     whole_size: int = 0
     pieces: list[tuple[str, str]] = field(default_factory=list)
     size: int = 0
     dropped: int = 0
     streamed: int = 0  # bytes taken into the buffer since the run started
     capped: int = 0  # 1: the cap was reached and its marker is due; 2: marker taken
+    capped_by_host: bool = False  # the host's budget, not the attempt's, was spent
+    given_back: bool = False  # its bytes were given back to the budget
     final: bool = False
     sent: bool = False  # anything was handed to Redis
     closed: bool = False  # refused by Redis (lease gone) or finally flushed: writes are ignored
@@ -165,9 +204,15 @@ class RunLog:
                 return
             left, free = self.max_bytes - self.streamed, BUFFER_BYTES - self.size
             room = min(free, left)
+            by_host = False
+            if self.budget is not None and room > 0:
+                want = min(room, len(data))
+                got = self.budget.take(want)
+                by_host, room = got < want, got if got < want else room
             if len(data) > room:
-                if left <= free:  # the attempt's budget, not the buffer, ends here
+                if by_host or left <= free:  # a budget, not the buffer, ends here
                     self.capped = 1
+                    self.capped_by_host = by_host
                 else:
                     self.dropped += len(data) - max(0, room)
                 if room <= 0:
@@ -185,12 +230,12 @@ class RunLog:
         """Append to the whole log (under the lock); past `WHOLE_LOG_BYTES` one mark, then
         nothing; a disk error drops the whole log, never the run."""
         assert self.whole is not None
-        room = WHOLE_LOG_BYTES - self.whole_size
+        room = self.whole_max - self.whole_size
         if room <= 0:
             return
         piece = data[:room]
         if len(piece) < len(data):
-            piece += f"\n[deviceq] the whole log stops here ({WHOLE_LOG_BYTES:,} bytes)\n".encode()
+            piece += f"\n[deviceq] the whole log stops here ({self.whole_max:,} bytes)\n".encode()
         try:
             if self._fh is None:  # the first output: a fresh file (a leftover is replaced)
                 try:
@@ -214,6 +259,13 @@ class RunLog:
             except OSError:
                 self.whole = None
 
+    def give_back(self) -> None:
+        """The log is closed: what it streamed no longer counts against the host's budget."""
+        with self.lock:
+            if self.budget is not None and not self.given_back:
+                self.given_back = True
+                self.budget.give(self.streamed)
+
     def take(self) -> list[LogChunk]:
         """The chunks of the next flush (consecutive text of one stream merged)."""
         with self.lock:
@@ -230,7 +282,9 @@ class RunLog:
         if dropped:
             out.append(LogChunk(self.task_id, self.lease_id, "log", drop_marker(dropped)))
         if cap:
-            out.append(LogChunk(self.task_id, self.lease_id, "log", cap_marker(self.max_bytes)))
+            marker = (host_cap_marker(self.budget.total) if self.capped_by_host and self.budget
+                      else cap_marker(self.max_bytes))  # fmt: skip
+            out.append(LogChunk(self.task_id, self.lease_id, "log", marker))
         self.sent = self.sent or bool(out)
         if final and self.sent:  # (a run that wrote nothing has no stream: no call)
             out.append(LogChunk(self.task_id, self.lease_id, "log", "", True))
@@ -243,9 +297,19 @@ class RunLog:
 class LogStreamer:
     """Flushes the `RunLog` of every run of one host to Redis (see the module's doc)."""
 
-    def __init__(self, sink: LogSink, every: float = FLUSH_EVERY) -> None:
+    def __init__(
+        self,
+        sink: LogSink,
+        every: float = FLUSH_EVERY,
+        budget: int = DEFAULT_HOST_BUDGET,
+        whole_max: int = WHOLE_LOG_BYTES,
+    ) -> None:
+        """``budget``: what the live logs of the runs open at once may stream together
+        (`LiveLogBudget`); ``whole_max``: bytes of one run's whole log kept on disk."""
         self.sink = sink
         self.every = every
+        self.budget = LiveLogBudget(budget)
+        self.whole_max = whole_max
         self.runs: set[RunLog] = set()
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -261,7 +325,7 @@ class LogStreamer:
     ) -> RunLog:
         """The buffer of a run that starts now (``whole``: the file its whole log goes to;
         ``max_bytes``: what it may stream in all, the pool's ``log_max_bytes``)."""
-        log = RunLog(task_id, lease_id, whole, max_bytes)
+        log = RunLog(task_id, lease_id, whole, max_bytes, self.budget, self.whole_max)
         with self.lock:
             self.runs.add(log)
             if self.thread is None or not self.thread.is_alive():
@@ -283,6 +347,7 @@ class LogStreamer:
                 flushed = log.flushed = threading.Event()
                 log.final = True
         if flushed is None:
+            log.give_back()
             with self.lock:
                 self.runs.discard(log)
             return
@@ -344,6 +409,7 @@ class LogStreamer:
                     flushed = log.flushed
                 if flushed is not None:
                     flushed.set()
+                log.give_back()
                 self.runs.discard(log)
 
 

@@ -18,6 +18,9 @@ from .runners import CommandTemplate, RunnerSpec
 DEVICE_CHECK_PLACEHOLDERS = ("device_id", "driver_type", "tags", "serial")
 """The placeholders of ``--device-check`` (``{serial}``: the device's serial, else its id)."""
 
+MIN_BYTE_LIMIT, MAX_BYTE_LIMIT = 64 << 10, 1 << 40
+"""The range of ``live_log_budget`` and ``log_file_max``."""
+
 HEALTH_PLACEHOLDERS = ("device_id", "driver_type", "tags", "host_id")
 """The placeholders of a health check's command template (validated ids: safe anywhere)."""
 
@@ -118,6 +121,11 @@ class WorkerSettings:
     artifact_store: str | None = None
     artifact_store_option: Any = ()
     state_dir: str | None = None
+    # bytes the live logs of the host's running attempts may stream together (each attempt
+    # also stops at the pool's log_max_bytes), and of an attempt's log.txt kept (the rest
+    # cut, and the cut recorded in its artifacts_error)
+    live_log_budget: int = 256 << 20
+    log_file_max: int = 64 << 20
 
     def __post_init__(self) -> None:
         validate_id(self.host_id, "host id")
@@ -133,6 +141,7 @@ class WorkerSettings:
         self._device_sources()
         self._api()
         self._artifacts()
+        self._byte_limits()
         self._seconds()
         for name in ("grace", "stop_grace", "poll_interval", "socket_timeout"):
             if getattr(self, name) <= 0:
@@ -178,6 +187,17 @@ class WorkerSettings:
             if not math.isfinite(number):
                 raise ConfigError(f"{name} must be a finite number of seconds, not {value!r}")
             setattr(self, name, number)
+
+    def _byte_limits(self) -> None:
+        """``live_log_budget`` and ``log_file_max``: whole numbers of bytes, 64 KiB to 1 TiB
+        (a bool or a text is refused: ConfigError naming the setting)."""
+        for name in ("live_log_budget", "log_file_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be a whole number of bytes, not {value!r}")
+            if not MIN_BYTE_LIMIT <= value <= MAX_BYTE_LIMIT:
+                raise ConfigError(f"{name} must be from {MIN_BYTE_LIMIT:,} to "
+                                  f"{MAX_BYTE_LIMIT:,} bytes, not {value:,}")  # fmt: skip
 
     def _artifacts(self) -> None:
         """Check the artifact store settings (ConfigError: one line); nothing is contacted."""

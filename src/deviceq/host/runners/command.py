@@ -155,18 +155,22 @@ class CommandTemplate:
 
 REMOTE_SHELLS = frozenset({"ssh", "rsh", "slogin"})
 """Programs that join the arguments after their host into one command line for a shell."""
+ADB_SHELL_COMMANDS = ("shell", "exec-out", "exec-in")
+"""adb commands that run their arguments through the device's shell as one command line."""
 SHELL_COMMAND_OPTION = {"su": ("-c", "--command"), "runuser": ("-c", "--command")}
 """Programs whose option hands its value to a shell as a command line."""
 
 
 def _to_remote_shell(words: list[str], i: int) -> str:
     """The program (or '' for none) that makes argument ``i`` reach a shell as command-line
-    text: ``adb ... shell``, ``ssh HOST``, ``su -c``, wherever it stands before ``i`` (after
-    ``timeout 60``, ``sudo -u lab``, ...)."""
+    text: ``adb ... shell`` (or ``exec-out``, ``exec-in``), ``ssh HOST``, ``su -c``,
+    wherever it stands before ``i`` (after ``timeout 60``, ``sudo -u lab``, ...)."""
     for j, word in enumerate(words[:i]):
         prog = os.path.basename(word)
-        if prog == "adb" and "shell" in words[j + 1 : i]:
-            return "adb shell"
+        if prog == "adb":
+            run = next((w for w in words[j + 1 : i] if w in ADB_SHELL_COMMANDS), "")
+            if run:
+                return f"adb {run}"
         if prog in REMOTE_SHELLS and i >= j + 2:
             return prog
         if any(opt in words[j + 1 : i] for opt in SHELL_COMMAND_OPTION.get(prog, ())):
