@@ -75,10 +75,9 @@ local function check(id, did)
   if not d then return nil, bad end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
-  local lease = {host = d[1], tenant = t[11]}
-  local capped = limits_refusal(lease, 1)
+  local capped = limits_refusal(d[1], t[11], 1)
   if capped then return nil, capped end
-  return {t = t, d = d, lease = lease}
+  return {t = t, d = d}
 end
 
 budget_start(budget)
@@ -107,7 +106,7 @@ for i = 0, n - 1 do
     -- a queue deadline applies while queued only (requeue files it again)
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
-    limits_count(v.lease, 1)
+    limits_count(host_id, v.t[11], 1)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)
     idle_remove(did, v.d[5], v.d[6])

@@ -60,10 +60,9 @@ end
 -- device's host; parts have no tenant of their own); written once per field, at the end
 limits_defer()
 for i, r in ipairs(roles) do
-  local lease = {host = rows[i][1]}
-  local capped = limits_refusal(lease, 1)
+  local capped = limits_refusal(rows[i][1], nil, 1)
   if capped then return 'err:' .. capped .. '@' .. r.name end
-  limits_count(lease, 1)
+  limits_count(rows[i][1], nil, 1)
 end
 
 local now = now_ms()

@@ -8,7 +8,7 @@
 -- if it was not claimed yet
 local function drop_lease(id, t)
   redis.call('ZREM', k('leases'), id)
-  limits_count({host = t.host_id, tenant = t.tenant}, -1)
+  limits_count(t.host_id, t.tenant, -1)
   if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
     redis.call('LREM', k('host', t.host_id, 'inbox'), '0', id)
   end

@@ -72,7 +72,7 @@ gang_end = function(gid, part_id, outcome, kind, payload, delay_ms, extra_event)
       -- (not drop_lease: an unclaimed part stays in its host's inbox, where claim drops it as
       -- stale; so a host's call never writes another host's inbox, only its control list)
       redis.call('ZREM', k('leases'), pid)
-      limits_count({host = p.host_id, tenant = p.tenant}, -1)
+      limits_count(p.host_id, p.tenant, -1)
       release_device(p.device_id, pid, nil)
       close_attempt(pid, p.attempt, 'ended', {error = 'gang attempt ended (' .. why .. ')',
         dispatched_at = p.status == 'dispatched' and tonumber(p.dispatched_at) or nil})

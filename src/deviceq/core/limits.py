@@ -48,6 +48,14 @@ class Limit:
     summary: str
     """One line: what it limits."""
 
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.scope) <= 2 or len(set(self.scope)) != len(self.scope):
+            raise ValueError(f"limit {self.name}: a scope is one or two distinct lease fields")
+        if not set(self.scope) <= set(SCOPES):
+            raise ValueError(f"limit {self.name}: scope fields are {', '.join(SCOPES)}")
+        if self.setting is None and self.scope != ("tenant",):
+            raise ValueError(f"limit {self.name}: only a limit by tenant may be per tenant")
+
     @property
     def reason(self) -> str:
         """The refusal reason of a commit that would break it (``assign.lua``'s
