@@ -335,6 +335,8 @@ class ScheduledTask(BaseModel):
     assigned_at: int | None = None
     dispatched_at: int | None = None
     finished_at: int | None = None
+    # how far the current (or last) attempt is, as its runner said: {fraction, text, at}
+    progress: dict[str, Any] | None = None
     attempts: list[Attempt] = Field(default_factory=list)
 
     @classmethod

@@ -24,6 +24,7 @@ from .artifacts import uploader, whole_log
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .log_stream import LogStreamer, RunLog
+from .progress import ProgressStreamer, RunProgress
 from .reporter import Pending, Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
@@ -62,6 +63,7 @@ class Run:
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
+    progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
     artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
     _fields: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -131,6 +133,7 @@ class Executor:
         self.host = host
         self.dispatcher = dispatcher
         self.logs = LogStreamer(host)  # the runs' live logs
+        self.progress = ProgressStreamer(host)  # the runs' progress
         self.artifacts = uploader(state, host)
 
     def start(self, a: Assignment, sent: float) -> None:
@@ -196,6 +199,7 @@ class Executor:
                 run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
                 run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
                                          self.state.log_max_bytes)  # fmt: skip
+                run.progress = self.progress.open(run.task_id, a.lease_id)
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -206,6 +210,7 @@ class Executor:
                     on_abandon=lambda out: self.abandon(run, out),
                     log_sink=run.log.write,
                     artifacts_dir=run.artifacts_dir,
+                    progress_sink=self.progress.writer(run.progress),
                 )
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
@@ -297,6 +302,8 @@ class Executor:
         f = run.fields()
         if run.log is not None:  # the last output, while the lease is still current
             self.logs.close(run.log)
+        if run.progress is not None:  # its last progress, likewise
+            self.progress.close(run.progress)
         if run.reason == "lost" or (not out.ok and (run.reason == "expired" or run.lease.expired)):
             # a run that failed after its lease ended here was most likely stopped by that
             # (the lease watchdog): the task comes back through expiry. A success is still

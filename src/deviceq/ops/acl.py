@@ -113,6 +113,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "task_priority": "del hget hgetall hset lpush ltrim xadd zadd zcard zrange zrem",
         "renew": "hget hmget hset time zadd",
         "log_append": "exists hget hmget pexpire time xadd",
+        "progress": "hget hmget hset time",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "time xadd zadd zcard zrem",
         "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
@@ -130,7 +131,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
                   "submit"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
-             "log_append", "attempt_artifacts"),
+             "log_append", "attempt_artifacts", "progress"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve; the dashboard's login limit runs login_attempt
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
