@@ -272,15 +272,16 @@ def test_a_retry_starts_without_the_progress_of_the_attempt_before(deploy: Deplo
     d.scheduler()
     d.command_host("h1", "d1:x")
     wait_for(lambda: d.alive("h1"), 30, "host alive")
-    release = d.tmp / "release"
+    fail, release = d.tmp / "fail", d.tmp / "release"
     tid = d.client.submit(
-        'if [ "$DEVICEQ_ATTEMPT" = 1 ]; then echo "::deviceq progress 0.5 half"; sleep 1.2; '
-        f"exit 1; fi; {gate(release)}",
+        'if [ "$DEVICEQ_ATTEMPT" = 1 ]; then echo "::deviceq progress 0.5 half"; '
+        f"{gate(fail)}; exit 1; fi; {gate(release)}",
         driver_type="x",
         max_attempts=2,
         retry_on="runner_failed",
     )
     wait_progress(d, tid, 0.5)
+    fail.touch()
     wait_for(
         lambda: (lambda t: t["attempt"] == 2 and t["status"] == "dispatched")(show(d, tid)),
         60,

@@ -38,7 +38,7 @@ from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
 from .claims import claim_rest
 from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
-from .progress import ProgressUpdate, checked_update
+from .progress import ProgressCalls, ProgressSink
 
 MAX_REASON_BYTES = 200
 REPORT_CHUNK = 1000  # reports per report.lua call at most; the pacer sizes them by time
@@ -151,7 +151,7 @@ def _tail(text: str) -> str:
     return data[-MAX_PAYLOAD_BYTES:].decode(errors="ignore")
 
 
-class HostLink(Protocol):
+class HostLink(ProgressSink, Protocol):
     """What a host daemon calls: `HostClient` (straight to Redis) and
     `deviceq.host.http_client.ApiHostClient` (through ``deviceq api``) both provide it, with
     the same answers and the same errors (a transient outage is a ``redis.ConnectionError``)."""
@@ -173,7 +173,6 @@ class HostLink(Protocol):
     def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]: ...
     def report_many(self, reports: Sequence[Report]) -> list[str]: ...
     def log_append(self, chunks: Sequence[LogChunk]) -> list[str]: ...
-    def progress(self, updates: Sequence[ProgressUpdate]) -> list[str]: ...
     def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str: ...
     def set_draining(self, draining: bool = True) -> str: ...
     def health_begin(self, device_id: str) -> bool: ...
@@ -190,7 +189,7 @@ class HostLink(Protocol):
     def close(self) -> None: ...
 
 
-class HostClient(PoolConnection):
+class HostClient(ProgressCalls, PoolConnection):
     """A host's side of the protocol: session, heartbeat, claim, renew, report.
 
     Every call carries the host token (hashed by the script, never stored) and, once
@@ -347,16 +346,6 @@ class HostClient(PoolConnection):
             validate_id(c.lease_id, "lease id")
             args += c.args()
         return [str(x) for x in self._run("log_append", args)]
-
-    def progress(self, updates: Sequence[ProgressUpdate]) -> list[str]:
-        """Record how far running attempts are (``lua/progress.lua``); per update ``ok`` or
-        ``rejected:REASON`` (the lease is not this host's current one: nothing written)."""
-        if not updates:
-            return []
-        args: list[str] = [*self._auth(), str(len(updates))]
-        for u in updates:
-            args += checked_update(u).args()
-        return [str(x) for x in self._run("progress", args)]
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. The

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.validation import validate_id
 
@@ -126,6 +126,25 @@ def checked_update(u: ProgressUpdate) -> ProgressUpdate:
 
 class ProgressSink(Protocol):
     def progress(self, updates: Sequence[ProgressUpdate]) -> list[str]: ...
+
+
+class ProgressCalls:
+    """`deviceq.host.client.HostClient`'s progress call (``lua/progress.lua``)."""
+
+    if TYPE_CHECKING:  # (HostClient's own)
+
+        def _auth(self) -> list[str]: ...
+        def _run(self, name: str, args: list[Any]) -> Any: ...
+
+    def progress(self, updates: Sequence[ProgressUpdate]) -> list[str]:
+        """Record how far running attempts are; per update ``ok`` or ``rejected:REASON`` (the
+        lease is not this host's current one: nothing written)."""
+        if not updates:
+            return []
+        args: list[str] = [*self._auth(), str(len(updates))]
+        for u in updates:
+            args += checked_update(u).args()
+        return [str(x) for x in self._run("progress", args)]
 
 
 class QuietProgressSink:

@@ -28,8 +28,8 @@ scheduler   ``deviceq scheduler run`` (`TaskScheduler`, `SchedulerClient`, the s
             ``submit.lua``
 host        ``deviceq host run`` (`HostClient` in `HostWorker`): ``session.lua``,
             ``heartbeat.lua``, ``claim.lua``, ``renew.lua``, ``report.lua``, ``host_drain.lua``
-            (its own ``stopping`` flag), ``BLPOP`` on its wake and control lists, config and
-            workflow reads
+            (its own ``stopping`` flag), ``progress.lua``, ``BLPOP`` on its wake and control
+            lists, config and workflow reads
 operator    the operator commands of ``deviceq`` (`PoolAdmin`, ``status``, ``explain``,
             ``events``, ``dispatch``, ``host add|list|remove|drain|undrain|rotate-token``,
             ``device list|quarantine|unquarantine``, ``config get|set``, ``workflow put``,
@@ -61,13 +61,11 @@ ROLES: tuple[str, ...] = ("producer", "scheduler", "host", "operator")
 PASSWORD_PLACEHOLDER = "<password>"
 """What stands for the password in the printed lines when no password file is given."""
 
-FORBIDDEN: frozenset[str] = frozenset(
-    {
-        "flushall", "flushdb", "keys", "config", "script", "function", "debug", "shutdown",
-        "monitor", "slowlog", "acl", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
-        "sync", "psync", "module", "cluster", "failover", "swapdb", "migrate", "client",
-    }
-)  # fmt: skip
+FORBIDDEN: frozenset[str] = frozenset({
+    "flushall", "flushdb", "keys", "config", "script", "function", "debug", "shutdown",
+    "monitor", "slowlog", "acl", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
+    "sync", "psync", "module", "cluster", "failover", "swapdb", "migrate", "client",
+})  # fmt: skip
 """Commands no role is given (``client`` and ``cluster`` as a whole: only `SUBCOMMANDS`):
 server administration, script and function management, whole-keyspace operations, and what
 shows other clients' commands (``MONITOR``, ``SLOWLOG``, ``CLIENT LIST``:
