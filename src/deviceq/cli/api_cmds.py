@@ -10,6 +10,7 @@ import click
 
 from .app import Ctx, echo_json, fail, main, pass_ctx
 from .render import fmt_ms
+from .tracing_option import otel_option
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8300
@@ -76,6 +77,7 @@ DEFAULT_PORT = 8300
     show_default=True,
     help="Log one line per request (method, path, status; never a header or a body).",
 )
+@otel_option("deviceq-api")
 @click.pass_context
 def api(
     cctx: click.Context,

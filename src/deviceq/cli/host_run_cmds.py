@@ -11,6 +11,7 @@ import click
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from .app import Ctx, fail, host, pass_ctx
+from .tracing_option import otel_option
 
 
 def _check_health_checks(
@@ -299,6 +300,7 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     "uploads (a restarted daemon finishes them) [default: $XDG_STATE_HOME/deviceq or "
     "~/.local/state/deviceq].",
 )
+@otel_option("deviceq-host")
 @pass_ctx
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them

@@ -337,6 +337,8 @@ class ScheduledTask(BaseModel):
     finished_at: int | None = None
     # how far the current (or last) attempt is, as its runner said: {fraction, text, at}
     progress: dict[str, Any] | None = None
+    # the W3C trace context of its submission (deviceq.core.tracing), when it was traced
+    traceparent: str | None = None
     attempts: list[Attempt] = Field(default_factory=list)
 
     @classmethod

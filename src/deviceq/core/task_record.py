@@ -136,6 +136,7 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "dispatched_at": _opt_int(g("dispatched_at")),
         "finished_at": _opt_int(g("finished_at")),
         "progress": progress_value(h),
+        "traceparent": g("traceparent") or None,
         "attempts": [],
     }
 

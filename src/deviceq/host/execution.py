@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import tracing
 from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
 from ..core.replies import parse
@@ -64,6 +65,7 @@ class Run:
     ended: threading.Event = field(default_factory=threading.Event)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
     progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
+    trace: Any = tracing.NO_ATTEMPT  # its spans (deviceq.core.tracing)
     artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
     _fields: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -138,12 +140,14 @@ class Executor:
 
     def start(self, a: Assignment, sent: float) -> None:
         run = Run(a, LeaseClock(), sent)
+        run.trace = tracing.current().attempt(a, sent)
         run.renewed(sent, a.lease_ms or int(self.state.lease_ttl * 1000))
         f = run.fields()
         if run.lease.expired:
             # claimed before a freeze (SIGSTOP) that outlasted the lease: the task has gone
             # back to the queue or elsewhere; a report would be refused
             self.state.log(logging.WARNING, "claimed lease already ended: not started", **f)
+            run.trace.close("lease ended before start")
             return
         if a.device_id not in self.state.devices or a.host_id != self.settings.host_id:
             self.state.log(
@@ -200,6 +204,7 @@ class Executor:
                 run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
                                          self.state.log_max_bytes)  # fmt: skip
                 run.progress = self.progress.open(run.task_id, a.lease_id)
+                run.trace.run_started()
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -212,6 +217,7 @@ class Executor:
                     artifacts_dir=run.artifacts_dir,
                     progress_sink=self.progress.writer(run.progress),
                 )
+                run.trace.run_ended(outcome.status, outcome.failure_kind)
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
                     run.stop("lost")
@@ -230,6 +236,7 @@ class Executor:
 
     def close_run(self, run: Run) -> None:
         """The run is over (reported, or not to be): its device is free for the next claim."""
+        run.trace.close(run.reason)
         self.artifacts.discard(run.artifacts_dir)  # (not queued: released, lost, error)
         run.ended.set()
         with self.state.lock:
@@ -352,6 +359,7 @@ class Executor:
         return self.answered(run, report, self.reporter.send(report, run.fields()))
 
     def _ending(self, run: Run, report: Report) -> None:
+        run.trace.report_started(report.outcome, report.failure_kind)
         if report.outcome != "released":
             kind = report.failure_kind
             self.state.task_ending(run.device_id, report.outcome, str(kind) if kind else None)
@@ -360,6 +368,7 @@ class Executor:
         """What follows a report's answer: log it, count it, queue the attempt's artifacts;
         the answer (None when the report was not delivered)."""
         f = run.fields()
+        run.trace.report_ended(p.answer, None if p.error is None else str(p.error))
         if p.error is not None:
             self.state.log(logging.ERROR, f"report refused: {p.error}", **f)
             return None
