@@ -125,6 +125,8 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "retry_of": g("retry_of") or None,
         "rerun_by": g("rerun_by") or None,
         "submitted_by": g("submitted_by") or None,
+        "progress": progress_value(h),
+        "traceparent": g("traceparent") or None,
         "roles": None,
         "gang": g("gang") or None,
         "role": g("role") or None,
@@ -135,8 +137,6 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "assigned_at": _opt_int(g("assigned_at")),
         "dispatched_at": _opt_int(g("dispatched_at")),
         "finished_at": _opt_int(g("finished_at")),
-        "progress": progress_value(h),
-        "traceparent": g("traceparent") or None,
         "attempts": [],
     }
 
