@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from .core import tracing
 from .core.connection import PoolConnection
 from .core.durability import run_durably
 from .core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
@@ -85,7 +86,9 @@ class Client(PoolConnection):
         *,
         token: str | None = None,
         ca: str | None = None,
+        otel_endpoint: str | None = None,
     ) -> Client:
+        tracing.setup(otel_endpoint, "deviceq-producer")  # (off without it and the env var)
         url = api_url_of(redis_or_url)
         if url is not None and cls is Client:
             from .api_client import ApiClient
@@ -100,6 +103,7 @@ class Client(PoolConnection):
         *,
         token: str | None = None,
         ca: str | None = None,
+        otel_endpoint: str | None = None,  # (taken by __new__: deviceq.core.tracing)
     ) -> None:
         if token is not None or ca is not None:
             raise InvalidInput("token and ca are for the http(s):// URL of a deviceq api")
@@ -202,9 +206,10 @@ class Client(PoolConnection):
         pacer = pacer_for(self, "submit", SUBMIT_FIRST, least=SUBMIT_LEAST)
         ids: list[str] = []
         for part in pacer.chunks(validated, chunk):
-            args = chunk_args(list(part))
+            spans = tracing.current().submits(len(part), self.pool)  # (no-op unless traced)
+            args = chunk_args(list(part), spans.traceparents)
             try:
-                flat = pacer.timed(len(part), partial(run_durably, self, "submit", args))
+                flat = spans.run(pacer.timed, len(part), partial(run_durably, self, "submit", args))
             except NotConfirmed as exc:
                 flat = exc.result or []
                 ids += [flat[i] for i in range(0, len(flat), 2)]

@@ -84,18 +84,20 @@ def submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
     ]
 
 
-def chunk_args(specs: list[TaskSpec]) -> list[Any]:
+def chunk_args(specs: list[TaskSpec], traceparents: list[str] | None = None) -> list[Any]:
     """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
     task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout,
     17 (and not_before, ms) when any has a not_before, 18 (and retry_of) when any has a
-    retry_of, 19 (and by) when any names who submitted it."""
-    signed = any(s.by is not None for s in specs)
+    retry_of, 19 (and by) when any names who submitted it, 20 (and traceparent, one per
+    task) with ``traceparents`` (deviceq.core.tracing)."""
+    traced = traceparents is not None
+    signed = traced or any(s.by is not None for s in specs)
     linked = signed or any(s.retry_of is not None for s in specs)
     later = linked or any(s.not_before is not None for s in specs)
     timed = later or any(s.timeout is not None for s in specs)
     gang = timed or any(s.roles for s in specs)
     args: list[Any] = [len(specs)]
-    for spec in specs:
+    for i, spec in enumerate(specs):
         args += submit_args(spec, new_task_id())
         if gang:
             args.append(encode_roles(spec.roles) if spec.roles else "")
@@ -107,4 +109,6 @@ def chunk_args(specs: list[TaskSpec]) -> list[Any]:
             args.append(spec.retry_of or "")
         if signed:
             args.append(spec.by or "")
+        if traceparents is not None:
+            args.append(traceparents[i])
     return args

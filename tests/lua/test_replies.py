@@ -90,6 +90,7 @@ REASONS = {
     "task_priority": v.PRIORITY_REFUSALS,
     "report": v.REPORT_REJECTIONS,
     "log_append": v.LOG_REJECTIONS,
+    "progress": v.LOG_REJECTIONS,
 }
 
 

@@ -27,6 +27,7 @@ from deviceq import (
 from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
+from deviceq.host.progress import ProgressUpdate
 from deviceq.ops.schedules import Firer, ScheduleStore
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "DIGEST", "*"}
@@ -107,6 +108,7 @@ def exercise(url: str, pool: str) -> None:
             LogChunk(t1, got[t1].lease_id, "log", "", True),
         ]
     ) == ["ok", "ok"]
+    assert h.progress([ProgressUpdate(t1, got[t1].lease_id, 0.5, "half")]) == ["ok"]
     client.cancel(t3)
     h.renew([(t3, got[t3].lease_id)])
     h.report_many([Report(t1, got[t1].lease_id, "done"),

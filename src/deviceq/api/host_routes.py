@@ -35,6 +35,7 @@ from ..core.redirects import UNAVAILABLE
 from ..host.client import CTL_DRAIN, DeviceReport, HostClient, Report
 from ..host.heartbeat_sync import GONE, Reply, Row
 from ..host.log_stream import LogChunk
+from ..host.progress import ProgressUpdate, checked_update
 from .context import ApiContext
 from .errors import error, from_exception
 from .host_call import (
@@ -244,6 +245,27 @@ def logs(call: Call) -> dict[str, Any]:
     return {"answers": call.client().log_append(chunks)}
 
 
+def _update(x: dict[str, Any]) -> ProgressUpdate:
+    fraction = x.get("fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise InvalidInput("fraction must be a number from 0 to 1")
+    try:
+        return checked_update(
+            ProgressUpdate(_str(x, "task_id"), _str(x, "lease_id"), fraction, _str(x, "text", ""))
+        )
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def progress(call: Call) -> dict[str, Any]:
+    """Record how far the host's running attempts are: body ``{"updates": [{"task_id",
+    "lease_id", "fraction": 0..1, "text"}]}``; answers ``{"answers": ["ok"|"rejected:REASON",
+    ...]}`` (``lua/progress.lua``). A fraction out of range or not a number: 400, nothing
+    written."""
+    updates = [_update(x) for x in _objects(call.body, "updates")]
+    return {"answers": call.client().progress(updates)}
+
+
 def _artifact(x: dict[str, Any]) -> tuple[str, int, str]:
     return _str(x, "name"), _int(x, "size", 0, 0, 1 << 62), _str(x, "sha256")
 
@@ -387,6 +409,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("/hosts/{host_id}/report", "POST", report),
     ("/hosts/{host_id}/release", "POST", release),
     ("/hosts/{host_id}/logs", "POST", logs),
+    ("/hosts/{host_id}/progress", "POST", progress),
     ("/hosts/{host_id}/artifacts", "POST", artifacts),
     ("/hosts/{host_id}/draining", "POST", draining),
     ("/hosts/{host_id}/devices/health", "POST", device_health),

@@ -12,6 +12,7 @@ import click
 from .app import Ctx, echo_json, fail, main, pass_ctx
 from .proxies import proxy_settings, trusted_proxy_option
 from .render import fmt_ms
+from .tracing_option import otel_option
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8300
@@ -103,6 +104,7 @@ DEFAULT_PORT = 8300
     help="Log one line per request (method, path, status; never a header or a body).",
 )
 @trusted_proxy_option
+@otel_option("deviceq-api")
 @click.pass_context
 def api(
     cctx: click.Context,

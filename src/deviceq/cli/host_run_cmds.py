@@ -11,6 +11,7 @@ import click
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from .app import Ctx, fail, host, pass_ctx
+from .tracing_option import otel_option
 
 
 def _check_health_checks(
@@ -315,6 +316,7 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     "line says so) and the cut recorded in the attempt's artifacts_error "
     "[default: 67108864, 64 MiB].",
 )
+@otel_option("deviceq-host")
 @pass_ctx
 def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     """Run the worker daemon of a host: heartbeat its devices, claim assignments, run them

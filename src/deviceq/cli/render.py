@@ -139,6 +139,19 @@ def plain_table(title: str, header: list[str], rows: list[list[str]]) -> str:
 TIME_FIELDS = ("lease_expires_at", "queue_deadline")
 
 
+def progress_line(p: dict[str, Any] | None, with_time: bool = False) -> str:
+    """A task's progress as one line: ``40% step 3/7`` (``-`` for none); ``with_time``
+    adds when it was said."""
+    if not p:
+        return "-"
+    text = f"{int(float(p['fraction']) * 100)}%"
+    if p.get("text"):
+        text += f" {p['text']}"
+    if with_time and p.get("at"):
+        text += f" (at {fmt_ms(p['at'])})"
+    return text
+
+
 def task_text(data: dict[str, Any]) -> str:
     """``task show``'s text of a task given as its JSON (`task_json`): every field (times in
     UTC, the last lines of a result or error), then its roles and attempts as tables."""
@@ -149,6 +162,8 @@ def task_text(data: dict[str, Any]) -> str:
             continue
         if name.endswith("_at") or name in TIME_FIELDS:
             value = fmt_ms(value)
+        if name == "progress" and value:
+            value = progress_line(value, with_time=True)
         if name in ("result", "error") and value:
             value, before = last_lines(str(value))
             if before:

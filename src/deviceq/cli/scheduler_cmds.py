@@ -12,6 +12,7 @@ import click
 from ..core.errors import ConfigError
 from .app import Ctx, echo_json, main, pass_ctx, scheduler
 from .lazy import Lazy
+from .tracing_option import otel_option
 
 if TYPE_CHECKING:
     from ..scheduler.task_scheduler import TaskScheduler
@@ -69,6 +70,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST
     help="Address the metrics endpoint listens on (0.0.0.0: every interface, e.g. in a "
     "container whose port is published).",
 )
+@otel_option("deviceq-scheduler")
 @pass_ctx
 def scheduler_run(
     ctx: Ctx,

@@ -23,7 +23,7 @@ from .options import (
     targets,
     usage_ids,
 )
-from .render import task_json, task_text, visible
+from .render import progress_line, task_json, task_text, visible
 from .via_api import (
     cancel_via_api,
     list_via_api,
@@ -131,7 +131,9 @@ def task_list(
     cut = 40 if con.is_terminal else None  # piped: whole goals
     table = Table()
     table.add_column("id", no_wrap=True, min_width=16)  # ids stay whole: they get copied
-    for col in ("status", "goal/workflow", "constraints", "attempt", "device", "failure"):
+    shown = any(t.progress for t in tasks)  # (a progress column when any task has one)
+    cols = ("status", "goal/workflow", "constraints", "attempt", "device")
+    for col in (*cols, *(("progress",) if shown else ()), "failure"):
         goal = col == "goal/workflow"
         table.add_column(col, overflow="ellipsis", no_wrap=not goal, min_width=12 if goal else None)
     for t in tasks:
@@ -144,6 +146,7 @@ def task_list(
             cons,
             f"{t.attempt}/{t.max_attempts}",
             t.device_id or "-",
+            *((progress_line(t.progress)[:cut],) if shown else ()),
             t.failure_kind.value if t.failure_kind else "-",
         )
     con.print(table)

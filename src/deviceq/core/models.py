@@ -334,6 +334,10 @@ class ScheduledTask(BaseModel):
     retry_of: str | None = None  # submitted by `Client.retry` of this task
     rerun_by: str | None = None  # the latest task `Client.retry` submitted for this one
     submitted_by: str | None = None  # who submitted it, when recorded (a dashboard user)
+    # how far the current (or last) attempt is, as its runner said: {fraction, text, at}
+    progress: dict[str, Any] | None = None
+    # the W3C trace context of its submission (deviceq.core.tracing), when it was traced
+    traceparent: str | None = None
     # a multi-device task: its roles (constraints, and where each runs once placed); for a
     # part (task ``GANG.ROLE``): its ``gang`` and ``role``; the ``leader`` part also gets every
     # role's placement in ``roles``

@@ -69,6 +69,24 @@ def is_multi_device(h: dict[str, str]) -> bool:
     return bool(h.get("roles") or h.get("peers"))
 
 
+def progress_value(h: dict[str, str]) -> dict[str, Any] | None:
+    """The task's progress ``{"fraction", "text", "at"}`` as its current (or, once finished,
+    last) attempt's runner said it (``lua/progress.lua``); None when that attempt said
+    nothing: the fields of an earlier attempt (another lease) do not count."""
+    lease = h.get("lease_id")
+    if not lease or h.get("progress_lease") != lease or not h.get("progress"):
+        return None
+    try:
+        fraction = float(h["progress"])
+    except ValueError:
+        return None
+    return {
+        "fraction": fraction,
+        "text": h.get("progress_text") or "",
+        "at": _opt_int(h.get("progress_at")),
+    }
+
+
 def task_values(h: dict[str, str]) -> dict[str, Any]:
     """The task's fields as JSON values, in `ScheduledTask`'s order: enums as their strings,
     lists for tuples; ``roles`` None and ``attempts`` empty (see `task_json`). (A text field
@@ -107,6 +125,8 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "retry_of": g("retry_of") or None,
         "rerun_by": g("rerun_by") or None,
         "submitted_by": g("submitted_by") or None,
+        "progress": progress_value(h),
+        "traceparent": g("traceparent") or None,
         "roles": None,
         "gang": g("gang") or None,
         "role": g("role") or None,

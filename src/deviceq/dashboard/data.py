@@ -61,15 +61,17 @@ def fleet(admin: PoolAdmin, host_page: int, host_filter: str | None) -> dict[str
             if d.reserved_by:
                 task_ids.append(d.reserved_by)
     goals: dict[str, str] = {}
+    progress: dict[str, dict[str, Any] | None] = {}
     if task_ids:
         client = Client(admin.redis, admin.pool)
         for t in client.get_many(task_ids):
             goals[t.id] = (f"workflow:{t.workflow}" if t.workflow else t.goal) or ""
+            progress[t.id] = t.progress
     for entries in by_host.values():
         for e in entries:
             tid = e["d"].reserved_by
             if tid:
-                e["task"] = {"id": tid, "what": goals.get(tid, "")}
+                e["task"] = {"id": tid, "what": goals.get(tid, ""), "progress": progress.get(tid)}
     return {
         "now": now,
         "hosts": [

@@ -38,6 +38,7 @@ from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
 from .claims import claim_rest
 from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
+from .progress import ProgressCalls, ProgressSink
 
 MAX_REASON_BYTES = 200
 REPORT_CHUNK = 1000  # reports per report.lua call at most; the pacer sizes them by time
@@ -150,7 +151,7 @@ def _tail(text: str) -> str:
     return data[-MAX_PAYLOAD_BYTES:].decode(errors="ignore")
 
 
-class HostLink(Protocol):
+class HostLink(ProgressSink, Protocol):
     """What a host daemon calls: `HostClient` (straight to Redis) and
     `deviceq.host.http_client.ApiHostClient` (through ``deviceq api``) both provide it, with
     the same answers and the same errors (a transient outage is a ``redis.ConnectionError``)."""
@@ -188,7 +189,7 @@ class HostLink(Protocol):
     def close(self) -> None: ...
 
 
-class HostClient(PoolConnection):
+class HostClient(ProgressCalls, PoolConnection):
     """A host's side of the protocol: session, heartbeat, claim, renew, report.
 
     Every call carries the host token (hashed by the script, never stored) and, once

@@ -71,6 +71,7 @@ from .execution import Executor
 from .health import HealthChecker
 from .http_client import ApiHostClient
 from .log_stream import QuietLogSink
+from .progress import QuietProgressSink
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings
@@ -173,6 +174,7 @@ class HostWorker:
         self.executor = Executor(self.state, self.host, self.dispatcher)
         self.executor.reporter.outage = self.outage
         self.executor.logs.sink = QuietLogSink(self.host, self.outage, TRANSIENT)
+        self.executor.progress.sink = QuietProgressSink(self.host, self.outage, TRANSIENT)
         self.upkeep = Upkeep(
             self.state, self.host, self.ctl, summary=self._summary, outage=self.outage
         )

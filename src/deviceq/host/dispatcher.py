@@ -230,6 +230,7 @@ class TaskDispatcher:
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
         log_sink: LogWriter | None = None,
         artifacts_dir: Path | None = None,
+        progress_sink: Callable[[float, str], None] | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -238,7 +239,8 @@ class TaskDispatcher:
         constraint may be empty), ``serial`` its real serial if it has one; ``lease`` is the
         run's `LeaseClock` (runners outside this process kill the run when it ends
         unrenewed); ``log_sink`` gets the run's output while it runs (``Task.log``, its
-        logger's INFO lines, a command's stdout and stderr: the live log)."""
+        logger's INFO lines, a command's stdout and stderr: the live log); ``progress_sink``
+        gets what it says of its progress (``Task.progress``, checked)."""
         cancel_event = cancel_event or threading.Event()
         stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
         task = self.make_task(assignment, stop, deadline, lease)
@@ -246,6 +248,7 @@ class TaskDispatcher:
             task.log_sink = log_sink
             if isinstance(task.logger, TaskLogger):
                 task.logger.sink = log_sink
+        task.progress_sink = progress_sink
         if driver_type:
             task.driver_type = driver_type
         task.serial = serial  # the device's real serial (discovered devices), else ""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import tracing
 from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState
 from ..core.replies import parse
@@ -24,6 +25,7 @@ from .artifacts import uploader, whole_log
 from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .log_stream import LogStreamer, RunLog
+from .progress import ProgressStreamer, RunProgress
 from .reporter import Pending, Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
@@ -62,6 +64,8 @@ class Run:
     after: Run | None = None  # a previous run on the same device still stopping
     ended: threading.Event = field(default_factory=threading.Event)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
+    progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
+    trace: Any = tracing.NO_ATTEMPT  # its spans (deviceq.core.tracing)
     artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
     _fields: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -134,16 +138,19 @@ class Executor:
         # log_file_max on disk (the uploader then cuts log.txt there and records the cut)
         self.logs = LogStreamer(host, budget=self.settings.live_log_budget,
                                 whole_max=self.settings.log_file_max + 1)  # fmt: skip
+        self.progress = ProgressStreamer(host)  # the runs' progress
         self.artifacts = uploader(state, host)
 
     def start(self, a: Assignment, sent: float) -> None:
         run = Run(a, LeaseClock(), sent)
+        run.trace = tracing.current().attempt(a, sent)
         run.renewed(sent, a.lease_ms or int(self.state.lease_ttl * 1000))
         f = run.fields()
         if run.lease.expired:
             # claimed before a freeze (SIGSTOP) that outlasted the lease: the task has gone
             # back to the queue or elsewhere; a report would be refused
             self.state.log(logging.WARNING, "claimed lease already ended: not started", **f)
+            run.trace.close("lease ended before start")
             return
         if a.device_id not in self.state.devices or a.host_id != self.settings.host_id:
             self.state.log(
@@ -199,6 +206,8 @@ class Executor:
                 run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
                 run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
                                          self.state.log_max_bytes)  # fmt: skip
+                run.progress = self.progress.open(run.task_id, a.lease_id)
+                run.trace.run_started()
                 outcome = self.dispatcher.dispatch(
                     run.assignment,
                     run.cancel,
@@ -209,7 +218,9 @@ class Executor:
                     on_abandon=lambda out: self.abandon(run, out),
                     log_sink=run.log.write,
                     artifacts_dir=run.artifacts_dir,
+                    progress_sink=self.progress.writer(run.progress),
                 )
+                run.trace.run_ended(outcome.status, outcome.failure_kind)
             else:  # stopped (or its lease ended) before it started
                 if run.reason is None:
                     run.stop("lost")
@@ -228,6 +239,7 @@ class Executor:
 
     def close_run(self, run: Run) -> None:
         """The run is over (reported, or not to be): its device is free for the next claim."""
+        run.trace.close(run.reason)
         self.artifacts.discard(run.artifacts_dir)  # (not queued: released, lost, error)
         run.ended.set()
         with self.state.lock:
@@ -300,6 +312,8 @@ class Executor:
         f = run.fields()
         if run.log is not None:  # the last output, while the lease is still current
             self.logs.close(run.log)
+        if run.progress is not None:  # its last progress, likewise
+            self.progress.close(run.progress)
         if run.reason == "lost" or (not out.ok and (run.reason == "expired" or run.lease.expired)):
             # a run that failed after its lease ended here was most likely stopped by that
             # (the lease watchdog): the task comes back through expiry. A success is still
@@ -348,6 +362,7 @@ class Executor:
         return self.answered(run, report, self.reporter.send(report, run.fields()))
 
     def _ending(self, run: Run, report: Report) -> None:
+        run.trace.report_started(report.outcome, report.failure_kind)
         if report.outcome != "released":
             kind = report.failure_kind
             self.state.task_ending(run.device_id, report.outcome, str(kind) if kind else None)
@@ -356,6 +371,7 @@ class Executor:
         """What follows a report's answer: log it, count it, queue the attempt's artifacts;
         the answer (None when the report was not delivered)."""
         f = run.fields()
+        run.trace.report_ended(p.answer, None if p.error is None else str(p.error))
         if p.error is not None:
             self.state.log(logging.ERROR, f"report refused: {p.error}", **f)
             return None

@@ -49,6 +49,7 @@ from .http_transport import (
     tls_context,
 )
 from .log_stream import LogChunk
+from .progress import ProgressUpdate, checked_update
 
 __all__ = [
     "API_PREFIX",
@@ -227,6 +228,17 @@ class ApiHostClient(ApiTransport):
             for c in chunks
         ]
         return [str(a) for a in self._call("POST", "/logs", {"chunks": items})["answers"]]
+
+    def progress(self, updates: Sequence[ProgressUpdate]) -> list[str]:
+        """Record how far running attempts are (see `HostClient.progress`)."""
+        if not updates:
+            return []
+        items = []
+        for u in updates:
+            c = checked_update(u)
+            items.append({"task_id": c.task_id, "lease_id": c.lease_id,
+                          "fraction": c.fraction, "text": c.text})  # fmt: skip
+        return [str(a) for a in self._call("POST", "/progress", {"updates": items})["answers"]]
 
     def record_artifacts(
         self,

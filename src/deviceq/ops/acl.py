@@ -29,8 +29,8 @@ scheduler   ``deviceq scheduler run`` (`TaskScheduler`, `SchedulerClient`, the s
             ``submit.lua``
 host        ``deviceq host run`` (`HostClient` in `HostWorker`): ``session.lua``,
             ``heartbeat.lua``, ``claim.lua``, ``renew.lua``, ``report.lua``, ``host_drain.lua``
-            (its own ``stopping`` flag), ``BLPOP`` on its wake and control lists, config and
-            workflow reads
+            (its own ``stopping`` flag), ``progress.lua``, ``BLPOP`` on its wake and control
+            lists, config and workflow reads
 operator    the operator commands of ``deviceq`` (`PoolAdmin`, ``status``, ``explain``,
             ``events``, ``dispatch``, ``host add|list|remove|drain|undrain|rotate-token``,
             ``device list|quarantine|unquarantine``, ``config get|set``, ``workflow put``,
@@ -65,13 +65,11 @@ ROLES: tuple[str, ...] = ("producer", "scheduler", "host", "operator")
 PASSWORD_PLACEHOLDER = "<password>"
 """What stands for the password in the printed lines when no password file is given."""
 
-FORBIDDEN: frozenset[str] = frozenset(
-    {
-        "flushall", "flushdb", "keys", "config", "script", "function", "debug", "shutdown",
-        "monitor", "slowlog", "acl", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
-        "sync", "psync", "module", "cluster", "failover", "swapdb", "migrate", "client",
-    }
-)  # fmt: skip
+FORBIDDEN: frozenset[str] = frozenset({
+    "flushall", "flushdb", "keys", "config", "script", "function", "debug", "shutdown",
+    "monitor", "slowlog", "acl", "save", "bgsave", "bgrewriteaof", "replicaof", "slaveof",
+    "sync", "psync", "module", "cluster", "failover", "swapdb", "migrate", "client",
+})  # fmt: skip
 """Commands no role is given (``client`` and ``cluster`` as a whole: only `SUBCOMMANDS`):
 server administration, script and function management, whole-keyspace operations, and what
 shows other clients' commands (``MONITOR``, ``SLOWLOG``, ``CLIENT LIST``:
@@ -117,6 +115,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "task_priority": "del hget hgetall hset lpush ltrim xadd zadd zcard zrange zrem",
         "renew": "hget hmget hset time zadd",
         "log_append": "exists hget hmget pexpire time xadd",
+        "progress": "hget hmget hset time",
         "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "time xadd zadd zcard zrem",
         "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
@@ -134,7 +133,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
                   "submit"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
-             "log_append", "attempt_artifacts"),
+             "log_append", "attempt_artifacts", "progress"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve; the dashboard's login limit runs login_attempt
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import redis
 
+from ..core import tracing
 from ..core.connection import PoolConnection
 from ..core.errors import ConfigError
 from ..core.keys import Keys
@@ -275,8 +276,12 @@ class TaskScheduler:
         return snap.buckets, pairs, dropped
 
     def commit(self, pairs: list[Pair], fence: int | str = "") -> list[str]:
-        """Commit pairs through ``lua/assign.lua``; per pair ``ok:LEASE`` or ``err:REASON``."""
-        return self.store.commit(pairs, fence)
+        """Commit pairs through ``lua/assign.lua``; per pair ``ok:LEASE`` or ``err:REASON``
+        (traced: each assigned task's ``deviceq.queued`` and ``deviceq.assign`` spans)."""
+        trace = tracing.current().assign(self.store.redis, self.store.keys, pairs)
+        answers = self.store.commit(pairs, fence)
+        trace.committed(answers)
+        return answers
 
     # -- leadership ------------------------------------------------------------------------------
     def try_lead(self, ttl_ms: int | None = None) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...core.models import MAX_PAYLOAD_BYTES, WorkflowDefinition
+from ..progress import check_fraction, clean_text
 
 TAIL_BYTES = 8192
 """Bytes of a run's output kept in the task's ``result`` or ``error`` at most (its tail, from
@@ -82,11 +83,23 @@ class Task:
     roles: dict[str, dict[str, str]] = field(default_factory=dict)
     serial: str = ""  # the device's real serial (a discovered device), else ""
     log_sink: LogWriter | None = None  # the attempt's live log (set by the host daemon)
+    progress_sink: Callable[[float, str], None] | None = None  # (set by the host daemon)
 
     def log(self, text: str) -> None:
         """Write a line (or lines) to the attempt's live log (``deviceq task logs``), shown
         while the task runs; a no-op outside a host daemon."""
         self.output("log", text if text.endswith("\n") else text + "\n")
+
+    def progress(self, fraction: float, text: str = "") -> None:
+        """Say how far the run is: ``fraction`` from 0 to 1 and a short ``text`` (at most 200
+        characters are kept, control characters taken out). Shown by ``deviceq task show``,
+        ``task list``, the API and the dashboard while the task runs; the host writes it at
+        most once a second (the latest value wins) and the last one before the report.
+        Raises ValueError for a fraction out of range or not a number (nothing is recorded);
+        a no-op outside a host daemon."""
+        f = check_fraction(fraction)
+        if self.progress_sink is not None:
+            self.progress_sink(f, clean_text(text))
 
     def output(self, stream: str, text: str) -> None:
         """Write ``text`` of ``stream`` (stdout, stderr or log) to the attempt's live log."""

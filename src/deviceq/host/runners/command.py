@@ -18,6 +18,7 @@ from typing import Any
 
 from ...core.errors import ConfigError, InvalidInput
 from ...core.models import MAX_PAYLOAD_BYTES
+from ..progress import PROGRESS_FILE_ENV, ProgressSource, progress_file
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception
 from .command_output import CommandOutput
 
@@ -334,6 +335,9 @@ class CommandRunner:
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
         env.update(self.extra_env)
         env.update(task.env())
+        progress = ProgressSource(task, progress_file(task))  # (a file only in a daemon)
+        if progress.path is not None:
+            env[PROGRESS_FILE_ENV] = progress.path
         lease = task.lease
         left = lease.remaining() if lease is not None else None
         if left is not None and left <= 0:
@@ -352,11 +356,12 @@ class CommandRunner:
             # list too long: E2BIG): its failure (runner_failed), not the device's
             os.close(ctl_r)
             os.close(ctl_w)
+            progress.finish()
             task.logger.warning(f"cannot start {argv[0]!r}: {type(exc).__name__}: {exc}")
             return Outcome.failure(f"cannot start the command: {describe_exception(exc)}")
         os.close(ctl_r)
         task.logger.debug("command started", fields={"pid": proc.pid, "argv0": argv[0]})
-        out = CommandOutput(max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES)), task)
+        out = CommandOutput(max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES)), task, progress)
         assert proc.stdout is not None and proc.stderr is not None
         readers = [out.reader(proc.stdout, "stdout"), out.reader(proc.stderr, "stderr")]
         stopped = False
@@ -370,6 +375,7 @@ class CommandRunner:
                     stopped = True
                     self._stop(proc, task)
                     break
+                progress.poll()
                 if lease is not None and lease.version != sent:
                     sent = lease.version
                     left = lease.remaining()
@@ -381,6 +387,7 @@ class CommandRunner:
         finally:
             os.close(ctl_w)
         out.finish(readers)
+        progress.finish()
         text, buf = out.tail(), out.data()
         if rc != 0 and not stopped:
             return dataclasses.replace(self._failed(rc, text, buf), reason_line=out.err_last)

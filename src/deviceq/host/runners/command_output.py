@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from ..progress import ProgressSource
 from .base import Task, line_tail
 
 
@@ -36,9 +37,10 @@ class CommandOutput:
     task's live log (marked stdout or stderr) as they end, and the last bytes are kept
     (bounded) for the tail; the two streams meet between lines, never inside one."""
 
-    def __init__(self, limit: int, task: Task) -> None:
+    def __init__(self, limit: int, task: Task, progress: ProgressSource | None = None) -> None:
         self.limit = limit
         self.task = task
+        self.progress = progress  # reads ``::deviceq progress`` lines of stdout
         self.buf = bytearray()
         self.cut = 0  # bytes dropped ahead of buf
         self.handled = 0  # chunks read and passed on to the task's output so far
@@ -100,6 +102,8 @@ class CommandOutput:
             self.passing += 1
         if stream == "stderr":
             self._see_stderr(text)
+        elif self.progress is not None:
+            self.progress.see_stdout(text)
         try:
             self.task.output(stream, text)
         finally:

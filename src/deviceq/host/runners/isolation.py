@@ -103,6 +103,12 @@ def _child_main(
             result_w.send(("log", stream, text[:LOG_MESSAGE_CHARS]))
 
     task.log_sink = to_parent
+
+    def progress_to_parent(fraction: float, text: str) -> None:  # checked here, sent on
+        with send_lock, contextlib.suppress(OSError, ValueError):
+            result_w.send(("progress", fraction, text))
+
+    task.progress_sink = progress_to_parent
     if isinstance(task.logger, TaskLogger):
         task.logger.sink = to_parent
     try:
@@ -139,6 +145,11 @@ def _receive(conn: Any, task: Task, timeout: float) -> tuple[bool, Any]:
             msg = conn.recv()
         except (EOFError, OSError):
             return True, None
+        if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "progress":
+            with contextlib.suppress(ValueError, TypeError):
+                task.progress(msg[1], str(msg[2]))
+            timeout = 0.0
+            continue
         if not (isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "log"):
             return True, msg
         task.output(str(msg[1]), str(msg[2]))
