@@ -47,8 +47,15 @@ end
 
 -- the reason (a limit's `reason`) why `more` more leases of `host` and `tenant` would break a
 -- limit, or nil: the stored count (read once a call per field) plus this call's deferred counts
+local _lim_checked  -- the limits that may refuse in this call (a setting's unset: never)
 local function limits_refusal(host, tenant, more)
-  for _, L in ipairs(LIMITS) do
+  if not _lim_checked then
+    _lim_checked = {}
+    for _, L in ipairs(LIMITS) do
+      if not L.setting or limit_bound(L) > 0 then _lim_checked[#_lim_checked + 1] = L end
+    end
+  end
+  for _, L in ipairs(_lim_checked) do
     local bound = limit_bound(L, tenant)
     if bound > 0 then
       local f = limit_field(L, host, tenant)
