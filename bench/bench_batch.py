@@ -49,7 +49,7 @@ from common import (
     stat_delta,
     table,
 )
-from deviceq.host.client import HostClient, Report
+from deviceq.host.redis_link import HostClient, Report
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from deviceq import Client  # noqa: E402
-from deviceq.embedded import RedisServer  # noqa: E402
+from deviceq.core.redis_server import RedisServer  # noqa: E402
 
 POOL = "clistart"
 LAUNCH = "import sys; from deviceq.cli import main; sys.argv[0] = 'deviceq'; sys.exit(main())"

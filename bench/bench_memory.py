@@ -33,7 +33,7 @@ from common import (
     table,
 )
 from deviceq.core.models import TaskSpec
-from deviceq.host.client import HostClient, Report
+from deviceq.host.redis_link import HostClient, Report
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler.client import SchedulerClient

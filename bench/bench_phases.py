@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from common import GOAL, add_hosts, machine, private_redis, raw_client, redis_cpu_s, table
-from deviceq.host.client import HostClient, Report
+from deviceq.host.redis_link import HostClient, Report
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler

@@ -36,7 +36,7 @@ from common import (
     stat_delta,
     table,
 )
-from deviceq.host.client import DeviceReport, HostClient, Report
+from deviceq.host.redis_link import DeviceReport, HostClient, Report
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler.client import SchedulerClient

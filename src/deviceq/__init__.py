@@ -23,14 +23,14 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "AlreadyExists": ".core.errors",
-    "ApiClient": ".api_client",
-    "ApiError": ".api_client",
+    "ApiClient": ".producer.http_client",
+    "ApiError": ".producer.http_client",
     "Assignment": ".core.models",
     "AssignmentStrategy": ".scheduler",
     "Attempt": ".core.models",
     "AuthError": ".core.errors",
     "Busy": ".core.errors",
-    "Client": ".producer",
+    "Client": ".producer.client",
     "ConfigError": ".core.errors",
     "Constraints": ".core.models",
     "DeviceConfig": ".host",
@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "DeviceqError": ".core.errors",
     "FailureKind": ".core.vocabulary",
     "Fenced": ".core.errors",
-    "FindResult": ".producer",
+    "FindResult": ".producer.task_filter",
     "HostClient": ".host",
     "HostWorker": ".host",
     "InvalidInput": ".core.errors",
@@ -64,7 +64,7 @@ _EXPORTS: dict[str, str] = {
     "TLSError": ".core.connection",
     "Task": ".host.runners",
     "TaskDispatcher": ".host",
-    "TaskFilter": ".producer",
+    "TaskFilter": ".producer.task_filter",
     "TaskScheduler": ".scheduler",
     "TaskSpec": ".core.models",
     "TaskStatus": ".core.vocabulary",
@@ -80,12 +80,11 @@ _EXPORTS: dict[str, str] = {
 """Each public name -> the module it is defined in (relative to this package)."""
 
 _SUBPACKAGES = frozenset(
-    {"api", "api_client", "cli", "core", "dashboard", "embedded", "host", "ops", "producer",
-     "scheduler"}
+    {"api", "artifacts", "cli", "core", "dashboard", "host", "ops", "producer", "scheduler",
+     "services"}
 )  # fmt: skip
 
 if TYPE_CHECKING:
-    from .api_client import ApiClient, ApiError
     from .core.config import PoolConfig, Settings
     from .core.connection import TLSError
     from .core.errors import (
@@ -130,7 +129,9 @@ if TYPE_CHECKING:
     from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
     from .ops.admin import PoolAdmin
     from .ops.verify import verify
-    from .producer import Client, FindResult, TaskFilter
+    from .producer.client import Client
+    from .producer.http_client import ApiClient, ApiError
+    from .producer.task_filter import FindResult, TaskFilter
     from .scheduler import (
         AssignmentStrategy,
         SchedulerClient,

@@ -39,12 +39,12 @@ from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin, T
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError
 from deviceq.core.models import TaskSpec, validate_id, validate_tag, validate_tags
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.host.runners import Outcome, Task
-from deviceq.ops.metrics import serve_metrics
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler import strategies as S
 from deviceq.scheduler.strategies import get_strategy, register_strategy
+from deviceq.services.metrics import serve_metrics
 from harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

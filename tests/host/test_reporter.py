@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deviceq.host.client import HostClient, Report
+from deviceq.host.redis_link import HostClient, Report
 from deviceq.host.reporter import Pending, Reporter
 from deviceq.host.runners import RunnerSpec
 from deviceq.host.settings import WorkerSettings

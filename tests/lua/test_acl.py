@@ -40,9 +40,9 @@ from deviceq import (
 from deviceq.cli import main
 from deviceq.core.errors import NotConfirmed, NotFound
 from deviceq.core.keys import Keys
+from deviceq.core.redis_server import RedisServer
 from deviceq.core.scripts import lua_dir, names, sha, source
-from deviceq.embedded import RedisServer
-from deviceq.host.client import token_digest
+from deviceq.host.redis_link import token_digest
 from deviceq.ops.acl import (
     FORBIDDEN,
     ROLE_SCRIPTS,

@@ -26,7 +26,7 @@ from deviceq import (
 )
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
-from deviceq.ops.schedules import Firer, ScheduleStore
+from deviceq.services.schedules import Firer, ScheduleStore
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "DIGEST", "*"}
 FILLER = {"reads", "writes", "and", "also", "on", "a", "hand-back", "the", "in", "dead"}

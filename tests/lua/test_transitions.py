@@ -23,7 +23,7 @@ from deviceq import (
     QueueFull,
     TaskStatus,
 )
-from deviceq.host.client import Report, token_digest
+from deviceq.host.redis_link import Report, token_digest
 
 # -- helpers ----------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The layout of src/deviceq shows its structure: no import cycles between its modules, no
-module past a size limit, and README.md's "Architecture" section names every module.
+module past a size limit, and the architecture map (docs/internals/architecture.md) names every
+module.
 
 The import graph is read with ``ast`` (nothing is imported): every ``import``/``from ...
 import`` in a module is an edge, a function-level one too (it runs as soon as the function
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "deviceq"
-README = ROOT / "README.md"
+ARCHITECTURE = ROOT / "docs" / "internals" / "architecture.md"
 
 MAX_LINES = 500
 OVER_LIMIT = {
@@ -184,17 +185,14 @@ def test_no_module_is_over_the_line_limit() -> None:
     assert not shrunk, f"within {MAX_LINES} lines now (drop them from OVER_LIMIT): {shrunk}"
 
 
-def readme_architecture() -> str:
-    text = README.read_text(encoding="utf-8")
-    m = re.search(r"^## Architecture\n(.*?)(?=^## )", text, re.S | re.M)
-    assert m, "README.md has no '## Architecture' section"
-    return m.group(1)
+def architecture_map() -> str:
+    return ARCHITECTURE.read_text(encoding="utf-8")
 
 
-def test_the_readme_architecture_names_every_module() -> None:
+def test_the_architecture_map_names_every_module() -> None:
     """Each module by its path under src/deviceq (``host/log_stream.py``); a package's
     ``__init__.py`` by its folder (``ops/verify/``)."""
-    section = readme_architecture()
+    section = architecture_map()
     missing = []
     for path in module_files().values():
         rel = path.relative_to(PACKAGE).as_posix()
@@ -202,7 +200,7 @@ def test_the_readme_architecture_names_every_module() -> None:
             rel = rel.removesuffix("__init__.py") or "__init__.py"
         if not re.search(rf"(?<![\w/.]){re.escape(rel)}(?![\w/])", section):
             missing.append(rel)
-    assert not missing, f"README.md's Architecture section does not name: {missing}"
+    assert not missing, f"{ARCHITECTURE.relative_to(ROOT)} does not name: {missing}"
 
 
 HEAVY = ("pydantic", "pydantic_settings", "rich", "yaml", "starlette", "uvicorn", "httpx",

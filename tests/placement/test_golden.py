@@ -21,9 +21,16 @@ import pytest
 from reference_strategies import OLD, plan
 
 from deviceq.core.errors import ConfigError
-from deviceq.placement import PROFILES, Profile, place
-from deviceq.placement.builtin import AntiAffinity, FaultCount, PrioritySort
-from deviceq.placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, TenantShare
+from deviceq.scheduler.placement import PROFILES, Profile, place
+from deviceq.scheduler.placement.builtin import AntiAffinity, FaultCount, PrioritySort
+from deviceq.scheduler.placement.rows import (
+    Bucket,
+    IdleDevice,
+    Pair,
+    QueuedTask,
+    Snapshot,
+    TenantShare,
+)
 from deviceq.scheduler.snapshot import Base, SnapshotReader
 from deviceq.scheduler.strategies import get_strategy, registered_strategies, strategy_needs
 

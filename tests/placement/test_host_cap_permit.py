@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from deviceq.placement import PROFILES, GangDecision, MissingInputs, Profile, View, place
-from deviceq.placement.builtin import HostCap, ReserveThenHold
-from deviceq.placement.gang import Gang, GangView, Role, place_gangs
-from deviceq.placement.rows import (
+from deviceq.scheduler.placement import PROFILES, GangDecision, MissingInputs, Profile, View, place
+from deviceq.scheduler.placement.builtin import HostCap, ReserveThenHold
+from deviceq.scheduler.placement.gang import Gang, GangView, Role, place_gangs
+from deviceq.scheduler.placement.rows import (
     Bucket,
     IdleDevice,
     Pair,

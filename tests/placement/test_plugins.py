@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from deviceq.placement import PROFILES, Avoid, MissingInputs, Profile, View, place
-from deviceq.placement.builtin import (
+from deviceq.scheduler.placement import PROFILES, Avoid, MissingInputs, Profile, View, place
+from deviceq.scheduler.placement.builtin import (
     AgingSort,
     AntiAffinity,
     FairShareSort,

@@ -14,7 +14,7 @@ import redis
 if TYPE_CHECKING:
     from ..core.connection import PoolConnection
     from ..ops.admin import PoolAdmin
-    from ..producer import Client
+    from ..producer.client import Client
 
 
 ACTOR_ENV = "DEVICEQ_ACTOR"
@@ -107,7 +107,7 @@ class Ctx:
 
     @property
     def client(self) -> Client:
-        from ..producer import Client
+        from ..producer.client import Client
 
         if self._client is None:
             self._client = Client(

@@ -15,8 +15,8 @@ from .app import Ctx, fail, pass_ctx, task
 from .via_api import via_api
 
 if TYPE_CHECKING:
-    from ..api_client import ApiClient
     from ..core.live_logs import LogEntry
+    from ..producer.http_client import ApiClient
 
 MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
 """What starts each line of a stream in the text form (stdout is left as it is)."""

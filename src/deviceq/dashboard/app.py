@@ -41,7 +41,7 @@ from ..core.fleet import DEVICE_STATES
 from ..core.live_logs import LogReader
 from ..core.models import TaskStatus, validate_id
 from ..ops.admin import PoolAdmin
-from ..producer import Client
+from ..producer.client import Client
 from . import bulk, data, device_page, task_views
 from .auth import SESSION_COOKIE, Auth, Session
 from .display import bars, fmt_age, fmt_clock, fmt_ms, fmt_time

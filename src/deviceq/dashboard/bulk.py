@@ -21,8 +21,8 @@ from starlette.responses import RedirectResponse, Response
 from ..core.errors import InvalidInput
 from ..core.models import ScheduledTask, TaskStatus, validate_id
 from ..core.vocabulary import LEASED_STATUSES
-from ..producer import Client
-from ..task_filter import TaskFilter as FindFilter
+from ..producer.client import Client
+from ..producer.task_filter import TaskFilter as FindFilter
 from .task_list import TaskFilter, carried_query
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ DONE = {"cancel": "cancelled", "retry": "retried"}
 
 @dataclass(frozen=True)
 class GoalFilter(FindFilter):
-    """`deviceq.task_filter.TaskFilter` with the list's "goal contains" text as well."""
+    """`deviceq.producer.task_filter.TaskFilter` with the list's "goal contains" text as well."""
 
     text: str | None = None
 

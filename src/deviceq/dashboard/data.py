@@ -23,7 +23,7 @@ from ..core.models import ScheduledTask, validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
 from ..ops.explain import explain
-from ..producer import Client
+from ..producer.client import Client
 from .task_list import MAX_SCAN, PAGE_SIZES, TaskFilter, TaskPage, list_tasks, opt_id
 
 __all__ = ["MAX_SCAN", "PAGE_SIZES", "TaskFilter", "TaskPage", "list_tasks"]

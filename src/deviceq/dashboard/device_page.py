@@ -16,7 +16,7 @@ from ..core.fleet import effective_state
 from ..core.models import Host, validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
-from ..producer import Client
+from ..producer.client import Client
 
 if TYPE_CHECKING:
     from .app import Dashboard

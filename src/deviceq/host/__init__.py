@@ -4,10 +4,10 @@ the host's Redis API (`client.HostClient`), its session identity (`session`), se
 (`execution`), the `TaskDispatcher` (`dispatcher`) and the runners (`runners`); one process
 serving several pools runs a `MultiPoolHost` (`multipool`): a `HostWorker` per pool."""
 
-from .client import DeviceReport, Heartbeat, HostClient, Renewal, Report, SessionInfo
 from .daemon import HostWorker
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .multipool import MultiPoolHost
+from .redis_link import DeviceReport, Heartbeat, HostClient, Renewal, Report, SessionInfo
 from .settings import DeviceConfig, WorkerSettings
 
 __all__ = [

@@ -64,13 +64,13 @@ from ..core.backoff import Backoff, Outage, endpoint, url_secrets
 from ..core.connection import TLSError, connect, redis_password
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
-from .client import HostClient, HostLink
 from .device_sources import DeviceWatch
 from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
-from .http_client import ApiHostClient
+from .http_link import ApiHostClient
 from .log_stream import QuietLogSink
+from .redis_link import HostClient, HostLink
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings

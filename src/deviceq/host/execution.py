@@ -21,9 +21,9 @@ from ..core.models import Assignment, DeviceState
 from ..core.replies import parse
 from ..core.vocabulary import ReplyCode
 from .artifacts import uploader, whole_log
-from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .log_stream import LogStreamer, RunLog
+from .redis_link import HostLink, Report
 from .reporter import Pending, Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock

@@ -18,7 +18,7 @@ from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
 from ..core.redirects import UNAVAILABLE
-from .client import DeviceReport, Heartbeat
+from .redis_link import DeviceReport, Heartbeat
 from .settings import DeviceConfig, WorkerSettings
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The leases each host's devices hold now (``host_held``, kept by the Lua scripts: assign and
 gang_assign count up, every end of a lease counts down), for the placement view's
 ``host_tasks``, and the pool's ``max_tasks_per_host`` cap as the scripts read it
-(`deviceq.placement.builtin.host_cap`; read by ``inputs`` for single tasks and ``gangs`` for
+(`placement.builtin.host_cap`; read by ``inputs`` for single tasks and ``gangs`` for
 multi-device ones)."""
 
 from __future__ import annotations

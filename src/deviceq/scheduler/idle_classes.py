@@ -28,9 +28,9 @@ import redis
 from ..core import liveness
 from ..core.keys import Keys, class_id
 from ..core.lane import batch
-from ..placement.rows import Bucket, IdleDevice, Snapshot
 from .device_cache import tagset, with_faults
 from .host_load import host_cap_setting, read_host_tasks
+from .placement.rows import Bucket, IdleDevice, Snapshot
 
 if TYPE_CHECKING:
     from .snapshot import SnapshotReader

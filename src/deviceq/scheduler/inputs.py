@@ -1,5 +1,5 @@
 """How the snapshot reader reads each optional view input a placement plugin may need
-(`deviceq.placement.view.INPUTS`): one `Input` per name, in `INPUTS`. The reader reads, for a
+(`placement.view.INPUTS`): one `Input` per name, in `INPUTS`. The reader reads, for a
 pass, only the inputs its strategy needs (`strategies.strategy_needs`: the union of a profile's
 plugins' ``needs``), so a plugin that needs a new kind of state adds its reader here (with its
 view field in `View`), never an edit to the reader or the pass.
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.lane import batch
 from ..core.tenants import parse_tenant
-from ..placement.rows import Bucket, TenantShare
-from ..placement.view import Avoid
 from .host_load import host_cap_setting, read_host_tasks
+from .placement.rows import Bucket, TenantShare
+from .placement.view import Avoid
 
 if TYPE_CHECKING:
     from .snapshot import Base, SnapshotReader

@@ -20,7 +20,7 @@ round trips and never a queue scan:
 
 `make_view` gives a placement profile its `View`; `make_snapshot` gives a registered
 whole-pass strategy its `Snapshot`, with each head's effective priority set
-(`deviceq.placement.rows.aged`).
+(`deviceq.scheduler.placement.rows.aged`).
 
 A bucket's heads are cached between passes while its head score in ``queues`` (the head
 task's ``seq``) is unchanged, for at most ``HEAD_CACHE_SECONDS``: with hundreds of buckets
@@ -50,14 +50,14 @@ from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.scripts import Scripts, sha
-from ..placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
-from ..placement.view import View
 from . import head_counts
 from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
 from .idle_classes import ALL, Base, IdleClasses, deepen, pairs, read_devices, read_new
 from .inputs import INPUTS, aging_applies, settings_needed, submit_times
+from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
+from .placement.view import View
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...core.connection import redact_url
-from ...embedded import RedisServer
+from ...core.redis_server import RedisServer
 from .scenario import EMBEDDED_CHOICES
 
 # -- the embedded Redis ----------------------------------------------------------------------

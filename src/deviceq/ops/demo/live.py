@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ...core.events import Event
 from ...core.models import TaskStatus
-from ...producer import Client
+from ...producer.client import Client
 from ..admin import PoolAdmin
 from .backend import Backend
 

@@ -16,9 +16,9 @@ from urllib.parse import quote, urlsplit
 
 import redis
 
-from ..core.errors import ConfigError, DeviceqError, InvalidInput, NotConfirmed, from_reply
-from ..core.models import validate_id
-from ..core.tls import TLSError
+from .errors import ConfigError, DeviceqError, InvalidInput, NotConfirmed, from_reply
+from .models import validate_id
+from .tls import TLSError
 
 API_PREFIX = "/api/v1"
 SESSION_HEADER = "X-Deviceq-Session"

@@ -152,7 +152,7 @@ def _tail(text: str) -> str:
 
 class HostLink(Protocol):
     """What a host daemon calls: `HostClient` (straight to Redis) and
-    `deviceq.host.http_client.ApiHostClient` (through ``deviceq api``) both provide it, with
+    `deviceq.host.http_link.ApiHostClient` (through ``deviceq api``) both provide it, with
     the same answers and the same errors (a transient outage is a ``redis.ConnectionError``)."""
 
     host_id: str

@@ -13,12 +13,12 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from .core.connection import PoolConnection
-from .core.durability import run_durably
-from .core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
-from .core.events import Event, last_event_id, read_events
-from .core.fleet import read_parts
-from .core.models import (
+from ..core.connection import PoolConnection
+from ..core.durability import run_durably
+from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
+from ..core.events import Event, last_event_id, read_events
+from ..core.fleet import read_parts
+from ..core.models import (
     Role,
     ScheduledTask,
     TaskSpec,
@@ -26,9 +26,9 @@ from .core.models import (
     WorkflowDefinition,
     validate_id,
 )
-from .core.pacing import pacer_for
-from .core.task_record import read_task, with_goal
-from .core.validation import actor_args
+from ..core.pacing import pacer_for
+from ..core.task_record import read_task, with_goal
+from ..core.validation import actor_args
 from .submission import (
     check_int,
     chunk_args,
@@ -74,7 +74,7 @@ class Client(PoolConnection):
 
     Given an ``http(s)://`` URL of a ``deviceq api`` service (or, with no URL, env
     ``DEVICEQ_API_URL``), ``Client(url, token=..., ca=...)`` is a
-    `deviceq.api_client.ApiClient` instead: the same producer methods over HTTP, no Redis
+    `deviceq.producer.http_client.ApiClient` instead: the same producer methods over HTTP, no Redis
     credentials needed (``token`` defaults to env ``DEVICEQ_API_TOKEN``; ``pool`` is the
     service's)."""
 
@@ -88,7 +88,7 @@ class Client(PoolConnection):
     ) -> Client:
         url = api_url_of(redis_or_url)
         if url is not None and cls is Client:
-            from .api_client import ApiClient
+            from .http_client import ApiClient
 
             return ApiClient(url, token, ca)  # type: ignore[return-value]
         return super().__new__(cls)

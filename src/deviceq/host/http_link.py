@@ -1,6 +1,6 @@
 """`ApiHostClient`: a host's side of the protocol through the HTTP service ``deviceq api``
 instead of Redis (a host that holds no Redis credentials), with `HostClient`'s interface
-(`deviceq.host.client.HostLink`): the same methods, answers and errors, so the daemon runs
+(`deviceq.host.redis_link.HostLink`): the same methods, answers and errors, so the daemon runs
 unchanged on either.
 
 Every request carries the host token as ``Authorization: Bearer`` (never logged, never in a
@@ -11,7 +11,7 @@ rate limit), raises `ApiUnreachable`, a ``redis.ConnectionError``: the daemon ri
 with its backoff exactly as an unreachable Redis. A certificate the CA bundle does not accept
 raises `deviceq.core.connection.TLSError` (configuration at start, retried while running).
 Standard library only (``http.client`` and ``ssl``); the requests themselves are sent by
-`http_transport`."""
+`deviceq.core.http`."""
 
 from __future__ import annotations
 
@@ -26,18 +26,7 @@ from ..core.errors import (
     AuthError,
     SessionSuperseded,
 )
-from ..core.models import Assignment, FailureKind, ScheduledTask, WorkflowDefinition, validate_id
-from .client import (
-    DeviceReport,
-    Heartbeat,
-    Renewal,
-    Report,
-    SessionInfo,
-    clean_reason,
-    output_tail,
-)
-from .heartbeat_sync import GONE, HeartbeatSync, Reply, Row, rows_of
-from .http_transport import (
+from ..core.http import (
     API_PREFIX,
     IDLE_REUSE,
     SESSION_HEADER,
@@ -48,7 +37,18 @@ from .http_transport import (
     check_api_url,
     tls_context,
 )
+from ..core.models import Assignment, FailureKind, ScheduledTask, WorkflowDefinition, validate_id
+from .heartbeat_sync import GONE, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
+from .redis_link import (
+    DeviceReport,
+    Heartbeat,
+    Renewal,
+    Report,
+    SessionInfo,
+    clean_reason,
+    output_tail,
+)
 
 __all__ = [
     "API_PREFIX",

@@ -24,10 +24,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .core.errors import _BY_CODE, DeviceqError, InvalidInput
-from .core.events import RENAMED, Event
-from .core.live_logs import LogEntry
-from .core.models import ScheduledTask, TaskSpec, validate_id
+from ..core.errors import _BY_CODE, DeviceqError, InvalidInput
+from ..core.events import RENAMED, Event
+from ..core.live_logs import LogEntry
+from ..core.models import ScheduledTask, TaskSpec, validate_id
 
 API_PATH = "/api/v1"
 WAIT_STEP = 30.0
