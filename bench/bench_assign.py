@@ -47,7 +47,7 @@ import redis
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin
 from deviceq.core.redis_server import RedisServer
-from deviceq.host.redis_link import Report
+from deviceq.host.link import Report
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
 POOL = "bench"

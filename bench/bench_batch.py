@@ -49,7 +49,8 @@ from common import (
     stat_delta,
     table,
 )
-from deviceq.host.redis_link import HostClient, Report
+from deviceq.host.link import Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler

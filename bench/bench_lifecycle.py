@@ -28,7 +28,8 @@ from typing import Any
 
 from common import GOAL, Timer, add_hosts, machine, percentile, private_redis, raw_client, table
 from deviceq.core.keys import Keys
-from deviceq.host.redis_link import DeviceReport, HostClient, Report
+from deviceq.host.link import DeviceReport, Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler.client import SchedulerClient

@@ -33,7 +33,8 @@ from common import (
     table,
 )
 from deviceq.core.models import TaskSpec
-from deviceq.host.redis_link import HostClient, Report
+from deviceq.host.link import Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler.client import SchedulerClient

@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from common import GOAL, add_hosts, machine, private_redis, raw_client, redis_cpu_s, table
-from deviceq.host.redis_link import HostClient, Report
+from deviceq.host.link import Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler

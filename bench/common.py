@@ -23,7 +23,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from deviceq.core.redis_server import RedisServer  # noqa: E402
-from deviceq.host.redis_link import DeviceReport, HostClient  # noqa: E402
+from deviceq.host.link import DeviceReport  # noqa: E402
+from deviceq.host.redis_link import HostClient  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
 
 GOAL = "open the settings app, enable wifi, check the connection: ok"

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_batch import DRIVER, FLOOR_ASSIGN, FLOOR_CLAIM, FLOOR_REPORT, GOAL, floor_submit, lab  # noqa: E402
 from common import private_redis, raw_client, table  # noqa: E402
-from deviceq.host.redis_link import Report  # noqa: E402
+from deviceq.host.link import Report  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 
 PHASES = ("submit", "pass", "claim", "report")

@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "AlreadyExists": ".core.errors",
     "ApiClient": ".producer.http_client",
-    "ApiError": ".producer.http_client",
+    "ApiError": ".core.http",
     "Assignment": ".core.models",
     "AssignmentStrategy": ".scheduler",
     "Attempt": ".core.models",
@@ -103,6 +103,7 @@ if TYPE_CHECKING:
         SessionSuperseded,
         Unmatchable,
     )
+    from .core.http import ApiError
     from .core.models import (
         Assignment,
         Attempt,
@@ -130,7 +131,7 @@ if TYPE_CHECKING:
     from .ops.admin import PoolAdmin
     from .ops.verify import verify
     from .producer.client import Client
-    from .producer.http_client import ApiClient, ApiError
+    from .producer.http_client import ApiClient
     from .producer.task_filter import FindResult, TaskFilter
     from .scheduler import (
         AssignmentStrategy,

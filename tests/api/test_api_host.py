@@ -33,7 +33,8 @@ from deviceq.core.errors import (
     SessionSuperseded,
 )
 from deviceq.host.http_link import ApiError, ApiHostClient, ApiUnreachable, api_error
-from deviceq.host.redis_link import DeviceReport, HostClient
+from deviceq.host.link import DeviceReport
+from deviceq.host.redis_link import HostClient
 from deviceq.host.state import TRANSIENT
 from deviceq.ops.verify import verify
 from deviceq.scheduler import TaskScheduler

@@ -19,7 +19,7 @@ import pytest
 from deviceq import PoolAdmin, TaskStatus
 from deviceq.core.errors import ConfigError
 from deviceq.host.health_checks import STOPPED, PythonCheck, PythonCheckSpec, result_of
-from deviceq.host.redis_link import HEALTH_OUTPUT_BYTES
+from deviceq.host.link import HEALTH_OUTPUT_BYTES
 from deviceq.host.runners import Outcome, RunnerSpec, Task
 from deviceq.host.settings import WorkerSettings
 from deviceq.ops.verify import verify

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from deviceq import HostClient
-from deviceq.host.redis_link import DeviceReport
+from deviceq.host.link import DeviceReport
 from harness import Deployment, free_port, wait_for
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"

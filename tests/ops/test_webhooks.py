@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from deviceq import HostClient, TaskStatus
-from deviceq.host.redis_link import DeviceReport
+from deviceq.host.link import DeviceReport
 from deviceq.services.webhooks import Deliverer, WebhookStore
 from harness import Deployment, deviceq, free_port, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import Fleet
 from deviceq import ConfigError, TaskStatus
 from deviceq.core.keys import Keys
-from deviceq.host.redis_link import Report
+from deviceq.host.link import Report
 from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
 from deviceq.scheduler.host_load import read_host_tasks

@@ -33,8 +33,9 @@ from ..core.errors import (
 from ..core.models import ScheduledTask, validate_id
 from ..core.redirects import UNAVAILABLE
 from ..host.heartbeat_sync import GONE, Reply, Row
+from ..host.link import DeviceReport, Report
 from ..host.log_stream import LogChunk
-from ..host.redis_link import CTL_DRAIN, DeviceReport, HostClient, Report
+from ..host.redis_link import CTL_DRAIN, HostClient
 from .context import ApiContext
 from .errors import error, from_exception
 from .host_call import (

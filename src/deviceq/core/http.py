@@ -1,49 +1,41 @@
-"""The HTTP side of `ApiHostClient` (see `http_client`): one host's requests to ``deviceq
-api`` (``/api/v1/hosts/HOST/...``), over kept-alive connections, with the host token and the
-session; the answers back as JSON or as the `deviceq.core.errors` exception an error answer
-stands for, an outage as `ApiUnreachable`. Standard library only (``http.client``, ``ssl``)."""
+"""The one HTTP transport to ``deviceq api``, for both roles that talk to it: the producer's
+`deviceq.producer.http_client.ApiClient` and the host's `deviceq.host.http_link.ApiHostClient`
+send their requests through `HttpTransport` (kept-alive connections, one per thread) and read
+the answers each its own way. Here too: the API URL and TLS checks of a host's
+``--api-url``/``--api-ca``, and `ApiError`, an error answer of a code no other deviceq error
+has. Standard library only (``http.client``, ``ssl``)."""
 
 from __future__ import annotations
 
 import http.client
-import json
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-import redis
-
-from .errors import ConfigError, DeviceqError, InvalidInput, NotConfirmed, from_reply
-from .models import validate_id
-from .tls import TLSError
+from .errors import ConfigError, DeviceqError
 
 API_PREFIX = "/api/v1"
-SESSION_HEADER = "X-Deviceq-Session"
-TRANSIENT_CODES = ("UNAVAILABLE", "RATE_LIMITED")
-TRANSIENT_STATUS = (429, 502, 503, 504)
 IDLE_REUSE = 2.0
 """Seconds a kept-alive connection may sit idle and still be reused: well under the idle
 timeout of ``deviceq api``'s server (uvicorn closes after 5 s), so a reused connection is
 not one the server is closing."""
 STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-"""Errors of a reused connection the server closed meanwhile: the request is sent once more
-on a new connection (the daemon would retry the call anyway)."""
-
-
-class ApiUnreachable(redis.ConnectionError):
-    """The API could not be reached, or answered that it cannot serve now: the caller retries
-    as while Redis is unreachable (the message names no secret)."""
+"""Errors of a reused connection the server closed meanwhile: the request may be sent once
+more on a new connection (`HttpTransport.exchange`'s ``resend_stale``)."""
 
 
 class ApiError(DeviceqError):
-    """An API error answer of a code deviceq has no class for (its ``code`` kept)."""
+    """An error answer of the HTTP service with a code no other deviceq error has
+    (``RATE_LIMITED``, ``TOO_LARGE``, ``UNAVAILABLE``, ``INTERNAL``...): ``code`` holds it,
+    ``status`` the HTTP status (0 when not known)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.code = code
+        self.status = status
 
 
 def check_api_url(url: object) -> str:
@@ -85,47 +77,23 @@ def tls_context(ca: str | None) -> ssl.SSLContext:
         raise ConfigError(f"--api-ca {ca} is not a readable PEM CA bundle: {exc}") from None
 
 
-class ApiTransport:
-    """Requests of one host to ``deviceq api`` at ``url``: `_call` sends one and returns its
-    JSON answer or raises the error it stands for."""
+class HttpTransport:
+    """Requests to one HTTP(S) service at ``netloc`` (``HOST[:PORT]``; TLS when
+    ``ssl_context`` is given): `exchange` sends one and returns its status and body."""
 
     keep_alive = True
     """Reuse one connection per thread (HTTP keep-alive) instead of one per request; a
     connection is dropped after any error and when idle for `IDLE_REUSE` seconds."""
 
-    def __init__(
-        self,
-        url: str,
-        host_id: str,
-        token: str,
-        ca: str | None = None,
-        *,
-        session: str | None = None,
-        timeout: float = 5.0,
-    ) -> None:
-        self.url = check_api_url(url)
-        parts = urlsplit(self.url)
-        self._https = parts.scheme == "https"
-        if ca is not None and not self._https:
-            raise ConfigError("--api-ca applies to an https:// API URL")
-        self._ssl = tls_context(ca) if self._https else None
-        self._netloc = parts.netloc
-        self._base = parts.path + API_PREFIX
-        self.host_id = validate_id(host_id, "host id")
-        if not token or not isinstance(token, str):
-            raise InvalidInput("a host token is required")
-        self._token = token
-        self.session = validate_id(session, "session id") if session else ""
-        self.timeout = float(timeout)
+    def __init__(self, netloc: str, ssl_context: ssl.SSLContext | None) -> None:
+        self._netloc = netloc
+        self._ssl = ssl_context
         self._local = threading.local()  # this thread's kept-alive connection, last use
         self._conns: set[http.client.HTTPConnection] = set()  # every thread's (for close)
         self._conns_lock = threading.Lock()
 
-    def __repr__(self) -> str:  # never shows the token
-        return f"{type(self).__name__}(url={self.url!r}, host_id={self.host_id!r})"
-
     def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
+        if self._ssl is not None:
             return http.client.HTTPSConnection(self._netloc, timeout=timeout, context=self._ssl)
         return http.client.HTTPConnection(self._netloc, timeout=timeout)
 
@@ -155,90 +123,45 @@ class ApiTransport:
         with self._conns_lock:
             self._conns.discard(conn)
 
-    def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None, wait: float = 0.0
-    ) -> Any:
-        """One request to ``/api/v1/hosts/HOST/path``: its JSON answer, or the error it
-        stands for (see the module docstring). ``wait``: seconds the server may hold it."""
-        target = f"{self._base}/hosts/{quote(self.host_id, safe='')}{path}"
-        headers = {
-            "Authorization": f"Bearer {self._token}",
-            "Accept": "application/json",
-            "User-Agent": "deviceq-host",
-        }
-        if self.session:
-            headers[SESSION_HEADER] = self.session
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
+    def exchange(
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float,
+        *,
+        resend_stale: bool = True,
+    ) -> tuple[int, bytes]:
+        """One request (``target``: the path and query) and its answer's status and body.
+        A connection that failed is dropped and its error raised (an ``OSError`` or
+        ``http.client.HTTPException``), but for a reused connection the server closed
+        meanwhile (`STALE`): with ``resend_stale`` the request goes once more on a new one."""
         while True:
-            conn, reused = self._connection(self.timeout + wait)
+            conn, reused = self._connection(timeout)
             try:
-                conn.request(method, target, body=data, headers=headers)
+                conn.request(method, target, body=body, headers=dict(headers))
                 resp = conn.getresponse()
-                status, raw = resp.status, resp.read()
-            except ssl.SSLCertVerificationError as exc:
-                self._drop(conn)
-                raise TLSError(
-                    f"the API's certificate was not accepted ({exc.verify_message}): check "
-                    "--api-ca and that the certificate names the URL's host"
-                ) from None
+                status, payload = resp.status, resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(conn)
-                if reused and isinstance(exc, STALE):
+                if reused and resend_stale and isinstance(exc, STALE):
                     continue  # closed by the server meanwhile: once more on a new connection
-                raise ApiUnreachable(
-                    f"cannot reach the API at {self.url}: {type(exc).__name__}"
-                ) from None
+                raise
             if self.keep_alive and not resp.will_close:
                 self._local.used = time.monotonic()
             else:
                 self._drop(conn)
-            return self._answer(status, raw)
+            return status, payload
 
-    def _answer(self, status: int, raw: bytes) -> Any:
-        try:
-            doc = json.loads(raw) if raw else None
-        except ValueError:
-            doc = None
-        if 200 <= status < 300:
-            if doc is None:
-                raise ApiUnreachable(f"the API at {self.url} answered HTTP {status} without JSON")
-            return doc
-        err = doc.get("error") if isinstance(doc, dict) else None
-        if not isinstance(err, dict):
-            if status in TRANSIENT_STATUS or status >= 500:
-                raise ApiUnreachable(f"the API at {self.url} answered HTTP {status}")
-            raise ConfigError(
-                f"the API at {self.url} answered HTTP {status}: is it `deviceq api` (check "
-                "--api-url)?"
-            )
-        raise api_error(
-            status, str(err.get("code", "")), str(err.get("message", "")), err.get("result")
-        )
+    def close_own(self) -> None:
+        """Close this thread's kept-alive connection (a later request opens a new one)."""
+        self._drop(getattr(self._local, "conn", None))
 
     def close(self) -> None:
-        """Close the kept-alive connections (of every thread); a later call opens anew."""
+        """Close the kept-alive connections of every thread; a later request opens anew."""
         with self._conns_lock:
             conns, self._conns = self._conns, set()
         for conn in conns:
             conn.close()
         self._local = threading.local()
-
-
-def api_error(status: int, code: str, message: str, result: Any = None) -> Exception:
-    """The exception an API error answer stands for: the `deviceq.core.errors` class of its
-    code (NotConfirmed with ``result``), `ApiUnreachable` for an outage, `ApiError`
-    otherwise."""
-    message = message.splitlines()[0] if message else code or f"HTTP {status}"
-    if code in TRANSIENT_CODES or (not code and status in TRANSIENT_STATUS):
-        return ApiUnreachable(f"the API is unavailable (HTTP {status} {code}): {message}")
-    if code == NotConfirmed.code:
-        return NotConfirmed(message, [str(a) for a in result or []])
-    typed = from_reply(f"{code} {message}") if code else None
-    if typed is not None:
-        return typed
-    if status >= 500:
-        return ApiUnreachable(f"the API failed (HTTP {status} {code}): {message}")
-    return ApiError(code or f"HTTP_{status}", message)

@@ -6,8 +6,10 @@ serving several pools runs a `MultiPoolHost` (`multipool`): a `HostWorker` per p
 
 from .daemon import HostWorker
 from .dispatcher import DispatchOutcome, TaskDispatcher
+from .heartbeat_sync import Heartbeat
+from .link import DeviceReport, Renewal, Report, SessionInfo
 from .multipool import MultiPoolHost
-from .redis_link import DeviceReport, Heartbeat, HostClient, Renewal, Report, SessionInfo
+from .redis_link import HostClient
 from .settings import DeviceConfig, WorkerSettings
 
 __all__ = [

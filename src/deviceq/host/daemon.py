@@ -69,8 +69,9 @@ from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
 from .http_link import ApiHostClient
+from .link import HostLink
 from .log_stream import QuietLogSink
-from .redis_link import HostClient, HostLink
+from .redis_link import HostClient
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings

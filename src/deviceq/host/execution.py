@@ -22,8 +22,8 @@ from ..core.replies import parse
 from ..core.vocabulary import ReplyCode
 from .artifacts import uploader, whole_log
 from .dispatcher import DispatchOutcome, TaskDispatcher
+from .link import HostLink, Report
 from .log_stream import LogStreamer, RunLog
-from .redis_link import HostLink, Report
 from .reporter import Pending, Reporter
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock

@@ -42,7 +42,7 @@ from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
 from ..core.vocabulary import DEVICE_FAULT_KINDS
 from .health_checks import CheckResult, HealthCheck, build_check
-from .redis_link import DeviceReport, HostLink
+from .link import DeviceReport, HostLink
 from .runners import LeaseClock, Task
 from .settings import DeviceConfig
 from .state import TRANSIENT, HostState, unreachable

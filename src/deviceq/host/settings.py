@@ -189,7 +189,7 @@ class WorkerSettings:
 
     def _api(self) -> None:
         """Check ``api_url``/``api_ca`` (ConfigError: one line); nothing is contacted."""
-        from .http_link import check_api_url, tls_context
+        from ..core.http import check_api_url, tls_context
 
         if self.api_url is None:
             if self.api_ca is not None:

@@ -18,7 +18,8 @@ from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
 from ..core.redirects import UNAVAILABLE
-from .redis_link import DeviceReport, Heartbeat
+from .heartbeat_sync import Heartbeat
+from .link import DeviceReport
 from .settings import DeviceConfig, WorkerSettings
 
 if TYPE_CHECKING:

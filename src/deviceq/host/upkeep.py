@@ -20,7 +20,7 @@ from ..core.backoff import Backoff, Outage
 from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
 from .execution import Run
-from .redis_link import HostLink
+from .link import HostLink
 from .runners import CommandTemplate, kill_group
 from .settings import DEVICE_CHECK_PLACEHOLDERS, DeviceConfig
 from .state import TRANSIENT, HostState

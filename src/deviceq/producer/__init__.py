@@ -16,7 +16,7 @@ _EXPORTS: dict[str, str] = {
     "FIND_PAGE": ".task_filter",
     "SUBMIT_CHUNK": ".client",
     "ApiClient": ".http_client",
-    "ApiError": ".http_client",
+    "ApiError": "..core.http",
     "Client": ".client",
     "FindResult": ".task_filter",
     "TaskFilter": ".task_filter",
@@ -28,8 +28,9 @@ _EXPORTS: dict[str, str] = {
 """Each name -> the module of this package it is defined in."""
 
 if TYPE_CHECKING:
+    from ..core.http import ApiError
     from .client import SUBMIT_CHUNK, Client, api_url_of
-    from .http_client import ApiClient, ApiError
+    from .http_client import ApiClient
     from .submission import new_task_id, not_before_of, spec_from
     from .task_filter import FIND_MAX_SCAN, FIND_PAGE, FindResult, TaskFilter
 
