@@ -1,4 +1,5 @@
-"""The producer role: submit, inspect, cancel and wait for tasks, over either transport —
+"""The producer role: submit, inspect, cancel and wait for tasks (`interface.Producer`), over
+either transport —
 `client.Client` straight to Redis, `http_client.ApiClient` through the HTTP service
 ``deviceq api`` (``Client("https://...", token=...)`` makes one) — with the submission's
 checks and encoding (`submission`) and the task filter (`task_filter`).
@@ -18,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "ApiClient": ".http_client",
     "ApiError": "..core.http",
     "Client": ".client",
+    "Producer": ".interface",
     "FindResult": ".task_filter",
     "TaskFilter": ".task_filter",
     "api_url_of": ".client",
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from ..core.http import ApiError
     from .client import SUBMIT_CHUNK, Client, api_url_of
     from .http_client import ApiClient
+    from .interface import Producer
     from .submission import new_task_id, not_before_of, spec_from
     from .task_filter import FIND_MAX_SCAN, FIND_PAGE, FindResult, TaskFilter
 
@@ -53,6 +56,7 @@ __all__ = [
     "ApiError",
     "Client",
     "FindResult",
+    "Producer",
     "TaskFilter",
     "api_url_of",
     "new_task_id",

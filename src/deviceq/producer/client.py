@@ -29,6 +29,7 @@ from ..core.models import (
 from ..core.pacing import pacer_for
 from ..core.task_record import read_task, with_goal
 from ..core.validation import actor_args
+from .interface import Producer, task_specs
 from .submission import (
     check_int,
     chunk_args,
@@ -65,7 +66,7 @@ def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
     return os.environ.get("DEVICEQ_API_URL") or None if redis_or_url is None else None
 
 
-class Client(PoolConnection):
+class Client(PoolConnection, Producer):
     """Producer-side client of one pool.
 
     >>> client = Client("redis://localhost:6379/0", pool="default")
@@ -192,10 +193,7 @@ class Client(PoolConnection):
         cannot be, the call raises NotConfirmed whose ``result`` holds the ids submitted so far
         (resubmit with the same idempotency keys to be safe). A QueueFull raised part-way
         carries the ids queued before it in ``queued_ids``."""
-        if isinstance(specs, str | bytes | Mapping | TaskSpec):
-            raise InvalidInput(
-                f"submit_many takes a list of task specs, not one {type(specs).__name__}"
-            )
+        specs = task_specs(specs)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise InvalidInput(f"chunk must be a positive int, got {chunk!r}")
         validated = [spec_from(s) for s in specs]

@@ -29,6 +29,7 @@ from ..core.events import RENAMED, Event
 from ..core.http import API_PREFIX, ApiError, HttpTransport
 from ..core.live_logs import LogEntry
 from ..core.models import ScheduledTask, TaskSpec, validate_id
+from .interface import Producer, task_specs
 
 WAIT_STEP = 30.0
 """Seconds one long poll of `ApiClient.wait` asks for (the server may cap it lower)."""
@@ -78,7 +79,7 @@ def event_from_json(data: Mapping[str, Any]) -> Event:
     return Event(id=str(data["id"]), type=str(data["type"]), fields=fields)
 
 
-class ApiClient(HttpTransport):
+class ApiClient(HttpTransport, Producer):
     """Producer-side client of the pool a ``deviceq api`` service serves.
 
     >>> client = ApiClient("https://deviceq.lab:8300", token="dqa_...", ca="ca.pem")
@@ -195,11 +196,7 @@ class ApiClient(HttpTransport):
 
     def submit_many(self, specs: Iterable[TaskSpec | Mapping[str, Any]]) -> builtins.list[str]:
         """Enqueue many tasks in one request (all validated before any is written)."""
-        if isinstance(specs, str | bytes | Mapping | TaskSpec):
-            raise InvalidInput(
-                f"submit_many takes a list of task specs, not one {type(specs).__name__}"
-            )
-        body = {"tasks": [_spec_json(s) for s in specs]}
+        body = {"tasks": [_spec_json(s) for s in task_specs(specs)]}
         return [str(i) for i in self._call("POST", "/tasks/batch", body=body)["ids"]]
 
     def get(self, task_id: str) -> ScheduledTask:
