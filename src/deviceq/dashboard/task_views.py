@@ -6,7 +6,7 @@ multi-device task, and a link back to the list it was opened from."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -15,12 +15,11 @@ from starlette.responses import Response
 from ..core.models import ScheduledTask, validate_id
 from . import data
 from .bulk import DEFAULT_LIMIT, MAX_LIMIT
+from .site import Site
 from .task_list import FAILURES_FIRST, TaskFilter, carried_query, list_query
 
 __all__ = ["carried_query", "task_page", "tasks_page"]
 
-if TYPE_CHECKING:
-    from .app import Dashboard
 
 ERROR_CHARS = 160
 """Characters of a task's error shown in the list (the whole error is on its page)."""
@@ -49,7 +48,7 @@ def tabs(flt: TaskFilter, counts: dict[str, int]) -> list[dict[str, Any]]:
     return out
 
 
-async def tasks_page(dash: Dashboard, request: Request) -> Response:
+async def tasks_page(dash: Site, request: Request) -> Response:
     """``GET /tasks``: one page of the filtered list."""
     q = dict(request.query_params)
     flt = TaskFilter.parse(q)
@@ -68,7 +67,7 @@ async def tasks_page(dash: Dashboard, request: Request) -> Response:
     )  # fmt: skip
 
 
-async def task_page(dash: Dashboard, request: Request) -> Response:
+async def task_page(dash: Site, request: Request) -> Response:
     """``GET /tasks/ID``; the query string is the list it was opened from (validated like
     the list's), for the link back and the actions' return."""
     here = urlencode(list_query(dict(request.query_params)))

@@ -31,11 +31,12 @@ from ..core.replies import parse
 from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
 from .gangs import GangPlanner
+from .idle_classes import Base
 from .leadership import Leadership
 from .pass_result import AssignResult
 from .placement.pipeline import place
 from .plan import plan
-from .snapshot import Base, SnapshotReader
+from .snapshot import SnapshotReader
 from .strategies import (
     DEFAULT_STRATEGY,
     AssignmentStrategy,
