@@ -19,7 +19,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .core import VERSION
+
+__version__ = VERSION
 
 _EXPORTS: dict[str, str] = {
     "AlreadyExists": ".core.errors",

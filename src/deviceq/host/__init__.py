@@ -5,12 +5,13 @@ the host's Redis API (`client.HostClient`), its session identity (`session`), se
 serving several pools runs a `MultiPoolHost` (`multipool`): a `HostWorker` per pool."""
 
 from .daemon import HostWorker
+from .device_config import DeviceConfig
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .heartbeat_sync import Heartbeat
 from .link import DeviceReport, Renewal, Report, SessionInfo
 from .multipool import MultiPoolHost
 from .redis_link import HostClient
-from .settings import DeviceConfig, WorkerSettings
+from .settings import WorkerSettings
 
 __all__ = [
     "DeviceConfig",

@@ -64,7 +64,7 @@ from ..core.backoff import Backoff, Outage, endpoint, url_secrets
 from ..core.connection import TLSError, connect, redis_password
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
-from .device_sources import DeviceWatch
+from .device_watch import DeviceWatch
 from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker

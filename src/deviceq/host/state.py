@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -18,12 +18,11 @@ from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
 from ..core.redirects import UNAVAILABLE
+from .device_config import DeviceConfig
 from .heartbeat_sync import Heartbeat
 from .link import DeviceReport
-from .settings import DeviceConfig, WorkerSettings
-
-if TYPE_CHECKING:
-    from .execution import Run
+from .run import Run
+from .settings import WorkerSettings
 
 LOG = logging.getLogger("deviceq.worker")
 TRANSIENT = UNAVAILABLE
