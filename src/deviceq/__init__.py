@@ -63,7 +63,7 @@ _EXPORTS: dict[str, str] = {
     "SessionSuperseded": ".core.errors",
     "Settings": ".core.config",
     "Snapshot": ".scheduler",
-    "TLSError": ".core.connection",
+    "TLSError": ".core.tls",
     "Task": ".host.runners",
     "TaskDispatcher": ".host",
     "TaskFilter": ".producer.task_filter",
@@ -88,7 +88,6 @@ _SUBPACKAGES = frozenset(
 
 if TYPE_CHECKING:
     from .core.config import PoolConfig, Settings
-    from .core.connection import TLSError
     from .core.errors import (
         AlreadyExists,
         AuthError,
@@ -118,6 +117,7 @@ if TYPE_CHECKING:
         WorkflowStep,
     )
     from .core.tenants import TenantInfo
+    from .core.tls import TLSError
     from .core.vocabulary import FailureKind, TaskStatus
     from .host import (
         DeviceConfig,

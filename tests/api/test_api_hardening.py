@@ -319,7 +319,7 @@ def test_every_command_reports_a_malformed_url_in_one_line(args: list[str]) -> N
 
 
 def test_a_malformed_url_never_shows_its_password() -> None:
-    from deviceq.core.connection import check_redis_url, redact_url
+    from deviceq.core.redis_urls import check_redis_url, redact_url
 
     for url in (":s3cret@127.0.0.1:6379", "redis://user:s3cret@127.0.0.1:notaport/0"):
         line = one_line_error(cli(url, "status"))

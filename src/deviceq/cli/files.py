@@ -36,10 +36,10 @@ def check_output_path(path: str) -> None:
 
 def use_password_file(path: str) -> None:
     """``--redis-password-file``: every client this process makes, and every daemon it
-    starts, reads the Redis password from ``path`` (`deviceq.core.connection.redis_password`,
+    starts, reads the Redis password from ``path`` (`deviceq.core.redis_urls.redis_password`,
     through ``DEVICEQ_REDIS_PASSWORD_FILE``); the password itself is never on a command line.
     It replaces a ``DEVICEQ_REDIS_PASSWORD`` of the environment."""
-    from ..core.connection import PASSWORD_ENV, PASSWORD_FILE_ENV
+    from ..core.redis_urls import PASSWORD_ENV, PASSWORD_FILE_ENV
 
     os.environ.pop(PASSWORD_ENV, None)
     os.environ[PASSWORD_FILE_ENV] = os.path.abspath(path)

@@ -16,7 +16,15 @@ from ..core.models import ScheduledTask, validate_id
 from . import data
 from .bulk import DEFAULT_LIMIT, MAX_LIMIT
 from .site import Site
-from .task_list import FAILURES_FIRST, TaskFilter, carried_query, list_query
+from .task_list import (
+    FAILURES_FIRST,
+    MAX_SCAN,
+    PAGE_SIZES,
+    TaskFilter,
+    carried_query,
+    list_query,
+    list_tasks,
+)
 
 __all__ = ["carried_query", "task_page", "tasks_page"]
 
@@ -53,14 +61,14 @@ async def tasks_page(dash: Site, request: Request) -> Response:
     q = dict(request.query_params)
     flt = TaskFilter.parse(q)
     after = q.get("after") or None
-    page = await dash.call(data.list_tasks, dash.client, flt, after)
+    page = await dash.call(list_tasks, dash.client, flt, after)
     now = await dash.call(dash.admin.server_time_ms)
     next_url = "/tasks?" + urlencode(flt.query(page.next_cursor)) if page.next_cursor else None
     first_url = "/tasks?" + urlencode(flt.query()) if after else None
     here = urlencode(flt.query(after))
     return dash.render(
         request, "tasks.html", page=page, flt=flt, now=now, next_url=next_url,
-        first_url=first_url, max_scan=data.MAX_SCAN, page_sizes=data.PAGE_SIZES,
+        first_url=first_url, max_scan=MAX_SCAN, page_sizes=PAGE_SIZES,
         tabs=tabs(flt, page.counts), here=here, error_line=error_line,
         list_url="/tasks" + (f"?{here}" if here else ""), bulk_limit=DEFAULT_LIMIT,
         max_limit=MAX_LIMIT,

@@ -61,9 +61,11 @@ import redis
 
 from ..core import heap
 from ..core.backoff import Backoff, Outage, endpoint, url_secrets
-from ..core.connection import TLSError, connect, redis_password
+from ..core.connection import connect
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
+from ..core.redis_urls import redis_password
+from ..core.tls import TLSError
 from .device_watch import DeviceWatch
 from .dispatcher import TaskDispatcher
 from .execution import Executor

@@ -9,7 +9,7 @@ back as the same `deviceq.core.errors` exceptions (AuthError, SessionSuperseded,
 an API that cannot be reached, or answers that it is unavailable (503, a proxy's 502/504, a
 rate limit), raises `ApiUnreachable`, a ``redis.ConnectionError``: the daemon rides it out
 with its backoff exactly as an unreachable Redis. A certificate the CA bundle does not accept
-raises `deviceq.core.connection.TLSError` (configuration at start, retried while running).
+raises `deviceq.core.tls.TLSError` (configuration at start, retried while running).
 Standard library only (``http.client`` and ``ssl``); the requests themselves are sent by
 `deviceq.core.http`."""
 

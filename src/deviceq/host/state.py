@@ -13,11 +13,11 @@ from typing import Any
 
 import redis
 
-from ..core.connection import TLSError
 from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
 from ..core.redirects import UNAVAILABLE
+from ..core.tls import TLSError
 from .device_config import DeviceConfig
 from .heartbeat_sync import Heartbeat
 from .link import DeviceReport
