@@ -42,7 +42,7 @@ from ..core.live_logs import LogReader
 from ..core.models import TaskStatus, validate_id
 from ..ops.admin import PoolAdmin
 from ..producer.client import Client
-from . import bulk, data, device_page, task_views
+from . import bulk, data, device_page, task_list, task_views
 from .auth import SESSION_COOKIE, Auth, Session
 from .display import bars, fmt_age, fmt_clock, fmt_ms, fmt_time
 from .headers import SecurityHeaders
@@ -355,7 +355,7 @@ class Dashboard:
         log.info("dashboard action %s %s %s by %s: %s", kind, what, ident, by, result)
         # a form's "back": the page it came from, with the task list's filters it carried
         came, _, list_q = str((await request.form()).get("back") or "").partition("?")
-        list_q = task_views.carried_query(list_q)
+        list_q = task_list.carried_query(list_q)
         if (kind, what) == ("tasks", "retry"):
             session.flash.append(f"Submitted {result} (retry of {ident}).")
             return RedirectResponse(f"/tasks/{result}" + (f"?{list_q}" if list_q else ""),

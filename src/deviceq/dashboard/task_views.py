@@ -21,12 +21,11 @@ from .task_list import (
     MAX_SCAN,
     PAGE_SIZES,
     TaskFilter,
-    carried_query,
     list_query,
     list_tasks,
 )
 
-__all__ = ["carried_query", "task_page", "tasks_page"]
+__all__ = ["task_page", "tasks_page"]
 
 
 ERROR_CHARS = 160

@@ -34,24 +34,12 @@ from .submission import (
     check_int,
     chunk_args,
     first_error,
-    new_task_id,
     not_before_of,
     spec_from,
 )
-from .task_filter import FIND_MAX_SCAN, FIND_PAGE, FindResult, TaskFilter, find_tasks
+from .task_filter import FIND_MAX_SCAN, FindResult, TaskFilter, find_tasks
 
-__all__ = [
-    "FIND_MAX_SCAN",
-    "FIND_PAGE",
-    "SUBMIT_CHUNK",
-    "Client",
-    "FindResult",
-    "TaskFilter",
-    "api_url_of",
-    "new_task_id",
-    "not_before_of",
-    "spec_from",
-]
+__all__ = ["SUBMIT_CHUNK", "Client", "api_url_of"]
 
 SUBMIT_CHUNK = 500  # tasks per submit.lua call at most; the pacer sizes them by time
 SUBMIT_FIRST = 32  # the first chunk's size, before any call was timed
