@@ -3,7 +3,7 @@
 --- @include "lib/fence"
 --- @include "lib/events"
 -- schedule_fire.lua: the leading scheduler takes one run of a periodic schedule (`deviceq
--- schedule`, deviceq.ops.schedules). `claim` makes the caller the owner of the run at RUN_TIME:
+-- schedule`, deviceq.services.schedules). `claim` makes the caller the owner of the run at RUN_TIME:
 -- only the current leader's epoch may, and only when the recorded last run is older, so two
 -- schedulers never both own a run; the run is recorded pending ({"run": RUN_TIME}). The
 -- caller then submits the task with the idempotency key schedule.NAME.RUN_TIME and `done`

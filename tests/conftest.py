@@ -16,10 +16,11 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient, embedded
+from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
 from deviceq.cli import main
 from deviceq.core import fakeredis_compat
-from deviceq.embedded import RedisServer
+from deviceq.core import redis_server as local_redis
+from deviceq.core.redis_server import RedisServer
 from harness import Deployment, free_port
 from reaper import Session
 
@@ -31,7 +32,7 @@ REAPER.install()
 fakeredis_compat.enable()  # redis.sha1hex in fakeredis's Lua, as real Redis has it
 # the servers started in this process (RedisServer, LocalCluster) take their ports from this
 # pytest-xdist worker's block (harness.free_port), as every other server a test starts does
-embedded.free_port = free_port
+local_redis.free_port = free_port
 
 
 @pytest.fixture(scope="session")

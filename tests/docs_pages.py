@@ -1,5 +1,5 @@
 """The documentation's Markdown pages (README.md and docs/**/*.md), for the tests that run or
-check what they show: console sessions, code blocks, the source map, the ACL example."""
+check what they show: console sessions, code blocks, the architecture map, the ACL example."""
 
 from __future__ import annotations
 

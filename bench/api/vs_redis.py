@@ -42,16 +42,16 @@ sys.path.insert(0, str(ROOT))  # (run by path: the repository root)
 
 from bench.support.common import machine, percentile, private_redis, raw_client, table  # noqa: E402
 from deviceq.api.tokens import TokenStore  # noqa: E402
-from deviceq.api_client import ApiClient  # noqa: E402
-from deviceq.embedded import free_port  # noqa: E402
+from deviceq.core.redis_server import free_port  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
 from deviceq.producer import Client  # noqa: E402
+from deviceq.producer.http_client import ApiClient  # noqa: E402
 
 DRIVER = "bench"
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 CLI_CODE = "import sys; from deviceq.cli import main; sys.exit(main())"
 NO_KEEP_ALIVE = (  # a host daemon whose ApiHostClient opens a connection per request
-    "import sys; from deviceq.host.http_client import ApiHostClient; "
+    "import sys; from deviceq.host.http_link import ApiHostClient; "
     "ApiHostClient.keep_alive = False; from deviceq.cli import main; sys.exit(main())"
 )
 SRC = str(ROOT / "src")

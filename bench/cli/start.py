@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from bench.support.procs import baseline_tree  # noqa: E402
 from deviceq import Client  # noqa: E402
-from deviceq.embedded import RedisServer  # noqa: E402
+from deviceq.core.redis_server import RedisServer  # noqa: E402
 
 POOL = "clistart"
 LAUNCH = "import sys; from deviceq.cli import main; sys.argv[0] = 'deviceq'; sys.exit(main())"

@@ -24,8 +24,8 @@ from pathlib import Path
 import uvicorn
 
 from deviceq import Client
+from deviceq.core.redis_server import RedisServer
 from deviceq.dashboard import create_app
-from deviceq.embedded import RedisServer
 
 TOKEN = "bench-token-" + "0123456789abcdef0123456789abcdef"
 

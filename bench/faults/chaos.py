@@ -39,7 +39,7 @@ import redis
 from bench.support.procs import Registry, child_env, cli, interrupt_on_signals, log
 from bench.support.runlog import RunLog, command
 from deviceq import Client, PoolAdmin, TaskStatus, verify
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.ops.status import leader
 
 POOL = "chaos"

@@ -2,7 +2,7 @@
 [--sizes 1000,10000,100000] [--passes N] [--out PATH]``.
 
 Per fleet size (devices; hosts of 100 devices; one signature; batch 200), on a private
-redis-server of its own (``deviceq.embedded.RedisServer``), with in-process hosts
+redis-server of its own (``deviceq.core.redis_server.RedisServer``), with in-process hosts
 (``HostClient`` heartbeats register the devices) and ``TaskScheduler.assign()`` passes
 measured as ``bench/scheduler/assign.py`` does (wall time in this process; Redis CPU from
 ``INFO cpu``; Redis command time from ``INFO commandstats``; the INFO calls' own cost
@@ -71,7 +71,7 @@ from bench.support.assignment import (
 )
 from bench.support.procs import REALTIME_ENV, realtime
 from deviceq import Client, PoolAdmin
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
 LOAD_CHUNK = 50_000  # tasks per submit_many call while loading (each sent in chunks of 1000)

@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: th
 
 from bench.support.common import add_hosts, preload_scripts, private_redis, raw_client  # noqa: E402
 from deviceq.core.connection import connect  # noqa: E402
-from deviceq.host.client import HostClient, Report  # noqa: E402
+from deviceq.host.link import Report  # noqa: E402
+from deviceq.host.redis_link import HostClient  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
 from deviceq.producer import Client  # noqa: E402
 from deviceq.scheduler.client import SchedulerClient  # noqa: E402

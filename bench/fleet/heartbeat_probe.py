@@ -53,7 +53,7 @@ from bench.fleet.probes import (  # noqa: E402
 )
 from bench.support.assignment import POOL, stats, stats_overhead  # noqa: E402
 from deviceq import DeviceReport, HostClient, PoolAdmin  # noqa: E402
-from deviceq.embedded import RedisServer  # noqa: E402
+from deviceq.core.redis_server import RedisServer  # noqa: E402
 
 Row = tuple[str, int, int, float, float, float]  # probe devices calls longest_ms cmd_us cpu_us
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 TIMED: list[tuple[str, str, str]] = [
     # (module, attribute path, row label): the thread that runs it in the label
     ("deviceq.host.claims", "assignments", "main: parse claimed tasks"),
-    ("deviceq.host.client", "HostClient.wait_and_claim", "main: wait and claim (incl. parse)"),
-    ("deviceq.host.client", "HostClient.claim", "main: claim (incl. parse)"),
+    ("deviceq.host.redis_link", "HostClient.wait_and_claim", "main: wait and claim (incl. parse)"),
+    ("deviceq.host.redis_link", "HostClient.claim", "main: claim (incl. parse)"),
     ("deviceq.host.execution", "Executor.start", "main: Executor.start"),
     ("deviceq.host.execution", "Executor.execute", "runner: Executor.execute (whole run)"),
     ("deviceq.host.dispatcher", "TaskDispatcher.dispatch", "runner: dispatch (incl. runner)"),
@@ -43,7 +43,7 @@ TIMED: list[tuple[str, str, str]] = [
     ("deviceq.host.log_stream", "LogStreamer.open", "runner: live log open"),
     ("deviceq.host.log_stream", "LogStreamer.close", "runner: live log close"),
     ("deviceq.host.reporter", "Reporter._deliver", "reporter: deliver (incl. call)"),
-    ("deviceq.host.client", "HostClient.report_many", "reporter: report_many"),
+    ("deviceq.host.redis_link", "HostClient.report_many", "reporter: report_many"),
     ("deviceq.host.execution", "Executor.answered", "reporter: answered"),
     ("deviceq.host.execution", "Executor.close_run", "reporter: close_run"),
     ("deviceq.host.log_stream", "LogStreamer.flush", "log-stream: flush"),

@@ -36,7 +36,7 @@ from bench.support.common import preload_scripts
 from bench.support.procs import realtime
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, Report
 from deviceq.core import scripts
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.scheduler.task_scheduler import TaskScheduler
 
 SLOWER_THAN_US = 5000

@@ -59,7 +59,7 @@ from bench.lifecycle.batch import (  # noqa: E402
     lab,
 )
 from bench.support.common import private_redis, raw_client, table  # noqa: E402
-from deviceq.host.client import Report  # noqa: E402
+from deviceq.host.link import Report  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 
 PHASES = ("submit", "pass", "claim", "report")

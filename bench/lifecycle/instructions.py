@@ -51,8 +51,9 @@ from bench.lifecycle.batch import (  # noqa: E402
 )  # noqa: E402
 from bench.support.common import raw_client, table  # noqa: E402
 from deviceq.core import pacing  # noqa: E402
-from deviceq.embedded import RedisServer  # noqa: E402
-from deviceq.host.client import HostClient, Report  # noqa: E402
+from deviceq.core.redis_server import RedisServer  # noqa: E402
+from deviceq.host.link import Report  # noqa: E402
+from deviceq.host.redis_link import HostClient  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 from deviceq.scheduler.daemon import DEFAULT_TICK  # noqa: E402
 

@@ -37,7 +37,8 @@ from bench.support.common import (
     table,
 )
 from deviceq.core.models import TaskSpec
-from deviceq.host.client import HostClient, Report
+from deviceq.host.link import Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler.client import SchedulerClient

@@ -31,7 +31,8 @@ from bench.support.common import (
     redis_cpu_s,
     table,
 )
-from deviceq.host.client import HostClient, Report
+from deviceq.host.link import Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler

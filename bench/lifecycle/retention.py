@@ -27,7 +27,7 @@ import redis
 
 from bench.support.procs import log
 from deviceq import DeviceReport, HostClient, PoolAdmin, Report
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.producer import Client
 from deviceq.scheduler import TaskScheduler
 

@@ -41,7 +41,8 @@ from bench.support.common import (
     table,
 )
 from deviceq.core.keys import Keys
-from deviceq.host.client import DeviceReport, HostClient, Report
+from deviceq.host.link import DeviceReport, Report
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.admin import PoolAdmin
 from deviceq.producer import Client
 from deviceq.scheduler.client import SchedulerClient

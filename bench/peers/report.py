@@ -191,8 +191,9 @@ def markdown(res: Results, mach: dict[str, str]) -> str:
         "",
         f"- CPU: {mach['cpu']}, {mach['cores']} cores; kernel {mach['kernel']}",
         f"- Python {mach['python']}, redis-server {mach['redis_server']} (every system on its "
-        f"own fresh private server, same binary and flags: `deviceq.embedded.RedisServer`, no "
-        f"persistence, loopback TCP), redis-py {mach['redis_py']} + hiredis {mach['hiredis']}",
+        f"own fresh private server, same binary and flags: "
+        f"`deviceq.core.redis_server.RedisServer`, no persistence, loopback TCP), "
+        f"redis-py {mach['redis_py']} + hiredis {mach['hiredis']}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(res.versions.items())),
         "- 1-minute load average while each system ran (other work on the shared machine "
         "shows up here): "

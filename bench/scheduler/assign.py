@@ -1,7 +1,7 @@
 """Scheduler assignment cost vs queue length, fleet size and constraint signatures.
 
 For every cell of the grid (queued tasks x devices x signatures) on a private redis-server
-(``deviceq.embedded.RedisServer``, one per (queued, signatures) pair, loaded once with
+(``deviceq.core.redis_server.RedisServer``, one per (queued, signatures) pair, loaded once with
 ``Client.submit_many`` in chunks; the servers of one signature count run side by side and
 their cells are measured interleaved, one pass on each in turn, so that the contention of a
 shared machine hits every queue size alike):
@@ -57,7 +57,7 @@ from bench.support.assignment import (
     stats_overhead,
 )
 from deviceq import Client, HostClient, PoolAdmin
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
 CHUNK = 1000

@@ -2,7 +2,7 @@
 (the target: within 1.5x of plain fifo_match at 1k and 1M queued tasks).
 
 The method is bench/scheduler/assign.py's. For each queue size, one private redis-server
-(``deviceq.embedded.RedisServer``) holds two pools, each loaded with ``queued`` tasks by
+(``deviceq.core.redis_server.RedisServer``) holds two pools, each loaded with ``queued`` tasks by
 ``Client.submit_many`` (chunks of 1000, progress on stderr):
 
 - pool ``plain``: tasks without tenant, one priority (0), ``aging_seconds`` 0 (off);
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # (run by path: th
 
 from bench.support.assignment import GOAL, finish_all, stats, stats_overhead  # noqa: E402
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin  # noqa: E402
-from deviceq.embedded import RedisServer  # noqa: E402
+from deviceq.core.redis_server import RedisServer  # noqa: E402
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler  # noqa: E402
 
 DEVICES_PER_HOST = 100

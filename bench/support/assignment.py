@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from deviceq import DeviceReport, HostClient, PoolAdmin
-from deviceq.host.client import Report
+from deviceq.host.link import Report
 
 POOL = "bench"
 GOAL = "open the settings app, enable wifi, check the connection"

@@ -19,8 +19,9 @@ from typing import Any
 
 import redis
 
-from deviceq.embedded import RedisServer  # noqa: E402
-from deviceq.host.client import DeviceReport, HostClient  # noqa: E402
+from deviceq.core.redis_server import RedisServer  # noqa: E402
+from deviceq.host.link import DeviceReport  # noqa: E402
+from deviceq.host.redis_link import HostClient  # noqa: E402
 from deviceq.ops.admin import PoolAdmin  # noqa: E402
 
 GOAL = "open the settings app, enable wifi, check the connection: ok"

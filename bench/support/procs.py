@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 """Repository root: the working directory and ``PYTHONPATH`` of every child."""
@@ -100,7 +100,7 @@ class Registry:
 
     # -- redis-servers -----------------------------------------------------------------------
     def redis_server(self) -> RedisServer:
-        """A fresh private redis-server (``deviceq.embedded.RedisServer``: same binary and
+        """A fresh private redis-server (``deviceq.core.redis_server.RedisServer``: same binary and
         flags for every system, no persistence)."""
         server = RedisServer()
         self.servers.append(server)

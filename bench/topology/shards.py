@@ -25,7 +25,7 @@ from bench.support.drain import tree_cpu_s
 from bench.support.procs import Registry, child_env, cli, interrupt_on_signals, log
 from deviceq import Client
 from deviceq.core.connection import connect
-from deviceq.embedded import LocalCluster
+from deviceq.core.redis_server import LocalCluster
 from deviceq.ops.admin import PoolAdmin
 
 OUT = Path(__file__).resolve().parent / "RESULTS-shards.md"

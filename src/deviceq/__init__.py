@@ -19,18 +19,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .core import VERSION
+
+__version__ = VERSION
 
 _EXPORTS: dict[str, str] = {
     "AlreadyExists": ".core.errors",
-    "ApiClient": ".api_client",
-    "ApiError": ".api_client",
+    "ApiClient": ".producer.http_client",
+    "ApiError": ".core.http",
     "Assignment": ".core.models",
     "AssignmentStrategy": ".scheduler",
     "Attempt": ".core.models",
     "AuthError": ".core.errors",
     "Busy": ".core.errors",
-    "Client": ".producer",
+    "Client": ".producer.client",
     "ConfigError": ".core.errors",
     "Constraints": ".core.models",
     "DeviceConfig": ".host",
@@ -40,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "DeviceqError": ".core.errors",
     "FailureKind": ".core.vocabulary",
     "Fenced": ".core.errors",
-    "FindResult": ".producer",
+    "FindResult": ".producer.task_filter",
     "HostClient": ".host",
     "HostWorker": ".host",
     "InvalidInput": ".core.errors",
@@ -61,10 +63,10 @@ _EXPORTS: dict[str, str] = {
     "SessionSuperseded": ".core.errors",
     "Settings": ".core.config",
     "Snapshot": ".scheduler",
-    "TLSError": ".core.connection",
+    "TLSError": ".core.tls",
     "Task": ".host.runners",
     "TaskDispatcher": ".host",
-    "TaskFilter": ".producer",
+    "TaskFilter": ".producer.task_filter",
     "TaskScheduler": ".scheduler",
     "TaskSpec": ".core.models",
     "TaskStatus": ".core.vocabulary",
@@ -80,14 +82,12 @@ _EXPORTS: dict[str, str] = {
 """Each public name -> the module it is defined in (relative to this package)."""
 
 _SUBPACKAGES = frozenset(
-    {"api", "api_client", "cli", "core", "dashboard", "embedded", "host", "ops", "producer",
-     "scheduler"}
+    {"api", "artifacts", "cli", "core", "dashboard", "host", "ops", "producer", "scheduler",
+     "services"}
 )  # fmt: skip
 
 if TYPE_CHECKING:
-    from .api_client import ApiClient, ApiError
     from .core.config import PoolConfig, Settings
-    from .core.connection import TLSError
     from .core.errors import (
         AlreadyExists,
         AuthError,
@@ -104,6 +104,7 @@ if TYPE_CHECKING:
         SessionSuperseded,
         Unmatchable,
     )
+    from .core.http import ApiError
     from .core.models import (
         Assignment,
         Attempt,
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         WorkflowStep,
     )
     from .core.tenants import TenantInfo
+    from .core.tls import TLSError
     from .core.vocabulary import FailureKind, TaskStatus
     from .host import (
         DeviceConfig,
@@ -130,7 +132,9 @@ if TYPE_CHECKING:
     from .host.runners import LeaseClock, Outcome, RunnerSpec, Task
     from .ops.admin import PoolAdmin
     from .ops.verify import verify
-    from .producer import Client, FindResult, TaskFilter
+    from .producer.client import Client
+    from .producer.http_client import ApiClient
+    from .producer.task_filter import FindResult, TaskFilter
     from .scheduler import (
         AssignmentStrategy,
         SchedulerClient,

@@ -40,12 +40,12 @@ from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin, T
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError
 from deviceq.core.models import TaskSpec, validate_id, validate_tag, validate_tags
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.host.runners import Outcome, Task
-from deviceq.ops.metrics import serve_metrics
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler import strategies as S
 from deviceq.scheduler.strategies import get_strategy, register_strategy
+from deviceq.services.metrics import serve_metrics
 from harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,7 +319,7 @@ def test_every_command_reports_a_malformed_url_in_one_line(args: list[str]) -> N
 
 
 def test_a_malformed_url_never_shows_its_password() -> None:
-    from deviceq.core.connection import check_redis_url, redact_url
+    from deviceq.core.redis_urls import check_redis_url, redact_url
 
     for url in (":s3cret@127.0.0.1:6379", "redis://user:s3cret@127.0.0.1:notaport/0"):
         line = one_line_error(cli(url, "status"))

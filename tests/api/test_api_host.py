@@ -32,8 +32,9 @@ from deviceq.core.errors import (
     SessionActive,
     SessionSuperseded,
 )
-from deviceq.host.client import DeviceReport, HostClient
-from deviceq.host.http_client import ApiError, ApiHostClient, ApiUnreachable, api_error
+from deviceq.host.http_link import ApiError, ApiHostClient, ApiUnreachable, api_error
+from deviceq.host.link import DeviceReport
+from deviceq.host.redis_link import HostClient
 from deviceq.host.state import TRANSIENT
 from deviceq.ops.verify import verify
 from deviceq.scheduler import TaskScheduler

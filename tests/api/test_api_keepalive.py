@@ -12,8 +12,9 @@ import time
 from test_api_server import start_api
 
 from deviceq.api.tokens import TokenStore
-from deviceq.api_client import IDLE_REUSE, ApiClient
-from deviceq.host.http_client import ApiHostClient
+from deviceq.core.http import IDLE_REUSE
+from deviceq.host.http_link import ApiHostClient
+from deviceq.producer.http_client import ApiClient
 from harness import Deployment, wait_for
 
 

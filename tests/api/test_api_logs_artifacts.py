@@ -20,7 +20,7 @@ from test_artifacts import artifacts_host, record
 from deviceq import TaskStatus
 from deviceq.api.tokens import TokenStore
 from deviceq.core.errors import AuthError, NotFound
-from deviceq.host.http_client import ApiHostClient
+from deviceq.host.http_link import ApiHostClient
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, wait_for
 

@@ -22,9 +22,9 @@ import pytest
 
 from deviceq import Client, NotFound, TaskStatus
 from deviceq.api.tokens import TokenStore
-from deviceq.api_client import ApiClient, ApiError
 from deviceq.core.events import last_event_id
 from deviceq.ops.verify import verify
+from deviceq.producer.http_client import ApiClient, ApiError
 from harness import Deployment, deviceq, free_port, wait_for
 
 PRODUCER_PATHS = {

@@ -21,7 +21,7 @@ from test_forwarded_addresses import start_dashboard
 
 from deviceq import TaskStatus
 from deviceq.api.tokens import TokenStore
-from deviceq.host.client import HostClient
+from deviceq.host.redis_link import HostClient
 from harness import Deployment, deviceq, wait_for
 
 

@@ -24,7 +24,7 @@ from deviceq import (
     Unmatchable,
 )
 from deviceq.core.models import MAX_GOAL_BYTES
-from deviceq.host.client import Report
+from deviceq.host.link import Report
 
 BAD_IDS = [
     "",

@@ -205,7 +205,7 @@ def test_killed_host_work_can_always_run_on_the_other_host() -> None:
 
 
 def test_redis_url_password_is_never_shown() -> None:
-    from deviceq.core.connection import redact_url
+    from deviceq.core.redis_urls import redact_url
 
     assert redact_url("redis://:s3cret@db:6380/0") == "redis://:***@db:6380/0"
     assert redact_url("rediss://app:s3cret@[::1]:7000/1") == "rediss://app:***@[::1]:7000/1"

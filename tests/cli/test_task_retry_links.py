@@ -76,7 +76,7 @@ def test_retry_of_must_be_an_existing_task_id(real_fleet: Any) -> None:
 
 def test_submit_lua_checks_retry_of_itself(real_fleet: Any) -> None:
     """The script refuses a malformed id (a caller that skips the Python checks)."""
-    from deviceq.submission import chunk_args, spec_from
+    from deviceq.producer.submission import chunk_args, spec_from
 
     f = real_fleet
     args = chunk_args([spec_from({"goal": "g", "retry_of": "x"})])
@@ -102,7 +102,7 @@ def test_who_retried_is_recorded_on_the_new_task_and_its_event(real_fleet: Any) 
 
 
 def test_submit_lua_checks_the_submitter_itself(real_fleet: Any) -> None:
-    from deviceq.submission import chunk_args, spec_from
+    from deviceq.producer.submission import chunk_args, spec_from
 
     f = real_fleet
     args = chunk_args([spec_from({"goal": "g", "by": "bob"})])

@@ -18,7 +18,7 @@ from deviceq.core.connection import connect
 from deviceq.core.errors import AuthError, InvalidInput
 from deviceq.core.lane import MAX_IDLE, Batch, Lane, batch, lane_of
 from deviceq.core.redirects import repoint
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from harness import wait_for
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from deviceq import Client, DeviceReport, HostClient, NotConfirmed, TaskStatus, verify
 from deviceq.core.connection import connect
-from deviceq.embedded import LocalCluster
+from deviceq.core.redis_server import LocalCluster
 from deviceq.ops.admin import PoolAdmin
 from deviceq.scheduler import SchedulerClient, TaskScheduler
 from harness import Deployment, deviceq, wait_for

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient, TaskStatus
 from deviceq.cli import main
 from deviceq.core.errors import NotConfirmed
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from harness import Deployment, RunLog, wait_for
 
 

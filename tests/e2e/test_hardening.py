@@ -24,8 +24,8 @@ from deviceq.cli.app import MAX_INPUT_BYTES
 from deviceq.cli.task_files import SUBMIT_FILE_CHUNK
 from deviceq.core.errors import QueueFull
 from deviceq.core.keys import Keys
-from deviceq.embedded import RedisServer
-from deviceq.host.client import CTL_DRAIN
+from deviceq.core.redis_server import RedisServer
+from deviceq.host.redis_link import CTL_DRAIN
 from harness import CLI, REPO_DIR, SRC_DIR, Deployment, deviceq, wait_for
 
 

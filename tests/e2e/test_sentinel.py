@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from deviceq import Client, ConfigError, DeviceReport, HostClient, TaskStatus, verify
-from deviceq.core.connection import check_redis_url, connect
-from deviceq.embedded import RedisServer
+from deviceq.core.connection import connect
+from deviceq.core.redis_server import RedisServer
+from deviceq.core.redis_urls import check_redis_url
 from deviceq.ops.admin import PoolAdmin
 from deviceq.scheduler import SchedulerClient, TaskScheduler
 from harness import Deployment, deviceq, free_port, wait_for

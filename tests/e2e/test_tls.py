@@ -37,10 +37,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from deviceq import Client, PoolAdmin, TaskStatus
-from deviceq.core.connection import TLSError, connect, tls_query, with_tls_files
+from deviceq.core.connection import connect
 from deviceq.core.errors import ConfigError
-from deviceq.embedded import RedisServer
-from deviceq.host.client import HostClient
+from deviceq.core.redis_server import RedisServer
+from deviceq.core.tls import TLSError, tls_query, with_tls_files
+from deviceq.host.redis_link import HostClient
 from deviceq.scheduler import TaskScheduler
 from harness import CLI, TESTS_PATH, Deployment, free_port, wait_for
 

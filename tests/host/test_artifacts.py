@@ -22,7 +22,7 @@ from deviceq.artifacts.records import recorded
 from deviceq.artifacts.retention import prune
 from deviceq.artifacts.store import ArtifactStore
 from deviceq.core.errors import AuthError, ConfigError, InvalidInput
-from deviceq.host.client import HostClient
+from deviceq.host.redis_link import HostClient
 from deviceq.ops.verify import verify
 from harness import Deployment, free_port, wait_for
 

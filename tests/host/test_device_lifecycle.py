@@ -13,7 +13,7 @@ import pytest
 
 from deviceq.core.errors import Busy, InvalidInput, NotFound
 from deviceq.core.models import TaskStatus
-from deviceq.host.client import DeviceReport
+from deviceq.host.link import DeviceReport
 from deviceq.ops.verify import verify
 from harness import deviceq, wait_for
 

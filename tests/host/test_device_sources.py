@@ -15,15 +15,14 @@ import pytest
 
 from deviceq import PoolAdmin, TaskStatus
 from deviceq.core.errors import ConfigError
-from deviceq.host.device_sources import (
-    DeviceSources,
-    DiscoverySpec,
+from deviceq.host.device_config import DeviceConfig
+from deviceq.host.device_lists import (
     device_id_for_serial,
     parse_adb_devices,
     parse_devices_text,
     parse_json_lines,
 )
-from deviceq.host.settings import DeviceConfig
+from deviceq.host.device_sources import DeviceSources, DiscoverySpec
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, live_group_members, wait_for
 

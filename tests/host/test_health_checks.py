@@ -16,8 +16,9 @@ import pytest
 
 from deviceq import PoolAdmin, TaskScheduler, TaskStatus
 from deviceq.core.errors import Busy, DeviceOwned, InvalidInput, NotFound
-from deviceq.host.client import HEALTH_OUTPUT_BYTES, HostClient
 from deviceq.host.health import JOINING, HealthChecker
+from deviceq.host.link import HEALTH_OUTPUT_BYTES
+from deviceq.host.redis_link import HostClient
 from deviceq.host.runners import RunnerSpec
 from deviceq.host.settings import WorkerSettings
 from deviceq.host.state import HostState

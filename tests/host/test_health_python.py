@@ -18,8 +18,8 @@ import pytest
 
 from deviceq import PoolAdmin, TaskStatus
 from deviceq.core.errors import ConfigError
-from deviceq.host.client import HEALTH_OUTPUT_BYTES
 from deviceq.host.health_checks import STOPPED, PythonCheck, PythonCheckSpec, result_of
+from deviceq.host.link import HEALTH_OUTPUT_BYTES
 from deviceq.host.runners import Outcome, RunnerSpec, Task
 from deviceq.host.settings import WorkerSettings
 from deviceq.ops.verify import verify

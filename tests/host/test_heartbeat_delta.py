@@ -18,7 +18,7 @@ import redis
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
 from deviceq.core.errors import DeviceOwned, InvalidInput
 from deviceq.core.keys import Keys
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.host import heartbeat_sync
 from deviceq.host.heartbeat_sync import CHUNK, FIRST, Reply, Row
 

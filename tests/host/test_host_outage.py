@@ -19,7 +19,7 @@ import pytest
 
 from deviceq import TaskStatus
 from deviceq.core.backoff import Backoff, Outage, endpoint, how_long, url_secrets
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from harness import CLI, REPO_DIR, SRC_DIR, TESTS_PATH, Deployment, wait_for
 
 OUTAGE = 8.0  # seconds Redis is down

@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from deviceq import AuthError, HostClient, SessionActive, SessionSuperseded, TaskStatus
-from deviceq.host.client import DeviceReport, token_digest
+from deviceq.host.link import DeviceReport
+from deviceq.host.redis_link import token_digest
 from deviceq.scheduler import TaskScheduler
 
 

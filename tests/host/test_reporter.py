@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from deviceq.host.client import HostClient, Report
+from deviceq.host.link import Report
+from deviceq.host.redis_link import HostClient
 from deviceq.host.reporter import Pending, Reporter
 from deviceq.host.runners import RunnerSpec
 from deviceq.host.settings import WorkerSettings

@@ -14,8 +14,8 @@ import redis
 from deviceq.core.connection import connect
 from deviceq.core.errors import AuthError
 from deviceq.core.lane import lane_of
-from deviceq.embedded import RedisServer
-from deviceq.host.client import HostClient
+from deviceq.core.redis_server import RedisServer
+from deviceq.host.redis_link import HostClient
 
 
 def _assign_later(fleet: Any, tid: str, device: str, after: float) -> threading.Thread:

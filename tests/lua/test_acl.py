@@ -42,9 +42,9 @@ from deviceq.cli import main
 from deviceq.core.errors import NotConfirmed, NotFound
 from deviceq.core.keys import Keys
 from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
+from deviceq.core.redis_server import RedisServer
 from deviceq.core.scripts import lua_dir, names, sha, source
-from deviceq.embedded import RedisServer
-from deviceq.host.client import token_digest
+from deviceq.host.redis_link import token_digest
 from deviceq.ops.acl import (
     FORBIDDEN,
     ROLE_SCRIPTS,
@@ -700,7 +700,7 @@ def test_webhook_secrets_are_read_by_the_scheduler_and_operator_only(
     signing secrets, neither directly nor from a script; the scheduler signs with them. A
     record stored with its secret inline (as before the secrets moved) is moved over by the
     scheduler's first read, after which no role but those two can read it either."""
-    from deviceq.ops.webhooks import WebhookStore
+    from deviceq.services.webhooks import WebhookStore
 
     op_url, prod_url = users.add("operator"), users.add("producer")
     sched_url, host_url = users.add("scheduler"), users.add("host", "h1")

@@ -81,7 +81,7 @@ class Pool:
 
     def with_schedule(self) -> None:
         """A schedule ``nightly`` and a scheduler leading with epoch 7 (for schedule_fire)."""
-        from deviceq.ops.schedules import ScheduleStore
+        from deviceq.services.schedules import ScheduleStore
 
         ScheduleStore(self.r, self.keys).add("nightly", "0 2 * * *", {"goal": "nightly run"})
         self.r.set(self.keys.leader, "owner-1:7")

@@ -28,7 +28,7 @@ from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
 from deviceq.host.progress import ProgressUpdate
-from deviceq.ops.schedules import Firer, ScheduleStore
+from deviceq.services.schedules import Firer, ScheduleStore
 
 WILDCARDS = {"ID", "SIG", "KEY", "NAME", "STATUS", "DIGEST", "*"}
 FILLER = {

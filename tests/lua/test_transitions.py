@@ -23,7 +23,8 @@ from deviceq import (
     QueueFull,
     TaskStatus,
 )
-from deviceq.host.client import Report, token_digest
+from deviceq.host.link import Report
+from deviceq.host.redis_link import token_digest
 
 # -- helpers ----------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import pytest
 
 import system_tools
 from deviceq import HostClient
-from deviceq.host.client import DeviceReport
+from deviceq.host.link import DeviceReport
 from harness import Deployment, free_port, wait_for
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"

@@ -27,7 +27,7 @@ import yaml
 from cli_check import check_cli
 from cli_check import deviceq_invocations as calls_in
 from deviceq import Client
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

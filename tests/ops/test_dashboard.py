@@ -364,11 +364,11 @@ def test_task_pages_are_bounded_and_never_skip_or_repeat(
         client.cancel(tid)
     real_r.zadd(client.keys.status("cancelled"), dict.fromkeys(ids[:90], 1))  # one tie
 
-    def walk(flt: data.TaskFilter) -> list[str]:
+    def walk(flt: task_list.TaskFilter) -> list[str]:
         seen: list[str] = []
         after = None
         for _ in range(100):
-            page = data.list_tasks(client, flt, after)
+            page = task_list.list_tasks(client, flt, after)
             assert len(page.tasks) <= flt.limit and page.scanned <= task_list.MAX_SCAN
             seen += [t.id for t in page.tasks]
             if page.next_cursor is None:
@@ -376,22 +376,22 @@ def test_task_pages_are_bounded_and_never_skip_or_repeat(
             after = page.next_cursor
         raise AssertionError("no end")
 
-    everything = walk(data.TaskFilter(limit=25))
+    everything = walk(task_list.TaskFilter(limit=25))
     assert sorted(everything) == sorted(ids) and len(set(everything)) == len(ids)
-    cancelled = walk(data.TaskFilter(status=TaskStatus.cancelled, limit=25))
+    cancelled = walk(task_list.TaskFilter(status=TaskStatus.cancelled, limit=25))
     assert sorted(cancelled) == sorted(ids[:90])
-    queued = walk(data.TaskFilter(status=TaskStatus.queued, limit=25))
+    queued = walk(task_list.TaskFilter(status=TaskStatus.queued, limit=25))
     assert queued == ids[90:][::-1]  # newest first
-    oldest = walk(data.TaskFilter(status=TaskStatus.queued, limit=25, order="oldest"))
+    oldest = walk(task_list.TaskFilter(status=TaskStatus.queued, limit=25, order="oldest"))
     assert oldest == ids[90:]
     monkeypatch.setattr(task_list, "MAX_SCAN", 30)
-    needles = walk(data.TaskFilter(text="NEEDLE", limit=25))
+    needles = walk(task_list.TaskFilter(text="NEEDLE", limit=25))
     assert sorted(needles) == sorted(ids[::10])
     with pytest.raises(InvalidInput):
-        data.list_tasks(client, data.TaskFilter(status=TaskStatus.queued), "done:1:x")
+        task_list.list_tasks(client, task_list.TaskFilter(status=TaskStatus.queued), "done:1:x")
     for bad in ({"status": "nope"}, {"limit": "0"}, {"tag": "a b"}, {"q": "x" * 201}):
         with pytest.raises(InvalidInput):
-            data.TaskFilter.parse(bad)
+            task_list.TaskFilter.parse(bad)
 
 
 @needs_browser

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import harness
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 
 
 def test_free_ports_are_distinct_bindable_and_of_this_workers_block() -> None:

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from deviceq.core.events import read_events
-from deviceq.ops.metrics import parse_metrics, serve_metrics
+from deviceq.services.metrics import parse_metrics, serve_metrics
 from harness import free_port
 
 

@@ -120,7 +120,7 @@ def test_one_trace_per_task_with_an_attempt_span_per_retry(
 
 def test_a_bad_traceparent_is_refused_by_the_submit_script(deploy: Deployment) -> None:
     from deviceq.core.errors import InvalidInput
-    from deviceq.submission import TaskSpec, chunk_args
+    from deviceq.producer.submission import TaskSpec, chunk_args
 
     for bad in ("00-xyz", "01-" + "a" * 32 + "-" + "b" * 16 + "-01", "00-" + "A" * 32 + "-" +
                 "b" * 16 + "-01"):  # fmt: skip

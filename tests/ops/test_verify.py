@@ -24,7 +24,7 @@ from conftest import Fleet
 from deviceq import DeviceReport, HostClient, PoolAdmin
 from deviceq.cli import main
 from deviceq.core.keys import Keys, class_id
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 from deviceq.ops.verify import KINDS, verify
 from invariants import check_pool
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from deviceq.core.vocabulary import TaskStatus
-from deviceq.ops import webhook_listen
-from deviceq.ops.webhook_listen import MAX_BODY, Listener
-from deviceq.ops.webhooks import sign
+from deviceq.services import webhook_listen
+from deviceq.services.webhook_listen import MAX_BODY, Listener
+from deviceq.services.webhooks import sign
 from harness import Deployment, deviceq, free_port
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from deviceq import HostClient, TaskStatus
-from deviceq.host.client import DeviceReport
-from deviceq.ops.webhooks import Deliverer, WebhookStore
+from deviceq.host.link import DeviceReport
+from deviceq.services.webhooks import Deliverer, WebhookStore
 from harness import Deployment, deviceq, free_port, wait_for
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 
-from deviceq.placement.rows import IdleDevice, Pair, QueuedTask, Snapshot, TenantShare
+from deviceq.scheduler.placement.rows import IdleDevice, Pair, QueuedTask, Snapshot, TenantShare
 
 
 class FifoMatch:

@@ -1,5 +1,5 @@
-"""Multi-device (gang) placement with a profile (`deviceq.placement.gang`), on hand-made gangs
-and devices: the profile's order across gangs, its filters and scores per role (anti-affinity
+"""Multi-device (gang) placement with a profile (`deviceq.scheduler.placement.gang`), on hand-made
+gangs and devices: the profile's order across gangs, its filters and scores per role (anti-affinity
 of a role's part, faults, least recently used), the tenant cap over a gang's devices, the
 roles' sharing of devices, and the reserve-then-hold gang permit."""
 
@@ -8,10 +8,17 @@ from __future__ import annotations
 import pytest
 
 from deviceq.core.limits import BY_NAME
-from deviceq.placement import PROFILES, Avoid, GangDecision, Profile
-from deviceq.placement.builtin import FifoSort, LimitCap, ReserveThenHold
-from deviceq.placement.builtin.gang_hold import HoldState
-from deviceq.placement.gang import Gang, GangPick, GangView, Role, gang_scores, place_gangs
+from deviceq.scheduler.placement import PROFILES, Avoid, GangDecision, Profile
+from deviceq.scheduler.placement.builtin import FifoSort, LimitCap, ReserveThenHold
+from deviceq.scheduler.placement.builtin.gang_hold import HoldState
+from deviceq.scheduler.placement.gang import (
+    Gang,
+    GangPick,
+    GangView,
+    Role,
+    gang_scores,
+    place_gangs,
+)
 from deviceq.scheduler.strategies import IdleDevice, TenantShare
 
 NOW = 10_000_000

@@ -21,10 +21,19 @@ import pytest
 from reference_strategies import OLD, plan
 
 from deviceq.core.errors import ConfigError
-from deviceq.placement import PROFILES, Profile, place
-from deviceq.placement.builtin import AntiAffinity, FaultCount, PrioritySort
-from deviceq.placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, TenantShare
-from deviceq.scheduler.snapshot import Base, SnapshotReader
+from deviceq.scheduler.idle_classes import Base
+from deviceq.scheduler.inputs import SubmitTimes
+from deviceq.scheduler.placement import PROFILES, Profile, place
+from deviceq.scheduler.placement.builtin import AntiAffinity, FaultCount, PrioritySort
+from deviceq.scheduler.placement.rows import (
+    Bucket,
+    IdleDevice,
+    Pair,
+    QueuedTask,
+    Snapshot,
+    TenantShare,
+)
+from deviceq.scheduler.snapshot import SnapshotReader
 from deviceq.scheduler.strategies import get_strategy, registered_strategies, strategy_needs
 
 STRATEGIES = ("fifo_match", "priority_match", "lru_device", "fair_share")
@@ -150,7 +159,8 @@ def _reader(sc: Scenario, needs: frozenset[str]) -> SnapshotReader:
     r.batch = sc.limit
     r.aging_ms = sc.aging_ms
     r.needs = needs
-    r._submitted = dict(sc.submit_times)
+    r.submitted = SubmitTimes()
+    r.submitted.known = dict(sc.submit_times)
     r.avoiding = sum(1 for b in sc.buckets for t in b.heads if t.avoid_devices or t.avoid_hosts)
     r.faulty = any(d.faults for d in sc.devices)
     r._per_pass = {"tenants": {"tenants": dict(sc.tenants)}}  # (as read_tenants would read)

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 
 from deviceq.core.limits import BY_NAME
-from deviceq.placement import PROFILES, GangDecision, MissingInputs, Profile, View, place
-from deviceq.placement.builtin import LimitCap, ReserveThenHold
-from deviceq.placement.gang import Gang, GangView, Role, place_gangs
-from deviceq.placement.rows import (
+from deviceq.scheduler.placement import PROFILES, GangDecision, MissingInputs, Profile, View, place
+from deviceq.scheduler.placement.builtin import LimitCap, ReserveThenHold
+from deviceq.scheduler.placement.gang import Gang, GangView, Role, place_gangs
+from deviceq.scheduler.placement.rows import (
     Bucket,
     IdleDevice,
     Pair,
@@ -23,7 +23,7 @@ from deviceq.placement.rows import (
     Snapshot,
     TenantShare,
 )
-from deviceq.placement.view import LimitLoad
+from deviceq.scheduler.placement.view import LimitLoad
 
 
 def bucket(sig: str, seqs: list[int], tenant: str | None = None) -> Bucket:

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from deviceq.core.limits import BY_NAME
-from deviceq.placement import PROFILES, Avoid, MissingInputs, Profile, View, place
-from deviceq.placement.builtin import (
+from deviceq.scheduler.placement import PROFILES, Avoid, MissingInputs, Profile, View, place
+from deviceq.scheduler.placement.builtin import (
     AgingSort,
     AntiAffinity,
     FairShareSort,

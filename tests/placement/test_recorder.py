@@ -12,10 +12,10 @@ from test_golden import RUNS, STRATEGIES, _base, _reader, scenario
 from test_plugins import bucket, dev, view
 
 from deviceq.core.models import satisfies
-from deviceq.placement import PROFILES, Avoid, FilterRecord, Need, Recorder, judge, place
-from deviceq.placement.builtin import Match
-from deviceq.placement.plugins import Requirement
-from deviceq.placement.view import DeviceClass
+from deviceq.scheduler.placement import PROFILES, Avoid, FilterRecord, Need, Recorder, judge, place
+from deviceq.scheduler.placement.builtin import Match
+from deviceq.scheduler.placement.plugins import Requirement
+from deviceq.scheduler.placement.view import DeviceClass
 from deviceq.scheduler.strategies import IdleDevice, TenantShare
 
 

@@ -13,9 +13,9 @@ from typing import Any
 from deviceq import DeviceReport, TaskStatus
 from deviceq.ops.explain import explain
 from deviceq.ops.explain.devices import FILTERS
-from deviceq.placement import PROFILES, Need, Recorder, judge, place
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler.buckets import buckets
+from deviceq.scheduler.placement import PROFILES, Need, Recorder, judge, place
 from deviceq.scheduler.strategies import DEFAULT_STRATEGY, QueuedTask
 
 
@@ -120,7 +120,7 @@ def test_a_busy_matching_device_is_a_state_blocker_not_a_filter_one(real_fleet: 
 
 def test_explain_and_the_gang_placement_agree_role_by_role(real_fleet: Any) -> None:
     """A multi-device task: explain judges each role with the filters the gang placement
-    (`deviceq.placement.gang`) picks a role's devices with."""
+    (`deviceq.scheduler.placement.gang`) picks a role's devices with."""
     f = real_fleet
     ha = f.add_host("ha", ("p1", "android", ()))
     f.add_host("hb", ("w1", "browser", ()))

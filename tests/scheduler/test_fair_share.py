@@ -20,8 +20,8 @@ from deviceq import TaskScheduler, TaskStatus
 from deviceq.cli import main
 from deviceq.core.errors import InvalidInput
 from deviceq.ops.explain import explain
-from deviceq.ops.metrics import parse_metrics
 from deviceq.scheduler.strategies import QueuedTask, Snapshot, TenantShare, get_strategy
+from deviceq.services.metrics import parse_metrics
 from harness import Deployment, wait_for
 from invariants import check_pool
 
@@ -179,7 +179,7 @@ def test_tenant_cli_set_list_and_status(real_fleet: Any, redis_server: Any) -> N
 def _registry(admin: Any) -> Any:
     from prometheus_client import CollectorRegistry
 
-    from deviceq.ops.metrics import PoolCollector
+    from deviceq.services.metrics import PoolCollector
 
     reg = CollectorRegistry()
     reg.register(PoolCollector(admin, lambda: True))

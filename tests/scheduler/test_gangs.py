@@ -293,7 +293,7 @@ def test_cli_role_option_and_task_show(real_fleet: Fleet, cli: Any) -> None:
 def test_metrics_count_a_multi_device_task_once(real_fleet: Fleet) -> None:
     import urllib.request
 
-    from deviceq.ops.metrics import parse_metrics, serve_metrics
+    from deviceq.services.metrics import parse_metrics, serve_metrics
     from harness import free_port
 
     two_hosts(real_fleet)

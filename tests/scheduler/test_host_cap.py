@@ -13,7 +13,7 @@ import pytest
 from conftest import Fleet
 from deviceq import ConfigError, TaskStatus
 from deviceq.core.keys import Keys
-from deviceq.host.client import Report
+from deviceq.host.link import Report
 from deviceq.ops.explain import explain
 from deviceq.ops.verify import verify
 from deviceq.scheduler.limit_load import read_limits
@@ -372,7 +372,7 @@ def test_explain_names_the_full_hosts(real_fleet: Fleet) -> None:
 def test_metrics_give_the_leases_per_host_and_the_cap(real_fleet: Fleet) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from deviceq.ops.metrics import PoolCollector, parse_metrics
+    from deviceq.services.metrics import PoolCollector, parse_metrics
 
     real_fleet.admin.set_config("max_tasks_per_host", 2)
     real_fleet.add_host("h1", *phones("d1", "d2"))

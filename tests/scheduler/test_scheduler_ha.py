@@ -26,7 +26,7 @@ import redis
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin
 from deviceq.core.events import read_events
 from deviceq.core.keys import Keys
-from deviceq.embedded import RedisServer
+from deviceq.core.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 

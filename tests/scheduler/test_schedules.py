@@ -17,7 +17,7 @@ import redis
 from deviceq import Client, SchedulerClient
 from deviceq.core.errors import Fenced, InvalidInput
 from deviceq.core.keys import Keys
-from deviceq.ops.schedules import (
+from deviceq.services.schedules import (
     Firer,
     Schedule,
     ScheduleStore,

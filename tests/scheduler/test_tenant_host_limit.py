@@ -129,7 +129,7 @@ def test_the_scheduler_proposes_no_pair_past_the_limit(real_fleet: Fleet, strate
 def test_explain_metrics_and_limit_list(real_fleet: Fleet, cli: Any) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from deviceq.ops.metrics import PoolCollector, parse_metrics
+    from deviceq.services.metrics import PoolCollector, parse_metrics
 
     real_fleet.admin.set_config(SETTING, 1)
     real_fleet.add_host("h1", *phones("d1", "d2"))

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from ..core import VERSION
 from ..core.errors import DeviceqError
 from .auth import API_PREFIX, HOST_PREFIX, OPEN_PATHS, FailureLimiter, Guard
 from .context import ApiContext
@@ -128,9 +129,7 @@ def _path_params(path: str) -> list[str]:
 
 
 def _version() -> str:
-    from .. import __version__
-
-    return __version__
+    return VERSION
 
 
 async def _on_deviceq_error(request: Request, exc: Exception) -> Response:

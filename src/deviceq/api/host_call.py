@@ -16,7 +16,7 @@ from starlette.requests import Request
 from ..core import json_bounded
 from ..core.errors import AuthError, DeviceqError, InvalidInput, SessionSuperseded
 from ..core.models import validate_id
-from ..host.client import HostClient, token_digest
+from ..host.redis_link import HostClient, token_digest
 from .context import ApiContext
 
 LOG = logging.getLogger("deviceq.api")

@@ -2,7 +2,7 @@
 each call carries the host's own token (``Authorization: Bearer``) and acts as that host and
 no other (the Lua scripts check the token's digest).
 
-Every route is ``/hosts/{host_id}/...`` and builds a `deviceq.host.client.HostClient` for the
+Every route is ``/hosts/{host_id}/...`` and builds a `deviceq.host.redis_link.HostClient` for the
 host of its path, with the token of the request and its daemon session (header
 ``X-Deviceq-Session``, once ``POST /hosts/{host_id}/session`` started one). A call that runs a
 script is authenticated by the script; one that does not (a long poll on the host's wake or
@@ -32,10 +32,11 @@ from ..core.errors import (
 )
 from ..core.models import ScheduledTask, validate_id
 from ..core.redirects import UNAVAILABLE
-from ..host.client import CTL_DRAIN, DeviceReport, HostClient, Report
 from ..host.heartbeat_sync import GONE, Reply, Row
+from ..host.link import DeviceReport, Report
 from ..host.log_stream import LogChunk
 from ..host.progress import ProgressUpdate, checked_update
+from ..host.redis_link import CTL_DRAIN, HostClient
 from .context import ApiContext
 from .errors import error, from_exception
 from .host_call import (

@@ -26,7 +26,8 @@ from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
 from ..core.models import ScheduledTask, TaskStatus, validate_id
-from ..producer import Client, TaskFilter
+from ..producer.client import Client
+from ..producer.task_filter import TaskFilter
 from .auth import bearer
 from .context import ApiContext
 from .tokens import ROLES, TokenInfo, TokenStore

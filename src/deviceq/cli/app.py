@@ -4,7 +4,8 @@ one line on stderr.
 
 Command modules (``task_cmds``, ...) import the groups from here and add their commands;
 ``deviceq.cli`` imports them all. The helpers they share are re-exported here (each lives in
-the module of its concern: `context`, `files`, `errors`, `render`, `global_options`)."""
+the module of its concern: `context`, `files`, `errors`, `render`, `global_options`, and
+`deviceq.core.input_files`)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,13 @@ import click
 import redis
 
 from ..core.errors import DeviceqError
+from ..core.input_files import MAX_INPUT_BYTES, nesting_guard, read_input
 from .context import Ctx, pass_ctx
 from .errors import OneLineUsageError, describe_error, fail, one_line_usage
 from .files import (
-    MAX_INPUT_BYTES,
     F,
     check_output_path,
-    nesting_guard,
     output_option,
-    read_input,
     use_password_file,
     write_output_file,
 )

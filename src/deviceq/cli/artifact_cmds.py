@@ -12,7 +12,7 @@ from .app import Ctx, echo_json, main, pass_ctx, task
 from .via_api import refuse, via_api
 
 if TYPE_CHECKING:
-    from ..api_client import ApiClient
+    from ..producer.http_client import ApiClient
 
 STORE_HELP = (
     "The artifact store URL (file:///PATH or s3://BUCKET/PREFIX) [default: the pool's "

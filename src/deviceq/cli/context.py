@@ -14,7 +14,7 @@ import redis
 if TYPE_CHECKING:
     from ..core.connection import PoolConnection
     from ..ops.admin import PoolAdmin
-    from ..producer import Client
+    from ..producer.client import Client
 
 
 ACTOR_ENV = "DEVICEQ_ACTOR"
@@ -95,7 +95,8 @@ class Ctx:
         """The ``--redis-url``/``DEVICEQ_REDIS_URL`` value, validated (ConfigError if bad), with
         the TLS files of ``--redis-ca/--redis-cert/--redis-key`` in its query (ConfigError if
         one is given for a URL that is not ``rediss://``)."""
-        from ..core.connection import check_redis_url, with_tls_files
+        from ..core.redis_urls import check_redis_url
+        from ..core.tls import with_tls_files
 
         return with_tls_files(
             check_redis_url(self.raw_redis_url),
@@ -107,7 +108,7 @@ class Ctx:
 
     @property
     def client(self) -> Client:
-        from ..producer import Client
+        from ..producer.client import Client
 
         if self._client is None:
             self._client = Client(
@@ -145,7 +146,7 @@ class Ctx:
         unreachable Redis fails too when ``need_reachable`` (one-shot runs); otherwise the
         daemon starts and waits for it. An ACL that does not allow PING is ignored. A failed
         TLS handshake (a certificate not accepted either way) is never transient either."""
-        from ..core.connection import TLSError
+        from ..core.tls import TLSError
 
         try:
             self.client.redis.ping()

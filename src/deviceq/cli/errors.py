@@ -37,7 +37,7 @@ def _plain_to_tls_hint(exc: BaseException, redis_url: str | None) -> str:
 def describe_error(exc: BaseException, redis_url: str | None = None) -> str | None:
     """The one-line message for a deviceq or Redis error (None for any other exception).
     Never includes a password: Redis URLs are shown redacted."""
-    from ..core.connection import PASSWORD_ENV, PASSWORD_FILE_ENV, redact_url
+    from ..core.redis_urls import PASSWORD_ENV, PASSWORD_FILE_ENV, redact_url
 
     where = f" at {redact_url(redis_url)}" if redis_url else ""
     if isinstance(exc, DeviceqError):

@@ -1,58 +1,21 @@
-"""The files a command reads and writes: its input read bounded (``--file``, stdin), parsed
-under a nesting guard, its output written atomically only on success (``-o``), and
-``--redis-password-file``."""
+"""The files a command writes: its output written atomically only on success (``-o``), and
+``--redis-password-file`` (its input is read bounded by `deviceq.core.input_files`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from ..core.errors import DeviceqError, InvalidInput
+from ..core.errors import InvalidInput
 
 F = TypeVar("F", bound=Callable[..., Any])
 """A command function, as the option decorators take and return it."""
-
-
-MAX_INPUT_BYTES = 64 * 1024 * 1024
-"""The largest file (or stdin) a command reads as its input (``submit --file``, ``workflow
-put``): read bounded, so ``/dev/zero`` or a runaway pipe is an error, not a hang."""
-
-
-def read_input(path: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """A file's text ('-' = stdin), at most ``limit`` bytes; InvalidInput when it cannot be
-    read, is larger or is not UTF-8."""
-    name = "<stdin>" if path == "-" else path
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(path, "rb") as f:
-                data = f.read(limit + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {name}: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise InvalidInput(f"{name} is larger than {limit // (1024 * 1024)} MiB: not read")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"cannot read {name}: not UTF-8 text ({exc.reason})") from None
-
-
-@contextlib.contextmanager
-def nesting_guard(source: str, error: type[DeviceqError] = InvalidInput) -> Iterator[None]:
-    """Parse JSON/YAML inside this: input nested deeper than the parser's recursion allows
-    (``[[[[...``) is one ``error`` naming ``source``, never a RecursionError traceback."""
-    try:
-        yield
-    except RecursionError:
-        raise error(f"{source}: nested too deeply to parse") from None
 
 
 def check_output_path(path: str) -> None:
@@ -73,10 +36,10 @@ def check_output_path(path: str) -> None:
 
 def use_password_file(path: str) -> None:
     """``--redis-password-file``: every client this process makes, and every daemon it
-    starts, reads the Redis password from ``path`` (`deviceq.core.connection.redis_password`,
+    starts, reads the Redis password from ``path`` (`deviceq.core.redis_urls.redis_password`,
     through ``DEVICEQ_REDIS_PASSWORD_FILE``); the password itself is never on a command line.
     It replaces a ``DEVICEQ_REDIS_PASSWORD`` of the environment."""
-    from ..core.connection import PASSWORD_ENV, PASSWORD_FILE_ENV
+    from ..core.redis_urls import PASSWORD_ENV, PASSWORD_FILE_ENV
 
     os.environ.pop(PASSWORD_ENV, None)
     os.environ[PASSWORD_FILE_ENV] = os.path.abspath(path)

@@ -47,7 +47,7 @@ def _check_artifact_store(ctx: click.Context, param: click.Parameter, value: Any
 
 def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--api-url``, checked as it is parsed: a malformed one is a usage error (exit 2)."""
-    from ..host.http_client import check_api_url
+    from ..core.http import check_api_url
 
     if value is None:
         return None

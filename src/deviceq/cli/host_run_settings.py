@@ -12,7 +12,8 @@ from ..core.errors import ConfigError, InvalidInput
 from .app import nesting_guard
 
 if TYPE_CHECKING:
-    from ..host.settings import DeviceConfig, WorkerSettings
+    from ..host.device_config import DeviceConfig
+    from ..host.settings import WorkerSettings
 
 SIM_KEYS = ("duration", "min", "max", "fail_rate", "error_rate", "seed")
 
@@ -182,7 +183,7 @@ def split_devices(value: Any, pools: tuple[str, ...]) -> dict[str, list[DeviceCo
     with ``pool``, ``id``, ``driver_type``, ``tags``); a device without a pool only when
     there is one pool. Each device id in one pool only, each pool with a device at least."""
     from ..core.validation import validate_id
-    from ..host.settings import DeviceConfig
+    from ..host.device_config import DeviceConfig
 
     out: dict[str, list[DeviceConfig]] = {p: [] for p in pools}
     items: list[tuple[str | None, Any]] = []

@@ -16,8 +16,8 @@ from .render import visible
 from .via_api import via_api
 
 if TYPE_CHECKING:
-    from ..api_client import ApiClient
     from ..core.live_logs import LogEntry
+    from ..producer.http_client import ApiClient
 
 MARKS = {"stdout": "", "stderr": "[stderr] ", "log": "[log] "}
 """What starts each line of a stream in the text form (stdout is left as it is)."""

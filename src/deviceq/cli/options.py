@@ -19,7 +19,7 @@ from .lazy import TASK_STATUSES, LazyChoice
 from .render import fmt_ms
 
 if TYPE_CHECKING:
-    from ..producer import TaskFilter
+    from ..producer.task_filter import TaskFilter
 
 
 def parse_role_options(values: tuple[str, ...]) -> dict[str, str]:
@@ -181,7 +181,7 @@ def build_filter(
     ``allowed``: the statuses the operation applies to (the default selection; asking for
     another is an error)."""
     from ..core.models import TaskStatus, validate_id
-    from ..producer import TaskFilter
+    from ..producer.task_filter import TaskFilter
 
     statuses, driver_type, tags, host_id, tenant, older_than = astuple(filters)
     chosen = tuple(TaskStatus(s) for s in dict.fromkeys(statuses))

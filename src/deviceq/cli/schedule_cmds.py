@@ -1,5 +1,5 @@
 """``deviceq schedule add|list|remove|pause|resume``: tasks submitted periodically at the times
-of a cron expression (UTC) by the leading scheduler (`deviceq.ops.schedules`)."""
+of a cron expression (UTC) by the leading scheduler (`deviceq.services.schedules`)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ SUBMIT_OPTIONS = (
 """The options of ``deviceq submit`` that ``schedule add`` takes too (the same objects)."""
 
 if TYPE_CHECKING:
-    from ..ops.schedules import ScheduleStore
+    from ..services.schedules import ScheduleStore
 
 
 def _store(ctx: Ctx) -> ScheduleStore:
-    from ..ops.schedules import ScheduleStore  # (croniter, pydantic: not to start the CLI)
+    from ..services.schedules import ScheduleStore  # (croniter, pydantic: not to start the CLI)
 
     return ScheduleStore(ctx.admin.redis, ctx.admin.keys)
 
 
 def _now(ctx: Ctx) -> float:
-    from ..ops.schedules import redis_now
+    from ..services.schedules import redis_now
 
     return redis_now(ctx.admin.redis)
 

@@ -17,7 +17,9 @@ from .tracing_option import otel_option
 if TYPE_CHECKING:
     from ..scheduler.task_scheduler import TaskScheduler
 
-DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST (imported lazily)
+DEFAULT_METRICS_HOST = (
+    "127.0.0.1"  # = deviceq.services.metrics.DEFAULT_METRICS_HOST (imported lazily)
+)
 
 
 @scheduler.command("run")
@@ -128,7 +130,7 @@ def scheduler_run(
     ctx.preflight(need_reachable=once)
     if metrics_port is not None:
         try:
-            from ..ops.metrics import serve_metrics
+            from ..services.metrics import serve_metrics
         except ModuleNotFoundError as exc:
             raise ConfigError(
                 f"--metrics-port needs the deviceq.metrics module, which is missing ({exc})"
@@ -142,8 +144,8 @@ def scheduler_run(
     if once:
         ctx.warn_if_unknown_pool()
     else:  # the pool's webhooks and schedules, served while this process leads
-        from ..ops.schedules import start_firer
-        from ..ops.webhooks import start_deliverer
+        from ..services.schedules import start_firer
+        from ..services.webhooks import start_deliverer
 
         start_deliverer(ctx.admin, lambda: sched.is_leader)
         start_firer(ctx.admin, lambda: sched.epoch)
@@ -211,8 +213,8 @@ def run_many(
     for c in ctxs:
         c.preflight(need_reachable=once)
     if not once:
-        from ..ops.schedules import start_firer
-        from ..ops.webhooks import start_deliverer
+        from ..services.schedules import start_firer
+        from ..services.webhooks import start_deliverer
 
         for c, s in zip(ctxs, scheds, strict=True):
             start_deliverer(c.admin, lambda s=s: s.is_leader)  # type: ignore[misc]

@@ -20,7 +20,7 @@ SUBMIT_FILE_CHUNK = 500
 def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
     """Parse and validate a JSONL file of TaskSpec objects ('-' = stdin): ``(line number,
     spec)`` pairs. Raises InvalidInput naming the first bad line."""
-    from ..producer import spec_from
+    from ..producer.submission import spec_from
 
     text = read_text(path)
     specs: list[tuple[int, TaskSpec]] = []

@@ -17,7 +17,7 @@ from .options import parse_role_options
 from .render import event_line, task_text, visible
 
 if TYPE_CHECKING:
-    from ..api_client import ApiClient
+    from ..producer.http_client import ApiClient
 
 
 API_OPTIONS = (
@@ -46,7 +46,7 @@ API_OPTIONS = (
 def api_client_for(url: str, token_file: str | None, ca: str | None) -> ApiClient:
     """The `ApiClient` of the ``--api-*`` options (a token file's surrounding whitespace
     stripped; its text never shown)."""
-    from ..api_client import ApiClient
+    from ..producer.http_client import ApiClient
 
     token = None
     if token_file is not None:

@@ -1,5 +1,5 @@
 """``deviceq webhook add|list|remove``: HTTP receivers of a pool's events, delivered signed by
-the leading scheduler (`deviceq.ops.webhooks`)."""
+the leading scheduler (`deviceq.services.webhooks`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..core.errors import InvalidInput
-from ..ops.webhooks import EVENTS, WebhookStore
+from ..services.webhooks import EVENTS, WebhookStore
 from .app import Ctx, check_output_path, echo_json, main, output_option, pass_ctx, write_output_file
 
 
@@ -154,7 +154,7 @@ def webhook_listen(secret_file: str, port: int, bind: str, count: int, as_json: 
       deviceq webhook add http://127.0.0.1:8099/deviceq --event failed -o hook.secret
       deviceq webhook listen --secret-file hook.secret
     """
-    from ..ops.webhook_listen import Listener
+    from ..services.webhook_listen import Listener
 
     secret = _read_secret(secret_file)
     try:

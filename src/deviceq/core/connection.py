@@ -1,6 +1,6 @@
 """One pool on one Redis connection: the base every client (producer, host, admin,
 scheduler) builds on, and `connect`, the one way deviceq opens a Redis client (its URLs are
-checked in `redis_urls`, its TLS in `tls`; both re-exported here)."""
+checked in `redis_urls`, its TLS in `tls`)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,6 @@ from .errors import ConfigError, NotFound
 from .keys import Keys
 from .redirects import FollowingRedis
 from .redis_urls import (
-    MAX_PASSWORD_BYTES,
-    PASSWORD_ENV,
-    PASSWORD_FILE_ENV,
-    URL_SCHEMES,
     check_redis_url,
     redact_url,
     redis_password,
@@ -34,38 +30,11 @@ if TYPE_CHECKING:  # (the settings import pydantic_settings: read only when need
     from .config import PoolConfig
     from .models import WorkflowDefinition
 from .tls import (
-    CERT_REQS,
-    TLS_FILES,
-    TLS_QUERY,
     TLSConnection,
     TLSError,
-    describe_tls_failure,
     scheme_is_tls,
     tls_options,
-    tls_query,
-    with_tls_files,
 )
-
-__all__ = [
-    "CERT_REQS",
-    "MAX_PASSWORD_BYTES",
-    "PASSWORD_ENV",
-    "PASSWORD_FILE_ENV",
-    "TLS_FILES",
-    "TLS_QUERY",
-    "URL_SCHEMES",
-    "PoolConnection",
-    "TLSConnection",
-    "TLSError",
-    "check_redis_url",
-    "connect",
-    "describe_tls_failure",
-    "redact_url",
-    "redis_password",
-    "tls_options",
-    "tls_query",
-    "with_tls_files",
-]
 
 
 class _Retry(Retry):

@@ -8,7 +8,7 @@ counts the leases held now. Everything else is built from `LIMITS`:
   ``lua/lib/limits.lua``: assign.lua and gang_assign.lua) and count it up, and count it down
   where a lease ends (``limits_count`` in ``drop_lease``), from the generated include
   ``gen/limits`` (`lua_include`);
-- the placement permit (`deviceq.placement.builtin.limit_caps`), the scheduler's reader of
+- the placement permit (`deviceq.scheduler.placement.builtin.limit_caps`), the scheduler's reader of
   counts (`deviceq.scheduler.limit_load`), ``deviceq verify``, ``deviceq explain``, the metrics,
   the ACL key lists and ``deviceq limit list`` iterate `LIMITS`.
 

@@ -41,8 +41,8 @@ from ..core.fleet import DEVICE_STATES
 from ..core.live_logs import LogReader
 from ..core.models import TaskStatus, validate_id
 from ..ops.admin import PoolAdmin
-from ..producer import Client
-from . import bulk, data, device_page, task_views
+from ..producer.client import Client
+from . import bulk, data, device_page, task_list, task_views
 from .auth import SESSION_COOKIE, Auth, Session
 from .display import bars, fmt_age, fmt_clock, fmt_ms, fmt_time
 from .headers import SecurityHeaders
@@ -364,7 +364,7 @@ class Dashboard:
         log.info("dashboard action %s %s %s by %s: %s", kind, what, ident, by, result)
         # a form's "back": the page it came from, with the task list's filters it carried
         came, _, list_q = str((await request.form()).get("back") or "").partition("?")
-        list_q = task_views.carried_query(list_q)
+        list_q = task_list.carried_query(list_q)
         if (kind, what) == ("tasks", "retry"):
             session.flash.append(f"Submitted {result} (retry of {ident}).")
             return RedirectResponse(f"/tasks/{result}" + (f"?{list_q}" if list_q else ""),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import FormData
@@ -21,12 +20,10 @@ from starlette.responses import RedirectResponse, Response
 from ..core.errors import InvalidInput
 from ..core.models import ScheduledTask, TaskStatus, validate_id
 from ..core.vocabulary import LEASED_STATUSES
-from ..producer import Client
-from ..task_filter import TaskFilter as FindFilter
+from ..producer.client import Client
+from ..producer.task_filter import TaskFilter as FindFilter
+from .site import Site
 from .task_list import TaskFilter, carried_query
-
-if TYPE_CHECKING:
-    from .app import Dashboard
 
 log = logging.getLogger("deviceq.dashboard")
 
@@ -48,7 +45,7 @@ DONE = {"cancel": "cancelled", "retry": "retried"}
 
 @dataclass(frozen=True)
 class GoalFilter(FindFilter):
-    """`deviceq.task_filter.TaskFilter` with the list's "goal contains" text as well."""
+    """`deviceq.producer.task_filter.TaskFilter` with the list's "goal contains" text as well."""
 
     text: str | None = None
 
@@ -128,7 +125,7 @@ def _op_scope(raw: str) -> tuple[str, str]:
     return op, scope
 
 
-async def confirm(dash: Dashboard, request: Request) -> Response:
+async def confirm(dash: Site, request: Request) -> Response:
     """``POST /bulk/confirm``: the confirmation page of a bulk action (nothing changed)."""
     await dash.operator(request)
     form = await request.form()
@@ -162,7 +159,7 @@ def apply_op(client: Client, op: str, ids: list[str], by: str = "") -> str:
         " ..." if len(new) > 20 else "")  # fmt: skip
 
 
-async def apply(dash: Dashboard, request: Request) -> Response:
+async def apply(dash: Site, request: Request) -> Response:
     """``POST /bulk/apply``: act on the ids the confirmation page showed, then back to the
     list with its filters."""
     session = await dash.operator(request)

@@ -1,7 +1,7 @@
 """What the dashboard's pages show, read through deviceq's own read paths (``ops.status``,
 ``Client.get``/``get_many``, ``explain``, the event stream reader) with every read bounded:
 
-* task lists (`task_list`, re-exported here) page through the ``status:STATUS`` indexes
+* task lists (`task_list`) page through the ``status:STATUS`` indexes
   with a score cursor, reading at most ``MAX_SCAN`` candidates per request;
 * the queue's throughput and latency come from the newest ``MAX_RATE_EVENTS`` events of the
   last ``RATE_MINUTES`` minutes;
@@ -23,10 +23,8 @@ from ..core.models import ScheduledTask, validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
 from ..ops.explain import explain
-from ..producer import Client
-from .task_list import MAX_SCAN, PAGE_SIZES, TaskFilter, TaskPage, list_tasks, opt_id
-
-__all__ = ["MAX_SCAN", "PAGE_SIZES", "TaskFilter", "TaskPage", "list_tasks"]
+from ..producer.client import Client
+from .task_list import opt_id
 
 RATE_MINUTES = 15
 MAX_RATE_EVENTS = 20_000

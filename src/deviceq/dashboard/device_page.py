@@ -6,7 +6,7 @@ changes), each the last 20 the pool keeps, newest first."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,10 +16,8 @@ from ..core.fleet import effective_state
 from ..core.models import Host, validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
-from ..producer import Client
-
-if TYPE_CHECKING:
-    from .app import Dashboard
+from ..producer.client import Client
+from .site import Site
 
 
 def _task_id(value: object) -> str | None:
@@ -71,7 +69,7 @@ def device_view(admin: PoolAdmin, device_id: str) -> dict[str, Any]:
     }
 
 
-async def device_page(dash: Dashboard, request: Request) -> Response:
+async def device_page(dash: Site, request: Request) -> Response:
     """``GET /devices/ID``: the device page (no query parameters)."""
     if request.query_params:
         raise InvalidInput("the device page takes no query parameters")

@@ -11,16 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_TTL, TOKEN_USER
-
-if TYPE_CHECKING:
-    from .app import Dashboard
+from .site import Site
 
 log = logging.getLogger("deviceq.dashboard")
 
@@ -41,7 +38,7 @@ def _peer(request: Request) -> str:
 class Login:
     """``GET /login`` and ``POST /login`` of one dashboard."""
 
-    def __init__(self, d: Dashboard) -> None:
+    def __init__(self, d: Site) -> None:
         self.d = d
         self.verify_limiter = anyio.CapacityLimiter(VERIFY_CONCURRENCY)
 

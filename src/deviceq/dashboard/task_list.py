@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.models import ScheduledTask, TaskStatus, validate_id, validate_tag
-from ..producer import Client
+from ..producer.client import Client
 
 PAGE_SIZES = (25, 50, 100, 200)
 MAX_SCAN = 2000

@@ -6,7 +6,7 @@ multi-device task, and a link back to the list it was opened from."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -15,12 +15,18 @@ from starlette.responses import Response
 from ..core.models import ScheduledTask, validate_id
 from . import data
 from .bulk import DEFAULT_LIMIT, MAX_LIMIT
-from .task_list import FAILURES_FIRST, TaskFilter, carried_query, list_query
+from .site import Site
+from .task_list import (
+    FAILURES_FIRST,
+    MAX_SCAN,
+    PAGE_SIZES,
+    TaskFilter,
+    list_query,
+    list_tasks,
+)
 
-__all__ = ["carried_query", "task_page", "tasks_page"]
+__all__ = ["task_page", "tasks_page"]
 
-if TYPE_CHECKING:
-    from .app import Dashboard
 
 ERROR_CHARS = 160
 """Characters of a task's error shown in the list (the whole error is on its page)."""
@@ -49,26 +55,26 @@ def tabs(flt: TaskFilter, counts: dict[str, int]) -> list[dict[str, Any]]:
     return out
 
 
-async def tasks_page(dash: Dashboard, request: Request) -> Response:
+async def tasks_page(dash: Site, request: Request) -> Response:
     """``GET /tasks``: one page of the filtered list."""
     q = dict(request.query_params)
     flt = TaskFilter.parse(q)
     after = q.get("after") or None
-    page = await dash.call(data.list_tasks, dash.client, flt, after)
+    page = await dash.call(list_tasks, dash.client, flt, after)
     now = await dash.call(dash.admin.server_time_ms)
     next_url = "/tasks?" + urlencode(flt.query(page.next_cursor)) if page.next_cursor else None
     first_url = "/tasks?" + urlencode(flt.query()) if after else None
     here = urlencode(flt.query(after))
     return dash.render(
         request, "tasks.html", page=page, flt=flt, now=now, next_url=next_url,
-        first_url=first_url, max_scan=data.MAX_SCAN, page_sizes=data.PAGE_SIZES,
+        first_url=first_url, max_scan=MAX_SCAN, page_sizes=PAGE_SIZES,
         tabs=tabs(flt, page.counts), here=here, error_line=error_line,
         list_url="/tasks" + (f"?{here}" if here else ""), bulk_limit=DEFAULT_LIMIT,
         max_limit=MAX_LIMIT,
     )  # fmt: skip
 
 
-async def task_page(dash: Dashboard, request: Request) -> Response:
+async def task_page(dash: Site, request: Request) -> Response:
     """``GET /tasks/ID``; the query string is the list it was opened from (validated like
     the list's), for the link back and the actions' return."""
     here = urlencode(list_query(dict(request.query_params)))

@@ -4,11 +4,14 @@ the host's Redis API (`client.HostClient`), its session identity (`session`), se
 (`execution`), the `TaskDispatcher` (`dispatcher`) and the runners (`runners`); one process
 serving several pools runs a `MultiPoolHost` (`multipool`): a `HostWorker` per pool."""
 
-from .client import DeviceReport, Heartbeat, HostClient, Renewal, Report, SessionInfo
 from .daemon import HostWorker
+from .device_config import DeviceConfig
 from .dispatcher import DispatchOutcome, TaskDispatcher
+from .heartbeat_sync import Heartbeat
+from .link import DeviceReport, Renewal, Report, SessionInfo
 from .multipool import MultiPoolHost
-from .settings import DeviceConfig, WorkerSettings
+from .redis_link import HostClient
+from .settings import WorkerSettings
 
 __all__ = [
     "DeviceConfig",

@@ -61,17 +61,20 @@ import redis
 
 from ..core import heap
 from ..core.backoff import Backoff, Outage, endpoint, url_secrets
-from ..core.connection import TLSError, connect, redis_password
+from ..core.connection import connect
 from ..core.errors import AuthError, DeviceqError, SessionSuperseded
 from ..core.models import Assignment
-from .client import HostClient, HostLink
-from .device_sources import DeviceWatch
+from ..core.redis_urls import redis_password
+from ..core.tls import TLSError
+from .device_watch import DeviceWatch
 from .dispatcher import TaskDispatcher
 from .execution import Executor
 from .health import HealthChecker
-from .http_client import ApiHostClient
+from .http_link import ApiHostClient
+from .link import HostLink
 from .log_stream import QuietLogSink
 from .progress import QuietProgressSink
+from .redis_link import HostClient
 from .runners import RunnerSpec, build_goal_runner, build_workflow_runner
 from .session import new_session_id, owner_dead, owner_id
 from .settings import WorkerSettings

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.models import DeviceState, validate_id, validate_tags
-from .client import DeviceReport
+from .link import DeviceReport
 
 
 @dataclass(frozen=True)

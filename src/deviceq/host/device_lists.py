@@ -13,6 +13,7 @@ import yaml
 
 from ..core import json_bounded
 from ..core.errors import ConfigError, DeviceqError
+from ..core.input_files import nesting_guard, read_input
 from ..core.models import ID_RE, TAG_RE
 from .device_config import DeviceConfig
 
@@ -169,8 +170,6 @@ def parse_devices_text(text: str, path: str) -> list[DeviceConfig]:
 def read_devices_file(path: str) -> tuple[list[DeviceConfig], bytes]:
     """The devices of ``path`` and its content (ConfigError when unreadable, larger than
     the CLI's input cap, not UTF-8, nested too deeply or invalid)."""
-    from ..cli.files import nesting_guard, read_input  # the CLI's input rules (lazy: no cycle)
-
     try:
         text = read_input("./-" if path == "-" else path)  # a file named -, never stdin
     except DeviceqError as exc:

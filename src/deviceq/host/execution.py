@@ -1,5 +1,5 @@
-"""Running one claimed attempt on one device: `Run` (the attempt and its lease clock) and
-`Executor`, which starts it (or hands it back), runs it through the `TaskDispatcher` in a
+"""Running one claimed attempt (a `deviceq.host.run.Run`) on one device: `Executor`, which
+starts it (or hands it back), runs it through the `TaskDispatcher` in a
 long-lived thread (the runner runs in that thread: no hand-off per run), keeps the device out
 of service while a runner that did not stop is still alive, and reports the outcome through
 the `Reporter` (coalesced, retried while Redis is unreachable): the run's thread hands the
@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from ..core import tracing
 from ..core.errors import DeviceqError
@@ -22,11 +19,12 @@ from ..core.models import Assignment, DeviceState
 from ..core.replies import parse
 from ..core.vocabulary import ReplyCode
 from .artifacts import uploader, whole_log
-from .client import HostLink, Report
 from .dispatcher import DispatchOutcome, TaskDispatcher
-from .log_stream import LogStreamer, RunLog
-from .progress import ProgressStreamer, RunProgress
+from .link import HostLink, Report
+from .log_stream import LogStreamer
+from .progress import ProgressStreamer
 from .reporter import Pending, Reporter
+from .run import Run
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
 from .state import TRANSIENT, HostState
@@ -39,70 +37,11 @@ def run_timeout(host_limit: float, task_limit: float | None) -> float | None:
     return min(limits) if limits else None
 
 
-def lease_margin(lease_s: float) -> float:
-    """How long before a lease's expiry in Redis the host treats it as ended (clock rates,
-    the time a kill takes): a tenth of it, at most a second."""
-    return min(1.0, 0.1 * lease_s)
-
-
 RELEASED_WHY = {
     "drain": "host shut down before the task finished",
     "removed": "device removed from this host",
 }
 """Stop reasons whose unfinished run is handed back (released: no attempt spent)."""
-
-
-@dataclass(eq=False)
-class Run:
-    """One claimed attempt running (or about to run) on one device."""
-
-    assignment: Assignment
-    lease: LeaseClock
-    renew_at: float  # time.monotonic() of the next renewal (a third into the lease)
-    cancel: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None  # why it was stopped: cancel | lost | expired | drain | removed
-    after: Run | None = None  # a previous run on the same device still stopping
-    ended: threading.Event = field(default_factory=threading.Event)
-    log: RunLog | None = None  # its live log (deviceq.host.log_stream)
-    progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
-    trace: Any = tracing.NO_ATTEMPT  # its spans (deviceq.core.tracing)
-    artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
-    _fields: dict[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def task_id(self) -> str:
-        return self.assignment.task.id
-
-    @property
-    def device_id(self) -> str:
-        return self.assignment.device_id
-
-    def fields(self) -> dict[str, Any]:
-        """The run's fields on the host's log lines (made once; not to be changed)."""
-        if self._fields is None:
-            a = self.assignment
-            self._fields = {
-                "task": a.task.id,
-                "lease": a.lease_id,
-                "host": a.host_id,
-                "device": a.device_id,
-                "attempt": a.attempt,
-            }
-        return self._fields
-
-    def stop(self, reason: str) -> None:
-        """Ask the runner to stop; ``lost`` overrides any earlier reason."""
-        if self.reason is None or reason == "lost":
-            self.reason = reason
-        self.cancel.set()
-        # (expired: the lease ended here without a renewal; Redis decides whether it is lost)
-
-    def renewed(self, sent_at: float, lease_ms: int) -> None:
-        """A claim or renewal sent at ``sent_at`` granted a lease of ``lease_ms``: the lease
-        ends locally a margin before it does in Redis; the next renewal is a third into it."""
-        lease_s = max(0.001, lease_ms / 1000)
-        self.lease.extend(sent_at + lease_s - lease_margin(lease_s))
-        self.renew_at = sent_at + lease_s / 3
 
 
 @dataclass

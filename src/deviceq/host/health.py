@@ -41,10 +41,10 @@ from dataclasses import dataclass, replace
 from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
 from ..core.vocabulary import DEVICE_FAULT_KINDS
-from .client import DeviceReport, HostLink
+from .device_config import DeviceConfig
 from .health_checks import CheckResult, HealthCheck, build_check
+from .link import DeviceReport, HostLink
 from .runners import LeaseClock, Task
-from .settings import DeviceConfig
 from .state import TRANSIENT, HostState, unreachable
 
 JOINING = "joining: health check pending"  # a new device's state reason until its first check

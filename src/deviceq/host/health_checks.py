@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.errors import ConfigError
-from .client import HEALTH_OUTPUT_BYTES
+from .link import HEALTH_OUTPUT_BYTES
 from .runners import CommandRunner, Outcome, RunnerSpec, Task, as_outcome
 from .runners.command import WATCHDOG_MARK
 from .runners.registry import is_builtin, load_runner

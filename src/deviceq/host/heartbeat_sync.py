@@ -12,8 +12,8 @@ long, whatever the host's device count: a chunk holds at most `CHUNK` devices, f
 calls take longer than `PACE_MS` (`deviceq.core.pacing`: each call's time sizes the next
 chunk).
 
-`HeartbeatSync.beat` runs the protocol over a `HeartbeatCall`: `deviceq.host.client.HostClient`
-calls the script, `deviceq.host.http_client.ApiHostClient` the API's heartbeat route."""
+`HeartbeatSync.beat` runs the protocol over a `HeartbeatCall`: `deviceq.host.redis_link.HostClient`
+calls the script, `deviceq.host.http_link.ApiHostClient` the API's heartbeat route."""
 
 from __future__ import annotations
 

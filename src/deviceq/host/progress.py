@@ -129,7 +129,7 @@ class ProgressSink(Protocol):
 
 
 class ProgressCalls:
-    """`deviceq.host.client.HostClient`'s progress call (``lua/progress.lua``)."""
+    """`deviceq.host.redis_link.HostClient`'s progress call (``lua/progress.lua``)."""
 
     if TYPE_CHECKING:  # (HostClient's own)
 

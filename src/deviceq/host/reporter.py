@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..core.backoff import Outage
 from ..core.errors import AuthError, DeviceqError, NotConfirmed, SessionSuperseded
-from .client import HostLink, Report
+from .link import HostLink, Report
 from .state import HostState
 
 MAX_BATCH = 200

@@ -111,7 +111,7 @@ class WorkerSettings:
     discover: Any = ()
     discover_every: float = 5.0
     sources: Any = field(init=False, default=None, repr=False)
-    # through the HTTP service `deviceq api` instead of Redis (deviceq.host.http_client):
+    # through the HTTP service `deviceq api` instead of Redis (deviceq.host.http_link):
     # its address and, for https, the CA bundle its certificate is checked against
     api_url: str | None = None
     api_ca: str | None = None
@@ -209,7 +209,7 @@ class WorkerSettings:
 
     def _api(self) -> None:
         """Check ``api_url``/``api_ca`` (ConfigError: one line); nothing is contacted."""
-        from .http_client import check_api_url, tls_context
+        from ..core.http import check_api_url, tls_context
 
         if self.api_url is None:
             if self.api_ca is not None:

@@ -9,20 +9,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
-from ..core.connection import TLSError
 from ..core.errors import DeviceqError, SessionSuperseded
 from ..core.logs import log
 from ..core.models import DeviceState
 from ..core.redirects import UNAVAILABLE
-from .client import DeviceReport, Heartbeat
-from .settings import DeviceConfig, WorkerSettings
-
-if TYPE_CHECKING:
-    from .execution import Run
+from ..core.tls import TLSError
+from .device_config import DeviceConfig
+from .heartbeat_sync import Heartbeat
+from .link import DeviceReport
+from .run import Run
+from .settings import WorkerSettings
 
 LOG = logging.getLogger("deviceq.worker")
 TRANSIENT = UNAVAILABLE

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from ..core.backoff import Backoff, Outage
 from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
-from .client import HostLink
-from .execution import Run
+from .device_config import DeviceConfig
+from .link import HostLink
+from .run import Run
 from .runners import CommandTemplate, kill_group
-from .settings import DEVICE_CHECK_PLACEHOLDERS, DeviceConfig
+from .settings import DEVICE_CHECK_PLACEHOLDERS
 from .state import TRANSIENT, HostState
 
 RENEW_CHUNK = 200

@@ -19,7 +19,7 @@ from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_t
 from ..core.replies import parse
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
 from ..core.validation import actor_args
-from ..host.client import token_digest
+from ..host.redis_link import token_digest
 
 MAX_RESERVATION_MS = 7 * 86_400_000
 """A reservation lasts 1 s to 7 days (``lua/device_reserve.lua`` enforces the same)."""

@@ -1,7 +1,7 @@
 """`SchedulerClient`: what only the scheduler does on Redis — commit proposed pairs
 (``lua/assign.lua``, fenced by the leader epoch), run the expiry scan (``lua/expire.lua``) and
 hold the leader lease (``lua/leader.lua``). The operator's API is `deviceq.ops.admin.PoolAdmin`;
-the host's is `deviceq.host.client.HostClient`; the producer's `deviceq.producer.Client`."""
+the host's is `deviceq.host.redis_link.HostClient`; the producer's `deviceq.producer.Client`."""
 
 from __future__ import annotations
 

@@ -19,19 +19,19 @@ import contextlib
 import logging
 import signal
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
 from ..core.backoff import Backoff
 from ..core.durability import warn_if_unsafe
 from ..core.errors import ConfigError, DeviceqError, Fenced
+from ..core.keys import Keys
 from ..core.logs import log
 from ..core.redirects import UNAVAILABLE
+from .client import SchedulerClient
+from .leadership import Leadership
 from .pass_result import AssignResult
-
-if TYPE_CHECKING:
-    from .task_scheduler import TaskScheduler
 
 logger = logging.getLogger("deviceq.scheduler")
 
@@ -42,10 +42,31 @@ SUMMED = ("assigned", "proposed", "rejected", "requeued", "retried", "expired_fa
           "expired_cancelled", "unschedulable")  # fmt: skip
 
 
-class Daemon:
-    """The loop of one `TaskScheduler`."""
+class Passes(Protocol):
+    """What the loop runs: the passes of one scheduler on its pool (`TaskScheduler`), with
+    its leadership, its store and its stop flag."""
 
-    def __init__(self, scheduler: TaskScheduler, tick: float, once: bool) -> None:
+    @property
+    def redis(self) -> redis.Redis: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def stopping(self) -> bool: ...
+
+    leadership: Leadership
+    store: SchedulerClient
+    strategy_name: str
+
+    def assign(self, fence: int | str | None = None, *, expire: bool = True) -> AssignResult: ...
+    def stop(self, wake: bool = False) -> None: ...
+
+
+class Daemon:
+    """The loop of one `TaskScheduler` (its `Passes`)."""
+
+    def __init__(self, scheduler: Passes, tick: float, once: bool) -> None:
         if tick <= 0:
             raise ConfigError("tick must be positive")
         self.s = scheduler
@@ -224,7 +245,7 @@ class Daemon:
             time.sleep(min(left, 0.1))
 
 
-def install_signal_handlers(scheduler: TaskScheduler) -> None:
+def install_signal_handlers(scheduler: Passes) -> None:
     """SIGTERM and SIGINT stop the daemon between passes."""
 
     def handler(signum: int, frame: Any) -> None:

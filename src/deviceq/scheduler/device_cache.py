@@ -13,7 +13,7 @@ import redis
 from ..core import eligibility
 from ..core.keys import Keys
 from ..core.lane import batch
-from ..placement.rows import IdleDevice
+from .placement.rows import IdleDevice
 
 GATE = eligibility.GATE_FIELDS
 DEVICE_ROW = ("host_id", "driver_type", "tags", *GATE)  # a device row as a pass reads it

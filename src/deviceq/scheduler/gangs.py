@@ -2,7 +2,7 @@
 own in the same pass, committed all at once by ``lua/gang_assign.lua``, or none does.
 
 The gangs are planned before the single-device tasks of the pass, from the idle devices left
-after hosts' health, with the scheduler's placement profile (`deviceq.placement.gang`): the
+after hosts' health, with the scheduler's placement profile (`placement.gang`): the
 profile orders the gangs (priority, aging, fair share as it orders single tasks), and its
 filters and scores choose each role's device (anti-affinity per role, faulty devices last,
 least recently used where the profile says so), its permits judge the gang's devices together
@@ -11,7 +11,7 @@ blocks the tasks behind it. So that it cannot starve either (single tasks taking
 the moment it frees), a gang that waited ``gang_reserve_after`` seconds *keeps* the idle
 devices picked for its roles out of other tasks' reach until the rest frees up, for at most
 ``gang_hold_seconds``; then it lets them go for another ``gang_reserve_after`` before it may
-keep any again (`deviceq.placement.builtin.ReserveThenHold`). What a gang keeps is written to
+keep any again (`placement.builtin.ReserveThenHold`). What a gang keeps is written to
 the ``gang_holds`` hash (``explain`` shows it). The wait is counted from when this scheduler
 first saw the task queued (a new leader starts counting afresh: it never keeps devices earlier
 than the setting says).
@@ -36,12 +36,12 @@ import redis
 from ..core.keys import Keys
 from ..core.models import decode_roles
 from ..core.tenants import parse_tenant
-from ..placement.builtin.gang_hold import HoldState, ReserveThenHold
-from ..placement.gang import Gang, GangView, Role, place_gangs
-from ..placement.plugins import GangDecision
-from ..placement.profiles import PROFILES, Profile
-from ..placement.view import Avoid
 from .limit_load import read_limits
+from .placement.builtin.gang_hold import HoldState, ReserveThenHold
+from .placement.gang import Gang, GangView, Role, place_gangs
+from .placement.plugins import GangDecision
+from .placement.profiles import PROFILES, Profile
+from .placement.view import Avoid
 from .strategies import DEFAULT_STRATEGY, IdleDevice, TenantShare
 
 GANG_SCAN = 50

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..placement.rows import QueuedTask
+from .placement.rows import QueuedTask
 
 HEAD_CACHE_SECONDS = 10.0  # longest a bucket's cached heads are used without a read
 

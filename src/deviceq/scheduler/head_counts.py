@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..placement.rows import Bucket, IdleDevice, Pair
+from .placement.rows import Bucket, IdleDevice, Pair
 
 MIN_HEADS = 8  # heads first read per servable bucket (at least)
 

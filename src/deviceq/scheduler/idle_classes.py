@@ -21,19 +21,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
 from ..core import liveness
 from ..core.keys import Keys, class_id
 from ..core.lane import batch
-from ..placement.rows import Bucket, IdleDevice, Snapshot
-from .device_cache import tagset, with_faults
+from .device_cache import DeviceCache, tagset, with_faults
 from .limit_load import device_room, read_limits
+from .placement.rows import Bucket, IdleDevice, Snapshot
 
-if TYPE_CHECKING:
-    from .snapshot import SnapshotReader
+SigRow = tuple[str | None, frozenset[str], int, str | None]
+"""A bucket's attributes: driver type, tags, priority, tenant."""
 
 FACTOR = 2  # devices read per class per placement the pass can make
 SLACK = 16  # and this many more (stale entries, faulty devices offered last, small gangs)
@@ -165,12 +165,30 @@ class IdleClasses:
         return out
 
 
-def read_new(r: SnapshotReader, new_sigs: list[str], devgen: Any) -> None:
-    """The constraints of buckets not seen before and, when ``devgen`` changed, the device
-    classes (``caps``): one round trip, only when either is needed."""
+class IdleReading(Protocol):
+    """What the reads of this module use of a snapshot reader (`snapshot.SnapshotReader`):
+    its connection, its idle classes and device cache, the settings and faults read with
+    its last base, and its host filter."""
+
+    redis: redis.Redis
+    keys: Keys
+    needs: frozenset[str]
+    batch: int
+    idle: IdleClasses
+    device_cache: DeviceCache
+    settings: dict[str, Any]
+    faults: dict[str, str]
+
+    def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base: ...
+
+
+def read_new(r: IdleReading, new_sigs: list[str], devgen: Any) -> dict[str, SigRow]:
+    """The constraints of buckets not seen before (returned: bucket -> `SigRow`) and, when
+    ``devgen`` changed, the device classes (``caps``, loaded into ``r.idle``): one round
+    trip, only when either is needed."""
     stale = r.idle.stale(devgen)
     if not new_sigs and not stale:
-        return
+        return {}
     pipe = batch(r.redis)
     for s in new_sigs:
         pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant")
@@ -179,11 +197,13 @@ def read_new(r: SnapshotReader, new_sigs: list[str], devgen: Any) -> None:
     res = pipe.execute()
     if stale:
         r.idle.load(devgen, res[-1])
-    for s, (drv, tags, prio, tenant) in zip(new_sigs, res, strict=False):
-        r._sig_cache[s] = (drv or None, tagset(tags), int(prio or 0), tenant or None)
+    return {
+        s: (drv or None, tagset(tags), int(prio or 0), tenant or None)
+        for s, (drv, tags, prio, tenant) in zip(new_sigs, res, strict=False)
+    }
 
 
-def read_devices(r: SnapshotReader, now: int, shells: list[Bucket], signatures: int) -> Base:
+def read_devices(r: IdleReading, now: int, shells: list[Bucket], signatures: int) -> Base:
     """The base over the idle devices read so far, attributes cached (`DeviceCache`)."""
     cached, _ = r.device_cache.rows(r.idle.pairs(), [])
     if r.faults:
@@ -193,7 +213,7 @@ def read_devices(r: SnapshotReader, now: int, shells: list[Bucket], signatures: 
 
 
 def deepen(
-    r: SnapshotReader, base: Base, hosts: list[str], rowmap: dict[str, Any]
+    r: IdleReading, base: Base, hosts: list[str], rowmap: dict[str, Any]
 ) -> tuple[Base, list[str]]:
     """The base filtered by its hosts' health (``rowmap``: host -> row), reading the
     classes it leaves short deeper (`IdleClasses.short`) until none is (each round: one

@@ -1,5 +1,5 @@
 """How the snapshot reader reads each optional view input a placement plugin may need
-(`deviceq.placement.view.INPUTS`): one `Input` per name, in `INPUTS`. The reader reads, for a
+(`placement.view.INPUTS`): one `Input` per name, in `INPUTS`. The reader reads, for a
 pass, only the inputs its strategy needs (`strategies.strategy_needs`: the union of a profile's
 plugins' ``needs``), so a plugin that needs a new kind of state adds its reader here (with its
 view field in `View`), never an edit to the reader or the pass.
@@ -14,20 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import redis
+
+from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.limits import SETTINGS as LIMIT_SETTINGS
 from ..core.limits import setting_bound
 from ..core.tenants import parse_tenant
-from ..placement.rows import Bucket, TenantShare
-from ..placement.view import Avoid
+from .idle_classes import Base
 from .limit_load import read_limits
+from .placement.rows import Bucket, TenantShare
+from .placement.view import Avoid
 
-if TYPE_CHECKING:
-    from .snapshot import Base, SnapshotReader
-
-Read = Callable[["SnapshotReader", "Base", list[Bucket]], dict[str, Any]]
+Read = Callable[["InputReading", Base, list[Bucket]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def settings_needed(needs: frozenset[str]) -> tuple[str, ...]:
 
 
 @register_input("tenants", per_pass=True)
-def read_tenants(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+def read_tenants(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The weight, cap and held devices of the tenants of the servable buckets (one round
     trip, only when some bucket has a tenant; bounded by the buckets read)."""
     names = sorted({b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)})
@@ -80,40 +81,64 @@ def read_tenants(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[s
 
 
 @register_input("submit_times")
-def read_submit_times(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+def read_submit_times(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The heads' submission times and the pool's aging, when aging can change the order
     (`aging_applies`); else none (an aging sort then keeps plain priorities)."""
     if not aging_applies(r, buckets):
         return {"submit_times": {}, "aging_ms": 0}
-    return {"submit_times": submit_times(r, buckets), "aging_ms": r.aging_ms}
+    return {"submit_times": r.submitted.of(r, buckets), "aging_ms": r.aging_ms}
 
 
-def aging_applies(r: SnapshotReader, buckets: list[Bucket]) -> bool:
+def aging_applies(r: InputReading, buckets: list[Bucket]) -> bool:
     """Whether aging can change this pass's order: it is on, the strategy reads submit
     times, and the buckets have more than one priority (with one, older is higher)."""
     return r.aging_ms > 0 and "submit_times" in r.needs and len({b.priority for b in buckets}) > 1
 
 
-def submit_times(r: SnapshotReader, buckets: list[Bucket]) -> dict[str, int]:
-    """The submission times (ms) of the buckets' heads: those not seen before are read
-    (one pipelined round trip; a task's is read once while it stays a head: the cache
-    keeps only the current heads)."""
-    ids = [t.task_id for b in buckets for t in b.heads]
-    known = r._submitted
-    new = [t for t in ids if t not in known]
-    if new:
-        pipe = batch(r.redis)
-        for t in new:
-            pipe.hget(r.keys.task(t), "submitted_at")
-        for t, v in zip(new, pipe.execute(), strict=True):
-            known[t] = int(float(v or 0))
-    if len(known) > 2 * len(ids) + 1000:
-        r._submitted = known = {t: known[t] for t in ids}
-    return {t: known[t] for t in ids}
+class SubmitTimes:
+    """The submission times (ms) of the heads a reader has seen, kept between passes (the
+    heads' own reads note them; `of` reads the rest)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, int] = {}
+
+    def note(self, task_id: str, ms: int) -> None:
+        self.known[task_id] = ms
+
+    def of(self, r: InputReading, buckets: list[Bucket]) -> dict[str, int]:
+        """The submission times of the buckets' heads: those not seen before are read
+        (one pipelined round trip; a task's is read once while it stays a head: the cache
+        keeps only the current heads)."""
+        ids = [t.task_id for b in buckets for t in b.heads]
+        known = self.known
+        new = [t for t in ids if t not in known]
+        if new:
+            pipe = batch(r.redis)
+            for t in new:
+                pipe.hget(r.keys.task(t), "submitted_at")
+            for t, v in zip(new, pipe.execute(), strict=True):
+                known[t] = int(float(v or 0))
+        if len(known) > 2 * len(ids) + 1000:
+            self.known = known = {t: known[t] for t in ids}
+        return {t: known[t] for t in ids}
+
+
+class InputReading(Protocol):
+    """What the input readers use of a snapshot reader (`snapshot.SnapshotReader`): its
+    connection, the inputs its strategy needs, and what it read with its last base."""
+
+    redis: redis.Redis
+    keys: Keys
+    needs: frozenset[str]
+    settings: dict[str, Any]
+    aging_ms: int
+    avoiding: int
+    faulty: bool
+    submitted: SubmitTimes
 
 
 @register_input("avoid")
-def read_avoid(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+def read_avoid(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The anti-affinity records of the heads that have one (they ride on the heads, read
     with them while some queued task has one: `SnapshotReader.avoiding`)."""
     if not r.avoiding:
@@ -129,7 +154,7 @@ def read_avoid(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str
 
 
 @register_input("faults", per_pass=True)
-def read_faults(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+def read_faults(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The idle devices' consecutive device faults (read with the base: `IdleDevice.faults`)."""
     if not r.faulty:
         return {"faults": {}}
@@ -137,7 +162,7 @@ def read_faults(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[st
 
 
 @register_input("limits", settings=LIMIT_SETTINGS, per_pass=True)
-def read_limit_loads(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+def read_limit_loads(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The declared limits bounded by a setting (read with the base): for those set, the
     leases counted on the idle devices' hosts for the servable buckets' tenants
     (`limit_load.read_limits`); nothing more read while no bound is set. (A tenant's own cap

@@ -2,7 +2,7 @@
 (its pool setting, read as lua/lib/limits.lua reads it, or each tenant's ``max_devices``) and
 the leases it counts now in its count hash (kept by the Lua scripts: assign and gang_assign
 count up, every end of a lease counts down), for the placement view's ``limits``
-(`deviceq.placement.view.LimitLoad`; read by ``inputs`` for single tasks and ``gangs`` for
+(`deviceq.scheduler.placement.view.LimitLoad`; read by ``inputs`` for single tasks and ``gangs`` for
 multi-device ones), ``deviceq explain`` and ``deviceq limit list``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.limits import LIMITS, Limit, lease_fields, setting_bound
 from ..core.tenants import parse_tenant
-from ..placement.view import LimitLoad
+from .placement.view import LimitLoad
 
 WIDE = 2000
 """A limit whose pass could touch more count fields than this is read whole (``HGETALL``: its
@@ -43,7 +43,7 @@ def read_limits(
     the raw pool ``settings`` (as read with the pass: the limits' settings). A limit with no
     bound set (for them) is left out: nothing of it is read. ``per_tenant``: the limits
     bounded by each tenant's ``max_devices`` too (the placement reads those from the tenants'
-    shares instead: `deviceq.placement.builtin.limit_caps`). At most two round trips: the
+    shares instead: `deviceq.scheduler.placement.builtin.limit_caps`). At most two round trips: the
     tenants' caps (when read, a limit is per tenant and there are tenants), then the counts."""
     hosts, names = sorted(set(hosts)), sorted({t for t in tenants if t})
     caps: dict[str, int] = {}

@@ -1,15 +1,15 @@
 """Planning one pass of a registered whole-pass strategy (``propose``): its proposal, checked
 and corrected. Pure Python over a snapshot: no Redis access (the commit re-validates every pair
 anyway). A built-in strategy is a placement profile, whose pipeline gives valid, corrected
-pairs by construction (`deviceq.placement.pipeline.place`)."""
+pairs by construction (`deviceq.scheduler.placement.pipeline.place`)."""
 
 from __future__ import annotations
 
-from ..placement.builtin import FifoSort
-from ..placement.pipeline import refine
-from ..placement.profiles import REFINE, Profile
-from ..placement.rows import Pair, Snapshot
-from ..placement.view import View
+from .placement.builtin import FifoSort
+from .placement.pipeline import refine
+from .placement.profiles import REFINE, Profile
+from .placement.rows import Pair, Snapshot
+from .placement.view import View
 from .strategies import AssignmentStrategy, ProfileStrategy
 
 CORRECTION = Profile("correction", FifoSort(), refine=REFINE)

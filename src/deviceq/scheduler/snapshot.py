@@ -20,7 +20,7 @@ round trips and never a queue scan:
 
 `make_view` gives a placement profile its `View`; `make_snapshot` gives a registered
 whole-pass strategy its `Snapshot`, with each head's effective priority set
-(`deviceq.placement.rows.aged`).
+(`deviceq.scheduler.placement.rows.aged`).
 
 A bucket's heads are cached between passes while its head score in ``queues`` (the head
 task's ``seq``) is unchanged, for at most ``HEAD_CACHE_SECONDS``: with hundreds of buckets
@@ -50,14 +50,14 @@ from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.scripts import Scripts, sha
-from ..placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
-from ..placement.view import View
 from . import head_counts
 from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
-from .idle_classes import ALL, Base, IdleClasses, deepen, pairs, read_devices, read_new
-from .inputs import INPUTS, aging_applies, settings_needed, submit_times
+from .idle_classes import ALL, Base, IdleClasses, SigRow, deepen, pairs, read_devices, read_new
+from .inputs import INPUTS, SubmitTimes, aging_applies, settings_needed
+from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
+from .placement.view import View
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -116,13 +116,13 @@ class SnapshotReader:
         self.max_buckets = max_buckets
         self.device_refresh = device_refresh
         # bucket -> (driver type, tags, priority, tenant)
-        self._sig_cache: dict[str, tuple[str | None, frozenset[str], int, str | None]] = {}
+        self._sig_cache: dict[str, SigRow] = {}
         self._per_pass: dict[str, dict[str, Any]] = {}  # per-pass inputs read (`inputs`)
         self.settings: dict[str, Any] = {}  # the pool settings the inputs use, as read
         self.device_cache = DeviceCache(r, keys, batch=batch, refresh=device_refresh)
         self._host_timeout_ms = 0
         self.aging_ms = 0  # the pool's aging_seconds, as read with the last base
-        self._submitted: dict[str, int] = {}  # head task id -> submitted_at (ms)
+        self.submitted = SubmitTimes()  # head task id -> submitted_at (ms)
         self.faulty = False  # some device has consecutive device faults (last base)
         self.faults: dict[str, str] = {}  # their counts (the ``faults`` hash, last base)
         self.head_cache = HeadCache()  # bucket -> its heads (see HEAD_CACHE_SECONDS)
@@ -206,7 +206,7 @@ class SnapshotReader:
         if len(self._sig_cache) > 2 * len(queues) + 1000:  # forget buckets that emptied
             self._sig_cache = {s: v for s, v in self._sig_cache.items() if s in head_seq}
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
-        read_new(self, new_sigs, devgen)
+        self._sig_cache.update(read_new(self, new_sigs, devgen))
         cons = {self._sig_cache[s][:2] for s, _ in queues}
         todo = self.idle.take(
             self.idle.wanted(cons, int(queued or 0), bool(self.gang_ids), every), spec_idle
@@ -320,7 +320,7 @@ class SnapshotReader:
         for i in range(0, len(flat), 4):
             tid, seq, sub, avoid = flat[i : i + 4]
             if sub:
-                self._submitted[tid] = int(float(sub))
+                self.submitted.note(tid, int(float(sub)))
             t = QueuedTask(tid, int(float(seq)), sig, prio, tenant=tenant)
             if avoid:
                 devs, _, hosts = str(avoid).partition("|")
@@ -459,7 +459,8 @@ class SnapshotReader:
         """A whole-pass strategy's snapshot, each head's effective priority set."""
         buckets = self.buckets(base, heads)
         if aging_applies(self, buckets):
-            sub, now, ms = submit_times(self, buckets), base.now, self.aging_ms
+            sub = self.submitted.of(self, buckets)
+            now, ms = base.now, self.aging_ms
             buckets = [
                 replace(
                     b,

@@ -29,8 +29,8 @@ the same code, and ``tests/api/test_api_hardening.py`` runs it.
 A strategy in another installed package is found by name through the entry-point group
 ``deviceq.strategies`` (``name = "package.module:Class"``); no edit to the scheduler needed.
 
-Built-in strategies are placement profiles (`deviceq.placement.profiles`: lists of plugins run
-by `deviceq.placement.pipeline.place`; `ProfileStrategy` here). Every one assigns each device at
+Built-in strategies are placement profiles (`placement.profiles`: lists of plugins run
+by `placement.pipeline.place`; `ProfileStrategy` here). Every one assigns each device at
 most once per pass, never proposes a pair whose constraints do not hold, never lets a task
 nobody can serve delay other tasks (only tasks with a matching idle device are considered at
 all), prefers devices and hosts a retry has not failed on, and offers devices with recent
@@ -55,7 +55,7 @@ device faults last:
 ``fair_share``
     Tenants (``submit --tenant``) get contended devices in proportion to their weights, with
     an optional cap on the devices a tenant holds at once, on top of priority and aging
-    (`deviceq.placement.builtin.fair_share`, `deviceq.placement.builtin.tenant_cap`).
+    (`placement.builtin.fair_share`, `placement.builtin.tenant_cap`).
 
 A registered strategy may declare what it reads beyond what every snapshot carries:
 ``needs = {"tenants"}`` (or the older ``uses_tenants = True``) has the tenants' weights, caps
@@ -69,9 +69,9 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.errors import ConfigError
-from ..placement.pipeline import place
-from ..placement.profiles import PROFILES, Profile
-from ..placement.rows import (
+from .placement.pipeline import place
+from .placement.profiles import PROFILES, Profile
+from .placement.rows import (
     MAX_PRIORITY,
     Bucket,
     IdleDevice,
@@ -81,7 +81,7 @@ from ..placement.rows import (
     TenantShare,
     aged,
 )
-from ..placement.view import View
+from .placement.view import View
 
 __all__ = [
     "DEFAULT_STRATEGY",
@@ -224,7 +224,7 @@ def get_strategy(name: str) -> AssignmentStrategy:
 
 # -- built-in strategies: placement profiles ------------------------------------------------
 class ProfileStrategy:
-    """A built-in strategy: a placement profile (`deviceq.placement.profiles`) run by the
+    """A built-in strategy: a placement profile (`placement.profiles`) run by the
     pipeline. The scheduler gives it a view holding just what its plugins ``needs``;
     ``propose`` runs it on a whole-pass `Snapshot` too (whose priorities are already aged)."""
 
@@ -249,7 +249,7 @@ for _name, _profile in PROFILES.items():
 
 
 def strategy_needs(strategy: Any) -> frozenset[str]:
-    """The optional snapshot inputs a strategy reads (`deviceq.placement.view.INPUTS`): a
+    """The optional snapshot inputs a strategy reads (`placement.view.INPUTS`): a
     profile's plugins' ``needs``; for a registered whole-pass strategy its own ``needs``
     attribute, or ``tenants`` when it sets ``uses_tenants``, plus what every `Snapshot`
     carries (effective priorities from submit times, anti-affinity records, fault counts)."""

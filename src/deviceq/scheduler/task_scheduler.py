@@ -7,7 +7,7 @@
 2. **Snapshot**: a bounded read of idle devices, their hosts' health and the heads of the
    buckets they can serve (`snapshot.SnapshotReader`; never a queue scan).
 3. **Plan**: a built-in strategy's placement profile chooses the pairs over a view of the
-   snapshot (`deviceq.placement`); a registered whole-pass strategy proposes them, invalid
+   snapshot (`deviceq.scheduler.placement`); a registered whole-pass strategy proposes them, invalid
    ones are dropped and anti-affinity is enforced (`plan`).
 4. **Commit** the pairs in one call of ``lua/assign.lua`` (`client.SchedulerClient.commit`),
    which re-validates each pair and checks the leader's fencing epoch. A stale snapshot only
@@ -29,14 +29,15 @@ from ..core.connection import PoolConnection
 from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.replies import parse
-from ..placement.pipeline import place
 from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
 from .gangs import GangPlanner
+from .idle_classes import Base
 from .leadership import Leadership
 from .pass_result import AssignResult
+from .placement.pipeline import place
 from .plan import plan
-from .snapshot import Base, SnapshotReader
+from .snapshot import SnapshotReader
 from .strategies import (
     DEFAULT_STRATEGY,
     AssignmentStrategy,

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...core.connection import redact_url
-from ...embedded import RedisServer
+from ...core.redis_server import RedisServer
+from ...core.redis_urls import redact_url
 from .scenario import EMBEDDED_CHOICES
 
 # -- the embedded Redis ----------------------------------------------------------------------

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sized
+from typing import Any, Protocol
 
 from rich.console import Group
 from rich.table import Table
@@ -11,12 +12,30 @@ from rich.text import Text
 
 from ...core.events import Event
 from ...core.models import TaskStatus
-from ...producer import Client
+from ...producer.client import Client
 from ..admin import PoolAdmin
 from .backend import Backend
 
-if TYPE_CHECKING:
-    from .run import Demo
+
+class DemoProgress(Protocol):
+    """What the live view reads of a running demo (`run.Demo`)."""
+
+    @property
+    def pool(self) -> str: ...
+    @property
+    def t0(self) -> float: ...
+    @property
+    def task_ids(self) -> Sized: ...
+    @property
+    def event_counts(self) -> Mapping[str, int]: ...
+    @property
+    def running(self) -> Mapping[str, Iterable[str]]: ...
+    @property
+    def incidents(self) -> Iterable[Text]: ...
+    @property
+    def recent(self) -> Iterable[Text]: ...
+    @property
+    def opt(self) -> Any: ...
 
 
 def event_line(e: Event) -> Text:
@@ -41,7 +60,7 @@ def event_line(e: Event) -> Text:
     return Text.assemble((f"{stamp} ", "dim"), (f"{e.type:<18}", style), " ".join(parts))
 
 
-def render(demo: Demo, backend: Backend, client: Client, admin: PoolAdmin) -> Group:
+def render(demo: DemoProgress, backend: Backend, client: Client, admin: PoolAdmin) -> Group:
     """The live view: task counts, devices with their state, incidents and recent events."""
     counts = client.counts()
     head = Text.assemble(
@@ -87,7 +106,7 @@ def render(demo: Demo, backend: Backend, client: Client, admin: PoolAdmin) -> Gr
     return Group(*parts)
 
 
-def progress_line(demo: Demo, client: Client) -> str:
+def progress_line(demo: DemoProgress, client: Client) -> str:
     """One line of progress (when the output is not a terminal)."""
     c = client.counts()
     active = ", ".join(f"{k} {v}" for k, v in c.items() if v)

@@ -21,10 +21,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ...core.connection import redact_url
 from ...core.events import Event, last_event_id, read_events
 from ...core.models import TaskStatus
-from ...producer import Client
+from ...core.redis_urls import redact_url
+from ...producer.client import Client
 from ..admin import PoolAdmin
 from .backend import Backend, start_backend
 from .daemons import (

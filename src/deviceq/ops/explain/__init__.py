@@ -1,8 +1,8 @@
 """``explain(task_id)``: why is a task not running (or where is it)?
 
 For a queued task every registered device is judged by the placement pipeline's filter stage
-for the task's constraints (`deviceq.placement.recorder.judge` with the profiles' filters, so
-explain and the scheduler agree on what could serve it), which gives:
+for the task's constraints (`deviceq.scheduler.placement.recorder.judge` with the profiles'
+filters, so explain and the scheduler agree on what could serve it), which gives:
 
 * ``no_driver_type`` — no device of the task's driver type is registered (every device was
   rejected with ``driver_type_mismatch``);

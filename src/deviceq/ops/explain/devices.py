@@ -1,5 +1,5 @@
 """The device side of ``explain``: which registered devices could serve a requirement at all
-(the placement pipeline's filter stage, recorded: `deviceq.placement.recorder.judge`, so
+(the placement pipeline's filter stage, recorded: `deviceq.scheduler.placement.recorder.judge`, so
 what explain says of driver types and tags is what the scheduler's filters decide), and what
 keeps each of those from taking work now (the one rule, `deviceq.core.eligibility.verdict`:
 device state is not the filters' concern, a placement view holds only assignable devices)."""
@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from ...core.connection import PoolConnection
 from ...core.eligibility import verdict
 from ...core.models import Host, PooledDevice
-from ...placement.builtin.matching import DRIVER_TYPE_MISMATCH, MISSING_TAG
-from ...placement.plugins import Filter, Requirement
-from ...placement.profiles import PROFILES
-from ...placement.recorder import FilterRecord, judge
-from ...placement.rows import IdleDevice
-from ...placement.view import DeviceClass
+from ...scheduler.placement.builtin.matching import DRIVER_TYPE_MISMATCH, MISSING_TAG
+from ...scheduler.placement.plugins import Filter, Requirement
+from ...scheduler.placement.profiles import PROFILES
+from ...scheduler.placement.recorder import FilterRecord, judge
+from ...scheduler.placement.rows import IdleDevice
+from ...scheduler.placement.view import DeviceClass
 from ...scheduler.strategies import DEFAULT_STRATEGY
 
 FILTERS: tuple[Filter, ...] = PROFILES[DEFAULT_STRATEGY].filters

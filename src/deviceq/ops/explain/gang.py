@@ -13,7 +13,7 @@ from ...core.config import PoolConfig
 from ...core.connection import PoolConnection
 from ...core.fleet import effective_state, read_devices, read_hosts
 from ...core.models import ScheduledTask
-from ...placement.recorder import Need
+from ...scheduler.placement.recorder import Need
 from .devices import match
 from .model import Explanation, Reason, at, secs
 

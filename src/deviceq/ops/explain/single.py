@@ -9,8 +9,8 @@ from ...core.connection import PoolConnection
 from ...core.fleet import read_devices, read_hosts
 from ...core.models import ScheduledTask
 from ...core.tenants import parse_tenant
-from ...placement.recorder import Need
-from ...placement.rows import MAX_PRIORITY, aged
+from ...scheduler.placement.recorder import Need
+from ...scheduler.placement.rows import MAX_PRIORITY, aged
 from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, first_reason, match
 from .estimate import position
 from .limits import limit_reasons

@@ -2,7 +2,7 @@
 classes each filter rejected and why (with the devices of those classes), the device it was
 given with that device's score keys, or the permit that denied it.
 
-A `Recorder` is handed to `deviceq.placement.pipeline.place`; without one the pass records
+A `Recorder` is handed to `deviceq.scheduler.placement.pipeline.place`; without one the pass records
 nothing and runs as it always does. `judge` is the filter stage alone over any devices (the
 pass's own record of a task's requirement is made by it): ``explain`` judges every
 registered device with it, so what it says of driver types and tags is what the filters

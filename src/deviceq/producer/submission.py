@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .core.errors import InvalidInput
-from .core.models import TaskSpec, encode_roles
+from ..core.errors import InvalidInput
+from ..core.models import TaskSpec, encode_roles
 
 
 def new_task_id() -> str:

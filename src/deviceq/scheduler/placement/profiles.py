@@ -1,7 +1,7 @@
 """Profiles: a built-in strategy as an ordered list of placement plugins, stage by stage.
 
 Every built-in strategy name of `deviceq.scheduler.strategies` has a profile here that
-`deviceq.placement.pipeline.place` runs to the same pairs as the old path (the strategy's
+`deviceq.scheduler.placement.pipeline.place` runs to the same pairs as the old path (the strategy's
 ``propose`` and then ``plan``'s checks and anti-affinity correction, ``respect_avoid``); the
 golden tests (tests/placement/test_golden.py) hold them equal.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.errors import ConfigError
+from ...core.errors import ConfigError
 from .builtin import (
     LIMIT_CAPS,
     AgingSort,

@@ -2,7 +2,8 @@
 priority, then oldest) of the tenant holding the fewest devices per unit of weight, counting
 what this pass gave it so far; a higher effective priority goes first across tenants. Tasks
 without a tenant form one tenant of weight 1. A tenant's cap is not this plugin's concern
-(`TenantCap`): a capped tenant's tasks are still offered, and refused there."""
+(the `tenant` limit's permit, `limit_caps`): a capped tenant's tasks are still offered, and
+refused there."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import redis
 
-from .core.keys import Keys
-from .core.models import ScheduledTask, TaskStatus
+from ..core.keys import Keys
+from ..core.models import ScheduledTask, TaskStatus
 from .submission import check_int
 
 FIND_PAGE = 500

@@ -1,7 +1,7 @@
 """`ApiHostClient`: a host's side of the protocol through the HTTP service ``deviceq api``
-instead of Redis (a host that holds no Redis credentials), with `HostClient`'s interface
-(`deviceq.host.client.HostLink`): the same methods, answers and errors, so the daemon runs
-unchanged on either.
+instead of Redis (a host that holds no Redis credentials): the other transport of
+`deviceq.host.link.HostLink`, with the same methods, answers and errors as `HostClient`, so
+the daemon runs unchanged on either.
 
 Every request carries the host token as ``Authorization: Bearer`` (never logged, never in a
 message) and the daemon's session as ``X-Deviceq-Session``. The API's error answers come
@@ -9,62 +9,68 @@ back as the same `deviceq.core.errors` exceptions (AuthError, SessionSuperseded,
 an API that cannot be reached, or answers that it is unavailable (503, a proxy's 502/504, a
 rate limit), raises `ApiUnreachable`, a ``redis.ConnectionError``: the daemon rides it out
 with its backoff exactly as an unreachable Redis. A certificate the CA bundle does not accept
-raises `deviceq.core.connection.TLSError` (configuration at start, retried while running).
+raises `deviceq.core.tls.TLSError` (configuration at start, retried while running).
 Standard library only (``http.client`` and ``ssl``); the requests themselves are sent by
-`http_transport`."""
+`deviceq.core.http`."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import ssl
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
+
+import redis
 
 from ..core.config import PoolConfig
 from ..core.errors import (
     AuthError,
+    ConfigError,
+    InvalidInput,
+    NotConfirmed,
     SessionSuperseded,
+    from_reply,
 )
+from ..core.http import API_PREFIX, ApiError, HttpTransport, check_api_url, tls_context
 from ..core.models import Assignment, FailureKind, ScheduledTask, WorkflowDefinition, validate_id
-from .client import (
-    DeviceReport,
-    Heartbeat,
-    Renewal,
-    Report,
-    SessionInfo,
-    clean_reason,
-    output_tail,
-)
-from .heartbeat_sync import GONE, HeartbeatSync, Reply, Row, rows_of
-from .http_transport import (
-    API_PREFIX,
-    IDLE_REUSE,
-    SESSION_HEADER,
-    ApiError,
-    ApiTransport,
-    ApiUnreachable,
-    api_error,
-    check_api_url,
-    tls_context,
-)
+from ..core.tls import TLSError
+from .heartbeat_sync import GONE, Heartbeat, HeartbeatSync, Reply, Row
+from .link import HostLink, Renewal, Report, SessionInfo
 from .log_stream import LogChunk
 from .progress import ProgressUpdate, checked_update
 
-__all__ = [
-    "API_PREFIX",
-    "IDLE_REUSE",
-    "SESSION_HEADER",
-    "ApiError",
-    "ApiHostClient",
-    "ApiUnreachable",
-    "api_error",
-    "check_api_url",
-    "tls_context",
-]
+SESSION_HEADER = "X-Deviceq-Session"
+TRANSIENT_CODES = ("UNAVAILABLE", "RATE_LIMITED")
+TRANSIENT_STATUS = (429, 502, 503, 504)
 
 
-class ApiHostClient(ApiTransport):
+class ApiUnreachable(redis.ConnectionError):
+    """The API could not be reached, or answered that it cannot serve now: the caller retries
+    as while Redis is unreachable (the message names no secret)."""
+
+
+def api_error(status: int, code: str, message: str, result: Any = None) -> Exception:
+    """The exception an API error answer stands for: the `deviceq.core.errors` class of its
+    code (NotConfirmed with ``result``), `ApiUnreachable` for an outage,
+    `deviceq.core.http.ApiError` otherwise."""
+    message = message.splitlines()[0] if message else code or f"HTTP {status}"
+    if code in TRANSIENT_CODES or (not code and status in TRANSIENT_STATUS):
+        return ApiUnreachable(f"the API is unavailable (HTTP {status} {code}): {message}")
+    if code == NotConfirmed.code:
+        return NotConfirmed(message, [str(a) for a in result or []])
+    typed = from_reply(f"{code} {message}") if code else None
+    if typed is not None:
+        return typed
+    if status >= 500:
+        return ApiUnreachable(f"the API failed (HTTP {status} {code}): {message}")
+    return ApiError(code or f"HTTP_{status}", message, status)
+
+
+class ApiHostClient(HttpTransport, HostLink):
     """A host's side of the protocol through ``deviceq api`` (see the module docstring).
 
     >>> host = ApiHostClient("https://deviceq.example.com", None, "lab-1", token)
@@ -82,10 +88,77 @@ class ApiHostClient(ApiTransport):
         session: str | None = None,
         timeout: float = 5.0,
     ) -> None:
-        super().__init__(url, host_id, token, ca, session=session, timeout=timeout)
+        self.url = check_api_url(url)
+        parts = urlsplit(self.url)
+        https = parts.scheme == "https"
+        if ca is not None and not https:
+            raise ConfigError("--api-ca applies to an https:// API URL")
+        super().__init__(parts.netloc, tls_context(ca) if https else None)
+        self._base = parts.path + API_PREFIX
+        self.host_id = validate_id(host_id, "host id")
+        if not token or not isinstance(token, str):
+            raise InvalidInput("a host token is required")
+        self._token = token
+        self.session = validate_id(session, "session id") if session else ""
+        self.timeout = float(timeout)
         self.pool = validate_id(pool, "pool name") if pool else ""
         self._refused = threading.Event()  # the last control wait was refused
         self._hb = HeartbeatSync()
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"{type(self).__name__}(url={self.url!r}, host_id={self.host_id!r})"
+
+    # -- requests ----------------------------------------------------------------------------
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, wait: float = 0.0
+    ) -> Any:
+        """One request to ``/api/v1/hosts/HOST/path``: its JSON answer, or the error it
+        stands for (see the module docstring). ``wait``: seconds the server may hold it."""
+        target = f"{self._base}/hosts/{quote(self.host_id, safe='')}{path}"
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/json",
+            "User-Agent": "deviceq-host",
+        }
+        if self.session:
+            headers[SESSION_HEADER] = self.session
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            status, raw = self.exchange(method, target, data, headers, self.timeout + wait)
+        except ssl.SSLCertVerificationError as exc:
+            raise TLSError(
+                f"the API's certificate was not accepted ({exc.verify_message}): check "
+                "--api-ca and that the certificate names the URL's host"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiUnreachable(
+                f"cannot reach the API at {self.url}: {type(exc).__name__}"
+            ) from None
+        return self._answer(status, raw)
+
+    def _answer(self, status: int, raw: bytes) -> Any:
+        try:
+            doc = json.loads(raw) if raw else None
+        except ValueError:
+            doc = None
+        if 200 <= status < 300:
+            if doc is None:
+                raise ApiUnreachable(f"the API at {self.url} answered HTTP {status} without JSON")
+            return doc
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if not isinstance(err, dict):
+            if status in TRANSIENT_STATUS or status >= 500:
+                raise ApiUnreachable(f"the API at {self.url} answered HTTP {status}")
+            raise ConfigError(
+                f"the API at {self.url} answered HTTP {status}: is it `deviceq api` (check "
+                "--api-url)?"
+            )
+        raise api_error(
+            status, str(err.get("code", "")), str(err.get("message", "")), err.get("result")
+        )
 
     # -- session -----------------------------------------------------------------------------
     def host_record(self) -> dict[str, str]:
@@ -112,11 +185,6 @@ class ApiHostClient(ApiTransport):
         return bool(self._call("DELETE", "/session")["ended"])
 
     # -- protocol ----------------------------------------------------------------------------
-    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat:
-        """Report this host alive with its device snapshot: the changes since the last
-        heartbeat that got through, or the full snapshot in chunks (see `HostClient.heartbeat`)."""
-        return self._hb.beat(self.heartbeat_call, self.session, rows_of(devices), full)
-
     def heartbeat_call(
         self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
     ) -> Reply:
@@ -277,21 +345,6 @@ class ApiHostClient(ApiTransport):
             )
         return [str(a) for a in self._call("POST", "/report", {"reports": items})["answers"]]
 
-    def report(
-        self,
-        task_id: str,
-        lease_id: str,
-        outcome: str,
-        failure_kind: FailureKind | str | None = None,
-        payload: str = "",
-    ) -> str:
-        """End one attempt (see ``report_many``)."""
-        return self.report_many([Report(task_id, lease_id, outcome, failure_kind, payload)])[0]
-
-    def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str:
-        """Hand an attempt back: queued again at once, keeping its place."""
-        return self.report(task_id, lease_id, "released", None, reason)
-
     def set_draining(self, draining: bool = True) -> str:
         """Mark this host's daemon as shutting down (no new assignments) or running again."""
         return str(self._call("POST", "/draining", {"draining": bool(draining)})["result"])
@@ -311,9 +364,8 @@ class ApiHostClient(ApiTransport):
 
     def health_end(self, device_id: str, healthy: bool, output: str = "", reason: str = "") -> str:
         """Record the result of a check (the token scrubbed from what it printed)."""
-        output = (output or "").replace(self._token, "[host token]")
-        reason = "" if healthy else clean_reason(reason.replace(self._token, "[host token]"))
-        body = {"healthy": bool(healthy), "output": output_tail(output), "reason": reason}
+        output, reason = self._health_result(healthy, output, reason)
+        body = {"healthy": bool(healthy), "output": output, "reason": reason}
         return str(self._health(device_id, "end", body)["health"])
 
     def health_clear(self, device_id: str) -> str:

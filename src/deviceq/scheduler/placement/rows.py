@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from ..core.models import Constraints, satisfies
+from ...core.models import Constraints, satisfies
 
 Pair = tuple[str, str]
 """A proposed ``(task_id, device_id)`` pair."""

@@ -1,4 +1,5 @@
-"""The host-side client: what a worker daemon does on Redis, authenticated by its token.
+"""The host link over Redis (`HostClient`, one transport of `deviceq.host.link.HostLink`):
+what a worker daemon does on Redis, authenticated by its token.
 
 The token itself is sent with every call and hashed by the scripts (``redis.sha1hex``); Redis
 keeps only ``sha1:`` + its digest, so a process that can read the pool's keys learns nothing it
@@ -8,15 +9,13 @@ while a session is active, calls from any other session are refused (`SessionSup
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
 
-from ..core.config import PoolConfig
 from ..core.connection import PoolConnection
 from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
@@ -24,26 +23,22 @@ from ..core.lane import lane_of
 from ..core.models import (
     MAX_PAYLOAD_BYTES,
     Assignment,
-    DeviceState,
     FailureKind,
     ScheduledTask,
-    WorkflowDefinition,
     validate_id,
-    validate_tag_list,
 )
 from ..core.pacing import pacer_for
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
 from .claims import claim_rest
-from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
+from .heartbeat_sync import HeartbeatSync, Reply, Row
+from .link import HostLink, Renewal, Report, SessionInfo
 from .log_stream import LogChunk
-from .progress import ProgressCalls, ProgressSink
+from .progress import ProgressCalls
 
-MAX_REASON_BYTES = 200
 REPORT_CHUNK = 1000  # reports per report.lua call at most; the pacer sizes them by time
 REPORT_FIRST = 16  # the first chunk's size, before any call was timed
-HEALTH_OUTPUT_BYTES = 2000  # the tail of a health check's output kept on the device hash
 CTL_DRAIN = 10_000  # control messages dropped with each wake-up (they are only hints)
 
 
@@ -51,85 +46,6 @@ def token_digest(token: str) -> str:
     """What Redis stores for a token (``sha1:`` + hex digest). The scripts hash the token a host
     sends and compare: the stored digest cannot be replayed as a credential."""
     return "sha1:" + hashlib.sha1(token.encode()).hexdigest()
-
-
-def clean_reason(text: str | None) -> str:
-    """A device state reason as the heartbeat accepts it: printable, at most 200 bytes."""
-    s = "".join(c if c.isprintable() else " " for c in (text or ""))
-    data = s.encode()[:MAX_REASON_BYTES]
-    return data.decode(errors="ignore")
-
-
-@dataclass(frozen=True)
-class DeviceReport:
-    """One device in a heartbeat snapshot; ``reason`` says why it is busy or offline."""
-
-    device_id: str
-    driver_type: str
-    tags: tuple[str, ...] = ()
-    state: DeviceState = DeviceState.idle
-    reason: str = ""
-
-    def args(self) -> list[str]:
-        try:
-            state = DeviceState(self.state).value
-        except ValueError:
-            raise InvalidInput(
-                f"invalid device state {str(self.state)[:20]!r}: use idle, busy or offline"
-            ) from None
-        return [
-            validate_id(self.device_id, "device id"),
-            validate_id(self.driver_type, "driver_type"),
-            ",".join(validate_tag_list(self.tags)),
-            state,
-            clean_reason(self.reason) if state != "idle" else "",
-        ]
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """A started session: its fencing ``epoch``, the session it replaced ('' for none) and how
-    many of the replaced session's running attempts were handed back at once."""
-
-    epoch: int
-    replaced: str
-    handed_back: int
-
-
-@dataclass(frozen=True)
-class Renewal:
-    """Result of renewing one lease: ``ok``, ``cancel`` (renewed, but stop: cancel requested)
-    or ``lost`` (superseded / expired / finished: stop and report nothing). ``lease_ms`` is the
-    length of the renewed lease (the pool's ``lease_ttl`` when it was renewed)."""
-
-    task_id: str
-    status: str
-    expires_at: int | None = None
-    reason: str | None = None
-    lease_ms: int = 0
-
-    @property
-    def lost(self) -> bool:
-        return self.status == "lost"
-
-
-@dataclass(frozen=True)
-class Report:
-    """One attempt outcome for ``HostClient.report_many``."""
-
-    task_id: str
-    lease_id: str
-    outcome: str  # done | failed | cancelled | released
-    failure_kind: FailureKind | str | None = None
-    payload: str = ""
-
-
-def output_tail(text: str, limit: int = HEALTH_OUTPUT_BYTES) -> str:
-    """The last ``limit`` bytes of ``text`` at most, cut at a character boundary."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[-limit:].decode(errors="ignore")
 
 
 def _check_outcome(outcome: str, kind: str) -> None:
@@ -151,45 +67,7 @@ def _tail(text: str) -> str:
     return data[-MAX_PAYLOAD_BYTES:].decode(errors="ignore")
 
 
-class HostLink(ProgressSink, Protocol):
-    """What a host daemon calls: `HostClient` (straight to Redis) and
-    `deviceq.host.http_client.ApiHostClient` (through ``deviceq api``) both provide it, with
-    the same answers and the same errors (a transient outage is a ``redis.ConnectionError``)."""
-
-    host_id: str
-    session: str
-
-    def host_record(self) -> dict[str, str]: ...
-    def start_session(
-        self, session: str, mode: str = "start", owner: str = "", expected: str = ""
-    ) -> SessionInfo: ...
-    def end_session(self) -> bool: ...
-    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat: ...
-    def claim(self, max_count: int = 1) -> list[Assignment]: ...
-    def wait_for_work(self, timeout: float) -> bool: ...
-    def wait_and_claim(self, timeout: float, max_count: int) -> list[Assignment]: ...
-    def nudge(self) -> None: ...
-    def wait_for_control(self, timeout: float) -> str | None: ...
-    def renew(self, leases: Sequence[tuple[str, str]]) -> list[Renewal]: ...
-    def report_many(self, reports: Sequence[Report]) -> list[str]: ...
-    def log_append(self, chunks: Sequence[LogChunk]) -> list[str]: ...
-    def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str: ...
-    def set_draining(self, draining: bool = True) -> str: ...
-    def health_begin(self, device_id: str) -> bool: ...
-    def health_next(self, device_id: str) -> bool: ...
-    def health_end(
-        self, device_id: str, healthy: bool, output: str = "", reason: str = ""
-    ) -> str: ...
-    def health_clear(self, device_id: str) -> str: ...
-    def device_health(self, device_ids: Sequence[str]) -> dict[str, str]: ...
-    def part_statuses(self, task: ScheduledTask) -> list[str]: ...
-    def storage_warning(self, what: str) -> str | None: ...
-    def config(self) -> PoolConfig: ...
-    def get_workflow(self, name: str) -> WorkflowDefinition: ...
-    def close(self) -> None: ...
-
-
-class HostClient(ProgressCalls, PoolConnection):
+class HostClient(ProgressCalls, PoolConnection, HostLink):
     """A host's side of the protocol: session, heartbeat, claim, renew, report.
 
     Every call carries the host token (hashed by the script, never stored) and, once
@@ -245,12 +123,6 @@ class HostClient(ProgressCalls, PoolConnection):
         return bool(int(res))
 
     # -- protocol ----------------------------------------------------------------------------
-    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat:
-        """Report this host alive with its device snapshot ``devices``: only what changed
-        since the last heartbeat that got through, or (``full``, or when Redis asks for it)
-        the full snapshot in chunks (see `deviceq.host.heartbeat_sync`)."""
-        return self._hb.beat(self.heartbeat_call, self.session, rows_of(devices), full)
-
     def heartbeat_call(
         self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
     ) -> Reply:
@@ -387,22 +259,6 @@ class HostClient(ProgressCalls, PoolConnection):
             answers += [str(x) for x in out]
         return answers
 
-    def report(
-        self,
-        task_id: str,
-        lease_id: str,
-        outcome: str,
-        failure_kind: FailureKind | str | None = None,
-        payload: str = "",
-    ) -> str:
-        """End one attempt (see ``report_many``)."""
-        return self.report_many([Report(task_id, lease_id, outcome, failure_kind, payload)])[0]
-
-    def release(self, task_id: str, lease_id: str, reason: str = "handed back") -> str:
-        """Hand an attempt back: the task is queued again at once, keeping its place (at most
-        ``max_handbacks`` times; then it fails as ``rejected``)."""
-        return self.report(task_id, lease_id, "released", None, reason)
-
     def set_draining(self, draining: bool = True) -> str:
         """Mark this host's daemon as shutting down (``stopping``: no new assignments) or
         running again. An operator's drain (``PoolAdmin.drain``) is a separate flag."""
@@ -442,12 +298,9 @@ class HostClient(ProgressCalls, PoolConnection):
         back among the idle candidates (when nothing else keeps it out), ``unhealthy`` keeps it
         out of service with ``reason`` (at most 200 bytes). ``output`` is kept as its last
         2,000 bytes. Returns the health recorded."""
-        # the check runs without the token in its environment; should it print it anyway
-        # (read from a file), it is never stored
-        output = (output or "").replace(self._token, "[host token]")
-        reason = "" if healthy else clean_reason(reason.replace(self._token, "[host token]"))
+        output, reason = self._health_result(healthy, output, reason)
         args = [*self._auth(), "end", validate_id(device_id, "device id"),
-                "healthy" if healthy else "unhealthy", output_tail(output), reason]  # fmt: skip
+                "healthy" if healthy else "unhealthy", output, reason]  # fmt: skip
         return str(self._run("device_health", args))
 
     def record_artifacts(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...core.models import satisfies
+from ....core.models import satisfies
 from ..plugins import Requirement
 from ..view import DeviceClass
 

@@ -13,13 +13,13 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from .core import tracing
-from .core.connection import PoolConnection
-from .core.durability import run_durably
-from .core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
-from .core.events import Event, last_event_id, read_events
-from .core.fleet import read_parts
-from .core.models import (
+from ..core import tracing
+from ..core.connection import PoolConnection
+from ..core.durability import run_durably
+from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
+from ..core.events import Event, last_event_id, read_events
+from ..core.fleet import read_parts
+from ..core.models import (
     Role,
     ScheduledTask,
     TaskSpec,
@@ -27,31 +27,20 @@ from .core.models import (
     WorkflowDefinition,
     validate_id,
 )
-from .core.pacing import pacer_for
-from .core.task_record import read_task, with_goal
-from .core.validation import actor_args, check_text
+from ..core.pacing import pacer_for
+from ..core.task_record import read_task, with_goal
+from ..core.validation import actor_args, check_text
+from .interface import Producer, task_specs
 from .submission import (
     check_int,
     chunk_args,
     first_error,
-    new_task_id,
     not_before_of,
     spec_from,
 )
-from .task_filter import FIND_MAX_SCAN, FIND_PAGE, FindResult, TaskFilter, find_tasks
+from .task_filter import FIND_MAX_SCAN, FindResult, TaskFilter, find_tasks
 
-__all__ = [
-    "FIND_MAX_SCAN",
-    "FIND_PAGE",
-    "SUBMIT_CHUNK",
-    "Client",
-    "FindResult",
-    "TaskFilter",
-    "api_url_of",
-    "new_task_id",
-    "not_before_of",
-    "spec_from",
-]
+__all__ = ["SUBMIT_CHUNK", "Client", "api_url_of"]
 
 SUBMIT_CHUNK = 500  # tasks per submit.lua call at most; the pacer sizes them by time
 SUBMIT_FIRST = 32  # the first chunk's size, before any call was timed
@@ -66,7 +55,7 @@ def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
     return os.environ.get("DEVICEQ_API_URL") or None if redis_or_url is None else None
 
 
-class Client(PoolConnection):
+class Client(PoolConnection, Producer):
     """Producer-side client of one pool.
 
     >>> client = Client("redis://localhost:6379/0", pool="default")
@@ -75,7 +64,7 @@ class Client(PoolConnection):
 
     Given an ``http(s)://`` URL of a ``deviceq api`` service (or, with no URL, env
     ``DEVICEQ_API_URL``), ``Client(url, token=..., ca=...)`` is a
-    `deviceq.api_client.ApiClient` instead: the same producer methods over HTTP, no Redis
+    `deviceq.producer.http_client.ApiClient` instead: the same producer methods over HTTP, no Redis
     credentials needed (``token`` defaults to env ``DEVICEQ_API_TOKEN``; ``pool`` is the
     service's)."""
 
@@ -91,7 +80,7 @@ class Client(PoolConnection):
         tracing.setup(otel_endpoint, "deviceq-producer")  # (off without it and the env var)
         url = api_url_of(redis_or_url)
         if url is not None and cls is Client:
-            from .api_client import ApiClient
+            from .http_client import ApiClient
 
             return ApiClient(url, token, ca)  # type: ignore[return-value]
         return super().__new__(cls)
@@ -196,10 +185,7 @@ class Client(PoolConnection):
         cannot be, the call raises NotConfirmed whose ``result`` holds the ids submitted so far
         (resubmit with the same idempotency keys to be safe). A QueueFull raised part-way
         carries the ids queued before it in ``queued_ids``."""
-        if isinstance(specs, str | bytes | Mapping | TaskSpec):
-            raise InvalidInput(
-                f"submit_many takes a list of task specs, not one {type(specs).__name__}"
-            )
+        specs = task_specs(specs)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise InvalidInput(f"chunk must be a positive int, got {chunk!r}")
         validated = [spec_from(s) for s in specs]

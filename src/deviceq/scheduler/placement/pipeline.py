@@ -21,7 +21,7 @@ a strictly better unused feasible device the permits allow, in pair order (a sca
 the first ideal device, in device_id order).
 
 With a `Recorder` (``place(..., recorder=...)``) the same pass runs with a record of what it
-did per task (`deviceq.placement.recorder`): the same calls in the same order, plus the
+did per task (`deviceq.scheduler.placement.recorder`): the same calls in the same order, plus the
 filter stage judged once per requirement with reasons, the chosen device's score keys and
 the denying permit. Without one nothing is recorded and nothing is asked beyond the pass's
 own calls."""

@@ -9,10 +9,10 @@
 - `Permit`: whether a task may take the device it was given (per pass state, e.g. a tenant's
   or a host's cap);
 - `GangPermit`: whether a multi-device task may take the devices its roles were given, all of
-  them or none, or keep them while it waits for the rest (`deviceq.placement.gang`).
+  them or none, or keep them while it waits for the rest (`deviceq.scheduler.placement.gang`).
 
 Every plugin names the optional view inputs it reads in ``needs`` (a subset of
-`deviceq.placement.view.INPUTS`), so a snapshot can read the union of a profile's needs and
+`view.INPUTS`), so a snapshot can read the union of a profile's needs and
 nothing more. A filter judges a `Requirement`: a bucket or a gang's role (both are a driver
 type and tags)."""
 
@@ -67,7 +67,7 @@ class Filter(Plugin, Protocol):
 
 
 class ExplainingFilter(Filter, Protocol):
-    """A filter that says why it rejects (for a `deviceq.placement.recorder.Recorder` and
+    """A filter that says why it rejects (for a `deviceq.scheduler.placement.recorder.Recorder` and
     ``explain``): ``why`` is asked only of a class ``feasible`` rejected, and names its
     reasons as short codes (``missing_tag:gpu``); a filter without it is recorded by name."""
 

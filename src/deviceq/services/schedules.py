@@ -179,7 +179,7 @@ class Schedule:
 def check_spec(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     """The submit spec of a schedule's runs, validated as a submission would be (a goal or a
     workflow, tags, priority...); InvalidInput for an unknown field or a bad value."""
-    from ..producer import spec_from
+    from ..producer.submission import spec_from
 
     unknown = sorted(set(spec) - set(SPEC_FIELDS))
     if unknown:
@@ -285,7 +285,7 @@ class Firer:
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        from ..producer import Client
+        from ..producer.client import Client
 
         self.store = ScheduleStore(self.r, self.keys)
         self.scripts = Scripts(self.r)

@@ -4,8 +4,9 @@ Redis, with the producer methods of `deviceq.producer.Client` that the HTTP prot
 ``events``), an attempt's live log (``logs``) and artifacts (``artifacts``,
 ``download_artifact``), returning the same model types and raising the same typed errors.
 
-Standard library only (``urllib``, ``ssl``): a producer needs neither Redis credentials nor
-the server's web stack."""
+Standard library only (``urllib``, ``ssl``; requests go through `deviceq.core.http`, the
+transport the host's link uses too): a producer needs neither Redis credentials nor the
+server's web stack."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import http.client
 import json
 import os
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -24,33 +24,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .core.errors import _BY_CODE, DeviceqError, InvalidInput
-from .core.events import RENAMED, Event
-from .core.live_logs import LogEntry
-from .core.models import ScheduledTask, TaskSpec, validate_id
+from ..core.errors import _BY_CODE, InvalidInput
+from ..core.events import RENAMED, Event
+from ..core.http import API_PREFIX, ApiError, HttpTransport
+from ..core.live_logs import LogEntry
+from ..core.models import ScheduledTask, TaskSpec, validate_id
+from .interface import Producer, task_specs
 
-API_PATH = "/api/v1"
 WAIT_STEP = 30.0
 """Seconds one long poll of `ApiClient.wait` asks for (the server may cap it lower)."""
 SLACK = 15.0
 """Seconds a request may take beyond the long poll it asks for."""
-IDLE_REUSE = 2.0
-"""Seconds a kept-alive connection may sit idle and still be reused: well under the idle
-timeout of ``deviceq api``'s server (uvicorn closes after 5 s)."""
-STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-"""Errors of a reused connection the server closed meanwhile: a GET is sent once more on a
-new connection; a POST is not (it might have been served: it is UNAVAILABLE, as any outage)."""
-
-
-class ApiError(DeviceqError):
-    """An error answer of the HTTP service with a code no other deviceq error has
-    (``RATE_LIMITED``, ``TOO_LARGE``, ``UNAVAILABLE``, ``INTERNAL``...): ``code`` holds it,
-    ``status`` the HTTP status."""
-
-    def __init__(self, code: str, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
 
 
 def _raise_for(status: int, payload: bytes) -> None:
@@ -95,7 +79,7 @@ def event_from_json(data: Mapping[str, Any]) -> Event:
     return Event(id=str(data["id"]), type=str(data["type"]), fields=fields)
 
 
-class ApiClient:
+class ApiClient(HttpTransport, Producer):
     """Producer-side client of the pool a ``deviceq api`` service serves.
 
     >>> client = ApiClient("https://deviceq.lab:8300", token="dqa_...", ca="ca.pem")
@@ -111,7 +95,9 @@ class ApiClient:
 
     keep_alive = True
     """Reuse one connection per thread instead of one per request (dropped after any error
-    and when idle for `IDLE_REUSE` seconds); the event stream always has its own."""
+    and when idle for `deviceq.core.http.IDLE_REUSE` seconds); the event stream always has
+    its own. A reused connection the server closed meanwhile gets a GET once more; a POST
+    is not sent again (it might have been served: it is UNAVAILABLE, as any outage)."""
 
     def __init__(self, url: str, token: str | None = None, ca: str | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -123,21 +109,31 @@ class ApiClient:
                 "an API token is needed (token=..., --api-token-file or DEVICEQ_API_TOKEN)"
             )
         base = url.rstrip("/")
-        self.url = base if base.endswith(API_PATH) else base + API_PATH
+        self.url = base if base.endswith(API_PREFIX) else base + API_PREFIX
         self._token = token
-        self._ssl = ssl.create_default_context(cafile=ca) if parts.scheme == "https" else None
-        self._netloc = parts.netloc
+        tls = ssl.create_default_context(cafile=ca) if parts.scheme == "https" else None
+        super().__init__(parts.netloc, tls)
         self._path = urllib.parse.urlsplit(self.url).path
         proxies = urllib.request.getproxies()
         self._proxied = parts.scheme in proxies and not urllib.request.proxy_bypass(
             parts.hostname or ""
         )
-        self._local = threading.local()  # this thread's kept-alive connection, last use
 
     def __repr__(self) -> str:
         return f"ApiClient({self.url!r})"  # never the token
 
     # -- transport ------------------------------------------------------------------------
+    def _request(
+        self, path: str, query: Iterable[tuple[str, Any]], body: Any
+    ) -> tuple[str, bytes | None, dict[str, str]]:
+        """A request's path and query (under ``/api/v1``), body and headers."""
+        qs = urllib.parse.urlencode([(k, v) for k, v in query if v is not None])
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        return path + (f"?{qs}" if qs else ""), data, headers
+
     def _open(
         self,
         method: str,
@@ -146,15 +142,8 @@ class ApiClient:
         body: Any = None,
         timeout: float = SLACK,
     ) -> Any:
-        qs = urllib.parse.urlencode([(k, v) for k, v in query if v is not None])
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.url + path + (f"?{qs}" if qs else ""),
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
-            | ({"Content-Type": "application/json"} if data is not None else {}),
-        )
+        target, data, headers = self._request(path, query, body)
+        req = urllib.request.Request(self.url + target, data=data, method=method, headers=headers)
         try:
             return urllib.request.urlopen(req, timeout=timeout, context=self._ssl)
         except urllib.error.HTTPError as exc:
@@ -171,23 +160,6 @@ class ApiClient:
         with self._open(method, path, **kwargs) as resp:
             return json.loads(resp.read())
 
-    def _connection(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's kept-alive connection if fresh enough (and True), else a new one."""
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is not None and time.monotonic() - self._local.used < IDLE_REUSE:
-            conn.timeout = timeout
-            if conn.sock is not None:
-                conn.sock.settimeout(timeout)
-            return conn, True
-        if conn is not None:
-            conn.close()
-        if self._ssl is not None:
-            conn = http.client.HTTPSConnection(self._netloc, timeout=timeout, context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(self._netloc, timeout=timeout)
-        self._local.conn = conn
-        return conn, False
-
     def _kept_alive(
         self,
         method: str,
@@ -197,39 +169,20 @@ class ApiClient:
         timeout: float = SLACK,
     ) -> Any:
         """`_call` on this thread's kept-alive connection (the same answers and errors)."""
-        qs = urllib.parse.urlencode([(k, v) for k, v in query if v is not None])
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        target = self._path + path + (f"?{qs}" if qs else "")
-        while True:
-            conn, reused = self._connection(timeout)
-            try:
-                conn.request(method, target, body=data, headers=headers)
-                resp = conn.getresponse()
-                status, payload = resp.status, resp.read()
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                self._local.conn = None
-                if reused and method == "GET" and isinstance(exc, STALE):
-                    continue  # closed by the server meanwhile: once more on a new connection
-                raise ApiError("UNAVAILABLE", f"cannot reach {self.url}: {exc}") from None
-            if resp.will_close:
-                conn.close()
-                self._local.conn = None
-            else:
-                self._local.used = time.monotonic()
-            if not 200 <= status < 300:
-                _raise_for(status, payload)
-            return json.loads(payload)
+        target, data, headers = self._request(path, query, body)
+        try:
+            status, payload = self.exchange(
+                method, self._path + target, data, headers, timeout, resend_stale=method == "GET"
+            )
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiError("UNAVAILABLE", f"cannot reach {self.url}: {exc}") from None
+        if not 200 <= status < 300:
+            _raise_for(status, payload)
+        return json.loads(payload)
 
     def close(self) -> None:
         """Close this thread's kept-alive connection (a later call opens a new one)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        self.close_own()
 
     # -- producer methods -------------------------------------------------------------------
     def submit(self, goal: str | None = None, **fields: Any) -> str:
@@ -243,11 +196,7 @@ class ApiClient:
 
     def submit_many(self, specs: Iterable[TaskSpec | Mapping[str, Any]]) -> builtins.list[str]:
         """Enqueue many tasks in one request (all validated before any is written)."""
-        if isinstance(specs, str | bytes | Mapping | TaskSpec):
-            raise InvalidInput(
-                f"submit_many takes a list of task specs, not one {type(specs).__name__}"
-            )
-        body = {"tasks": [_spec_json(s) for s in specs]}
+        body = {"tasks": [_spec_json(s) for s in task_specs(specs)]}
         return [str(i) for i in self._call("POST", "/tasks/batch", body=body)["ids"]]
 
     def get(self, task_id: str) -> ScheduledTask:

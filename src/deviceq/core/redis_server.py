@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .core.connection import with_tls_files
+from .tls import with_tls_files
 
 
 def free_port() -> int:

@@ -33,9 +33,9 @@ from prometheus_client.registry import Collector
 from ..core.events import Event, last_event_id, read_events
 from ..core.limits import LIMITS, setting_bound
 from ..core.vocabulary import TERMINAL_STATUSES, FailureKind
+from ..ops import status as st
+from ..ops.admin import PoolAdmin
 from ..scheduler.limit_load import read_counts
-from . import status as st
-from .admin import PoolAdmin
 
 LATENCY_BUCKETS = (
     0.005,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...core.limits import LIMITS, Limit
+from ....core.limits import LIMITS, Limit
 from ..rows import IdleDevice, QueuedTask
 from ..view import LimitLoad, View
 
