@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from .core.connection import PoolConnection
+from .core.connection import PoolConnection, warn_if_ignored
 from .core.durability import run_durably
 from .core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from .core.events import Event, last_event_id, read_events
@@ -214,6 +214,8 @@ class Client(PoolConnection):
                 exc.queued_ids = list(ids)
                 raise
             ids += [flat[i] for i in range(0, len(flat), 2)]
+        if self.priority_warnings and any(s.priority for s in validated):
+            warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return ids
 
     # -- inspection ---------------------------------------------------------------------------

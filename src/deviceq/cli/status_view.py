@@ -29,6 +29,11 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         ("   leader ", "dim"),
         (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
         *(
+            [("   strategy ", "dim"), (data["strategy"]["text"], "")]
+            if data.get("strategy")
+            else []
+        ),
+        *(
             [
                 ("   PAUSED", "bold yellow"),
                 (f" by {data['paused']['by']}" if data["paused"].get("by") else "", "yellow"),

@@ -134,6 +134,7 @@ def submit(
       deviceq submit "log in on both" --role phone=android:sim --role web=browser
       deviceq submit "nightly soak" --delay 10m      # or --not-before 2026-12-02T02:00:00Z
     """
+    from .context import said_on_stderr
     from .task_files import submit_file
 
     if not_before is not None and delay is not None:
@@ -146,27 +147,29 @@ def submit(
     if tasks_file is not None:
         if after is not None:
             fail("--not-before and --delay are not for --file (give not_before per line)", 2)
-        submit_file(ctx, tasks_file, as_json, reject_unmatched)
+        with said_on_stderr():
+            submit_file(ctx, tasks_file, as_json, reject_unmatched)
         return
     tag_list = [t for value in tags for t in value.split(",")]
-    task_id = ctx.client.submit(
-        goal,
-        workflow=workflow_name,
-        driver_type=driver_type,
-        # the command line is where a comma list is split (the Python API refuses a bare str)
-        tags=tag_list,
-        priority=priority,
-        max_attempts=max_attempts,
-        idempotency_key=idempotency_key,
-        queue_timeout=queue_timeout,
-        timeout=timeout,
-        reject_unmatched=reject_unmatched,
-        retry_on=retry_on,
-        retry_backoff=retry_backoff,
-        tenant=tenant,
-        roles=parse_role_options(roles) if roles else None,
-        not_before=after,
-    )
+    with said_on_stderr():  # (a priority the strategy in force ignores: one line)
+        task_id = ctx.client.submit(
+            goal,
+            workflow=workflow_name,
+            driver_type=driver_type,
+            # the command line is where a comma list is split (the Python API refuses a bare str)
+            tags=tag_list,
+            priority=priority,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            queue_timeout=queue_timeout,
+            timeout=timeout,
+            reject_unmatched=reject_unmatched,
+            retry_on=retry_on,
+            retry_backoff=retry_backoff,
+            tenant=tenant,
+            roles=parse_role_options(roles) if roles else None,
+            not_before=after,
+        )
     for line in unknown_constraints(ctx, driver_type, sorted(set(tag_list))):
         click.echo(f"warning: {line}", err=True)  # stderr: stdout stays the id (or --json)
     if as_json:

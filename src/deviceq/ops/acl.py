@@ -224,7 +224,7 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "delivery outcome",
         "sadd": "webhooks:dead: a host whose death was delivered (host_dead)",
         "srem": "webhooks:dead: that host is alive again",
-        "set": "webhooks:cursor: the last event handed to the webhooks",
+        "set": "webhooks:cursor (the last event handed on); leader:strategy (a new leader's)",
         "hdel": "gang_holds: a multi-device task no longer keeps devices",
         "del": "gang_holds: a new leader rewrites it whole",
     },
@@ -306,9 +306,9 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
-    "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
-                  "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*", "bookings",
-                  "host:*",
+    "scheduler": ("leader", "leader:epoch", "leader:strategy", "task:*", "queue:*", "queues",
+                  "sig:*", "status:*", "deadlines", "avoid", "leases", "device:*", "idle",
+                  "idle:c:*", "bookings", "host:*",
                   "events", "sched:wake", "retries", "tenant_held", "host_held", "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "seq", "idem:*", "schedules:last"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from ..core import fleet
 from ..core.config import PoolConfig
-from ..core.connection import PoolConnection
+from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
 from ..core.replies import parse
@@ -190,6 +190,8 @@ class PoolAdmin(PoolConnection):
             raise InvalidInput("give 1 to 1,000 task ids")
         who = actor_args(by)
         out = self._run("task_priority", [str(priority), str(len(ids)), *ids, *who])
+        if self.priority_warnings and priority:
+            warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
 
     def paused(self) -> dict[str, Any] | None:

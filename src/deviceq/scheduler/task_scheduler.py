@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 
 import redis
 
-from ..core.connection import PoolConnection
+from ..core.connection import PoolConnection, record_strategy
 from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.replies import parse
@@ -46,11 +47,14 @@ from .strategies import (
     QueuedTask,
     Snapshot,
     get_strategy,
+    orders_by_priority,
 )
 
 DEFAULT_BATCH = 200
 EXPIRE_BUDGET_MS = 2.5  # Redis time per expiry call: it stops between items once spent
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
+
+logger = logging.getLogger("deviceq.scheduler")
 
 
 class TaskScheduler:
@@ -118,6 +122,12 @@ class TaskScheduler:
     def _elected(self) -> None:
         self.reader.forget_all()
         self.gangs.forget_all()
+        try:  # (what `status` and a command setting a priority name as in force)
+            record_strategy(
+                self.redis, self.keys, self.strategy_name, orders_by_priority(self.strategy)
+            )
+        except redis.RedisError as exc:
+            logger.warning("could not record the strategy in force: %s", exc)
 
     # -- accessors -------------------------------------------------------------------------------
     @property
