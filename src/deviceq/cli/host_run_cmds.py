@@ -10,7 +10,7 @@ import click
 
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
-from .app import Ctx, fail, host, pass_ctx
+from .app import Ctx, describe_error, fail, host, pass_ctx
 
 
 def _check_health_checks(
@@ -353,9 +353,10 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     try:
         per_pool = build_pool_settings(options, file_cfg, pools)
     except (ConfigError, InvalidInput) as exc:
+        # could not start (exit 2, as --help says): nothing started, nothing written
         if len(pools) == 1 and not isinstance(exc, DeviceSourceError):
-            raise
-        fail(str(exc), EXIT_START_REFUSED)  # nothing started, nothing written
+            fail(describe_error(exc) or str(exc), EXIT_START_REFUSED)
+        fail(str(exc), EXIT_START_REFUSED)
     logs.configure(ctx.log_format, ctx.log_level.upper())
     first, _ = per_pool[pools[0]]
     if first.api_url:  # one API serves one pool; no Redis to check from here

@@ -35,6 +35,7 @@ from .device_config import DeviceConfig
 from .device_lists import (
     SERIAL_RE,
     DeviceSourceError,
+    adb_unusable,
     coerce_device,
     device_id_for_serial,
     parse_adb_devices,
@@ -82,8 +83,9 @@ class DiscoverySpec:
         return "adb" if self.kind == "adb" else "command:" + shlex.join(self.argv)
 
     def parse_output(self, text: str) -> tuple[list[DeviceConfig], list[str]]:
-        if self.kind == "adb":
-            return parse_adb_devices(text)
+        if self.kind == "adb":  # (the unusable ones too: listed offline with their adb state)
+            devices, warnings = parse_adb_devices(text)
+            return devices + adb_unusable(text, devices), warnings
         return parse_json_lines(text, f"--discover {self}")
 
 

@@ -238,6 +238,8 @@ class PoolAdmin(PoolConnection):
         self, device_id: str, quarantined: bool = True, reason: str = "", by: str = ""
     ) -> str:
         """Take a device out of assignment (or release it and reset its failure count).
+        Returns ``quarantined``, ``released``, or ``not_quarantined`` (a release of a device
+        that was not quarantined: nothing changed).
         ``reason`` (at most 200 bytes, no control characters; '' = "operator") is stored as
         the device's ``quarantine_reason`` and carried by the ``device_quarantined`` event.
         ``by`` (an id; '' = "operator"): who, the events' and the change log's ``by``."""
