@@ -176,7 +176,7 @@ class Client(PoolConnection):
                 "retry_backoff": retry_backoff,
                 "tenant": tenant,
                 "roles": dict(roles) if roles is not None else None,
-                "not_before": not_before_of(not_before, delay),
+                "not_before": not_before_of(not_before, delay, self._server_time_s),
             }
         )
         return self.submit_many([spec])[0]

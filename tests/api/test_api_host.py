@@ -369,8 +369,9 @@ def test_host_run_checks_the_api_options_before_starting(deploy: Deployment) -> 
     for extra, code, why in (
         (["--api-url", "ftp://x"], 2, "invalid API URL"),  # a usage error
         (["--api-url", "https://u:p@x"], 2, "no credentials"),
-        (["--api-url", "http://x", "--api-ca", str(token)], 1, "https:// API URL"),
-        (["--api-ca", str(token)], 1, "applies with --api-url"),
+        # options that do not go together: could not start, exit 2 as `host run --help` says
+        (["--api-url", "http://x", "--api-ca", str(token)], 2, "https:// API URL"),
+        (["--api-ca", str(token)], 2, "applies with --api-url"),
     ):
         res = subprocess.run([*base, *extra], capture_output=True, text=True, env=env, timeout=60)
         assert res.returncode == code and why in res.stderr, (extra, res.stderr)

@@ -101,7 +101,8 @@ def task_artifacts(
     rec = recorded(admin, task_id, attempt)
     got: list[Path] = []
     if into is not None:
-        store = store_for(admin, store_url, parse_store_options(store_options))
+        store = store_for(admin, store_url, parse_store_options(store_options),
+                          (task_id, rec.attempt))  # fmt: skip
         got = download(store, admin.pool, task_id, rec, Path(into))
     show(task_id, rec.attempt, rec.files, rec.error, into, got, as_json)
 

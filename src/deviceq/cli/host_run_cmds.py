@@ -11,6 +11,7 @@ import click
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
 from .app import Ctx, describe_error, fail, host, pass_ctx
+from .lazy import DurationRange
 
 
 def _check_health_checks(
@@ -100,7 +101,7 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--discover-every",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     metavar="S",
     help="Seconds between discoveries [default: 5].",
 )
@@ -154,47 +155,49 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     metavar="DIST",
     help="sim: SECONDS | uniform:A,B | exp:MEAN | normal:MEAN,SD | lognormal:MEAN,SD.",
 )
-@click.option("--sim-min", type=float, help="sim: shortest run (uniform with --sim-max).")
-@click.option("--sim-max", type=float, help="sim: longest run.")
+@click.option(
+    "--sim-min", type=DurationRange(min=0), help="sim: shortest run (uniform with --sim-max)."
+)
+@click.option("--sim-max", type=DurationRange(min=0), help="sim: longest run.")
 @click.option("--sim-fail-rate", type=click.FloatRange(0, 1), help="sim: share of failures.")
 @click.option("--sim-error-rate", type=click.FloatRange(0, 1), help="sim: share of errors.")
 @click.option("--sim-seed", type=int, help="sim: random seed.")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="SIGTERM: seconds running tasks get to finish [default: 30].",
 )
 @click.option(
     "--task-timeout",
-    type=click.FloatRange(min=0),
+    type=DurationRange(min=0),
     help="Fail a run with `timeout` after SECONDS (0 = no limit) [default: 0]; a task's own "
     "`submit --timeout` may only shorten it.",
 )
 @click.option(
     "--stop-grace",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Seconds a stopped runner gets before it is killed [default: 5].",
 )
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Longest blocking inbox wait (jittered) [default: 2].",
 )
 @click.option(
     "--report-linger",
-    type=click.FloatRange(0, 1),
+    type=DurationRange(min=0, max=1),
     metavar="SECONDS",
     help="While other runs still go, a report waits this long for those that end meanwhile "
     "(one call for them all); 0 = each at once [default: 0.005].",
 )
 @click.option(
     "--heartbeat-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="[default: host_timeout/3 of the pool]",
 )
 @click.option(
     "--renew-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="[default: lease_ttl/3 of the pool]",
 )
 @click.option(
@@ -205,7 +208,7 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--device-check-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Seconds between device checks [default: 30].",
 )
 @click.option(
@@ -231,13 +234,13 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--health-every-seconds",
-    type=click.FloatRange(min=0),
+    type=DurationRange(min=0),
     help="Check a device again every S seconds; an unhealthy one is re-checked every S "
     "(60 when not given) [default: 0].",
 )
 @click.option(
     "--health-check-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="A check running longer is killed and the device unhealthy [default: 60].",
 )
 @click.option(

@@ -11,7 +11,7 @@ import click
 
 from ..core.errors import ConfigError
 from .app import Ctx, echo_json, main, pass_ctx, scheduler
-from .lazy import Lazy
+from .lazy import DurationRange, Lazy
 
 if TYPE_CHECKING:
     from ..scheduler.task_scheduler import TaskScheduler
@@ -46,7 +46,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"  # = deviceq.ops.metrics.DEFAULT_METRICS_HOST
 )
 @click.option(
     "--tick",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     default=Lazy("deviceq.scheduler.daemon:DEFAULT_TICK"),
     show_default=True,
     help="Seconds between passes when nothing wakes it (expiry).",

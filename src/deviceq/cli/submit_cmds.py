@@ -9,8 +9,8 @@ import click
 import redis
 
 from .app import Ctx, echo_json, fail, main, pass_ctx
-from .lazy import LazyFloatRange
-from .options import parse_duration_ms, parse_role_options, parse_time_s
+from .lazy import DurationRange
+from .options import parse_role_options, parse_time_s
 from .render import task_json
 from .via_api import submit_via_api, via_api
 
@@ -37,12 +37,12 @@ from .via_api import submit_via_api, via_api
 @click.option("--idempotency-key", help="A retried submit with the same key returns the same id.")
 @click.option(
     "--queue-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Fail as unschedulable after waiting this many seconds queued.",
 )
 @click.option(
     "--timeout",
-    type=LazyFloatRange("deviceq.core.models:MAX_TASK_TIMEOUT", min=0.001),
+    type=DurationRange("deviceq.core.models:MAX_TASK_TIMEOUT", min=0.001),
     metavar="SECONDS",
     help="Longest a run may take (up to 7 days): its host stops it then and the task fails "
     "with `timeout` (not counted against the device). The host's --task-timeout, when "
@@ -89,8 +89,9 @@ from .via_api import submit_via_api, via_api
 )
 @click.option(
     "--delay",
-    metavar="DURATION",
-    help="Queued, but not assigned for DURATION (90s, 10m, 2h, 1d; a bare number is seconds).",
+    type=DurationRange(min=0, max=365 * 86400),
+    help="Queued, but not assigned for DURATION (90s, 10m, 2h, 1d, 1h30m; a bare number is "
+    "seconds), counted by the Redis server's clock from the submission.",
 )
 @click.option(
     "--file",
@@ -117,7 +118,7 @@ def submit(
     retry_backoff: str | None,
     roles: tuple[str, ...],
     not_before: str | None,
-    delay: str | None,
+    delay: float | None,
     tasks_file: str | None,
     as_json: bool,
 ) -> None:
@@ -140,12 +141,15 @@ def submit(
     if not_before is not None and delay is not None:
         fail("give --not-before or --delay, not both", 2)
     after: float | None = None
+    delay_s: float | None = None
     if not_before is not None:
         after = parse_time_s(not_before, "--not-before")
     if delay is not None:
-        after = time.time() + parse_duration_ms(delay, "--delay") / 1000
+        delay_s = float(delay)
+        if ctx.client.__class__.__name__ == "ApiClient":  # (the API takes a time)
+            after, delay_s = time.time() + delay_s, None
     if tasks_file is not None:
-        if after is not None:
+        if after is not None or delay_s is not None:
             fail("--not-before and --delay are not for --file (give not_before per line)", 2)
         with said_on_stderr():
             submit_file(ctx, tasks_file, as_json, reject_unmatched)
@@ -169,13 +173,21 @@ def submit(
             tenant=tenant,
             roles=parse_role_options(roles) if roles else None,
             not_before=after,
+            **({"delay": delay_s} if delay_s is not None else {}),  # (counted by Redis time)
         )
-    for line in unknown_constraints(ctx, driver_type, sorted(set(tag_list))):
-        click.echo(f"warning: {line}", err=True)  # stderr: stdout stays the id (or --json)
+    warn_unknown_constraints(ctx, driver_type, tag_list)
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
     else:
         click.echo(task_id)
+
+
+def warn_unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> None:
+    """Say on stderr (stdout keeps the id or the JSON), one ``warning:`` line each, the driver
+    type and tags no registered device has (`unknown_constraints`): what ``submit`` and
+    ``schedule add`` both say."""
+    for line in unknown_constraints(ctx, driver_type, sorted(set(tags))):
+        click.echo(f"warning: {line}", err=True)
 
 
 def unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> list[str]:

@@ -185,6 +185,11 @@ class PoolConnection:
         sec, usec = self.redis.time()
         return int(sec) * 1000 + int(usec) // 1000
 
+    def _server_time_s(self) -> float:
+        """The Redis server's clock in seconds (what a delay counts from)."""
+        sec, usec = self.redis.time()
+        return int(sec) + int(usec) / 1_000_000
+
     def get_workflow(self, name: str) -> WorkflowDefinition:
         """A stored `WorkflowDefinition` (producers store them; hosts load them to run a
         workflow task). Raises NotFound."""
