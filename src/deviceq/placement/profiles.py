@@ -29,6 +29,7 @@ from .builtin import (
     HostCap,
     LeastRecentlyUsed,
     Match,
+    RetryElsewhere,
     TenantCap,
 )
 from .plugins import Filter, Permit, Plugin, QueueSort, Score
@@ -69,9 +70,10 @@ class Profile:
 REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
 """Anti-affinity, then faulty devices last: the refine stage of every built-in profile (and
 the correction of a registered whole-pass strategy's pairs)."""
-HOST_CAP: tuple[Permit, ...] = (HostCap(),)
-"""The pool's max_tasks_per_host: a permit of every built-in profile (it allows every pair
-while the cap is 0)."""
+HOST_CAP: tuple[Permit, ...] = (RetryElsewhere(), HostCap())
+"""A retry's wait for a device it did not fail on (`RetryElsewhere`), and the pool's
+max_tasks_per_host: permits of every built-in profile (each allows every pair while no retry
+waits, and while the cap is 0)."""
 
 PROFILES: dict[str, Profile] = {
     p.name: p

@@ -12,14 +12,17 @@ makes several), from what the heads carry or a cache."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.lane import batch
 from ..core.tenants import parse_tenant
-from ..placement.rows import Bucket, TenantShare
+from ..placement.builtin.anti_affinity import DEVICE_BLAMED
+from ..placement.rows import Bucket, QueuedTask, TenantShare
 from ..placement.view import Avoid
+from .device_cache import tagset
 from .host_load import host_cap_setting, read_host_tasks
 
 if TYPE_CHECKING:
@@ -143,3 +146,64 @@ def read_host_load(r: SnapshotReader, base: Base, buckets: list[Bucket]) -> dict
         return {"host_tasks": {}, "max_tasks_per_host": 0}
     hosts = {d.host_id for d in base.devices}
     return {"host_tasks": read_host_tasks(r.redis, r.keys, hosts), "max_tasks_per_host": cap}
+
+
+def blamed_at(raw: Any, now: int) -> int:
+    """When a task's last attempt (its JSON record, ``raw``) failed for a reason blamed on the
+    device (`DEVICE_BLAMED`): its end (Redis ms; ``now`` when not recorded); else 0."""
+    try:
+        rec = json.loads(raw) if raw else {}
+    except ValueError:
+        return 0
+    if not isinstance(rec, dict) or rec.get("failure_kind") not in DEVICE_BLAMED:
+        return 0
+    ended = rec.get("ended_at")
+    return int(ended) if isinstance(ended, int | float) and ended > 0 else now
+
+
+def with_wait(
+    r: SnapshotReader, heads: dict[str, tuple[QueuedTask, ...]], now: int
+) -> dict[str, tuple[QueuedTask, ...]]:
+    """Heads that are retries after a failure blamed on the device, with the time until
+    which they wait for another device (`QueuedTask.avoid_until`: the failure plus
+    ``retry_elsewhere_wait``), unless the pool has no other device matching them (its
+    registered device profiles, ``caps``). One round trip for the failures not seen
+    before, one for ``caps`` while some head waits; nothing while no head has an
+    anti-affinity record."""
+    if not r.avoiding or r.retry_wait_ms <= 0:
+        return heads
+    retries = [t for hs in heads.values() for t in hs if t.avoid_devices]
+    todo = [t for t in retries if (t.task_id, t.avoid_devices) not in r.blamed]
+    if todo:
+        pipe = batch(r.redis)
+        for t in todo:
+            pipe.execute_command("LINDEX", r.keys.attempts(t.task_id), -1)
+        if len(r.blamed) > 10_000:
+            r.blamed.clear()
+        for t, raw in zip(todo, pipe.execute(), strict=True):
+            r.blamed[(t.task_id, t.avoid_devices)] = blamed_at(raw, now)
+    waiting = {
+        t.task_id: until
+        for t in retries
+        if (until := r.blamed[(t.task_id, t.avoid_devices)] + r.retry_wait_ms) > now
+        and r.blamed[(t.task_id, t.avoid_devices)] > 0
+    }
+    if not waiting:
+        return heads
+    profiles = [
+        (d, tagset(tags), int(n))
+        for p, n in (r.redis.hgetall(r.keys.caps) or {}).items()
+        for d, _, tags in [str(p).partition("|")]
+        if str(n).lstrip("-").isdigit()
+    ]
+    out = {}
+    for sig, hs in heads.items():
+        drv, tags = r._sig_cache[sig][:2]
+        matching = sum(n for d, ts, n in profiles if (not drv or d == drv) and tags <= ts)
+        out[sig] = tuple(
+            replace(t, avoid_until=waiting[t.task_id])
+            if t.task_id in waiting and matching > len(t.avoid_devices)
+            else t
+            for t in hs
+        )
+    return out

@@ -33,6 +33,7 @@ from ..placement.pipeline import place
 from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
 from .gangs import GangPlanner
+from .inputs import with_wait
 from .leadership import Leadership
 from .pass_result import AssignResult
 from .plan import plan
@@ -267,6 +268,7 @@ class TaskScheduler:
                 break
             want.update(grow)
             heads, _ = self.reader.read_heads(want, heads)
+            heads = with_wait(self.reader, heads, base.now)
         return buckets, pairs, dropped
 
     def plan_pass(
