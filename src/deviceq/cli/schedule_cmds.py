@@ -82,6 +82,11 @@ def schedule_add(
     except InvalidInput as exc:
         raise _bad_input(exc) from None
     warn_unknown_constraints(ctx, spec.get("driver_type"), spec["tags"])  # (as submit does)
+    if spec.get("priority"):
+        from ..core.connection import priority_ignored
+
+        if line := priority_ignored(ctx.admin.redis, ctx.admin.keys):
+            click.echo(f"warning: {line}", err=True)
     row = s.public(None, _now(ctx))
     if as_json:
         echo_json(row)
