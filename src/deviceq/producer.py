@@ -214,7 +214,7 @@ class Client(PoolConnection):
                 exc.queued_ids = list(ids)
                 raise
             ids += [flat[i] for i in range(0, len(flat), 2)]
-        if self.priority_warnings and any(s.priority for s in validated):
+        if self.priority_warnings and any(s.priority and not s.retry_of for s in validated):
             warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return ids
 
