@@ -103,3 +103,20 @@ def test_host_run_that_cannot_start_exits_2(deploy: Deployment) -> None:
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "say how tasks run" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_answer_to_a_call_sent_before_an_outage_does_not_end_it() -> None:
+    """A long poll answered as the server goes away is no sign it is back: only a call sent
+    after the outage began ends it ("reachable again")."""
+    from deviceq.core.backoff import Outage
+
+    now = [100.0]
+    said: list[str] = []
+    o = Outage("api:1", lambda lvl, msg: said.append(msg), what="deviceq api",
+               clock=lambda: now[0])  # fmt: skip
+    o.failed(ConnectionError("refused"))
+    now[0] = 101.0
+    o.ok(sent=99.0)  # a long poll sent before the outage: answered, proves nothing
+    assert o.down and not any("reachable again" in m for m in said)
+    o.ok(sent=100.5)
+    assert not o.down and said[-1].startswith("deviceq api reachable again after")

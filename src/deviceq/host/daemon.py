@@ -395,7 +395,7 @@ class HostWorker:
                     claimed = self.waiter.wait_and_claim(self._wait_timeout(), len(free))
                 else:
                     claimed = self.host.claim(len(free))
-                self.outage.ok()
+                self.outage.ok(sent)  # (a long poll sent before an outage began ends none)
                 self.backoff.reset()
                 delay = 0.05
             except TRANSIENT as exc:
