@@ -190,7 +190,7 @@ class PoolAdmin(PoolConnection):
             raise InvalidInput("give 1 to 1,000 task ids")
         who = actor_args(by)
         out = self._run("task_priority", [str(priority), str(len(ids)), *ids, *who])
-        if self.priority_warnings and priority:
+        if self.priority_warnings and priority and any(str(r) == "ok" for r in out):
             warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
 
