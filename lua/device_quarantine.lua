@@ -7,7 +7,7 @@
 --- @include "lib/eligibility"
 --- @include "lib/history"
 -- device_quarantine.lua: take a device out of (1) or put it back into (0) assignment, by an
--- operator. Unquarantine also resets its consecutive failure count. The owning host's daemon
+-- operator. Unquarantine also resets its consecutive failure count (of a quarantined device). The owning host's daemon
 -- is told at once (host:ID:ctl). The reason (default "operator") is stored as the device's
 -- quarantine_reason and carried by the device_quarantined event; both changes are written to
 -- the device's change log (device:ID:log).
@@ -17,7 +17,8 @@
 --          the events' and the change log's `by`]
 -- Keys     reads/writes device:ID, device:ID:log, idle, idle:c:*, qdrivers, faults, host:ID:ctl,
 --          host:ID:quarantined, events, sched:wake; reads config
--- Returns  "quarantined" | "released"
+-- Returns  "quarantined" | "released" | "not_quarantined" (unquarantine of a device that is not
+--          quarantined: nothing changed, its failure count included)
 -- Errors   NOT_FOUND (no device), INVALID
 local did, flag, reason, by = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 if not valid_id(did) then return fail('INVALID', 'malformed device id') end
@@ -49,15 +50,14 @@ if flag == '1' then
   end
   return 'quarantined'
 end
+if d[4] ~= '1' then return 'not_quarantined' end  -- (nothing changed)
 redis.call('HSET', dk, 'quarantined', '0', 'consecutive_failures', '0', 'attention', '', 'quarantine_reason', '')
 redis.call('HDEL', k('faults'), did)
 redis.call('SREM', k('host', d[1], 'quarantined'), did)
-if d[4] == '1' then
-  count(-1)
-  ctl(d[1], 'quarantine')
-  emit('device_unquarantined', 'device', did, 'host', d[1], 'by', by)
-  device_log(did, {event = 'unquarantined', by = by})
-end
+count(-1)
+ctl(d[1], 'quarantine')
+emit('device_unquarantined', 'device', did, 'host', d[1], 'by', by)
+device_log(did, {event = 'unquarantined', by = by})
 local _, added = refresh_idle(did, gate(did))
 if added then wake(k('sched', 'wake')) end
 return 'released'

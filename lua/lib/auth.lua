@@ -8,13 +8,13 @@
 -- with `more` (field names of the host hash), also their values, read in the same HMGET.
 local function auth_host(host_id, token, session, more)
   if not valid_id(host_id) then return nil, fail('AUTH', 'malformed host id') end
-  if type(token) ~= 'string' or #token < 16 or #token > 256 then
-    return nil, fail('AUTH', 'wrong token for host ' .. host_id)
-  end
   local hk = k('host', host_id)
   local h = redis.call('HMGET', hk, 'token_digest', 'session', unpack(more or {}))
-  if not h[1] then
-    return nil, fail('AUTH', 'host ' .. host_id .. ' is not registered in this pool (removed?)')
+  if not h[1] then  -- (whatever the token: an unknown host is said to be one)
+    return nil, fail('AUTH', 'unknown host ' .. host_id .. ': not registered in this pool (removed?)')
+  end
+  if type(token) ~= 'string' or #token < 16 or #token > 256 then
+    return nil, fail('AUTH', 'wrong token for host ' .. host_id)
   end
   if h[1] ~= 'sha1:' .. redis.sha1hex(token) then
     return nil, fail('AUTH', 'wrong token for host ' .. host_id .. ' (rotated?)')

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -369,8 +370,9 @@ def test_host_run_checks_the_api_options_before_starting(deploy: Deployment) -> 
     for extra, code, why in (
         (["--api-url", "ftp://x"], 2, "invalid API URL"),  # a usage error
         (["--api-url", "https://u:p@x"], 2, "no credentials"),
-        (["--api-url", "http://x", "--api-ca", str(token)], 1, "https:// API URL"),
-        (["--api-ca", str(token)], 1, "applies with --api-url"),
+        # options that do not go together: could not start, exit 2 as `host run --help` says
+        (["--api-url", "http://x", "--api-ca", str(token)], 2, "https:// API URL"),
+        (["--api-ca", str(token)], 2, "applies with --api-url"),
     ):
         res = subprocess.run([*base, *extra], capture_output=True, text=True, env=env, timeout=60)
         assert res.returncode == code and why in res.stderr, (extra, res.stderr)
@@ -410,3 +412,23 @@ def test_heartbeats_through_the_api_are_deltas(deploy: Deployment, api: ApiServe
     calls.clear()
     host.heartbeat([snap[0]])  # the full snapshot moved Redis' version on: it asks for it all
     assert [(m, s) for m, _, s in calls] == [("delta", "full"), ("full", "part"), ("commit", "ok")]
+
+
+def test_a_drain_with_the_api_down_and_nothing_running_ends_at_once(
+    deploy: Deployment, api: ApiServer
+) -> None:
+    """Drained (SIGTERM) while the API is down and nothing runs: the daemon ends at once
+    instead of waiting out its grace period, and never says the API is reachable again."""
+    proc = api_host(deploy, api, "h1", "d1:android", extra=("--grace", "60", "--command", "true"))
+    wait_for(lambda: "host worker started" in deploy.log("h1"), 30, "the host to start")
+    wait_for(lambda: deploy.admin.host("h1").alive, 30, "the host's first heartbeat")
+    api.kill()
+    wait_for(lambda: "api unreachable" in deploy.log("h1"), 30, "the host to see the API down")
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    took = time.monotonic() - began
+    assert took < 10, f"the drain took {took:.1f}s with nothing running (grace 60s)"
+    log = deploy.log("h1")
+    assert "reachable again" not in log, log[-3000:]
+    assert "draining" in log

@@ -105,11 +105,10 @@ def test_bad_timeouts_are_refused_by_producer_cli_and_script(
             c.submit_many([{"goal": "x"}, {"goal": "y", "timeout": bad}])
     with pytest.raises(InvalidInput, match="roles cannot have a timeout"):
         c.submit("x", roles={"a": "android"}, timeout=5)
-    for bad in ("0", "-1", "abc", "604801", "inf"):
+    # (nan is no duration: a usage error like the others, as the one duration syntax says)
+    for bad in ("0", "-1", "abc", "604801", "inf", "nan"):
         res = run_cli(redis_server.url, real_fleet.pool, "submit", "x", "--timeout", bad)
         assert res.exit_code == 2 and "--timeout" in res.stderr, res.stderr
-    res = run_cli(redis_server.url, real_fleet.pool, "submit", "x", "--timeout", "nan")
-    assert res.exit_code == 1 and res.stderr.startswith("error: InvalidInput: timeout: must be")
     assert real_fleet.r.zcard(keys.status("queued")) == 0  # nothing was stored
 
     # the script checks its 16th field itself (a client that skips the Python checks)

@@ -51,7 +51,15 @@ def test_adb_output_gives_one_android_device_per_serial_in_state_device() -> Non
             "android", ("device=y", "model=odd_model_name", "product=x"),
             "adb-R5CT.._adb-tls-connect._tcp"),
     }  # fmt: skip
-    assert warnings == []  # unauthorized and offline devices are not usable: left out quietly
+    assert warnings == []  # unauthorized and offline devices: not usable (listed offline below)
+    spec = DiscoverySpec.parse("adb")
+    listed, _ = spec.parse_output(ADB_OUTPUT)
+    offline = {d.device_id: (d.state.value, d.reason) for d in listed if d.state.value != "idle"}
+    until = "not usable until adb lists it as device"
+    assert offline == {
+        "R5CT1234ABC": ("offline", f"adb state unauthorized: {until}"),
+        "0123456789ABCDEF": ("offline", f"adb state offline: {until}"),
+    }
 
 
 def test_adb_serials_that_are_no_id_map_to_one_deterministically_and_bad_ones_are_named() -> None:
@@ -312,7 +320,12 @@ def test_adb_discovery_devices_appear_and_disappear_and_runners_see_the_serial(
     dev = device(d.admin, "192.168.1.5-5555")
     assert dev["driver_type"] == "android"
     assert dev["tags"] == "device=panther,model=Pixel_7,product=panther"
-    assert not device(d.admin, "emulator-5554"), "an offline serial is not a device"
+    # an offline serial is listed, offline, with its adb state (never dropped without a word)
+    wait_for(lambda: device(d.admin, "emulator-5554"), 20, "the offline serial listed")
+    off = device(d.admin, "emulator-5554")
+    assert off["state"] == "offline" and "adb state offline" in off["reason"], off
+    listed = deviceq(d.url, d.pool, "device", "list", "--state", "offline")
+    assert "emulator-5554" in listed.stdout and "adb state" in " ".join(listed.stdout.split())
     tid = d.client.submit("x", driver_type="android")
     t = d.client.wait(tid, timeout=30)
     assert t.status is TaskStatus.done

@@ -425,7 +425,7 @@ def test_host_run_with_a_wrong_token_fails_in_one_line(deploy: Deployment) -> No
     proc = subprocess.run(run,
                           env={k: v for k, v in os.environ.items() if k != "DEVICEQ_HOST_TOKEN"},
                           capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert proc.returncode == 1 and "a host token is required" in proc.stderr
+    assert proc.returncode == 2 and "a host token is required" in proc.stderr  # could not start
 
 
 def test_host_run_config_file_merges_under_options(tmp_path: Path) -> None:

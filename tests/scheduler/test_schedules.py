@@ -60,7 +60,7 @@ def test_add_list_pause_resume_remove_through_the_cli(cli: Any, real_r: redis.Re
               "--driver-type", "android", "--tag", "wifi,camera", "--priority", "3",
               "--tenant", "qa", "--timeout", "600", "--max-attempts", "2")  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("schedule nightly added: 0 2 * * * (UTC), next run 20")
+    assert res.stdout.startswith("schedule nightly added: 0 2 * * * (UTC), next run 20")
     assert cli("schedule", "add", "hourly", "--cron", "@hourly", "--workflow", "wf").exit_code == 0
 
     res = cli("schedule", "list")

@@ -52,7 +52,7 @@ class Call:
             self.ctx.keys.host(self.host_id), "token_digest", "session"
         )
         if not digest:
-            raise AuthError(f"host {self.host_id} is not registered in this pool (removed?)")
+            raise AuthError(f"unknown host {self.host_id}: not registered in this pool (removed?)")
         if not hmac.compare_digest(str(digest), token_digest(self.token)):
             raise AuthError(f"wrong token for host {self.host_id} (rotated?)")
         if session and str(current or "") != self.session:

@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from ..artifacts.records import Recorded, recorded, store_for
 from ..artifacts.store import CHUNK, StoredFileRefused
 from ..core import json_bounded
+from ..core.connection import priority_ignored
 from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
@@ -186,6 +187,7 @@ class ProducerApi:
         self.ctx = ctx
         self.tokens = TokenStore(ctx.redis, ctx.keys)
         self.client = Client(ctx.redis, ctx.pool)
+        self.client.priority_warnings = False  # (answered as ``warnings``: see `_warnings`)
         self.waiter = Client(ctx.blocker, ctx.pool)  # blocking reads: their own connections
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -204,7 +206,7 @@ class ProducerApi:
         if not isinstance(body, dict):
             raise InvalidInput("the request body must be a JSON object of task fields")
         ids = await self.call(self.client.submit_many, [_signed(body, token)])
-        return JSONResponse({"id": ids[0]}, status_code=201)
+        return JSONResponse({"id": ids[0], **await self._warnings([body])}, status_code=201)
 
     async def submit_batch(self, request: Request) -> Response:
         """Submit many tasks at once.
@@ -222,7 +224,15 @@ class ProducerApi:
         if not all(isinstance(t, dict) for t in tasks):
             raise InvalidInput("every task of a batch must be a JSON object of task fields")
         ids = await self.call(self.client.submit_many, [_signed(t, token) for t in tasks])
-        return JSONResponse({"ids": ids}, status_code=201)
+        return JSONResponse({"ids": ids, **await self._warnings(tasks)}, status_code=201)
+
+    async def _warnings(self, tasks: list[Any]) -> dict[str, list[str]]:
+        """``{"warnings": [LINE]}`` when a task was given a priority the strategy in force
+        ignores (`deviceq.core.connection.priority_ignored`), else nothing."""
+        if not any(t.get("priority") for t in tasks):
+            return {}
+        line = await self.call(priority_ignored, self.client.redis, self.client.keys)
+        return {"warnings": [line]} if line else {}
 
     async def get(self, request: Request) -> Response:
         """One task with its attempt history: the JSON of ``deviceq task show --json``."""

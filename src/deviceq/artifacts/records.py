@@ -56,11 +56,41 @@ def recorded_all(conn: Any, task_id: str) -> dict[int, Recorded]:
     return out
 
 
+def local_default_url(pool: str, task_id: str, attempt: int) -> str | None:
+    """Where a host daemon of this machine and user keeps artifacts when no store is named
+    (its default ``--state-dir``'s ``artifacts`` folder, `deviceq.host.artifacts`), as a
+    ``file://`` URL, when it holds this attempt's folder and can be read; else None."""
+    from ..host.artifacts import default_state_dir
+
+    root = default_state_dir() / "artifacts"
+    folder = root / pool / task_id / str(int(attempt))
+    if folder.is_dir() and os.access(folder, os.R_OK | os.X_OK):
+        return f"file://{root.resolve()}"
+    return None
+
+
 def store_for(
-    conn: Any, url: str | None, options: Mapping[str, str] | None = None
+    conn: Any,
+    url: str | None,
+    options: Mapping[str, str] | None = None,
+    attempt: tuple[str, int] | None = None,
 ) -> ArtifactStore:
-    """The store named by ``url``, else by the pool's ``artifact_store`` setting."""
-    return ArtifactStore(url or conn.config().artifact_store, options)
+    """The store named by ``url``, else by the pool's ``artifact_store`` setting, else, for
+    the ``attempt`` (task id, number) to download, the artifacts folder a host daemon of this
+    machine uploads to when nothing is configured (`local_default_url`: a one-machine lab
+    downloads without configuring anything)."""
+    chosen = url or conn.config().artifact_store
+    if not chosen and attempt is not None:
+        chosen = local_default_url(conn.pool, attempt[0], attempt[1]) or ""
+    if not chosen:
+        from ..host.artifacts import default_state_dir
+
+        where = default_state_dir() / "artifacts"
+        raise ConfigError(
+            "no artifact store: give --artifact-store URL or set the pool's artifact_store "
+            f"(a host of this machine with no store keeps them in {where}: not here)"
+        )
+    return ArtifactStore(chosen, options)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from .app import Ctx, echo_json, fail, main, pass_ctx
+from .lazy import DurationRange
 from .proxies import proxy_settings, trusted_proxy_option
 from .render import fmt_ms
 from .tracing_option import otel_option
@@ -52,7 +53,7 @@ DEFAULT_PORT = 8300
 )
 @click.option(
     "--max-wait",
-    type=click.FloatRange(0.1, 600),
+    type=DurationRange(min=0.1, max=600),
     default=None,
     metavar="SECONDS",
     help="Longest a long poll (task wait) holds a request. Default 30.",
@@ -67,7 +68,7 @@ DEFAULT_PORT = 8300
 )
 @click.option(
     "--auth-window",
-    type=click.FloatRange(1, 86_400),
+    type=DurationRange(min=1, max=86_400),
     default=60.0,
     show_default=True,
     metavar="SECONDS",

@@ -128,7 +128,8 @@ def task_artifacts(
     got: list[Path] = []
     failed: list[str] = []
     if into is not None:
-        store = store_for(admin, store_url, parse_store_options(store_options))
+        store = store_for(admin, store_url, parse_store_options(store_options),
+                          (task_id, rec.attempt))  # fmt: skip
         res = download(store, admin.pool, task_id, rec, Path(into))
         got, failed = res.paths, res.failed
     show(task_id, rec.attempt, rec.files, rec.error, into, got, as_json, failed)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -192,3 +194,24 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@contextlib.contextmanager
+def said_on_stderr() -> Iterator[None]:
+    """Within: a `PriorityIgnored` warning a library call gives is printed as one
+    ``warning: ...`` line on stderr (once per text; stdout keeps what a script reads)."""
+    from ..core.connection import PriorityIgnored
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PriorityIgnored)
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for w in caught:
+                text = str(w.message)
+                if issubclass(w.category, PriorityIgnored) and text not in seen:
+                    seen.add(text)
+                    click.echo(f"warning: {text}", err=True)
+                elif not issubclass(w.category, PriorityIgnored):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

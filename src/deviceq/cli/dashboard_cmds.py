@@ -79,7 +79,14 @@ def dashboard(
             fail(str(exc))
     ctx.preflight(need_reachable=True)
     app = create_app(ctx.client, token)
-    mode = "operator actions need a login with the token" if token else "read-only"
+    from ..dashboard.users import UserStore
+
+    if UserStore(ctx.client.redis, ctx.client.keys).configured():
+        mode = "users log in by name and password: deviceq dashboard user list"
+    elif token:
+        mode = "operator actions need a login with the token"
+    else:
+        mode = "read-only: no --operator-token-file and no dashboard users"
     click.echo(f"deviceq dashboard of pool {ctx.pool} on http://{bind_host}:{port} ({mode})")
     uvicorn.run(
         app,

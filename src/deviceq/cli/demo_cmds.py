@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from .app import Ctx, echo_json, main
-from .lazy import LazyChoice, resolve
+from .lazy import DurationRange, LazyChoice, resolve
 
 
 @main.command()
@@ -38,7 +38,7 @@ from .lazy import LazyChoice, resolve
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(2, 300),
+    type=DurationRange(min=2, max=300),
     default=20.0,
     show_default=True,
     help="Seconds of the scenario: tasks are submitted over the first half, a host "

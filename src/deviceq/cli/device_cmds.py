@@ -23,13 +23,14 @@ from .render import fmt_ms
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
 def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
-    """List devices with their effective state and why: idle, reserved (holds a lease), busy,
+    """List devices with their effective state and why: idle, reserved (a lease holds it: the
+    table shows "running" once its host runs the task, "assigned" before), busy,
     offline, draining (its host is drained: shown as "idle (draining)"), suspect (a lease on
     it expired), held (its host refused an assignment), quarantined, or host_dead (its host
     stopped heartbeating), or booked (reserved for a person with `deviceq reserve`: the why
     column says by whom and until when), checking (its host's health check runs on it) or
     unhealthy (its last health check failed: the why column has the reason). A device of a
-    draining host that still runs work shows e.g. "reserved (draining)"; JSON has
+    draining host that still runs work shows e.g. "running (draining)"; JSON has
     "host_draining": true|false, "reservation": null or {"reserved_by": NOTE,
     "reserved_until": MS, "reserved_at": MS} (the top-level "reserved_by" is the task whose
     lease holds the device) and the health fields (see `device show`).
@@ -58,6 +59,7 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
         )
         return
     table = Table()
+    statuses = lease_statuses(ctx, [d for d, _ in rows])
     for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why"):
         table.add_column(col)
     for d, s in rows:
@@ -66,13 +68,33 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
         if s == "draining":
             color, shown = "yellow", f"{d.state.value} (draining)"
         elif d.host_id in draining and s != "host_dead":
-            shown = f"{s} (draining)"  # finishes its work, then gets none
+            shown = f"{shown_state(d, s, statuses)} (draining)"  # finishes, then gets none
         else:
-            shown = s
+            shown = shown_state(d, s, statuses)
         table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
                       f"[{color}]{shown}[/]", d.reserved_by or "-", str(d.consecutive_failures),
                       st.device_reason(d, s, booked.get(d.device_id)) or "-")  # fmt: skip
     console_for_tables().print(table)
+
+
+def lease_statuses(ctx: Ctx, devices: list[Any]) -> dict[str, str]:
+    """The status of the task whose lease holds each of ``devices`` (one round trip)."""
+    held = [d.reserved_by for d in devices if d.reserved_by]
+    if not held:
+        return {}
+    pipe = ctx.admin.redis.pipeline(transaction=False)
+    for task_id in held:
+        pipe.hget(ctx.admin.keys.task(task_id), "status")
+    return {t: str(s or "") for t, s in zip(held, pipe.execute(), strict=True)}
+
+
+def shown_state(d: Any, state: str, statuses: dict[str, str]) -> str:
+    """The state word a table shows: a device a lease holds (effective state ``reserved``,
+    as JSON says) is ``running`` once its host started the task (dispatched), else
+    ``assigned`` (waiting for its host to claim it)."""
+    if state != "reserved":
+        return state
+    return "running" if statuses.get(d.reserved_by or "") == "dispatched" else "assigned"
 
 
 @device.command("show")
@@ -114,7 +136,7 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
         ("host", d.host_id + (" (draining)" if draining else "")),
         ("driver type", d.driver_type),
         ("tags", ",".join(d.tags) or "-"),
-        ("state", state),
+        ("state", shown_state(d, state, lease_statuses(ctx, [d]))),
         ("why", data["why"] or "-"),
         ("task", d.reserved_by or "-"),
         ("reserved by", resv.reserved_by if resv else "-"),
@@ -197,6 +219,8 @@ def _quarantine(ctx: Ctx, device_id: str, flag: bool, as_json: bool, reason: str
         echo_json({"device_id": device_id, "result": res})
     elif flag:
         click.echo(f"{device_id} quarantined: it gets no new work")
+    elif res == "not_quarantined":
+        click.echo(f"{device_id} was not quarantined: nothing changed")
     else:
         click.echo(f"{device_id} released from quarantine (failure count reset)")
 

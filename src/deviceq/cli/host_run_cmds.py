@@ -10,7 +10,8 @@ import click
 
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
-from .app import Ctx, fail, host, pass_ctx
+from .app import Ctx, describe_error, fail, host, pass_ctx
+from .lazy import DurationRange
 from .tracing_option import otel_option
 
 
@@ -101,7 +102,7 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--discover-every",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     metavar="S",
     help="Seconds between discoveries [default: 5].",
 )
@@ -155,47 +156,49 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     metavar="DIST",
     help="sim: SECONDS | uniform:A,B | exp:MEAN | normal:MEAN,SD | lognormal:MEAN,SD.",
 )
-@click.option("--sim-min", type=float, help="sim: shortest run (uniform with --sim-max).")
-@click.option("--sim-max", type=float, help="sim: longest run.")
+@click.option(
+    "--sim-min", type=DurationRange(min=0), help="sim: shortest run (uniform with --sim-max)."
+)
+@click.option("--sim-max", type=DurationRange(min=0), help="sim: longest run.")
 @click.option("--sim-fail-rate", type=click.FloatRange(0, 1), help="sim: share of failures.")
 @click.option("--sim-error-rate", type=click.FloatRange(0, 1), help="sim: share of errors.")
 @click.option("--sim-seed", type=int, help="sim: random seed.")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="SIGTERM: seconds running tasks get to finish [default: 30].",
 )
 @click.option(
     "--task-timeout",
-    type=click.FloatRange(min=0),
+    type=DurationRange(min=0),
     help="Fail a run with `timeout` after SECONDS (0 = no limit) [default: 0]; a task's own "
     "`submit --timeout` may only shorten it.",
 )
 @click.option(
     "--stop-grace",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Seconds a stopped runner gets before it is killed [default: 5].",
 )
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Longest blocking inbox wait (jittered) [default: 2].",
 )
 @click.option(
     "--report-linger",
-    type=click.FloatRange(0, 1),
+    type=DurationRange(min=0, max=1),
     metavar="SECONDS",
     help="While other runs still go, a report waits this long for those that end meanwhile "
     "(one call for them all); 0 = each at once [default: 0.005].",
 )
 @click.option(
     "--heartbeat-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="[default: host_timeout/3 of the pool]",
 )
 @click.option(
     "--renew-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="[default: lease_ttl/3 of the pool]",
 )
 @click.option(
@@ -206,7 +209,7 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--device-check-interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Seconds between device checks [default: 30].",
 )
 @click.option(
@@ -232,13 +235,13 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @click.option(
     "--health-every-seconds",
-    type=click.FloatRange(min=0),
+    type=DurationRange(min=0),
     help="Check a device again every S seconds; an unhealthy one is re-checked every S "
     "(60 when not given) [default: 0].",
 )
 @click.option(
     "--health-check-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="A check running longer is killed and the device unhealthy [default: 60].",
 )
 @click.option(
@@ -371,9 +374,10 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
     try:
         per_pool = build_pool_settings(options, file_cfg, pools)
     except (ConfigError, InvalidInput) as exc:
+        # could not start (exit 2, as --help says): nothing started, nothing written
         if len(pools) == 1 and not isinstance(exc, DeviceSourceError):
-            raise
-        fail(str(exc), EXIT_START_REFUSED)  # nothing started, nothing written
+            fail(describe_error(exc) or str(exc), EXIT_START_REFUSED)
+        fail(str(exc), EXIT_START_REFUSED)
     logs.configure(ctx.log_format, ctx.log_level.upper())
     first, _ = per_pool[pools[0]]
     if first.api_url:  # one API serves one pool; no Redis to check from here

@@ -94,18 +94,29 @@ def values_of(path: str) -> Callable[[], list[str]]:
 TASK_STATUSES = values_of("deviceq.core.vocabulary:TaskStatus")
 
 
-class LazyFloatRange(click.FloatRange):
-    """`click.FloatRange` whose upper bound is read from ``package.module:name`` when an
-    option is parsed or its help shown."""
+class DurationRange(click.FloatRange):
+    """`click.FloatRange` of seconds that reads the one duration syntax
+    (`deviceq.core.validation.parse_duration_s`: ``90``, ``90s``, ``5m``, ``1h30m``, ``1d``),
+    with an upper bound read from ``max_from`` (``package.module:name``) when given."""
 
-    def __init__(self, max_from: str, **kwargs: Any) -> None:
+    name = "duration"
+
+    def __init__(self, max_from: str | None = None, **kwargs: Any) -> None:
         self._max_from = max_from
         super().__init__(**kwargs)
 
-    @property
-    def max(self) -> float:
-        return float(resolve(self._max_from))
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            from ..core.errors import InvalidInput
+            from ..core.validation import parse_duration_s
 
-    @max.setter
-    def max(self, value: float | None) -> None:
-        """(The bound is always ``max_from``'s value.)"""
+            try:
+                value = parse_duration_s(value)
+            except InvalidInput as exc:
+                self.fail(str(exc), param, ctx)
+        if self._max_from is not None:
+            self.max = float(resolve(self._max_from))
+        return super().convert(value, param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        return "DURATION"

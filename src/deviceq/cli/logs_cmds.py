@@ -12,6 +12,7 @@ import click
 
 from ..core.errors import NotFound
 from .app import Ctx, fail, pass_ctx, task
+from .lazy import DurationRange
 from .render import visible
 from .via_api import via_api
 
@@ -87,7 +88,7 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing as the run writes, until the attempt ends; exit 0 when it "
               "ended done, 1 when it failed or was cancelled (like `task wait`).")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+@click.option("--timeout", type=DurationRange(min=0), default=None,
               help="With --follow: give up after SECONDS (exit 124).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True,
               help='One JSON object per chunk: {"time_ms", "stream": "stdout"|"stderr"|"log", '

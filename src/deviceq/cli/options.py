@@ -4,7 +4,6 @@ filters of the bulk commands (``task list|cancel|retry|wait``) with the selectio
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, fields
@@ -38,26 +37,20 @@ def parse_role_options(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-
-
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-
-
 def parse_duration_ms(text: str, option: str) -> int:
-    """``90``, ``90s``, ``10m``, ``2h``, ``1d``, ``1w`` (or ``500ms``) as ms; InvalidInput."""
-    m = _DURATION.match(text)
-    if not m:
-        raise InvalidInput(
-            f"{option}: {text!r} is not a duration (e.g. 90s, 10m, 2h, 1d; a bare number is "
-            "seconds)"
-        )
-    return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "s"])
+    """A duration option's text as ms (`deviceq.core.validation.parse_duration_s`, the one
+    syntax); InvalidInput naming the option."""
+    from ..core.validation import parse_duration_s
+
+    try:
+        return round(parse_duration_s(text) * 1000)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{option}: {exc}") from None
 
 
 def parse_since_ms(text: str, now_ms: int) -> int:
     """``--since``: a duration ago (``1h``) or an ISO 8601 time (UTC unless it names a zone)."""
-    if _DURATION.match(text):
+    if text.strip()[:1].isdigit() and "-" not in text and ":" not in text:  # (not a time)
         return now_ms - parse_duration_ms(text, "--since")
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))

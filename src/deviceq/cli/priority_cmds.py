@@ -7,7 +7,7 @@ import sys
 import click
 
 from .app import Ctx, echo_json, pass_ctx, task
-from .context import actor
+from .context import actor, said_on_stderr
 
 
 @task.command("set-priority")
@@ -28,7 +28,8 @@ def task_set_priority(ctx: Ctx, task_ids: tuple[str, ...], priority: int, as_jso
     from ..core.replies import parse
     from ..core.vocabulary import ReplyCode
 
-    result = ctx.admin.set_priority(task_ids, priority, actor())
+    with said_on_stderr():  # (a priority the strategy in force ignores: one line)
+        result = ctx.admin.set_priority(task_ids, priority, actor())
     replies = {tid: parse(r) for tid, r in result.items()}
     if as_json:
         echo_json(result)

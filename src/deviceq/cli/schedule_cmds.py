@@ -11,6 +11,7 @@ from ..core.errors import InvalidInput
 from .app import Ctx, echo_json, main, pass_ctx
 from .options import parse_role_options
 from .submit_cmds import submit as _submit_cmd
+from .submit_cmds import warn_unknown_constraints
 
 SUBMIT_OPTIONS = (
     "workflow_name", "driver_type", "tags", "priority", "max_attempts", "queue_timeout",
@@ -80,6 +81,12 @@ def schedule_add(
         s = _store(ctx).add(name, cron, spec)
     except InvalidInput as exc:
         raise _bad_input(exc) from None
+    warn_unknown_constraints(ctx, spec.get("driver_type"), spec["tags"])  # (as submit does)
+    if spec.get("priority"):
+        from ..core.connection import priority_ignored
+
+        if line := priority_ignored(ctx.admin.redis, ctx.admin.keys):
+            click.echo(f"warning: {line}", err=True)
     row = s.public(None, _now(ctx))
     if as_json:
         echo_json(row)

@@ -11,7 +11,7 @@ import click
 
 from ..core.errors import ConfigError
 from .app import Ctx, echo_json, main, pass_ctx, scheduler
-from .lazy import Lazy
+from .lazy import DurationRange, Lazy
 from .tracing_option import otel_option
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ DEFAULT_METRICS_HOST = (
 )
 @click.option(
     "--tick",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     default=Lazy("deviceq.scheduler.daemon:DEFAULT_TICK"),
     show_default=True,
     help="Seconds between passes when nothing wakes it (expiry).",

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from .app import Ctx, console_for_tables, echo_json, main, pass_ctx
+from .lazy import DurationRange
 from .status_view import render_all_pools, render_status
 
 
@@ -17,7 +18,7 @@ from .status_view import render_all_pools, render_status
 @click.option("--watch", is_flag=True, help="Keep refreshing until Ctrl-C.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=DurationRange(min=0.1),
     default=2.0,
     show_default=True,
     help="Seconds between refreshes with --watch.",

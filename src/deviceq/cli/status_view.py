@@ -15,6 +15,17 @@ def _constraints(driver_type: str | None, tags: list[str] | tuple[str, ...]) -> 
     return " ".join(filter(None, [driver_type or "*", *tags]))
 
 
+def _strategy_shown(data: dict[str, Any]) -> bool:
+    """The strategy in force is named when it is not the default, or when it ignores the
+    priority of some queued task (``--json`` always has it)."""
+    st = data.get("strategy")
+    if not st:
+        return False
+    if st["recorded"] and st["name"] != "fifo_match":
+        return True
+    return not st["orders_by_priority"] and any(q.get("priority") for q in data["queues"])
+
+
 def render_status(data: dict[str, Any]) -> RenderableType:
     """The rich view of ``status.pool_status`` data."""
     from rich.console import Group
@@ -28,6 +39,11 @@ def render_status(data: dict[str, Any]) -> RenderableType:
         (data["pool"], "bold"),
         ("   leader ", "dim"),
         (f"{lead['owner']} (epoch {lead['epoch']})" if lead else "none", "" if lead else "yellow"),
+        *(
+            [("   strategy ", "dim"), (data["strategy"]["text"], "")]
+            if _strategy_shown(data)
+            else []
+        ),
         *(
             [
                 ("   PAUSED", "bold yellow"),

@@ -9,8 +9,8 @@ import click
 import redis
 
 from .app import Ctx, echo_json, fail, main, pass_ctx
-from .lazy import LazyFloatRange
-from .options import parse_duration_ms, parse_role_options, parse_time_s
+from .lazy import DurationRange
+from .options import parse_role_options, parse_time_s
 from .render import task_json
 from .via_api import submit_via_api, via_api
 
@@ -37,12 +37,12 @@ from .via_api import submit_via_api, via_api
 @click.option("--idempotency-key", help="A retried submit with the same key returns the same id.")
 @click.option(
     "--queue-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DurationRange(min=0, min_open=True),
     help="Fail as unschedulable after waiting this many seconds queued.",
 )
 @click.option(
     "--timeout",
-    type=LazyFloatRange("deviceq.core.models:MAX_TASK_TIMEOUT", min=0.001),
+    type=DurationRange("deviceq.core.models:MAX_TASK_TIMEOUT", min=0.001),
     metavar="SECONDS",
     help="Longest a run may take (up to 7 days): its host stops it then and the task fails "
     "with `timeout` (not counted against the device). The host's --task-timeout, when "
@@ -89,8 +89,9 @@ from .via_api import submit_via_api, via_api
 )
 @click.option(
     "--delay",
-    metavar="DURATION",
-    help="Queued, but not assigned for DURATION (90s, 10m, 2h, 1d; a bare number is seconds).",
+    type=DurationRange(min=0, max=365 * 86400),
+    help="Queued, but not assigned for DURATION (90s, 10m, 2h, 1d, 1h30m; a bare number is "
+    "seconds), counted by the Redis server's clock from the submission.",
 )
 @click.option(
     "--file",
@@ -117,7 +118,7 @@ def submit(
     retry_backoff: str | None,
     roles: tuple[str, ...],
     not_before: str | None,
-    delay: str | None,
+    delay: float | None,
     tasks_file: str | None,
     as_json: bool,
 ) -> None:
@@ -134,45 +135,59 @@ def submit(
       deviceq submit "log in on both" --role phone=android:sim --role web=browser
       deviceq submit "nightly soak" --delay 10m      # or --not-before 2026-12-02T02:00:00Z
     """
+    from .context import said_on_stderr
     from .task_files import submit_file
 
     if not_before is not None and delay is not None:
         fail("give --not-before or --delay, not both", 2)
     after: float | None = None
+    delay_s: float | None = None
     if not_before is not None:
         after = parse_time_s(not_before, "--not-before")
     if delay is not None:
-        after = time.time() + parse_duration_ms(delay, "--delay") / 1000
+        delay_s = float(delay)
+        if ctx.client.__class__.__name__ == "ApiClient":  # (the API takes a time)
+            after, delay_s = time.time() + delay_s, None
     if tasks_file is not None:
-        if after is not None:
+        if after is not None or delay_s is not None:
             fail("--not-before and --delay are not for --file (give not_before per line)", 2)
-        submit_file(ctx, tasks_file, as_json, reject_unmatched)
+        with said_on_stderr():
+            submit_file(ctx, tasks_file, as_json, reject_unmatched)
         return
     tag_list = [t for value in tags for t in value.split(",")]
-    task_id = ctx.client.submit(
-        goal,
-        workflow=workflow_name,
-        driver_type=driver_type,
-        # the command line is where a comma list is split (the Python API refuses a bare str)
-        tags=tag_list,
-        priority=priority,
-        max_attempts=max_attempts,
-        idempotency_key=idempotency_key,
-        queue_timeout=queue_timeout,
-        timeout=timeout,
-        reject_unmatched=reject_unmatched,
-        retry_on=retry_on,
-        retry_backoff=retry_backoff,
-        tenant=tenant,
-        roles=parse_role_options(roles) if roles else None,
-        not_before=after,
-    )
-    for line in unknown_constraints(ctx, driver_type, sorted(set(tag_list))):
-        click.echo(f"warning: {line}", err=True)  # stderr: stdout stays the id (or --json)
+    with said_on_stderr():  # (a priority the strategy in force ignores: one line)
+        task_id = ctx.client.submit(
+            goal,
+            workflow=workflow_name,
+            driver_type=driver_type,
+            # the command line is where a comma list is split (the Python API refuses a bare str)
+            tags=tag_list,
+            priority=priority,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            queue_timeout=queue_timeout,
+            timeout=timeout,
+            reject_unmatched=reject_unmatched,
+            retry_on=retry_on,
+            retry_backoff=retry_backoff,
+            tenant=tenant,
+            roles=parse_role_options(roles) if roles else None,
+            not_before=after,
+            **({"delay": delay_s} if delay_s is not None else {}),  # (counted by Redis time)
+        )
+    warn_unknown_constraints(ctx, driver_type, tag_list)
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
     else:
         click.echo(task_id)
+
+
+def warn_unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> None:
+    """Say on stderr (stdout keeps the id or the JSON), one ``warning:`` line each, the driver
+    type and tags no registered device has (`unknown_constraints`): what ``submit`` and
+    ``schedule add`` both say."""
+    for line in unknown_constraints(ctx, driver_type, sorted(set(tags))):
+        click.echo(f"warning: {line}", err=True)
 
 
 def unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ from ..core.errors import InvalidInput, NotFound
 from ..core.vocabulary import LEASED_STATUSES
 from .app import Ctx, console_for_tables, echo_json, pass_ctx, task
 from .context import actor
+from .lazy import DurationRange
 from .options import (
     LIMIT_OPTION,
     YES_OPTION,
@@ -235,7 +236,12 @@ WAITABLE = ("queued", *LEASED_STATUSES)
 @task.command("wait")
 @via_api(wait_via_api)
 @click.argument("task_ids", nargs=-1, metavar="[TASK_ID]...")
-@click.option("--timeout", type=float, default=None, help="Give up after SECONDS (exit 124).")
+@click.option(
+    "--timeout",
+    type=DurationRange(min=0),
+    default=None,
+    help="Give up after DURATION (90, 90s, 5m; exit 124).",
+)
 @filter_options
 @YES_OPTION
 @LIMIT_OPTION

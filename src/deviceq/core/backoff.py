@@ -166,12 +166,15 @@ class Outage:
                 return
         self._say(logging.WARNING, msg)
 
-    def ok(self) -> None:
-        """A call got through: ends the outage (if there was one), in one line."""
+    def ok(self, sent: float | None = None) -> None:
+        """A call got through: ends the outage (if there was one), in one line. ``sent``
+        (this outage's clock): when the call was sent; the answer to a call sent before the
+        outage began (a long poll answered as the server went away) proves nothing and ends
+        nothing."""
         if self._since is None:  # the common case: no lock taken
             return
         with self._lock:
-            if self._since is None:
+            if self._since is None or (sent is not None and sent < self._since):
                 return
             away = self._clock() - self._since
             self._since = None

@@ -124,6 +124,15 @@ class PoolConfig(BaseModel):
         "| fixed:SECONDS | exponential:BASE:MAX (BASE doubled per failed attempt up to MAX, "
         "with jitter: between half and all of it); a task may set its own",
     )
+    retry_elsewhere_wait: float = Field(
+        60.0,
+        ge=0,
+        le=YEAR,
+        description="a retry after a failure blamed on the device (infrastructure, "
+        "runner_error, timeout, lease_expired) waits up to this many seconds for a matching "
+        "device it did not fail on before it may take that device again; at once when that "
+        "device is the pool's only match (0 = never wait)",
+    )
     leader_ttl: float = Field(
         10.0, ge=1, le=3600, description="seconds a scheduler leader lease lasts"
     )

@@ -129,7 +129,12 @@ def connect(
 
 
 class PoolConnection:
-    """A validated pool name, its key layout and its scripts on one Redis client."""
+    """A validated pool name, its key layout and its scripts on one Redis client.
+    ``priority_warnings``: a priority set while the strategy in force ignores it warns
+    (`PriorityIgnored`); a server that reports it its own way
+    (the HTTP API) turns it off."""
+
+    priority_warnings: bool = True
 
     def __init__(self, redis_or_url: redis.Redis | str | None = None, pool: str | None = None):
         settings = None
@@ -152,6 +157,11 @@ class PoolConnection:
     def server_time_ms(self) -> int:
         sec, usec = self.redis.time()
         return int(sec) * 1000 + int(usec) // 1000
+
+    def _server_time_s(self) -> float:
+        """The Redis server's clock in seconds (what a delay counts from)."""
+        sec, usec = self.redis.time()
+        return int(sec) + int(usec) / 1_000_000
 
     def get_workflow(self, name: str) -> WorkflowDefinition:
         """A stored `WorkflowDefinition` (producers store them; hosts load them to run a
@@ -190,3 +200,71 @@ class PoolConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- the strategy in force ---------------------------------------------------------------------
+# The strategy in force on a pool, as its scheduler leader records it (``leader:strategy``:
+# ``NAME:1`` when it orders tasks by priority, ``NAME:0`` when it ignores priority), and the
+# notice given when a priority set will not change the order: one line naming the strategy in
+# force and how to change it. Before any scheduler recorded one, the default is in force.
+
+DEFAULT_STRATEGY = "fifo_match"  # (deviceq.scheduler.strategies.DEFAULT_STRATEGY)
+PRIORITY_STRATEGY = "priority_match"
+HOW_TO_CHANGE = f"deviceq scheduler run --strategy {PRIORITY_STRATEGY}"
+
+
+class PriorityIgnored(UserWarning):
+    """A priority was set, but the strategy in force does not order tasks by priority (the
+    `Client`'s ``submit``, ``submit_many`` and ``set_priority`` warn with it)."""
+
+
+def record_strategy(r: redis.Redis, keys: Keys, name: str, honors_priority: bool) -> None:
+    """Record the strategy a newly elected leader runs."""
+    r.set(keys.leader_strategy, f"{name}:{1 if honors_priority else 0}")
+
+
+def in_force(r: redis.Redis, keys: Keys) -> tuple[str, bool, bool]:
+    """``(name, orders_by_priority, recorded)``: the strategy the last elected leader runs,
+    or the default (``recorded`` False) when none was recorded or it cannot be read."""
+    try:
+        raw = r.get(keys.leader_strategy)
+    except redis.ResponseError:  # (a user not allowed to read it)
+        raw = None
+    if raw:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        name, _, flag = text.rpartition(":")
+        if name:
+            return name, flag == "1", True
+    return DEFAULT_STRATEGY, False, False
+
+
+def describe(name: str, honors: bool, recorded: bool) -> str:
+    """How ``status`` names the strategy in force."""
+    how = "orders by priority" if honors else "ignores priority"
+    if not recorded:
+        return f"{name} (the default; no scheduler has led yet) {how}"
+    return f"{name} {how}"
+
+
+def priority_ignored(r: redis.Redis, keys: Keys) -> str | None:
+    """The one line to give when a priority is set while the strategy in force ignores it;
+    None when it orders by priority."""
+    name, honors, recorded = in_force(r, keys)
+    if honors:
+        return None
+    which = f"the scheduler runs {name}" if recorded else f"the default strategy {name} is in force"
+    return (
+        f"priority has no effect: {which}, which runs tasks in submission order; "
+        f"to order by priority run `{HOW_TO_CHANGE}`"
+    )
+
+
+def warn_if_ignored(r: redis.Redis, keys: Keys, stacklevel: int = 3) -> str | None:
+    """Warn (`PriorityIgnored`) when the strategy in force ignores priority; the line, or
+    None."""
+    import warnings
+
+    line = priority_ignored(r, keys)
+    if line is not None:
+        warnings.warn(PriorityIgnored(line), stacklevel=stacklevel)
+    return line

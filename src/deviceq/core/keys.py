@@ -101,6 +101,8 @@ key                                type       holds
 ``paused``                         string     present while the pool is paused (``deviceq pause``):
                                               JSON ``{at, reason}``; scheduler commits refused
 ``leader:epoch``                   string     fencing counter, bumped at each new leadership
+``leader:strategy``                string     the strategy the last elected leader runs:
+                                              ``NAME:1`` (it orders by priority) or ``NAME:0``
 ``workflow:NAME``                  string     a ``WorkflowDefinition`` as JSON
 ``workflows``                      set        every workflow name
 ``api_tokens``                     hash       HTTP API token digest (sha256 hex) -> JSON
@@ -273,6 +275,10 @@ class Keys:
     @property
     def leader_epoch(self) -> str:
         return self._k("leader", "epoch")
+
+    @property
+    def leader_strategy(self) -> str:
+        return self._k("leader", "strategy")
 
     @property
     def workflows(self) -> str:

@@ -163,3 +163,28 @@ def check_retry_backoff(v: str) -> str:
             "must be none, fixed:SECONDS or exponential:BASE:MAX (seconds, e.g. exponential:1:300)"
         )
     return v
+
+
+# -- durations ---------------------------------------------------------------------------------
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+DURATION_HELP = "seconds, or with units: 90s, 10m, 2h, 1d, 1h30m, 500ms"
+
+
+def parse_duration_s(text: str) -> float:
+    """THE duration syntax of every text input (command-line options): a plain number of
+    seconds (``90``, ``1.5``) or numbers with units ``ms s m h d w``, alone or in a row
+    (``90s``, ``10m``, ``2h``, ``1d``, ``1h30m``), case-insensitive, as seconds. InvalidInput
+    (one line) for anything else, a negative number included."""
+    raw = str(text).strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        return float(raw)
+    pos, total_ms = 0, 0.0
+    for m in _DURATION_PART.finditer(raw):
+        if m.start() != pos:
+            break
+        total_ms += float(m.group(1)) * _DURATION_MS[m.group(2)]
+        pos = m.end()
+    if not raw or pos != len(raw):
+        raise InvalidInput(f"{_shown(text)} is not a duration ({DURATION_HELP})")
+    return total_ms / 1000

@@ -378,7 +378,31 @@ class Dashboard:
         return RedirectResponse(back + ident, status_code=303)
 
     # -- errors ----------------------------------------------------------------------------
+    def redis_address(self) -> str:
+        """Where the dashboard's Redis is, for the outage page: ``HOST:PORT`` (a socket's
+        path), never a password."""
+        kw = getattr(getattr(self.client.redis, "connection_pool", None), "connection_kwargs", {})
+        if kw.get("path"):
+            return str(kw["path"])
+        if kw.get("host"):
+            return f"{kw['host']}:{kw.get('port', 6379)}"
+        return "its configured address"
+
+    def unavailable(self, exc: BaseException) -> Response:
+        """The page every route answers while Redis cannot be used: 503, a short human page
+        that reloads itself, rendered without Redis (no session, no users)."""
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            what = f"Redis at {self.redis_address()} is unreachable; retrying"
+        else:
+            what = f"Redis at {self.redis_address()} refused the request; retrying"
+        log.warning("%s: %s", what, " ".join(str(exc).split())[:200] or type(exc).__name__)
+        html = self.env.get_template("unavailable.html").render(message=what, pool=self.client.pool)
+        return HTMLResponse(html, status_code=503, headers={"Retry-After": "5"})
+
     async def on_error(self, request: Request, exc: Exception) -> Response:
+        cause = _redis_cause(exc)
+        if cause is not None:
+            return self.unavailable(cause)
         if isinstance(exc, HTTPException):
             return self.error_page(request, exc.status_code, str(exc.detail))
         if isinstance(exc, InvalidInput):
@@ -387,11 +411,20 @@ class Dashboard:
             return self.error_page(request, 404, str(exc))
         if isinstance(exc, DeviceqError):
             return self.error_page(request, 409, f"{type(exc).__name__}: {exc}")
-        if isinstance(exc, redis.RedisError):
-            log.warning("redis error: %s", exc)
-            return self.error_page(request, 503, "Redis is unavailable or refused the request.")
         log.exception("dashboard error on %s", request.url.path)
         return PlainTextResponse("internal error (see the dashboard's log)\n", status_code=500)
+
+
+def _redis_cause(exc: BaseException) -> redis.RedisError | None:
+    """The Redis error ``exc`` is or was raised from (its cause or context chain), if any."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, redis.RedisError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def create_app(client: Client, operator_token: str | None = None) -> Starlette:

@@ -400,7 +400,7 @@ class HostWorker:
                     claimed = self.waiter.wait_and_claim(self._wait_timeout(), len(free))
                 else:
                     claimed = self.host.claim(len(free))
-                self.outage.ok()
+                self.outage.ok(sent)  # (a long poll sent before an outage began ends none)
                 self.backoff.reset()
                 delay = 0.05
             except TRANSIENT as exc:
@@ -456,18 +456,24 @@ class HostWorker:
                 or self.state.fatal_reason is not None
             )
 
+        def give_up() -> bool:
+            # the server stays unreachable: retried within the grace period while something
+            # runs; with nothing running there is nothing to wait for (assigned work not
+            # started comes back when its lease expires)
+            return past_grace() or not self.state.active_runs()
+
         claimed: list[Assignment] = []
         sent = time.monotonic()
         if self.state.fatal_reason is None:
             try:
                 quick = Backoff(0.05, 1.0)  # (within the grace period)
-                self.outage.call(lambda: self.host.set_draining(True), past_grace, backoff=quick)
+                self.outage.call(lambda: self.host.set_draining(True), give_up, backoff=quick)
                 # hand back what was assigned to us but not started
                 sent = time.monotonic()
                 claimed = (
                     self.outage.call(
                         lambda: self.host.claim(max(1, len(self.state.devices))),
-                        past_grace,
+                        give_up,
                         backoff=quick,
                     )
                     or []

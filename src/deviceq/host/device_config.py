@@ -20,6 +20,7 @@ class DeviceConfig:
     tags: tuple[str, ...] = ()
     state: DeviceState = DeviceState.idle
     serial: str = ""  # the real serial of a discovered device ({serial}, $ANDROID_SERIAL)
+    reason: str = ""  # why it is offline as its source sees it (e.g. adb state unauthorized)
 
     @classmethod
     def parse(cls, text: str) -> DeviceConfig:

@@ -96,6 +96,38 @@ def parse_adb_devices(text: str) -> tuple[list[DeviceConfig], list[str]]:
     return devices, warnings
 
 
+def adb_unusable(text: str, usable: list[DeviceConfig]) -> list[DeviceConfig]:
+    """The serials of an ``adb devices -l`` output that adb lists but that cannot be used now
+    (``unauthorized``, ``offline``, ``no permissions``, ``recovery`` ...): each as an
+    ``android`` device in state offline whose reason names its adb state, so that the lab
+    sees it (device list) instead of losing it without a word. Serials that are no valid
+    serial or map to an id of ``usable`` are left out (`parse_adb_devices` names the first)."""
+    from ..core.models import DeviceState
+
+    taken = {d.device_id for d in usable}
+    out: list[DeviceConfig] = []
+    for raw in text.splitlines():
+        words = raw.strip().split()
+        if len(words) < 2 or words[0].startswith("*") or raw.startswith("List of devices"):
+            continue
+        serial, state = words[0], words[1]
+        if state == "device":
+            continue
+        if state == "no" and len(words) > 2 and words[2] == "permissions":
+            state = "no permissions"
+        try:
+            validate_serial(serial)
+        except ConfigError:
+            continue
+        did = device_id_for_serial(serial)
+        if did in taken:
+            continue
+        taken.add(did)
+        reason = f"adb state {state[:40]}: not usable until adb lists it as device"
+        out.append(DeviceConfig(did, "android", (), DeviceState.offline, serial, reason))
+    return out
+
+
 def parse_json_lines(text: str, what: str = "discovery") -> tuple[list[DeviceConfig], list[str]]:
     """One JSON device per line (``{"id": ..., "driver_type": ..., "tags": [...],
     "serial": ...}``, serial optional; blank lines ignored). Returns (devices, warnings naming

@@ -32,6 +32,7 @@ from ..core.errors import ConfigError
 from .device_config import DeviceConfig
 from .device_lists import (
     DeviceSourceError,
+    adb_unusable,
     parse_adb_devices,
     parse_json_lines,
     read_devices_file,
@@ -71,8 +72,9 @@ class DiscoverySpec:
         return "adb" if self.kind == "adb" else "command:" + shlex.join(self.argv)
 
     def parse_output(self, text: str) -> tuple[list[DeviceConfig], list[str]]:
-        if self.kind == "adb":
-            return parse_adb_devices(text)
+        if self.kind == "adb":  # (the unusable ones too: listed offline with their adb state)
+            devices, warnings = parse_adb_devices(text)
+            return devices + adb_unusable(text, devices), warnings
         return parse_json_lines(text, f"--discover {self}")
 
 

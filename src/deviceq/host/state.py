@@ -151,7 +151,7 @@ class HostState:
             elif state is DeviceState.busy:
                 reason = "in use outside deviceq (device check)"
             elif state is DeviceState.offline:
-                reason = "device check failed"
+                reason = d.reason or "device check failed"
             out.append(DeviceReport(d.device_id, d.driver_type, d.tags, state, reason))
         return out
 
@@ -180,6 +180,8 @@ class HostState:
                     self.states[did] = dev.state
                 elif old != dev:
                     ch.changed.append((old, dev))
+                    if old.state != dev.state:  # (its source says it is usable now, or not)
+                        self.states[did] = dev.state
                 self.devices[did] = dev
             for did in list(self.devices):
                 if did in new or did in self.retiring:

@@ -161,8 +161,9 @@ class Upkeep:
         if quiet > 0:
             self.state.closed.wait(min(wait, quiet))
             return
+        sent = time.monotonic()
         msg = self.ctl.wait_for_control(wait)
-        self.outage.ok()
+        self.outage.ok(sent)  # (a long poll sent before an outage began ends none)
         if msg is not None:
             self.last_ctl = time.monotonic()
             self.state.renew_now.set()

@@ -227,7 +227,7 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "delivery outcome",
         "sadd": "webhooks:dead: a host whose death was delivered (host_dead)",
         "srem": "webhooks:dead: that host is alive again",
-        "set": "webhooks:cursor: the last event handed to the webhooks",
+        "set": "webhooks:cursor (the last event handed on); leader:strategy (a new leader's)",
         "hdel": "gang_holds: a multi-device task no longer keeps devices",
         "del": "gang_holds: a new leader rewrites it whole",
     },
@@ -309,9 +309,9 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
-    "scheduler": ("leader", "leader:epoch", "task:*", "queue:*", "queues", "sig:*", "status:*",
-                  "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*", "bookings",
-                  "host:*",
+    "scheduler": ("leader", "leader:epoch", "leader:strategy", "task:*", "queue:*", "queues",
+                  "sig:*", "status:*", "deadlines", "avoid", "leases", "device:*", "idle",
+                  "idle:c:*", "bookings", "host:*",
                   "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
                   "schedules:last"),

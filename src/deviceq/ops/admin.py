@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from ..core import fleet
 from ..core.config import PoolConfig
-from ..core.connection import PoolConnection
+from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
 from ..core.replies import parse
@@ -190,6 +190,8 @@ class PoolAdmin(PoolConnection):
             raise InvalidInput("give 1 to 1,000 task ids")
         who = actor_args(by)
         out = self._run("task_priority", [str(priority), str(len(ids)), *ids, *who])
+        if self.priority_warnings and priority and any(str(r) == "ok" for r in out):
+            warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
 
     def paused(self) -> dict[str, Any] | None:
@@ -236,6 +238,8 @@ class PoolAdmin(PoolConnection):
         self, device_id: str, quarantined: bool = True, reason: str = "", by: str = ""
     ) -> str:
         """Take a device out of assignment (or release it and reset its failure count).
+        Returns ``quarantined``, ``released``, or ``not_quarantined`` (a release of a device
+        that was not quarantined: nothing changed).
         ``reason`` (at most 200 bytes, no control characters; '' = "operator") is stored as
         the device's ``quarantine_reason`` and carried by the ``device_quarantined`` event.
         ``by`` (an id; '' = "operator"): who, the events' and the change log's ``by``."""

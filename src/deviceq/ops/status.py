@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core import fleet
+from ..core import connection, fleet
 from ..core.durability import server_report
 from ..core.fleet import effective_state
 from ..core.models import Host, PooledDevice, TaskStatus
@@ -145,6 +145,20 @@ def leader(admin: PoolAdmin) -> dict[str, Any] | None:
     return {"owner": owner, "epoch": int(epoch or 0), "ttl_ms": int(ttl)}
 
 
+def strategy_json(admin: PoolAdmin) -> dict[str, Any]:
+    """The strategy in force (the last elected leader's, else the default): its name,
+    whether it orders by priority, whether a leader recorded it, and the line ``status``
+    shows."""
+    name, honors, recorded = connection.in_force(admin.redis, admin.keys)
+    return {
+        "name": name,
+        "orders_by_priority": honors,
+        "recorded": recorded,
+        "text": connection.describe(name, honors, recorded)
+        + ("" if honors else f" (to order by priority: {connection.HOW_TO_CHANGE})"),
+    }
+
+
 def expiring_leases(admin: PoolAdmin, now_ms: int, limit: int = 10) -> list[dict[str, Any]]:
     """The next ``limit`` leases to expire, soonest first."""
     r, k = admin.redis, admin.keys
@@ -272,6 +286,7 @@ def pool_status(
         "leases": expiring_leases(admin, now, leases),
         "failures": recent_failures(admin, failures),
         "leader": leader(admin),
+        "strategy": strategy_json(admin),
         "paused": admin.paused(),
         "redis": server_report(admin.redis),
         "durability": admin.config().durability,

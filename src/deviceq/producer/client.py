@@ -14,7 +14,7 @@ import redis
 from pydantic import ValidationError
 
 from ..core import tracing
-from ..core.connection import PoolConnection
+from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.durability import run_durably
 from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, last_event_id, read_events
@@ -169,7 +169,7 @@ class Client(PoolConnection, Producer):
                 "retry_backoff": retry_backoff,
                 "tenant": tenant,
                 "roles": dict(roles) if roles is not None else None,
-                "not_before": not_before_of(not_before, delay),
+                "not_before": not_before_of(not_before, delay, self._server_time_s),
             }
         )
         return self.submit_many([spec])[0]
@@ -205,6 +205,8 @@ class Client(PoolConnection, Producer):
                 exc.queued_ids = list(ids)
                 raise
             ids += [flat[i] for i in range(0, len(flat), 2)]
+        if self.priority_warnings and any(s.priority and not s.retry_of for s in validated):
+            warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return ids
 
     # -- inspection ---------------------------------------------------------------------------

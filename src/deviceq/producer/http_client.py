@@ -192,12 +192,16 @@ class ApiClient(HttpTransport, Producer):
             spec["tags"] = builtins.list(spec["tags"])
         if isinstance(spec.get("retry_on"), list | tuple | set | frozenset):
             spec["retry_on"] = builtins.list(spec["retry_on"])
-        return str(self._call("POST", "/tasks", body=_spec_json(spec))["id"])
+        answer = self._call("POST", "/tasks", body=_spec_json(spec))
+        _warn(answer)
+        return str(answer["id"])
 
     def submit_many(self, specs: Iterable[TaskSpec | Mapping[str, Any]]) -> builtins.list[str]:
         """Enqueue many tasks in one request (all validated before any is written)."""
         body = {"tasks": [_spec_json(s) for s in task_specs(specs)]}
-        return [str(i) for i in self._call("POST", "/tasks/batch", body=body)["ids"]]
+        answer = self._call("POST", "/tasks/batch", body=body)
+        _warn(answer)
+        return [str(i) for i in answer["ids"]]
 
     def get(self, task_id: str) -> ScheduledTask:
         """The task with its attempt history. Raises NotFound."""
@@ -378,3 +382,13 @@ class ApiClient(HttpTransport, Producer):
             raise InvalidInput(f"{name}: sha256 {h.hexdigest()} does not match the record")
         os.replace(tmp, dest)
         return dest
+
+
+def _warn(answer: Any) -> None:
+    """The API's ``warnings`` of a submission, as `Client` gives them (`PriorityIgnored`)."""
+    import warnings
+
+    from ..core.connection import PriorityIgnored
+
+    for line in answer.get("warnings") or () if isinstance(answer, dict) else ():
+        warnings.warn(PriorityIgnored(str(line)), stacklevel=3)

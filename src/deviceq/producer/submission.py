@@ -4,9 +4,10 @@ ids; the argument checks the producer shares."""
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,9 +43,12 @@ def first_error(exc: ValidationError) -> str:
     return f"{where}: {msg}" if where and not msg.startswith("invalid") else msg
 
 
-def not_before_of(not_before: float | None, delay: float | None) -> float | None:
-    """The Unix time a submission waits for: ``not_before``, or now plus ``delay`` seconds
-    (never both)."""
+def not_before_of(
+    not_before: float | None, delay: float | None, now: Callable[[], float] = time.time
+) -> float | None:
+    """The Unix time a submission waits for: ``not_before``, or ``now()`` plus ``delay``
+    seconds (never both). A `Client` gives the Redis server's clock as ``now`` (the clock
+    the scripts compare with), so a task never becomes eligible before the delay asked."""
     if not_before is not None and delay is not None:
         raise InvalidInput("give not_before or delay, not both")
     if delay is None:
@@ -55,7 +59,7 @@ def not_before_of(not_before: float | None, delay: float | None) -> float | None
         or not 0 <= delay <= 365 * 86400
     ):
         raise InvalidInput(f"delay must be 0 to 365 days in seconds, got {delay!r}")
-    return time.time() + float(delay)
+    return now() + float(delay)
 
 
 def check_int(name: str, value: object, minimum: int) -> None:
@@ -104,7 +108,8 @@ def chunk_args(specs: list[TaskSpec], traceparents: list[str] | None = None) -> 
         if timed:
             args.append("" if spec.timeout is None else f"{spec.timeout:.3f}")
         if later:
-            args.append("" if spec.not_before is None else str(int(spec.not_before * 1000)))
+            # (rounded up: never a millisecond before the time asked)
+            args.append("" if spec.not_before is None else str(math.ceil(spec.not_before * 1000)))
         if linked:
             args.append(spec.retry_of or "")
         if signed:

@@ -12,8 +12,9 @@ makes several), from what the heads carry or a cache."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import redis
@@ -23,9 +24,11 @@ from ..core.lane import batch
 from ..core.limits import SETTINGS as LIMIT_SETTINGS
 from ..core.limits import setting_bound
 from ..core.tenants import parse_tenant
+from .device_cache import tagset
 from .idle_classes import Base
 from .limit_load import read_limits
-from .placement.rows import Bucket, TenantShare
+from .placement.builtin.anti_affinity import DEVICE_BLAMED
+from .placement.rows import Bucket, QueuedTask, TenantShare
 from .placement.view import Avoid
 
 Read = Callable[["InputReading", Base, list[Bucket]], dict[str, Any]]
@@ -135,6 +138,12 @@ class InputReading(Protocol):
     avoiding: int
     faulty: bool
     submitted: SubmitTimes
+    retry_wait_ms: int  # the pool's retry_elsewhere_wait, read with the last base
+    blamed: dict[tuple[str, frozenset[str]], int]  # (task, devices failed on) -> ms of the failure
+
+    def constraints(self, sig: str) -> tuple[str | None, frozenset[str]]:
+        """The driver type and tags of bucket ``sig`` (read with the heads)."""
+        ...
 
 
 @register_input("avoid")
@@ -172,3 +181,64 @@ def read_limit_loads(r: InputReading, base: Base, buckets: list[Bucket]) -> dict
     hosts = {d.host_id for d in base.devices}
     tenants = {b.tenant for b in base.shells if b.tenant and base.matching.get(b.sig)}
     return {"limits": read_limits(r.redis, r.keys, r.settings, hosts, tenants)}
+
+
+def blamed_at(raw: Any, now: int) -> int:
+    """When a task's last attempt (its JSON record, ``raw``) failed for a reason blamed on the
+    device (`DEVICE_BLAMED`): its end (Redis ms; ``now`` when not recorded); else 0."""
+    try:
+        rec = json.loads(raw) if raw else {}
+    except ValueError:
+        return 0
+    if not isinstance(rec, dict) or rec.get("failure_kind") not in DEVICE_BLAMED:
+        return 0
+    ended = rec.get("ended_at")
+    return int(ended) if isinstance(ended, int | float) and ended > 0 else now
+
+
+def with_wait(
+    r: InputReading, heads: dict[str, tuple[QueuedTask, ...]], now: int
+) -> dict[str, tuple[QueuedTask, ...]]:
+    """Heads that are retries after a failure blamed on the device, with the time until
+    which they wait for another device (`QueuedTask.avoid_until`: the failure plus
+    ``retry_elsewhere_wait``), unless the pool has no other device matching them (its
+    registered device profiles, ``caps``). One round trip for the failures not seen
+    before, one for ``caps`` while some head waits; nothing while no head has an
+    anti-affinity record."""
+    if not r.avoiding or r.retry_wait_ms <= 0:
+        return heads
+    retries = [t for hs in heads.values() for t in hs if t.avoid_devices]
+    todo = [t for t in retries if (t.task_id, t.avoid_devices) not in r.blamed]
+    if todo:
+        pipe = batch(r.redis)
+        for t in todo:
+            pipe.execute_command("LINDEX", r.keys.attempts(t.task_id), -1)
+        if len(r.blamed) > 10_000:
+            r.blamed.clear()
+        for t, raw in zip(todo, pipe.execute(), strict=True):
+            r.blamed[(t.task_id, t.avoid_devices)] = blamed_at(raw, now)
+    waiting = {
+        t.task_id: until
+        for t in retries
+        if (until := r.blamed[(t.task_id, t.avoid_devices)] + r.retry_wait_ms) > now
+        and r.blamed[(t.task_id, t.avoid_devices)] > 0
+    }
+    if not waiting:
+        return heads
+    profiles = [
+        (d, tagset(tags), int(n))
+        for p, n in (r.redis.hgetall(r.keys.caps) or {}).items()
+        for d, _, tags in [str(p).partition("|")]
+        if str(n).lstrip("-").isdigit()
+    ]
+    out = {}
+    for sig, hs in heads.items():
+        drv, tags = r.constraints(sig)
+        matching = sum(n for d, ts, n in profiles if (not drv or d == drv) and tags <= ts)
+        out[sig] = tuple(
+            replace(t, avoid_until=waiting[t.task_id])
+            if t.task_id in waiting and matching > len(t.avoid_devices)
+            else t
+            for t in hs
+        )
+    return out

@@ -6,6 +6,7 @@ pairs by construction (`deviceq.scheduler.placement.pipeline.place`)."""
 from __future__ import annotations
 
 from .placement.builtin import FifoSort
+from .placement.builtin.anti_affinity import waits
 from .placement.pipeline import refine
 from .placement.profiles import REFINE, Profile
 from .placement.rows import Pair, Snapshot
@@ -61,4 +62,8 @@ def plan(
         pairs.append((task_id, device_id))
     if avoiding or any(d.faults for d in snap.devices):
         pairs = refine(CORRECTION, View.from_snapshot(snap), pairs)
+    if avoiding:  # a retry waiting for another device takes none it failed on (RetryElsewhere)
+        heads = {t.task_id: t for b in snap.buckets for t in b.heads}
+        kept = [p for p in pairs if not waits(heads[p[0]], devices[p[1]], snap.now_ms)]
+        pairs = kept
     return pairs, dropped

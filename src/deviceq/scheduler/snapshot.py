@@ -55,7 +55,7 @@ from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
 from .idle_classes import ALL, Base, IdleClasses, SigRow, deepen, pairs, read_devices, read_new
-from .inputs import INPUTS, SubmitTimes, aging_applies, settings_needed
+from .inputs import INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
 from .strategies import AssignmentStrategy, strategy_needs
@@ -68,6 +68,8 @@ GANG_SETTINGS = ("gang_reserve_after", "gang_hold_seconds")
 DEFAULT_GANG_RESERVE = float(PoolConfig.model_fields["gang_reserve_after"].default)
 DEFAULT_GANG_HOLD = float(PoolConfig.model_fields["gang_hold_seconds"].default)
 TENANTS = frozenset({"tenants"})
+RETRY_WAIT = "retry_elsewhere_wait"
+DEFAULT_RETRY_WAIT = float(PoolConfig.model_fields[RETRY_WAIT].default)
 HEADS_RANGE = 10_000  # longest range of one bucket in one lua/heads.lua triple
 
 
@@ -137,6 +139,9 @@ class SnapshotReader:
         self.paused = False  # the pool was paused (deviceq pause) at the last read
         self.gang_reserve_ms = int(DEFAULT_GANG_RESERVE * 1000)
         self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
+        self.retry_wait_ms = int(DEFAULT_RETRY_WAIT * 1000)
+        # (task, devices it failed on) -> ms of a device-blamed last failure, else 0 (with_wait)
+        self.blamed: dict[tuple[str, frozenset[str]], int] = {}
 
     def read_base(
         self,
@@ -157,7 +162,7 @@ class SnapshotReader:
         pipe = batch(self.redis)
         pipe.time()
         extra = settings_needed(self.needs | self.also_needs)
-        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, *extra)
+        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *extra)
         pipe.get(k.devgen)
         pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
         pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
@@ -180,7 +185,8 @@ class SnapshotReader:
         self.gang_ids = [str(g) for g in res[7]]
         self.gang_reserve_ms = _seconds_ms(cfg[2], DEFAULT_GANG_RESERVE)
         self.gang_hold_ms = _seconds_ms(cfg[3], DEFAULT_GANG_HOLD)
-        self.settings = dict(zip(extra, cfg[4:], strict=True))
+        self.retry_wait_ms = _seconds_ms(cfg[4], DEFAULT_RETRY_WAIT)
+        self.settings = dict(zip(extra, cfg[5:], strict=True))
         faults = res[8]
         self.faulty = bool(faults)
         self.paused = bool(res[9])
@@ -334,6 +340,11 @@ class SnapshotReader:
         self.head_cache.clear()
         self._spec_want = {}
 
+    def constraints(self, sig: str) -> tuple[str | None, frozenset[str]]:
+        """The driver type and tags of bucket ``sig`` (read with its heads)."""
+        drv, tags = self._sig_cache[sig][:2]
+        return drv, tags
+
     def forget_heads(self, sigs: set[str]) -> None:
         """Pairs of these buckets were committed (or refused: a head may have left the queue
         meanwhile): read their heads again at the next pass."""
@@ -407,7 +418,7 @@ class SnapshotReader:
         self._spec_want = {}
         self._spec_hosts = hosts[:SPECULATE]
         self._per_pass = {}
-        return base, want, heads
+        return base, want, with_wait(self, heads, base.now)  # (retries waiting: avoid_until)
 
     def _queued(self, sig: str, got: list[Any]) -> tuple[QueuedTask, ...]:
         _, _, prio, tenant = self._sig_cache[sig]

@@ -69,6 +69,8 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.errors import ConfigError
+from .placement.builtin.fair_share import FairShareSort
+from .placement.builtin.ordering import PrioritySort
 from .placement.pipeline import place
 from .placement.profiles import PROFILES, Profile
 from .placement.rows import (
@@ -246,6 +248,15 @@ def _builtin(profile: Profile) -> StrategyFactory:
 
 for _name, _profile in PROFILES.items():
     _REGISTRY[_name] = _builtin(_profile)
+
+
+def orders_by_priority(strategy: Any) -> bool:
+    """Whether a strategy orders tasks by priority: a profile whose queue sort does (priority
+    with aging, fair share); a registered whole-pass strategy says so with its
+    ``honors_priority`` attribute (taken as True when it has none: it gets every priority)."""
+    if isinstance(strategy, ProfileStrategy):
+        return isinstance(strategy.profile.sort, PrioritySort | FairShareSort)
+    return bool(getattr(strategy, "honors_priority", True))
 
 
 def strategy_needs(strategy: Any) -> frozenset[str]:

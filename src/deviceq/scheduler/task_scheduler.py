@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 import redis
 
 from ..core import tracing
-from ..core.connection import PoolConnection
+from ..core.connection import PoolConnection, record_strategy
 from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.replies import parse
@@ -33,6 +34,7 @@ from .client import EXPIRE_KINDS, SchedulerClient
 from .daemon import DEFAULT_TICK, Daemon, install_signal_handlers
 from .gangs import GangPlanner
 from .idle_classes import Base
+from .inputs import with_wait
 from .leadership import Leadership
 from .pass_result import AssignResult
 from .placement.pipeline import place
@@ -48,11 +50,14 @@ from .strategies import (
     QueuedTask,
     Snapshot,
     get_strategy,
+    orders_by_priority,
 )
 
 DEFAULT_BATCH = 200
 EXPIRE_BUDGET_MS = 2.5  # Redis time per expiry call: it stops between items once spent
 MAX_ROUNDS = 6  # head-reading rounds per pass (each reads 4x deeper where needed)
+
+logger = logging.getLogger("deviceq.scheduler")
 
 
 class TaskScheduler:
@@ -121,6 +126,12 @@ class TaskScheduler:
     def _elected(self) -> None:
         self.reader.forget_all()
         self.gangs.forget_all()
+        try:  # (what `status` and a command setting a priority name as in force)
+            record_strategy(
+                self.redis, self.keys, self.strategy_name, orders_by_priority(self.strategy)
+            )
+        except redis.RedisError as exc:
+            logger.warning("could not record the strategy in force: %s", exc)
 
     # -- accessors -------------------------------------------------------------------------------
     @property
@@ -262,6 +273,7 @@ class TaskScheduler:
                 break
             want.update(grow)
             heads, _ = self.reader.read_heads(want, heads)
+            heads = with_wait(self.reader, heads, base.now)
         return buckets, pairs, dropped
 
     def plan_pass(

@@ -290,6 +290,7 @@ class Firer:
         self.store = ScheduleStore(self.r, self.keys)
         self.scripts = Scripts(self.r)
         self.client = Client(self.r, self.pool)
+        self.client.priority_warnings = False  # (a schedule's priority: said at schedule add)
 
     def start(self) -> threading.Thread:
         th = threading.Thread(target=self.run, name=f"schedules-{self.pool}", daemon=True)

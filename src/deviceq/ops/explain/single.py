@@ -144,6 +144,10 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
     aging = _aging(admin, task, now)
     if aging:
         reasons.append(aging)
+    elsewhere = _retry_elsewhere(admin, task, [d.device_id for d in matching], now)
+    if elsewhere is not None:
+        reasons.insert(0, elsewhere)
+        summary = elsewhere.message
     if task.tenant:
         capped = _tenant(admin, task.tenant)
         reasons.insert(0, capped[0]) if capped[1] else reasons.append(capped[0])
@@ -215,3 +219,29 @@ def describe(task: ScheduledTask) -> str:
     if task.tags:
         parts.append("tags " + ",".join(task.tags))
     return " and ".join(parts) or "any device"
+
+
+def _retry_elsewhere(
+    admin: PoolConnection, task: ScheduledTask, matching: list[str], now: int
+) -> Reason | None:
+    """A retry after a failure blamed on the device waits for another matching device (the
+    scheduler's `RetryElsewhere`): up to ``retry_elsewhere_wait`` after the failure, unless
+    the devices it failed on are the pool's only matches."""
+    from ...scheduler.inputs import blamed_at
+
+    failed_on = [d for d in task.avoid_devices if d in matching]
+    if not failed_on or len(matching) <= len(failed_on):
+        return None
+    wait_ms = int(admin.config().retry_elsewhere_wait * 1000)
+    since = blamed_at(admin.redis.lindex(admin.keys.attempts(task.id), -1), now)
+    if not since or wait_ms <= 0 or since + wait_ms <= now:
+        return None
+    until = since + wait_ms
+    names = ",".join(failed_on)
+    return Reason(
+        "retry_elsewhere",
+        f"waiting up to {(until - now) / 1000:.0f}s for a device other than {names} it failed "
+        f"on (until {at(until)}; then it may take {names} again)",
+        len(failed_on),
+        {"devices": failed_on, "until": until, "retry_elsewhere_wait": wait_ms / 1000},
+    )

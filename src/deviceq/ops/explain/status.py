@@ -11,11 +11,26 @@ from .model import Explanation, Reason, at, secs
 
 
 def explain_retry_wait(admin: PoolConnection, task: ScheduledTask) -> Explanation:
-    """A queued task waiting out its retry backoff (in ``retries``, not yet in its bucket)."""
+    """A queued task waiting in ``retries`` (not yet in its bucket): out its retry backoff
+    after a failed attempt, or, never run, until its ``not_before`` (delayed)."""
     now = admin.server_time_ms()
     left = max(0.0, ((task.eligible_at or now) - now) / 1000)
     raw_last = admin.redis.lindex(admin.keys.attempts(task.id), -1)
     last = Attempt.model_validate_json(raw_last) if raw_last else None
+    if last is None or task.attempt == 0:  # never ran: delayed (not_before), not a retry
+        until = at(task.eligible_at or now)
+        return Explanation(
+            task.id,
+            task.status.value,
+            f"delayed until {until} ({left:.1f}s from now): it is not assigned before then",
+            [
+                Reason(
+                    "not_before",
+                    f"submitted to run no earlier than {until}",
+                    detail={"eligible_at": task.eligible_at, "seconds_left": round(left, 3)},
+                )
+            ],
+        )
     why = f"attempt {task.attempt} failed ({last.failure_kind})" if last else "it failed"
     summary = (
         f"{why}; it is retried in {left:.1f}s, once its retry backoff has passed "

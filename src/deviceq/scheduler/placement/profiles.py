@@ -29,6 +29,7 @@ from .builtin import (
     FifoSort,
     LeastRecentlyUsed,
     Match,
+    RetryElsewhere,
 )
 from .plugins import Filter, Permit, Plugin, QueueSort, Score
 
@@ -69,11 +70,16 @@ REFINE: tuple[Score, ...] = (AntiAffinity(), FaultCount())
 """Anti-affinity, then faulty devices last: the refine stage of every built-in profile (and
 the correction of a registered whole-pass strategy's pairs)."""
 LIMITS: tuple[Permit, ...] = tuple(c for c in LIMIT_CAPS if not c.limit.per_tenant)
-"""The declared limits (`deviceq.core.limits`) bounded by a pool setting: permits of every
-built-in profile (each allows every pair while its bound is unset). A tenant's own cap
-(``max_devices``) is judged in the pass by ``fair_share`` only (`ALL_LIMITS`); the commit
-enforces every limit whatever the strategy."""
-ALL_LIMITS: tuple[Permit, ...] = LIMIT_CAPS
+"""The declared limits (`deviceq.core.limits`) bounded by a pool setting (each allows every
+pair while its bound is unset). A tenant's own cap (``max_devices``) is judged in the pass by
+``fair_share`` only; the commit enforces every limit whatever the strategy."""
+PERMITS: tuple[Permit, ...] = (RetryElsewhere(), *LIMITS)
+"""A retry's wait for a device it did not fail on (`RetryElsewhere`) and the limits: the
+permits of every built-in profile."""
+FAIR_SHARE_PERMITS: tuple[Permit, ...] = (
+    *(c for c in LIMIT_CAPS if c.limit.per_tenant),
+    *PERMITS,
+)
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -82,7 +88,7 @@ PROFILES: dict[str, Profile] = {
             "fifo_match",
             FifoSort(),
             scores=(AntiAffinity(),),
-            permits=LIMITS,
+            permits=PERMITS,
             refine=REFINE,
             window=True,
         ),
@@ -90,7 +96,7 @@ PROFILES: dict[str, Profile] = {
             "priority_match",
             AgingSort(),
             scores=(AntiAffinity(),),
-            permits=LIMITS,
+            permits=PERMITS,
             refine=REFINE,
             window=True,
         ),
@@ -98,7 +104,7 @@ PROFILES: dict[str, Profile] = {
             "lru_device",
             FifoSort(),
             scores=(AntiAffinity(), LeastRecentlyUsed()),
-            permits=LIMITS,
+            permits=PERMITS,
             refine=REFINE,
             window=True,
         ),
@@ -106,7 +112,7 @@ PROFILES: dict[str, Profile] = {
             "fair_share",
             FairShareSort(),
             scores=(AntiAffinity(),),
-            permits=ALL_LIMITS,
+            permits=FAIR_SHARE_PERMITS,
             refine=REFINE,
         ),
     )

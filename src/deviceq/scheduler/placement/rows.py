@@ -32,6 +32,9 @@ class QueuedTask:
     avoid_hosts: frozenset[str] = frozenset()
     effective_priority: int = -1  # -1: not aged (the snapshot sets it; see aged_priority)
     tenant: str | None = None  # who it is for (its bucket's tenant; fair_share)
+    # a retry after a device-blamed failure: until this Redis time (ms) it takes none of the
+    # devices it failed on (`RetryElsewhere`); 0 when it may (or the pool has no other match)
+    avoid_until: int = 0
 
     @property
     def aged_priority(self) -> int:

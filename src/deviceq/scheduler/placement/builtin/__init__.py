@@ -1,6 +1,6 @@
 """The built-in placement plugins (one module per plugin of substance)."""
 
-from .anti_affinity import AntiAffinity
+from .anti_affinity import AntiAffinity, RetryElsewhere
 from .fair_share import FairShareSort
 from .faults import FaultCount
 from .gang_hold import ReserveThenHold
@@ -21,4 +21,5 @@ __all__ = [
     "Match",
     "PrioritySort",
     "ReserveThenHold",
+    "RetryElsewhere",
 ]
