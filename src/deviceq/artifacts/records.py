@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, DeviceqError, NotFound
 from ..core.models import validate_id
-from .store import ArtifactStore, iter_chunks, safe_name
+from .store import ArtifactStore, default_state_dir, iter_chunks, safe_name
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,6 @@ def local_default_url(pool: str, task_id: str, attempt: int) -> str | None:
     """Where a host daemon of this machine and user keeps artifacts when no store is named
     (its default ``--state-dir``'s ``artifacts`` folder, `deviceq.host.artifacts`), as a
     ``file://`` URL, when it holds this attempt's folder and can be read; else None."""
-    from ..host.artifacts import default_state_dir
-
     root = default_state_dir() / "artifacts"
     folder = root / pool / task_id / str(int(attempt))
     if folder.is_dir() and os.access(folder, os.R_OK | os.X_OK):
@@ -83,8 +81,6 @@ def store_for(
     if not chosen and attempt is not None:
         chosen = local_default_url(conn.pool, attempt[0], attempt[1]) or ""
     if not chosen:
-        from ..host.artifacts import default_state_dir
-
         where = default_state_dir() / "artifacts"
         raise ConfigError(
             "no artifact store: give --artifact-store URL or set the pool's artifact_store "

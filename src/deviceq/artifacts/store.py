@@ -30,6 +30,13 @@ LOG_NAME = "log.txt"  # the attempt's whole log
 CHUNK = 1 << 20  # bytes read at once (hashing, streaming, downloads)
 
 
+def default_state_dir() -> Path:
+    """A host daemon's default ``--state-dir``: ``$XDG_STATE_HOME/deviceq`` (else
+    ``~/.local/state/deviceq``); with no store named, its ``artifacts`` folder is the store."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "deviceq"
+
+
 def safe_name(name: str) -> bool:
     """A file name an attempt may record: 1-255 bytes of text, relative, ``/``-separated, no
     empty, ``.`` or ``..`` segment, no control character or backslash (the same rule as

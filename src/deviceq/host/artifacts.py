@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..artifacts.store import LOG_NAME, ArtifactStore, collect
+from ..artifacts.store import LOG_NAME, ArtifactStore, collect, default_state_dir
 from ..core.errors import DeviceqError
 from ..core.models import validate_id
 
@@ -46,12 +46,6 @@ def whole_log(folder: Path | None) -> Path | None:
     """Where the host keeps an attempt's whole log while it runs: beside its artifacts
     folder (never in it: the runner owns that), moved in as ``log.txt`` at the end."""
     return None if folder is None else Path(os.fspath(folder) + ".log")
-
-
-def default_state_dir() -> Path:
-    """``$XDG_STATE_HOME/deviceq`` (else ``~/.local/state/deviceq``)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "deviceq"
 
 
 def cap_log_file(path: Path, limit: int) -> bool:
