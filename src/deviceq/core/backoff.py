@@ -181,6 +181,20 @@ class Outage:
             self.recoveries += 1
         self._say(logging.INFO, f"{self.what} reachable again after {how_long(away)}")
 
+    def answers(
+        self, fn: Callable[[], list[str]], n: int, transient: tuple[type[BaseException], ...]
+    ) -> list[str]:
+        """``fn()``'s per-item answers for a best-effort call of ``n`` items; through an
+        outage (``transient``) every item is answered ``ok`` (dropped: the caller goes on) and
+        the outage is said once, not once per call."""
+        try:
+            out = fn()
+        except transient as exc:
+            self.failed(exc)
+            return ["ok"] * n
+        self.ok()
+        return out
+
     def pause(self, seconds: float, until: Callable[[], bool]) -> None:
         """Sleep ``seconds``, less if ``until()`` becomes true or the outage ends meanwhile
         (another loop got through: retry at once)."""

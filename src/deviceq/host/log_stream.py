@@ -79,13 +79,9 @@ class QuietLogSink:
         self.sink, self.outage, self.transient = sink, outage, transient
 
     def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
-        try:
-            answers = self.sink.log_append(chunks)
-        except self.transient as exc:
-            self.outage.failed(exc)
-            return ["ok"] * len(chunks)
-        self.outage.ok()
-        return answers
+        return self.outage.answers(
+            lambda: self.sink.log_append(chunks), len(chunks), self.transient
+        )
 
 
 def drop_marker(dropped: int) -> str:

@@ -158,13 +158,9 @@ class QuietProgressSink:
         self.sink, self.outage, self.transient = sink, outage, transient
 
     def progress(self, updates: Sequence[ProgressUpdate]) -> list[str]:
-        try:
-            answers = self.sink.progress(updates)
-        except self.transient as exc:
-            self.outage.failed(exc)
-            return ["ok"] * len(updates)
-        self.outage.ok()
-        return answers
+        return self.outage.answers(
+            lambda: self.sink.progress(updates), len(updates), self.transient
+        )
 
 
 @dataclass(eq=False)
