@@ -155,8 +155,10 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the server and wait until it answers; ready means the process answering on
         ``port`` is this server (its ``INFO`` ``process_id``), never another one that holds
-        the port. When the port was chosen here (no ``port`` given) and another process took
-        it before the server first started, it starts again on another free port."""
+        the port, and it has loaded its data (``loading:0``: a restarted server with an AOF
+        answers most commands ``LOADING`` until then). When the port was chosen here (no
+        ``port`` given) and another process took it before the server first started, it
+        starts again on another free port."""
         for attempt in range(5):
             try:
                 return self._start_once(timeout)
@@ -194,7 +196,10 @@ class RedisServer:
         try:
             while True:
                 try:
-                    if int(client.info("server")["process_id"]) == self.proc.pid:
+                    if (
+                        int(client.info("server")["process_id"]) == self.proc.pid
+                        and int(client.info("persistence").get("loading", 0)) == 0
+                    ):
                         self._started = True
                         return self
                 except redis.RedisError:  # not up yet (or another server's: ours exits)
