@@ -39,8 +39,9 @@ import docs_pages
 from deviceq import Client, DeviceReport, HostClient, InvalidInput, PoolAdmin, TaskFilter
 from deviceq.cli import main
 from deviceq.core.errors import ConfigError
-from deviceq.core.models import TaskSpec, validate_id, validate_tag, validate_tags
+from deviceq.core.models import TaskSpec
 from deviceq.core.redis_server import RedisServer
+from deviceq.core.validation import validate_id, validate_tag, validate_tags
 from deviceq.host.runners import Outcome, Task
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler import strategies as S

@@ -20,9 +20,9 @@ import pytest
 import redis
 
 from deviceq import Client, PoolAdmin, TaskStatus
-from deviceq.cli.app import MAX_INPUT_BYTES
 from deviceq.cli.task_files import SUBMIT_FILE_CHUNK
 from deviceq.core.errors import QueueFull
+from deviceq.core.input_files import MAX_INPUT_BYTES
 from deviceq.core.keys import Keys
 from deviceq.core.redis_server import RedisServer
 from deviceq.host.redis_link import CTL_DRAIN

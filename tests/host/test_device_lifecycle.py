@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from deviceq.core.errors import Busy, InvalidInput, NotFound
-from deviceq.core.models import TaskStatus
+from deviceq.core.vocabulary import TaskStatus
 from deviceq.host.link import DeviceReport
 from deviceq.ops.verify import verify
 from harness import deviceq, wait_for

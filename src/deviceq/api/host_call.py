@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from ..core import json_bounded
 from ..core.errors import AuthError, DeviceqError, InvalidInput, SessionSuperseded
-from ..core.models import validate_id
+from ..core.validation import validate_id
 from ..host.redis_link import HostClient, token_digest
 from .context import ApiContext
 

@@ -30,8 +30,9 @@ from ..core.errors import (
     NotConfirmed,
     NotFound,
 )
-from ..core.models import ScheduledTask, validate_id
+from ..core.models import ScheduledTask
 from ..core.redirects import UNAVAILABLE
+from ..core.validation import validate_id
 from ..host.heartbeat_sync import GONE, Reply, Row
 from ..host.link import DeviceReport, Report
 from ..host.log_stream import LogChunk

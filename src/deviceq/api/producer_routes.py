@@ -26,7 +26,9 @@ from ..core.connection import priority_ignored
 from ..core.errors import AuthError, DeviceqError, InvalidInput, NotFound
 from ..core.events import Event, last_event_id, read_events
 from ..core.live_logs import LogEntry, LogReader
-from ..core.models import ScheduledTask, TaskStatus, validate_id
+from ..core.models import ScheduledTask
+from ..core.validation import validate_id
+from ..core.vocabulary import TaskStatus
 from ..producer.client import Client
 from ..producer.task_filter import TaskFilter
 from .auth import bearer

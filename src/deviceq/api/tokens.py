@@ -16,7 +16,7 @@ import redis
 
 from ..core.errors import AlreadyExists, InvalidInput, NotFound
 from ..core.keys import Keys
-from ..core.models import validate_id
+from ..core.validation import validate_id
 
 ROLES = ("producer", "operator")
 """``producer``: the producer protocol; ``operator``: that too, and the operator routes."""

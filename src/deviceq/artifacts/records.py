@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, DeviceqError, NotFound
-from ..core.models import validate_id
+from ..core.validation import validate_id
 from .store import ArtifactStore, default_state_dir, iter_chunks, safe_name
 
 

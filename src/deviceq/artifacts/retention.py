@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import DeviceqError
-from ..core.models import validate_id
+from ..core.validation import validate_id
 from .store import ArtifactStore, safe_name
 
 

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from ..core.config import check_store_url
 from ..core.errors import ConfigError, DeviceqError
-from ..core.models import validate_id
+from ..core.validation import validate_id
 
 MAX_FILES = 1000  # files one attempt keeps, at most
 MAX_NAME_BYTES = 255

@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, echo_json, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
 from .lazy import LazyChoice, resolve
+from .render import echo_json
 
 
 @main.command("acl")

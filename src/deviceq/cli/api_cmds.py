@@ -9,10 +9,12 @@ from typing import Any
 
 import click
 
-from .app import Ctx, echo_json, fail, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
+from .errors import fail
 from .lazy import DurationRange
 from .proxies import proxy_settings, trusted_proxy_option
-from .render import fmt_ms
+from .render import echo_json, fmt_ms
 from .tracing_option import otel_option
 
 DEFAULT_HOST = "127.0.0.1"

@@ -3,9 +3,8 @@
 one line on stderr.
 
 Command modules (``task_cmds``, ...) import the groups from here and add their commands;
-``deviceq.cli`` imports them all. The helpers they share are re-exported here (each lives in
-the module of its concern: `context`, `files`, `errors`, `render`, `global_options`, and
-`deviceq.core.input_files`)."""
+``deviceq.cli`` imports them all. The helpers they share live in the module of their concern
+(`context`, `files`, `errors`, `render`, `global_options`, `deviceq.core.input_files`)."""
 
 from __future__ import annotations
 
@@ -15,48 +14,12 @@ import click
 import redis
 
 from ..core.errors import DeviceqError
-from ..core.input_files import MAX_INPUT_BYTES, nesting_guard, read_input
-from .context import Ctx, pass_ctx
-from .errors import OneLineUsageError, describe_error, fail, one_line_usage
+from .context import Ctx
+from .errors import describe_error, fail, one_line_usage
 from .files import (
-    F,
-    check_output_path,
-    output_option,
     use_password_file,
-    write_output_file,
 )
-from .global_options import GLOBAL_OPTIONS, ROOT_OPTIONS, DqCommand, DqGroup
-from .render import PIPE_WIDTH, console_for_tables, echo_json
-
-__all__ = [
-    "GLOBAL_OPTIONS",
-    "MAX_INPUT_BYTES",
-    "PIPE_WIDTH",
-    "Ctx",
-    "DqCommand",
-    "DqGroup",
-    "F",
-    "OneLineUsageError",
-    "check_output_path",
-    "config",
-    "console_for_tables",
-    "describe_error",
-    "device",
-    "echo_json",
-    "fail",
-    "host",
-    "main",
-    "nesting_guard",
-    "one_line_usage",
-    "output_option",
-    "pass_ctx",
-    "read_input",
-    "scheduler",
-    "task",
-    "use_password_file",
-    "workflow",
-    "write_output_file",
-]
+from .global_options import ROOT_OPTIONS, DqCommand, DqGroup
 
 
 class _Group(click.Group):

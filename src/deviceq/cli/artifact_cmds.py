@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .app import Ctx, echo_json, main, pass_ctx, task
+from .app import main, task
+from .context import Ctx, pass_ctx
+from .render import echo_json
 from .via_api import refuse, via_api
 
 if TYPE_CHECKING:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, config, echo_json, pass_ctx
+from .app import config
+from .context import Ctx, pass_ctx
+from .render import echo_json
 
 
 @config.command("get")

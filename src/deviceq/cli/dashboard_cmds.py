@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, fail, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
+from .errors import fail
 from .proxies import proxy_settings, trusted_proxy_option
 
 DEFAULT_HOST = "127.0.0.1"

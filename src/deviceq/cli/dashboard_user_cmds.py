@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, echo_json, pass_ctx
+from .context import Ctx, pass_ctx
 from .dashboard_cmds import dashboard
+from .render import echo_json
 
 
 def _store(ctx: Ctx) -> Any:
@@ -75,7 +76,7 @@ def user_add(ctx: Ctx, name: str, role: str, password_file: str | None, as_json:
       deviceq dashboard user add alice --role operator          # prompts twice
       deviceq dashboard user add wall --role viewer --password-file wall.pw
     """
-    from ..core.models import validate_id
+    from ..core.validation import validate_id
     from ..dashboard.users import check_password
 
     validate_id(name, "user name")

@@ -7,8 +7,10 @@ import sys
 import click
 from click.core import ParameterSource
 
-from .app import Ctx, echo_json, main
+from .app import main
+from .context import Ctx
 from .lazy import DurationRange, LazyChoice, resolve
+from .render import echo_json
 
 
 @main.command()

@@ -6,11 +6,11 @@ from typing import Any
 
 import click
 
-from .app import Ctx, console_for_tables, device, echo_json, pass_ctx
-from .context import actor
+from .app import device
+from .context import Ctx, actor, pass_ctx
 from .lazy import LazyChoice, resolve
 from .options import usage_checked, usage_ids
-from .render import fmt_ms
+from .render import console_for_tables, echo_json, fmt_ms
 
 
 @device.command("list")

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .app import Ctx, echo_json, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
 from .options import usage_ids
-from .render import event_json, event_line
+from .render import echo_json, event_json, event_line
 from .via_api import events_via_api, via_api
 
 if TYPE_CHECKING:

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import click
 
-from .app import (
-    Ctx,
-    check_output_path,
-    console_for_tables,
-    echo_json,
-    host,
-    output_option,
-    pass_ctx,
-)
-from .context import actor
-from .render import fmt_age, fmt_ms, print_token
+from .app import host
+from .context import Ctx, actor, pass_ctx
+from .files import check_output_path, output_option
+from .render import console_for_tables, echo_json, fmt_age, fmt_ms, print_token
 
 
 @host.command("add")

@@ -10,7 +10,9 @@ import click
 
 from ..core import logs
 from ..core.errors import ConfigError, InvalidInput
-from .app import Ctx, describe_error, fail, host, pass_ctx
+from .app import host
+from .context import Ctx, pass_ctx
+from .errors import describe_error, fail
 from .lazy import DurationRange
 from .tracing_option import otel_option
 

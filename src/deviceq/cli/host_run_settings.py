@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError, InvalidInput
-from .app import nesting_guard
+from ..core.input_files import nesting_guard
 
 if TYPE_CHECKING:
     from ..host.device_config import DeviceConfig
@@ -143,7 +143,7 @@ def split_token_files(value: Any, pools: tuple[str, ...]) -> tuple[dict[str, str
     """``--token-file`` values (or ``token_file`` of a config file: a path, a list, or a
     mapping pool -> path): the per-pool files (``POOL=FILE``) and the plain one (at most one,
     for every pool without a file of its own)."""
-    from ..core.models import ID_RE
+    from ..core.validation import ID_RE
 
     if value is None or value == ():
         return {}, None

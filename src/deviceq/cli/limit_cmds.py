@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, echo_json, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
+from .render import echo_json
 
 
 @main.group()

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.errors import NotFound
-from .app import Ctx, fail, pass_ctx, task
+from .app import task
+from .context import Ctx, pass_ctx
+from .errors import fail
 from .lazy import DurationRange
 from .render import visible
 from .via_api import via_api
@@ -62,7 +64,8 @@ def logs_via_api(client: ApiClient, task_id: str, attempt: int | None, follow: b
                  timeout: float | None, as_json: bool, raw: bool) -> None:  # fmt: skip
     """``task logs`` through ``deviceq api`` (``GET /tasks/ID/logs``): the same output and
     exit codes."""
-    from ..core.models import TaskStatus, validate_id
+    from ..core.validation import validate_id
+    from ..core.vocabulary import TaskStatus
 
     validate_id(task_id, "task id")
     if timeout is not None and not follow:

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, F, fail
+from .context import Ctx
+from .errors import fail
+from .files import F
 from .lazy import TASK_STATUSES, LazyChoice
 from .render import fmt_ms
 
@@ -173,7 +175,8 @@ def build_filter(
     """The `TaskFilter` of the filter options (checked: clear errors, before any change).
     ``allowed``: the statuses the operation applies to (the default selection; asking for
     another is an error)."""
-    from ..core.models import TaskStatus, validate_id
+    from ..core.validation import validate_id
+    from ..core.vocabulary import TaskStatus
     from ..producer.task_filter import TaskFilter
 
     statuses, driver_type, tags, host_id, tenant, older_than = astuple(filters)

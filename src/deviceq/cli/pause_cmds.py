@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, main, pass_ctx
-from .context import actor
+from .app import main
+from .context import Ctx, actor, pass_ctx
 
 
 @main.command()

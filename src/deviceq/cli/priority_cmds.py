@@ -6,8 +6,9 @@ import sys
 
 import click
 
-from .app import Ctx, echo_json, pass_ctx, task
-from .context import actor, said_on_stderr
+from .app import task
+from .context import Ctx, actor, pass_ctx, said_on_stderr
+from .render import echo_json
 
 
 @task.command("set-priority")

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, echo_json, main, pass_ctx
-from .context import login_name
+from .app import main
+from .context import Ctx, login_name, pass_ctx
 from .options import parse_duration_ms
-from .render import fmt_ms
+from .render import echo_json, fmt_ms
 
 if TYPE_CHECKING:
     from ..ops.admin import Reservation

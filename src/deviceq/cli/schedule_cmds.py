@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, echo_json, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
 from .options import parse_role_options
+from .render import echo_json
 from .submit_cmds import submit as _submit_cmd
 from .submit_cmds import warn_unknown_constraints
 

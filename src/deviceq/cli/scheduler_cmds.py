@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import ConfigError
-from .app import Ctx, echo_json, main, pass_ctx, scheduler
+from .app import main, scheduler
+from .context import Ctx, pass_ctx
 from .lazy import DurationRange, Lazy
+from .render import echo_json
 from .tracing_option import otel_option
 
 if TYPE_CHECKING:

@@ -9,8 +9,10 @@ from typing import Any
 
 import click
 
-from .app import Ctx, console_for_tables, echo_json, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
 from .lazy import DurationRange
+from .render import console_for_tables, echo_json
 from .status_view import render_all_pools, render_status
 
 

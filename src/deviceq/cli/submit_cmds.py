@@ -8,10 +8,12 @@ import time
 import click
 import redis
 
-from .app import Ctx, echo_json, fail, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
+from .errors import fail
 from .lazy import DurationRange
 from .options import parse_role_options, parse_time_s
-from .render import task_json
+from .render import echo_json, task_json
 from .via_api import submit_via_api, via_api
 
 

@@ -12,8 +12,8 @@ import click
 
 from ..core.errors import InvalidInput, NotFound
 from ..core.vocabulary import LEASED_STATUSES
-from .app import Ctx, console_for_tables, echo_json, pass_ctx, task
-from .context import actor
+from .app import task
+from .context import Ctx, actor, pass_ctx
 from .lazy import DurationRange
 from .options import (
     LIMIT_OPTION,
@@ -24,7 +24,7 @@ from .options import (
     targets,
     usage_ids,
 )
-from .render import progress_line, task_json, task_text, visible
+from .render import console_for_tables, echo_json, progress_line, task_json, task_text, visible
 from .via_api import (
     cancel_via_api,
     list_via_api,
@@ -267,7 +267,7 @@ def task_wait(
       deviceq task wait 3f2a9c0d1e2b4a5f 9b1c2d3e4f5a6b7c --timeout 600
       deviceq task wait --tag nightly --yes
     """
-    from ..core.models import TaskStatus
+    from ..core.vocabulary import TaskStatus
 
     ids, flt = targets(
         ctx,

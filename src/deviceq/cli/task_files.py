@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.errors import DeviceqError, InvalidInput, NotConfirmed, QueueFull
-from .app import Ctx, echo_json, fail, nesting_guard, read_input
+from ..core.input_files import nesting_guard, read_input
+from .context import Ctx
+from .errors import fail
+from .render import echo_json
 
 if TYPE_CHECKING:
     from ..core.models import TaskSpec

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
-from .app import Ctx, console_for_tables, echo_json, main, pass_ctx
-from .render import tenant_table
+from .app import main
+from .context import Ctx, pass_ctx
+from .render import console_for_tables, echo_json, tenant_table
 
 
 @main.group()

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ..ops.verify.model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH
-from .app import Ctx, echo_json, main, pass_ctx
+from .app import main
+from .context import Ctx, pass_ctx
+from .render import echo_json
 
 if TYPE_CHECKING:
     from ..ops.verify import Progress as ProgressFn

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .app import F, echo_json, fail
+from .errors import fail
+from .files import F
 from .options import parse_role_options
-from .render import event_line, task_text, visible
+from .render import echo_json, event_line, task_text, visible
 
 if TYPE_CHECKING:
     from ..producer.http_client import ApiClient
@@ -165,7 +166,7 @@ def retry_via_api(client: ApiClient, task_ids: tuple[str, ...], as_json: bool,
 
 def wait_via_api(client: ApiClient, task_ids: tuple[str, ...], timeout: float | None,
                  as_json: bool, **rest: Any) -> None:  # fmt: skip
-    from ..core.models import TaskStatus
+    from ..core.vocabulary import TaskStatus
 
     _no_filters(rest)
     task_id = _one_id(task_ids)

@@ -10,7 +10,10 @@ import click
 
 from ..core.errors import InvalidInput
 from ..services.webhooks import EVENTS, WebhookStore
-from .app import Ctx, check_output_path, echo_json, main, output_option, pass_ctx, write_output_file
+from .app import main
+from .context import Ctx, pass_ctx
+from .files import check_output_path, output_option, write_output_file
+from .render import echo_json
 
 
 def _read_secret(path: str) -> str:

@@ -7,7 +7,10 @@ from typing import Any
 import click
 
 from ..core.errors import InvalidInput
-from .app import Ctx, console_for_tables, echo_json, nesting_guard, pass_ctx, workflow
+from ..core.input_files import nesting_guard
+from .app import workflow
+from .context import Ctx, pass_ctx
+from .render import console_for_tables, echo_json
 
 
 def _load_definitions(text: str, source: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import redis
 
 from .errors import InvalidInput, NotFound
 from .keys import Keys
-from .models import validate_id
+from .validation import validate_id
 from .vocabulary import LEASED_STATUSES, TERMINAL_STATUSES
 
 ACTIVE = LEASED_STATUSES

@@ -13,48 +13,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from . import validation
 from .errors import InvalidInput
 from .task_record import attempt_values, is_multi_device, task_values
-from .validation import (  # (re-exported: the models' module was their home)
-    ID_RE as ID_RE,
-)
 from .validation import (
-    MAX_GOAL_BYTES as MAX_GOAL_BYTES,
+    ID_RE,
+    MAX_PRIORITY,
+    _shown,
+    check_task_timeout,
+    validate_goal,
+    validate_id,
+    validate_tag_list,
+    validate_tags,
 )
-from .validation import (
-    MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES,
-)
-from .validation import (
-    MAX_PRIORITY as MAX_PRIORITY,
-)
-from .validation import (
-    MAX_TAGS as MAX_TAGS,
-)
-from .validation import (
-    MAX_TASK_TIMEOUT as MAX_TASK_TIMEOUT,
-)
-from .validation import (
-    TAG_RE as TAG_RE,
-)
-from .validation import _shown
-from .validation import (
-    check_task_timeout as check_task_timeout,
-)
-from .validation import (
-    validate_goal as validate_goal,
-)
-from .validation import (
-    validate_id as validate_id,
-)
-from .validation import (
-    validate_tag as validate_tag,
-)
-from .validation import (
-    validate_tag_list as validate_tag_list,
-)
-from .validation import (
-    validate_tags as validate_tags,
-)
-from .vocabulary import FailureKind as FailureKind
-from .vocabulary import TaskStatus as TaskStatus
+from .vocabulary import FailureKind, TaskStatus
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -16,7 +16,7 @@ import redis
 
 from .errors import InvalidInput
 from .keys import Keys
-from .models import validate_id
+from .validation import validate_id
 
 MAX_WEIGHT = 1000
 MAX_DEVICES = 1_000_000

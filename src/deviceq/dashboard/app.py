@@ -39,7 +39,8 @@ from ..core.errors import DeviceqError, InvalidInput, NotFound
 from ..core.events import last_event_id, read_events
 from ..core.fleet import DEVICE_STATES
 from ..core.live_logs import LogReader
-from ..core.models import TaskStatus, validate_id
+from ..core.validation import validate_id
+from ..core.vocabulary import TaskStatus
 from ..ops.admin import PoolAdmin
 from ..producer.client import Client
 from . import bulk, data, device_page, task_list, task_views

@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..core.errors import InvalidInput
-from ..core.models import ScheduledTask, TaskStatus, validate_id
-from ..core.vocabulary import LEASED_STATUSES
+from ..core.models import ScheduledTask
+from ..core.validation import validate_id
+from ..core.vocabulary import LEASED_STATUSES, TaskStatus
 from ..producer.client import Client
 from ..producer.task_filter import TaskFilter as FindFilter
 from .site import Site

@@ -19,7 +19,8 @@ from typing import Any
 from ..core.errors import InvalidInput
 from ..core.events import Event, last_event_id
 from ..core.live_logs import LogReader
-from ..core.models import ScheduledTask, validate_id
+from ..core.models import ScheduledTask
+from ..core.validation import validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
 from ..ops.explain import explain

@@ -13,7 +13,8 @@ from starlette.responses import Response
 
 from ..core.errors import InvalidInput, NotFound
 from ..core.fleet import effective_state
-from ..core.models import Host, validate_id
+from ..core.models import Host
+from ..core.validation import validate_id
 from ..ops import status as st
 from ..ops.admin import PoolAdmin
 from ..producer.client import Client

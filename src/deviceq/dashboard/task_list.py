@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.errors import InvalidInput
-from ..core.models import ScheduledTask, TaskStatus, validate_id, validate_tag
+from ..core.models import ScheduledTask
+from ..core.validation import validate_id, validate_tag
+from ..core.vocabulary import TaskStatus
 from ..producer.client import Client
 
 PAGE_SIZES = (25, 50, 100, 200)

@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..core.models import ScheduledTask, validate_id
+from ..core.models import ScheduledTask
+from ..core.validation import validate_id
 from . import data
 from .bulk import DEFAULT_LIMIT, MAX_LIMIT
 from .site import Site

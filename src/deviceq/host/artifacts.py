@@ -33,7 +33,7 @@ from typing import Any
 
 from ..artifacts.store import LOG_NAME, ArtifactStore, collect, default_state_dir
 from ..core.errors import DeviceqError
-from ..core.models import validate_id
+from ..core.validation import validate_id
 
 LOG = logging.getLogger("deviceq.artifacts")
 MAX_TRIES = 50

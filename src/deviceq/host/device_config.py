@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import InvalidInput
-from ..core.models import DeviceState, validate_id, validate_tags
+from ..core.models import DeviceState
+from ..core.validation import validate_id, validate_tags
 from .link import DeviceReport
 
 

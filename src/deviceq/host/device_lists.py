@@ -14,7 +14,7 @@ import yaml
 from ..core import json_bounded
 from ..core.errors import ConfigError, DeviceqError
 from ..core.input_files import nesting_guard, read_input
-from ..core.models import ID_RE, TAG_RE
+from ..core.validation import ID_RE, TAG_RE
 from .device_config import DeviceConfig
 
 SERIAL_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@+/=,-]{0,254}\Z")

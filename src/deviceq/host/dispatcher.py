@@ -17,7 +17,8 @@ from typing import Any
 import redis
 
 from ..core.errors import NotFound
-from ..core.models import Assignment, FailureKind, WorkflowDefinition
+from ..core.models import Assignment, WorkflowDefinition
+from ..core.vocabulary import FailureKind
 from .runner_threads import RunnerThreads
 from .runners import (
     GoalRunner,

@@ -36,8 +36,10 @@ from ..core.errors import (
     from_reply,
 )
 from ..core.http import API_PREFIX, ApiError, HttpTransport, check_api_url, tls_context
-from ..core.models import Assignment, FailureKind, ScheduledTask, WorkflowDefinition, validate_id
+from ..core.models import Assignment, ScheduledTask, WorkflowDefinition
 from ..core.tls import TLSError
+from ..core.validation import validate_id
+from ..core.vocabulary import FailureKind
 from .heartbeat_sync import GONE, Heartbeat, HeartbeatSync, Reply, Row
 from .link import HostLink, Renewal, Report, SessionInfo
 from .log_stream import LogChunk

@@ -16,15 +16,9 @@ from dataclasses import dataclass
 
 from ..core.config import PoolConfig
 from ..core.errors import InvalidInput
-from ..core.models import (
-    Assignment,
-    DeviceState,
-    FailureKind,
-    ScheduledTask,
-    WorkflowDefinition,
-    validate_id,
-    validate_tag_list,
-)
+from ..core.models import Assignment, DeviceState, ScheduledTask, WorkflowDefinition
+from ..core.validation import validate_id, validate_tag_list
+from ..core.vocabulary import FailureKind
 from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
 from .progress import ProgressUpdate

@@ -20,17 +20,12 @@ from ..core.connection import PoolConnection
 from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
-from ..core.models import (
-    MAX_PAYLOAD_BYTES,
-    Assignment,
-    FailureKind,
-    ScheduledTask,
-    validate_id,
-)
+from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
-from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES
+from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
+from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES, FailureKind
 from .claims import claim_rest
 from .heartbeat_sync import HeartbeatSync, Reply, Row
 from .link import HostLink, Renewal, Report, SessionInfo

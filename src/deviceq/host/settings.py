@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError, InvalidInput
-from ..core.models import validate_id
+from ..core.validation import validate_id
 from .device_config import DeviceConfig
 from .device_sources import DeviceSourceError, DeviceSources, DiscoverySpec
 from .health_checks import PythonCheckSpec, check_spec

@@ -57,7 +57,7 @@ from typing import Any
 from ..core.errors import InvalidInput
 from ..core.keys import PRIVATE_MARK, Keys
 from ..core.limits import COUNTERS as LIMIT_COUNTERS
-from ..core.models import validate_id
+from ..core.validation import validate_id
 
 ROLES: tuple[str, ...] = ("producer", "scheduler", "host", "operator")
 """The roles ``deviceq acl`` knows, in the order it prints them."""

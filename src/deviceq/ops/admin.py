@@ -15,10 +15,10 @@ from ..core import fleet
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
-from ..core.models import Host, PooledDevice, satisfies, validate_id, validate_tags
+from ..core.models import Host, PooledDevice, satisfies
 from ..core.replies import parse
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
-from ..core.validation import actor_args
+from ..core.validation import actor_args, validate_id, validate_tags
 from ..host.redis_link import token_digest
 
 MAX_RESERVATION_MS = 7 * 86_400_000

@@ -14,7 +14,7 @@ import redis
 from redis.connection import ConnectionPool
 
 from ..core.errors import DeviceqError
-from ..core.models import TaskStatus
+from ..core.vocabulary import TaskStatus
 from .admin import PoolAdmin
 from .status import device_counts, hosts_and_devices, leader, status_counts
 

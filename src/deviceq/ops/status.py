@@ -12,7 +12,8 @@ from typing import Any
 from ..core import connection, fleet
 from ..core.durability import server_report
 from ..core.fleet import effective_state
-from ..core.models import Host, PooledDevice, TaskStatus
+from ..core.models import Host, PooledDevice
+from ..core.vocabulary import TaskStatus
 from ..scheduler.buckets import buckets
 from .admin import PoolAdmin, Reservation
 

@@ -19,17 +19,11 @@ from ..core.durability import run_durably
 from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, last_event_id, read_events
 from ..core.fleet import read_parts
-from ..core.models import (
-    Role,
-    ScheduledTask,
-    TaskSpec,
-    TaskStatus,
-    WorkflowDefinition,
-    validate_id,
-)
+from ..core.models import Role, ScheduledTask, TaskSpec, WorkflowDefinition
 from ..core.pacing import pacer_for
 from ..core.task_record import read_task, with_goal
-from ..core.validation import actor_args, check_text
+from ..core.validation import actor_args, check_text, validate_id
+from ..core.vocabulary import TaskStatus
 from .interface import Producer, task_specs
 from .submission import (
     check_int,

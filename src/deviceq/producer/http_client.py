@@ -28,7 +28,8 @@ from ..core.errors import _BY_CODE, InvalidInput
 from ..core.events import RENAMED, Event
 from ..core.http import API_PREFIX, ApiError, HttpTransport
 from ..core.live_logs import LogEntry
-from ..core.models import ScheduledTask, TaskSpec, validate_id
+from ..core.models import ScheduledTask, TaskSpec
+from ..core.validation import validate_id
 from .interface import Producer, task_specs
 
 WAIT_STEP = 30.0

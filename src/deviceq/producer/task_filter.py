@@ -11,7 +11,8 @@ from typing import Any
 import redis
 
 from ..core.keys import Keys
-from ..core.models import ScheduledTask, TaskStatus
+from ..core.models import ScheduledTask
+from ..core.vocabulary import TaskStatus
 from .submission import check_int
 
 FIND_PAGE = 500

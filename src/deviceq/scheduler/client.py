@@ -11,8 +11,8 @@ from typing import Any
 
 from ..core.connection import PoolConnection
 from ..core.errors import DeviceqError
-from ..core.models import validate_id
 from ..core.pacing import pacer_for
+from ..core.validation import validate_id
 
 COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
 COMMIT_FIRST = 50  # the first chunk's size, before any call was timed

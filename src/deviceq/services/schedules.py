@@ -37,8 +37,8 @@ from croniter import croniter
 
 from ..core.errors import DeviceqError, Fenced, InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.keys import Keys
-from ..core.models import ID_RE
 from ..core.scripts import Scripts
+from ..core.validation import ID_RE
 
 _LOG = logging.getLogger("deviceq.schedules")
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...core.models import MAX_PAYLOAD_BYTES, WorkflowDefinition
+from ...core.models import WorkflowDefinition
+from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import check_fraction, clean_text
 
 TAIL_BYTES = 8192

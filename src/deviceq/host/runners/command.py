@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import ConfigError, InvalidInput
-from ...core.models import MAX_PAYLOAD_BYTES
+from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import PROGRESS_FILE_ENV, ProgressSource, progress_file
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception
 from .command_output import CommandOutput

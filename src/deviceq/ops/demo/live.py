@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...core.events import Event
-from ...core.models import TaskStatus
+from ...core.vocabulary import TaskStatus
 from ...producer.client import Client
 from ..admin import PoolAdmin
 from .backend import Backend

@@ -22,8 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ...core.events import Event, last_event_id, read_events
-from ...core.models import TaskStatus
 from ...core.redis_urls import redact_url
+from ...core.vocabulary import TaskStatus
 from ...producer.client import Client
 from ..admin import PoolAdmin
 from .backend import Backend, start_backend

@@ -39,7 +39,9 @@ from typing import Any
 from ...core.connection import PoolConnection
 from ...core.errors import NotFound
 from ...core.fleet import read_parts
-from ...core.models import ScheduledTask, TaskStatus, validate_id
+from ...core.models import ScheduledTask
+from ...core.validation import validate_id
+from ...core.vocabulary import TaskStatus
 from .devices import BLOCKERS
 from .gang import explain_gang
 from .model import Explanation, Reason, at

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...core import liveness
 from ...core.connection import PoolConnection
-from ...core.models import Attempt, ScheduledTask, TaskStatus
+from ...core.models import Attempt, ScheduledTask
+from ...core.vocabulary import TaskStatus
 from .model import Explanation, Reason, at, secs
 
 
