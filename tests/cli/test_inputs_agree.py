@@ -59,7 +59,8 @@ def test_every_duration_option_takes_units(cli: Any, real_fleet: Any) -> None:
 def test_a_delay_never_ends_before_the_time_asked(deploy: Deployment) -> None:
     """Counted by the Redis clock from the submission: the command line's delay from the
     moment it sends the task (not from its start: it may take seconds to load), within the
-    one round trip that reads the server's time first."""
+    one round trip that reads the server's time first (250 ms allowed for it: a loaded CI
+    machine took 54; counted from the command's start, the delay came seconds early)."""
     d = deploy
     d.command_host("h1", "d1:x")
     d.scheduler()
@@ -73,7 +74,7 @@ def test_a_delay_never_ends_before_the_time_asked(deploy: Deployment) -> None:
     assert all(t.status is TaskStatus.done for t in done.values()), done
     t = done[cli_task]
     early = t.submitted_at + 3000 - t.attempts[0].assigned_at
-    assert early <= 50, f"assigned {early} ms before the 3 s asked"
+    assert early <= 250, f"assigned {early} ms before the 3 s asked"
     assert done[py_task].attempts[0].assigned_at >= before_ms + 2000
 
 
