@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "Report": ".host",
     "RunnerSpec": ".host.runners",
     "ScheduledTask": ".core.models",
+    "Suite": ".suites.model",
     "SchedulerClient": ".scheduler",
     "SessionActive": ".core.errors",
     "SessionSuperseded": ".core.errors",
@@ -143,6 +144,7 @@ if TYPE_CHECKING:
         register_strategy,
     )
     from .scheduler.strategies import TenantShare
+    from .suites.model import Suite
 
 
 def __getattr__(name: str) -> Any:
@@ -197,6 +199,7 @@ __all__ = [
     "Report",
     "RunnerSpec",
     "ScheduledTask",
+    "Suite",
     "SchedulerClient",
     "SessionActive",
     "SessionSuperseded",

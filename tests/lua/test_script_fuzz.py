@@ -6,6 +6,7 @@ was accepted and the pool's invariants hold (the same checker as the state machi
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -78,6 +79,10 @@ class Pool:
         self.assigned = self.client.submit("assigned")
         self.store.commit([(self.assigned, "d2")])
         self.scripts = {n: self.raw.register_script(source(n)) for n in names()}
+        shard = json.dumps({"task": self.queued, "tests": ["t1", "t2"], "round": 0})
+        self.shard = shard  # (a suite su1 of one shard: the queued task)
+        suite_args = ["su1", "nightly", "0", "{}", "2", "", "1", shard]
+        self.scripts["suite_submit"](keys=[self.keys.prefix], args=suite_args)
 
     def with_schedule(self) -> None:
         """A schedule ``nightly`` and a scheduler leading with epoch 7 (for schedule_fire)."""
@@ -119,6 +124,11 @@ class Pool:
             "attempt_artifacts": ["h1", tok, run, "1", "", "1", "log.txt", "3", "b" * 64],
             # (a claim by the leader of epoch 7: see with_schedule)
             "schedule_fire": ["claim", "7", "nightly", "1700000000", "", ""],
+            "suite_submit": [uuid.uuid4().hex[:12], "nightly", "0", '{"goal": "g {tests}"}', "2",
+                             "60000", "1", self.shard],
+            "suite_shard": ["", "su1", "0", "done", "d1", "", "2", "t1", "passed", "1200", "",
+                            "t2", "failed", "", "boom"],
+            "suite_cancel": ["su1"],
         }[name]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ MAX_LINES = 500
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core"}),
-    frozenset({"artifacts"}),
+    frozenset({"artifacts", "suites"}),
     frozenset({"producer", "scheduler", "host"}),
     frozenset({"ops"}),
     frozenset({"services"}),

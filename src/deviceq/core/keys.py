@@ -124,6 +124,19 @@ key                                type       holds
 ``schedules:last``                 hash       schedule name -> JSON ``{run, task | error}``: the
                                               last run the leading scheduler claimed (pending
                                               until its task is submitted; schedule_fire.lua)
+``suites``                         zset       suite id -> submit time (ms): every kept suite
+                                              (``deviceq suite``; the oldest finished one is
+                                              dropped past ``SUITES_KEPT``, suite_submit.lua)
+``suites:running``                 set        running suite ids (the leading scheduler watches
+                                              their shards: deviceq.services.suite_watch)
+``suite:ID``                       hash       one suite: name, status, spec (JSON), counts,
+                                              eta_at, submitted_at, finished_at
+``suite:ID:shards``                hash       shard index -> JSON ``{task, tests, round, pin,
+                                              done, device, status, counts}``
+``suite:ID:results``               hash       test id -> JSON ``{s, d, dev, tries}``: its
+                                              final status and every try (suite_shard.lua)
+``suite_durations:NAME``           hash       test id -> ms it took last (weighted), per suite
+                                              name: what shards are balanced on
 ``dashboard:users``                hash       dashboard user name -> JSON ``{role, hash}`` (an
                                               argon2 hash; ``deviceq dashboard user``)
 ``dashboard:login:SCOPE:DIGEST``   string     login attempts of one client address (SCOPE
@@ -320,6 +333,26 @@ class Keys:
     @property
     def schedule_last(self) -> str:
         return self._k("schedules", "last")
+
+    @property
+    def suites(self) -> str:
+        return self._k("suites")
+
+    @property
+    def suites_running(self) -> str:
+        return self._k("suites", "running")
+
+    def suite(self, suite_id: str) -> str:
+        return self._k("suite", suite_id)
+
+    def suite_shards(self, suite_id: str) -> str:
+        return self._k("suite", suite_id, "shards")
+
+    def suite_results(self, suite_id: str) -> str:
+        return self._k("suite", suite_id, "results")
+
+    def suite_durations(self, name: str) -> str:
+        return self._k("suite_durations", name)
 
     @property
     def dashboard_users(self) -> str:

@@ -178,6 +178,10 @@ LOG_REJECTIONS: tuple[str, ...] = ("not_found", "superseded", "not_owner", "ende
 # -- the Lua side ------------------------------------------------------------------------------
 
 LuaValue = tuple[str, ...] | Mapping[str, str]
+SUITE_TRY_STATUSES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "missing")
+"""What one try of a test in a suite can be (deviceq.suites): ``missing`` when the shard's run
+reported nothing on it (it failed before it, wrote no JUnit file, or was cancelled)."""
+
 LUA_INCLUDES: Mapping[str, Mapping[str, LuaValue]] = {
     "gen/statuses": {"TERMINAL": TERMINAL_STATUSES, "LEASED": LEASED_STATUSES},
     "gen/reports": {
@@ -187,6 +191,7 @@ LUA_INCLUDES: Mapping[str, Mapping[str, LuaValue]] = {
     },
     "gen/retry_kinds": {"RETRY_KINDS": RETRY_KINDS},
     "gen/assign_refusals": {"ASSIGN_ERR": ASSIGN_REFUSAL_OF_BLOCKER},
+    "gen/suite_tries": {"TRY_STATUSES": SUITE_TRY_STATUSES},
 }
 """Each generated include: the Lua locals it defines, each with its value (a tuple: a set,
 ``{name = true, ...}``; a mapping: ``{name = 'text', ...}``). Each script names the ones it

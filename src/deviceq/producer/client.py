@@ -14,7 +14,7 @@ import redis
 from pydantic import ValidationError
 
 from ..core import tracing
-from ..core.connection import PoolConnection, warn_if_ignored
+from ..core.connection import warn_if_ignored
 from ..core.durability import run_durably
 from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, last_event_id, read_events
@@ -32,6 +32,7 @@ from .submission import (
     not_before_of,
     spec_from,
 )
+from .suite_client import SuiteMethods
 from .task_filter import FIND_MAX_SCAN, FindResult, TaskFilter, find_tasks
 
 __all__ = ["SUBMIT_CHUNK", "Client", "api_url_of"]
@@ -49,7 +50,7 @@ def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
     return os.environ.get("DEVICEQ_API_URL") or None if redis_or_url is None else None
 
 
-class Client(PoolConnection, Producer):
+class Client(SuiteMethods, Producer):
     """Producer-side client of one pool.
 
     >>> client = Client("redis://localhost:6379/0", pool="default")
