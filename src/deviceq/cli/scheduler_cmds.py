@@ -145,12 +145,15 @@ def scheduler_run(
             ) from None
     if once:
         ctx.warn_if_unknown_pool()
-    else:  # the pool's webhooks and schedules, served while this process leads
+    else:  # the pool's webhooks, schedules and suites, served while this process leads
+        from ..producer.client import Client
         from ..services.schedules import start_firer
+        from ..services.suite_watch import start_watcher
         from ..services.webhooks import start_deliverer
 
         start_deliverer(ctx.admin, lambda: sched.is_leader)
         start_firer(ctx.admin, lambda: sched.epoch)
+        start_watcher(Client(ctx.admin.redis, ctx.admin.pool), lambda: sched.epoch)
     passes = sched.run(tick=tick, once=once)
     if once and not passes:
         say_standby(sched)
@@ -215,12 +218,16 @@ def run_many(
     for c in ctxs:
         c.preflight(need_reachable=once)
     if not once:
+        from ..producer.client import Client
         from ..services.schedules import start_firer
+        from ..services.suite_watch import start_watcher
         from ..services.webhooks import start_deliverer
 
         for c, s in zip(ctxs, scheds, strict=True):
             start_deliverer(c.admin, lambda s=s: s.is_leader)  # type: ignore[misc]
             start_firer(c.admin, lambda s=s: s.epoch)  # type: ignore[misc]
+            client = Client(c.admin.redis, c.admin.pool)
+            start_watcher(client, lambda s=s: s.epoch)  # type: ignore[misc]
     errors: list[BaseException] = []
 
     def run(sched: TaskScheduler) -> None:

@@ -58,6 +58,8 @@ STREAM_EVENTS: dict[str, str] = {
     "device_removed": "device_removed",
     "host_alive": "host_alive",
     "host_removed": "host_removed",
+    "suite_submitted": "suite_submitted",
+    "suite_done": "suite_done",
 }
 """Event stream type -> the webhook event it is delivered as."""
 EVENTS = frozenset(STREAM_EVENTS.values()) | {"host_dead"}
