@@ -5,8 +5,10 @@
 --- @include "gen/suite_tries"
 -- suite_shard.lua: record the outcome of one shard of a running suite (deviceq.suites), once:
 -- each test's try (status, the device, the shard) is added to its results and its final
--- status set (passed, flaky: failed then passed, failed, skipped; a suite run on every device
--- counts a test failed on any device as failed); each test's duration is kept per suite name
+-- status set (passed; flaky: failed, then passed; failed; skipped; pending while a retry shard
+-- runs it again; a try `missing` (the run reported nothing on it) is no failure of a test
+-- that passes later; a suite run on every device counts a test failed or missing on any
+-- device as failed); each test's duration is kept per suite name
 -- (weighted: half the last, half before) for the next split; a retry shard of failed tests,
 -- already submitted, is added. When no shard is left open, the suite ends `done` (every test
 -- passed, flaky or skipped) or `failed`; event suite_done.
@@ -31,10 +33,15 @@ if type(tstatus) ~= 'string' or not tstatus:match('^[a-z_]+$') or #tstatus > 20 
 end
 if device ~= '' and not valid_id(device) then return fail('INVALID', 'malformed device id') end
 local rs
+local retrying = {}  -- the tests the retry shard runs again: pending, not failed, meanwhile
 if retry ~= '' then
   local ok, v = pcall(cjson.decode, retry or '')
   if not ok or type(v) ~= 'table' or not valid_id(v.task) or type(v.tests) ~= 'table' or #v.tests < 1 then
     return fail('INVALID', 'retry must be a shard {task, tests} or empty')
+  end
+  for _, t in ipairs(v.tests) do
+    if type(t) ~= 'string' then return fail('INVALID', 'retry tests must be test ids') end
+    retrying[t] = true
   end
   rs = retry
 end
@@ -60,16 +67,19 @@ local shard = cjson.decode(raw)
 if s.status ~= 'running' or shard.done then return 'ended' end
 
 local each = s.each == '1'
-local function final(tries)
-  local passed, failed, skipped = false, false, false
+-- a test's final status from its tries: a try `missing` (its run reported nothing on it) is
+-- no failure of the test when a later try passes; one still to be retried is `pending`
+local function final(test, tries)
+  local passed, failed, missing, skipped = false, false, false, false
   for _, t in ipairs(tries) do
     if t[1] == 'passed' then passed = true
     elseif t[1] == 'skipped' then skipped = true
+    elseif t[1] == 'missing' then missing = true
     else failed = true end
   end
   if passed and failed then return each and 'failed' or 'flaky' end
-  if passed then return 'passed' end
-  if failed then return 'failed' end
+  if passed and not (each and missing) then return 'passed' end
+  if failed or missing or passed then return retrying[test] and 'pending' or 'failed' end
   if skipped then return 'skipped' end
   return 'pending'
 end
@@ -84,7 +94,7 @@ for i = 0, m - 1 do
   local r = cur and cjson.decode(cur) or {s = 'pending', tries = {}}
   local before = r.s
   r.tries[#r.tries + 1] = {try, device, idx}
-  r.s = final(r.tries)
+  r.s = final(test, r.tries)
   r.dev = device
   if msg ~= '' then r.m = msg end
   if dur ~= '' then

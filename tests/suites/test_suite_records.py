@@ -111,6 +111,7 @@ def test_failed_tests_are_retried_as_a_new_shard_and_flaky_ones_marked(lab: Lab)
     assert lab.look(s.id) == 1
     mid = lab.client.suite(s.id)
     assert mid.status == "running" and len(mid.shards) == 2
+    assert (mid.counts["passed"], mid.counts["pending"], mid.failed) == (2, 2, [])  # retrying
     retry = mid.shards[1]
     assert retry.round == 1 and sorted(retry.tests) == sorted([TESTS[1], TESTS[2]])
     assert lab.client.get(retry.task_id).goal == f"run {' '.join(retry.tests)}"

@@ -25,6 +25,10 @@ def _usage(exc: InvalidInput) -> click.UsageError:
     return click.UsageError(str(exc))
 
 
+SHOWN = 20
+"""Failed (and flaky) tests ``suite show`` prints at most; ``--json`` has them all."""
+
+
 def fmt_eta(seconds: float | None) -> str:
     if seconds is None:
         return "unknown (no matching device now)"
@@ -176,14 +180,14 @@ def suite_lines(s: Suite) -> list[str]:
         f"tests {s.tests}: passed {c['passed']}, flaky {c['flaky']}, failed {c['failed']}, "
         f"skipped {c['skipped']}, pending {c['pending']}"
     )
-    for r in s.failed:
-        tries = ", ".join(f"{st} on {dev or '?'}" for st, dev, _ in r.tries)
-        passed_elsewhere = any(st == "passed" for st, _, _ in r.tries)
-        note = " (failed on one device, passed on another)" if passed_elsewhere else ""
-        out.append(f"FAILED {r.test}: {tries}{note}")
-    for r in s.flaky:
-        tries = ", ".join(f"{st} on {dev or '?'}" for st, dev, _ in r.tries)
-        out.append(f"FLAKY  {r.test}: {tries}")
+    for word, rows in (("FAILED", s.failed), ("FLAKY ", s.flaky)):
+        for r in rows[:SHOWN]:
+            tries = ", ".join(f"{st} on {dev or '?'}" for st, dev, _ in r.tries)
+            passed = any(st == "passed" for st, _, _ in r.tries)
+            note = " (passed on another device)" if passed and word == "FAILED" else ""
+            out.append(f"{word} {r.test}: {tries}{note}")
+        if len(rows) > SHOWN:
+            out.append(f"... {len(rows) - SHOWN} more {word.strip().lower()} (--json lists all)")
     for sh in s.shards:
         counts = " ".join(f"{k} {v}" for k, v in sorted(sh.counts.items()))
         retry = f" retry {sh.round}" if sh.round else ""

@@ -49,7 +49,7 @@ class Plan:
 
 
 def new_suite_id() -> str:
-    return "s" + secrets.token_hex(6)
+    return secrets.token_hex(8)
 
 
 def shard_goal(spec: Mapping[str, Any], tests: Sequence[str]) -> str:
