@@ -88,9 +88,12 @@ def plan(
     timeout: float | None = None,
     max_attempts: int | None = None,
     junit: str = DEFAULT_GLOB,
+    split: str = "balanced",
 ) -> Plan:
     """The suite's plan, nothing written. InvalidInput for bad input; `Unsatisfiable` when
-    the deadline cannot be met (``needs N devices, M match``)."""
+    the deadline cannot be met (``needs N devices, M match``). ``split``: ``balanced`` (on
+    the duration history, longest first) or ``round_robin`` (the tests dealt in turn, no
+    history: what the makespan benchmark compares against)."""
     check_name(name)
     check_template(goal, command)
     tag_list = list(validate_tags(list(tags)))
@@ -121,7 +124,7 @@ def plan(
             raise sharding.Unsatisfiable("unsatisfiable: no device matches now")
         if len(devices) > MAX_SHARDS:
             raise InvalidInput(f"{len(devices)} devices match: at most {MAX_SHARDS} a suite")
-        split = [tests for _ in devices]
+        split_tests = [tests for _ in devices]
         pins = [d.device_id for d in devices]
     else:
         if deadline is not None:
@@ -130,9 +133,14 @@ def plan(
         else:
             assert shards is not None
             n = shards
-        split = sharding.balance(tests, est, n)
-        pins = [None] * len(split)
-    loads = [sharding.load(s, est) + SHARD_OVERHEAD_S for s in split]
+        if split == "round_robin":
+            split_tests = sharding.round_robin(tests, n)
+        elif split == "balanced":
+            split_tests = sharding.balance(tests, est, n)
+        else:
+            raise InvalidInput(f"split must be balanced or round_robin, not {split!r}")
+        pins = [None] * len(split_tests)
+    loads = [sharding.load(s, est) + SHARD_OVERHEAD_S for s in split_tests]
     spec = {
         "goal": goal,
         "command": command,
@@ -147,7 +155,7 @@ def plan(
         "each_device": each_device,
         "deadline_s": deadline,
     }
-    return Plan(new_suite_id(), name, tests, split, loads, pins,
+    return Plan(new_suite_id(), name, tests, split_tests, loads, pins,
                 submit_eta(loads, pins, devices), len(devices), spec)  # fmt: skip
 
 
