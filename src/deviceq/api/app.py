@@ -27,6 +27,7 @@ from .errors import error, from_exception
 from .host_call import host_token_ok
 from .host_routes import host_routes
 from .producer_routes import producer_routes
+from .suite_routes import suite_routes
 from .tokens import TokenStore
 
 log = logging.getLogger("deviceq.api")
@@ -169,7 +170,7 @@ def create_app(ctx: ApiContext, *, limiter: FailureLimiter | None = None) -> Sta
 
     # the producer routes at their full paths (a Mount's ``.*`` would not match an id with a
     # newline: such an id is refused by validate_id, 400, not 404); the host routes mounted
-    ours = [Route("/openapi.json", openapi_json), *producer_routes(ctx)]
+    ours = [Route("/openapi.json", openapi_json), *producer_routes(ctx), *suite_routes(ctx)]
     everything: list[BaseRoute] = [_prefixed(r) for r in ours]
     everything.append(Mount(API_PREFIX, routes=host_routes(ctx)))
     schema = openapi(everything)
