@@ -7,10 +7,10 @@ time: run it on two trees (``python -m bench.ab --baseline REV bench/lifecycle/i
 The lifecycle is ``batch.py``'s, through the public API on one host of ``--batch``
 devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
 (``TaskScheduler.assign``, its expiry step on the daemon's tick), ``HostClient.claim(batch)``
-and ``HostClient.report_many`` until every task is done; after each round's reports, the host
-sends its full device snapshot (``HostClient.heartbeat(full=True)``: every device's entry
-parsed and applied), counted as a phase of its own beside the lifecycle. Beside it, the same lifecycle of
-``batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
+and ``HostClient.report_many`` until every task is done; after each round's reports, the
+host sends its full device snapshot (``HostClient.heartbeat(full=True)``: every device's entry
+parsed and applied), counted as a phase of its own beside the lifecycle. Beside it, the same
+lifecycle of ``batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
 module), on a server of its own: its submit is one pipelined ``HSET`` + ``ZADD`` per task, its
 pass the ``ZRANGE`` snapshot and its assign script. Each phase's instructions are counted apart
 (``callgrind_control`` zeroes the counters before a phase and dumps them after) and divided by
