@@ -67,10 +67,11 @@ local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at',
-    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant', 'roles', 'gang')
+    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant', 'roles', 'gang', 'pin')
   if not t[1] then return nil, 'task_not_found' end
   if (t[12] or '') ~= '' or (t[13] or '') ~= '' then return nil, 'task_multi_device' end
   if t[1] ~= 'queued' then return nil, 'task_not_queued' end
+  if (t[14] or '') ~= '' and t[14] ~= did then return nil, 'task_pinned' end
   local d, bad = device_assignable(did, hosts_ok)
   if not d then return nil, bad end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])

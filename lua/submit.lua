@@ -44,6 +44,9 @@
 --                    task; the task's submitted_by and the submitted event's `by`)
 --   traceparent      optional, a W3C trace context 00-TRACE(32 hex)-SPAN(16 hex)-FLAGS(2 hex):
 --                    the trace of its submission (deviceq.core.tracing)
+--   pin              optional, a device id: the task runs on that device only and waits for it
+--                    (a bucket of its own: signature in lib/constraints.lua; assign.lua refuses
+--                    any other device); not with roles
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -131,6 +134,9 @@ local function check(b)
       '%-' .. ('[0-9a-f]'):rep(16) .. '%-[0-9a-f][0-9a-f]$')) then
     return fail('INVALID', 'malformed traceparent')
   end
+  local pin = A[b + TASK_PIN]
+  if pin and not valid_id(pin) then return fail('INVALID', 'malformed pin (a device id)') end
+  if pin and A[b + TASK_ROLES] then return fail('INVALID', 'a task with roles cannot be pinned') end
   local retry_of = A[b + TASK_RETRY_OF]
   if retry_of and not valid_id(retry_of) then
     return fail('INVALID', 'malformed retry_of task id')
@@ -222,7 +228,8 @@ for i = 0, n - 1 do
     maxa = I(maxa or cfg('max_attempts'))
     local tenant = A[b + TASK_TENANT] or ''
     local roles = A[b + TASK_ROLES] or ''
-    local sig = roles == '' and signature(driver, tags, prio, tenant) or ''
+    local pin = A[b + TASK_PIN] or ''
+    local sig = roles == '' and signature(driver, tags, prio, tenant, pin) or ''
     seq = seq + 1
     local seq_s = I(seq)
     local tk = k('task', id)
@@ -241,6 +248,7 @@ for i = 0, n - 1 do
     local later = A[b + TASK_NOT_BEFORE] or 0
     if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
+    if pin ~= '' then redis.call('HSET', tk, 'pin', pin) end
     local retry_of = A[b + TASK_RETRY_OF]
     if retry_of then
       redis.call('HSET', tk, 'retry_of', retry_of)
@@ -262,7 +270,7 @@ for i = 0, n - 1 do
     elseif roles ~= '' then  -- a gang task waits in `gangs` (the scheduler places all its roles at once)
       redis.call('ZADD', k('gangs'), seq_s, id)
     else
-      enqueue(id, sig, seq_s, driver, tags, prio, tenant)
+      enqueue(id, sig, seq_s, driver, tags, prio, tenant, pin)
     end
     index_status(id, nil, 'queued', seq_s)
     local tp = A[b + TASK_TRACEPARENT]

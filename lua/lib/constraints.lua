@@ -23,10 +23,13 @@ local function satisfies(t_driver, t_tags, d_driver, d_tags)
   return true
 end
 
--- the bucket id of a constraint signature and tenant (deviceq.models.Constraints.signature
--- mirrors it): a tenant's tasks have buckets of their own, so fair share sees every tenant
-local function signature(driver, tags, prio, tenant)
+-- the bucket id of a constraint signature, tenant and pin (deviceq.models.Constraints.signature
+-- mirrors it): a tenant's tasks have buckets of their own, so fair share sees every tenant; a
+-- task pinned to one device has a bucket of its own pin (it waits for that device only, and
+-- never holds up the tasks behind it)
+local function signature(driver, tags, prio, tenant, pin)
   local raw = driver .. '|' .. tags .. '|' .. prio
   if tenant and tenant ~= '' then raw = raw .. '|' .. tenant end
+  if pin and pin ~= '' then raw = raw .. '|@' .. pin end
   return string.sub(redis.sha1hex(raw), 1, 16)
 end

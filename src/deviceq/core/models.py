@@ -68,12 +68,16 @@ class Constraints(BaseModel):
     driver_type: OptDriverType = None
     tags: Tags = ()
 
-    def signature(self, priority: int = 0, tenant: str | None = None) -> str:
-        """Bucket id of the queued index: tasks with equal constraints, priority and tenant
-        share it (``signature`` in lua/lib/constraints.lua)."""
+    def signature(
+        self, priority: int = 0, tenant: str | None = None, pin: str | None = None
+    ) -> str:
+        """Bucket id of the queued index: tasks with equal constraints, priority, tenant and
+        pin (the one device they run on) share it (``signature`` in lua/lib/constraints.lua)."""
         raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
         if tenant:
             raw += f"|{tenant}"
+        if pin:
+            raw += f"|@{pin}"
         return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
     def matches(self, driver_type: str, tags: Iterable[str]) -> bool:
@@ -199,6 +203,8 @@ class TaskSpec(BaseModel):
     not_before: Annotated[float | None, _NOT_BOOL] = Field(None, ge=0, le=1e13, allow_inf_nan=False)
     retry_of: Annotated[str, _named("task id")] | None = None  # the task this one runs again
     by: Annotated[str, _named("submitter")] | None = None  # who submitted it (recorded)
+    # the one device it may run on: it waits for it (a bucket of its own), never runs elsewhere
+    pin: Annotated[str, _named("device id")] | None = None
 
     @field_validator("retry_on", mode="before")
     @classmethod
@@ -216,6 +222,8 @@ class TaskSpec(BaseModel):
     def _one_of(self) -> TaskSpec:
         if (self.goal is None) == (self.workflow is None):
             raise InvalidInput("give exactly one of a goal or a workflow name")
+        if self.roles is not None and self.pin is not None:
+            raise InvalidInput("a task with roles cannot be pinned to one device")
         if self.roles is not None and self.timeout is not None:
             raise InvalidInput("a task with roles cannot have a timeout of its own")
         if self.roles is not None and (self.driver_type or self.tags or self.tenant):

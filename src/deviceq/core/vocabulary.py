@@ -148,7 +148,8 @@ class ReplyCode(StrEnum):
 
 
 ASSIGN_REFUSALS: tuple[str, ...] = (
-    "invalid_id", "task_not_found", "task_not_queued", "task_multi_device", "device_not_found",
+    "invalid_id", "task_not_found", "task_not_queued", "task_multi_device", "task_pinned",
+    "device_not_found",
     "device_reserved", "device_not_idle", "device_quarantined", "device_held", "device_booked",
     "device_checking", "device_unhealthy", "host_dead", "host_draining", "host_suspect",
     "driver_type_mismatch", "missing_tag", "pool_paused", *LIMIT_REASONS,

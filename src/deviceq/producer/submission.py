@@ -94,6 +94,7 @@ def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> d
         "retry_of": spec.retry_of or None,
         "by": spec.by or None,
         "traceparent": traceparent or None,
+        "pin": spec.pin or None,
     }
 
 

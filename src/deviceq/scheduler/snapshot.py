@@ -214,9 +214,13 @@ class SnapshotReader:
         new_sigs = [s for s, _ in queues if s not in self._sig_cache]
         self._sig_cache.update(read_new(self, new_sigs, devgen))
         cons = {self._sig_cache[s][:2] for s, _ in queues}
-        todo = self.idle.take(
-            self.idle.wanted(cons, int(queued or 0), bool(self.gang_ids), every), spec_idle
-        )
+        want = self.idle.wanted(cons, int(queued or 0), bool(self.gang_ids), every)
+        pinned = {self._sig_cache[s][:2] for s, _ in queues if self._sig_cache[s][4]}
+        if pinned:  # a pinned task's device may be anywhere in its class: read those whole
+            for c in self.idle.classes:
+                if c.key in want and any(c.accepts(d, t) for d, t in pinned):
+                    want[c.key] = ALL
+        todo = self.idle.take(want, spec_idle)
         self.idle.read(self.redis, {key: (0, n - 1 if n != ALL else -1) for key, n in todo.items()})
         self.faults = faults
         shells = []
@@ -224,8 +228,8 @@ class SnapshotReader:
         for s, seq in head_seq.items():
             b = old_shells.get(s)
             if b is None or b.head_seq != seq:  # (a bucket's constraints never change)
-                drv, tags, prio, tenant = self._sig_cache[s]
-                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant)
+                drv, tags, prio, tenant, pin = self._sig_cache[s]
+                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant, pin=pin)
             self._shells[s] = b
             shells.append(b)
         base = read_devices(self, now, shells, len(queues))
@@ -321,7 +325,7 @@ class SnapshotReader:
     def _head_tasks(self, sig: str, flat: list[Any]) -> tuple[QueuedTask, ...]:
         """Heads from lua/heads.lua's flat reply (task_id, seq, submitted_at, avoid, ...); the
         submit times go to the aging cache."""
-        _, _, prio, tenant = self._sig_cache[sig]
+        _, _, prio, tenant, _ = self._sig_cache[sig]
         out = []
         for i in range(0, len(flat), 4):
             tid, seq, sub, avoid = flat[i : i + 4]
@@ -421,7 +425,7 @@ class SnapshotReader:
         return base, want, with_wait(self, heads, base.now)  # (retries waiting: avoid_until)
 
     def _queued(self, sig: str, got: list[Any]) -> tuple[QueuedTask, ...]:
-        _, _, prio, tenant = self._sig_cache[sig]
+        _, _, prio, tenant, _ = self._sig_cache[sig]
         fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in got)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
@@ -429,7 +433,14 @@ class SnapshotReader:
         """The servable buckets with their heads (oldest first)."""
         return [
             Bucket(
-                b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq, tenant=b.tenant
+                b.sig,
+                b.driver_type,
+                b.tags,
+                b.priority,
+                heads[b.sig],
+                b.head_seq,
+                tenant=b.tenant,
+                pin=b.pin,
             )  # fmt: skip
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)

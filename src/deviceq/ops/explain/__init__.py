@@ -80,9 +80,31 @@ def explain(admin: PoolConnection, task_id: str) -> Explanation:
     else:
         exp = explain_placed(admin, task)
     exp.constraints = cons
+    if raw.get("pin"):
+        exp.constraints["pin"] = raw["pin"]
+        if task.status is TaskStatus.queued:
+            _pinned(admin, exp, raw["pin"])
     if task.status is TaskStatus.queued:
         _paused(admin, exp)
     return exp
+
+
+def _pinned(admin: PoolConnection, exp: Explanation, pin: str) -> None:
+    """Put first in ``exp`` of a queued task pinned to device ``pin`` that it waits for that
+    device alone (never runs elsewhere), and what that device is doing now."""
+    raw = admin.redis.hmget(admin.keys.device(pin), "state", "reserved_by", "quarantined")
+    state, task, quarantined = (None if v is None else str(v) for v in raw)
+    if state is None:
+        now = "it is not registered (removed, or not seen yet)"
+    elif task:
+        now = f"it runs task {task}"
+    elif quarantined == "1":
+        now = "it is quarantined"
+    else:
+        now = f"it is {state}"
+    text = f"pinned to device {pin}: it runs there only and waits for it; {now}"
+    exp.reasons.insert(0, Reason("pinned", text, 0, {"device_id": pin}))
+    exp.summary = f"pinned to device {pin} ({now}); " + exp.summary
 
 
 def _paused(admin: PoolConnection, exp: Explanation) -> None:

@@ -185,7 +185,8 @@ class _Pass:
         return got
 
     def feasible(self, sig: str) -> Sequence[IdleDevice]:
-        """Every device of ``sig``'s feasible classes, in device_id order."""
+        """Every device of ``sig``'s feasible classes, in device_id order (of a pinned bucket:
+        its device alone, when it is among them)."""
         b = self.view.by_sig[sig]
         need = (b.driver_type, b.tags)
         got = self._feasible.get(need)
@@ -193,6 +194,8 @@ class _Pass:
             lists = [self.by_class[c] for c in self.classes(sig)]
             got = lists[0] if len(lists) == 1 else sorted((d for x in lists for d in x), key=_id)
             self._feasible[need] = got
+        if b.pin is not None:
+            return [d for d in got if d.device_id == b.pin]
         return got
 
     recording = False  # (`_RecordingPass`: the hooks below record what the loop decides)
@@ -209,6 +212,7 @@ class _Pass:
         for p in permits:
             used.update(p.closed())
         closers = [p for p in permits if isinstance(p, TaskClosingPermit)]
+        pins = {b.sig for b in view.buckets if b.pin is not None}
         chosen: list[tuple[QueuedTask, IdleDevice]] = []
         for task in order:
             if len(chosen) >= limit:
@@ -220,7 +224,9 @@ class _Pass:
                 closed = p.closed_for(task)
                 if closed:
                     skip = (skip if skip is not used else set(used)) | set(closed)
-            if live:
+            if task.sig in pins:  # its own device, or nothing: it waits for it
+                best = next((d for d in self.feasible(task.sig) if d.device_id not in skip), None)
+            elif live:
                 best = self.scan(task, cands, skip, live)
             else:
                 best = self.first(cands, skip, skip is used)

@@ -95,9 +95,13 @@ class Bucket:
     head_task: str | None = None
     head_submitted_at: int | None = None
     tenant: str | None = None
+    pin: str | None = None  # its tasks run on this device only (and wait for it)
 
     def accepts(self, device: IdleDevice) -> bool:
-        """True if a device satisfies this bucket's constraints (the one rule, `satisfies`)."""
+        """True if a device satisfies this bucket's constraints (the one rule, `satisfies`)
+        and, for a pinned bucket, is its device."""
+        if self.pin is not None and device.device_id != self.pin:
+            return False
         return satisfies(self.driver_type, self.tags, device.driver_type, device.tags)
 
     @property
@@ -147,6 +151,8 @@ class Snapshot:
                 ms = [c for key, c in classes.items() if _class_accepts(b, key)]
                 got = ms[0] if len(ms) == 1 else sorted((d for c in ms for d in c), key=_by_id)
                 by_constraint[(b.driver_type, b.tags)] = got
+            if b.pin is not None:  # (its own device only)
+                got = [d for d in got if d.device_id == b.pin]
             matching[b.sig] = got
         return cls(list(buckets), devs, limit, now_ms, matching, classes=classes)
 
