@@ -191,10 +191,13 @@ def suite_lines(s: Suite) -> list[str]:
     for sh in s.shards:
         counts = " ".join(f"{k} {v}" for k, v in sorted(sh.counts.items()))
         retry = f" retry {sh.round}" if sh.round else ""
-        pin = f" pinned to {sh.pin}" if sh.pin else ""
+        pin = ""
+        if sh.pin:
+            pin = " (pinned)" if sh.device_id == sh.pin else f" (pinned to {sh.pin})"
+        n = len(sh.tests)
         out.append(
             f"shard {sh.index}{retry}: task {sh.task_id} {sh.status or '?'} on "
-            f"{sh.device_id or '-'}{pin}, {len(sh.tests)} tests"
+            f"{sh.device_id or '-'}{pin}, {n} test{'s' if n != 1 else ''}"
             + (f" ({counts})" if counts else "")
         )
     return out
