@@ -22,11 +22,12 @@ What each role runs:
 
 ==========  ==================================================================================
 producer    `deviceq.producer.Client` (``deviceq submit``, ``task show|list|cancel|wait``,
-            ``events``, ``workflow put|list|show``): ``submit.lua``, ``cancel.lua`` and reads
+            ``events``, ``workflow put|list|show``, ``suite``): ``submit.lua``, ``cancel.lua``,
+            ``suite_submit.lua``, ``suite_cancel.lua`` and reads
 scheduler   ``deviceq scheduler run`` (`TaskScheduler`, `SchedulerClient`, the snapshot reads,
             the wake-up ``BLPOP``, the metrics endpoint, the schedules' runs):
             ``leader.lua``, ``assign.lua``, ``expire.lua``, ``schedule_fire.lua``,
-            ``submit.lua``
+            ``submit.lua``, ``suite_shard.lua`` (the suites' results)
 host        ``deviceq host run`` (`HostClient` in `HostWorker`): ``session.lua``,
             ``heartbeat.lua``, ``claim.lua``, ``renew.lua``, ``report.lua``, ``host_drain.lua``
             (its own ``stopping`` flag), ``progress.lua``, ``BLPOP`` on its wake and control
@@ -122,16 +123,20 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "smembers time xadd zadd zcard zrem",
         "submit": "exists get hdel hget hkeys hmget hset incrby lpush ltrim pexpire set time "
         "xadd zadd zcard zrem",
+        "suite_submit": "del exists hget hset sadd sismember time xadd zadd zcard zrange zrem",
+        "suite_shard": "get hget hincrby hlen hmget hset srem time xadd",
+        "suite_cancel": "hget hset srem time xadd",
     }.items()
 }
 """The commands each script may call, the ``lua/lib/`` helpers it uses included
 (tests/lua/test_acl.py checks that it covers what the scripts call)."""
 
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
-    "producer": ("submit", "cancel"),
-    # schedule_fire claims a schedule's run, submit submits it
+    "producer": ("submit", "cancel", "suite_submit", "suite_cancel"),
+    # schedule_fire claims a schedule's run, submit submits it; suite_shard records a suite's
+    # shard (and submit its retry)
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
-                  "submit"),
+                  "submit", "suite_shard"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts", "progress"),
     # task retry submits, task cancel cancels, dispatch commits through assign
@@ -300,12 +305,12 @@ before that)."""
 
 # -- which keys each role writes (everything else of the pool it only reads) --------------------
 ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
-    # submit.lua, cancel.lua, workflow put
+    # submit.lua, cancel.lua, workflow put, suite_submit.lua, suite_cancel.lua
     "producer": ("seq", "task:*", "idem:*", "queue:*", "queues", "sig:*", "status:*",
                  "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*",
                  "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
-                 *LIMIT_COUNTERS, "gangs"),
+                 *LIMIT_COUNTERS, "gangs", "suite:*", "suites", "suites:running"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
@@ -314,7 +319,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                   "idle:c:*", "bookings", "host:*",
                   "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
-                  "schedules:last"),
+                  "schedules:last", "suite:*", "suites:running", "suite_durations:*"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their

@@ -4,7 +4,7 @@ the ETA's error at submit, with deviceq's real daemons.
 400 tests whose durations have a known spread (lognormal, sigma ``--sigma``, scaled to
 ``--total`` seconds in all, seed ``--seed``) run as a suite of 10 shards on 10 simulated
 devices: a ``deviceq scheduler run`` and a ``deviceq host run`` of 10 devices running goals as
-commands, each shard `bench/suites/sim_run.py` sleeping its tests' durations (each +-10 %
+commands, each shard `bench.support.suite_sim` sleeping its tests' durations (each +-10 %
 jitter, a fresh draw every run) and writing its JUnit file, on a private redis-server.
 
 1. a first run with no history (every test at the same estimate: shards of equal counts);
@@ -130,7 +130,8 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("the host's devices did not come up")
             time.sleep(0.2)
-        command = f"{sys.executable} {REPO / 'bench' / 'suites' / 'sim_run.py'} {{tests}}"
+        sim = "from bench.support.suite_sim import main; main()"
+        command = f"cd {REPO} && {sys.executable} -c '{sim}' {{tests}}"
         tests = list(est)
         runs = [("first (no history)", "balanced")]
         runs += [r for _ in range(a.rounds) for r in (("history", "balanced"),

@@ -1,6 +1,8 @@
-"""A simulated test run for the suites benchmark: sleeps each test id's duration (read from the
-JSON file ``$BENCH_SUITE_DURATIONS``, seconds) times a jitter of +-``$BENCH_SUITE_JITTER``
-(default 0.1), then writes the JUnit file of the run into ``$DEVICEQ_ARTIFACTS_DIR``."""
+"""A simulated test run for the suites benchmark (`bench/scheduler/suites.py`; a shard's
+command runs ``python -c "from bench.support.suite_sim import main; main()" TEST...``): sleeps
+each test id's duration (read from the JSON file ``$BENCH_SUITE_DURATIONS``, seconds) times a
+jitter of +-``$BENCH_SUITE_JITTER`` (default 0.1), then writes the JUnit file of the run into
+``$DEVICEQ_ARTIFACTS_DIR``."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import time
 from pathlib import Path
 
 
-def main(tests: list[str]) -> int:
+def main(tests: list[str] | None = None) -> int:
+    tests = sys.argv[1:] if tests is None else tests
     durations = json.loads(Path(os.environ["BENCH_SUITE_DURATIONS"]).read_text())
     jitter = float(os.environ.get("BENCH_SUITE_JITTER", "0.1"))
     cases = []
@@ -24,7 +27,3 @@ def main(tests: list[str]) -> int:
     out = Path(os.environ["DEVICEQ_ARTIFACTS_DIR"]) / "junit.xml"
     out.write_text(f'<testsuite name="bench">{"".join(cases)}</testsuite>')
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
