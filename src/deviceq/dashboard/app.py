@@ -43,7 +43,7 @@ from ..core.validation import validate_id
 from ..core.vocabulary import TaskStatus
 from ..ops.admin import PoolAdmin
 from ..producer.client import Client
-from . import bulk, data, device_page, task_list, task_views
+from . import bulk, data, device_page, suite_page, task_list, task_views
 from .auth import SESSION_COOKIE, Auth, Session
 from .display import bars, fmt_age, fmt_clock, fmt_ms, fmt_time
 from .headers import SecurityHeaders
@@ -439,6 +439,8 @@ def create_app(client: Client, operator_token: str | None = None) -> Starlette:
         Route("/tasks/{task_id}", d.task),
         Route("/tasks/{task_id}/artifacts/{attempt:int}/{name:path}", d.artifact),
         Route("/devices/{device_id}", partial(device_page.device_page, d), methods=["GET"]),
+        Route("/suites", partial(suite_page.suites_page, d), methods=["GET"]),
+        Route("/suites/{suite_id}", partial(suite_page.suite_page, d), methods=["GET"]),
         Route("/bulk/confirm", partial(bulk.confirm, d), methods=["POST"]),
         Route("/bulk/apply", partial(bulk.apply, d), methods=["POST"]),
         Route("/events", d.events),
