@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deviceq import InvalidInput, NotFound
+from deviceq import InvalidInput, NotFound, QueueFull
 from deviceq.services.suite_watch import SuiteWatcher
 from deviceq.suites import store
 from deviceq.suites.model import SUITES_KEPT
@@ -193,3 +193,14 @@ def test_bad_input_is_refused_before_anything_is_written(lab: Lab) -> None:
 def test_the_kept_suites_bound_is_the_scripts() -> None:
     text = (Path(__file__).resolve().parents[2] / "lua" / "suite_submit.lua").read_text()
     assert f"local SUITES_KEPT = {SUITES_KEPT} " in text
+
+
+def test_a_suite_refused_part_way_by_a_full_queue_leaves_nothing_queued(lab: Lab) -> None:
+    c = lab.client
+    lab.fleet.admin.set_config("max_queue_depth", 35)
+    tests = [f"t{i}" for i in range(40)]
+    with pytest.raises(QueueFull):
+        c.submit_suite("big", tests, goal="g {tests}", shards=40)  # 32 go in, then 8 do not
+    assert c.redis.zcard(c.keys.status("queued")) == 0
+    assert c.redis.zcard(c.keys.status("cancelled")) == 32
+    assert c.suites() == []

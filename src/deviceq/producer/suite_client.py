@@ -9,13 +9,12 @@ from typing import Any
 
 from ..core.connection import PoolConnection
 from ..core.errors import InvalidInput
+from ..core.events import last_event_id, read_events
 from ..core.validation import validate_id
 from ..suites import store
 from ..suites.junit import DEFAULT_GLOB
 from ..suites.model import Suite
 from ..suites.submission import Plan, plan, submit
-
-WAIT_POLL_S = 0.5
 
 
 class SuiteMethods(PoolConnection):
@@ -99,12 +98,21 @@ class SuiteMethods(PoolConnection):
         return out
 
     def wait_suite(self, suite_id: str, timeout: float | None = None) -> Suite:
-        """Block until the suite has ended and return it; TimeoutError after ``timeout``."""
+        """Block until the suite has ended and return it; TimeoutError after ``timeout``.
+        Blocks on the pool's event stream (its ``suite_done``), never polls."""
+        validate_id(suite_id, "suite id")
         deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = last_event_id(self.redis, self.keys)
         while True:
-            s = store.get(self, suite_id, results=False)
-            if s.terminal:
+            status = self.redis.hget(self.keys.suite(suite_id), "status")
+            if status is None:
+                store.get(self, suite_id, results=False)  # (NotFound, said as such)
+            if status not in (None, "running"):
                 return store.get(self, suite_id)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"suite {suite_id} is still {s.status} after {timeout}s")
-            time.sleep(WAIT_POLL_S)
+            left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+            if left <= 0:
+                raise TimeoutError(f"suite {suite_id} is still {status} after {timeout}s")
+            cursor, events = read_events(self.redis, self.keys, cursor,
+                                         block_ms=max(1, int(left * 1000)))  # fmt: skip
+            while events and not any(e.type == "suite_done" for e in events):
+                cursor, events = read_events(self.redis, self.keys, cursor, block_ms=None)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.connection import PoolConnection
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, NotConfirmed, QueueFull
 from ..core.validation import validate_id, validate_tags
 from . import eta as eta_mod
 from . import sharding, store
@@ -30,6 +30,8 @@ class Submitter(Protocol):
     """What a suite is submitted through: a producer over Redis (`deviceq.Client`)."""
 
     def submit_many(self, specs: Any, chunk: int = ...) -> list[str]: ...
+
+    def cancel_many(self, task_ids: Any, reason: str = ..., by: str = ...) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,13 @@ def submit(producer: Submitter, conn: PoolConnection, p: Plan) -> list[str]:
     for sp, pin in zip(specs, p.pins, strict=True):
         if pin is not None:
             sp["pin"] = pin
-    ids = producer.submit_many(specs)
+    try:
+        ids = producer.submit_many(specs)
+    except (QueueFull, NotConfirmed) as exc:  # a part went in: cancelled, so nothing is left
+        part = getattr(exc, "queued_ids", None) or getattr(exc, "result", None) or []
+        if part:
+            producer.cancel_many(part, "its suite could not be submitted whole")
+        raise
     shards = [
         {"task": tid, "tests": tests, "round": 0, "pin": pin, "est": round(est, 3)}
         for tid, tests, pin, est in zip(ids, p.shards, p.pins, p.estimates, strict=True)
