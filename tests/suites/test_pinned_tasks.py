@@ -58,6 +58,9 @@ def test_a_suite_on_every_device_pins_one_shard_to_each(real_fleet: Any) -> None
     assert [(sh.pin, sh.tests) for sh in s.shards] == [
         (d, ["check#a", "check#b"]) for d, _, _ in PHONES
     ]
+    exp = explain(f.admin, s.shards[1].task_id)
+    assert exp.reasons[0].code == "pinned" and "pinned to device p2 (it is idle)" in exp.summary
+    assert exp.reasons[-1].message.startswith(f"shard 1 of suite {s.id} (flash, running)")
     TaskScheduler(f.admin, owner="pin-test").assign()
     assert [f.client.get(sh.task_id).device_id for sh in s.shards] == ["p1", "p2", "p3"]
 

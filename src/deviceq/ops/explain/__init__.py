@@ -37,7 +37,7 @@ import json
 from typing import Any
 
 from ...core.connection import PoolConnection
-from ...core.errors import NotFound
+from ...core.errors import DeviceqError, NotFound
 from ...core.fleet import read_parts
 from ...core.models import ScheduledTask
 from ...core.validation import validate_id
@@ -86,7 +86,29 @@ def explain(admin: PoolConnection, task_id: str) -> Explanation:
             _pinned(admin, exp, raw["pin"])
     if task.status is TaskStatus.queued:
         _paused(admin, exp)
+    _suite(admin, exp, raw.get("idempotency_key") or "")
     return exp
+
+
+def _suite(admin: PoolConnection, exp: Explanation, key: str) -> None:
+    """Say which suite a shard's task belongs to (its idempotency key ``suite.ID.N[.r]``,
+    `deviceq.suites.submission`), and the suite's status, last in ``exp``."""
+    parts = key.split(".")
+    if len(parts) not in (3, 4) or parts[0] != "suite" or not parts[2].isdigit():
+        return
+    try:
+        suite_id = validate_id(parts[1], "suite id")
+    except DeviceqError:
+        return
+    got = admin.redis.hmget(admin.keys.suite(suite_id), "name", "status")
+    name, status = (None if v is None else str(v) for v in got)
+    if status is None:
+        return
+    what = "a retry of the failed tests of shard" if len(parts) == 4 else "shard"
+    text = (
+        f"{what} {parts[2]} of suite {suite_id} ({name}, {status}): deviceq suite show {suite_id}"
+    )
+    exp.reasons.append(Reason("suite", text, 0, {"suite_id": suite_id}))
 
 
 def _pinned(admin: PoolConnection, exp: Explanation, pin: str) -> None:
