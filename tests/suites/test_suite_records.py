@@ -204,3 +204,41 @@ def test_a_suite_refused_part_way_by_a_full_queue_leaves_nothing_queued(lab: Lab
     assert c.redis.zcard(c.keys.status("queued")) == 0
     assert c.redis.zcard(c.keys.status("cancelled")) == 32
     assert c.suites() == []
+
+
+def test_the_suite_commands(lab: Lab, cli: Any, tmp_path: Path) -> None:
+    tests_file = tmp_path / "tests.txt"
+    tests_file.write_text("\n".join(TESTS[:4]) + "\n")
+    res = cli("suite", "submit", "cmd", "--tests", str(tests_file), "--goal", "run {tests}",
+              "--shards", "2", "--retry-failed", "1", "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    made = json.loads(res.stdout)
+    sid = made["id"]
+    assert [len(s["tests"]) for s in made["shards"]] == [2, 2] and made["eta_s"] > 0
+    bad = cli(
+        "suite", "submit", "cmd", "--tests", str(tests_file), "--goal", "run", "--shards", "2"
+    )
+    assert bad.exit_code == 2 and "must contain {tests}" in bad.output
+    assert cli("suite", "wait", sid, "--timeout", "0.2").exit_code == 124
+    for i, sh in enumerate(made["shards"]):
+        results = {t: ("passed", 1.0) for t in sh["tests"]}
+        lab.run_shard(sh["task_id"], f"p{i}", results)
+    assert lab.look(sid) == 2
+    res = cli("suite", "wait", sid)
+    assert res.exit_code == 0 and res.output.strip() == f"suite {sid}: done"
+    shown = json.loads(cli("suite", "show", sid, "--json").stdout)
+    assert shown["status"] == "done" and shown["counts"]["passed"] == 4
+    assert [s["device_id"] for s in shown["shards"]] == ["p0", "p1"]
+    listed = json.loads(cli("suite", "list", "--json").stdout)
+    assert [x["id"] for x in listed] == [sid]
+    out = tmp_path / "out"
+    res = cli("suite", "artifacts", sid, "--download", str(out))
+    assert res.exit_code == 0, res.output
+    merged = (out / "junit.xml").read_bytes()
+    from deviceq.suites import junit
+
+    assert sorted(c.test for c in junit.parse(merged)) == sorted(TESTS[:4])
+    assert all(c.status == "passed" for c in junit.parse(merged))
+    assert len(list(out.glob("*/junit.xml"))) == 2
+    assert cli("suite", "show", "nosuch").exit_code != 0
+    assert cli("suite", "show", "bad id").exit_code == 2
