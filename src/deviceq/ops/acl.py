@@ -235,6 +235,9 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "set": "webhooks:cursor (the last event handed on); leader:strategy (a new leader's)",
         "hdel": "gang_holds: a multi-device task no longer keeps devices",
         "del": "gang_holds: a new leader rewrites it whole",
+        "srandmember": "suites: the running suites the leader records shards of (at most 200 "
+        "a look)",
+        "lindex": "suites: the last attempt of a shard's task (its recorded artifacts)",
     },
     "host": {
         **_CONNECTION,
