@@ -22,6 +22,7 @@ from deviceq.cli.host_run_settings import build_settings, load_config_file
 from deviceq.core.errors import ConfigError
 from deviceq.host.runners import RunnerSpec, Task
 from harness import CLI, Deployment, live_group_members, wait_for
+from runner_kinds import KINDS, host_flags
 
 # -- runners the daemons load by import path (PYTHONPATH includes tests/) ----------------------
 
@@ -39,7 +40,10 @@ def gil_or_hang(task: Task) -> str:
 # -- end to end ------------------------------------------------------------------------------
 
 
-def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_goal_and_workflow_tasks_end_to_end_with_command_runner(
+    deploy: Deployment, kind: str
+) -> None:
     marker = deploy.tmp / "never"
     deploy.client.put_workflow(
         {
@@ -53,7 +57,8 @@ def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployme
     deploy.client.put_workflow({"name": "broken", "steps": [
         {"goal": "echo step one fails >&2; exit 5"}, {"goal": f"touch {marker}"}]})  # fmt: skip
     deploy.scheduler()
-    deploy.command_host("h1", "d1:android:wifi", "d2:android", env={"DEVICEQ_LOG_LEVEL": "debug"})
+    deploy.command_host("h1", "d1:android:wifi", "d2:android", env={"DEVICEQ_LOG_LEVEL": "debug"},
+                        extra=host_flags(kind))  # fmt: skip
     ok = deploy.client.submit("echo hello from $DEVICEQ_DEVICE_ID", driver_type="android",
                               tags=["wifi"])  # fmt: skip
     bad = deploy.client.submit("echo broken >&2; exit 3")
@@ -124,11 +129,13 @@ def test_restarted_host_hands_back_what_its_killed_run_left_without_waiting_for_
     assert "(its daemon is gone)" in deploy.log("h1") and "handed_back=1" in deploy.log("h1")
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(
-    deploy: Deployment, tmp_path: Path
+    deploy: Deployment, tmp_path: Path, kind: str
 ) -> None:
     deploy.scheduler()
-    h = deploy.command_host("h1", "d1:android", "d2:android", extra=("--grace", "20"))
+    h = deploy.command_host("h1", "d1:android", "d2:android",
+                            extra=("--grace", "20", *host_flags(kind)))  # fmt: skip
     go = tmp_path / "go"  # the running tasks end once the drain has begun, however slow
     script = f"touch {tmp_path}/started.$$; while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
     running = [deploy.client.submit(script) for _ in range(2)]
@@ -202,11 +209,13 @@ def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment
     assert codes == [0] and deploy.admin.host("h1").stopping
 
 
-def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment, kind: str) -> None:
     pidfile = deploy.tmp / "pid"
     deploy.configure(lease_ttl=30, claim_ttl=30)  # a release, not an expiry, must requeue
     deploy.scheduler()
-    h = deploy.command_host("h1", "d1:android", extra=("--grace", "0.5", "--stop-grace", "1"))
+    flags = ("--grace", "0.5", "--stop-grace", "1", *host_flags(kind))
+    h = deploy.command_host("h1", "d1:android", extra=flags)
     tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60")
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "command started")
     pgid = int(pidfile.read_text())
@@ -220,10 +229,11 @@ def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) 
     assert live_group_members(pgid) == []
 
 
-def test_cancel_running_task_kills_its_process_group(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancel_running_task_kills_its_process_group(deploy: Deployment, kind: str) -> None:
     pidfile = deploy.tmp / "pid"
     deploy.scheduler()
-    deploy.command_host("h1", "d1:android")
+    deploy.command_host("h1", "d1:android", extra=host_flags(kind))
     # the group id (the command runs under its lease watchdog, which leads the group)
     tid = deploy.client.submit(
         f"cut -d' ' -f5 /proc/$$/stat > {pidfile}; sleep 60 & sleep 60; wait"
@@ -267,9 +277,10 @@ def test_gil_holding_or_hanging_runner_keeps_its_lease_while_host_lives(
     assert not any(e.type == "expired" for e in deploy.client.events())
 
 
-def test_lost_lease_stops_the_runner_and_reports_nothing(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_lost_lease_stops_the_runner_and_reports_nothing(deploy: Deployment, kind: str) -> None:
     pidfile = deploy.tmp / "pid"
-    h = deploy.command_host("h1", "d1:android")  # no scheduler: dispatch by hand
+    h = deploy.command_host("h1", "d1:android", extra=host_flags(kind))  # dispatched by hand
     wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
     tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60", max_attempts=3)
     deploy.admin.dispatch(tid, "d1")

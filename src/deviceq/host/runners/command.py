@@ -481,6 +481,9 @@ class AsyncCommandRunner(_Command):
                 await first_of(None, ended, told)
                 told.cancel()
                 ended.cancel()
+                # (their ends run before the next wait: a cancelled wait on the pidfd would
+                # otherwise take the next one's reader away)
+                await asyncio.gather(ended, told, return_exceptions=True)
                 if ended.done() and not ended.cancelled() and ended.result():
                     break
                 if task.cancel.is_set():
