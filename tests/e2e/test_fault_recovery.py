@@ -179,7 +179,8 @@ def test_cancel_of_a_running_task_reaches_its_runner_at_once(deploy: Deployment,
     assert took < 1.5, f"cancel took {took:.2f}s"
 
 
-def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_soak_hosts_killed_every_few_seconds(deploy: Deployment, kind: str) -> None:
     """At least 300 tasks; a random host is SIGKILLed every ~2 s and restarted 0-3 s later;
     lease_ttl (2 s) far below host_timeout (30 s). No task fails lease_expired while live
     matching devices exist, and the runners' locks and log show no device (and no task) ever
@@ -190,7 +191,8 @@ def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
     deploy.configure(lease_ttl=2, claim_ttl=2, host_timeout=30, max_attempts=8)
     deploy.scheduler()
     hosts = {f"h{i}": (f"h{i}d1:android", f"h{i}d2:android") for i in range(4)}
-    procs: dict[str, Any] = {h: deploy.runner_host(h, *d, runlog=runlog)
+    flags = host_flags(kind)
+    procs: dict[str, Any] = {h: deploy.runner_host(h, *d, runlog=runlog, extra=flags)
                              for h, d in hosts.items()}  # fmt: skip
     wait_for(lambda: all(deploy.alive(h) for h in hosts), 30, "hosts alive")
     goals = [f"{rng.uniform(0.05, 0.4):.2f}" for _ in range(320)]
@@ -205,7 +207,7 @@ def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
         now = time.monotonic()
         for h, back_at in list(down.items()):
             if now >= back_at:
-                procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog)
+                procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog, extra=flags)
                 del down[h]
         alive = [h for h in hosts if h not in down]
         if len(alive) > 1:
@@ -216,7 +218,7 @@ def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
             down[victim] = now + rng.uniform(0.0, 3.0)
         time.sleep(2.0)
     for h in list(down):
-        procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog)
+        procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog, extra=flags)
     tasks = deploy.wait_all(ids, timeout=120)
     status = Counter(t.status.value for t in tasks)
     attempts = Counter(t.attempt - t.handbacks for t in tasks)

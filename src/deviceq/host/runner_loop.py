@@ -26,11 +26,19 @@ class RunnerLoop:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._jobs: set[asyncio.Task[Any]] = set()  # running, kept referenced
+        self._pending: list[Callable[[], Coroutine[Any, Any, Any]]] = []  # to start
+        self._waking = False  # the loop has been woken to start what is pending
 
     def spawn(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        """Run the coroutine ``make()`` returns on the loop (made there, at once)."""
+        """Run the coroutine ``make()`` returns on the loop (made there, at once). The runs
+        of one claim wake the loop once, not once each."""
         loop = self.loop()
-        loop.call_soon_threadsafe(self._start, make)
+        with self._lock:
+            self._pending.append(make)
+            if self._waking:
+                return
+            self._waking = True
+        loop.call_soon_threadsafe(self._start_pending)
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The loop, started in its thread on first use."""
@@ -55,10 +63,15 @@ class RunnerLoop:
     def thread(self) -> threading.Thread | None:
         return self._thread
 
-    def _start(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        job = asyncio.get_running_loop().create_task(make())
-        self._jobs.add(job)
-        job.add_done_callback(self._ended)
+    def _start_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self._waking = False
+        loop = asyncio.get_running_loop()
+        for make in pending:
+            job = loop.create_task(make())
+            self._jobs.add(job)
+            job.add_done_callback(self._ended)
 
     def _ended(self, job: asyncio.Task[Any]) -> None:
         self._jobs.discard(job)
