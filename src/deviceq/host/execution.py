@@ -75,7 +75,9 @@ class Executor:
         # at most one run per device at a time, plus runs of a device whose earlier runner is
         # still stopping (they wait for it first), each in a reused thread
         self.threads = RunnerThreads(keep=2 * len(state.devices) + 2)
-        self.loop = RunnerLoop()  # async runners' runs, all on one event loop (started if used)
+        # async runners' runs, all on one event loop (started if used); what they hand off
+        # to threads may all wait at once (every device's run, an abandoned runner's device)
+        self.loop = RunnerLoop(blocking_workers=4 * len(state.devices) + 32)
         self.host = host
         self.dispatcher = dispatcher
         # the runs' live logs, within the host's budget; each whole log kept a byte past

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 _LOG = logging.getLogger("deviceq.worker")
@@ -20,8 +21,13 @@ class RunnerLoop:
     from any thread. A coroutine that raises is logged (the host's runs catch everything:
     this is a last guard)."""
 
-    def __init__(self, name: str = "async-runners") -> None:
+    def __init__(self, name: str = "async-runners", blocking_workers: int = 32) -> None:
         self.name = name
+        # what the runs hand off to a thread (``asyncio.to_thread``: a multi-device task's
+        # part held for the whole attempt, a hand-back's answer, a last flush): threads made
+        # as needed up to this many, enough for every run to wait at once (asyncio's own
+        # default, a few threads, would make the runs wait for each other)
+        self.blocking_workers = blocking_workers
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -45,6 +51,9 @@ class RunnerLoop:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                loop.set_default_executor(
+                    ThreadPoolExecutor(self.blocking_workers, thread_name_prefix=self.name)
+                )
                 ready = threading.Event()
                 self._thread = threading.Thread(
                     target=self._run, args=(loop, ready), name=self.name, daemon=True
