@@ -5,6 +5,7 @@ process isolation (a GIL-holding or cancel-ignoring Python runner). Real process
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import threading
@@ -569,3 +570,35 @@ def test_isolated_workflow_runner_runs_steps_in_the_child() -> None:
 
 def steps_in_child(workflow: WorkflowDefinition, task: Task, goal_runner: object) -> Outcome:
     return run_steps(workflow, task, goal_runner)  # type: ignore[arg-type]
+
+
+def test_a_plain_function_returning_a_coroutine_is_a_clear_runner_error() -> None:
+    async def work() -> str:
+        return "never awaited"
+
+    with pytest.raises(TypeError, match="must be an `async def`"):
+        as_outcome(work())
+
+
+def test_async_kinds_of_the_built_in_runners_and_their_option() -> None:
+    from deviceq.host.runners import AsyncCommandRunner, AsyncSimRunner, is_async_runner
+
+    assert isinstance(load_runner(RunnerSpec("command", {"template": "true", "async": True})),
+                      AsyncCommandRunner)  # fmt: skip
+    assert isinstance(load_runner(RunnerSpec("sim", {"async": "true"})), AsyncSimRunner)
+    assert isinstance(load_runner(RunnerSpec("sim", {"async": "false"})), SimRunner)
+    assert is_async_runner(AsyncSimRunner()) and not is_async_runner(SimRunner())
+    with pytest.raises(ConfigError, match="--async applies to the built-in runners"):
+        load_runner(RunnerSpec("test_runners:echo_runner", {"async": True}))
+    with pytest.raises(ConfigError, match="must be true or false"):
+        load_runner(RunnerSpec("sim", {"async": "maybe"}))
+    # an async def stays in the daemon's process under isolation auto, and is isolated on ask
+    assert is_async_runner(build_goal_runner(RunnerSpec("test_runners:echo_async")))
+    isolated = build_goal_runner(RunnerSpec("test_runners:echo_async"), "process")
+    assert isinstance(isolated, IsolatedRunner)
+    assert isolated(make_task("hi")) == Outcome.success("hi@d1#2 awaited")
+
+
+async def echo_async(task: Task) -> Outcome:
+    await asyncio.sleep(0)
+    return Outcome.success(f"{task.goal}@{task.device_id}#{task.attempt} awaited")

@@ -4,6 +4,7 @@ cancellation signal, its lease clock, a logger) and the `Outcome` it returns."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import re
@@ -297,6 +298,12 @@ def as_outcome(value: Any) -> Outcome:
     if isinstance(ok_attr, bool):
         text = getattr(value, "result" if ok_attr else "error", None) or ""
         return Outcome(ok_attr, str(text))
+    if inspect.iscoroutine(value):  # a plain function returned one: it was never awaited
+        value.close()
+        raise TypeError(
+            "runner returned a coroutine: an async runner must be an `async def` (a class's "
+            "`async def __call__`) for the host to await it"
+        )
     raise TypeError(f"runner returned {type(value).__name__}; expected an Outcome")
 
 
