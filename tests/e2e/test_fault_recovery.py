@@ -105,15 +105,16 @@ def test_unquarantining_a_device_does_not_start_a_handback_loop(deploy: Deployme
     assert "handing the assignment back" not in deploy.log("h1")
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_lowering_lease_ttl_on_a_live_pool_does_not_fail_a_healthy_run(
-    deploy: Deployment,
+    deploy: Deployment, kind: str
 ) -> None:
     """Case 4: each lease is as long as the pool says when it is granted or renewed, and the
     host renews at a third of each lease, so a shorter lease_ttl applies at the next renewal."""
     runlog = RunLog(deploy.tmp / "runs")
     deploy.configure(lease_ttl=9, claim_ttl=9)
     deploy.scheduler()
-    deploy.runner_host("h1", "d1:android", runlog=runlog)
+    deploy.runner_host("h1", "d1:android", runlog=runlog, extra=host_flags(kind))
     tid = deploy.client.submit("8", max_attempts=3)
     wait_for(lambda: runlog.starts(tid), 20, "task running")
     # 3 s, not less: the lease watchdog rightly kills a run whose host falls a whole lease

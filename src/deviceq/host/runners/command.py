@@ -453,7 +453,9 @@ class CommandRunner(_Command):
 
 ASYNC_POLL = 0.5
 """Seconds between an async command's looks at its lease (a renewal to forward) and its
-progress file, while it waits for the command's end or a stop, which wake it at once."""
+progress file, at most, while it waits for the command's end or a stop, which wake it at once;
+an eighth of the lease when that is shorter (a renewal reaches the watchdog long before the
+lease it extends would end there), 50 ms at least."""
 
 
 class AsyncCommandRunner(_Command):
@@ -472,12 +474,14 @@ class AsyncCommandRunner(_Command):
         assert proc.stdout is not None and proc.stderr is not None
         readers = [out.reader_async(proc.stdout, "stdout"), out.reader_async(proc.stderr, "stderr")]
         pfd = pidfd(proc.pid)
+        left = task.lease.remaining() if task.lease is not None else None
+        poll = ASYNC_POLL if left is None else min(ASYNC_POLL, max(0.05, left / 8))
         stopped = False
         try:
             # (the leader is never reaped before its group is killed: see CommandRunner)
             while True:
-                ended = asyncio.ensure_future(process_exited(proc.pid, pfd, ASYNC_POLL))
-                told = asyncio.ensure_future(task.wait_cancel(ASYNC_POLL))
+                ended = asyncio.ensure_future(process_exited(proc.pid, pfd, poll))
+                told = asyncio.ensure_future(task.wait_cancel(poll))
                 await first_of(None, ended, told)
                 told.cancel()
                 ended.cancel()
