@@ -142,9 +142,10 @@ class Executor:
         try:
             if run.after is not None:
                 run.after.ended.wait()
+            deadline = self.deadline(run)  # (a multi-device task's wait for its parts counts)
             if run.assignment.task.gang and run.reason is None:
                 self.gang_wait(run)
-            call = self.begin(run)
+            call = self.begin(run, deadline)
             if isinstance(call, DispatchOutcome):
                 outcome = call
             else:
@@ -168,9 +169,10 @@ class Executor:
         try:
             if run.after is not None:
                 await run.after.ended.wait_async()
+            deadline = self.deadline(run)
             if run.assignment.task.gang and run.reason is None:
                 await asyncio.to_thread(self.gang_wait, run)
-            call = self.begin(run)
+            call = self.begin(run, deadline)
             if isinstance(call, DispatchOutcome):
                 outcome = call
             else:
@@ -196,7 +198,12 @@ class Executor:
         else:
             self.await_parts(run)
 
-    def begin(self, run: Run) -> dict[str, Any] | DispatchOutcome:
+    def deadline(self, run: Run) -> float | None:
+        """The ``time.monotonic()`` by which ``run`` must end (its timeout from now), or None."""
+        timeout = run_timeout(self.settings.task_timeout, run.assignment.task.timeout)
+        return time.monotonic() + timeout if timeout is not None else None
+
+    def begin(self, run: Run, deadline: float | None) -> dict[str, Any] | DispatchOutcome:
         """What the dispatcher gets for ``run`` (its live log, progress and artifacts folder
         opened), or the outcome of a run that does not start (a multi-device task's role,
         stopped or its lease ended before it started)."""
@@ -207,8 +214,6 @@ class Executor:
             if run.reason is None:
                 run.stop("lost")
             return DispatchOutcome("cancelled", None, "stopped before start")
-        timeout = run_timeout(self.settings.task_timeout, task.timeout)
-        deadline = time.monotonic() + timeout if timeout is not None else None
         device = self.state.devices[run.device_id]
         a = run.assignment
         run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
