@@ -170,7 +170,10 @@ class TaskDispatcher:
     A runner runs in a thread of its own (`dispatch` returns even if it never stops), or, with
     ``on_abandon``, in the calling thread (no hand-off between threads per run): an abandoned
     run's outcome then goes to ``on_abandon`` (from another thread) when it is given up on,
-    and `dispatch` returns only when the runner does, with ``handed_off`` set."""
+    and `dispatch` returns only when the runner does, with ``handed_off`` set. An ``async
+    def`` runner's assignment (`is_async`) is awaited with `dispatch_async` on the caller's
+    event loop, watched and mapped alike; a workflow runner is given a goal runner of its own
+    kind (`deviceq.host.runners.workflow_pair`)."""
 
     def __init__(
         self,
