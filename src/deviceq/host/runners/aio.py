@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import select
 import threading
 from typing import Any
 
@@ -81,8 +82,6 @@ async def readable(fd: int, timeout: float | None) -> bool:
 
 
 def _poll_readable(fd: int) -> bool:
-    import select
-
     poll = select.poll()
     poll.register(fd, select.POLLIN)
     try:
