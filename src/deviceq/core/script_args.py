@@ -162,7 +162,10 @@ HEARTBEAT = Items(
 )
 """heartbeat.lua's devices."""
 
-SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT)}
+ASSIGN = Items("assign", "PAIR", (text("task_id"), text("device_id")))
+"""assign.lua's (task, device) pairs."""
+
+SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN)}
 """Every script's items, by script name."""
 
 

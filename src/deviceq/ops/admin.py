@@ -17,6 +17,7 @@ from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies
 from ..core.replies import parse
+from ..core.script_args import ASSIGN
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
 from ..core.validation import actor_args, validate_id, validate_tags
 from ..host.redis_link import token_digest
@@ -394,7 +395,18 @@ class PoolAdmin(PoolConnection):
         res = parse(
             self._run(
                 "assign",
-                ["", "1", validate_id(task_id, "task id"), validate_id(device_id, "device id")],
+                [
+                    "",
+                    "1",
+                    ASSIGN.pack(
+                        [
+                            {
+                                "task_id": validate_id(task_id, "task id"),
+                                "device_id": validate_id(device_id, "device id"),
+                            }
+                        ]
+                    ),
+                ],
             )[0]
         )
         if res.ok:
