@@ -392,23 +392,9 @@ class PoolAdmin(PoolConnection):
     def dispatch(self, task_id: str, device_id: str) -> str:
         """Manual dispatch: bind a queued task to a named idle device through the same atomic
         commit as the scheduler. Returns the lease id; raises InvalidInput with the reason."""
-        res = parse(
-            self._run(
-                "assign",
-                [
-                    "",
-                    "1",
-                    ASSIGN.pack(
-                        [
-                            {
-                                "task_id": validate_id(task_id, "task id"),
-                                "device_id": validate_id(device_id, "device id"),
-                            }
-                        ]
-                    ),
-                ],
-            )[0]
-        )
+        pair = {"task_id": validate_id(task_id, "task id"),
+                "device_id": validate_id(device_id, "device id")}  # fmt: skip
+        res = parse(self._run("assign", ["", "1", ASSIGN.pack([pair])])[0])
         if res.ok:
             return res.value
         raise InvalidInput(f"cannot dispatch {task_id} to {device_id}: {res.value}")
