@@ -110,7 +110,7 @@ class Pool:
                            "in use"]],
             "session": ["h1", tok, "start", "s1", "m:b:1:2", ""],
             "claim": ["h1", tok, "", "2"],
-            "renew": ["h1", tok, "", "1", run, lease],
+            "renew": ["h1", tok, "", "1", [run, lease]],
             "log_append": ["h1", tok, "", "2", run, lease, "stdout", "progress 1\n", "0", run,
                            lease, "log", "", "1"],
             "progress": ["h1", tok, "", "2", run, lease, "0.4", "step 3/7", run, lease, "1", ""],

@@ -165,7 +165,10 @@ HEARTBEAT = Items(
 ASSIGN = Items("assign", "PAIR", (text("task_id"), text("device_id")))
 """assign.lua's (task, device) pairs."""
 
-SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN)}
+RENEW = Items("renew", "LEASE", (text("task_id"), text("lease_id")))
+"""renew.lua's leases."""
+
+SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW)}
 """Every script's items, by script name."""
 
 

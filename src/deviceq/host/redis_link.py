@@ -22,7 +22,7 @@ from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
 from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
-from ..core.script_args import HEARTBEAT
+from ..core.script_args import HEARTBEAT, RENEW
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
@@ -188,10 +188,14 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         """Extend leases given as (task_id, lease_id) pairs, in one call."""
         if not leases:
             return []
-        args: list[str] = [*self._auth(), str(len(leases))]
-        for task_id, lease_id in leases:
-            args += [validate_id(task_id, "task id"), validate_id(lease_id, "lease id")]
-        flat = self._run("renew", args)
+        packed = RENEW.pack(
+            {
+                "task_id": validate_id(task_id, "task id"),
+                "lease_id": validate_id(lease_id, "lease id"),
+            }
+            for task_id, lease_id in leases
+        )
+        flat = self._run("renew", [*self._auth(), str(len(leases)), packed])
         out = []
         for (task_id, _), status, value, ms in zip(
             leases, flat[::3], flat[1::3], flat[2::3], strict=True
