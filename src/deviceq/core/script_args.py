@@ -168,7 +168,14 @@ ASSIGN = Items("assign", "PAIR", (text("task_id"), text("device_id")))
 RENEW = Items("renew", "LEASE", (text("task_id"), text("lease_id")))
 """renew.lua's leases."""
 
-SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW)}
+REPORT = Items(
+    "report",
+    "REPORT",
+    (text("task_id"), text("lease_id"), text("outcome"), text("failure_kind"), text("payload")),
+)
+"""report.lua's reports."""
+
+SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT)}
 """Every script's items, by script name."""
 
 

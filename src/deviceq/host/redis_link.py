@@ -22,7 +22,7 @@ from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
 from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
-from ..core.script_args import HEARTBEAT, RENEW
+from ..core.script_args import HEARTBEAT, RENEW, REPORT
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
@@ -228,7 +228,7 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         ``dup:``)."""
         if not reports:
             return []
-        fields: list[list[str]] = []
+        fields: list[dict[str, str]] = []
         for r in reports:
             kind = (
                 r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
@@ -237,20 +237,18 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
                 kind = None
             _check_outcome(r.outcome, kind or "")  # the whole batch before any chunk is sent
             fields.append(
-                [
-                    validate_id(r.task_id, "task id"),
-                    validate_id(r.lease_id, "lease id"),
-                    r.outcome,
-                    kind or "",
-                    _tail(r.payload or ""),
-                ]
+                {
+                    "task_id": validate_id(r.task_id, "task id"),
+                    "lease_id": validate_id(r.lease_id, "lease id"),
+                    "outcome": r.outcome,
+                    "failure_kind": kind or "",
+                    "payload": _tail(r.payload or ""),
+                }
             )
         pacer = pacer_for(self, "report", REPORT_FIRST)
         answers: list[str] = []
         for part in pacer.chunks(fields, REPORT_CHUNK):
-            args: list[str] = [*self._auth(), str(len(part))]
-            for f in part:
-                args += f
+            args: list[Any] = [*self._auth(), str(len(part)), REPORT.pack(part)]
             try:
                 out = pacer.timed(len(part), partial(run_durably, self, "report", args))
             except NotConfirmed as exc:
