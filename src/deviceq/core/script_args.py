@@ -175,7 +175,16 @@ REPORT = Items(
 )
 """report.lua's reports."""
 
-SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT)}
+LOG_APPEND = Items(
+    "log_append",
+    "CHUNK",
+    (text("task_id"), text("lease_id"), text("stream"), text("text"), whole("final")),
+)
+"""log_append.lua's chunks of output."""
+
+SCHEMAS: dict[str, Items] = {
+    s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT, LOG_APPEND)
+}
 """Every script's items, by script name."""
 
 

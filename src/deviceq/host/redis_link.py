@@ -22,7 +22,7 @@ from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
 from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
-from ..core.script_args import HEARTBEAT, RENEW, REPORT
+from ..core.script_args import HEARTBEAT, LOG_APPEND, RENEW, REPORT
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
@@ -212,12 +212,11 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         this host's current one: nothing written)."""
         if not chunks:
             return []
-        args: list[str] = [*self._auth(), str(len(chunks))]
         for c in chunks:
             validate_id(c.task_id, "task id")
             validate_id(c.lease_id, "lease id")
-            args += c.args()
-        return [str(x) for x in self._run("log_append", args)]
+        packed = LOG_APPEND.pack(c.item() for c in chunks)
+        return [str(x) for x in self._run("log_append", [*self._auth(), str(len(chunks)), packed])]
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. The
