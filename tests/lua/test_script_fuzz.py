@@ -113,7 +113,7 @@ class Pool:
             "renew": ["h1", tok, "", "1", [run, lease]],
             "log_append": ["h1", tok, "", "2", [run, lease, "stdout", "progress 1\n", 0, run,
                                                 lease, "log", "", 1]],
-            "progress": ["h1", tok, "", "2", run, lease, "0.4", "step 3/7", run, lease, "1", ""],
+            "progress": ["h1", tok, "", "2", [run, lease, "0.4", "step 3/7", run, lease, "1", ""]],
             "report": ["h1", tok, "", "1", [run, lease, "failed", "infrastructure", "usb"]],
             "expire": ["10", "3000"],
             "cancel": [self.queued, "no longer needed"],

@@ -182,8 +182,13 @@ LOG_APPEND = Items(
 )
 """log_append.lua's chunks of output."""
 
+PROGRESS = Items(
+    "progress", "UPDATE", (text("task_id"), text("lease_id"), text("fraction"), text("text"))
+)
+"""progress.lua's updates."""
+
 SCHEMAS: dict[str, Items] = {
-    s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT, LOG_APPEND)
+    s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT, LOG_APPEND, PROGRESS)
 }
 """Every script's items, by script name."""
 
