@@ -131,7 +131,7 @@ class Pool:
             "heads": ["3", self.r.hget(self.keys.task(self.queued), "sig") or "", "0", "9"],
             "leader": ["owner-1", "1000", "acquire"],
             "login_attempt": ["charge", "60000", "a" * 64, "10", "b" * 64, "20"],
-            "attempt_artifacts": ["h1", tok, run, "1", "", "1", "log.txt", "3", "b" * 64],
+            "attempt_artifacts": ["h1", tok, run, "1", "", "1", ["log.txt", 3, "b" * 64]],
             # (a claim by the leader of epoch 7: see with_schedule)
             "schedule_fire": ["claim", "7", "nightly", "1700000000", "", ""],
         }[name]  # fmt: skip

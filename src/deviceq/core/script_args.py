@@ -187,8 +187,14 @@ PROGRESS = Items(
 )
 """progress.lua's updates."""
 
+ATTEMPT_ARTIFACTS = Items(
+    "attempt_artifacts", "FILE", (text("name"), whole("size"), text("sha256"))
+)
+"""attempt_artifacts.lua's files."""
+
 SCHEMAS: dict[str, Items] = {
-    s.script: s for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT, LOG_APPEND, PROGRESS)
+    s.script: s
+    for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT, LOG_APPEND, PROGRESS, ATTEMPT_ARTIFACTS)
 }
 """Every script's items, by script name."""
 

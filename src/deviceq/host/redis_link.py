@@ -22,7 +22,7 @@ from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
 from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
-from ..core.script_args import HEARTBEAT, LOG_APPEND, RENEW, REPORT
+from ..core.script_args import ATTEMPT_ARTIFACTS, HEARTBEAT, LOG_APPEND, RENEW, REPORT
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
@@ -310,10 +310,11 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         """Record the files (name, size, sha256) uploaded for one attempt this host ran, and
         why an upload failed ('' : none); by token only (a restarted daemon may finish the
         uploads of its previous session). Raises AuthError for another host's attempt."""
+        packed = ATTEMPT_ARTIFACTS.pack(
+            {"name": name, "size": int(size), "sha256": sha} for name, size, sha in files
+        )
         args = [self.host_id, self._token, validate_id(task_id, "task id"), str(int(attempt)),
-                error, str(len(files))]  # fmt: skip
-        for name, size, sha in files:
-            args += [name, str(int(size)), sha]
+                error, str(len(files)), packed]  # fmt: skip
         return int(self._run("attempt_artifacts", args))
 
     def health_clear(self, device_id: str) -> str:
