@@ -192,9 +192,22 @@ ATTEMPT_ARTIFACTS = Items(
 )
 """attempt_artifacts.lua's files."""
 
+GANG_ASSIGN = Items("gang_assign", "ROLE", (text("device_id"),))
+"""gang_assign.lua's devices, one per role of the task, in its role order."""
+
 SCHEMAS: dict[str, Items] = {
     s.script: s
-    for s in (SUBMIT, HEARTBEAT, ASSIGN, RENEW, REPORT, LOG_APPEND, PROGRESS, ATTEMPT_ARTIFACTS)
+    for s in (
+        SUBMIT,
+        HEARTBEAT,
+        ASSIGN,
+        RENEW,
+        REPORT,
+        LOG_APPEND,
+        PROGRESS,
+        ATTEMPT_ARTIFACTS,
+        GANG_ASSIGN,
+    )
 }
 """Every script's items, by script name."""
 

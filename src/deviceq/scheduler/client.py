@@ -12,7 +12,7 @@ from typing import Any
 from ..core.connection import PoolConnection
 from ..core.errors import DeviceqError
 from ..core.pacing import pacer_for
-from ..core.script_args import ASSIGN
+from ..core.script_args import ASSIGN, GANG_ASSIGN
 from ..core.validation import validate_id
 
 COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
@@ -71,8 +71,8 @@ class SchedulerClient(PoolConnection):
         """Place a multi-device task: one device per role, in its role order, all or none
         (``lua/gang_assign.lua``). Returns ``ok:ATTEMPT`` or ``err:REASON``; Fenced as
         ``commit``."""
-        args: list[Any] = [str(fence), validate_id(task_id, "task id"), str(len(devices))]
-        args += [validate_id(d, "device id") for d in devices]
+        packed = GANG_ASSIGN.pack({"device_id": validate_id(d, "device id")} for d in devices)
+        args = [str(fence), validate_id(task_id, "task id"), str(len(devices)), packed]
         return str(self._run("gang_assign", args))
 
     def expire(self, limit: int = 1000, budget_ms: float | None = None) -> dict[str, int]:
