@@ -122,7 +122,7 @@ class Pool:
             "host_add": ["h9", "sha1:" + "a" * 40, "add"],
             "host_drain": ["h1", "1", "operator", "", ""],
             "pool_pause": ["pause", "maintenance"],
-            "task_priority": ["5", "1", self.queued],
+            "task_priority": ["5", "1", [self.queued]],
             "host_remove": ["h2", "0"],
             "device_remove": ["d1", "1"],
             "device_quarantine": ["d2", "1"],

@@ -195,6 +195,9 @@ ATTEMPT_ARTIFACTS = Items(
 GANG_ASSIGN = Items("gang_assign", "ROLE", (text("device_id"),))
 """gang_assign.lua's devices, one per role of the task, in its role order."""
 
+TASK_PRIORITY = Items("task_priority", "PRIO", (text("task_id"),))
+"""task_priority.lua's tasks."""
+
 SCHEMAS: dict[str, Items] = {
     s.script: s
     for s in (
@@ -207,6 +210,7 @@ SCHEMAS: dict[str, Items] = {
         PROGRESS,
         ATTEMPT_ARTIFACTS,
         GANG_ASSIGN,
+        TASK_PRIORITY,
     )
 }
 """Every script's items, by script name."""
