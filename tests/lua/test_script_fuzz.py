@@ -128,7 +128,7 @@ class Pool:
             "device_quarantine": ["d2", "1"],
             "device_reserve": ["reserve", "d3", "60000", "alice"],
             "device_health": ["h1", tok, "", "begin", "d3"],
-            "heads": ["3", self.r.hget(self.keys.task(self.queued), "sig") or "", "0", "9"],
+            "heads": ["3", "1", [self.r.hget(self.keys.task(self.queued), "sig") or "", 0, 9]],
             "leader": ["owner-1", "1000", "acquire"],
             "login_attempt": ["charge", "60000", "a" * 64, "10", "b" * 64, "20"],
             "attempt_artifacts": ["h1", tok, run, "1", "", "1", ["log.txt", 3, "b" * 64]],

@@ -13,6 +13,7 @@ import redis
 
 from deviceq.core import vocabulary as v
 from deviceq.core.errors import InvalidInput
+from deviceq.core.script_args import SCHEMAS
 from deviceq.core.scripts import IncludeError, assemble, library, lua_dir, names, read, source
 from deviceq.core.vocabulary import FailureKind, TaskStatus
 
@@ -135,7 +136,11 @@ def test_the_scripts_carry_the_generated_text_they_include() -> None:
     assert set(users) == set(v.GENERATED_INCLUDES), "every generated include is used"
     assert users["gen/reports"] == {"report"}
     assert {"assign", "gang_assign"} <= users["gen/assign_refusals"]
-    assert "heads" not in set().union(*users.values())
+    # (heads.lua carries none of the vocabulary: only its own items' positions)
+    assert "heads" not in set().union(
+        *(u for g, u in users.items() if not g.startswith("gen/args/"))
+    )
+    assert all(users[f"gen/args/{s}"] == {s} for s in SCHEMAS), "a script's positions: its own"
 
 
 _SET = re.compile(r"\{\s*(\w+\s*=\s*true(?:\s*,\s*\w+\s*=\s*true)*)\s*,?\s*\}")

@@ -198,6 +198,9 @@ GANG_ASSIGN = Items("gang_assign", "ROLE", (text("device_id"),))
 TASK_PRIORITY = Items("task_priority", "PRIO", (text("task_id"),))
 """task_priority.lua's tasks."""
 
+HEADS = Items("heads", "BUCKET", (text("sig"), whole("start"), whole("stop")))
+"""heads.lua's bucket ranges."""
+
 SCHEMAS: dict[str, Items] = {
     s.script: s
     for s in (
@@ -211,6 +214,7 @@ SCHEMAS: dict[str, Items] = {
         ATTEMPT_ARTIFACTS,
         GANG_ASSIGN,
         TASK_PRIORITY,
+        HEADS,
     )
 }
 """Every script's items, by script name."""
