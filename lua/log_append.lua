@@ -4,6 +4,7 @@
 --- @include "lib/auth"
 --- @include "gen/statuses"
 --- @include "gen/args/log_append"
+--- @include "gen/bounds"
 -- log_append.lua: the owning host appends chunks of its runs' output (stdout, stderr, what a
 -- runner writes with task.log) to the attempt's capped log stream log:ID:ATTEMPT (the attempt
 -- is the task's current one, never the caller's word). Only the
@@ -41,7 +42,9 @@ for i = 0, n - 1 do
   end
   if not STREAMS[A[b + CHUNK_STREAM]] then return fail('INVALID', 'stream must be stdout, stderr or log') end
   local text, final = A[b + CHUNK_TEXT], A[b + CHUNK_FINAL]
-  if type(text) ~= 'string' or #text > 65536 then return fail('INVALID', 'chunk over 65536 bytes') end
+  if type(text) ~= 'string' or #text > MAX_PAYLOAD_BYTES then
+    return fail('INVALID', 'chunk over ' .. MAX_PAYLOAD_BYTES .. ' bytes')
+  end
   if final ~= 0 and final ~= 1 then return fail('INVALID', 'final must be 0 or 1') end
   if text == '' and final ~= 1 then return fail('INVALID', 'empty chunk') end
 end

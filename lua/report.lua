@@ -18,6 +18,7 @@
 --- @include "lib/outcomes"
 --- @include "lib/handback"
 --- @include "gen/args/report"
+--- @include "gen/bounds"
 -- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
 -- (handed back: see hand_back in lib/handback.lua). Only the current lease, claimed by the caller's
 -- current session, may report; a lease past its expiry that the expiry scan has not ended yet
@@ -65,10 +66,10 @@ if not A then return fail('INVALID', 'bad argument count') end
 for i = 0, n - 1 do
   local b = i * REPORT_N
   local outcome, kind = A[b + REPORT_OUTCOME], A[b + REPORT_FAILURE_KIND]
-  if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be done, failed, cancelled or released') end
+  if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be ' .. OUTCOMES_TEXT) end
   if outcome == 'failed' then
     if not HOST_KINDS[kind] then
-      return fail('INVALID', 'failure_kind must be runner_failed, runner_error, timeout, rejected or infrastructure')
+      return fail('INVALID', 'failure_kind must be ' .. HOST_KINDS_TEXT)
     end
   elseif kind ~= '' and not (outcome == 'cancelled' and kind == 'cancelled') then
     return fail('INVALID', 'failure_kind is only given with outcome failed')
@@ -78,7 +79,7 @@ for i = 0, n - 1 do
   end
   local payload = A[b + REPORT_PAYLOAD]
   if type(payload) ~= 'string' then return fail('INVALID', 'payload must be text') end
-  if #payload > 65536 then return fail('INVALID', 'payload over 65536 bytes') end
+  if #payload > MAX_PAYLOAD_BYTES then return fail('INVALID', 'payload over ' .. MAX_PAYLOAD_BYTES .. ' bytes') end
 end
 
 -- automatic quarantine of a device after its infrastructure failures (capped per driver type)

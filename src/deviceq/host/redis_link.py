@@ -16,6 +16,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
+from ..core.bounds import MAX_PAYLOAD_BYTES
 from ..core.connection import PoolConnection
 from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
@@ -25,7 +26,7 @@ from ..core.pacing import pacer_for
 from ..core.script_args import ATTEMPT_ARTIFACTS, HEARTBEAT, LOG_APPEND, RENEW, REPORT
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
-from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
+from ..core.validation import validate_id
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES, FailureKind
 from .claims import claim_rest
 from .heartbeat_sync import HeartbeatSync, Reply, Row

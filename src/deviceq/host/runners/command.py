@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.bounds import MAX_PAYLOAD_BYTES
 from ...core.errors import ConfigError, InvalidInput
-from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import PROGRESS_FILE_ENV, ProgressSource, progress_file
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception
 from .command_output import CommandOutput
