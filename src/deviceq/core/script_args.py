@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import msgpack  # (no type hints shipped; MessagePack's reference implementation, C-accelerated)
@@ -72,18 +73,23 @@ class Items:
         """The values one item takes."""
         return len(self.fields)
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
+        """The fields' names, in order."""
         return tuple(f.name for f in self.fields)
+
+    @cached_property
+    def _declared(self) -> frozenset[str]:
+        return frozenset(self.names)
 
     def flat(self, items: Iterable[Mapping[str, Any]]) -> list[Any]:
         """The items' values, item after item, each in field order (``false`` for an optional
         field given as None or not at all). A missing required field, a value of the wrong
         kind or a field not declared is a programming error (ValueError/TypeError)."""
         out: list[Any] = []
-        declared = self.names
+        declared = self._declared
         for item in items:
-            extra = item.keys() - set(declared)
+            extra = item.keys() - declared
             if extra:
                 raise ValueError(f"{self.script}: no field {sorted(extra)[0]!r}")
             for f in self.fields:
