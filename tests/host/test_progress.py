@@ -24,6 +24,7 @@ from test_live_logs import claimed
 from deviceq import TaskStatus
 from deviceq.api.tokens import TokenStore
 from deviceq.core.errors import InvalidInput
+from deviceq.core.script_args import PROGRESS
 from deviceq.host.progress import (
     EVERY,
     TEXT_BYTES,
@@ -151,7 +152,8 @@ def test_only_the_lease_holder_records_and_bad_values_change_nothing(real_fleet:
     # ... and by the script itself, whoever calls it (one INVALID line, nothing written)
     for frac, text in (("1.5", ""), ("-0", "x\n"), ("nan", ""), ("0.5", "é" * 401)):
         with pytest.raises(InvalidInput, match="progress"):
-            h1._run("progress", [*h1._auth(), "1", tid, lease, frac, text])
+            h1._run("progress", [*h1._auth(), "1", PROGRESS.pack([{"task_id": tid,
+                     "lease_id": lease, "fraction": frac, "text": text}])])  # fmt: skip
     assert f.r.hgetall(key) == before
     # after the report nothing more is accepted; the finished task keeps its last progress
     assert h1.report(tid, lease, "done") == "ok:done"

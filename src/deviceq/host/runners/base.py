@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...core.bounds import MAX_PAYLOAD_BYTES
 from ...core.models import WorkflowDefinition
-from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import check_fraction, clean_text
 from .aio import LoopEvent
 

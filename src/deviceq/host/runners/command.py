@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.bounds import MAX_PAYLOAD_BYTES
 from ...core.errors import ConfigError, InvalidInput
-from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import PROGRESS_FILE_ENV, ProgressSource, progress_file
 from .aio import first_of, pidfd, process_exited
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception
