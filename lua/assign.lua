@@ -11,6 +11,7 @@
 --- @include "lib/placement"
 --- @include "lib/budget"
 --- @include "lib/limits"
+--- @include "gen/args/assign"
 -- assign.lua: commit a batch of proposed (task, device) pairs. Each pair is re-validated and,
 -- if valid, committed on its own: task queued -> assigned, attempt+1, a lease (claim_ttl),
 -- the device reserved, the assignment filed in the owning host's inbox.
@@ -18,9 +19,12 @@
 -- BUDGET_EVERY pairs, the pairs not yet looked at answer `later` (the caller sends them again:
 -- SchedulerClient.commit does); the first pair is always committed or refused.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     fence n(0..10000), then task_id device_id per pair, then [budget_us(1..10000000)].
+-- ARGV     fence n(0..10000) pairs [budget_us(1..10000000)].
 --          fence is the scheduler's leader epoch ('' for a manual dispatch): when given it
---          must be the current leader's epoch.
+--          must be the current leader's epoch. pairs: packed (deviceq.core.script_args ASSIGN,
+--          gen/args/assign): one cmsgpack array of n * PAIR_N values, pair after pair:
+--   task_id    a queued task
+--   device_id  the device it goes to
 -- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID,
 --          LIMIT_COUNTERS (lib/limits), task:ID:attempts, device:ID, idle, idle:c:*,
 --          queue:SIG, sig:SIG, queues, status:*, leases, avoid, deadlines, host:ID:inbox,
@@ -41,12 +45,11 @@
 local BUDGET_EVERY, PAIR_US = 4, 40  -- (PAIR_US: a pair's estimate, lib/budget)
 local fence = ARGV[1]
 local n = int_in(ARGV[2], 0, 10000)
-if not n or (#ARGV ~= 2 + n * 2 and #ARGV ~= 3 + n * 2) then
-  return fail('INVALID', 'bad argument count')
-end
+local A = (#ARGV == 3 or #ARGV == 4) and packed_items(ARGV[3], n, PAIR_N)
+if not A then return fail('INVALID', 'bad argument count') end
 local budget
-if #ARGV == 3 + n * 2 then
-  budget = int_in(ARGV[#ARGV], 1, 10000000)
+if #ARGV == 4 then
+  budget = int_in(ARGV[4], 1, 10000000)
   if not budget then return fail('INVALID', 'budget_us must be an integer 1-10000000') end
 end
 local fenced = check_fence(fence)
@@ -88,7 +91,7 @@ for i = 0, n - 1 do
     break
   end
   budget_spend(PAIR_US)
-  local id, did = ARGV[3 + i * 2], ARGV[4 + i * 2]
+  local id, did = A[i * PAIR_N + PAIR_TASK_ID], A[i * PAIR_N + PAIR_DEVICE_ID]
   local v, why = check(id, did)
   if not v then
     out[#out + 1] = 'err:' .. why

@@ -2,6 +2,7 @@
 --- @include "lib/args"
 --- @include "lib/text"
 --- @include "lib/auth"
+--- @include "gen/args/attempt_artifacts"
 -- attempt_artifacts.lua: a host records the files it uploaded to the artifact store for one
 -- attempt it ran (name, size, sha256 each) and/or why the upload failed. Authenticated by the
 -- host's token only (no session check: a restarted daemon finishes the uploads of attempts its
@@ -10,10 +11,14 @@
 -- ('' removes it). Files are recorded as given: the host normalised the names (relative, no
 -- `..`, no absolute path) and this script refuses any other.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token task_id attempt error n (name size sha256) x n
---          error: at most 2000 bytes of UTF-8; n: 0-1000; name: 1-255 bytes of UTF-8, relative,
---          '/'-separated, no empty, '.' or '..' segment, no control characters; size: 0-10^15;
---          sha256: 64 lowercase hex digits
+-- ARGV     host_id token task_id attempt error n files
+--          error: at most 2000 bytes of UTF-8; n: 0-1000; files: packed
+--          (deviceq.core.script_args ATTEMPT_ARTIFACTS, gen/args/attempt_artifacts): one
+--          cmsgpack array of n * FILE_N values, file after file:
+--   name    1-255 bytes of UTF-8, relative, '/'-separated, no empty, '.' or '..' segment, no
+--           control characters
+--   size    a number 0-10^15
+--   sha256  64 lowercase hex digits
 -- Keys     reads host:ID, task:ID:attempts; writes task:ID:attempts
 -- Returns  the number of files recorded
 -- Errors   INVALID (malformed argument), AUTH (wrong token, unknown host), NOT_FOUND (no
@@ -32,7 +37,8 @@ if type(n) ~= 'string' or not n:match('^[0-9][0-9]?[0-9]?[0-9]?$') or tonumber(n
   return fail('INVALID', 'file count must be 0-' .. MAX_FILES)
 end
 local count = tonumber(n)
-if #ARGV ~= 6 + 3 * count then return fail('INVALID', 'expected 3 arguments per file') end
+local A = #ARGV == 7 and packed_items(ARGV[7], count, FILE_N)
+if not A then return fail('INVALID', 'expected the files packed, ' .. FILE_N .. ' values per file') end
 
 local function valid_name(s)
   if type(s) ~= 'string' or #s < 1 or #s > MAX_NAME or not valid_utf8(s) then return false end
@@ -45,17 +51,18 @@ end
 
 local files, seen = {}, {}
 for i = 0, count - 1 do
-  local name, size, sha = ARGV[7 + 3 * i], ARGV[8 + 3 * i], ARGV[9 + 3 * i]
+  local b = i * FILE_N
+  local name, size, sha = A[b + FILE_NAME], A[b + FILE_SIZE], A[b + FILE_SHA256]
   if not valid_name(name) then return fail('INVALID', 'malformed file name (file ' .. (i + 1) .. ')') end
   if seen[name] then return fail('INVALID', 'file name given twice: ' .. name) end
   seen[name] = true
-  if type(size) ~= 'string' or not size:match('^[0-9]+$') or #size > 15 then
+  if not whole_in(size, 0, 999999999999999) then
     return fail('INVALID', 'size must be an integer 0-10^15 (file ' .. (i + 1) .. ')')
   end
   if type(sha) ~= 'string' or #sha ~= 64 or sha:find('[^0-9a-f]') then
     return fail('INVALID', 'sha256 must be 64 lowercase hex digits (file ' .. (i + 1) .. ')')
   end
-  files[#files + 1] = {name = name, size = tonumber(size), sha256 = sha}
+  files[#files + 1] = {name = name, size = size, sha256 = sha}
 end
 
 local ok, aerr = auth_host(host_id, token, nil)

@@ -11,13 +11,17 @@
 --- @include "lib/tasks"
 --- @include "lib/placement"
 --- @include "lib/limits"
+--- @include "gen/args/gang_assign"
 -- gang_assign.lua: commit one multi-device (gang) task: each of its roles gets its device, as
 -- part task ID.ROLE (queued -> assigned, a lease of claim_ttl, the device reserved, the part in
 -- its device's host's inbox), all in this one call or none (nothing is written when any
 -- device cannot take its role). The gang task becomes `assigned` (attempt+1); the leader
 -- part (first role) carries every role's placement in field `peers`.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     fence task_id n(1..8), then n device ids: one per role, in the task's role order.
+-- ARGV     fence task_id n(1..8) devices: one per role, in the task's role order, packed
+--          (deviceq.core.script_args GANG_ASSIGN, gen/args/gang_assign): one cmsgpack array of
+--          n * ROLE_N values:
+--   device_id  the device of the role
 --          fence is the scheduler's leader epoch ('' for a manual dispatch).
 -- Keys     reads leader, paused, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
 --          task:*:attempts, device:ID, idle, idle:c:*, gangs, deadlines, status:*, leases,
@@ -30,7 +34,8 @@
 -- Errors   FENCED (the fence is not the current leader epoch), INVALID (bad arguments).
 local fence, id = ARGV[1], ARGV[2]
 local n = int_in(ARGV[3], 1, 8)
-if not n or #ARGV ~= 3 + n then return fail('INVALID', 'bad argument count') end
+local A = #ARGV == 4 and packed_items(ARGV[4], n, ROLE_N)
+if not A then return fail('INVALID', 'bad argument count') end
 if not valid_id(id) then return fail('INVALID', 'malformed task id') end
 local fenced = check_fence(fence)
 if fenced then return fenced end
@@ -42,9 +47,10 @@ if (t.roles or '') == '' then return 'err:not_multi_device' end
 if t.status ~= 'queued' or not redis.call('ZSCORE', k('gangs'), id) then return 'err:task_not_queued' end
 local roles = parse_roles(t.roles)
 if not roles or #roles ~= n then return fail('INVALID', 'the task has ' .. #(roles or {}) .. ' roles') end
-local hosts_ok, seen, rows = {}, {}, {}
+local hosts_ok, seen, rows, dids = {}, {}, {}, {}
 for i, r in ipairs(roles) do
-  local did = ARGV[3 + i]
+  local did = A[(i - 1) * ROLE_N + ROLE_DEVICE_ID]
+  dids[i] = did
   if not valid_id(did) then return 'err:invalid_id' end
   if seen[did] then return 'err:duplicate_device' end
   seen[did] = true
@@ -72,12 +78,12 @@ local attempt_s = I(attempt)
 local what = hfields(k('task', id), {'kind', 'goal', 'workflow'})
 local placed, parts = {}, {}
 for i, r in ipairs(roles) do
-  placed[i] = r.name .. '=' .. ARGV[3 + i] .. '@' .. rows[i][1]
+  placed[i] = r.name .. '=' .. dids[i] .. '@' .. rows[i][1]
   parts[i] = id .. '.' .. r.name
 end
 local placement = table.concat(placed, ';')
 for i, r in ipairs(roles) do
-  local did, host_id, pid = ARGV[3 + i], rows[i][1], parts[i]
+  local did, host_id, pid = dids[i], rows[i][1], parts[i]
   local pk = k('task', pid)
   local lease = pid .. '-a' .. attempt_s
   -- a part hash is kept across its gang's attempts (its fields are reset here); seq '' keeps it
@@ -107,10 +113,10 @@ redis.call('ZREM', k('gangs'), id)
 if (t.queue_deadline or '') ~= '' then redis.call('ZREM', k('deadlines'), id) end
 index_status(id, 'queued', 'assigned', t.seq)
 redis.call('HSET', k('task', id), 'status', 'assigned', 'attempt', attempt_s, 'parts',
-  table.concat(parts, ','), 'peers', placement, 'host_id', rows[1][1], 'device_id', ARGV[4],
+  table.concat(parts, ','), 'peers', placement, 'host_id', rows[1][1], 'device_id', dids[1],
   'lease_id', parts[1] .. '-a' .. attempt_s, 'assigned_at', now_s, 'updated_at', now_s)
 redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt,
-  lease_id = parts[1] .. '-a' .. attempt_s, host_id = rows[1][1], device_id = ARGV[4],
+  lease_id = parts[1] .. '-a' .. attempt_s, host_id = rows[1][1], device_id = dids[1],
   assigned_at = now, outcome = 'active'}))
 emit('assigned', 'task', id, 'lease', parts[1] .. '-a' .. attempt_s, 'attempt', attempt_s,
   'roles', placement, 'queued_ms',

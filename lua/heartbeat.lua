@@ -7,6 +7,7 @@
 --- @include "lib/liveness"
 --- @include "lib/eligibility"
 --- @include "gen/args/heartbeat"
+--- @include "gen/bounds"
 -- heartbeat.lua: a host reports itself alive and what changed among its devices (a delta), or,
 -- when Redis and the host disagree, the full snapshot of its devices in chunks.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
@@ -81,8 +82,8 @@ for i = 0, n - 1 do
     if not valid_id(A[b + DEV_DRIVER_TYPE]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
     if not valid_tags(A[b + DEV_TAGS]) then return fail('INVALID', 'malformed tags for ' .. did) end
     if not STATES[state] then return fail('INVALID', 'device state must be idle, busy or offline') end
-    if type(reason) ~= 'string' or #reason > 200 or reason:find('%c') then
-      return fail('INVALID', 'reason must be at most 200 bytes without control characters')
+    if type(reason) ~= 'string' or #reason > MAX_REASON_BYTES or reason:find('%c') then
+      return fail('INVALID', 'reason must be at most ' .. MAX_REASON_BYTES .. ' bytes without control characters')
     end
   end
   local owner = redis.call('HGET', k('device', did), 'host_id')

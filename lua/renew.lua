@@ -3,10 +3,14 @@
 --- @include "lib/args"
 --- @include "lib/auth"
 --- @include "gen/statuses"
+--- @include "gen/args/renew"
 -- renew.lua: the current lease holder extends one or more leases by lease_ttl from now (the
 -- pool setting as it is now: a settings change applies at the next renewal of every lease).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token session n(0..10000), then task_id lease_id per lease
+-- ARGV     host_id token session n(0..10000) leases: packed (deviceq.core.script_args RENEW,
+--          gen/args/renew): one cmsgpack array of n * LEASE_N values, lease after lease:
+--   task_id   the task
+--   lease_id  its lease held by this host
 -- Keys     reads host:ID, task:ID, config; writes task:ID, leases
 -- Returns  per lease a flat triple: {"ok", expires_at_ms, lease_ms} or {"cancel", expires_at_ms,
 --          lease_ms} (renewed, and a cancel was requested: stop the runner and report
@@ -19,9 +23,10 @@ local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
 local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
 local n = int_in(ARGV[4], 0, 10000)
-if not n or #ARGV ~= 4 + n * 2 then return fail('INVALID', 'bad argument count') end
+local A = #ARGV == 5 and packed_items(ARGV[5], n, LEASE_N)
+if not A then return fail('INVALID', 'bad argument count') end
 for i = 0, n - 1 do
-  if not valid_id(ARGV[5 + i * 2]) or not valid_id(ARGV[6 + i * 2]) then
+  if not valid_id(A[i * LEASE_N + LEASE_TASK_ID]) or not valid_id(A[i * LEASE_N + LEASE_LEASE_ID]) then
     return fail('INVALID', 'malformed task or lease id')
   end
 end
@@ -30,7 +35,7 @@ local ttl = cfg_ms('lease_ttl')
 local expires_s = I(now + ttl)
 local out = {}
 for i = 0, n - 1 do
-  local id, lease = ARGV[5 + i * 2], ARGV[6 + i * 2]
+  local id, lease = A[i * LEASE_N + LEASE_TASK_ID], A[i * LEASE_N + LEASE_LEASE_ID]
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'lease_expires_at',
     'cancel_requested', 'session', 'gang')

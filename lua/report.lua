@@ -17,6 +17,8 @@
 --- @include "lib/leases"
 --- @include "lib/outcomes"
 --- @include "lib/handback"
+--- @include "gen/args/report"
+--- @include "gen/bounds"
 -- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
 -- (handed back: see hand_back in lib/handback.lua). Only the current lease, claimed by the caller's
 -- current session, may report; a lease past its expiry that the expiry scan has not ended yet
@@ -36,10 +38,15 @@
 -- A part of a multi-device task (task GANG.ROLE) that ends ends every other part and its task
 -- GANG with it (gang_end in lib/outcomes.lua): the other parts' hosts are told on host:ID:ctl.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token session n(1..10000), then 5 fields per report:
---          task_id lease_id outcome(done|failed|cancelled|released)
---          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
---          '' otherwise) payload(result or error, at most 65536 bytes)
+-- ARGV     host_id token session n(1..10000) reports: packed (deviceq.core.script_args
+--          REPORT, gen/args/report): one cmsgpack array of n * REPORT_N values, report after
+--          report:
+--   task_id       the task
+--   lease_id      the lease it ends
+--   outcome       done | failed | cancelled | released
+--   failure_kind  failed: runner_failed | runner_error | timeout | rejected | infrastructure;
+--                 '' otherwise
+--   payload       result or error, at most 65536 bytes
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
 --          status:*, qdrivers, LIMIT_COUNTERS, events,
@@ -54,22 +61,25 @@ local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
 local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
 local n = int_in(ARGV[4], 1, 10000)
-if not n or #ARGV ~= 4 + n * 5 then return fail('INVALID', 'bad argument count') end
+local A = #ARGV == 5 and packed_items(ARGV[5], n, REPORT_N)
+if not A then return fail('INVALID', 'bad argument count') end
 for i = 0, n - 1 do
-  local b = 5 + i * 5
-  local outcome, kind = ARGV[b + 2], ARGV[b + 3]
-  if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be done, failed, cancelled or released') end
+  local b = i * REPORT_N
+  local outcome, kind = A[b + REPORT_OUTCOME], A[b + REPORT_FAILURE_KIND]
+  if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be ' .. OUTCOMES_TEXT) end
   if outcome == 'failed' then
     if not HOST_KINDS[kind] then
-      return fail('INVALID', 'failure_kind must be runner_failed, runner_error, timeout, rejected or infrastructure')
+      return fail('INVALID', 'failure_kind must be ' .. HOST_KINDS_TEXT)
     end
   elseif kind ~= '' and not (outcome == 'cancelled' and kind == 'cancelled') then
     return fail('INVALID', 'failure_kind is only given with outcome failed')
   end
-  if not valid_id(ARGV[b]) or not valid_id(ARGV[b + 1]) then
+  if not valid_id(A[b + REPORT_TASK_ID]) or not valid_id(A[b + REPORT_LEASE_ID]) then
     return fail('INVALID', 'malformed task or lease id')
   end
-  if #ARGV[b + 4] > 65536 then return fail('INVALID', 'payload over 65536 bytes') end
+  local payload = A[b + REPORT_PAYLOAD]
+  if type(payload) ~= 'string' then return fail('INVALID', 'payload must be text') end
+  if #payload > MAX_PAYLOAD_BYTES then return fail('INVALID', 'payload over ' .. MAX_PAYLOAD_BYTES .. ' bytes') end
 end
 
 -- automatic quarantine of a device after its infrastructure failures (capped per driver type)
@@ -110,8 +120,9 @@ end
 local out, freed = {}, false
 limits_defer()  -- (the limits' counts: written once per field, below)
 for i = 0, n - 1 do
-  local b = 5 + i * 5
-  local id, lease, outcome, kind, payload = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local b = i * REPORT_N
+  local id, lease, outcome, kind, payload = A[b + REPORT_TASK_ID], A[b + REPORT_LEASE_ID],
+    A[b + REPORT_OUTCOME], A[b + REPORT_FAILURE_KIND], A[b + REPORT_PAYLOAD]
   if outcome == 'cancelled' then kind = 'cancelled' elseif outcome ~= 'failed' then kind = '' end
   local t = load_task(id)
   if not t.status then out[#out + 1] = 'rejected:not_found'

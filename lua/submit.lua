@@ -10,9 +10,11 @@
 --- @include "lib/queue"
 --- @include "lib/roles"
 --- @include "gen/args/submit"
+--- @include "gen/bounds"
+--- @include "gen/retry_kinds"
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV[1]  n, the number of tasks (1..10000)
+-- ARGV[1]  n, the number of tasks (1..MAX_SUBMIT_TASKS; the bounds named here: gen/bounds)
 -- ARGV[2]  the tasks, packed (deviceq.core.script_args SUBMIT, gen/args/submit): one cmsgpack
 --          array of n * TASK_N values, task after task, each task's fields in this order (an
 --          optional field not given is false):
@@ -56,7 +58,7 @@
 --          workflow), INVALID (any malformed argument; nothing is written), EXISTS (task id
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
-local n = int_in(ARGV[1], 1, 10000)
+local n = int_in(ARGV[1], 1, MAX_SUBMIT_TASKS)
 local A = #ARGV == 2 and packed_items(ARGV[2], n, TASK_N)
 if not A then return fail('INVALID', 'bad argument count') end
 
@@ -82,8 +84,8 @@ local function check(b)
     A[b + TASK_WORKFLOW], A[b + TASK_DRIVER_TYPE], A[b + TASK_TAGS]
   if not valid_id(id) then return fail('INVALID', 'malformed task id') end
   if kind == 'goal' then
-    if type(goal) ~= 'string' or #goal < 1 or #goal > 16384 or not goal:match('%S') or not valid_utf8(goal) then
-      return fail('INVALID', 'goal must be 1-16384 bytes of UTF-8 text and not blank')
+    if type(goal) ~= 'string' or #goal < 1 or #goal > MAX_GOAL_BYTES or not goal:match('%S') or not valid_utf8(goal) then
+      return fail('INVALID', 'goal must be 1-' .. MAX_GOAL_BYTES .. ' bytes of UTF-8 text and not blank')
     end
     if goal:find('\0', 1, true) then
       return fail('INVALID', 'goal must not contain a NUL byte (no runner could pass it)')
@@ -99,31 +101,33 @@ local function check(b)
   if not valid_tags(tags) then
     return fail('INVALID', 'tags must be at most 32 valid tags, sorted and distinct, comma-separated')
   end
-  if not whole_in(A[b + TASK_PRIORITY], 0, 9) then return fail('INVALID', 'priority must be 0-9') end
+  if not whole_in(A[b + TASK_PRIORITY], 0, MAX_PRIORITY) then
+    return fail('INVALID', 'priority must be 0-' .. MAX_PRIORITY)
+  end
   local maxa = A[b + TASK_MAX_ATTEMPTS]
-  if maxa and not whole_in(maxa, 1, 1000) then
-    return fail('INVALID', 'max_attempts must be 1-1000')
+  if maxa and not whole_in(maxa, 1, MAX_ATTEMPTS) then
+    return fail('INVALID', 'max_attempts must be 1-' .. MAX_ATTEMPTS)
   end
   local idem = A[b + TASK_IDEMPOTENCY_KEY]
   if idem and not valid_id(idem) then
     return fail('INVALID', 'malformed idempotency key')
   end
   local qto = A[b + TASK_QUEUE_TIMEOUT]
-  if qto and not num_in(qto, 0.001, 31536000) then
+  if qto and not num_in(qto, MIN_QUEUE_TIMEOUT, MAX_QUEUE_TIMEOUT) then
     return fail('INVALID', 'queue_timeout must be a number of seconds, 0 < s <= 1 year')
   end
   local rej = A[b + TASK_REJECT_UNMATCHED]
   if rej and rej ~= 0 and rej ~= 1 then return fail('INVALID', 'reject_unmatched must be 0 or 1') end
   local ro, rb, tenant = A[b + TASK_RETRY_ON], A[b + TASK_RETRY_BACKOFF], A[b + TASK_TENANT]
   if ro and (type(ro) ~= 'string' or not retry_kinds(ro)) then
-    return fail('INVALID', 'retry_on must be none or a csv of infrastructure, runner_error, timeout, runner_failed, lease_expired')
+    return fail('INVALID', 'retry_on must be none or a csv of ' .. RETRY_KINDS_TEXT)
   end
   if rb and (type(rb) ~= 'string' or not parse_backoff(rb)) then
     return fail('INVALID', 'retry_backoff must be none, fixed:SECONDS or exponential:BASE:MAX')
   end
   if tenant and not valid_id(tenant) then return fail('INVALID', 'malformed tenant') end
   local nb = A[b + TASK_NOT_BEFORE]
-  if nb and (not whole_in(nb, 0, 9007199254740991) or nb > now_ms() + 31536000000) then
+  if nb and (not whole_in(nb, 0, 9007199254740991) or nb > now_ms() + MAX_NOT_BEFORE_AHEAD_MS) then
     return fail('INVALID', 'not_before must be a time (ms since the epoch) at most a year ahead')
   end
   local by, tp = A[b + TASK_BY], A[b + TASK_TRACEPARENT]
@@ -143,8 +147,9 @@ local function check(b)
   end
   local roles, timeout = A[b + TASK_ROLES], A[b + TASK_TIMEOUT]
   if timeout then
-    if not num_in(timeout, 0.001, 604800) then
-      return fail('INVALID', 'timeout must be a number of seconds, 0.001 <= s <= 7 days')
+    if not num_in(timeout, MIN_TASK_TIMEOUT, MAX_TASK_TIMEOUT) then
+      return fail('INVALID', 'timeout must be a number of seconds, ' .. MIN_TASK_TIMEOUT .. ' <= s <= ' ..
+        MAX_TASK_TIMEOUT .. ' (7 days)')
     end
     if roles then return fail('INVALID', 'a task with roles cannot have a timeout of its own') end
   end

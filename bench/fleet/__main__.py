@@ -21,7 +21,8 @@ then, on one more private server (``bench.fleet.probes``): the longest script ca
 ``SLOWLOG`` (over 5 ms) through a 5,000-device host registering and heartbeating, 10,000
 leases lapsing at once, a 100,000-task ``submit_many`` and a 200-pair commit; and Redis time
 per heartbeat when nothing changed (10 and 5,000 devices); then device utilization and host
-daemon CPU per task with the real daemons (``bench.fleet.daemons``: one host of 100 devices).
+daemon CPU per task with the real daemons (``bench.fleet.daemons``: one host of 100 devices),
+with a thread runner and then an async one.
 
 Ratios divide by the 1,000-device figures. ``--quick`` (under five minutes: the 100k fill
 takes about a minute) runs the same sizes with 5 passes per median (15 on a full run), fewer
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import redis
 
-from bench.fleet.daemons import run_utilization
+from bench.fleet.daemons import ASYNC_RUNNER, run_utilization
 from bench.fleet.probes import (
     Scenario,
     enable_slowlog,
@@ -273,10 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_probes:
         log("probes: SLOWLOG scenarios and heartbeat cost")
         probes = run_probes(args.quick, log)
-    util = None
+    util = util_async = None
     if not args.no_daemons:
-        log("utilization with the real daemons")
+        log("utilization with the real daemons: a thread runner, then an async runner")
         util = run_utilization(10 if args.quick else 30, log)
+        util_async = run_utilization(10 if args.quick else 30, log, ASYNC_RUNNER)
     load1 = os.getloadavg()
     rt = ", redis-server under SCHED_FIFO" if args.realtime_redis else ""
     meta = (
@@ -287,13 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         f"at start {' '.join(f'{x:.2f}' for x in load0)}, "
         f"at end {' '.join(f'{x:.2f}' for x in load1)}"
     )
-    text = markdown(sizes, probes, util, meta)
+    text = markdown(sizes, probes, util, meta, util_async)
     print(text, file=sys.stderr)
     if args.out:
         args.out.write_text(text)
         log(f"wrote {args.out}")
     if args.json:
-        out = summary(sizes, probes, util)
+        out = summary(sizes, probes, util, util_async)
         out["meta"] = meta
         print(json.dumps(out))
     return 0

@@ -1,6 +1,7 @@
 """Device utilization with deviceq's real daemons (``deviceq scheduler run`` + one
 ``deviceq host run`` serving ``DEVICES`` devices, goal runner ``bench.fleet.runners:hold``:
-every task holds its device ``TASK_S`` seconds), on a private redis-server of its own.
+every task holds its device ``TASK_S`` seconds; or ``hold_async``, the same as an async runner
+on the host's event loop), on a private redis-server of its own.
 
 Enough tasks are queued up front for ``rounds`` rounds of every device; once the first round
 is done, a window runs until all but the last round is done (steady state: the queue never
@@ -33,6 +34,10 @@ DEVICES = 100
 GOAL = "open the settings app, enable wifi, check the connection: ok"
 
 
+THREAD_RUNNER = "bench.fleet.runners:hold"
+ASYNC_RUNNER = "bench.fleet.runners:hold_async"
+
+
 @dataclass
 class Utilization:
     devices: int
@@ -41,6 +46,7 @@ class Utilization:
     tasks: int
     host_cpu_s: float
     scheduler_cpu_s: float
+    runner: str = THREAD_RUNNER
 
     @property
     def utilization(self) -> float:
@@ -118,33 +124,40 @@ class HeldFleet:
 
 
 def held_fleet(
-    reg: Registry, task_s: float, rounds: int, devices: int, host_command: list[str] | None = None
+    reg: Registry,
+    task_s: float,
+    rounds: int,
+    devices: int,
+    host_command: list[str] | None = None,
+    asynchronous: bool = False,
 ) -> HeldFleet:
     """A private server with ``rounds`` tasks per device queued (each sleeps ``task_s``, goal
-    runner ``bench.fleet.runners:hold_goal``), the daemons of `start_daemons` started, and
-    the first round done: the steady-state window of ``bench/fleet/host_cpu.py`` and
-    ``bench/fleet/host_profile.py`` begins."""
+    runner ``bench.fleet.runners:hold_goal``, or ``hold_goal_async``), the daemons of
+    `start_daemons` started, and the first round done: the steady-state window of
+    ``bench/fleet/host_cpu.py`` and ``bench/fleet/host_profile.py`` begins."""
     server = reg.redis_server()
     client = Client(server.url, POOL)
     n = devices * rounds
     client.submit_many([{"goal": f"{task_s:.3f}", "driver_type": DRIVER}] * n)
-    procs, alive = start_daemons(
-        reg, server.url, devices, "bench.fleet.runners:hold_goal", host_command
-    )
+    runner = "bench.fleet.runners:hold_goal" + ("_async" if asynchronous else "")
+    procs, alive = start_daemons(reg, server.url, devices, runner, host_command)
     r = redis.Redis.from_url(server.url, decode_responses=True)
     wait_done(r, devices, 120, alive)
     return HeldFleet(procs, alive, r, client, n)
 
 
-def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
-    """One run (see the module docstring); every process and server is gone on return."""
+def run_utilization(
+    rounds: int, log: Callable[[str], None], runner: str = THREAD_RUNNER
+) -> Utilization:
+    """One run (see the module docstring) with goal runner ``runner``; every process and
+    server is gone on return."""
     reg = Registry()
     try:
         server = reg.redis_server()
         client = Client(server.url, POOL)
         n = DEVICES * rounds
         client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * n)
-        procs, alive = start_daemons(reg, server.url, DEVICES, "bench.fleet.runners:hold")
+        procs, alive = start_daemons(reg, server.url, DEVICES, runner)
 
         r = redis.Redis.from_url(server.url)
         wait_done(r, DEVICES, 120, alive)
@@ -162,11 +175,13 @@ def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
             c1 - c0,
             cpu1["host"] - cpu0["host"],
             cpu1["scheduler"] - cpu0["scheduler"],
+            runner,
         )
         log(
-            f"  utilization {u.utilization:.2f} ({u.tasks} tasks of {TASK_S} s on {DEVICES} "
-            f"devices in {window:.1f} s); host daemon {u.host_cpu_us_per_task:,.0f} us CPU/task, "
-            f"scheduler {u.scheduler_cpu_us_per_task:,.0f} us CPU/task"
+            f"  {runner}: utilization {u.utilization:.2f} ({u.tasks} tasks of {TASK_S} s on "
+            f"{DEVICES} devices in {window:.1f} s); host daemon "
+            f"{u.host_cpu_us_per_task:,.0f} us CPU/task, scheduler "
+            f"{u.scheduler_cpu_us_per_task:,.0f} us CPU/task"
         )
         r.close()
         client.close()
@@ -177,12 +192,18 @@ def run_utilization(rounds: int, log: Callable[[str], None]) -> Utilization:
 
 def host_bench_args(description: str) -> argparse.Namespace:
     """The options of the host-daemon benchmarks (``host_cpu.py``, ``host_profile.py``), parsed
-    and checked: ``--task-s``, ``--rounds``, ``--devices``, ``--out``."""
+    and checked: ``--task-s``, ``--rounds``, ``--devices``, ``--out``, ``--async``."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--task-s", type=float, default=1.0, help="seconds each task runs")
     ap.add_argument("--rounds", type=int, default=20, help="tasks per device queued")
     ap.add_argument("--devices", type=int, default=100, help="devices on the one host")
     ap.add_argument("--out", type=Path, help="write the markdown table here too")
+    ap.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="the async runner (hold_goal_async, on the host's event loop) instead",
+    )
     a = ap.parse_args()
     if a.rounds < 3 or a.devices < 1 or a.task_s <= 0:
         ap.error("--rounds must be >= 3, --devices >= 1, --task-s > 0")

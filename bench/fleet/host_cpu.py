@@ -12,7 +12,9 @@ renewals, heartbeats, the watchdog), from each thread's ``/proc/PID/task/TID/sch
 a tick down to nothing); the scheduler daemon's CPU; redis-server's CPU; and the script calls
 (``EVALSHA``) and inbox waits (``BLPOP``) the server ran, all clients together.
 
-Usage: ``python bench/fleet/host_cpu.py [--task-s 1.0] [--rounds 20] [--devices 100] [--out F]``;
+Usage: ``python bench/fleet/host_cpu.py [--task-s 1.0] [--rounds 20] [--devices 100] [--async]
+[--out F]`` (``--async``: goal runner ``hold_goal_async``, an async runner on the host's event
+loop);
 side by side with a baseline:
 ``python -m bench.ab --baseline REV --rounds 3 bench/fleet/host_cpu.py``.
 """
@@ -51,10 +53,10 @@ def calls(r: redis.Redis) -> dict[str, int]:
     return {k: int(v["calls"]) for k, v in r.info("commandstats").items()}
 
 
-def run(task_s: float, rounds: int, devices: int) -> dict[str, float]:
+def run(task_s: float, rounds: int, devices: int, asynchronous: bool = False) -> dict[str, float]:
     reg = Registry()
     try:
-        fleet = held_fleet(reg, task_s, rounds, devices)
+        fleet = held_fleet(reg, task_s, rounds, devices, asynchronous=asynchronous)
         procs, r = fleet.procs, fleet.r
         hpid = procs["host"].pid
         c0, cpu0 = done_count(r), {k: tree_cpu_s(p) for k, p in procs.items()}
@@ -115,7 +117,7 @@ def table(row: dict[str, float]) -> str:
 
 def main() -> None:
     a = host_bench_args(__doc__.split("\n\n")[0])
-    md = table(run(a.task_s, a.rounds, a.devices))
+    md = table(run(a.task_s, a.rounds, a.devices, a.asynchronous))
     print(md, end="")
     if a.out:
         a.out.write_text(md, encoding="utf-8")

@@ -9,10 +9,11 @@ A sampling profiler at this rate (a few % of a core) cannot rank functions; a de
 
 Over the window (from the end of the first round to the end of the last but one), per task
 done: each function's calls and CPU (a function's figure includes the functions it calls, so
-rows overlap), and the host process's whole CPU.
+rows overlap), the host process's whole CPU, and each of its threads' CPU (those alive at the
+end, by name: the runner threads together).
 
 Usage: ``python bench/fleet/host_profile.py [--task-s 1.0] [--rounds 20] [--devices 100]
-[--out F]``;
+[--async] [--out F]`` (``--async``: an async runner on the host's event loop);
 side by side with a baseline: ``python -m bench.ab --baseline REV bench/fleet/host_profile.py``."""
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ TIMED: list[tuple[str, str, str]] = [
     ("deviceq.host.execution", "Executor.execute", "runner: Executor.execute (whole run)"),
     ("deviceq.host.dispatcher", "TaskDispatcher.dispatch", "runner: dispatch (incl. runner)"),
     ("bench.fleet.runners", "hold_goal", "runner: the runner itself (sleep)"),
+    ("deviceq.host.execution", "Executor.begin", "runner: Executor.begin (log, progress open)"),
+    ("deviceq.host.execution", "Executor.end", "runner: Executor.end (incl. finish)"),
     ("deviceq.host.execution", "Executor.finish", "runner: Executor.finish"),
+    ("deviceq.host.dispatcher", "TaskDispatcher._task", "runner: dispatcher: the Task made"),
+    ("deviceq.host.dispatcher", "TaskDispatcher._mapped", "runner: dispatcher: outcome mapped"),
     ("deviceq.host.log_stream", "LogStreamer.open", "runner: live log open"),
     ("deviceq.host.log_stream", "LogStreamer.close", "runner: live log close"),
     ("deviceq.host.reporter", "Reporter._deliver", "reporter: deliver (incl. call)"),
@@ -91,11 +96,38 @@ class Timers:
         with self.lock:
             self.rows.clear()
             self.cpu0 = time.process_time()
+            self.threads0 = thread_cpu()
 
     def dump(self, path: str) -> None:
         with self.lock:
             data = {"rows": self.rows, "cpu_s": time.process_time() - self.cpu0}
+            threads: dict[str, float] = {}
+            base = getattr(self, "threads0", {})
+            for tid, (name, cpu) in thread_cpu().items():
+                kind = thread_kind(name)
+                threads[kind] = threads.get(kind, 0.0) + cpu - base.get(tid, ("", 0.0))[1]
+            data["threads"] = threads
         Path(path).write_text(json.dumps(data), encoding="utf-8")
+
+
+def thread_kind(name: str) -> str:
+    """A thread's row: its name without the task a runner thread is named after."""
+    for prefix in ("run-", "runner-", "stdout-", "stderr-", "asyncio_"):
+        if name.startswith(prefix):
+            return prefix.rstrip("-_") + " threads"
+    return name
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """Each live thread of this process: its name and CPU seconds (``schedstat``)."""
+    out = {}
+    for t in threading.enumerate():
+        try:
+            ns = Path(f"/proc/self/task/{t.native_id}/schedstat").read_text().split()[0]
+        except (OSError, IndexError):
+            continue
+        out[t.native_id or 0] = (t.name, int(ns) / 1e9)
+    return out
 
 
 def wrapped_host(out: str, argv: list[str]) -> None:
@@ -125,7 +157,9 @@ def wrapped_host(out: str, argv: list[str]) -> None:
 
 
 # -- the run ---------------------------------------------------------------------------------
-def run(task_s: float, rounds: int, devices: int, tmp: Path) -> dict[str, Any]:
+def run(
+    task_s: float, rounds: int, devices: int, tmp: Path, asynchronous: bool = False
+) -> dict[str, Any]:
     from bench.fleet.daemons import done_count, held_fleet
     from bench.support.procs import Registry
 
@@ -133,7 +167,9 @@ def run(task_s: float, rounds: int, devices: int, tmp: Path) -> dict[str, Any]:
     reg = Registry()
     try:
         wrap = [sys.executable, __file__, "--wrap", str(out), "--"]
-        fleet = held_fleet(reg, task_s, rounds, devices, host_command=wrap)
+        fleet = held_fleet(
+            reg, task_s, rounds, devices, host_command=wrap, asynchronous=asynchronous
+        )
         host = fleet.procs["host"]
         host.send_signal(signal.SIGUSR1)
         c0 = done_count(fleet.r)
@@ -167,6 +203,11 @@ def table(res: dict[str, Any]) -> str:
         calls, cpu = res["rows"].get(label, (0, 0.0))
         per_call = f"{cpu * 1e6 / calls:,.1f}" if calls else "-"
         lines.append(f"| {label} | {calls / tasks:.2f} | {cpu * 1e6 / tasks:,.1f} | {per_call} |")
+    threads = res.get("threads") or {}
+    if threads:
+        lines += ["", "| thread (live at the end) | µs per task |", "|---|---:|"]
+        for name, cpu in sorted(threads.items(), key=lambda kv: -kv[1]):
+            lines.append(f"| {name} | {cpu * 1e6 / tasks:,.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -181,7 +222,7 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        md = table(run(a.task_s, a.rounds, a.devices, Path(tmp)))
+        md = table(run(a.task_s, a.rounds, a.devices, Path(tmp), a.asynchronous))
     print(md, end="")
     if a.out:
         a.out.write_text(md, encoding="utf-8")

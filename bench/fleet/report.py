@@ -98,7 +98,12 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b and a == a and b == b else None
 
 
-def summary(sizes: list[Size], probes: Probes | None, util: Utilization | None) -> dict[str, Any]:
+def summary(
+    sizes: list[Size],
+    probes: Probes | None,
+    util: Utilization | None,
+    util_async: Utilization | None = None,
+) -> dict[str, Any]:
     """The JSON object: headline keys per size label, then every raw figure."""
     base = next((s for s in sizes if s.devices == 1000), sizes[0])
     out: dict[str, Any] = {}
@@ -145,6 +150,12 @@ def summary(sizes: list[Size], probes: Probes | None, util: Utilization | None) 
     out["host_cpu_us_per_task"] = util.host_cpu_us_per_task if util else None
     out["scheduler_cpu_us_per_task"] = util.scheduler_cpu_us_per_task if util else None
     out["utilization"] = util.utilization if util else None
+    # the same with an async runner (on the host's event loop), measured in the same run
+    out["host_cpu_us_per_task_async"] = util_async.host_cpu_us_per_task if util_async else None
+    out["scheduler_cpu_us_per_task_async"] = (
+        util_async.scheduler_cpu_us_per_task if util_async else None
+    )
+    out["utilization_async"] = util_async.utilization if util_async else None
     out["utilization_note"] = (
         f"real daemons, one host of {util.devices} devices, tasks of {util.task_s} s, "
         f"{util.tasks} tasks in a {util.window_s:.1f} s steady-state window"
@@ -164,7 +175,13 @@ def fmt(v: Any, digits: int = 1) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None, meta: str) -> str:
+def markdown(
+    sizes: list[Size],
+    probes: Probes | None,
+    util: Utilization | None,
+    meta: str,
+    util_async: Utilization | None = None,
+) -> str:
     base = next((s for s in sizes if s.devices == 1000), sizes[0])
     lines = [
         "| devices | hosts | fill placements/s | ratio | fill Redis CPU µs/placement "
@@ -244,15 +261,20 @@ def markdown(sizes: list[Size], probes: Probes | None, util: Utilization | None,
         lines += [
             "",
             "Utilization with the real daemons (`deviceq scheduler run` + one `deviceq host run`, "
-            "goal runner `bench.fleet.runners:hold`):",
+            "goal runner `bench.fleet.runners:hold` in threads, `hold_async` on the host's "
+            "event loop):",
             "",
-            "| devices | task s | window s | tasks | utilization | host daemon CPU µs/task "
-            "| scheduler CPU µs/task |",
-            "|---:|---:|---:|---:|---:|---:|---:|",
-            f"| {util.devices} | {util.task_s} | {util.window_s:.1f} | {util.tasks:,} "
-            f"| {util.utilization:.3f} | {util.host_cpu_us_per_task:,.0f} "
-            f"| {util.scheduler_cpu_us_per_task:,.0f} |",
+            "| runner | devices | task s | window s | tasks | utilization "
+            "| host daemon CPU µs/task | scheduler CPU µs/task |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        for u in (util, util_async):
+            if u is not None:
+                lines.append(
+                    f"| `{u.runner.rpartition(':')[2]}` | {u.devices} | {u.task_s} "
+                    f"| {u.window_s:.1f} | {u.tasks:,} | {u.utilization:.3f} "
+                    f"| {u.host_cpu_us_per_task:,.0f} | {u.scheduler_cpu_us_per_task:,.0f} |"
+                )
     else:
         lines += ["", f"Utilization with the real daemons: {UTILIZATION_NOTE}."]
     lines += ["", meta]

@@ -7,7 +7,7 @@ The three roles a user knows, over one shared core (`deviceq.core`):
   ``Client("https://...", token=...)`` makes one);
 - the scheduler: `TaskScheduler` with a named `AssignmentStrategy` (`register_strategy`);
 - hosts: `HostWorker` (the daemon), `HostClient` (its Redis API), `TaskDispatcher` and the
-  runners (`Task`, `Outcome`, `RunnerSpec`);
+  runners (`Task`, `Outcome`, `RunnerSpec`; a runner is a function or an ``async def``);
 
 and the operator's `PoolAdmin`. Errors are typed (`DeviceqError` and its subclasses).
 

@@ -23,7 +23,7 @@ from deviceq import (
     TaskStatus,
     Unmatchable,
 )
-from deviceq.core.validation import MAX_GOAL_BYTES
+from deviceq.core.bounds import MAX_GOAL_BYTES
 from deviceq.host.link import Report
 
 BAD_IDS = [

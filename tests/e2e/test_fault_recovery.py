@@ -6,6 +6,7 @@ and a soak with hosts SIGKILLed every few seconds). Real `deviceq host run` and
 
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
 import time
@@ -18,6 +19,7 @@ from bench.support import runlog as overlap_runner
 from deviceq import FailureKind, TaskStatus
 from deviceq.host.runners import Task
 from harness import Deployment, RunLog, wait_for
+from runner_kinds import KINDS, host_flags
 
 
 def stubborn(task: Task) -> str:
@@ -33,6 +35,24 @@ def stubborn(task: Task) -> str:
     overlap_runner.note(f"end {task.device_id} {task.task_id} {who} {time.time():.6f}")
     del locks
     return "finished"
+
+
+async def stubborn_async(task: Task) -> str:
+    """`stubborn` as an async runner: ``stubborn SECONDS`` awaits that long, never looking at
+    its stop signal."""
+    words = task.goal.split()
+    seconds = float(words[1]) if words[0] == "stubborn" else 0.1
+    who = f"{task.device_id}/{task.task_id}"
+    locks = [overlap_runner.hold("device-" + task.device_id, who),
+             overlap_runner.hold("task-" + task.task_id, who)]  # fmt: skip
+    overlap_runner.note(f"start {task.device_id} {task.task_id} {who} {time.time():.6f}")
+    await asyncio.sleep(seconds)
+    overlap_runner.note(f"end {task.device_id} {task.task_id} {who} {time.time():.6f}")
+    del locks
+    return "finished"
+
+
+STUBBORN = {"thread": "test_fault_recovery:stubborn", "async": "test_fault_recovery:stubborn_async"}
 
 
 def test_a_dead_hosts_task_is_retried_on_a_live_host_using_one_attempt(
@@ -85,15 +105,16 @@ def test_unquarantining_a_device_does_not_start_a_handback_loop(deploy: Deployme
     assert "handing the assignment back" not in deploy.log("h1")
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_lowering_lease_ttl_on_a_live_pool_does_not_fail_a_healthy_run(
-    deploy: Deployment,
+    deploy: Deployment, kind: str
 ) -> None:
     """Case 4: each lease is as long as the pool says when it is granted or renewed, and the
     host renews at a third of each lease, so a shorter lease_ttl applies at the next renewal."""
     runlog = RunLog(deploy.tmp / "runs")
     deploy.configure(lease_ttl=9, claim_ttl=9)
     deploy.scheduler()
-    deploy.runner_host("h1", "d1:android", runlog=runlog)
+    deploy.runner_host("h1", "d1:android", runlog=runlog, extra=host_flags(kind))
     tid = deploy.client.submit("8", max_attempts=3)
     wait_for(lambda: runlog.starts(tid), 20, "task running")
     # 3 s, not less: the lease watchdog rightly kills a run whose host falls a whole lease
@@ -111,15 +132,17 @@ def test_lowering_lease_ttl_on_a_live_pool_does_not_fail_a_healthy_run(
     assert len(runlog.starts(tid)) == 1 and runlog.overlaps() == []
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_runner_that_does_not_stop_keeps_its_device_out_of_service(
-    deploy: Deployment,
+    deploy: Deployment, kind: str
 ) -> None:
-    """Case 5: an in-process runner ignores its stop request and is abandoned; its device is
-    reported busy (reason shown) until the runner really ends, and nothing else starts on it."""
+    """Case 5: an in-process runner (thread or async) ignores its stop request and is
+    abandoned; its device is reported busy (reason shown) until the runner really ends, and
+    nothing else starts on it."""
     runlog = RunLog(deploy.tmp / "runs")
     deploy.scheduler()
     deploy.host("h1", "d1:android", env=runlog.env, extra=(
-        "--goal-runner", "test_fault_recovery:stubborn", "--isolation", "thread",
+        "--goal-runner", STUBBORN[kind], "--isolation", "thread",
         "--task-timeout", "1", "--stop-grace", "0.5"))  # fmt: skip
     slow = deploy.client.submit("stubborn 6", max_attempts=1)
     wait_for(lambda: runlog.starts(slow), 20, "stubborn runner started")
@@ -138,13 +161,14 @@ def test_a_runner_that_does_not_stop_keeps_its_device_out_of_service(
     wait_for(lambda: deploy.admin.device("d1").state.value == "idle", 10, "d1 idle again")
 
 
-def test_cancel_of_a_running_task_reaches_its_runner_at_once(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancel_of_a_running_task_reaches_its_runner_at_once(deploy: Deployment, kind: str) -> None:
     """Case 8: the cancel wakes the host's control wait; the runner is told within a second
     (not at the next renewal, 20 s away with lease_ttl 60)."""
     runlog = RunLog(deploy.tmp / "runs")
     deploy.configure(lease_ttl=60, claim_ttl=60)
     deploy.scheduler()
-    deploy.runner_host("h1", "d1:android", runlog=runlog)
+    deploy.runner_host("h1", "d1:android", runlog=runlog, extra=host_flags(kind))
     tid = deploy.client.submit("30")
     wait_for(lambda: runlog.starts(tid), 20, "task running")
     time.sleep(0.5)
@@ -156,7 +180,8 @@ def test_cancel_of_a_running_task_reaches_its_runner_at_once(deploy: Deployment)
     assert took < 1.5, f"cancel took {took:.2f}s"
 
 
-def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_soak_hosts_killed_every_few_seconds(deploy: Deployment, kind: str) -> None:
     """At least 300 tasks; a random host is SIGKILLed every ~2 s and restarted 0-3 s later;
     lease_ttl (2 s) far below host_timeout (30 s). No task fails lease_expired while live
     matching devices exist, and the runners' locks and log show no device (and no task) ever
@@ -167,7 +192,8 @@ def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
     deploy.configure(lease_ttl=2, claim_ttl=2, host_timeout=30, max_attempts=8)
     deploy.scheduler()
     hosts = {f"h{i}": (f"h{i}d1:android", f"h{i}d2:android") for i in range(4)}
-    procs: dict[str, Any] = {h: deploy.runner_host(h, *d, runlog=runlog)
+    flags = host_flags(kind)
+    procs: dict[str, Any] = {h: deploy.runner_host(h, *d, runlog=runlog, extra=flags)
                              for h, d in hosts.items()}  # fmt: skip
     wait_for(lambda: all(deploy.alive(h) for h in hosts), 30, "hosts alive")
     goals = [f"{rng.uniform(0.05, 0.4):.2f}" for _ in range(320)]
@@ -182,7 +208,7 @@ def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
         now = time.monotonic()
         for h, back_at in list(down.items()):
             if now >= back_at:
-                procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog)
+                procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog, extra=flags)
                 del down[h]
         alive = [h for h in hosts if h not in down]
         if len(alive) > 1:
@@ -193,7 +219,7 @@ def test_soak_hosts_killed_every_few_seconds(deploy: Deployment) -> None:
             down[victim] = now + rng.uniform(0.0, 3.0)
         time.sleep(2.0)
     for h in list(down):
-        procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog)
+        procs[h] = deploy.runner_host(h, *hosts[h], runlog=runlog, extra=flags)
     tasks = deploy.wait_all(ids, timeout=120)
     status = Counter(t.status.value for t in tasks)
     attempts = Counter(t.attempt - t.handbacks for t in tasks)
@@ -223,14 +249,15 @@ def lock_free(runlog: RunLog, name: str) -> bool:
         return True
 
 
-@pytest.mark.parametrize("kind", ["command", "isolated python"])
+@pytest.mark.parametrize("kind", ["command", "async command", "isolated python"])
 def test_a_run_dies_with_its_daemon(deploy: Deployment, kind: str) -> None:
     """A SIGKILLed daemon's runs are killed at once by their watchdog (a command's watchdog
     process, an isolated runner's own thread): they never go on beside the task's retry."""
     runlog = RunLog(deploy.tmp / "runs")
     deploy.scheduler()
-    if kind == "command":
-        h = deploy.runner_host("h1", "d1:android", runlog=runlog)
+    if kind.endswith("command"):
+        flags = host_flags("async" if kind.startswith("async") else "thread")
+        h = deploy.runner_host("h1", "d1:android", runlog=runlog, extra=flags)
         tid = deploy.client.submit("30")
     else:
         h = deploy.host(

@@ -20,6 +20,7 @@ from deviceq import TaskStatus
 from deviceq.host.runners import Task
 from deviceq.ops.verify import verify
 from harness import Deployment, wait_for
+from runner_kinds import KINDS
 
 ROLES = {"phone": "android:sim", "web": "browser"}
 
@@ -44,19 +45,40 @@ def record(task: Task) -> str:
     return "ok"
 
 
+async def record_async(task: Task) -> str:
+    """`record` as an async runner: its wait awaited (the log lines are the same)."""
+    words = task.goal.split()
+    secs = float(words[1] if task.attempt == 1 or len(words) < 3 else words[2])
+    log = Path(os.environ["GANG_LOG"])
+    base = {"task": task.task_id, "gang": task.gang, "role": task.role, "roles": task.roles,
+            "attempt": task.attempt, "device": task.device_id, "host": task.host_id}  # fmt: skip
+    with log.open("a") as f:
+        f.write(json.dumps({"ev": "start", **base, "t": time.time()}) + "\n")
+    stopped = await task.wait_cancel(secs)
+    with log.open("a") as f:
+        f.write(json.dumps({"ev": "stopped" if stopped else "end", **base, "t": time.time()}))
+        f.write("\n")
+    return "ok"
+
+
+RECORD = {"thread": "test_gangs_daemons:record", "async": "test_gangs_daemons:record_async"}
+
+
 def events(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def start(deploy: Deployment, tmp_path: Path, *hosts: tuple[str, tuple[str, ...]]) -> Path:
+def start(
+    deploy: Deployment, tmp_path: Path, *hosts: tuple[str, tuple[str, ...]], kind: str = "thread"
+) -> Path:
     log = tmp_path / "runs.jsonl"
     deploy.scheduler()
     for host_id, devices in hosts:
         deploy.host(
             host_id, *devices, env={"GANG_LOG": str(log)},
-            extra=("--goal-runner", "test_gangs_daemons:record", "--isolation", "thread"),
+            extra=("--goal-runner", RECORD[kind], "--isolation", "thread"),
         )  # fmt: skip
     for host_id, _ in hosts:
         wait_for(lambda h=host_id: deploy.alive(h), 20, f"host {host_id} up")
@@ -67,8 +89,12 @@ def reserved(deploy: Deployment) -> dict[str, str | None]:
     return {d.device_id: d.reserved_by for d in deploy.admin.devices()}
 
 
-def test_a_two_role_task_runs_once_across_two_hosts(deploy: Deployment, tmp_path: Path) -> None:
-    log = start(deploy, tmp_path, ("ha", ("p1:android:sim",)), ("hb", ("w1:browser",)))
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_two_role_task_runs_once_across_two_hosts(
+    deploy: Deployment, tmp_path: Path, kind: str
+) -> None:
+    hosts = (("ha", ("p1:android:sim",)), ("hb", ("w1:browser",)))
+    log = start(deploy, tmp_path, *hosts, kind=kind)
     tid = deploy.client.submit("sleep 1.5", roles=ROLES)
     wait_for(lambda: any(e["ev"] == "start" for e in events(log)), 20, "the run to start")
     # while it runs, both devices are held by its parts
@@ -91,15 +117,16 @@ def test_a_two_role_task_runs_once_across_two_hosts(deploy: Deployment, tmp_path
     assert res.ok, [str(v) for v in res.violations]
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("victim", ["ha", "hb"])
 def test_a_sigkilled_host_ends_the_attempt_for_both_roles_then_it_is_retried(
-    deploy: Deployment, tmp_path: Path, victim: str
+    deploy: Deployment, tmp_path: Path, victim: str, kind: str
 ) -> None:
     """ha holds the leader role (phone), hb the web role: killing either host ends attempt 1
     for both (the leader's runner is stopped if it survives), releases the survivor's device
     at once, and the task runs again once the killed host is back."""
     hosts = {"ha": ("p1:android:sim",), "hb": ("w1:browser",)}
-    log = start(deploy, tmp_path, *hosts.items())
+    log = start(deploy, tmp_path, *hosts.items(), kind=kind)
     tid = deploy.client.submit("sleep 60 0.5", roles=ROLES)
     wait_for(lambda: any(e["ev"] == "start" for e in events(log)), 20, "the run to start")
     survivor = "hb" if victim == "ha" else "ha"
@@ -123,7 +150,7 @@ def test_a_sigkilled_host_ends_the_attempt_for_both_roles_then_it_is_retried(
     # the victim comes back (a new daemon for the same host id): attempt 2 runs to the end
     deploy.host(
         victim, *hosts[victim], env={"GANG_LOG": str(log)}, name=f"{victim}-2",
-        extra=("--goal-runner", "test_gangs_daemons:record", "--isolation", "thread"),
+        extra=("--goal-runner", RECORD[kind], "--isolation", "thread"),
     )  # fmt: skip
     done = deploy.client.wait(tid, timeout=40)
     assert done.status is TaskStatus.done and done.attempt == 2

@@ -25,6 +25,7 @@ from deviceq.core.errors import AuthError, ConfigError, InvalidInput
 from deviceq.host.redis_link import HostClient
 from deviceq.ops.verify import verify
 from harness import Deployment, free_port, wait_for
+from runner_kinds import KINDS, host_flags
 
 moto_server = pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
@@ -152,13 +153,17 @@ def test_file_store_round_trip_list_and_download(
     assert verify(d.admin).ok
 
 
-def test_log_txt_is_the_whole_log_not_the_tail(deploy: Deployment, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_log_txt_is_the_whole_log_not_the_tail(
+    deploy: Deployment, tmp_path: Path, kind: str
+) -> None:
     """The attempt's ``log.txt`` holds every line the run printed (stdout and stderr), far
     more than the task's 8 KiB tail."""
     d = deploy
     state = tmp_path / "state"
     d.scheduler()
-    artifacts_host(d, state, "--artifact-store", f"file://{state / 'artifacts'}")
+    store = f"file://{state / 'artifacts'}"
+    artifacts_host(d, state, "--artifact-store", store, *host_flags(kind))
     tid = d.client.submit("seq 1 30000; echo to-stderr >&2", driver_type="x")
     t = d.client.wait(tid, timeout=60)
     assert t.status == TaskStatus.done and len(t.result or "") <= 8192 + 100
@@ -201,14 +206,21 @@ def write_files(task: Any) -> str:
     return "written"
 
 
+async def write_files_async(task: Any) -> str:
+    """`write_files` as an async runner (on the host's event loop, or a child's)."""
+    return write_files(task)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_python_runner_writes_into_task_artifacts_dir(
-    deploy: Deployment, tmp_path: Path, isolation: str
+    deploy: Deployment, tmp_path: Path, isolation: str, kind: str
 ) -> None:
     d = deploy
     state = tmp_path / "state"
     d.scheduler()
-    d.host("h1", "d1:x", extra=("--goal-runner", "test_artifacts:write_files", "--isolation",
+    runner = "test_artifacts:write_files" + ("_async" if kind == "async" else "")
+    d.host("h1", "d1:x", extra=("--goal-runner", runner, "--isolation",
                                 isolation, "--state-dir", str(state)))  # fmt: skip
     tid = d.client.submit("from python", driver_type="x")
     assert d.client.wait(tid, timeout=30).status == TaskStatus.done

@@ -11,9 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from deviceq import TaskStatus
 from deviceq.host.session import owner_dead, owner_id
 from harness import Deployment, RunLog, wait_for
+from runner_kinds import KINDS, host_flags
 
 
 def started(runlog: RunLog, task: str, n: int = 1) -> bool:
@@ -114,15 +117,16 @@ def test_a_removed_host_or_a_rotated_token_stops_its_daemon(deploy: Deployment) 
     assert "wrong token for host h2" in deploy.log("h2")
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_frozen_host_never_runs_its_old_task_beside_the_new_holder(
-    deploy: Deployment,
+    deploy: Deployment, kind: str
 ) -> None:
     """SIGSTOP a host daemon past its lease, then resume it: its runner was killed by the lease
     watchdog before the lease ended, the task ran elsewhere, and nothing overlapped."""
     runlog = RunLog(deploy.tmp / "runs")
     deploy.configure(lease_ttl=2, claim_ttl=2, host_timeout=30)
     deploy.scheduler()
-    a = deploy.runner_host("hA", "a1:android", runlog=runlog)
+    a = deploy.runner_host("hA", "a1:android", runlog=runlog, extra=host_flags(kind))
     tid = deploy.client.submit("8", max_attempts=3)
     wait_for(lambda: started(runlog, tid), 20, "task running on hA")
     deploy.runner_host("hB", "b1:android", runlog=runlog)

@@ -6,6 +6,7 @@ Python runner, ``scheduler run``) and real Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from deviceq.host.log_stream import CHUNK_BYTES, LogChunk
 from deviceq.host.runners import TAIL_BYTES, Task
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, wait_for
+from runner_kinds import KINDS, host_flags
 
 PROGRESS = "for i in $(seq 1 30); do echo progress $i; sleep 0.2; done"
 
@@ -51,11 +53,14 @@ def log_key(d: Deployment, task_id: str, attempt: int = 1) -> str:
     return d.admin.keys.log(task_id, attempt)
 
 
-def test_progress_shows_while_it_runs_and_follow_prints_every_line(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_progress_shows_while_it_runs_and_follow_prints_every_line(
+    deploy: Deployment, kind: str
+) -> None:
     d = deploy
     d.configure(retention=3600)
     d.scheduler()
-    d.command_host("h1", "d1:x")
+    d.command_host("h1", "d1:x", extra=host_flags(kind))
     gate = d.tmp / "last-line"
     tid = d.client.submit(gated(gate), driver_type="x")
     watcher = follow(d, tid)
@@ -79,10 +84,11 @@ def test_progress_shows_while_it_runs_and_follow_prints_every_line(deploy: Deplo
     assert verify(d.admin).ok
 
 
-def test_a_failure_follows_with_exit_1_and_stderr_marked(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failure_follows_with_exit_1_and_stderr_marked(deploy: Deployment, kind: str) -> None:
     d = deploy
     d.scheduler()
-    d.command_host("h1", "d1:x")
+    d.command_host("h1", "d1:x", extra=host_flags(kind))
     tid = d.client.submit("echo out; echo oops >&2; sleep 0.5; exit 3", driver_type="x")
     rc, out, err = finished(follow(d, tid))
     assert rc == 1, err
@@ -96,10 +102,13 @@ def test_a_failure_follows_with_exit_1_and_stderr_marked(deploy: Deployment) -> 
     assert verify(d.admin).ok
 
 
-def test_a_fast_printer_is_bounded_and_its_tail_says_what_was_cut(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fast_printer_is_bounded_and_its_tail_says_what_was_cut(
+    deploy: Deployment, kind: str
+) -> None:
     d = deploy
     d.scheduler()
-    d.command_host("h1", "d1:x")
+    d.command_host("h1", "d1:x", extra=host_flags(kind))
     tid = d.client.submit("seq 1 300000", driver_type="x")
     t = d.client.wait(tid, timeout=60)
     assert t.status == TaskStatus.done
@@ -132,10 +141,18 @@ def talking(task: Task) -> str:
     return "ok"
 
 
-def test_a_python_runners_lines_appear(deploy: Deployment) -> None:
+async def talking_async(task: Task) -> str:
+    """`talking` as an async runner (on the host's event loop)."""
+    await asyncio.sleep(0)
+    return talking(task)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_python_runners_lines_appear(deploy: Deployment, kind: str) -> None:
     d = deploy
     d.scheduler()
-    d.host("h1", "d1:x", extra=("--goal-runner", RUNNER_SPEC))  # (its own process)
+    spec = RUNNER_SPEC + ("_async" if kind == "async" else "")  # (its own process; the loop)
+    d.host("h1", "d1:x", extra=("--goal-runner", spec))
     tid = d.client.submit("talk", driver_type="x")
     assert d.client.wait(tid, timeout=60).status == TaskStatus.done
     out = deviceq(d.url, d.pool, "task", "logs", tid).stdout.splitlines()

@@ -24,6 +24,7 @@ from test_live_logs import claimed
 from deviceq import TaskStatus
 from deviceq.api.tokens import TokenStore
 from deviceq.core.errors import InvalidInput
+from deviceq.core.script_args import PROGRESS
 from deviceq.host.progress import (
     EVERY,
     TEXT_BYTES,
@@ -36,6 +37,7 @@ from deviceq.host.progress import (
 from deviceq.host.runners import Outcome, Task
 from deviceq.ops.verify import verify
 from harness import Deployment, deviceq, free_port, wait_for
+from runner_kinds import KINDS, host_flags
 
 
 def show(d: Deployment, tid: str) -> dict[str, Any]:
@@ -75,6 +77,25 @@ def progress_runner(task: Task) -> Outcome:
     release = Path(task.goal)
     while not release.exists():
         if task.cancel.wait(0.05):
+            return Outcome.failure("cancelled")
+    for i in range(50):
+        task.progress(0.5 + i / 100, f"burst {i}")
+    task.progress(1, "finished")
+    return Outcome.success("ok")
+
+
+async def progress_runner_async(task: Task) -> Outcome:
+    """`progress_runner` as an async runner: the same values, its wait awaited."""
+    for bad in (1.5, -0.1, float("nan"), float("inf"), "abc", None, True):
+        try:
+            task.progress(bad, "bad")  # type: ignore[arg-type]
+        except ValueError:
+            continue
+        return Outcome.failure(f"task.progress accepted {bad!r}")
+    task.progress(0.25, "quarter\x07 done\n" + "x" * 500)
+    release = Path(task.goal)
+    while not release.exists():
+        if await task.wait_cancel(0.05):
             return Outcome.failure("cancelled")
     for i in range(50):
         task.progress(0.5 + i / 100, f"burst {i}")
@@ -131,7 +152,8 @@ def test_only_the_lease_holder_records_and_bad_values_change_nothing(real_fleet:
     # ... and by the script itself, whoever calls it (one INVALID line, nothing written)
     for frac, text in (("1.5", ""), ("-0", "x\n"), ("nan", ""), ("0.5", "é" * 401)):
         with pytest.raises(InvalidInput, match="progress"):
-            h1._run("progress", [*h1._auth(), "1", tid, lease, frac, text])
+            h1._run("progress", [*h1._auth(), "1", PROGRESS.pack([{"task_id": tid,
+                     "lease_id": lease, "fraction": frac, "text": text}])])  # fmt: skip
     assert f.r.hgetall(key) == before
     # after the report nothing more is accepted; the finished task keeps its last progress
     assert h1.report(tid, lease, "done") == "ok:done"
@@ -198,14 +220,16 @@ def get(url: str) -> str:
         return str(resp.read().decode())
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_command_and_a_python_runner_show_progress_everywhere(
-    deploy: Deployment, api_server: ApiServer
+    deploy: Deployment, api_server: ApiServer, kind: str
 ) -> None:
     d, api = deploy, api_server
     d.configure(lease_ttl=5.0, claim_ttl=5.0, host_timeout=5.0)
     d.scheduler()
-    d.command_host("h1", "d1:cmd")  # on Redis
-    api_host(d, api, "h2", "d2:py", extra=("--goal-runner", "test_progress:progress_runner"))
+    d.command_host("h1", "d1:cmd", extra=host_flags(kind))  # on Redis
+    runner = "test_progress:progress_runner" + ("_async" if kind == "async" else "")
+    api_host(d, api, "h2", "d2:py", extra=("--goal-runner", runner))
     port = free_port()
     d.spawn("dash", "dashboard", "--port", str(port))  # read-only: no login
     dash = f"http://127.0.0.1:{port}"
@@ -267,10 +291,13 @@ def test_a_command_and_a_python_runner_show_progress_everywhere(
     assert verify(d.admin).ok
 
 
-def test_a_retry_starts_without_the_progress_of_the_attempt_before(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_retry_starts_without_the_progress_of_the_attempt_before(
+    deploy: Deployment, kind: str
+) -> None:
     d = deploy
     d.scheduler()
-    d.command_host("h1", "d1:x")
+    d.command_host("h1", "d1:x", extra=host_flags(kind))
     wait_for(lambda: d.alive("h1"), 30, "host alive")
     fail, release = d.tmp / "fail", d.tmp / "release"
     tid = d.client.submit(
@@ -293,13 +320,14 @@ def test_a_retry_starts_without_the_progress_of_the_attempt_before(deploy: Deplo
     assert t.status == TaskStatus.done and t.progress is None
 
 
-def test_progress_from_a_thread_runner_under_the_rate_limit(deploy: Deployment) -> None:
-    """A Python runner in the daemon's own process (``--isolation thread``): its burst of
-    values ends with the last one recorded."""
+@pytest.mark.parametrize("kind", KINDS)
+def test_progress_from_a_thread_runner_under_the_rate_limit(deploy: Deployment, kind: str) -> None:
+    """A Python runner in the daemon's own process (``--isolation thread``; an async one on
+    its event loop): its burst of values ends with the last one recorded."""
     d = deploy
     d.scheduler()
-    d.host("h1", "d1:x", extra=("--goal-runner", "test_progress:progress_runner",
-                                "--isolation", "thread"))  # fmt: skip
+    runner = "test_progress:progress_runner" + ("_async" if kind == "async" else "")
+    d.host("h1", "d1:x", extra=("--goal-runner", runner, "--isolation", "thread"))
     release = d.tmp / "go"
     tid = d.client.submit(str(release), driver_type="x")
     wait_progress(d, tid, 0.25)

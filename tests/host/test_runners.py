@@ -5,6 +5,7 @@ process isolation (a GIL-holding or cancel-ignoring Python runner). Real process
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import threading
@@ -30,6 +31,7 @@ from deviceq.host.runners import (
     parse_duration,
     run_steps,
 )
+from runner_kinds import KINDS, command, sim
 
 # -- runners used by the tests (importable as test_runners:NAME) -------------------------------
 
@@ -96,10 +98,12 @@ def live_group_members(pgid: int) -> list[int]:
 # -- command runner --------------------------------------------------------------------------
 
 
-def test_command_success_result_is_output_tail_and_env_is_set(tmp_path: Path) -> None:
-    r = CommandRunner(
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_success_result_is_output_tail_and_env_is_set(kind: str, tmp_path: Path) -> None:
+    r = command(
+        kind,
         "sh -c 'echo $DEVICEQ_GOAL/$DEVICEQ_DEVICE_ID/$DEVICEQ_DRIVER_TYPE/"
-        "$DEVICEQ_TAGS/$DEVICEQ_TASK_ID/$DEVICEQ_ATTEMPT; echo err >&2'"
+        "$DEVICEQ_TAGS/$DEVICEQ_TASK_ID/$DEVICEQ_ATTEMPT; echo err >&2'",
     )
     out = r(make_task("open settings"))
     assert out.ok
@@ -109,7 +113,8 @@ def test_command_success_result_is_output_tail_and_env_is_set(tmp_path: Path) ->
     )
 
 
-def test_command_output_is_passed_on_whole_even_when_the_live_log_is_slow() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_output_is_passed_on_whole_even_when_the_live_log_is_slow(kind: str) -> None:
     """A sink that takes longer than the quiet limit to take a piece (a loaded machine, a
     slow live log) still gets every piece, stderr's too, before the runner returns."""
     got: list[tuple[str, str]] = []
@@ -120,13 +125,14 @@ def test_command_output_is_passed_on_whole_even_when_the_live_log_is_slow() -> N
 
     task = make_task("x")
     task.log_sink = slow_sink
-    out = CommandRunner("sh -c 'for i in 1 2 3 4; do echo $i; sleep 0.2; done; echo e >&2'")(task)
+    out = command(kind, "sh -c 'for i in 1 2 3 4; do echo $i; sleep 0.2; done; echo e >&2'")(task)
     assert out.ok
     text = "".join(t for s, t in got if s == "stdout")
     assert text == "1\n2\n3\n4\n" and "e\n" in [t for s, t in got if s == "stderr"]
 
 
-def test_the_two_streams_meet_between_lines_never_inside_one() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_two_streams_meet_between_lines_never_inside_one(kind: str) -> None:
     """stdout and stderr are read on pipes of their own: stderr's line written while stdout's
     line is unfinished comes before that line, not inside it (the live log, log.txt and the
     tail all read the same pieces)."""
@@ -134,18 +140,19 @@ def test_the_two_streams_meet_between_lines_never_inside_one() -> None:
     task = make_task("x")
     task.log_sink = lambda stream, text: got.append((stream, text))
     script = "printf abc; sleep 0.3; echo err >&2; sleep 0.3; echo def"
-    out = CommandRunner(f"sh -c '{script}'")(task)
+    out = command(kind, f"sh -c '{script}'")(task)
     assert out.ok and "".join(t for _, t in got) == "err\nabcdef\n", got
     assert out.text == "err\nabcdef\n"
 
 
-def test_an_unfinished_line_is_passed_on_after_a_second_without_more() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unfinished_line_is_passed_on_after_a_second_without_more(kind: str) -> None:
     """A prompt without a newline shows in the live log while the command waits."""
     seen: dict[str, float] = {}
     task = make_task("x")
     task.log_sink = lambda stream, text: seen.setdefault(text, time.monotonic())
     start = time.monotonic()
-    out = CommandRunner("sh -c 'printf \"go? \"; sleep 2.5; echo yes'")(task)
+    out = command(kind, "sh -c 'printf \"go? \"; sleep 2.5; echo yes'")(task)
     assert out.ok and out.text == "go? yes\n"
     assert seen["go? "] - start < 2.0 and seen["yes\n"] - start >= 2.5
 
@@ -181,18 +188,20 @@ def test_output_left_in_the_pipe_is_waited_for_however_long_its_reader_is_kept_w
         os.close(r)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_command_placeholders_are_shell_quoted_and_goal_is_not_run_by_a_shell(
+    kind: str,
     tmp_path: Path,
 ) -> None:
     marker = tmp_path / "pwned"
     goal = f"x; touch {marker}; echo $HOME"
-    out = CommandRunner("echo {goal} {device_id} {task_id} {attempt} {driver_type}")(
+    out = command(kind, "echo {goal} {device_id} {task_id} {attempt} {driver_type}")(
         make_task(goal)
     )
     assert out.ok and out.text == f"{goal} d1 t1 2 android\n"
     assert not marker.exists()
     # the template may choose a shell explicitly
-    out = CommandRunner("sh -c {goal}")(make_task(f"touch {marker} && echo made"))
+    out = command(kind, "sh -c {goal}")(make_task(f"touch {marker} && echo made"))
     assert out.ok and out.text == "made\n" and marker.exists()
 
 
@@ -273,9 +282,10 @@ def test_a_goal_that_looks_like_an_option_is_refused_unless_after_double_dash(
     assert out.ok and out.text == "args: plain\n" and not marker.exists()
 
 
-def test_command_failure_gives_exit_code_and_bounded_tail() -> None:
-    r = CommandRunner(
-        "sh -c 'head -c 200000 /dev/zero | tr \"\\0\" a; echo END; exit 3'", tail_bytes=1000
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_failure_gives_exit_code_and_bounded_tail(kind: str) -> None:
+    r = command(
+        kind, "sh -c 'head -c 200000 /dev/zero | tr \"\\0\" a; echo END; exit 3'", tail_bytes=1000
     )
     out = r(make_task())
     assert not out.ok
@@ -284,23 +294,26 @@ def test_command_failure_gives_exit_code_and_bounded_tail() -> None:
     assert len(out.text.encode()) <= 1000 + len("exit code 3\n")
 
 
-def test_command_missing_binary_is_a_failure_not_a_crash() -> None:
-    out = CommandRunner("/nonexistent/binary {goal}")(make_task())
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_missing_binary_is_a_failure_not_a_crash(kind: str) -> None:
+    out = command(kind, "/nonexistent/binary {goal}")(make_task())
     assert not out.ok and "cannot start" in out.text
 
 
-def test_command_does_not_leak_the_host_token(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_does_not_leak_the_host_token(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEVICEQ_HOST_TOKEN", "s3cret-token")
-    out = CommandRunner("sh -c 'echo token=${DEVICEQ_HOST_TOKEN:-none}'")(make_task())
+    out = command(kind, "sh -c 'echo token=${DEVICEQ_HOST_TOKEN:-none}'")(make_task())
     assert out.text == "token=none\n"
 
 
-def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_cancel_kills_the_whole_process_group(kind: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     # the group id (the command runs under its watchdog, which leads the group)
     script = f"cut -d' ' -f5 /proc/$$/stat > {pidfile}; sleep 60 & sleep 60; wait"
     task = make_task(script)
-    runner = CommandRunner("sh -c {goal}", term_grace=1.0)
+    runner = command(kind, "sh -c {goal}", term_grace=5.0)
     box: dict[str, Outcome] = {}
     t = threading.Thread(target=lambda: box.setdefault("out", runner(task)))
     t.start()
@@ -314,7 +327,8 @@ def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     started = time.monotonic()
     task.cancel.set()
     t.join(10)
-    assert not t.is_alive() and time.monotonic() - started < 5
+    # (the command obeys SIGTERM: its stop does not wait out the 5 s grace)
+    assert not t.is_alive() and time.monotonic() - started < 4
     assert not box["out"].ok and box["out"].text.startswith("stopped")
     deadline = time.monotonic() + 5
     while live_group_members(pgid) and time.monotonic() < deadline:
@@ -322,9 +336,10 @@ def test_command_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert live_group_members(pgid) == []
 
 
-def test_command_leftovers_are_killed_when_it_exits(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_leftovers_are_killed_when_it_exits(kind: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    out = CommandRunner("sh -c {goal}")(make_task(f"echo $$ > {pidfile}; sleep 60 & echo bye"))
+    out = command(kind, "sh -c {goal}")(make_task(f"echo $$ > {pidfile}; sleep 60 & echo bye"))
     assert out.ok and out.text == "bye\n"
     pgid = int(pidfile.read_text())
     deadline = time.monotonic() + 5
@@ -361,11 +376,12 @@ def running(pid: int) -> bool:
         return False
 
 
-def test_command_that_ignores_sigterm_is_killed_after_grace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_command_that_ignores_sigterm_is_killed_after_grace(kind: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     script = f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done"
     task = make_task(script)
-    runner = CommandRunner("sh -c {goal}", term_grace=0.3)
+    runner = command(kind, "sh -c {goal}", term_grace=0.3)
     t = threading.Thread(target=runner, args=(task,))
     t.start()
     deadline = time.monotonic() + 10
@@ -392,15 +408,16 @@ def test_command_template_is_validated() -> None:
 # -- sim -------------------------------------------------------------------------------------
 
 
-def test_sim_runner_success_failure_error_and_cancel() -> None:
-    assert SimRunner("0.01", seed=1)(make_task("x")).ok
-    assert not SimRunner("0", fail_rate=1.0)(make_task()).ok
+@pytest.mark.parametrize("kind", KINDS)
+def test_sim_runner_success_failure_error_and_cancel(kind: str) -> None:
+    assert sim(kind, "0.01", seed=1)(make_task("x")).ok
+    assert not sim(kind, "0", fail_rate=1.0)(make_task()).ok
     with pytest.raises(RuntimeError):
-        SimRunner("0", error_rate=1.0)(make_task())
+        sim(kind, "0", error_rate=1.0)(make_task())
     task = make_task()
     threading.Timer(0.1, task.cancel.set).start()
     started = time.monotonic()
-    out = SimRunner("30")(task)
+    out = sim(kind, "30")(task)
     assert not out.ok and time.monotonic() - started < 5
 
 
@@ -553,3 +570,35 @@ def test_isolated_workflow_runner_runs_steps_in_the_child() -> None:
 
 def steps_in_child(workflow: WorkflowDefinition, task: Task, goal_runner: object) -> Outcome:
     return run_steps(workflow, task, goal_runner)  # type: ignore[arg-type]
+
+
+def test_a_plain_function_returning_a_coroutine_is_a_clear_runner_error() -> None:
+    async def work() -> str:
+        return "never awaited"
+
+    with pytest.raises(TypeError, match="must be an `async def`"):
+        as_outcome(work())
+
+
+def test_async_kinds_of_the_built_in_runners_and_their_option() -> None:
+    from deviceq.host.runners import AsyncCommandRunner, AsyncSimRunner, is_async_runner
+
+    assert isinstance(load_runner(RunnerSpec("command", {"template": "true", "async": True})),
+                      AsyncCommandRunner)  # fmt: skip
+    assert isinstance(load_runner(RunnerSpec("sim", {"async": "true"})), AsyncSimRunner)
+    assert isinstance(load_runner(RunnerSpec("sim", {"async": "false"})), SimRunner)
+    assert is_async_runner(AsyncSimRunner()) and not is_async_runner(SimRunner())
+    with pytest.raises(ConfigError, match="--async applies to the built-in runners"):
+        load_runner(RunnerSpec("test_runners:echo_runner", {"async": True}))
+    with pytest.raises(ConfigError, match="must be true or false"):
+        load_runner(RunnerSpec("sim", {"async": "maybe"}))
+    # an async def stays in the daemon's process under isolation auto, and is isolated on ask
+    assert is_async_runner(build_goal_runner(RunnerSpec("test_runners:echo_async")))
+    isolated = build_goal_runner(RunnerSpec("test_runners:echo_async"), "process")
+    assert isinstance(isolated, IsolatedRunner)
+    assert isolated(make_task("hi")) == Outcome.success("hi@d1#2 awaited")
+
+
+async def echo_async(task: Task) -> Outcome:
+    await asyncio.sleep(0)
+    return Outcome.success(f"{task.goal}@{task.device_id}#{task.attempt} awaited")

@@ -20,8 +20,9 @@ from deviceq import FailureKind, TaskStatus
 from deviceq.cli import main
 from deviceq.cli.host_run_settings import build_settings, load_config_file
 from deviceq.core.errors import ConfigError
-from deviceq.host.runners import RunnerSpec, Task
+from deviceq.host.runners import Outcome, RunnerSpec, Task
 from harness import CLI, Deployment, live_group_members, wait_for
+from runner_kinds import KINDS, host_flags
 
 # -- runners the daemons load by import path (PYTHONPATH includes tests/) ----------------------
 
@@ -39,7 +40,10 @@ def gil_or_hang(task: Task) -> str:
 # -- end to end ------------------------------------------------------------------------------
 
 
-def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_goal_and_workflow_tasks_end_to_end_with_command_runner(
+    deploy: Deployment, kind: str
+) -> None:
     marker = deploy.tmp / "never"
     deploy.client.put_workflow(
         {
@@ -53,7 +57,8 @@ def test_goal_and_workflow_tasks_end_to_end_with_command_runner(deploy: Deployme
     deploy.client.put_workflow({"name": "broken", "steps": [
         {"goal": "echo step one fails >&2; exit 5"}, {"goal": f"touch {marker}"}]})  # fmt: skip
     deploy.scheduler()
-    deploy.command_host("h1", "d1:android:wifi", "d2:android", env={"DEVICEQ_LOG_LEVEL": "debug"})
+    deploy.command_host("h1", "d1:android:wifi", "d2:android", env={"DEVICEQ_LOG_LEVEL": "debug"},
+                        extra=host_flags(kind))  # fmt: skip
     ok = deploy.client.submit("echo hello from $DEVICEQ_DEVICE_ID", driver_type="android",
                               tags=["wifi"])  # fmt: skip
     bad = deploy.client.submit("echo broken >&2; exit 3")
@@ -124,11 +129,13 @@ def test_restarted_host_hands_back_what_its_killed_run_left_without_waiting_for_
     assert "(its daemon is gone)" in deploy.log("h1") and "handed_back=1" in deploy.log("h1")
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_sigterm_running_tasks_finish_nothing_new_is_claimed_exit_0(
-    deploy: Deployment, tmp_path: Path
+    deploy: Deployment, tmp_path: Path, kind: str
 ) -> None:
     deploy.scheduler()
-    h = deploy.command_host("h1", "d1:android", "d2:android", extra=("--grace", "20"))
+    h = deploy.command_host("h1", "d1:android", "d2:android",
+                            extra=("--grace", "20", *host_flags(kind)))  # fmt: skip
     go = tmp_path / "go"  # the running tasks end once the drain has begun, however slow
     script = f"touch {tmp_path}/started.$$; while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
     running = [deploy.client.submit(script) for _ in range(2)]
@@ -202,11 +209,13 @@ def test_worker_runs_in_process_and_stops_from_another_thread(deploy: Deployment
     assert codes == [0] and deploy.admin.host("h1").stopping
 
 
-def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment, kind: str) -> None:
     pidfile = deploy.tmp / "pid"
     deploy.configure(lease_ttl=30, claim_ttl=30)  # a release, not an expiry, must requeue
     deploy.scheduler()
-    h = deploy.command_host("h1", "d1:android", extra=("--grace", "0.5", "--stop-grace", "1"))
+    flags = ("--grace", "0.5", "--stop-grace", "1", *host_flags(kind))
+    h = deploy.command_host("h1", "d1:android", extra=flags)
     tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60")
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20, "command started")
     pgid = int(pidfile.read_text())
@@ -220,10 +229,11 @@ def test_sigterm_grace_over_hands_running_work_back_at_once(deploy: Deployment) 
     assert live_group_members(pgid) == []
 
 
-def test_cancel_running_task_kills_its_process_group(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancel_running_task_kills_its_process_group(deploy: Deployment, kind: str) -> None:
     pidfile = deploy.tmp / "pid"
     deploy.scheduler()
-    deploy.command_host("h1", "d1:android")
+    deploy.command_host("h1", "d1:android", extra=host_flags(kind))
     # the group id (the command runs under its lease watchdog, which leads the group)
     tid = deploy.client.submit(
         f"cut -d' ' -f5 /proc/$$/stat > {pidfile}; sleep 60 & sleep 60; wait"
@@ -267,9 +277,10 @@ def test_gil_holding_or_hanging_runner_keeps_its_lease_while_host_lives(
     assert not any(e.type == "expired" for e in deploy.client.events())
 
 
-def test_lost_lease_stops_the_runner_and_reports_nothing(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_lost_lease_stops_the_runner_and_reports_nothing(deploy: Deployment, kind: str) -> None:
     pidfile = deploy.tmp / "pid"
-    h = deploy.command_host("h1", "d1:android")  # no scheduler: dispatch by hand
+    h = deploy.command_host("h1", "d1:android", extra=host_flags(kind))  # dispatched by hand
     wait_for(lambda: deploy.alive("h1"), 20, "h1 alive")
     tid = deploy.client.submit(f"echo $$ > {pidfile}; sleep 60", max_attempts=3)
     deploy.admin.dispatch(tid, "d1")
@@ -491,3 +502,71 @@ def test_at_info_a_host_logs_a_summary_not_a_line_per_task(deploy: Deployment) -
     assert "claimed=6" in line and "done=6" in line, line
     h.send_signal(signal.SIGTERM)
     assert h.wait(20) == 0
+
+
+def test_async_applies_to_the_built_in_runners_and_is_refused_in_one_line_elsewhere(
+    deploy: Deployment, tmp_path: Path
+) -> None:
+    """``--async`` (or ``async: true`` in the config file) picks the built-in runner's async
+    kind; with a Python runner it is refused at start: exit 2, one line, nothing written."""
+    base = {"host_id": "h", "token": "t", "devices": ("d:x",)}
+    s, _ = build_settings({**base, "command": "true", "async_runs": True}, {})
+    assert s.goal_runner is not None and s.goal_runner.options["async"] is True
+    cfg = tmp_path / "host.yaml"
+    cfg.write_text("host_id: h\ntoken: t\ndevices: ['d:x']\ngoal_runner: sim\nasync: true\n")
+    s, _ = build_settings({}, load_config_file(str(cfg)))
+    assert s.goal_runner is not None and dict(s.goal_runner.options) == {"async": True}
+    cfg.write_text("host_id: h\ntoken: t\ndevices: ['d:x']\ncommand: 'true'\nasync: 'yes'\n")
+    with pytest.raises(ConfigError, match="async must be true or false"):
+        build_settings({}, load_config_file(str(cfg)))
+    token = tmp_path / "h1.token"
+    token.write_text(deploy.admin.add_host("h1"))
+    before = sorted(deploy.r.scan_iter(f"dq:{{{deploy.pool}}}:*"))
+    run = [*CLI, "host", "run", "--host-id", "h1", "--token-file", str(token), "--device",
+           "d1:x", "--goal-runner", "test_worker:gil_or_hang", "--async"]  # fmt: skip
+    proc = subprocess.run(run, env={**os.environ, "DEVICEQ_REDIS_URL": deploy.url,
+                                    "DEVICEQ_POOL": deploy.pool},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--async applies to the built-in runners" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert sorted(deploy.r.scan_iter(f"dq:{{{deploy.pool}}}:*")) == before
+    helped = subprocess.run([*CLI, "host", "run", "--help"], capture_output=True, text=True,
+                            timeout=30).stdout  # fmt: skip
+    assert "--async" in helped and "event loop" in helped
+
+
+async def wait_then_answer(task: Task) -> Outcome:
+    """An async runner: awaits its goal's seconds (or its stop) and says where it ran."""
+    if await task.wait_cancel(float(task.goal)):
+        return Outcome.failure(f"stopped on {task.device_id}")
+    return Outcome.success(f"waited on {task.device_id}")
+
+
+def test_an_async_python_runner_runs_many_tasks_on_one_loop_without_a_thread_each(
+    deploy: Deployment,
+) -> None:
+    """A host of 20 devices whose runner is an ``async def`` runs 20 tasks at once, each a
+    coroutine on its one event loop: the daemon's thread count stays as it was with one
+    task running (a thread runner would add a thread per run)."""
+    deploy.scheduler()
+    devices = [f"d{i}:x" for i in range(20)]
+    h = deploy.host("h1", *devices, extra=("--goal-runner", "test_worker:wait_then_answer"))
+    wait_for(lambda: deploy.alive("h1"), 30, "h1 alive")
+    first = deploy.client.submit("30", driver_type="x")
+    wait_for(lambda: deploy.status(first) is TaskStatus.dispatched, 30, "one task running")
+    time.sleep(0.5)
+    one = threads_of(h.pid)
+    ids = [deploy.client.submit("30", driver_type="x") for _ in range(19)]
+    wait_for(lambda: all(deploy.status(t) is TaskStatus.dispatched for t in ids), 30, "20 running")
+    time.sleep(0.5)
+    assert threads_of(h.pid) <= one + 1  # (+1: a thread of the host's own that may start)
+    for t in [first, *ids]:
+        assert deploy.client.cancel(t) == "requested"
+    done = deploy.wait_all([first, *ids], timeout=30)
+    assert {t.status for t in done} == {TaskStatus.cancelled}
+
+
+def threads_of(pid: int) -> int:
+    """The number of threads of process ``pid``."""
+    return len(os.listdir(f"/proc/{pid}/task"))

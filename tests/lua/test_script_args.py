@@ -17,7 +17,7 @@ from deviceq.core import script_args
 from deviceq.core.script_args import HEARTBEAT, SCHEMAS, SUBMIT, Items, packb, text
 from deviceq.core.scripts import assemble, lua_dir, read
 
-FIELD_LINE = re.compile(r"^--   ([a-z_]+)\s")
+FIELD_LINE = re.compile(r"^--   ([a-z_][a-z0-9_]*)\s")
 
 
 def header_fields(script: str) -> list[str]:
@@ -36,7 +36,7 @@ def test_the_generated_positions_follow_the_schema(script: str) -> None:
     schema = SCHEMAS[script]
     body = read(f"gen/args/{script}")
     assert body is not None
-    consts = dict(re.findall(r"^local ([A-Z_]+) = (\d+)$", body, re.M))
+    consts = dict(re.findall(r"^local ([A-Z_][A-Z0-9_]*) = (\d+)$", body, re.M))
     assert consts.pop(f"{schema.prefix}_N") == str(schema.width)
     assert consts == {f"{schema.prefix}_{n.upper()}": str(i) for i, n in
                       enumerate(schema.names, 1)}  # fmt: skip

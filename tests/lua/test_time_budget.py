@@ -19,6 +19,7 @@ from deviceq import Client, Report, TaskScheduler
 from deviceq.core.errors import InvalidInput
 from deviceq.core.keys import Keys
 from deviceq.core.pacing import Pacer, pacer_for
+from deviceq.core.script_args import ASSIGN
 from deviceq.host.claims import assignments, claimed_all
 from deviceq.ops.verify import verify
 from deviceq.scheduler.client import SchedulerClient
@@ -253,9 +254,8 @@ def test_assign_stops_once_its_budget_is_spent_and_answers_later(real_fleet: Any
     fleet = real_fleet
     fleet.add_host("h1", *[(f"d{i:02d}", "x", ()) for i in range(10)])
     ids = fleet.client.submit_many([{"goal": f"g{i}"} for i in range(10)])
-    args = ["", "10"]
-    for i, t in enumerate(ids):
-        args += [t, f"d{i:02d}"]
+    pairs = ASSIGN.pack({"task_id": t, "device_id": f"d{i:02d}"} for i, t in enumerate(ids))
+    args = ["", "10", pairs]
     # a 1 us budget: 4 pairs (it is checked every 4), the rest not looked at
     out = fleet.store._run("assign", [*args, "1"])
     assert [o[:3] for o in out[:4]] == ["ok:"] * 4 and out[4:] == ["later"] * 6

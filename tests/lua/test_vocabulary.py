@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 import redis
 
 from deviceq.core import vocabulary as v
 from deviceq.core.errors import InvalidInput
+from deviceq.core.script_args import REPORT, SCHEMAS
 from deviceq.core.scripts import IncludeError, assemble, library, lua_dir, names, read, source
 from deviceq.core.vocabulary import FailureKind, TaskStatus
+from packed import raw_submit
 
 
 def lua_text(name: str) -> str:
@@ -91,10 +94,16 @@ def test_generated_lua_text() -> None:
     for bad in ("end", "a-b", "a'b", "ä"):
         with pytest.raises(ValueError, match="no plain Lua name"):
             v.lua_table("Z", (bad,))
+    assert v.lua_table("T", "a, b or c") == "local T = 'a, b or c'\n"
+    with pytest.raises(ValueError, match="no plain Lua text"):
+        v.lua_table("T", "it's")
     assert v.lua_include("gen/nope") is None
     assert read("gen/nope") is None
-    text = "".join(v.lua_include(n) or "" for n in v.LUA_INCLUDES)
-    assert len(text) < 1200, "the generated text stays small (it is sent with every call)"
+    # what a script is sent with every call: the generated includes it carries
+    gen = {n: v.lua_include(n) or "" for n in v.LUA_INCLUDES}
+    for name in names():
+        text = "".join(t for t in gen.values() if t in source(name))
+        assert len(text) < 1200, f"{name}: the generated text stays small (sent with every call)"
 
 
 def test_a_missing_generated_include_is_an_include_error() -> None:
@@ -117,6 +126,8 @@ def test_lua_sees_exactly_the_python_vocabulary(real_r: redis.Redis, include: st
     for name, value in tables.items():
         if isinstance(value, tuple):
             assert got[name] == dict.fromkeys(value, True), name
+        elif isinstance(value, str):  # a text (the words an error lists)
+            assert got[name] == value, name
         else:
             assert got[name] == dict(value), name
     assert set(got) == set(tables)
@@ -135,7 +146,11 @@ def test_the_scripts_carry_the_generated_text_they_include() -> None:
     assert set(users) == set(v.GENERATED_INCLUDES), "every generated include is used"
     assert users["gen/reports"] == {"report"}
     assert {"assign", "gang_assign"} <= users["gen/assign_refusals"]
-    assert "heads" not in set().union(*users.values())
+    # (heads.lua carries none of the vocabulary: only its own items' positions)
+    assert "heads" not in set().union(
+        *(u for g, u in users.items() if not g.startswith("gen/args/"))
+    )
+    assert all(users[f"gen/args/{s}"] == {s} for s in SCHEMAS), "a script's positions: its own"
 
 
 _SET = re.compile(r"\{\s*(\w+\s*=\s*true(?:\s*,\s*\w+\s*=\s*true)*)\s*,?\s*\}")
@@ -157,18 +172,29 @@ def test_no_lua_file_restates_the_vocabulary(name: str) -> None:
         assert not keys <= words, f"{name} restates {sorted(keys)}: use a gen/ include"
 
 
-def test_messages_naming_the_vocabulary_name_all_of_it() -> None:
+def test_messages_naming_the_vocabulary_name_all_of_it(real_fleet: Any) -> None:
     """The error messages that list a set (shown to users, kept word for word) list exactly the
-    vocabulary's, in its order."""
+    vocabulary's, in its order: the scripts get the lists generated (gen/reports,
+    gen/retry_kinds) and answer with them."""
 
     def listing(words: tuple[str, ...]) -> str:
         return ", ".join(words[:-1]) + " or " + words[-1]
 
-    report = lua_text("report")
-    assert f"'failure_kind must be {listing(v.HOST_FAILURE_KINDS)}'" in report
-    assert f"'outcome must be {listing(v.REPORT_OUTCOMES)}'" in report
-    submit = lua_text("submit")
-    assert f"'retry_on must be none or a csv of {', '.join(v.RETRY_KINDS)}'" in submit
+    h = real_fleet.add_host("h1", ("d1", "android", ()))
+    tid = real_fleet.client.submit("x", driver_type="android")
+    assert real_fleet.store.commit([(tid, "d1")])[0].startswith("ok:")
+    (a,) = h.claim(1)
+    for outcome, kind, text in (
+        ("failed", "nope", f"failure_kind must be {listing(v.HOST_FAILURE_KINDS)}"),
+        ("nope", "", f"outcome must be {listing(v.REPORT_OUTCOMES)}"),
+    ):
+        item = {"task_id": tid, "lease_id": a.lease_id, "outcome": outcome, "failure_kind": kind,
+                "payload": ""}  # fmt: skip
+        with pytest.raises(InvalidInput, match=f"^{re.escape(text)}$"):
+            h._run("report", [*h._auth(), "1", REPORT.pack([item])])
+    text = f"retry_on must be none or a csv of {', '.join(v.RETRY_KINDS)}"
+    with pytest.raises(InvalidInput, match=f"^{re.escape(text)}$"):
+        real_fleet.client._run("submit", raw_submit(retry_on="nope"))
 
 
 # -- the scripts behave by it ------------------------------------------------------------------

@@ -149,9 +149,20 @@ def _check_api_url(ctx: click.Context, param: click.Parameter, value: str | None
     help="Option passed to the goal runner (repeatable).",
 )
 @click.option(
+    "--async",
+    "async_runs",
+    is_flag=True,
+    default=None,
+    help="Run the built-in runner (--command, or sim) as an async runner: every run a "
+    "coroutine on one event loop, no thread per run; for runs that mostly wait (adb, HTTP, "
+    "Appium). Stop, timeout, live logs, progress and artifacts work as without it. A Python "
+    "runner that is an `async def` runs so without this option.",
+)
+@click.option(
     "--isolation",
     type=click.Choice(["auto", "process", "thread"]),
-    help="Where Python runners run: auto = own process unless built in.",
+    help="Where Python runners run: auto = own process unless built in or an async def "
+    "(those run on the daemon's event loop).",
 )
 @click.option(
     "--sim-duration",
@@ -359,6 +370,7 @@ def host_run(ctx: Ctx, config_file: str | None, **options: Any) -> None:
       token_file: /etc/deviceq/lab-1.token
       devices: ["pixel-7:android:wifi,camera", "emu-1:android"]
       command: "run-test --serial {device_id} {goal}"
+      async: true              # (--async) the command runner on the event loop
       infra_exit_code: [75]
       grace: 60
       health_check: {android: "adb -s {device_id} shell getprop sys.boot_completed"}

@@ -102,6 +102,19 @@ def build_settings(cli: dict[str, Any], file_cfg: dict[str, Any]) -> tuple[Worke
     runner_options = _parse_options(cfg.pop("runner_option", None) or
                                     cfg.pop("runner_options", None) or {})  # fmt: skip
     cfg.pop("runner_options", None)
+    async_runs = cfg.pop("async_runs", None)
+    if async_runs is None:
+        async_runs = cfg.pop("async", None)
+    cfg.pop("async", None)
+    if async_runs is not None and not isinstance(async_runs, bool):
+        raise ConfigError(f"async must be true or false, not {async_runs!r}")
+    if async_runs:
+        if goal_name not in ("command", "sim"):
+            raise ConfigError(
+                "--async applies to the built-in runners (--command, --goal-runner sim); a "
+                "Python runner is async when it is an `async def`"
+            )
+        runner_options = {**runner_options, "async": True}
     infra = cfg.pop("infra_exit_code", None) or cfg.pop("infra_exit_codes", None) or ()
     if isinstance(infra, int | str):
         infra = [infra]

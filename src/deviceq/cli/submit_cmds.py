@@ -44,7 +44,7 @@ from .via_api import submit_via_api, via_api
 )
 @click.option(
     "--timeout",
-    type=DurationRange("deviceq.core.validation:MAX_TASK_TIMEOUT", min=0.001),
+    type=DurationRange("deviceq.core.bounds:MAX_TASK_TIMEOUT", min=0.001),
     metavar="SECONDS",
     help="Longest a run may take (up to 7 days): its host stops it then and the task fails "
     "with `timeout` (not counted against the device). The host's --task-timeout, when "

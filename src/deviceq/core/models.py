@@ -11,11 +11,11 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from . import validation
+from .bounds import MAX_ATTEMPTS, MAX_PRIORITY, MAX_QUEUE_TIMEOUT
 from .errors import InvalidInput
 from .task_record import attempt_values, is_multi_device, task_values
 from .validation import (
     ID_RE,
-    MAX_PRIORITY,
     _shown,
     check_task_timeout,
     validate_goal,
@@ -187,10 +187,10 @@ class TaskSpec(BaseModel):
     driver_type: OptDriverType = None
     tags: Tags = ()
     priority: Annotated[int, _NOT_BOOL] = Field(0, ge=0, le=MAX_PRIORITY)
-    max_attempts: Annotated[int | None, _NOT_BOOL] = Field(None, ge=1, le=1000)
+    max_attempts: Annotated[int | None, _NOT_BOOL] = Field(None, ge=1, le=MAX_ATTEMPTS)
     idempotency_key: Annotated[str, _named("idempotency key")] | None = None
     queue_timeout: Annotated[float | None, _NOT_BOOL] = Field(
-        None, gt=0, le=365 * 86400.0, allow_inf_nan=False
+        None, gt=0, le=MAX_QUEUE_TIMEOUT, allow_inf_nan=False
     )
     timeout: Annotated[float | None, BeforeValidator(check_task_timeout)] = None
     reject_unmatched: bool | None = None

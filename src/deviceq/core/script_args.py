@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import msgpack  # (no type hints shipped; MessagePack's reference implementation, C-accelerated)
@@ -72,18 +73,23 @@ class Items:
         """The values one item takes."""
         return len(self.fields)
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
+        """The fields' names, in order."""
         return tuple(f.name for f in self.fields)
+
+    @cached_property
+    def _declared(self) -> frozenset[str]:
+        return frozenset(self.names)
 
     def flat(self, items: Iterable[Mapping[str, Any]]) -> list[Any]:
         """The items' values, item after item, each in field order (``false`` for an optional
         field given as None or not at all). A missing required field, a value of the wrong
         kind or a field not declared is a programming error (ValueError/TypeError)."""
         out: list[Any] = []
-        declared = self.names
+        declared = self._declared
         for item in items:
-            extra = item.keys() - set(declared)
+            extra = item.keys() - declared
             if extra:
                 raise ValueError(f"{self.script}: no field {sorted(extra)[0]!r}")
             for f in self.fields:
@@ -163,7 +169,61 @@ HEARTBEAT = Items(
 )
 """heartbeat.lua's devices."""
 
-SCHEMAS: dict[str, Items] = {s.script: s for s in (SUBMIT, HEARTBEAT)}
+ASSIGN = Items("assign", "PAIR", (text("task_id"), text("device_id")))
+"""assign.lua's (task, device) pairs."""
+
+RENEW = Items("renew", "LEASE", (text("task_id"), text("lease_id")))
+"""renew.lua's leases."""
+
+REPORT = Items(
+    "report",
+    "REPORT",
+    (text("task_id"), text("lease_id"), text("outcome"), text("failure_kind"), text("payload")),
+)
+"""report.lua's reports."""
+
+LOG_APPEND = Items(
+    "log_append",
+    "CHUNK",
+    (text("task_id"), text("lease_id"), text("stream"), text("text"), whole("final")),
+)
+"""log_append.lua's chunks of output."""
+
+PROGRESS = Items(
+    "progress", "UPDATE", (text("task_id"), text("lease_id"), text("fraction"), text("text"))
+)
+"""progress.lua's updates."""
+
+ATTEMPT_ARTIFACTS = Items(
+    "attempt_artifacts", "FILE", (text("name"), whole("size"), text("sha256"))
+)
+"""attempt_artifacts.lua's files."""
+
+GANG_ASSIGN = Items("gang_assign", "ROLE", (text("device_id"),))
+"""gang_assign.lua's devices, one per role of the task, in its role order."""
+
+TASK_PRIORITY = Items("task_priority", "PRIO", (text("task_id"),))
+"""task_priority.lua's tasks."""
+
+HEADS = Items("heads", "BUCKET", (text("sig"), whole("start"), whole("stop")))
+"""heads.lua's bucket ranges."""
+
+SCHEMAS: dict[str, Items] = {
+    s.script: s
+    for s in (
+        SUBMIT,
+        HEARTBEAT,
+        ASSIGN,
+        RENEW,
+        REPORT,
+        LOG_APPEND,
+        PROGRESS,
+        ATTEMPT_ARTIFACTS,
+        GANG_ASSIGN,
+        TASK_PRIORITY,
+        HEADS,
+    )
+}
 """Every script's items, by script name."""
 
 

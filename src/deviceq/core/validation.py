@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .bounds import MAX_GOAL_BYTES, MAX_TAGS, MAX_TASK_TIMEOUT, MIN_TASK_TIMEOUT
 from .errors import InvalidInput
 from .vocabulary import RETRY_KINDS
 
@@ -16,13 +17,6 @@ TAG_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._=/+-]{0,63}\Z")
 """Patterns of a whole id / tag. Anchored with ``\\A``/``\\Z`` and used with ``fullmatch``:
 ``$`` also matches before a trailing newline, so ``^...$`` with ``re.match`` accepted
 ``"android\\n"``."""
-MAX_GOAL_BYTES = 16 * 1024
-MAX_TAGS = 32
-MAX_PRIORITY = 9
-MAX_PAYLOAD_BYTES = 64 * 1024
-MAX_TASK_TIMEOUT = 7 * 86400.0
-"""The longest per-task ``timeout`` (seconds) a submission may ask for (``submit.lua`` checks
-the same bound)."""
 
 
 def _shown(value: object) -> str:
@@ -130,10 +124,10 @@ def check_task_timeout(value: object) -> float | None:
         return None
     number = isinstance(value, int | float) and not isinstance(value, bool)
     seconds = float(value) if isinstance(value, int | float) else float("nan")
-    if not number or not 0.001 <= seconds <= MAX_TASK_TIMEOUT:  # (NaN fails both)
+    if not number or not MIN_TASK_TIMEOUT <= seconds <= MAX_TASK_TIMEOUT:  # (NaN fails both)
         raise InvalidInput(
-            f"must be a number of seconds from 0.001 to {MAX_TASK_TIMEOUT:.0f} (7 days), "
-            f"got {_shown(value)}"
+            f"must be a number of seconds from {MIN_TASK_TIMEOUT} to {MAX_TASK_TIMEOUT:.0f} "
+            f"(7 days), got {_shown(value)}"
         )
     return seconds
 

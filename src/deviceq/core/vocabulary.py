@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
+from .bounds import lua_include as bounds_include
 from .limits import REASONS as LIMIT_REASONS
 from .limits import lua_include as limits_include
 from .script_args import SCHEMAS
@@ -180,28 +181,38 @@ LOG_REJECTIONS: tuple[str, ...] = ("not_found", "superseded", "not_owner", "ende
 
 # -- the Lua side ------------------------------------------------------------------------------
 
-LuaValue = tuple[str, ...] | Mapping[str, str]
 SUITE_TRY_STATUSES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "missing")
 """What one try of a test in a suite can be (deviceq.suites): ``missing`` when the shard's run
 reported nothing on it (it failed before it, wrote no JUnit file, or was cancelled)."""
 
+
+def listed(words: tuple[str, ...], last: str = ", ") -> str:
+    """``words`` as an error text lists them: ``a, b, c`` (``last=" or "``: ``a, b or c``)."""
+    return last.join([", ".join(words[:-1]), words[-1]]) if len(words) > 1 else "".join(words)
+
+
+LuaValue = tuple[str, ...] | Mapping[str, str] | str
 LUA_INCLUDES: Mapping[str, Mapping[str, LuaValue]] = {
     "gen/statuses": {"TERMINAL": TERMINAL_STATUSES, "LEASED": LEASED_STATUSES},
     "gen/reports": {
         "OUTCOMES": REPORT_OUTCOMES,
         "HOST_KINDS": HOST_FAILURE_KINDS,
         "DEVICE_KINDS": DEVICE_FAULT_KINDS,
+        "OUTCOMES_TEXT": listed(REPORT_OUTCOMES, " or "),
+        "HOST_KINDS_TEXT": listed(HOST_FAILURE_KINDS, " or "),
     },
-    "gen/retry_kinds": {"RETRY_KINDS": RETRY_KINDS},
+    "gen/retry_kinds": {"RETRY_KINDS": RETRY_KINDS, "RETRY_KINDS_TEXT": listed(RETRY_KINDS)},
     "gen/assign_refusals": {"ASSIGN_ERR": ASSIGN_REFUSAL_OF_BLOCKER},
     "gen/suite_tries": {"TRY_STATUSES": SUITE_TRY_STATUSES},
 }
 """Each generated include: the Lua locals it defines, each with its value (a tuple: a set,
-``{name = true, ...}``; a mapping: ``{name = 'text', ...}``). Each script names the ones it
+``{name = true, ...}``; a mapping: ``{name = 'text', ...}``; a str: that text, e.g. the
+words an error text lists). Each script names the ones it
 uses, so it carries only those."""
 GENERATED_INCLUDES: tuple[str, ...] = (
     *LUA_INCLUDES,
     "gen/limits",
+    "gen/bounds",
     *(f"gen/args/{name}" for name in SCHEMAS),
 )
 """The name of every generated include (`lua_include` gives each one's text)."""
@@ -223,6 +234,10 @@ def _lua_word(name: str) -> str:
 def lua_table(name: str, value: LuaValue) -> str:
     """The Lua line defining local ``name`` as ``value``: a set (``{a = true, ...}``) for a
     tuple, a string map (``{a = 'x', ...}``) for a mapping."""
+    if isinstance(value, str):
+        if not all(c.isalnum() or c in " ,_:." for c in value):
+            raise ValueError(f"{value!r} is no plain Lua text")
+        return f"local {name} = '{value}'\n"
     if isinstance(value, tuple):
         items = [f"{_lua_word(v)} = true" for v in value]
     else:
@@ -236,6 +251,8 @@ def lua_include(name: str) -> str | None:
     the positions of a script's item fields, `deviceq.core.script_args`)."""
     if name == "gen/limits":
         return limits_include()
+    if name == "gen/bounds":
+        return bounds_include()
     if name.startswith("gen/args/"):
         return args_include(name)
     tables = LUA_INCLUDES.get(name)

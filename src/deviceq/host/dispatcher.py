@@ -5,6 +5,7 @@ executes or retries anything itself (retries are the queue's job: lease expiry a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -24,14 +25,17 @@ from .runners import (
     GoalRunner,
     LeaseClock,
     LogWriter,
+    LoopEvent,
     Outcome,
     Task,
     TaskLogger,
     WorkflowRunner,
     as_outcome,
     describe_exception,
+    is_async_runner,
     tail,
     task_logger,
+    workflow_pair,
 )
 
 _LOG = logging.getLogger("deviceq.dispatcher")
@@ -73,7 +77,7 @@ class _Watched:
     told_at: float = 0.0
     finished: bool = False  # the runner returned
     gave_up: bool = False  # abandoned: the runner did not stop within the grace
-    over: threading.Event | None = None  # (a run in a thread of its own) finished or gave_up
+    over: threading.Event | None = None  # (a run not inline) finished or gave_up
     runner_done: threading.Event | None = None  # (once given up on) set when the runner returns
 
 
@@ -166,7 +170,10 @@ class TaskDispatcher:
     A runner runs in a thread of its own (`dispatch` returns even if it never stops), or, with
     ``on_abandon``, in the calling thread (no hand-off between threads per run): an abandoned
     run's outcome then goes to ``on_abandon`` (from another thread) when it is given up on,
-    and `dispatch` returns only when the runner does, with ``handed_off`` set."""
+    and `dispatch` returns only when the runner does, with ``handed_off`` set. An ``async
+    def`` runner's assignment (`is_async`) is awaited with `dispatch_async` on the caller's
+    event loop, watched and mapped alike; a workflow runner is given a goal runner of its own
+    kind (`deviceq.host.runners.workflow_pair`)."""
 
     def __init__(
         self,
@@ -179,7 +186,16 @@ class TaskDispatcher:
         log_fields: Mapping[str, Any] | None = None,
     ) -> None:
         self.goal_runner = goal_runner
-        self.workflow_runner = workflow_runner
+        self.goal_async = is_async_runner(goal_runner)
+        # a workflow runner gets a goal runner of its own kind (steps: awaited or called)
+        self.workflow_runner: WorkflowRunner | None = None
+        self.workflow_goal_runner: GoalRunner = goal_runner
+        if workflow_runner is not None:
+            self.workflow_runner, self.workflow_goal_runner = workflow_pair(
+                workflow_runner, goal_runner
+            )
+        self.workflow_async = is_async_runner(self.workflow_runner)
+        self._jobs: set[asyncio.Future[Any]] = set()  # async runs given up on, still going
         self.workflow_loader = workflow_loader
         self.stop_grace = stop_grace
         self.log = logger or _LOG
@@ -241,10 +257,72 @@ class TaskDispatcher:
         run's `LeaseClock` (runners outside this process kill the run when it ends
         unrenewed); ``log_sink`` gets the run's output while it runs (``Task.log``, its
         logger's INFO lines, a command's stdout and stderr: the live log); ``progress_sink``
-        gets what it says of its progress (``Task.progress``, checked)."""
+        gets what it says of its progress (``Task.progress``, checked). An async runner's
+        assignment (`is_async`) goes to `dispatch_async` instead."""
         cancel_event = cancel_event or threading.Event()
-        stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
-        task = self.make_task(assignment, stop, deadline, lease)
+        task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
+                          artifacts_dir, progress_sink)  # fmt: skip
+        definition = None
+        if assignment.task.kind == "workflow":
+            loaded = self._workflow(assignment, cancel_event, deadline)
+            if isinstance(loaded, DispatchOutcome):
+                return loaded
+            definition = loaded
+        return self._supervise(task, self._call(task, definition), cancel_event, deadline,
+                               on_abandon)  # fmt: skip
+
+    async def dispatch_async(
+        self,
+        assignment: Assignment,
+        cancel_event: threading.Event | None = None,
+        deadline: float | None = None,
+        *,
+        driver_type: str | None = None,
+        serial: str = "",
+        lease: LeaseClock | None = None,
+        on_abandon: Callable[[DispatchOutcome], None] | None = None,
+        log_sink: LogWriter | None = None,
+        artifacts_dir: Path | None = None,
+        progress_sink: Callable[[float, str], None] | None = None,
+    ) -> DispatchOutcome:
+        """`dispatch` for an assignment whose runner is ``async def`` (`is_async`), awaited on
+        the running event loop: no thread of its own. The same watchdog tells it to stop
+        (its ``task.cancel``, which ``await task.wait_cancel()`` sees at once) and gives up on
+        it ``stop_grace`` seconds later; the outcomes are mapped alike. Without
+        ``on_abandon`` it returns once given up on, leaving the runner to its end on the
+        loop; with it, when the runner returns (``handed_off`` if it was given up on)."""
+        cancel_event = cancel_event or threading.Event()
+        task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
+                          artifacts_dir, progress_sink)  # fmt: skip
+        definition = None
+        if assignment.task.kind == "workflow":  # (a Redis read: kept off the loop)
+            loaded = await asyncio.to_thread(self._workflow, assignment, cancel_event, deadline)
+            if isinstance(loaded, DispatchOutcome):
+                return loaded
+            definition = loaded
+        return await self._supervise_async(
+            task, self._call(task, definition), cancel_event, deadline, on_abandon
+        )
+
+    def is_async(self, assignment: Assignment) -> bool:
+        """Does ``assignment`` run through an async runner (`dispatch_async`)?"""
+        if assignment.task.kind == "workflow":
+            return self.workflow_async
+        return self.goal_async
+
+    def _task(
+        self,
+        assignment: Assignment,
+        deadline: float | None,
+        lease: LeaseClock | None,
+        driver_type: str | None,
+        serial: str,
+        log_sink: LogWriter | None,
+        artifacts_dir: Path | None,
+        progress_sink: Callable[[float, str], None] | None,
+    ) -> Task:
+        """The runner's `Task`, its stop signal fresh (set on cancel or at the deadline)."""
+        task = self.make_task(assignment, LoopEvent(), deadline, lease)
         if log_sink is not None:
             task.log_sink = log_sink
             if isinstance(task.logger, TaskLogger):
@@ -254,34 +332,44 @@ class TaskDispatcher:
             task.driver_type = driver_type
         task.serial = serial  # the device's real serial (discovered devices), else ""
         task.artifacts_path = artifacts_dir  # made on first use (deviceq.host.artifacts)
-        run: Callable[[], Any]
-        if assignment.task.kind == "workflow":
-            if self.workflow_runner is None or self.workflow_loader is None:
-                return DispatchOutcome(
-                    "failed", FailureKind.rejected, "this host runs no workflow tasks"
-                )
-            try:
-                definition = self._load(assignment.task.workflow or "", cancel_event, deadline)
-            except NotFound as exc:
-                return DispatchOutcome("failed", FailureKind.rejected, str(exc))
-            except Exception as exc:  # noqa: BLE001
-                self.log.warning("cannot load workflow", exc_info=True)
-                return DispatchOutcome(
-                    "failed",
-                    FailureKind.runner_error,
-                    f"cannot load workflow: {describe_exception(exc)}",
-                )
-            wf_runner, goal_runner = self.workflow_runner, self.goal_runner
+        return task
+
+    def _workflow(
+        self, assignment: Assignment, cancel_event: threading.Event, deadline: float | None
+    ) -> WorkflowDefinition | DispatchOutcome:
+        """A workflow task's definition, or the outcome that ends it (no workflow runner, no
+        such workflow, unreadable)."""
+        if self.workflow_runner is None or self.workflow_loader is None:
+            why = "this host runs no workflow tasks"
+            return DispatchOutcome("failed", FailureKind.rejected, why)
+        try:
+            return self._load(assignment.task.workflow or "", cancel_event, deadline)
+        except NotFound as exc:
+            return DispatchOutcome("failed", FailureKind.rejected, str(exc))
+        except Exception as exc:  # noqa: BLE001
+            self.log.warning("cannot load workflow", exc_info=True)
+            return DispatchOutcome(
+                "failed",
+                FailureKind.runner_error,
+                f"cannot load workflow: {describe_exception(exc)}",
+            )
+
+    def _call(self, task: Task, definition: WorkflowDefinition | None) -> Callable[[], Any]:
+        """The runner's call for ``task`` (a workflow's runner when ``definition`` is given)."""
+        if definition is not None:
+            wf_runner, goal_runner = self.workflow_runner, self.workflow_goal_runner
+            assert wf_runner is not None
 
             def run() -> Any:
                 return wf_runner(definition, task, goal_runner)
-        else:
-            goal_runner = self.goal_runner
 
-            def run() -> Any:
-                return goal_runner(task)
+            return run
+        goal = self.goal_runner
 
-        return self._supervise(task, run, cancel_event, deadline, on_abandon)
+        def run_goal() -> Any:
+            return goal(task)
+
+        return run_goal
 
     def _load(
         self, name: str, cancel_event: threading.Event, deadline: float | None
@@ -318,16 +406,11 @@ class TaskDispatcher:
             return self.watchdog.finish(w)
 
         started = time.monotonic()
-        debug = self.log.isEnabledFor(logging.DEBUG)  # (the two lines per run are DEBUG)
-        if debug:
-            task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
+        debug = self._started(task)
         self.watchdog.watch(w)
         if on_abandon is not None:
             if target():  # given up on meanwhile: its outcome went to on_abandon
-                return DispatchOutcome(
-                    "cancelled", FailureKind.cancelled, "abandoned runner ended", True,
-                    w.runner_done, handed_off=True,
-                )  # fmt: skip
+                return self._handed_off(w)
         else:
             w.over = threading.Event()
             self.threads.run(lambda: None if target() else None, f"runner-{task.task_id}")
@@ -337,6 +420,75 @@ class TaskDispatcher:
                 return self._stopped(
                     w.cause, "runner did not stop; abandoned", abandoned=True, done=w.runner_done
                 )
+        return self._mapped(task, w, box, cancel_event, deadline, started, debug)
+
+    async def _supervise_async(
+        self,
+        task: Task,
+        run: Callable[[], Any],
+        cancel_event: threading.Event,
+        deadline: float | None,
+        on_abandon: Callable[[DispatchOutcome], None] | None = None,
+    ) -> DispatchOutcome:
+        box: dict[str, Any] = {}
+        w = _Watched(task, cancel_event, deadline, on_abandon)
+
+        async def target() -> bool:
+            try:
+                box["out"] = as_outcome(await run())
+            except asyncio.CancelledError:  # the loop itself is going: not the runner's doing
+                self.watchdog.finish(w)
+                raise
+            except BaseException as exc:  # noqa: BLE001 - any runner exception is runner_error
+                box["exc"] = exc
+                box["tb"] = traceback.format_exc()
+            return self.watchdog.finish(w)
+
+        started = time.monotonic()
+        debug = self._started(task)
+        self.watchdog.watch(w)
+        if on_abandon is not None:
+            if await target():
+                return self._handed_off(w)
+        else:
+            over = w.over = LoopEvent()
+            job = asyncio.ensure_future(target())
+            self._jobs.add(job)  # (kept referenced until it ends, however long that is)
+            job.add_done_callback(self._jobs.discard)
+            await over.wait_async()
+            if not w.finished:
+                assert w.cause is not None
+                return self._stopped(
+                    w.cause, "runner did not stop; abandoned", abandoned=True, done=w.runner_done
+                )
+        return self._mapped(task, w, box, cancel_event, deadline, started, debug)
+
+    def _started(self, task: Task) -> bool:
+        """Log the run's start (DEBUG); whether DEBUG lines are on."""
+        debug = self.log.isEnabledFor(logging.DEBUG)  # (the two lines per run are DEBUG)
+        if debug:
+            task.logger.debug("runner started", fields={"goal": task.goal[:80] or None})
+        return debug
+
+    @staticmethod
+    def _handed_off(w: _Watched) -> DispatchOutcome:
+        """A run given up on (its outcome went to ``on_abandon``) whose runner now returned."""
+        return DispatchOutcome(
+            "cancelled", FailureKind.cancelled, "abandoned runner ended", True, w.runner_done,
+            handed_off=True,
+        )  # fmt: skip
+
+    def _mapped(
+        self,
+        task: Task,
+        w: _Watched,
+        box: dict[str, Any],
+        cancel_event: threading.Event,
+        deadline: float | None,
+        started: float,
+        debug: bool,
+    ) -> DispatchOutcome:
+        """What the runner's return (or exception) means for the attempt."""
         cause = w.cause
         if "exc" in box:  # the traceback goes to the host's log, never into the task
             exc = box["exc"]

@@ -1,17 +1,20 @@
 """Running one claimed attempt (a `deviceq.host.run.Run`) on one device: `Executor`, which
-starts it (or hands it back), runs it through the `TaskDispatcher` in a
-long-lived thread (the runner runs in that thread: no hand-off per run), keeps the device out
-of service while a runner that did not stop is still alive, and reports the outcome through
+starts it (or hands it back), runs it through the `TaskDispatcher` in a long-lived thread
+(the runner runs in that thread: no hand-off per run), or, for an async runner, as a coroutine
+on the host's one event loop (`deviceq.host.runner_loop`), keeps the device out of service
+while a runner that did not stop is still alive, and reports the outcome through
 the `Reporter` (coalesced, retried while Redis is unreachable): the run's thread hands the
 report over and is free; the reporter's thread ends the run once the report is answered.
 Per-task log lines are DEBUG; the daemon logs a summary line now and then."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core import tracing
 from ..core.errors import DeviceqError
@@ -25,6 +28,7 @@ from .log_stream import LogStreamer
 from .progress import ProgressStreamer
 from .reporter import Pending, Reporter
 from .run import Run
+from .runner_loop import RunnerLoop
 from .runner_threads import RunnerThreads
 from .runners import LeaseClock
 from .state import TRANSIENT, HostState
@@ -71,6 +75,9 @@ class Executor:
         # at most one run per device at a time, plus runs of a device whose earlier runner is
         # still stopping (they wait for it first), each in a reused thread
         self.threads = RunnerThreads(keep=2 * len(state.devices) + 2)
+        # async runners' runs, all on one event loop (started if used); what they hand off
+        # to threads may all wait at once (every device's run, an abandoned runner's device)
+        self.loop = RunnerLoop(blocking_workers=4 * len(state.devices) + 32)
         self.host = host
         self.dispatcher = dispatcher
         # the runs' live logs, within the host's budget; each whole log kept a byte past
@@ -81,6 +88,8 @@ class Executor:
         self.artifacts = uploader(state, host)
 
     def start(self, a: Assignment, sent: float) -> None:
+        """Start a claimed assignment: a thread runner's run in a runner thread (`execute`),
+        an async runner's on the host's event loop (`execute_async`); or hand it back."""
         run = Run(a, LeaseClock(), sent)
         run.trace = tracing.current().attempt(a, sent)
         run.renewed(sent, a.lease_ms or int(self.state.lease_ttl * 1000))
@@ -122,52 +131,27 @@ class Executor:
         if self.state.debugging():
             self.state.log(logging.DEBUG, "claimed", goal=(a.task.goal or "")[:80] or None,
                            workflow=a.task.workflow, **f)  # fmt: skip
-        self.threads.run(lambda: self.execute(run), f"run-{run.task_id}")
+        if self.dispatcher.is_async(a):
+            self.loop.spawn(lambda: self.execute_async(run))
+        else:
+            self.threads.run(lambda: self.execute(run), f"run-{run.task_id}")
 
     def execute(self, run: Run) -> None:
+        """Run ``run`` through a thread runner, in this (runner) thread, and report it."""
         handed_over = False  # its report went to the reporter, whose thread ends the run
         try:
             if run.after is not None:
                 run.after.ended.wait()
-            task = run.assignment.task
-            timeout = run_timeout(self.settings.task_timeout, task.timeout)
-            deadline = time.monotonic() + timeout if timeout is not None else None
-            device = self.state.devices[run.device_id]
-            if task.gang and run.reason is None:
-                if not task.leader:  # a role that only holds its device for the leader's run
-                    self.hold_part(run)
-                else:
-                    self.await_parts(run)
-            if task.gang and not task.leader:
-                outcome = DispatchOutcome("cancelled", None, "the multi-device attempt ended")
-            elif run.reason is None and not run.lease.expired:
-                a = run.assignment
-                run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
-                run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
-                                         self.state.log_max_bytes)  # fmt: skip
-                run.progress = self.progress.open(run.task_id, a.lease_id)
-                run.trace.run_started()
-                outcome = self.dispatcher.dispatch(
-                    run.assignment,
-                    run.cancel,
-                    deadline,
-                    driver_type=device.driver_type,
-                    serial=device.serial,
-                    lease=run.lease,
-                    on_abandon=lambda out: self.abandon(run, out),
-                    log_sink=run.log.write,
-                    artifacts_dir=run.artifacts_dir,
-                    progress_sink=self.progress.writer(run.progress),
-                )
-                run.trace.run_ended(outcome.status, outcome.failure_kind)
-            else:  # stopped (or its lease ended) before it started
-                if run.reason is None:
-                    run.stop("lost")
-                outcome = DispatchOutcome("cancelled", None, "stopped before start")
-            if outcome.handed_off:  # reported when it was abandoned; now it has ended
-                self.runner_ended(run)
+            deadline = self.deadline(run)  # (a multi-device task's wait for its parts counts)
+            if run.assignment.task.gang and run.reason is None:
+                self.gang_wait(run)
+            call = self.begin(run, deadline)
+            if isinstance(call, DispatchOutcome):
+                outcome = call
             else:
-                handed_over = self.finish(run, outcome, wait=False)
+                outcome = self.dispatcher.dispatch(run.assignment, run.cancel, **call)
+                run.trace.run_ended(outcome.status, outcome.failure_kind)
+            handed_over = self.end(run, outcome)
         except Exception:  # noqa: BLE001 - never lose the slot
             self.state.log_exception("run failed", **run.fields())
             with contextlib.suppress(Exception):
@@ -175,6 +159,103 @@ class Executor:
         finally:
             if not handed_over:
                 self.close_run(run)
+
+    async def execute_async(self, run: Run) -> None:
+        """`execute` for an async runner, on the host's event loop (`RunnerLoop`): no thread
+        of its own. What may wait on a socket (a multi-device task's wait for its parts, a
+        hand-back's answer, the last flush of a live log or of progress) goes to a pooled
+        thread; a run that said nothing and ends done or failed never leaves the loop."""
+        handed_over = False
+        try:
+            if run.after is not None:
+                await run.after.ended.wait_async()
+            deadline = self.deadline(run)
+            if run.assignment.task.gang and run.reason is None:
+                await asyncio.to_thread(self.gang_wait, run)
+            call = self.begin(run, deadline)
+            if isinstance(call, DispatchOutcome):
+                outcome = call
+            else:
+                outcome = await self.dispatcher.dispatch_async(run.assignment, run.cancel, **call)
+                run.trace.run_ended(outcome.status, outcome.failure_kind)
+            if self.end_waits(run, outcome):
+                handed_over = await asyncio.to_thread(self.end, run, outcome)
+            else:
+                handed_over = self.end(run, outcome)
+        except Exception:  # noqa: BLE001 - never lose the slot
+            self.state.log_exception("run failed", **run.fields())
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.release, run, "worker error")
+        finally:
+            if not handed_over:
+                self.close_run(run)
+
+    def gang_wait(self, run: Run) -> None:
+        """A part of a multi-device task: hold the device (a role) or wait for every part
+        (the leader)."""
+        if not run.assignment.task.leader:  # a role that only holds its device
+            self.hold_part(run)
+        else:
+            self.await_parts(run)
+
+    def deadline(self, run: Run) -> float | None:
+        """The ``time.monotonic()`` by which ``run`` must end (its timeout from now), or None."""
+        timeout = run_timeout(self.settings.task_timeout, run.assignment.task.timeout)
+        return time.monotonic() + timeout if timeout is not None else None
+
+    def begin(self, run: Run, deadline: float | None) -> dict[str, Any] | DispatchOutcome:
+        """What the dispatcher gets for ``run`` (its live log, progress and artifacts folder
+        opened), or the outcome of a run that does not start (a multi-device task's role,
+        stopped or its lease ended before it started)."""
+        task = run.assignment.task
+        if task.gang and not task.leader:
+            return DispatchOutcome("cancelled", None, "the multi-device attempt ended")
+        if run.reason is not None or run.lease.expired:  # stopped before it started
+            if run.reason is None:
+                run.stop("lost")
+            return DispatchOutcome("cancelled", None, "stopped before start")
+        device = self.state.devices[run.device_id]
+        a = run.assignment
+        run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
+        run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
+                                 self.state.log_max_bytes)  # fmt: skip
+        run.progress = self.progress.open(run.task_id, a.lease_id)
+        run.trace.run_started()
+        return {
+            "deadline": deadline,
+            "driver_type": device.driver_type,
+            "serial": device.serial,
+            "lease": run.lease,
+            "on_abandon": lambda out: self.abandon(run, out),
+            "log_sink": run.log.write,
+            "artifacts_dir": run.artifacts_dir,
+            "progress_sink": self.progress.writer(run.progress),
+        }
+
+    def end(self, run: Run, outcome: DispatchOutcome) -> bool:
+        """The runner returned: report the outcome (`finish`); True when the reporter's
+        thread now ends the run (the caller must not)."""
+        if outcome.handed_off:  # reported when it was abandoned; now it has ended
+            self.runner_ended(run)
+            return False
+        return self.finish(run, outcome, wait=False)
+
+    def end_waits(self, run: Run, out: DispatchOutcome) -> bool:
+        """May `end` wait (on a socket, a flush) for ``run``'s outcome: its live log or its
+        progress has something to flush, it is handed back (the answer is waited for), or a
+        health check may have to be marked."""
+        if out.handed_off:
+            return False
+        log, progress = run.log, run.progress
+        if log is not None and (log.sent or log.pieces or log.dropped):
+            return True
+        if progress is not None and progress.pending is not None:
+            return True
+        if not out.ok and (
+            run.reason in RELEASED_WHY or (out.status == "cancelled" and run.reason is None)
+        ):
+            return True
+        return bool(self.settings.health_check)
 
     def close_run(self, run: Run) -> None:
         """The run is over (reported, or not to be): its device is free for the next claim."""

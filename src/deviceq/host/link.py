@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..core.bounds import MAX_REASON_BYTES
 from ..core.config import PoolConfig
 from ..core.errors import InvalidInput
 from ..core.models import Assignment, DeviceState, ScheduledTask, WorkflowDefinition
@@ -23,7 +24,6 @@ from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
 from .progress import ProgressUpdate
 
-MAX_REASON_BYTES = 200
 HEALTH_OUTPUT_BYTES = 2000  # the tail of a health check's output kept on the device hash
 
 

@@ -59,8 +59,10 @@ class LogChunk:
     text: str
     final: bool = False
 
-    def args(self) -> list[str]:
-        return [self.task_id, self.lease_id, self.stream, self.text, "1" if self.final else "0"]
+    def item(self) -> dict[str, str | int]:
+        """Its fields for ``log_append.lua`` (`deviceq.core.script_args.LOG_APPEND`)."""
+        return {"task_id": self.task_id, "lease_id": self.lease_id, "stream": self.stream,
+                "text": self.text, "final": 1 if self.final else 0}  # fmt: skip
 
 
 class LogSink(Protocol):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.script_args import PROGRESS
 from ..core.validation import validate_id
 
 TEXT_CHARS = 200
@@ -112,8 +113,10 @@ class ProgressUpdate:
     fraction: float
     text: str = ""
 
-    def args(self) -> list[str]:
-        return [self.task_id, self.lease_id, fraction_text(self.fraction), self.text]
+    def item(self) -> dict[str, str]:
+        """Its fields for ``progress.lua`` (`deviceq.core.script_args.PROGRESS`)."""
+        return {"task_id": self.task_id, "lease_id": self.lease_id,
+                "fraction": fraction_text(self.fraction), "text": self.text}  # fmt: skip
 
 
 def checked_update(u: ProgressUpdate) -> ProgressUpdate:
@@ -141,10 +144,8 @@ class ProgressCalls:
         lease is not this host's current one: nothing written)."""
         if not updates:
             return []
-        args: list[str] = [*self._auth(), str(len(updates))]
-        for u in updates:
-            args += checked_update(u).args()
-        return [str(x) for x in self._run("progress", args)]
+        packed = PROGRESS.pack(checked_update(u).item() for u in updates)
+        return [str(x) for x in self._run("progress", [*self._auth(), str(len(updates)), packed])]
 
 
 class QuietProgressSink:

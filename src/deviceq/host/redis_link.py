@@ -16,16 +16,17 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
+from ..core.bounds import MAX_PAYLOAD_BYTES
 from ..core.connection import PoolConnection
 from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
 from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
-from ..core.script_args import HEARTBEAT
+from ..core.script_args import ATTEMPT_ARTIFACTS, HEARTBEAT, LOG_APPEND, RENEW, REPORT
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
-from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
+from ..core.validation import validate_id
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES, FailureKind
 from .claims import claim_rest
 from .heartbeat_sync import HeartbeatSync, Reply, Row
@@ -188,10 +189,14 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         """Extend leases given as (task_id, lease_id) pairs, in one call."""
         if not leases:
             return []
-        args: list[str] = [*self._auth(), str(len(leases))]
-        for task_id, lease_id in leases:
-            args += [validate_id(task_id, "task id"), validate_id(lease_id, "lease id")]
-        flat = self._run("renew", args)
+        packed = RENEW.pack(
+            {
+                "task_id": validate_id(task_id, "task id"),
+                "lease_id": validate_id(lease_id, "lease id"),
+            }
+            for task_id, lease_id in leases
+        )
+        flat = self._run("renew", [*self._auth(), str(len(leases)), packed])
         out = []
         for (task_id, _), status, value, ms in zip(
             leases, flat[::3], flat[1::3], flat[2::3], strict=True
@@ -208,12 +213,11 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         this host's current one: nothing written)."""
         if not chunks:
             return []
-        args: list[str] = [*self._auth(), str(len(chunks))]
         for c in chunks:
             validate_id(c.task_id, "task id")
             validate_id(c.lease_id, "lease id")
-            args += c.args()
-        return [str(x) for x in self._run("log_append", args)]
+        packed = LOG_APPEND.pack(c.item() for c in chunks)
+        return [str(x) for x in self._run("log_append", [*self._auth(), str(len(chunks)), packed])]
 
     def report_many(self, reports: Sequence[Report]) -> list[str]:
         """End attempts; per report ``ok:STATUS``, ``dup:STATUS`` or ``rejected:REASON``. The
@@ -224,7 +228,7 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         ``dup:``)."""
         if not reports:
             return []
-        fields: list[list[str]] = []
+        fields: list[dict[str, str]] = []
         for r in reports:
             kind = (
                 r.failure_kind.value if isinstance(r.failure_kind, FailureKind) else r.failure_kind
@@ -233,20 +237,18 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
                 kind = None
             _check_outcome(r.outcome, kind or "")  # the whole batch before any chunk is sent
             fields.append(
-                [
-                    validate_id(r.task_id, "task id"),
-                    validate_id(r.lease_id, "lease id"),
-                    r.outcome,
-                    kind or "",
-                    _tail(r.payload or ""),
-                ]
+                {
+                    "task_id": validate_id(r.task_id, "task id"),
+                    "lease_id": validate_id(r.lease_id, "lease id"),
+                    "outcome": r.outcome,
+                    "failure_kind": kind or "",
+                    "payload": _tail(r.payload or ""),
+                }
             )
         pacer = pacer_for(self, "report", REPORT_FIRST)
         answers: list[str] = []
         for part in pacer.chunks(fields, REPORT_CHUNK):
-            args: list[str] = [*self._auth(), str(len(part))]
-            for f in part:
-                args += f
+            args: list[Any] = [*self._auth(), str(len(part)), REPORT.pack(part)]
             try:
                 out = pacer.timed(len(part), partial(run_durably, self, "report", args))
             except NotConfirmed as exc:
@@ -309,10 +311,11 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         """Record the files (name, size, sha256) uploaded for one attempt this host ran, and
         why an upload failed ('' : none); by token only (a restarted daemon may finish the
         uploads of its previous session). Raises AuthError for another host's attempt."""
+        packed = ATTEMPT_ARTIFACTS.pack(
+            {"name": name, "size": int(size), "sha256": sha} for name, size, sha in files
+        )
         args = [self.host_id, self._token, validate_id(task_id, "task id"), str(int(attempt)),
-                error, str(len(files))]  # fmt: skip
-        for name, size, sha in files:
-            args += [name, str(int(size)), sha]
+                error, str(len(files)), packed]  # fmt: skip
         return int(self._run("attempt_artifacts", args))
 
     def health_clear(self, device_id: str) -> str:

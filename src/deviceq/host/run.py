@@ -15,7 +15,7 @@ from ..core import tracing
 from ..core.models import Assignment
 from .log_stream import RunLog
 from .progress import RunProgress
-from .runners import LeaseClock
+from .runners import LeaseClock, LoopEvent
 
 
 def lease_margin(lease_s: float) -> float:
@@ -34,7 +34,7 @@ class Run:
     cancel: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None  # why it was stopped: cancel | lost | expired | drain | removed
     after: Run | None = None  # a previous run on the same device still stopping
-    ended: threading.Event = field(default_factory=threading.Event)
+    ended: LoopEvent = field(default_factory=LoopEvent)  # (awaited by an async run after it)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
     progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
     trace: Any = tracing.NO_ATTEMPT  # its spans (deviceq.core.tracing)

@@ -17,6 +17,7 @@ from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies
 from ..core.replies import parse
+from ..core.script_args import ASSIGN, TASK_PRIORITY
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
 from ..core.validation import actor_args, validate_id, validate_tags
 from ..host.redis_link import token_digest
@@ -189,7 +190,8 @@ class PoolAdmin(PoolConnection):
         if not 1 <= len(ids) <= 1000:
             raise InvalidInput("give 1 to 1,000 task ids")
         who = actor_args(by)
-        out = self._run("task_priority", [str(priority), str(len(ids)), *ids, *who])
+        tasks = TASK_PRIORITY.pack({"task_id": t} for t in ids)
+        out = self._run("task_priority", [str(priority), str(len(ids)), tasks, *who])
         if self.priority_warnings and priority and any(str(r) == "ok" for r in out):
             warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return {t: str(r) for t, r in zip(ids, out, strict=True)}
@@ -391,12 +393,9 @@ class PoolAdmin(PoolConnection):
     def dispatch(self, task_id: str, device_id: str) -> str:
         """Manual dispatch: bind a queued task to a named idle device through the same atomic
         commit as the scheduler. Returns the lease id; raises InvalidInput with the reason."""
-        res = parse(
-            self._run(
-                "assign",
-                ["", "1", validate_id(task_id, "task id"), validate_id(device_id, "device id")],
-            )[0]
-        )
+        pair = {"task_id": validate_id(task_id, "task id"),
+                "device_id": validate_id(device_id, "device id")}  # fmt: skip
+        res = parse(self._run("assign", ["", "1", ASSIGN.pack([pair])])[0])
         if res.ok:
             return res.value
         raise InvalidInput(f"cannot dispatch {task_id} to {device_id}: {res.value}")

@@ -12,6 +12,7 @@ from typing import Any
 from ..core.connection import PoolConnection
 from ..core.errors import DeviceqError
 from ..core.pacing import pacer_for
+from ..core.script_args import ASSIGN, GANG_ASSIGN
 from ..core.validation import validate_id
 
 COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
@@ -48,16 +49,14 @@ class SchedulerClient(PoolConnection):
             for task_id, device_id in pairs
         ]
         if not checked:  # still checks the fence
-            return [str(x) for x in self._run("assign", [str(fence), "0"])]
+            return [str(x) for x in self._run("assign", [str(fence), "0", ASSIGN.pack([])])]
         pacer = pacer_for(self, "assign", COMMIT_FIRST)
         out: list[str] = []
         while len(out) < len(checked):
             rest = checked[len(out) :]
             part = rest[: pacer.next_size(len(rest), COMMIT_CHUNK)]
-            args: list[Any] = [str(fence), str(len(part))]
-            for task_id, device_id in part:
-                args += [task_id, device_id]
-            args.append(str(COMMIT_BUDGET_US))
+            pairs_arg = ASSIGN.pack({"task_id": t, "device_id": d} for t, d in part)
+            args: list[Any] = [str(fence), str(len(part)), pairs_arg, str(COMMIT_BUDGET_US)]
             t = time.perf_counter()
             answers = [str(x) for x in self._run("assign", args)]
             # the pairs past the call's time budget answer "later" (always after the first)
@@ -72,8 +71,8 @@ class SchedulerClient(PoolConnection):
         """Place a multi-device task: one device per role, in its role order, all or none
         (``lua/gang_assign.lua``). Returns ``ok:ATTEMPT`` or ``err:REASON``; Fenced as
         ``commit``."""
-        args: list[Any] = [str(fence), validate_id(task_id, "task id"), str(len(devices))]
-        args += [validate_id(d, "device id") for d in devices]
+        packed = GANG_ASSIGN.pack({"device_id": validate_id(d, "device id")} for d in devices)
+        args = [str(fence), validate_id(task_id, "task id"), str(len(devices)), packed]
         return str(self._run("gang_assign", args))
 
     def expire(self, limit: int = 1000, budget_ms: float | None = None) -> dict[str, int]:

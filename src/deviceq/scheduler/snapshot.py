@@ -49,6 +49,7 @@ from ..core.config import PoolConfig
 from ..core.errors import ConfigError
 from ..core.keys import Keys
 from ..core.lane import batch
+from ..core.script_args import HEADS
 from ..core.scripts import Scripts, sha
 from . import head_counts
 from .device_cache import DeviceCache, tagset
@@ -284,10 +285,12 @@ class SnapshotReader:
         flags = (1 if self.aging_ms > 0 and "submit_times" in self.needs else 0) | (
             2 if self.avoiding else 0
         )
-        args: list[Any] = [flags]
-        for sig, start, n in todo:
-            for lo in range(start, n, HEADS_RANGE):
-                args += [sig, lo, min(n, lo + HEADS_RANGE) - 1]
+        buckets = [
+            {"sig": sig, "start": lo, "stop": min(n, lo + HEADS_RANGE) - 1}
+            for sig, start, n in todo
+            for lo in range(start, n, HEADS_RANGE)
+        ]
+        args: list[Any] = [flags, len(buckets), HEADS.pack(buckets)]
         rows: list[Any] = []
         replies: Any = None
         if hosts:  # one round trip: the hosts' rows and (EVALSHA) the heads

@@ -6,6 +6,13 @@ the device, the attempt, a deadline, a cancellation signal and a logger) and ret
 the runner itself broke (``runner_error``). For convenience a runner may also return ``None``
 (success, no text), a ``str`` (success with that result) or a ``bool``.
 
+A runner may be an ``async def`` (a coroutine function, or an object whose ``__call__`` is
+one): the host then awaits it on one event loop shared by all its async runs, with no thread per
+run (`deviceq.host.runner_loop`); it waits with ``await task.wait_cancel(seconds)`` (or checks
+``task.cancelled``), never with a blocking call, which would hold up every other run on the
+loop. The built-in goal runners have async kinds (option ``async``, ``deviceq host run
+--async``): `AsyncCommandRunner`, `AsyncSimRunner`.
+
 A **workflow runner** is a callable ``runner(workflow, task, goal_runner) -> Outcome`` that runs
 a `WorkflowDefinition` for a workflow task; it gets the configured goal runner to run steps with.
 
@@ -16,12 +23,14 @@ Runners are named by a `RunnerSpec`:
 - an import path ``package.module:callable`` (a class is instantiated with the spec's options);
 - an entry point name in the group ``deviceq.runners``.
 
-Python runners that are not built in run, by default, in a child process of their own
-(``isolation="auto"``), so a runner that holds the GIL or hangs can never starve the worker's
-lease renewals, and a runner that ignores its cancellation signal can be killed with its whole
-process group. The ``command`` runner always runs its command in a process group of its own.
+Python runners that are not built in (nor ``async def``) run, by default, in a child process
+of their own (``isolation="auto"``), so a runner that holds the GIL or hangs can never starve
+the worker's lease renewals, and a runner that ignores its cancellation signal can be killed
+with its whole process group. The ``command`` runner always runs its command in a process
+group of its own.
 """
 
+from .aio import LoopEvent, is_async_runner
 from .base import (
     DEFAULT_TAIL_BYTES,
     TAIL_BYTES,
@@ -38,13 +47,15 @@ from .base import (
     tail,
     task_logger,
 )
-from .command import CommandRunner, CommandTemplate, kill_group, render_argv
+from .command import AsyncCommandRunner, CommandRunner, CommandTemplate, kill_group, render_argv
 from .isolation import IsolatedRunner, RunnerCrashed, build_goal_runner, build_workflow_runner
 from .registry import ENTRY_POINT_GROUP, RunnerSpec, load_runner
-from .sim import SimRunner, parse_duration
-from .steps import run_steps
+from .sim import AsyncSimRunner, SimRunner, parse_duration
+from .steps import run_steps, run_steps_async, workflow_pair
 
 __all__ = [
+    "AsyncCommandRunner",
+    "AsyncSimRunner",
     "DEFAULT_TAIL_BYTES",
     "TAIL_BYTES",
     "LogWriter",
@@ -55,6 +66,7 @@ __all__ = [
     "GoalRunner",
     "IsolatedRunner",
     "LeaseClock",
+    "LoopEvent",
     "Outcome",
     "RunnerCrashed",
     "RunnerSpec",
@@ -66,11 +78,14 @@ __all__ = [
     "build_goal_runner",
     "build_workflow_runner",
     "describe_exception",
+    "is_async_runner",
     "kill_group",
     "load_runner",
     "parse_duration",
     "render_argv",
     "run_steps",
+    "run_steps_async",
+    "workflow_pair",
     "tail",
     "task_logger",
 ]

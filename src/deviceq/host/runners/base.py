@@ -3,6 +3,8 @@ cancellation signal, its lease clock, a logger) and the `Outcome` it returns."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
 import re
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...core.bounds import MAX_PAYLOAD_BYTES
 from ...core.models import WorkflowDefinition
-from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import check_fraction, clean_text
+from .aio import LoopEvent
 
 TAIL_BYTES = 8192
 """Bytes of a run's output kept in the task's ``result`` or ``error`` at most (its tail, from
@@ -57,8 +60,9 @@ class Task:
 
     ``deadline`` is a ``time.monotonic()`` value (None: no limit); ``cancel`` is set when the
     runner must stop (cancel requested, deadline passed, lease lost or host draining): check it
-    often, or wait on it instead of sleeping. ``workflow``/``step`` are set for the steps of a
-    workflow task. For the leader role of a multi-device task, ``gang`` is the task's id
+    often, or wait on it instead of sleeping (``task.cancel.wait(s)`` in a thread runner,
+    ``await task.wait_cancel(s)`` in an async one). ``workflow``/``step`` are set for the
+    steps of a workflow task. For the leader role of a multi-device task, ``gang`` is the task's id
     (``task_id`` is its part ``GANG.ROLE``), ``role`` the role's name and ``roles`` every
     role's placement: role name -> ``{"device_id": ..., "host_id": ...}``; it runs once every
     role's part is claimed. ``artifacts_dir`` (``$DEVICEQ_ARTIFACTS_DIR`` for a command): a
@@ -72,7 +76,7 @@ class Task:
     tags: tuple[str, ...] = ()
     attempt: int = 1
     deadline: float | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=LoopEvent)
     logger: logging.LoggerAdapter = field(default_factory=lambda: TaskLogger(_LOG, {}))
     lease_id: str = ""
     host_id: str = ""
@@ -138,6 +142,22 @@ class Task:
     @property
     def cancelled(self) -> bool:
         return self.cancel.is_set()
+
+    async def wait_cancel(self, timeout: float | None = None) -> bool:
+        """For an async runner: wait until the run is told to stop (what sets ``cancel``), at
+        most ``timeout`` seconds (None: no limit); True when told. Sleep with this rather
+        than ``asyncio.sleep``: a stop then reaches the runner at once."""
+        if isinstance(self.cancel, LoopEvent):
+            return await self.cancel.wait_async(timeout)
+        # a plain threading.Event (a Task made by hand): looked at every 50 ms
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while not self.cancel.is_set():
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.sleep(0.05 if left is None else min(0.05, left))
+        return True
 
     def env(self) -> dict[str, str]:
         """The ``DEVICEQ_*`` environment variables describing this task (and, for a device
@@ -278,6 +298,12 @@ def as_outcome(value: Any) -> Outcome:
     if isinstance(ok_attr, bool):
         text = getattr(value, "result" if ok_attr else "error", None) or ""
         return Outcome(ok_attr, str(text))
+    if inspect.iscoroutine(value):  # a plain function returned one: it was never awaited
+        value.close()
+        raise TypeError(
+            "runner returned a coroutine: an async runner must be an `async def` (a class's "
+            "`async def __call__`) for the host to await it"
+        )
     raise TypeError(f"runner returned {type(value).__name__}; expected an Outcome")
 
 

@@ -1,8 +1,10 @@
 """The built-in ``command`` runner: a command per task from a template split once at start
-(`CommandTemplate`), run in a process group of its own under a lease watchdog."""
+(`CommandTemplate`), run in a process group of its own under a lease watchdog; as a thread
+runner (`CommandRunner`) or an async one (`AsyncCommandRunner`, ``--async``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -16,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.bounds import MAX_PAYLOAD_BYTES
 from ...core.errors import ConfigError, InvalidInput
-from ...core.validation import MAX_PAYLOAD_BYTES
 from ..progress import PROGRESS_FILE_ENV, ProgressSource, progress_file
+from .aio import first_of, pidfd, process_exited
 from .base import DEFAULT_TAIL_BYTES, Outcome, Task, describe_exception
 from .command_output import CommandOutput
 
@@ -274,18 +277,9 @@ os._exit(code)
 WATCHDOG_MARK = b"[deviceq watchdog]"
 
 
-class CommandRunner:
-    """Runs a command per task. ``template`` is split into arguments once, at start (see
-    `CommandTemplate` for the placeholders and how ``{goal}`` may be used), and executed
-    directly, never through a shell unless the template names one. The same values are in
-    the environment (``DEVICEQ_GOAL`` ...). Exit 0 is success; an exit code listed in
-    ``infra_exit_codes`` is an `infrastructure` failure (the device's, not the task's); the
-    tail of the combined stdout/stderr is the result or error.
-
-    The command runs in a process group of its own, under a watchdog (``GUARD_CODE``) that
-    kills the group when the host daemon dies or the task's lease (``Task.lease``) ends
-    without a renewal; on cancel the group gets SIGTERM, then SIGKILL after ``term_grace``
-    seconds; when the command exits, leftovers of its group are killed."""
+class _Command:
+    """What the command runner's two kinds share: the template, the environment, starting
+    the command under its watchdog and reading its end (`CommandRunner`, `AsyncCommandRunner`)."""
 
     def __init__(
         self,
@@ -326,7 +320,9 @@ class CommandRunner:
         }  # fmt: skip
         return self.parsed.render(values)
 
-    def __call__(self, task: Task) -> Outcome:
+    def _start(self, task: Task) -> _Started | Outcome:
+        """The command started under its watchdog, in a process group of its own; or the
+        outcome of a command that cannot start (nothing runs)."""
         try:
             argv = self.argv(task)
         except InvalidInput as exc:  # the task's own value: its failure, nothing runs
@@ -362,32 +358,21 @@ class CommandRunner:
         os.close(ctl_r)
         task.logger.debug("command started", fields={"pid": proc.pid, "argv0": argv[0]})
         out = CommandOutput(max(1, min(self.tail_bytes, MAX_PAYLOAD_BYTES)), task, progress)
-        assert proc.stdout is not None and proc.stderr is not None
-        readers = [out.reader(proc.stdout, "stdout"), out.reader(proc.stderr, "stderr")]
-        stopped = False
-        sent = lease.version if lease is not None else 0
-        try:
-            # The leader (the watchdog) is never reaped before its group is killed: while it
-            # is a zombie its pid (= the group id) cannot be reused, so killing the group
-            # never hits a stranger.
-            while not exited(proc.pid, 0.05):
-                if task.cancel.is_set():
-                    stopped = True
-                    self._stop(proc, task)
-                    break
-                progress.poll()
-                if lease is not None and lease.version != sent:
-                    sent = lease.version
-                    left = lease.remaining()
-                    if left is not None:
-                        with contextlib.suppress(OSError):
-                            os.write(ctl_w, f"EXTEND {max(0.0, left):.3f}\n".encode())
-            kill_group(proc.pid)  # leftovers (background children) of the command's group
-            rc = proc.wait()
-        finally:
-            os.close(ctl_w)
-        out.finish(readers)
-        progress.finish()
+        return _Started(proc, ctl_w, out, progress, lease.version if lease is not None else 0)
+
+    @staticmethod
+    def _forward_lease(task: Task, run: _Started) -> None:
+        """A renewal moved the lease: tell the watchdog its new end."""
+        lease = task.lease
+        if lease is not None and lease.version != run.lease_version:
+            run.lease_version = lease.version
+            left = lease.remaining()
+            if left is not None:
+                with contextlib.suppress(OSError):
+                    os.write(run.ctl_w, f"EXTEND {max(0.0, left):.3f}\n".encode())
+
+    def _ended(self, rc: int, stopped: bool, out: CommandOutput) -> Outcome:
+        """The outcome of a command that ended with ``rc`` (``stopped``: told to stop)."""
         text, buf = out.tail(), out.data()
         if rc != 0 and not stopped:
             return dataclasses.replace(self._failed(rc, text, buf), reason_line=out.err_last)
@@ -403,9 +388,129 @@ class CommandRunner:
             return Outcome.infrastructure(f"{why} (an infrastructure failure)\n{text}".rstrip())
         return Outcome.failure(f"{why}\n{text}".rstrip())
 
+
+@dataclass(eq=False)
+class _Started:
+    """A command started: its watchdog process (the group's leader), the watchdog's control
+    pipe, its output and progress as read, the lease version last forwarded."""
+
+    proc: subprocess.Popen[bytes]
+    ctl_w: int
+    out: CommandOutput
+    progress: ProgressSource
+    lease_version: int
+
+
+class CommandRunner(_Command):
+    """Runs a command per task. ``template`` is split into arguments once, at start (see
+    `CommandTemplate` for the placeholders and how ``{goal}`` may be used), and executed
+    directly, never through a shell unless the template names one. The same values are in
+    the environment (``DEVICEQ_GOAL`` ...). Exit 0 is success; an exit code listed in
+    ``infra_exit_codes`` is an `infrastructure` failure (the device's, not the task's); the
+    tail of the combined stdout/stderr is the result or error.
+
+    The command runs in a process group of its own, under a watchdog (``GUARD_CODE``) that
+    kills the group when the host daemon dies or the task's lease (``Task.lease``) ends
+    without a renewal; on cancel the group gets SIGTERM, then SIGKILL after ``term_grace``
+    seconds; when the command exits, leftovers of its group are killed. This one runs in its
+    caller's thread (a thread runner: its output read by a thread per pipe);
+    `AsyncCommandRunner` is the same on an event loop."""
+
+    def __call__(self, task: Task) -> Outcome:
+        run = self._start(task)
+        if isinstance(run, Outcome):
+            return run
+        proc, out, progress = run.proc, run.out, run.progress
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [out.reader(proc.stdout, "stdout"), out.reader(proc.stderr, "stderr")]
+        stopped = False
+        try:
+            # The leader (the watchdog) is never reaped before its group is killed: while it
+            # is a zombie its pid (= the group id) cannot be reused, so killing the group
+            # never hits a stranger.
+            while not exited(proc.pid, 0.05):
+                if task.cancel.is_set():
+                    stopped = True
+                    self._stop(proc, task)
+                    break
+                progress.poll()
+                self._forward_lease(task, run)
+            kill_group(proc.pid)  # leftovers (background children) of the command's group
+            rc = proc.wait()
+        finally:
+            os.close(run.ctl_w)
+        out.finish(readers)
+        progress.finish()
+        return self._ended(rc, stopped, out)
+
     def _stop(self, proc: subprocess.Popen[bytes], task: Task) -> None:
         kill_group(proc.pid, signal.SIGTERM)
         if not exited(proc.pid, self.term_grace):
             task.logger.warning("command ignored SIGTERM; killing its process group")
         kill_group(proc.pid, signal.SIGKILL)
         exited(proc.pid, 10.0)
+
+
+ASYNC_POLL = 0.5
+"""Seconds between an async command's looks at its lease (a renewal to forward) and its
+progress file, at most, while it waits for the command's end or a stop, which wake it at once;
+an eighth of the lease when that is shorter (a renewal reaches the watchdog long before the
+lease it extends would end there), 50 ms at least."""
+
+
+class AsyncCommandRunner(_Command):
+    """The command runner as an async runner (``deviceq host run --command T --async``): the
+    same command, watchdog, process group, environment, output, progress and outcomes as
+    `CommandRunner`, awaited on the host's event loop. Its process's end is awaited on a
+    pidfd and its pipes are read as the loop's selector finds them readable: no thread per
+    run, for hosts whose runs mostly wait (adb, HTTP, Appium). On a stop its group gets
+    SIGTERM, then SIGKILL after ``term_grace`` seconds, as with the thread runner."""
+
+    async def __call__(self, task: Task) -> Outcome:
+        run = self._start(task)
+        if isinstance(run, Outcome):
+            return run
+        proc, out, progress = run.proc, run.out, run.progress
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [out.reader_async(proc.stdout, "stdout"), out.reader_async(proc.stderr, "stderr")]
+        pfd = pidfd(proc.pid)
+        left = task.lease.remaining() if task.lease is not None else None
+        poll = ASYNC_POLL if left is None else min(ASYNC_POLL, max(0.05, left / 8))
+        stopped = False
+        try:
+            # (the leader is never reaped before its group is killed: see CommandRunner)
+            while True:
+                ended = asyncio.ensure_future(process_exited(proc.pid, pfd, poll))
+                told = asyncio.ensure_future(task.wait_cancel(poll))
+                await first_of(None, ended, told)
+                told.cancel()
+                ended.cancel()
+                # (their ends run before the next wait: a cancelled wait on the pidfd would
+                # otherwise take the next one's reader away)
+                await asyncio.gather(ended, told, return_exceptions=True)
+                if ended.done() and not ended.cancelled() and ended.result():
+                    break
+                if task.cancel.is_set():
+                    stopped = True
+                    await self._stop(proc.pid, pfd, task)
+                    break
+                progress.poll()
+                self._forward_lease(task, run)
+            kill_group(proc.pid)  # leftovers (background children) of the command's group
+            rc = proc.wait()  # (it has exited: this only reaps it)
+        finally:
+            os.close(run.ctl_w)
+            if pfd is not None:
+                os.close(pfd)
+        await out.finish_async(readers)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        progress.finish()
+        return self._ended(rc, stopped, out)
+
+    async def _stop(self, pid: int, pfd: int | None, task: Task) -> None:
+        kill_group(pid, signal.SIGTERM)
+        if not await process_exited(pid, pfd, self.term_grace):
+            task.logger.warning("command ignored SIGTERM; killing its process group")
+        kill_group(pid, signal.SIGKILL)
+        await process_exited(pid, pfd, 10.0)

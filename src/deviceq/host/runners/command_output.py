@@ -1,10 +1,11 @@
 """A command's output as the command runner reads it: stdout and stderr on pipes of their own,
-each read by a thread that passes its stream's lines on to the task's live log as they end,
-keeps the last bytes (bounded) for the task's result, and stderr's last line with text (a
-failed command's reason)."""
+each read by a thread (the async command runner: a coroutine on the event loop) that passes
+its stream's lines on to the task's live log as they end, keeps the last bytes (bounded) for
+the task's result, and stderr's last line with text (a failed command's reason)."""
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import os
 import select
@@ -13,6 +14,7 @@ import time
 from typing import Any
 
 from ..progress import ProgressSource
+from .aio import readable
 from .base import Task, line_tail
 
 
@@ -48,7 +50,7 @@ class CommandOutput:
         self.lock = threading.Lock()
         self.err_last = ""  # the last line with text written on stderr
         self._err_open = ""  # stderr's line not ended yet (its last 1 KiB)
-        self.fds: dict[threading.Thread, int] = {}  # the pipe each reader reads
+        self.fds: dict[Any, int] = {}  # the pipe each reader (thread or asyncio task) reads
 
     def reader(self, pipe: Any, stream: str) -> threading.Thread:
         fd = pipe.fileno()
@@ -59,6 +61,41 @@ class CommandOutput:
         self.fds[th] = fd
         th.start()
         return th
+
+    def reader_async(self, pipe: Any, stream: str) -> asyncio.Task[None]:
+        """`reader` for an async run: the pipe read on the running event loop as its
+        selector finds it readable (non-blocking), by the same rules."""
+        fd = pipe.fileno()
+        os.set_blocking(fd, False)
+        job = asyncio.ensure_future(self._read_async(fd, stream))
+        job.set_name(f"{stream}-{self.task.task_id}")
+        self.fds[job] = fd
+        return job
+
+    async def _read_async(self, fd: int, stream: str) -> None:
+        """`_read` on the event loop."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        held = ""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                if not await readable(fd, HOLD_S if held else None) and held:
+                    self._pass(stream, held)
+                    held = ""
+                continue
+            if not chunk:
+                break
+            text = held + decoder.decode(chunk)
+            cut = max(text.rfind("\n"), text.rfind("\r")) + 1
+            if cut == 0 and len(text) >= HOLD_BYTES:
+                cut = len(text)
+            held = text[cut:]
+            if cut:
+                self._pass(stream, text[:cut])
+        self._pass(stream, held + decoder.decode(b"", final=True))
+        if stream == "stderr":
+            self._see_stderr("\n")
 
     def _read(self, fd: int, stream: str) -> None:
         """Read ``fd`` to its end, passing on whole lines: the two pipes are read apart, so a
@@ -148,6 +185,30 @@ class CommandOutput:
             self.task.logger.warning(
                 "stopped reading the command's output: a pipe is still open after it exited",
                 fields={"pipes": ",".join(left)},
+            )
+
+    async def finish_async(
+        self, readers: list[asyncio.Task[None]], quiet: float = 2.0, cap: float = 30.0
+    ) -> None:
+        """`finish` for the readers of `reader_async` (the same rules, awaited)."""
+        loop = asyncio.get_running_loop()
+        start = last = loop.time()
+        seen = self.handled
+        pending = set(readers)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=0.05)
+            now = loop.time()
+            busy = any(_readable(self.fds.get(r)) for r in pending)
+            if self.handled != seen or self.passing or busy:
+                seen, last = self.handled, now
+            if pending and (now - last > quiet or now - start > cap):
+                break
+        for r in pending:
+            r.cancel()
+        if pending:
+            self.task.logger.warning(
+                "stopped reading the command's output: a pipe is still open after it exited",
+                fields={"pipes": ",".join(sorted(r.get_name() for r in pending))},
             )
 
     def tail(self) -> str:

@@ -5,7 +5,9 @@ and the choice of where a host's runners run (`build_goal_runner`, `build_workfl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import logging
 import multiprocessing
 import os
@@ -17,6 +19,7 @@ from typing import Any, cast
 
 from ...core.errors import ConfigError
 from ...core.models import WorkflowDefinition
+from .aio import LoopEvent, is_async_runner
 from .base import (
     GoalRunner,
     Outcome,
@@ -29,6 +32,7 @@ from .base import (
 )
 from .command import kill_group
 from .registry import RunnerSpec, is_builtin, load_runner
+from .steps import workflow_pair
 
 _MP_LOCK = threading.Lock()
 _MP_CTX: Any = None
@@ -55,7 +59,7 @@ def _child_main(
     from ...core import logs
 
     logs.configure(log_format)
-    cancel = threading.Event()
+    cancel = LoopEvent()
     left = task_data.pop("lease_left", None)
     log_context = dict(task_data.pop("log_context", None) or {})  # the parent's task fields
     deadline = [None if left is None else time.monotonic() + float(left)]
@@ -114,11 +118,13 @@ def _child_main(
     try:
         if kind == "workflow":
             assert goal_spec is not None and workflow_json is not None
-            goal_runner = load_runner(goal_spec, "goal")
+            wf_runner, goal_runner = workflow_pair(
+                load_runner(spec, "workflow"), load_runner(goal_spec, "goal")
+            )
             wf = WorkflowDefinition.model_validate_json(workflow_json)
-            out = as_outcome(load_runner(spec, "workflow")(wf, task, goal_runner))
+            out = as_outcome(_awaited(wf_runner(wf, task, goal_runner)))
         else:
-            out = as_outcome(load_runner(spec, "goal")(task))
+            out = as_outcome(_awaited(load_runner(spec, "goal")(task)))
         with send_lock:
             result_w.send(("ok", out.ok, out.text, out.infra))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
@@ -129,6 +135,18 @@ def _child_main(
         if os.getpgrp() == os.getpid():  # leftovers of the runner die with it
             logging.shutdown()
             os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def _awaited(value: Any) -> Any:
+    """What a runner returned, or, for an async runner's coroutine, what it returned when run
+    to its end on an event loop of this child's own."""
+    if inspect.isawaitable(value):
+
+        async def wait() -> Any:
+            return await value
+
+        return asyncio.run(wait())
+    return value
 
 
 LOG_MESSAGE_CHARS = 65536  # of one live log message from an isolated runner
@@ -265,12 +283,16 @@ class IsolatedRunner:
 def build_goal_runner(
     spec: RunnerSpec, isolation: str = "auto", *, kill_grace: float = 5.0
 ) -> GoalRunner:
-    """The goal runner for ``spec``: in this process (built-ins, or ``isolation="thread"``) or
-    in a child process per task (``"process"``; ``"auto"`` isolates every non-built-in)."""
+    """The goal runner for ``spec``: in this process (built-ins, ``async def`` runners, or
+    ``isolation="thread"``) or in a child process per task (``"process"``; ``"auto"`` isolates
+    every other one). An async runner kept here runs on the host's event loop: it waits by
+    awaiting, and a process per task would cost what it saves."""
     _check_isolation(isolation)
-    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
-        return load_runner(spec, "goal")
-    load_runner(spec, "goal")  # fail fast on a bad spec, in the parent
+    runner = load_runner(spec, "goal")  # (fails fast on a bad spec, in the parent)
+    if isolation == "thread" or (
+        isolation == "auto" and (is_builtin(spec) or is_async_runner(runner))
+    ):
+        return runner
     return cast(GoalRunner, IsolatedRunner(spec, "goal", kill_grace=kill_grace))
 
 
@@ -284,9 +306,11 @@ def build_workflow_runner(
     """The workflow runner for ``spec`` (see `build_goal_runner`). An isolated workflow runner
     runs its steps' goal runner (``goal_spec``) inside the same child process."""
     _check_isolation(isolation)
-    if isolation == "thread" or (isolation == "auto" and is_builtin(spec)):
-        return load_runner(spec, "workflow")
-    load_runner(spec, "workflow")
+    runner = load_runner(spec, "workflow")
+    if isolation == "thread" or (
+        isolation == "auto" and (is_builtin(spec) or is_async_runner(runner))
+    ):
+        return runner
     return cast(WorkflowRunner, IsolatedRunner(spec, "workflow", goal_spec, kill_grace=kill_grace))
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from ...core.errors import ConfigError
 from .base import GoalRunner
-from .command import CommandRunner
-from .sim import SimRunner
+from .command import AsyncCommandRunner, CommandRunner
+from .sim import AsyncSimRunner, SimRunner
 from .steps import run_steps
 
 ENTRY_POINT_GROUP = "deviceq.runners"
@@ -32,7 +32,22 @@ class RunnerSpec:
 
 
 BUILTIN_GOAL: dict[str, Callable[..., GoalRunner]] = {"command": CommandRunner, "sim": SimRunner}
+BUILTIN_ASYNC_GOAL: dict[str, Callable[..., Any]] = {
+    "command": AsyncCommandRunner,
+    "sim": AsyncSimRunner,
+}
+"""The built-in goal runners' async kinds, chosen by the option ``async`` (``--async``)."""
+ASYNC_OPTION = "async"
 BUILTIN_WORKFLOW: dict[str, Any] = {"steps": run_steps, "sequential": run_steps}
+
+
+def _flag(value: Any) -> bool:
+    """An on/off option given as a bool or as text (``--runner-option async=true``)."""
+    if isinstance(value, str):
+        if value.strip().lower() not in ("true", "false", "yes", "no", "on", "off", "1", "0", ""):
+            raise ConfigError(f"option {ASYNC_OPTION!r} must be true or false, not {value!r}")
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
 
 
 def is_builtin(spec: RunnerSpec) -> bool:
@@ -70,9 +85,17 @@ def _entry_point(name: str) -> Any:
 def load_runner(spec: RunnerSpec, kind: str = "goal") -> Callable[..., Any]:
     """Resolve ``spec`` to a callable runner of ``kind`` (``goal`` or ``workflow``), in this
     process. Raises ConfigError naming the problem."""
+    options = dict(spec.options)
+    asynchronous = _flag(options.pop(ASYNC_OPTION, False))
+    if asynchronous and not (kind == "goal" and spec.name in BUILTIN_ASYNC_GOAL):
+        raise ConfigError(
+            f"--async applies to the built-in runners ({', '.join(sorted(BUILTIN_ASYNC_GOAL))}), "
+            f"not {spec.name!r}: a Python runner is async when it is an `async def`"
+        )
     if kind == "goal" and spec.name in BUILTIN_GOAL:
+        made = BUILTIN_ASYNC_GOAL if asynchronous else BUILTIN_GOAL
         try:
-            return BUILTIN_GOAL[spec.name](**dict(spec.options))
+            return made[spec.name](**options)
         except TypeError as exc:
             raise ConfigError(f"bad options for runner {spec.name!r}: {exc}") from None
     if kind == "workflow" and spec.name in BUILTIN_WORKFLOW:
@@ -82,7 +105,7 @@ def load_runner(spec: RunnerSpec, kind: str = "goal") -> Callable[..., Any]:
     obj = _import(spec.name) if ":" in spec.name else _entry_point(spec.name)
     if isinstance(obj, type):
         try:
-            obj = obj(**dict(spec.options))
+            obj = obj(**options)
         except TypeError as exc:
             raise ConfigError(f"cannot create runner {spec.name!r}: {exc}") from None
     if not callable(obj):

@@ -48,10 +48,8 @@ def parse_duration(spec: str | float | int) -> Callable[[random.Random], float]:
     )
 
 
-class SimRunner:
-    """Simulated work for demos and benchmarks: waits a duration drawn from ``duration`` (see
-    `parse_duration`), then fails with probability ``fail_rate`` (a reported failure) or raises
-    with probability ``error_rate`` (a runner error). Stops at once when cancelled."""
+class _Sim:
+    """The draws of the ``sim`` runner (`SimRunner`, `AsyncSimRunner`)."""
 
     def __init__(
         self,
@@ -69,13 +67,35 @@ class SimRunner:
         self.rng = random.Random(seed)
         self._lock = threading.Lock()
 
-    def __call__(self, task: Task) -> Outcome:
+    def _drawn(self) -> tuple[float, float]:
+        """The run's seconds and its roll of the dice."""
         with self._lock:
-            seconds, roll = self.draw(self.rng), self.rng.random()
-        if task.cancel.wait(seconds):
+            return self.draw(self.rng), self.rng.random()
+
+    def _outcome(self, task: Task, seconds: float, roll: float, stopped: bool) -> Outcome:
+        if stopped:
             return Outcome.failure(f"simulated work stopped after less than {seconds:.3f}s")
         if roll < self.error_rate:
             raise RuntimeError("simulated runner error")
         if roll < self.error_rate + self.fail_rate:
             return Outcome.failure(f"simulated failure after {seconds:.3f}s")
         return Outcome.success(f"simulated {task.goal!r} on {task.device_id} in {seconds:.3f}s")
+
+
+class SimRunner(_Sim):
+    """Simulated work for demos and benchmarks: waits a duration drawn from ``duration`` (see
+    `parse_duration`), then fails with probability ``fail_rate`` (a reported failure) or raises
+    with probability ``error_rate`` (a runner error). Stops at once when cancelled."""
+
+    def __call__(self, task: Task) -> Outcome:
+        seconds, roll = self._drawn()
+        return self._outcome(task, seconds, roll, task.cancel.wait(seconds))
+
+
+class AsyncSimRunner(_Sim):
+    """`SimRunner` as an async runner (``--goal-runner sim --async``): the same draws and
+    outcomes, the wait awaited on the host's event loop."""
+
+    async def __call__(self, task: Task) -> Outcome:
+        seconds, roll = self._drawn()
+        return self._outcome(task, seconds, roll, await task.wait_cancel(seconds))

@@ -1,0 +1,56 @@
+"""The bounds a submission and a script's items keep, declared once: the Python checks
+(`deviceq.core.validation`, the models) use them, and the Lua scripts get them as the
+generated include ``gen/bounds`` (`lua_include`), so the two sides cannot disagree on a
+number. Whole numbers in Lua are written as integers, durations in seconds."""
+
+from __future__ import annotations
+
+YEAR_S = 365 * 86400
+"""A year in seconds: the longest queue timeout, and how far ahead a ``not_before`` may be."""
+
+MAX_GOAL_BYTES = 16 * 1024
+MAX_TAGS = 32
+MAX_PRIORITY = 9
+MAX_PAYLOAD_BYTES = 64 * 1024
+"""A report's result or error, and one chunk of a live log, at most."""
+MIN_TASK_TIMEOUT = 0.001
+MAX_TASK_TIMEOUT = 7 * 86400.0
+"""The longest per-task ``timeout`` (seconds) a submission may ask for."""
+MAX_ATTEMPTS = 1000
+"""A task's ``max_attempts`` at most."""
+MIN_QUEUE_TIMEOUT = 0.001
+MAX_QUEUE_TIMEOUT = float(YEAR_S)
+MAX_NOT_BEFORE_AHEAD_S = YEAR_S
+MAX_SUBMIT_TASKS = 10_000
+"""Tasks in one ``submit.lua`` call at most (`Client.submit_many` sends fewer)."""
+MAX_REASON_BYTES = 200
+"""A device state's reason in a heartbeat, at most."""
+
+LUA_BOUNDS: dict[str, int | float] = {
+    "MAX_GOAL_BYTES": MAX_GOAL_BYTES,
+    "MAX_TAGS": MAX_TAGS,
+    "MAX_PRIORITY": MAX_PRIORITY,
+    "MAX_PAYLOAD_BYTES": MAX_PAYLOAD_BYTES,
+    "MIN_TASK_TIMEOUT": MIN_TASK_TIMEOUT,
+    "MAX_TASK_TIMEOUT": MAX_TASK_TIMEOUT,
+    "MAX_ATTEMPTS": MAX_ATTEMPTS,
+    "MIN_QUEUE_TIMEOUT": MIN_QUEUE_TIMEOUT,
+    "MAX_QUEUE_TIMEOUT": MAX_QUEUE_TIMEOUT,
+    "MAX_NOT_BEFORE_AHEAD_MS": MAX_NOT_BEFORE_AHEAD_S * 1000,
+    "MAX_SUBMIT_TASKS": MAX_SUBMIT_TASKS,
+    "MAX_REASON_BYTES": MAX_REASON_BYTES,
+}
+"""The Lua locals of ``gen/bounds``, each with its value."""
+
+
+def lua_number(value: int | float) -> str:
+    """``value`` as Lua source: an integer without a fraction, else its shortest repr."""
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def lua_include() -> str:
+    """The text of ``gen/bounds``."""
+    lines = "".join(f"local {name} = {lua_number(v)}\n" for name, v in LUA_BOUNDS.items())
+    return "-- gen/bounds (deviceq.core.bounds)\n" + lines
