@@ -6,7 +6,7 @@
 -- cancels each shard's task (cancel.lua), which it may do again safely.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     id [by(an id: who cancels it)]
--- Keys     reads/writes suite:ID; writes suites:running, events
+-- Keys     reads config; reads/writes suite:ID; writes suites:running, events
 -- Returns  1 (cancelled now), 0 (it had ended already)
 -- Errors   INVALID (malformed id), NOT_FOUND (no such suite)
 local id, by = ARGV[1], ARGV[2] or ''

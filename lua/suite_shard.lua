@@ -17,7 +17,7 @@
 --          status) device('' = none) retry(JSON shard object or '' = none) m(0..10000), then m
 --          tests, each: test(1..300 bytes) try(TRY_STATUSES) duration_ms('' = none) message(at
 --          most 500 bytes)
--- Keys     reads leader; reads/writes suite:ID, suite:ID:shards, suite:ID:results,
+-- Keys     reads leader, config; reads/writes suite:ID, suite:ID:shards, suite:ID:results,
 --          suite_durations:NAME; writes suites:running, events
 -- Returns  'running', 'done' or 'failed' (the suite's status after the call), or 'ended' (the
 --          suite was no longer running or the shard was recorded already: nothing written)

@@ -9,7 +9,7 @@
 -- ARGV     id name(an id) each(0|1) spec(JSON object, at most 64 KiB) tests(1..10000)
 --          eta_ms('' = none, else 0..1e11: ms from now at submit) n(1..200) then n shards,
 --          each a JSON object {task(an id), tests(array of 1..10000 ids), round, pin, est}
--- Keys     reads/writes suites, suites:running; writes suite:ID, suite:ID:shards, events,
+-- Keys     reads config; reads/writes suites, suites:running; writes suite:ID, suite:ID:shards, events,
 --          suite:ID:results
 -- Returns  1
 -- Errors   INVALID (any malformed argument: nothing written), EXISTS (the suite id is used)

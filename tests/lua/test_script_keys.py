@@ -211,6 +211,14 @@ def exercise(url: str, pool: str) -> None:
     limiter = LoginLimiter(r, admin.keys, per_addr=1)
     limiter.refund(limiter.charge("127.0.0.1", "alice"))
     assert limiter.charge("::1", None).allowed and not limiter.charge("::1", None).allowed
+    # a suite: submitted (suite_submit.lua), a cancelled shard recorded (suite_shard.lua), the
+    # suite cancelled (suite_cancel.lua)
+    from deviceq.services.suite_watch import SuiteWatcher
+
+    suite = client.submit_suite("nightly", ["c#a", "c#b"], goal="run {tests}", shards=2)
+    client.cancel(suite.shards[0].task_id)
+    assert SuiteWatcher(client, lambda: None).look(suite.id, None) == 1
+    client.cancel_suite(suite.id)
     r.close()
 
 
