@@ -17,8 +17,11 @@
 --- @include "lib/leases"
 --- @include "lib/outcomes"
 --- @include "lib/handback"
--- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
--- (handed back: see hand_back in lib/handback.lua). Only the current lease, claimed by the caller's
+-- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), released
+-- (handed back: see hand_back in lib/handback.lua), or preempted (its run stopped because
+-- preempt.lua gave the device to an urgent task: the attempt ends `preempted`, the task is
+-- queued again at its original place, and neither its attempts (field `preempted`, not counted
+-- as used) nor the device's failure count move; the device is free, held for the urgent task). Only the current lease, claimed by the caller's
 -- current session, may report; a lease past its expiry that the expiry scan has not ended yet
 -- is still current (the scan decides).
 -- A failure counts against the device (toward quarantine_after) only when it is the device's:
@@ -37,17 +40,18 @@
 -- GANG with it (gang_end in lib/outcomes.lua): the other parts' hosts are told on host:ID:ctl.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session n(1..10000), then 5 fields per report:
---          task_id lease_id outcome(done|failed|cancelled|released)
+--          task_id lease_id outcome(done|failed|cancelled|released|preempted)
 --          failure_kind(failed: runner_failed|runner_error|timeout|rejected|infrastructure;
 --          '' otherwise) payload(result or error, at most 65536 bytes)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
---          status:*, qdrivers, LIMIT_COUNTERS, events,
+--          status:*, qdrivers, LIMIT_COUNTERS, preemptible, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
 --          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
---          of not_found superseded not_owner expired already_terminal cancel_not_requested.
+--          of not_found superseded not_owner expired already_terminal cancel_not_requested
+--          preempt_not_requested.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
 --          INVALID (bad outcome, failure_kind or arguments; nothing is written).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
@@ -58,7 +62,9 @@ if not n or #ARGV ~= 4 + n * 5 then return fail('INVALID', 'bad argument count')
 for i = 0, n - 1 do
   local b = 5 + i * 5
   local outcome, kind = ARGV[b + 2], ARGV[b + 3]
-  if not OUTCOMES[outcome] then return fail('INVALID', 'outcome must be done, failed, cancelled or released') end
+  if not OUTCOMES[outcome] then
+    return fail('INVALID', 'outcome must be done, failed, cancelled, released or preempted')
+  end
   if outcome == 'failed' then
     if not HOST_KINDS[kind] then
       return fail('INVALID', 'failure_kind must be runner_failed, runner_error, timeout, rejected or infrastructure')
@@ -129,9 +135,23 @@ for i = 0, n - 1 do
     out[#out + 1] = 'rejected:superseded'
   elseif outcome == 'cancelled' and t.cancel_requested ~= '1' then
     out[#out + 1] = 'rejected:cancel_not_requested'
+  elseif outcome == 'preempted' and (t.preempt_by or '') == '' then
+    out[#out + 1] = 'rejected:preempt_not_requested'
   else
     freed = true
-    if outcome == 'released' then
+    if outcome == 'preempted' then
+      local old = t.status
+      drop_lease(id, t)
+      release_device(t.device_id, id, nil)
+      close_attempt(id, t.attempt, 'preempted', {preempted_by = t.preempt_by,
+        dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil})
+      redis.call('HINCRBY', k('task', id), 'preempted', 1)
+      redis.call('HSET', k('task', id), 'preempted_by', t.preempt_by)
+      requeue(id, t, old)
+      emit('requeued', 'task', id, 'attempt', t.attempt or '0', 'reason', 'preempted by ' ..
+        t.preempt_by, 'preempted_by', t.preempt_by, 'device', t.device_id or '')
+      out[#out + 1] = 'ok:queued'
+    elseif outcome == 'released' then
       out[#out + 1] = 'ok:' .. hand_back(id, t, payload ~= '' and payload or 'handed back', false)
     else
       local old = t.status

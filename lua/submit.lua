@@ -31,7 +31,9 @@
 --          as a 19th, by ('' = not recorded, else an id: who submitted it, e.g. the dashboard
 --          user who retried a task; the task's submitted_by and the submitted event's `by`) and,
 --          as a 20th, traceparent ('' = none, else a W3C trace context 00-TRACE(32 hex)-SPAN(16
---          hex)-FLAGS(2 hex): the trace of its submission, deviceq.core.tracing). A
+--          hex)-FLAGS(2 hex): the trace of its submission, deviceq.core.tracing) and, as a
+--          21st, class ('' = none, else an id: its priority class, deviceq.core.priority_classes;
+--          the caller gives the class's priority as its priority). A
 --          goal holds no NUL byte (no runner can pass one).
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
@@ -43,7 +45,7 @@
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
 local n = int_in(ARGV[1], 1, 10000)
-local F = n and (#ARGV == 1 + n * 20 and 20 or #ARGV == 1 + n * 19 and 19 or #ARGV == 1 + n * 18 and 18
+local F = n and (#ARGV == 1 + n * 21 and 21 or #ARGV == 1 + n * 20 and 20 or #ARGV == 1 + n * 19 and 19 or #ARGV == 1 + n * 18 and 18
   or #ARGV == 1 + n * 17 and 17 or #ARGV == 1 + n * 16 and 16
   or #ARGV == 1 + n * 15 and 15 or #ARGV == 1 + n * 14 and 14 or 11)
 if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
@@ -117,7 +119,10 @@ local function check(b)
   if F >= 19 and ARGV[b + 19] ~= '' and not valid_id(ARGV[b + 19]) then
     return fail('INVALID', 'malformed submitter (by)')
   end
-  if F == 20 and ARGV[b + 20] ~= '' and not ARGV[b + 20]:match('^00%-' .. ('[0-9a-f]'):rep(32) ..
+  if F == 21 and ARGV[b + 21] ~= '' and not valid_id(ARGV[b + 21]) then
+    return fail('INVALID', 'malformed priority class')
+  end
+  if F >= 20 and ARGV[b + 20] ~= '' and not ARGV[b + 20]:match('^00%-' .. ('[0-9a-f]'):rep(32) ..
       '%-' .. ('[0-9a-f]'):rep(16) .. '%-[0-9a-f][0-9a-f]$') then
     return fail('INVALID', 'malformed traceparent')
   end
@@ -249,7 +254,8 @@ for i = 0, n - 1 do
       enqueue(id, sig, seq_s, driver, tags, prio, tenant)
     end
     index_status(id, nil, 'queued', seq_s)
-    if F == 20 and ARGV[b + 20] ~= '' then redis.call('HSET', tk, 'traceparent', ARGV[b + 20]) end
+    if F >= 20 and ARGV[b + 20] ~= '' then redis.call('HSET', tk, 'traceparent', ARGV[b + 20]) end
+    if F == 21 and ARGV[b + 21] ~= '' then redis.call('HSET', tk, 'class', ARGV[b + 21]) end
     local by = F >= 19 and ARGV[b + 19] or ''
     if by ~= '' then
       redis.call('HSET', tk, 'submitted_by', by)

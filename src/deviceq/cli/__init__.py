@@ -34,6 +34,7 @@ for _module in (
     "schedule_cmds",
     "pause_cmds",
     "priority_cmds",
+    "priority_class_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

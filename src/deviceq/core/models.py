@@ -193,6 +193,9 @@ class TaskSpec(BaseModel):
     retry_on: str | None = None
     retry_backoff: str | None = None
     tenant: Annotated[str, _named("tenant")] | None = None
+    # a priority class (deviceq.core.priority_classes): the task gets its priority, and may
+    # preempt or be preempted as the class says
+    priority_class: Annotated[str, _named("priority class")] | None = None
     roles: Annotated[dict[str, Role] | None, BeforeValidator(check_roles)] = None
     # a Unix time (seconds): queued, but not assigned before then (submit.lua checks it is at
     # most a year ahead by the server's clock)

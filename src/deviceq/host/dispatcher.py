@@ -69,6 +69,7 @@ class _Watched:
     cancel_event: threading.Event
     deadline: float | None
     on_abandon: Callable[[DispatchOutcome], None] | None
+    grace_of: Callable[[], float | None] | None = None  # the run's stop grace, when told
     cause: str | None = None  # why the runner was told to stop: cancelled | timeout
     told_at: float = 0.0
     finished: bool = False  # the runner returned
@@ -119,7 +120,7 @@ class _Watchdog:
                 if w.cause is None:
                     if w.cancel_event.is_set() or (w.deadline is not None and now >= w.deadline):
                         self._tell(w, now)
-                elif now - w.told_at > self.grace:
+                elif now - w.told_at > self.grace + (w.task.stop_grace or 0.0):
                     self._give_up(w)
             time.sleep(WATCH_EVERY)
 
@@ -129,6 +130,8 @@ class _Watchdog:
             return
         w.cause = "cancelled" if w.cancel_event.is_set() else "timeout"
         w.told_at = now
+        if w.grace_of is not None and w.cause == "cancelled":
+            w.task.stop_grace = w.grace_of()
         w.task.cancel.set()
         w.task.logger.info(f"stopping runner ({w.cause})")
 
@@ -232,6 +235,7 @@ class TaskDispatcher:
         log_sink: LogWriter | None = None,
         artifacts_dir: Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
+        stop_grace: Callable[[], float | None] | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -241,7 +245,9 @@ class TaskDispatcher:
         run's `LeaseClock` (runners outside this process kill the run when it ends
         unrenewed); ``log_sink`` gets the run's output while it runs (``Task.log``, its
         logger's INFO lines, a command's stdout and stderr: the live log); ``progress_sink``
-        gets what it says of its progress (``Task.progress``, checked)."""
+        gets what it says of its progress (``Task.progress``, checked); ``stop_grace``, asked
+        when the run is told to stop, how long the runner gives it after its stop signal
+        (None: the runner's own; a preempted run gets its class's grace)."""
         cancel_event = cancel_event or threading.Event()
         stop = threading.Event()  # what the runner sees: set on cancel or at the deadline
         task = self.make_task(assignment, stop, deadline, lease)
@@ -281,7 +287,7 @@ class TaskDispatcher:
             def run() -> Any:
                 return goal_runner(task)
 
-        return self._supervise(task, run, cancel_event, deadline, on_abandon)
+        return self._supervise(task, run, cancel_event, deadline, on_abandon, stop_grace)
 
     def _load(
         self, name: str, cancel_event: threading.Event, deadline: float | None
@@ -305,9 +311,10 @@ class TaskDispatcher:
         cancel_event: threading.Event,
         deadline: float | None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
+        stop_grace: Callable[[], float | None] | None = None,
     ) -> DispatchOutcome:
         box: dict[str, Any] = {}
-        w = _Watched(task, cancel_event, deadline, on_abandon)
+        w = _Watched(task, cancel_event, deadline, on_abandon, stop_grace)
 
         def target() -> bool:
             try:

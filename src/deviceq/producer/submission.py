@@ -93,8 +93,10 @@ def chunk_args(specs: list[TaskSpec], traceparents: list[str] | None = None) -> 
     task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout,
     17 (and not_before, ms) when any has a not_before, 18 (and retry_of) when any has a
     retry_of, 19 (and by) when any names who submitted it, 20 (and traceparent, one per
-    task) with ``traceparents`` (deviceq.core.tracing)."""
-    traced = traceparents is not None
+    task) with ``traceparents`` (deviceq.core.tracing), 21 (and the priority class) when any
+    names one."""
+    classed = any(s.priority_class for s in specs)
+    traced = classed or traceparents is not None
     signed = traced or any(s.by is not None for s in specs)
     linked = signed or any(s.retry_of is not None for s in specs)
     later = linked or any(s.not_before is not None for s in specs)
@@ -114,6 +116,8 @@ def chunk_args(specs: list[TaskSpec], traceparents: list[str] | None = None) -> 
             args.append(spec.retry_of or "")
         if signed:
             args.append(spec.by or "")
-        if traceparents is not None:
-            args.append(traceparents[i])
+        if traced:
+            args.append(traceparents[i] if traceparents is not None else "")
+        if classed:
+            args.append(spec.priority_class or "")
     return args

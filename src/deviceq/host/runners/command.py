@@ -405,7 +405,8 @@ class CommandRunner:
 
     def _stop(self, proc: subprocess.Popen[bytes], task: Task) -> None:
         kill_group(proc.pid, signal.SIGTERM)
-        if not exited(proc.pid, self.term_grace):
+        grace = task.stop_grace if task.stop_grace is not None else self.term_grace
+        if not exited(proc.pid, grace):
             task.logger.warning("command ignored SIGTERM; killing its process group")
         kill_group(proc.pid, signal.SIGKILL)
         exited(proc.pid, 10.0)
