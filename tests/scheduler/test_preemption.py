@@ -187,3 +187,45 @@ def test_a_preempted_run_whose_host_dies_is_recovered_by_expiry(real_fleet: Flee
     res = sched.assign()
     assert res.handed_over == 1
     assert fleet.client.get(urgent).device_id == "p1"
+
+
+def test_explain_task_show_events_and_metric(real_fleet: Fleet) -> None:
+    from deviceq.cli.render import task_text
+    from deviceq.core.task_record import read_task, task_json
+    from deviceq.ops.explain import explain
+
+    fleet = real_fleet
+    sched, running = busy_lab(fleet, 2)
+    pinned = fleet.client.submit("p", driver_type="ios", priority_class="release-blocker")
+    urgent = fleet.client.submit("u", driver_type="android", priority_class="release-blocker")
+    e = explain(fleet.admin, urgent)
+    assert f"it will preempt task {running['p2']} on p2" in e.summary
+    assert "no running task can be preempted" not in e.summary
+    assert "no device of driver type ios" in explain(fleet.admin, pinned).summary
+    res = sched.assign()
+    assert res.preemptions == [(urgent, running["p2"], "p2")]
+    assert f"it preempted task {running['p2']} on p2" in explain(fleet.admin, urgent).summary
+    data = task_json(*read_task(fleet.r, fleet.admin.keys, running["p2"]))
+    assert data is not None and data["preempted_by"] == urgent
+    assert f"being preempted by {urgent}" in task_text(data)
+    lease = data["lease_id"]
+    fleet.host("h1").report(running["p2"], lease, "preempted")
+    data = task_json(*read_task(fleet.r, fleet.admin.keys, running["p2"]))
+    assert data is not None
+    assert (data["preempted_by"], data["preemptions"]) == (urgent, 1)
+    assert data["attempts"][-1]["outcome"] == "preempted"
+    assert data["attempts"][-1]["preempted_by"] == urgent
+    assert f"preempted by {urgent}" in task_text(data)
+    events = [ev for ev in fleet.client.events() if ev.type == "preempted"]
+    assert [(ev.fields["task"], ev.fields["by"], ev.fields["device"]) for ev in events] == [
+        (running["p2"], urgent, "p2")
+    ]
+    # a second urgent task: the only other run is not preemptible any more (in its grace no
+    # longer; p1's task is of class nightly, but the rate limit is reached)
+    fleet.admin.set_config("max_preemptions_per_minute", 1)
+    other = fleet.client.submit("u2", driver_type="android", priority_class="release-blocker")
+    sched.assign()  # the hand-over of p2
+    assert "max_preemptions_per_minute 1" in explain(fleet.admin, other).summary
+    fleet.admin.set_config("max_preemptions_per_minute", 10)
+    fleet.admin.add_priority_class("nightly", 1, preemptible=False)
+    assert "no running task can be preempted" in explain(fleet.admin, other).summary

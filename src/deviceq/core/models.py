@@ -249,6 +249,7 @@ class Attempt(BaseModel):
     expired_in: str | None = None
     retry: str | None = None
     eligible_at: int | None = None
+    preempted_by: str | None = None  # outcome preempted: the task that took its device
 
 
 def _opt_int(v: Any) -> int | None:
@@ -303,6 +304,10 @@ class ScheduledTask(BaseModel):
     retry_backoff: str | None = None
     eligible_at: int | None = None
     tenant: str | None = None
+    priority_class: str | None = None  # its priority class (deviceq.core.priority_classes)
+    # the task that preempted its latest preempted run (or is preempting its run now)
+    preempted_by: str | None = None
+    preemptions: int = 0  # times it was preempted (max_preemptions_per_task)
     retry_of: str | None = None  # submitted by `Client.retry` of this task
     rerun_by: str | None = None  # the latest task `Client.retry` submitted for this one
     submitted_by: str | None = None  # who submitted it, when recorded (a dashboard user)
