@@ -20,3 +20,13 @@ def hold(task: object) -> None:
 def hold_goal(task: Any) -> None:
     """Run one task: sleep the seconds its goal gives (``"0.750"``)."""
     time.sleep(float(task.goal))
+
+
+def hold_goal_stoppable(task: Any) -> Any:
+    """Run one task: wait the seconds its goal gives, or until it is told to stop (a cancel or
+    a preemption: then it fails at once, as a stopped run does)."""
+    from deviceq.host.runners import Outcome
+
+    if task.cancel.wait(float(task.goal)):
+        return Outcome.failure("stopped")
+    return None

@@ -229,3 +229,44 @@ def test_explain_task_show_events_and_metric(real_fleet: Fleet) -> None:
     fleet.admin.set_config("max_preemptions_per_minute", 10)
     fleet.admin.add_priority_class("nightly", 1, preemptible=False)
     assert "no running task can be preempted" in explain(fleet.admin, other).summary
+
+
+def test_the_dashboard_marks_both_tasks(real_fleet: Fleet, redis_url: str) -> None:
+    import threading
+    import time
+    import urllib.request
+
+    import uvicorn
+
+    from deviceq import Client
+    from deviceq.dashboard import create_app
+    from harness import free_port
+
+    fleet = real_fleet
+    sched, running = busy_lab(fleet, 1)
+    urgent = fleet.client.submit("u", driver_type="android", priority_class="release-blocker")
+    assert sched.assign().preempted == 1
+    victim = running["p1"]
+    port = free_port()
+    app = create_app(Client(redis_url, fleet.pool))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline, "the dashboard did not start"
+            time.sleep(0.05)
+
+        def get(path: str) -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+                return str(resp.read().decode())
+
+        assert f'id="preempting" href="/tasks/{victim}"' in get(f"/tasks/{urgent}")
+        assert f'id="preempted-by" href="/tasks/{urgent}"' in get(f"/tasks/{victim}")
+        rows = get("/tasks")
+        assert f'title="preempting task {victim}"' in rows
+        assert f'title="preempted by task {urgent}"' in rows
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -308,6 +308,7 @@ class ScheduledTask(BaseModel):
     # the task that preempted its latest preempted run (or is preempting its run now)
     preempted_by: str | None = None
     preemptions: int = 0  # times it was preempted (max_preemptions_per_task)
+    preempting: str | None = None  # the task whose run it preempted, until it gets the device
     retry_of: str | None = None  # submitted by `Client.retry` of this task
     rerun_by: str | None = None  # the latest task `Client.retry` submitted for this one
     submitted_by: str | None = None  # who submitted it, when recorded (a dashboard user)

@@ -126,6 +126,7 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "priority_class": g("class") or None,
         "preempted_by": g("preempted_by") or g("preempt_by") or None,
         "preemptions": int(g("preemptions") or 0),
+        "preempting": (g("preempting_task") or None) if g("preempting") else None,
         "retry_of": g("retry_of") or None,
         "rerun_by": g("rerun_by") or None,
         "submitted_by": g("submitted_by") or None,
