@@ -5,6 +5,8 @@ no attempt used, no device failure), and the hand-over only once the preempted r
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from conftest import Fleet
@@ -270,3 +272,40 @@ def test_the_dashboard_marks_both_tasks(real_fleet: Fleet, redis_url: str) -> No
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_the_command_line(cli: Any, real_r: Any, pool: str) -> None:
+    import json
+
+    from deviceq.core.keys import Keys
+
+    out = cli("priority-class", "add", "release-blocker", "--priority", "9", "--preempts",
+              "--not-preemptible", "--grace", "2.5")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "priority 9, preempts lower priorities, not preemptible" in out.output
+    assert cli("priority-class", "add", "nightly", "--priority", "1").exit_code == 0
+    listed = json.loads(cli("priority-class", "list", "--json").output)
+    assert [(c["name"], c["priority"], c["preempts"], c["preemptible"], c["grace"])
+            for c in listed] == [("release-blocker", 9, True, False, 2.5),
+                                 ("nightly", 1, False, True, 30.0)]  # fmt: skip
+    table = cli("priority-class", "list").output
+    assert table.splitlines()[0].split() == ["NAME", "PRIORITY", "PREEMPTS", "PREEMPTIBLE", "GRACE"]
+    tid = cli("submit", "hello", "--class", "release-blocker").output.strip().splitlines()[-1]
+    assert real_r.hget(Keys(pool).task(tid), "class") == "release-blocker"
+    shown = json.loads(cli("task", "show", tid, "--json").output)
+    assert (shown["priority_class"], shown["priority"]) == ("release-blocker", 9)
+    added = cli("schedule", "add", "nightly-run", "soak", "--cron", "@daily", "--class", "nightly",
+                "--json")  # fmt: skip
+    assert added.exit_code == 0 and json.loads(added.output)["spec"]["priority_class"] == "nightly"
+    # bad input: one line, exit 2, nothing written
+    before = real_r.hgetall(Keys(pool).pclasses)
+    for args in (("add", "x", "--priority", "10"), ("add", "x"), ("add", "bad name", "--priority",
+                 "1"), ("add", "x", "--priority", "0", "--preempts"), ("add", "x", "--priority",
+                 "1", "--grace", "-1")):  # fmt: skip
+        res = cli("priority-class", *args)
+        assert res.exit_code == 2, (args, res.output)
+    assert real_r.hgetall(Keys(pool).pclasses) == before
+    res = cli("submit", "x", "--class", "nope")
+    assert res.exit_code != 0 and "no priority class 'nope'" in res.output
+    assert cli("priority-class", "remove", "nightly").exit_code == 0
+    assert cli("priority-class", "remove", "nightly").exit_code != 0

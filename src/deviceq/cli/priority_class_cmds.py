@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from ..core.errors import InvalidInput
 from .app import main
 from .context import Ctx, pass_ctx
 from .render import echo_json
@@ -72,9 +73,12 @@ def class_add(
       deviceq priority-class add nightly --priority 1 --grace 10
       deviceq priority-class add release-blocker --priority 9 --preempts --not-preemptible
     """
-    c = ctx.admin.add_priority_class(
-        name, priority, preempts=preempts, preemptible=preemptible, grace=grace
-    )
+    try:
+        c = ctx.admin.add_priority_class(
+            name, priority, preempts=preempts, preemptible=preemptible, grace=grace
+        )
+    except InvalidInput as exc:  # bad input: one line, exit 2, nothing written
+        raise click.UsageError(str(exc)) from None
     if as_json:
         echo_json(c.as_dict())
     else:
@@ -128,7 +132,11 @@ def class_remove(ctx: Ctx, name: str) -> None:
     Example:
       deviceq priority-class remove nightly
     """
-    if ctx.admin.remove_priority_class(name):
+    try:
+        removed = ctx.admin.remove_priority_class(name)
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from None
+    if removed:
         click.echo(f"priority class {name}: removed")
     else:
         raise click.ClickException(f"no priority class {name}")
