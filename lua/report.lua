@@ -144,6 +144,7 @@ for i = 0, n - 1 do
       drop_lease(id, t)
       release_device(t.device_id, id, nil)
       close_attempt(id, t.attempt, 'preempted', {preempted_by = t.preempt_by,
+        error = payload ~= '' and tail(payload, 2000) or nil,
         dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil})
       redis.call('HINCRBY', k('task', id), 'preempted', 1)
       redis.call('HSET', k('task', id), 'preempted_by', t.preempt_by)

@@ -222,6 +222,7 @@ class Preemptor:
         self.keys = store.keys
         self._classes: dict[str, PriorityClass] = {}
         self._read_at = float("-inf")
+        self._handover_at = float("-inf")  # when hand-overs were last looked for
 
     def classes(self) -> dict[str, PriorityClass]:
         """The pool's classes (read again after ``CLASSES_TTL``)."""
@@ -235,6 +236,10 @@ class Preemptor:
         """Give each device whose preempted run has ended to the task that preempted it (one
         ``assign.lua`` call). Returns the (task, device, lease) assigned."""
         k = self.keys
+        now = time.monotonic()
+        if not self.classes() and now - self._handover_at < CLASSES_TTL:
+            return []  # a pool without classes: looked at once a CLASSES_TTL (a class removed)
+        self._handover_at = now
         waiting = [_s(u) for u in self.r.zrange(k.preempt_handover, 0, HANDOVER_SCAN - 1)]
         if not waiting or fence == "":
             return []
