@@ -6,8 +6,9 @@ near the heads of the buckets of a priority some preempting class has: the victi
 shortest-running preemptible task (the newest in ``preemptible``, ties: the lowest priority)
 on a device satisfying the urgent task's constraints. ``lua/preempt.lua`` commits each decision,
 checking everything again atomically and fenced by the leader's epoch; the victim's host stops
-the run (its renewal answers ``preempt:GRACE_MS``) and reports ``preempted``. At the start of
-every pass the devices so freed are given to the tasks that preempted them
+the run (its renewal answers ``preempt:GRACE_MS``) and reports ``preempted``. In every pass
+with something queued, before placing, the devices so freed are given to the tasks that
+preempted them
 (`Preemptor.hand_over`), and ``assign.lua`` refuses them to anyone else meanwhile: the device is
 never given away before the preempted run has stopped.
 
@@ -222,7 +223,6 @@ class Preemptor:
         self.keys = store.keys
         self._classes: dict[str, PriorityClass] = {}
         self._read_at = float("-inf")
-        self._handover_at = float("-inf")  # when hand-overs were last looked for
 
     def classes(self) -> dict[str, PriorityClass]:
         """The pool's classes (read again after ``CLASSES_TTL``)."""
@@ -236,10 +236,6 @@ class Preemptor:
         """Give each device whose preempted run has ended to the task that preempted it (one
         ``assign.lua`` call). Returns the (task, device, lease) assigned."""
         k = self.keys
-        now = time.monotonic()
-        if not self.classes() and now - self._handover_at < CLASSES_TTL:
-            return []  # a pool without classes: looked at once a CLASSES_TTL (a class removed)
-        self._handover_at = now
         waiting = [_s(u) for u in self.r.zrange(k.preempt_handover, 0, HANDOVER_SCAN - 1)]
         if not waiting or fence == "":
             return []
