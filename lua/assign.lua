@@ -25,7 +25,10 @@
 --          gen/args/assign): one cmsgpack array of n * PAIR_N values, pair after pair:
 --   task_id    a queued task
 --   device_id  the device it goes to
+-- A task of a priority class joins `preemptible` (by assignment time); a task that preempted
+-- a run is given that device once it is free (or another: its hold is then dropped).
 -- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID,
+--          preemptible, preempt:handover,
 --          LIMIT_COUNTERS (lib/limits), task:ID:attempts, device:ID, idle, idle:c:*,
 --          queue:SIG, sig:SIG, queues, status:*, leases, avoid, deadlines, host:ID:inbox,
 --          host:ID:wake, events
@@ -36,7 +39,8 @@
 --          device_not_idle device_quarantined device_held device_booked (reserved for a
 --          person, device_reserve.lua) device_checking device_unhealthy (a health check
 --          runs on it / failed: device_health.lua) host_dead host_draining
---          host_suspect driver_type_mismatch missing_tag:TAG pool_paused (every pair of a
+--          host_suspect driver_type_mismatch missing_tag:TAG device_preempted (the device is
+--          held for the queued task that preempted its last run: preempt.lua) pool_paused (every pair of a
 --          fenced batch while the pool is paused: pool_pause.lua), or a declared limit's
 --          NAME_cap (one more lease would break it, e.g. host_cap, tenant_cap: see
 --          lib/limits.lua and deviceq.core.limits)
@@ -66,15 +70,39 @@ local now_s, expires_s = now_str(), I(now + claim_ms)
 local out, hosts_ok, inboxes, touched = {}, {}, {}, {}
 -- the limits' counts of this call's leases are written once per field, at the end
 limits_defer()
+-- a device held for the task that preempted its run (preempt.lua): true when it is held for
+-- another task, still queued and waiting for it; a hold whose task left the queue (or is not
+-- `queued`, the task asking) is dropped
+local function drop_hold(uid, did)
+  redis.call('HDEL', k('device', did), 'preempt_for')
+  redis.call('ZREM', k('preempt', 'handover'), uid)
+end
+local function held_for(did, id, queued)
+  local pf = redis.call('HGET', k('device', did), 'preempt_for')
+  if not pf or pf == '' then return false end
+  if pf == id then
+    if not queued then drop_hold(pf, did) end
+    return false
+  end
+  local h = redis.call('HMGET', k('task', pf), 'status', 'preempting')
+  if h[1] == 'queued' and h[2] == did then return true end
+  drop_hold(pf, did)
+  return false
+end
 local function check(id, did)
   if not valid_id(id) or not valid_id(did) then return nil, 'invalid_id' end
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at',
-    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant', 'roles', 'gang', 'pin')
+    'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant', 'roles', 'gang', 'pin', 'class',
+    'preempting')
   if not t[1] then return nil, 'task_not_found' end
   if (t[12] or '') ~= '' or (t[13] or '') ~= '' then return nil, 'task_multi_device' end
-  if t[1] ~= 'queued' then return nil, 'task_not_queued' end
+  if t[1] ~= 'queued' then
+    held_for(did, id, false)
+    return nil, 'task_not_queued'
+  end
   if (t[14] or '') ~= '' and t[14] ~= did then return nil, 'task_pinned' end
+  if held_for(did, id, true) then return nil, 'device_preempted' end
   local d, bad = device_assignable(did, hosts_ok)
   if not d then return nil, bad end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
@@ -110,6 +138,14 @@ for i = 0, n - 1 do
     -- a queue deadline applies while queued only (requeue files it again)
     if v.t[10] and v.t[10] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     redis.call('ZADD', k('leases'), expires_s, id)
+    if (v.t[15] or '') ~= '' then redis.call('ZADD', k('preemptible'), now_s, id) end
+    if (v.t[16] or '') ~= '' then  -- it preempted a run: its hold (on this device or another) ends
+      if redis.call('HGET', k('device', v.t[16]), 'preempt_for') == id then
+        redis.call('HDEL', k('device', v.t[16]), 'preempt_for')
+      end
+      redis.call('ZREM', k('preempt', 'handover'), id)
+      redis.call('HSET', k('task', id), 'preempting', '')
+    end
     limits_count(host_id, v.t[11], 1)
     redis.call('HSET', k('device', did), 'reserved_by', id, 'lease_id', lease, 'last_assigned_at',
       now_s)

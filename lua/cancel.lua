@@ -19,7 +19,7 @@
 --          recorded); carried as `by` by the cancel_requested / cancelled event]
 -- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, deadlines,
 --          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, idle:c:*, status:*, retries,
---          LIMIT_COUNTERS, gangs, task:ID.ROLE, device:ID:history, events, sched:wake; reads
+--          LIMIT_COUNTERS, preemptible, gangs, task:ID.ROLE, device:ID:history, events, sched:wake; reads
 --          config
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)
 -- Errors   NOT_FOUND (no such task), INVALID (malformed id or reason).

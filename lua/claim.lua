@@ -21,7 +21,7 @@
 -- ARGV     host_id token session max(1..1000) [budget_us(1..10000000)]
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
---          deadlines, avoid, idle, idle:c:*, LIMIT_COUNTERS, host:ID:held_devices,
+--          deadlines, avoid, idle, idle:c:*, LIMIT_COUNTERS, preemptible, host:ID:held_devices,
 --          device:ID:history, sched:wake; reads config
 -- Returns  {lease_ms, task1, task2, ...[, 'more']}: the lease length granted and the claimed
 --          tasks, each a flat field/value array of the task hash as read, then the fields the

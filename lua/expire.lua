@@ -41,7 +41,7 @@
 -- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, device:ID,
 --          host:ID, host:ID:inbox, host:ID:held_devices, idle, idle:c:*, queue:SIG, sig:SIG,
 --          queues, status:*, deadlines,
---          avoid, bookings, retries, LIMIT_COUNTERS, gangs, host:ID:ctl, events, sched:wake,
+--          avoid, bookings, retries, LIMIT_COUNTERS, preemptible, gangs, host:ID:ctl, events, sched:wake,
 --          device:ID:history, device:ID:log
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
 --          reservations are not counted: each is a reservation_expired event); more is 1 when

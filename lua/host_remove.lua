@@ -15,7 +15,7 @@
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:inbox, host:ID:wake, host:ID:ctl,
 --          host:ID:quarantined, host:ID:held_devices, host:ID:sync, host:ID:leftout,
 --          device:ID, device:ID:history, device:ID:log, devices, idle, idle:c:*, bookings, faults, caps,
---          drivers, qdrivers, hosts, devgen, events; with force also task:ID,
+--          drivers, qdrivers, hosts, devgen, events; with force also task:ID, preemptible,
 --          task:ID:attempts, task:ID:goal, leases, status:*, queue:SIG, sig:SIG, queues,
 --          deadlines, avoid, retries, gangs, LIMIT_COUNTERS, sched:wake, host:ID:ctl; reads config
 -- Returns  {devices removed, tasks handed back}

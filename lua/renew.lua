@@ -14,7 +14,9 @@
 -- Keys     reads host:ID, task:ID, config; writes task:ID, leases
 -- Returns  per lease a flat triple: {"ok", expires_at_ms, lease_ms} or {"cancel", expires_at_ms,
 --          lease_ms} (renewed, and a cancel was requested: stop the runner and report
---          `cancelled`), or {"lost", REASON, 0} with REASON one of not_found superseded expired
+--          `cancelled`), or {"preempt:GRACE_MS", expires_at_ms, lease_ms} (renewed, and the task
+--          was preempted (preempt.lua): stop the runner, giving it GRACE_MS after its stop signal,
+--          and report `preempted`), or {"lost", REASON, 0} with REASON one of not_found superseded expired
 --          gang_ended (another part of its multi-device task ended) finished not_owner: the
 --          lease is gone and the worker must stop that runner and report nothing.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
@@ -38,7 +40,7 @@ for i = 0, n - 1 do
   local id, lease = A[i * LEASE_N + LEASE_TASK_ID], A[i * LEASE_N + LEASE_LEASE_ID]
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'lease_id', 'host_id', 'lease_expires_at',
-    'cancel_requested', 'session', 'gang')
+    'cancel_requested', 'session', 'gang', 'preempt_by', 'preempt_grace_ms')
   local reason
   if not t[1] then reason = 'not_found'
   elseif TERMINAL[t[1]] then reason = t[2] == lease and 'finished' or 'superseded'
@@ -54,7 +56,9 @@ for i = 0, n - 1 do
   else
     redis.call('HSET', tk, 'lease_expires_at', expires_s, 'renewed_at', now_str())
     redis.call('ZADD', k('leases'), expires_s, id)
-    out[#out + 1] = t[5] == '1' and 'cancel' or 'ok'
+    if t[5] == '1' then out[#out + 1] = 'cancel'
+    elseif (t[8] or '') ~= '' then out[#out + 1] = 'preempt:' .. (t[9] or '0')
+    else out[#out + 1] = 'ok' end
     out[#out + 1] = expires_s
     out[#out + 1] = ttl
   end

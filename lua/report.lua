@@ -19,10 +19,13 @@
 --- @include "lib/handback"
 --- @include "gen/args/report"
 --- @include "gen/bounds"
--- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), or released
--- (handed back: see hand_back in lib/handback.lua). Only the current lease, claimed by the caller's
--- current session, may report; a lease past its expiry that the expiry scan has not ended yet
--- is still current (the scan decides).
+-- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), released
+-- (handed back: see hand_back in lib/handback.lua), or preempted (its run stopped because
+-- preempt.lua gave the device to an urgent task: the attempt ends `preempted`, the task is
+-- queued again at its original place, and neither its attempts (field `preempted`, not counted
+-- as used) nor the device's failure count move; the device is free, held for the urgent
+-- task). Only the current lease, claimed by the caller's current session, may report; a lease
+-- past its expiry that the expiry scan has not ended yet is still current (the scan decides).
 -- A failure counts against the device (toward quarantine_after) only when it is the device's:
 -- failure_kind infrastructure, runner_error (the runner crashed) or timeout; a task's own
 -- failure (runner_failed, rejected) never does. Automatic quarantine takes at most
@@ -43,18 +46,19 @@
 --          report:
 --   task_id       the task
 --   lease_id      the lease it ends
---   outcome       done | failed | cancelled | released
+--   outcome       done | failed | cancelled | released | preempted
 --   failure_kind  failed: runner_failed | runner_error | timeout | rejected | infrastructure;
 --                 '' otherwise
 --   payload       result or error, at most 65536 bytes
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
---          status:*, qdrivers, LIMIT_COUNTERS, events,
+--          status:*, qdrivers, LIMIT_COUNTERS, preemptible, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
 --          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
---          of not_found superseded not_owner expired already_terminal cancel_not_requested.
+--          of not_found superseded not_owner expired already_terminal cancel_not_requested
+--          preempt_not_requested.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
 --          INVALID (bad outcome, failure_kind or arguments; nothing is written).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
@@ -140,9 +144,24 @@ for i = 0, n - 1 do
     out[#out + 1] = 'rejected:superseded'
   elseif outcome == 'cancelled' and t.cancel_requested ~= '1' then
     out[#out + 1] = 'rejected:cancel_not_requested'
+  elseif outcome == 'preempted' and (t.preempt_by or '') == '' then
+    out[#out + 1] = 'rejected:preempt_not_requested'
   else
     freed = true
-    if outcome == 'released' then
+    if outcome == 'preempted' then
+      local old = t.status
+      drop_lease(id, t)
+      release_device(t.device_id, id, nil)
+      close_attempt(id, t.attempt, 'preempted', {preempted_by = t.preempt_by,
+        error = payload ~= '' and tail(payload, 2000) or nil,
+        dispatched_at = old == 'dispatched' and tonumber(t.dispatched_at) or nil})
+      redis.call('HINCRBY', k('task', id), 'preempted', 1)
+      redis.call('HSET', k('task', id), 'preempted_by', t.preempt_by)
+      requeue(id, t, old)
+      emit('requeued', 'task', id, 'attempt', t.attempt or '0', 'reason', 'preempted by ' ..
+        t.preempt_by, 'preempted_by', t.preempt_by, 'device', t.device_id or '')
+      out[#out + 1] = 'ok:queued'
+    elseif outcome == 'released' then
       out[#out + 1] = 'ok:' .. hand_back(id, t, payload ~= '' and payload or 'handed back', false)
     else
       local old = t.status

@@ -49,6 +49,8 @@
 --   pin              optional, a device id: the task runs on that device only and waits for it
 --                    (a bucket of its own: signature in lib/constraints.lua; assign.lua refuses
 --                    any other device); not with roles
+--   class            optional, an id: its priority class (deviceq.core.priority_classes; the
+--                    caller gives the class's priority as its priority)
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -133,6 +135,9 @@ local function check(b)
   local by, tp = A[b + TASK_BY], A[b + TASK_TRACEPARENT]
   if by and not valid_id(by) then
     return fail('INVALID', 'malformed submitter (by)')
+  end
+  if A[b + TASK_CLASS] and not valid_id(A[b + TASK_CLASS]) then
+    return fail('INVALID', 'malformed priority class')
   end
   if tp and (type(tp) ~= 'string' or not tp:match('^00%-' .. ('[0-9a-f]'):rep(32) ..
       '%-' .. ('[0-9a-f]'):rep(16) .. '%-[0-9a-f][0-9a-f]$')) then
@@ -280,6 +285,7 @@ for i = 0, n - 1 do
     index_status(id, nil, 'queued', seq_s)
     local tp = A[b + TASK_TRACEPARENT]
     if tp then redis.call('HSET', tk, 'traceparent', tp) end
+    if A[b + TASK_CLASS] then redis.call('HSET', tk, 'class', A[b + TASK_CLASS]) end
     local by = A[b + TASK_BY]
     if by then
       redis.call('HSET', tk, 'submitted_by', by)

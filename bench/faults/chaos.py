@@ -16,7 +16,13 @@ At the end (all bounded by ``--max-seconds``): every task terminal, none lost, n
 no task ran two things at once (the runners' locks and log), and ``deviceq.verify`` finds
 no violation. Prints the figures (``--json``: one object) and exits 1 when a check fails.
 
+With ``--preempt`` the tasks are of priority classes: ``routine`` ones (preemptible, 1 s grace,
+runs of 1-3 s) and every tenth an ``urgent`` one (it preempts, runs 0.1-0.3 s), so urgent tasks
+preempt routine ones throughout the faults; then also no preempted attempt may have cost a
+task one of its attempts (a failed task spent all of them on runs that were not preempted).
+
     python -m bench.faults.chaos [--tasks 1000] [--hosts 4] [--devices 4] [--every 3] [--json]
+        [--preempt]
 """
 
 from __future__ import annotations
@@ -67,6 +73,9 @@ class Figures:
     faults: dict[str, int] = field(default_factory=dict)
     redis_restarts: int = 0
     late_reports_rejected: int = 0
+    preempted: int = 0  # attempts ended preempted
+    preempted_tasks: int = 0
+    attempt_losses: list[str] = field(default_factory=list)  # preemptions that cost an attempt
     runs: int = 0
     lost: list[str] = field(default_factory=list)
     not_terminal: list[str] = field(default_factory=list)
@@ -79,7 +88,10 @@ class Figures:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.not_terminal or self.overlaps or self.violations)
+        return not (
+            self.lost or self.not_terminal or self.overlaps or self.violations
+            or self.attempt_losses
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -93,6 +105,8 @@ class Figures:
                 f"runs started {self.runs}",
                 f"faults: {self.faults}; redis restarts {self.redis_restarts}; "
                 f"late reports rejected {self.late_reports_rejected}",
+                f"preempted attempts {self.preempted} of {self.preempted_tasks} tasks; "
+                f"attempts lost to preemption {len(self.attempt_losses)}",
                 f"lost {len(self.lost)}, not terminal {len(self.not_terminal)}, "
                 f"overlaps {len(self.overlaps)}, violations {len(self.violations)}",
                 f"redis memory: peak {self.peak_memory_bytes / mib:.1f} MiB, "
@@ -104,7 +118,7 @@ class Figures:
 
     def problems(self) -> list[str]:
         out = []
-        for name in ("lost", "not_terminal", "overlaps", "violations"):
+        for name in ("lost", "not_terminal", "overlaps", "violations", "attempt_losses"):
             items = getattr(self, name)
             if items:
                 out.append(f"{name}: {items[:5]}")
@@ -211,15 +225,18 @@ class Soak:
 
     # -- the run ---------------------------------------------------------------------------
     def submit(self, start: int, n: int) -> list[str]:
-        specs = [
-            {
-                "goal": f"{self.rng.uniform(*self.args.run_seconds):.2f}",
-                "driver_type": DRIVER,
-                "idempotency_key": f"chaos-{i}",
-            }
-            for i in range(start, start + n)
-        ]
+        specs = [self.spec(i) for i in range(start, start + n)]
         return patient(lambda: self.client.submit_many(specs))
+
+    def spec(self, i: int) -> dict[str, Any]:
+        seconds = self.args.run_seconds
+        spec: dict[str, Any] = {"driver_type": DRIVER, "idempotency_key": f"chaos-{i}"}
+        if self.args.preempt:
+            urgent = i % 10 == 9
+            spec["priority_class"] = "urgent" if urgent else "routine"
+            seconds = (0.1, 0.3) if urgent else (1.0, 3.0)
+        spec["goal"] = f"{self.rng.uniform(*seconds):.2f}"
+        return spec
 
     def pending(self) -> int:
         counts = patient(self.client.counts)
@@ -234,6 +251,10 @@ class Soak:
         began = time.monotonic()
         for key, value in SETTINGS.items():
             self.admin.set_config(key, value)
+        if self.args.preempt:
+            self.admin.set_config("max_preemptions_per_minute", 10_000)
+            self.admin.add_priority_class("routine", 1, grace=1.0)
+            self.admin.add_priority_class("urgent", 9, preempts=True, preemptible=False)
         for h in self.hosts:
             self.start_host(h)
         self.start_scheduler("s1")
@@ -273,6 +294,9 @@ class Soak:
         attempts: Counter[int] = Counter()
         tasks = patient(lambda: self.client.get_many(ids))
         found = {t.id for t in tasks}
+        # attempts that ended preempted (field `preempted`: they use none of max_attempts)
+        pre = patient(lambda: [self.r.hget(self.admin.keys.task(t.id), "preempted") for t in tasks])
+        preempted_of = {t.id: int(n or 0) for t, n in zip(tasks, pre, strict=True)}
         fig.lost = [tid for tid in ids if tid not in found]
         for task in tasks:
             statuses[task.status.value] += 1
@@ -280,7 +304,14 @@ class Soak:
                 fig.not_terminal.append(task.id)
             if task.failure_kind:
                 kinds[task.failure_kind.value] += 1
-            attempts[task.attempt - task.handbacks] += 1
+            preempted = preempted_of[task.id]
+            used = task.attempt - task.handbacks - preempted
+            attempts[used] += 1
+            if preempted:
+                fig.preempted += preempted
+                fig.preempted_tasks += 1
+                if task.status is TaskStatus.failed and used < task.max_attempts:
+                    fig.attempt_losses.append(f"{task.id}: failed after {used} counted attempts")
         fig.tasks = len(ids)
         fig.statuses, fig.failure_kinds = dict(statuses), dict(kinds)
         fig.attempts = dict(attempts)
@@ -307,6 +338,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=11, help="random seed (default 11)")
     ap.add_argument("--max-seconds", type=float, default=900.0, help="give up after (900)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    ap.add_argument(
+        "--preempt",
+        action="store_true",
+        help="routine and urgent priority classes: urgent tasks preempt routine ones",
+    )
     args = ap.parse_args(argv)
     if args.tasks < 1 or args.hosts < 2 or args.devices < 1 or args.every <= 0:
         ap.error("need --tasks >= 1, --hosts >= 2, --devices >= 1, --every > 0")

@@ -32,3 +32,13 @@ async def hold_async(task: object) -> None:
 async def hold_goal_async(task: Any) -> None:
     """`hold_goal` as an async runner: await the seconds its goal gives."""
     await asyncio.sleep(float(task.goal))
+
+
+def hold_goal_stoppable(task: Any) -> Any:
+    """Run one task: wait the seconds its goal gives, or until it is told to stop (a cancel or
+    a preemption: then it fails at once, as a stopped run does)."""
+    from deviceq.host.runners import Outcome
+
+    if task.cancel.wait(float(task.goal)):
+        return Outcome.failure("stopped")
+    return None

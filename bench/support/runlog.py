@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,12 @@ def main() -> int:
     who = f"{device}/{task}/{os.getpid()}"
     locks = [hold("device-" + device, who), hold("task-" + task, who)]
     note(f"start {device} {task} {os.getpid()} {time.time():.6f}")
+
+    def stopped(signum: int, _frame: object) -> None:  # (SIGTERM: a cancel or a preemption)
+        note(f"end {device} {task} {os.getpid()} {time.time():.6f}")
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stopped)
     time.sleep(seconds)
     note(f"end {device} {task} {os.getpid()} {time.time():.6f}")
     del locks

@@ -4,10 +4,11 @@
 -- lib/leases.lua: the end of a lease: out of the lease index (and an unclaimed one out of its
 -- host's inbox), out of the limits' counts (lib/limits), its device released.
 
--- end the active lease of task `id` (fields t): out of the lease index, off the host's inbox
--- if it was not claimed yet
+-- end the active lease of task `id` (fields t): out of the lease index (and the index of
+-- preemptible running tasks), off the host's inbox if it was not claimed yet
 local function drop_lease(id, t)
   redis.call('ZREM', k('leases'), id)
+  if (t.class or '') ~= '' then redis.call('ZREM', k('preemptible'), id) end
   limits_count(t.host_id, t.tenant, -1)
   if t.status == 'assigned' and t.host_id and t.host_id ~= '' then
     redis.call('LREM', k('host', t.host_id, 'inbox'), '0', id)

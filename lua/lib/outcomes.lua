@@ -21,6 +21,7 @@ local gang_end  -- (below) a gang's attempt ends with one of its parts
 local function requeue(id, t, old, delay_ms)
   redis.call('HSET', k('task', id), 'status', 'queued', 'host_id', '', 'device_id', '', 'lease_id', '',
     'lease_expires_at', '', 'session', '', 'updated_at', now_str())
+  if (t.preempt_by or '') ~= '' then redis.call('HSET', k('task', id), 'preempt_by', '') end
   if (t.gang or '') ~= '' then  -- a part: its whole gang is retried
     gang_end(t.gang, id, 'retry', nil, nil, delay_ms)
     return

@@ -40,9 +40,11 @@ end
 
 -- the delay (ms) before retrying task t (fields of load_task) after it failed with `kind`, or
 -- nil when it is not retried: no attempts left, or `kind` not in its retry_on (the task's own,
--- else the pool's). Returns also the number of attempts used.
+-- else the pool's). Returns also the number of attempts used (hand-backs and preempted
+-- attempts use none).
 local function retry_delay(t, kind)
   local used = (tonumber(t.attempt) or 0) - (tonumber(t.handbacks) or 0)
+    - (tonumber(t.preempted) or 0)
   if used >= (tonumber(t.max_attempts) or 1) then return nil, used end
   local on = retry_kinds(t.retry_on or '') or retry_kinds(cfg_text('retry_on'))
     or retry_kinds(text_default('retry_on'))

@@ -102,6 +102,15 @@ class Pool:
         ScheduleStore(self.r, self.keys).add("nightly", "0 2 * * *", {"goal": "nightly run"})
         self.r.set(self.keys.leader, "owner-1:7")
 
+    def with_classes(self) -> None:
+        """The running task of a preemptible class, a queued android one of a
+        class that preempts, d1 running it, a scheduler leading with epoch 7 (for preempt)."""
+        self.r.hset(self.keys.pclasses, mapping={"low": "1:0:1:5000", "high": "9:1:0:0"})
+        self.urgent = self.client.submit("urgent", driver_type="android")
+        self.r.hset(self.keys.task(self.run), mapping={"class": "low", "priority": "1"})
+        self.r.hset(self.keys.task(self.urgent), mapping={"class": "high", "priority": "9"})
+        self.r.set(self.keys.leader, "owner-1:7")
+
     def valid(self, name: str) -> list[Any]:
         """A valid call of script ``name``: its arguments, packed items as a list of their
         values (`wire` packs them; the fuzzing mutates each value)."""
@@ -144,6 +153,8 @@ class Pool:
             "suite_shard": ["", "su1", "0", "done", "d1", "", "2", "t1", "passed", "1200", "",
                             "t2", "failed", "", "boom"],
             "suite_cancel": ["su1"],
+            # (the leader of epoch 7: see with_classes)
+            "preempt": ["7", getattr(self, "urgent", self.queued), run, "d1"],
         }[name]  # fmt: skip
 
 
@@ -242,6 +253,8 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
             pool.r.zadd(pool.keys.leases, {pool.run: 1})
         if name == "schedule_fire":  # a schedule, and a leader to fire it
             pool.with_schedule()
+        if name == "preempt":  # classes, and a leader to decide
+            pool.with_classes()
         before = dump(pool.r, pool.keys)
         pool.scripts[name](keys=[pool.keys.prefix], args=wire(pool.valid(name)))
         check_pool(pool.r, pool.keys)

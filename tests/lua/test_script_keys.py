@@ -198,6 +198,21 @@ def exercise(url: str, pool: str) -> None:
     assert store.commit_gang(g2, ["d4"]) == "ok:1"
     h3.claim(5)
     assert client.cancel(g2) == "cancelled"
+    # preemption: a running task of a preemptible class stopped for an urgent one
+    # (preempt.lua), reported preempted, its device given to the urgent task
+    admin.add_priority_class("low", 1)
+    admin.add_priority_class("high", 9, preempts=True)
+    low = client.submit("preemptible", driver_type="web", priority_class="low")
+    assert store.commit([(low, "d4")])[0].startswith("ok:")
+    assert [a.task.id for a in h3.claim(1)] == [low]
+    high = client.submit("urgent", driver_type="web", priority_class="high")
+    epoch = store.lead("sched-2", 5000).epoch
+    assert store.preempt(high, low, "d4", epoch) == "ok"
+    lease = client.get(low).lease_id or ""
+    assert [x.status for x in h3.renew([(low, lease)])] == ["preempt:30000"]
+    assert h3.report(low, lease, "preempted") == "ok:queued"
+    assert store.commit([(high, "d4")], epoch)[0].startswith("ok:")
+    store.step_down("sched-2")
     # a device removed while it runs (its task handed back), then its host with the rest
     t9 = client.submit("on a device that is removed", driver_type="web")
     store.commit([(t9, "d3")])

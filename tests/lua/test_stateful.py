@@ -249,6 +249,8 @@ class DeviceqMachine(RuleBasedStateMachine):
         )
         if outcome == "cancelled":
             current = current and before.get("cancel_requested") == "1"
+        if outcome == "preempted":  # (only a run the scheduler preempted: preempt.lua)
+            current = current and bool(before.get("preempt_by"))
         reply = parse(res)
         if reply.ok:
             assert current, (res, before)

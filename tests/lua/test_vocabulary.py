@@ -36,7 +36,7 @@ def test_status_groups_are_the_enum_and_its_properties() -> None:
     assert tuple(s.value for s in TaskStatus if s.terminal) == v.TERMINAL_STATUSES
     assert tuple(s.value for s in TaskStatus if s.leased) == v.LEASED_STATUSES
     assert ("queued", *v.LEASED_STATUSES, *v.TERMINAL_STATUSES) == v.STATUSES
-    assert v.REPORT_OUTCOMES == ("done", "failed", "cancelled", "released")
+    assert v.REPORT_OUTCOMES == ("done", "failed", "cancelled", "released", "preempted")
 
 
 def test_failure_kind_groups() -> None:

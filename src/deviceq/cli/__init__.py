@@ -35,6 +35,7 @@ for _module in (
     "pause_cmds",
     "priority_cmds",
     "suite_cmds",
+    "priority_class_cmds",
 ):
     try:
         importlib.import_module(f"{__name__}.{_module}")

@@ -170,6 +170,9 @@ def task_text(data: dict[str, Any]) -> str:
                 value = f"({before} earlier lines not shown)\n{value}"
         rows.append((name, "-" if value in (None, "", []) else str(value)))
     parts = [plain_fields(rows)]
+    if data.get("preempted_by"):
+        stopping = data.get("status") in ("assigned", "dispatched")
+        parts[0] += f"\n{'being preempted' if stopping else 'preempted'} by {data['preempted_by']}"
     if data.get("attempt"):
         parts[0] += f"\nthe whole output: deviceq task logs {data['id']}"
     roles = data.get("roles") or {}

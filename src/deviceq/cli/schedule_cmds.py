@@ -18,6 +18,7 @@ from .submit_cmds import warn_unknown_constraints
 SUBMIT_OPTIONS = (
     "workflow_name", "driver_type", "tags", "priority", "max_attempts", "queue_timeout",
     "timeout", "reject_unmatched", "tenant", "retry_on", "retry_backoff", "roles",
+    "priority_class",
 )  # fmt: skip
 """The options of ``deviceq submit`` that ``schedule add`` takes too (the same objects)."""
 

@@ -62,6 +62,13 @@ from .via_api import submit_via_api, via_api
     "(deviceq tenant set), and a tenant's cap on devices held applies.",
 )
 @click.option(
+    "--class",
+    "priority_class",
+    metavar="NAME",
+    help="Its priority class (deviceq priority-class add): the task gets the class's priority "
+    "and, as the class says, may preempt running tasks of a lower priority or be preempted.",
+)
+@click.option(
     "--retry-on",
     metavar="KINDS",
     help="Failure kinds after which it is retried while attempts are left (comma list of "
@@ -116,6 +123,7 @@ def submit(
     timeout: float | None,
     reject_unmatched: bool | None,
     tenant: str | None,
+    priority_class: str | None,
     retry_on: str | None,
     retry_backoff: str | None,
     roles: tuple[str, ...],
@@ -136,6 +144,7 @@ def submit(
       deviceq submit --file tasks.jsonl   # {"goal": "open settings", "tags": ["wifi"]} a line
       deviceq submit "log in on both" --role phone=android:sim --role web=browser
       deviceq submit "nightly soak" --delay 10m      # or --not-before 2026-12-02T02:00:00Z
+      deviceq submit "release smoke test" --class release-blocker
     """
     from .context import said_on_stderr
     from .task_files import submit_file
@@ -174,6 +183,7 @@ def submit(
             retry_backoff=retry_backoff,
             tenant=tenant,
             roles=parse_role_options(roles) if roles else None,
+            priority_class=priority_class,
             not_before=after,
             **({"delay": delay_s} if delay_s is not None else {}),  # (counted by Redis time)
         )

@@ -54,6 +54,20 @@ class PoolConfig(BaseModel):
     claim_ttl: float = Field(
         30.0, ge=1, le=YEAR, description="seconds a host has to claim an assignment"
     )
+    max_preemptions_per_minute: int = Field(
+        10,
+        ge=0,
+        le=10_000,
+        description="running tasks the scheduler may preempt for urgent ones in any minute "
+        "(0 = no preemption)",
+    )
+    max_preemptions_per_task: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="times one task may be preempted; after that it is not preemptible",
+    )
+
     lease_ttl: float = Field(
         60.0, ge=1, le=YEAR, description="seconds a run lease lasts between renewals"
     )

@@ -42,6 +42,19 @@ key                                type       holds
                                               the host's devices (``max_tasks_per_tenant_per_host``)
                                               (each declared limit's count hash:
                                               `deviceq.core.limits`, ``counter``)
+``pclasses``                       hash       class name -> ``PRIO:PREEMPTS:PREEMPTIBLE:MS``
+                                              (priority, 0/1, 0/1, grace in ms; see
+                                              deviceq.core.priority_classes)
+``preemptible``                    zset       leased tasks of a priority class, by the time they
+                                              were assigned (ms): the scheduler reads the newest
+                                              (shortest running) first when looking for a victim;
+                                              assign.lua adds, every lease end removes
+``preempt:handover``               zset       urgent task ids waiting for the device of the task
+                                              they preempted (task field ``preempting``, device
+                                              field ``preempt_for``), by decision time (ms)
+``preempt:recent``                 zset       the preemptions of the last minute (members
+                                              ``VICTIM:MS``, by time), for the pool setting
+                                              ``max_preemptions_per_minute``
 ``avoid``                          hash       queued task id -> ``DEVICES|HOSTS`` (csv) it lost an
                                               attempt on: a retry prefers others (anti-affinity)
 ``status:STATUS``                  zset       task ids by status (queued/active by seq,
@@ -240,6 +253,22 @@ class Keys:
     @property
     def faults(self) -> str:
         return self._k("faults")
+
+    @property
+    def pclasses(self) -> str:
+        return self._k("pclasses")
+
+    @property
+    def preemptible(self) -> str:
+        return self._k("preemptible")
+
+    @property
+    def preempt_handover(self) -> str:
+        return self._k("preempt", "handover")
+
+    @property
+    def preempt_recent(self) -> str:
+        return self._k("preempt", "recent")
 
     @property
     def avoid(self) -> str:

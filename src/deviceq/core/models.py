@@ -197,6 +197,9 @@ class TaskSpec(BaseModel):
     retry_on: str | None = None
     retry_backoff: str | None = None
     tenant: Annotated[str, _named("tenant")] | None = None
+    # a priority class (deviceq.core.priority_classes): the task gets its priority, and may
+    # preempt or be preempted as the class says
+    priority_class: Annotated[str, _named("priority class")] | None = None
     roles: Annotated[dict[str, Role] | None, BeforeValidator(check_roles)] = None
     # a Unix time (seconds): queued, but not assigned before then (submit.lua checks it is at
     # most a year ahead by the server's clock)
@@ -254,6 +257,7 @@ class Attempt(BaseModel):
     expired_in: str | None = None
     retry: str | None = None
     eligible_at: int | None = None
+    preempted_by: str | None = None  # outcome preempted: the task that took its device
 
 
 def _opt_int(v: Any) -> int | None:
@@ -308,6 +312,11 @@ class ScheduledTask(BaseModel):
     retry_backoff: str | None = None
     eligible_at: int | None = None
     tenant: str | None = None
+    priority_class: str | None = None  # its priority class (deviceq.core.priority_classes)
+    # the task that preempted its latest preempted run (or is preempting its run now)
+    preempted_by: str | None = None
+    preemptions: int = 0  # times it was preempted (max_preemptions_per_task)
+    preempting: str | None = None  # the task whose run it preempted, until it gets the device
     retry_of: str | None = None  # submitted by `Client.retry` of this task
     rerun_by: str | None = None  # the latest task `Client.retry` submitted for this one
     submitted_by: str | None = None  # who submitted it, when recorded (a dashboard user)

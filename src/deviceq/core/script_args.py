@@ -152,6 +152,7 @@ SUBMIT = Items(
         text("by", optional=True),
         text("traceparent", optional=True),
         text("pin", optional=True),
+        text("class", optional=True),
     ),
 )
 """submit.lua's tasks."""

@@ -27,6 +27,7 @@ ATTEMPT_DEFAULTS: dict[str, Any] = {
     "expired_in": None,
     "retry": None,
     "eligible_at": None,
+    "preempted_by": None,
 }
 """The fields of an attempt record, in order, with the value of one a record leaves out
 (`Attempt` has the same fields and defaults; the first five are in every record)."""
@@ -122,6 +123,10 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "retry_backoff": g("retry_backoff") or None,
         "eligible_at": _opt_int(g("eligible_at")),
         "tenant": g("tenant") or None,
+        "priority_class": g("class") or None,
+        "preempted_by": g("preempted_by") or g("preempt_by") or None,
+        "preemptions": int(g("preemptions") or 0),
+        "preempting": (g("preempting_task") or None) if g("preempting") else None,
         "retry_of": g("retry_of") or None,
         "rerun_by": g("rerun_by") or None,
         "submitted_by": g("submitted_by") or None,

@@ -102,9 +102,10 @@ can help with, and ``lease_expired`` (the host went silent)."""
 
 del F
 
-REPORT_OUTCOMES: tuple[str, ...] = (*TERMINAL_STATUSES, "released")
-"""What a host's report ends its lease with: a terminal status, or ``released`` (a hand-back:
-the task is queued again)."""
+REPORT_OUTCOMES: tuple[str, ...] = (*TERMINAL_STATUSES, "released", "preempted")
+"""What a host's report ends its lease with: a terminal status, ``released`` (a hand-back:
+the task is queued again) or ``preempted`` (stopped for an urgent task: queued again, the
+attempt not used up)."""
 
 DEVICE_BLOCKERS: tuple[str, ...] = (
     "quarantined", "reserved", "booked", "suspect", "held", "checking", "unhealthy", "busy",
@@ -153,7 +154,7 @@ ASSIGN_REFUSALS: tuple[str, ...] = (
     "device_not_found",
     "device_reserved", "device_not_idle", "device_quarantined", "device_held", "device_booked",
     "device_checking", "device_unhealthy", "host_dead", "host_draining", "host_suspect",
-    "driver_type_mismatch", "missing_tag", "pool_paused", *LIMIT_REASONS,
+    "driver_type_mismatch", "missing_tag", "device_preempted", "pool_paused", *LIMIT_REASONS,
 )  # fmt: skip
 """The reasons of assign.lua's ``err:REASON`` (``missing_tag`` comes as ``missing_tag:TAG``)."""
 GANG_REFUSALS: tuple[str, ...] = (
@@ -172,7 +173,7 @@ PRIORITY_REFUSALS: tuple[str, ...] = (
 """The reasons of task_priority.lua's ``err:REASON``."""
 REPORT_REJECTIONS: tuple[str, ...] = (
     "not_found", "superseded", "not_owner", "expired", "already_terminal",
-    "cancel_not_requested",
+    "cancel_not_requested", "preempt_not_requested",
 )  # fmt: skip
 """The reasons of report.lua's ``rejected:REASON``."""
 LOG_REJECTIONS: tuple[str, ...] = ("not_found", "superseded", "not_owner", "ended")

@@ -73,6 +73,7 @@ class _Watched:
     cancel_event: threading.Event
     deadline: float | None
     on_abandon: Callable[[DispatchOutcome], None] | None
+    grace_of: Callable[[], float | None] | None = None  # the run's stop grace, when told
     cause: str | None = None  # why the runner was told to stop: cancelled | timeout
     told_at: float = 0.0
     finished: bool = False  # the runner returned
@@ -123,7 +124,7 @@ class _Watchdog:
                 if w.cause is None:
                     if w.cancel_event.is_set() or (w.deadline is not None and now >= w.deadline):
                         self._tell(w, now)
-                elif now - w.told_at > self.grace:
+                elif now - w.told_at > self.grace + (w.task.stop_grace or 0.0):
                     self._give_up(w)
             time.sleep(WATCH_EVERY)
 
@@ -133,6 +134,8 @@ class _Watchdog:
             return
         w.cause = "cancelled" if w.cancel_event.is_set() else "timeout"
         w.told_at = now
+        if w.grace_of is not None and w.cause == "cancelled":
+            w.task.stop_grace = w.grace_of()
         w.task.cancel.set()
         w.task.logger.info(f"stopping runner ({w.cause})")
 
@@ -248,6 +251,7 @@ class TaskDispatcher:
         log_sink: LogWriter | None = None,
         artifacts_dir: Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
+        stop_grace: Callable[[], float | None] | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -257,7 +261,9 @@ class TaskDispatcher:
         run's `LeaseClock` (runners outside this process kill the run when it ends
         unrenewed); ``log_sink`` gets the run's output while it runs (``Task.log``, its
         logger's INFO lines, a command's stdout and stderr: the live log); ``progress_sink``
-        gets what it says of its progress (``Task.progress``, checked). An async runner's
+        gets what it says of its progress (``Task.progress``, checked); ``stop_grace``, asked
+        when the run is told to stop, how long the runner gives it after its stop signal
+        (None: the runner's own; a preempted run gets its class's grace). An async runner's
         assignment (`is_async`) goes to `dispatch_async` instead."""
         cancel_event = cancel_event or threading.Event()
         task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
@@ -269,7 +275,7 @@ class TaskDispatcher:
                 return loaded
             definition = loaded
         return self._supervise(task, self._call(task, definition), cancel_event, deadline,
-                               on_abandon)  # fmt: skip
+                               on_abandon, stop_grace)  # fmt: skip
 
     async def dispatch_async(
         self,
@@ -284,6 +290,7 @@ class TaskDispatcher:
         log_sink: LogWriter | None = None,
         artifacts_dir: Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
+        stop_grace: Callable[[], float | None] | None = None,
     ) -> DispatchOutcome:
         """`dispatch` for an assignment whose runner is ``async def`` (`is_async`), awaited on
         the running event loop: no thread of its own. The same watchdog tells it to stop
@@ -301,7 +308,7 @@ class TaskDispatcher:
                 return loaded
             definition = loaded
         return await self._supervise_async(
-            task, self._call(task, definition), cancel_event, deadline, on_abandon
+            task, self._call(task, definition), cancel_event, deadline, on_abandon, stop_grace
         )
 
     def is_async(self, assignment: Assignment) -> bool:
@@ -393,9 +400,10 @@ class TaskDispatcher:
         cancel_event: threading.Event,
         deadline: float | None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
+        stop_grace: Callable[[], float | None] | None = None,
     ) -> DispatchOutcome:
         box: dict[str, Any] = {}
-        w = _Watched(task, cancel_event, deadline, on_abandon)
+        w = _Watched(task, cancel_event, deadline, on_abandon, stop_grace)
 
         def target() -> bool:
             try:
@@ -429,9 +437,10 @@ class TaskDispatcher:
         cancel_event: threading.Event,
         deadline: float | None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
+        stop_grace: Callable[[], float | None] | None = None,
     ) -> DispatchOutcome:
         box: dict[str, Any] = {}
-        w = _Watched(task, cancel_event, deadline, on_abandon)
+        w = _Watched(task, cancel_event, deadline, on_abandon, stop_grace)
 
         async def target() -> bool:
             try:

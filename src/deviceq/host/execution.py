@@ -230,6 +230,7 @@ class Executor:
             "log_sink": run.log.write,
             "artifacts_dir": run.artifacts_dir,
             "progress_sink": self.progress.writer(run.progress),
+            "stop_grace": lambda: run.stop_grace,
         }
 
     def end(self, run: Run, outcome: DispatchOutcome) -> bool:
@@ -348,7 +349,11 @@ class Executor:
         if run.reason in RELEASED_WHY and not out.ok:
             self.release(run, RELEASED_WHY[run.reason])
             return False
-        if run.reason == "cancel" and not out.ok:
+        if run.reason == "preempt" and not out.ok:  # queued again, the attempt not spent
+            report = Report(
+                run.task_id, run.assignment.lease_id, "preempted", None, out.payload or "preempted"
+            )
+        elif run.reason == "cancel" and not out.ok:
             report = Report(
                 run.task_id, run.assignment.lease_id, "cancelled", None, out.payload or "cancelled"
             )

@@ -93,7 +93,7 @@ class Report:
 
     task_id: str
     lease_id: str
-    outcome: str  # done | failed | cancelled | released
+    outcome: str  # done | failed | cancelled | released | preempted
     failure_kind: FailureKind | str | None = None
     payload: str = ""
 

@@ -32,7 +32,8 @@ class Run:
     lease: LeaseClock
     renew_at: float  # time.monotonic() of the next renewal (a third into the lease)
     cancel: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None  # why it was stopped: cancel | lost | expired | drain | removed
+    reason: str | None = None  # why it stopped: cancel | preempt | lost | expired | drain | removed
+    stop_grace: float | None = None  # (preempt) seconds its runner gives it after the stop signal
     after: Run | None = None  # a previous run on the same device still stopping
     ended: LoopEvent = field(default_factory=LoopEvent)  # (awaited by an async run after it)
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)

@@ -192,6 +192,16 @@ class Upkeep:
                         logging.INFO, "cancel requested: stopping runner", **run.fields()
                     )
                     run.stop("cancel")
+                elif ans.status.startswith("preempt:") and run.reason is None:
+                    grace_ms = ans.status.partition(":")[2]
+                    run.stop_grace = int(grace_ms) / 1000 if grace_ms.isdigit() else None
+                    self.state.log(
+                        logging.INFO,
+                        "preempted: stopping runner",
+                        grace_s=run.stop_grace,
+                        **run.fields(),
+                    )
+                    run.stop("preempt")
                 elif ans.lost:
                     self.state.log(
                         logging.WARNING,

@@ -113,6 +113,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "login_attempt": "decr get incr pexpire pttl",
         "pool_pause": "del exists hget lpush ltrim set time xadd",
         "schedule_fire": "get hexists hget hset xadd",
+        "preempt": "exists get hget hmget hset lpush ltrim pexpire time xadd zadd zcard "
+        "zrem zremrangebyscore",
         "task_priority": "del hget hgetall hset lpush ltrim xadd zadd zcard zrange zrem",
         "renew": "hget hmget hset time zadd",
         "log_append": "exists hget hmget pexpire time xadd",
@@ -136,7 +138,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     # schedule_fire claims a schedule's run, submit submits it; suite_shard records a suite's
     # shard (and submit its retry)
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
-                  "submit", "suite_shard"),
+                  "submit", "suite_shard", "preempt"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts", "progress"),
     # task retry submits, task cancel cancels, dispatch commits through assign
@@ -313,7 +315,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                  "deadlines", "avoid", "leases", "device:*", "idle", "idle:c:*",
                  "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
-                 *LIMIT_COUNTERS, "gangs", "suite:*", "suites", "suites:running"),
+                 *LIMIT_COUNTERS, "gangs", "suite:*", "suites", "suites:running",
+                 "preemptible"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
@@ -322,7 +325,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                   "idle:c:*", "bookings", "host:*",
                   "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
-                  "schedules:last", "suite:*", "suites:running", "suite_durations:*"),
+                  "schedules:last", "suite:*", "suites:running", "suite_durations:*",
+                  "preemptible", "preempt:*"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
@@ -332,7 +336,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
              "faults", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
-             "host:*:ctl", "log:*"),
+             "host:*:ctl", "log:*", "preemptible"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write. ``device:*`` covers a

@@ -16,6 +16,7 @@ from ..core.config import PoolConfig
 from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
 from ..core.models import Host, PooledDevice, satisfies
+from ..core.priority_classes import PriorityClass, add_class, all_classes, remove_class
 from ..core.replies import parse
 from ..core.script_args import ASSIGN, TASK_PRIORITY
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
@@ -355,6 +356,32 @@ class PoolAdmin(PoolConnection):
         if not until:
             return None
         return Reservation(device_id, host_id, by or "", int(until), int(at) if at else None)
+
+    # -- priority classes -------------------------------------------------------------------------
+    def add_priority_class(
+        self,
+        name: str,
+        priority: int,
+        *,
+        preempts: bool = False,
+        preemptible: bool = True,
+        grace: float = 30.0,
+    ) -> PriorityClass:
+        """Add (or replace) priority class ``name``: its tasks get ``priority`` (0..9); with
+        ``preempts`` a queued task of it that matches no idle device takes the device of a
+        running ``preemptible`` task of a strictly lower priority, whose run gets ``grace``
+        seconds after its runner's stop signal. Raises InvalidInput (nothing written)."""
+        c = PriorityClass(name, priority, preempts, preemptible, grace)
+        return add_class(self.redis, self.keys, c)
+
+    def remove_priority_class(self, name: str) -> bool:
+        """Forget a priority class (its tasks keep their priority; they neither preempt nor
+        are preempted while it is missing). True if it existed."""
+        return remove_class(self.redis, self.keys, name)
+
+    def priority_classes(self) -> list[PriorityClass]:
+        """Every priority class, highest priority first."""
+        return all_classes(self.redis, self.keys)
 
     # -- tenants ----------------------------------------------------------------------------------
     def set_tenant(self, tenant: str, *, weight: int = 1, max_devices: int = 0) -> TenantInfo:

@@ -21,6 +21,7 @@ from ..core.events import Event, last_event_id, read_events
 from ..core.fleet import read_parts
 from ..core.models import Role, ScheduledTask, TaskSpec, WorkflowDefinition
 from ..core.pacing import pacer_for
+from ..core.priority_classes import resolve_classes
 from ..core.task_record import read_task, with_goal
 from ..core.validation import actor_args, check_text, validate_id
 from ..core.vocabulary import TaskStatus
@@ -113,6 +114,7 @@ class Client(SuiteMethods, Producer):
         roles: Mapping[str, Role | Mapping[str, Any] | str] | None = None,
         not_before: float | None = None,
         delay: float | None = None,
+        priority_class: str | None = None,
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
 
@@ -147,7 +149,11 @@ class Client(SuiteMethods, Producer):
         leader's runner runs the goal once every part is claimed and gets the other roles'
         devices (``task.roles``); the others hold their device meanwhile. Losing any part
         ends the attempt for all. Such a task has no ``driver_type``, ``tags`` or ``tenant``
-        of its own."""
+        of its own.
+
+        ``priority_class`` names a priority class (`PoolAdmin.add_priority_class`): the task
+        gets its priority and, as the class says, may preempt a running task of a lower
+        priority or be preempted by a higher one. NotFound for an unknown class."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -163,6 +169,7 @@ class Client(SuiteMethods, Producer):
                 "retry_on": retry_on,
                 "retry_backoff": retry_backoff,
                 "tenant": tenant,
+                "priority_class": priority_class,
                 "roles": dict(roles) if roles is not None else None,
                 "not_before": not_before_of(not_before, delay, self._server_time_s),
             }
@@ -183,7 +190,7 @@ class Client(SuiteMethods, Producer):
         specs = task_specs(specs)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise InvalidInput(f"chunk must be a positive int, got {chunk!r}")
-        validated = [spec_from(s) for s in specs]
+        validated = resolve_classes(self.redis, self.keys, [spec_from(s) for s in specs])
         pacer = pacer_for(self, "submit", SUBMIT_FIRST, least=SUBMIT_LEAST)
         ids: list[str] = []
         for part in pacer.chunks(validated, chunk):
@@ -200,7 +207,9 @@ class Client(SuiteMethods, Producer):
                 exc.queued_ids = list(ids)
                 raise
             ids += [flat[i] for i in range(0, len(flat), 2)]
-        if self.priority_warnings and any(s.priority and not s.retry_of for s in validated):
+        if self.priority_warnings and any(
+            s.priority and not s.retry_of and not s.priority_class for s in validated
+        ):
             warn_if_ignored(self.redis, self.keys)  # (PriorityIgnored)
         return ids
 

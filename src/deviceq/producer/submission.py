@@ -95,6 +95,7 @@ def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> d
         "by": spec.by or None,
         "traceparent": traceparent or None,
         "pin": spec.pin or None,
+        "class": spec.priority_class or None,
     }
 
 

@@ -75,6 +75,18 @@ class SchedulerClient(PoolConnection):
         args = [str(fence), validate_id(task_id, "task id"), str(len(devices)), packed]
         return str(self._run("gang_assign", args))
 
+    def preempt(self, urgent_id: str, victim_id: str, device_id: str, fence: int | str) -> str:
+        """Let queued task ``urgent_id`` take ``device_id`` from ``victim_id``, running on it
+        (``lua/preempt.lua``: every rule checked again). Returns ``ok`` or ``err:REASON``;
+        Fenced unless ``fence`` is the leader's epoch."""
+        args = [
+            str(fence),
+            validate_id(urgent_id, "task id"),
+            validate_id(victim_id, "task id"),
+            validate_id(device_id, "device id"),
+        ]
+        return str(self._run("preempt", args))
+
     def expire(self, limit: int = 1000, budget_ms: float | None = None) -> dict[str, int]:
         """One bounded expiry batch: leases past expiry, queue deadlines, retention trim
         (each at most ``limit``, and with ``budget_ms`` only as many as fit in that much

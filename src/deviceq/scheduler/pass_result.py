@@ -27,6 +27,9 @@ class AssignResult:
     gangs_assigned: int = 0  # multi-device tasks placed (all roles each; not in ``assigned``)
     gangs_waiting: int = 0  # multi-device tasks still queued among those read
     paused: bool = False  # the pool is paused (``deviceq pause``): no snapshot, no commit
+    preempted: int = 0  # running tasks told to stop for urgent ones (`preemption`)
+    preemptions: list[tuple[str, str, str]] = field(default_factory=list)  # urgent, victim, dev
+    handed_over: int = 0  # devices given to the tasks that preempted their runs
 
     @property
     def rejected_total(self) -> int:
@@ -38,6 +41,8 @@ class AssignResult:
         return bool(
             self.assigned
             or self.gangs_assigned
+            or self.preempted
+            or self.handed_over
             or self.rejected
             or any(self.expired.values())
             or self.more
@@ -46,6 +51,7 @@ class AssignResult:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("assignments")
+        d.pop("preemptions")
         return d
 
     def log_fields(self) -> dict[str, Any]:

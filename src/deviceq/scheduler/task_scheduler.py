@@ -39,6 +39,7 @@ from .leadership import Leadership
 from .pass_result import AssignResult
 from .placement.pipeline import place
 from .plan import plan
+from .preemption import Preemptor
 from .snapshot import SnapshotReader
 from .strategies import (
     DEFAULT_STRATEGY,
@@ -120,6 +121,7 @@ class TaskScheduler:
         )
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
         self.leadership = Leadership(self.store, owner, on_elected=self._elected)
+        self.preemptor = Preemptor(self.store)
         self._stop = threading.Event()
         self.passes = 0
 
@@ -169,13 +171,19 @@ class TaskScheduler:
         started = time.perf_counter()
         res = AssignResult()
         res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
+        f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
         base, want, heads = self.reader.read(unless_paused=True)
         if self.reader.paused:  # expiry and retries go on; nothing is placed
             res.paused = True
             res.duration_ms = (time.perf_counter() - started) * 1000
             return res
         res.retry_in_ms = self.reader.retry_in_ms
-        f = fence if fence is not None else (self.epoch if self.epoch is not None else "")
+        if base.shells:  # (a task waiting for a hand-over is queued)
+            # devices whose preempted runs have ended go to the tasks that preempted them first
+            handed = self.preemptor.hand_over(f)
+            res.handed_over = len(handed)
+            res.assignments.extend(handed)
+            base = self.reader.without(base, {d for _, d, _ in handed})
         if self.reader.gang_ids or self.gangs.kept:
             # multi-device tasks first: what they take or keep is not offered to other tasks
             base = self.reader.without(base, self.assign_gangs(base.devices, base.now, f, res))
@@ -207,6 +215,11 @@ class TaskScheduler:
             # another pass at once if the batch was full, or if stale pairs were rejected while
             # others went through (progress is made each time, so this cannot spin)
             res.more = res.assigned >= self.batch or (bool(reasons) and res.assigned > 0)
+        placed = {t for t, _, _ in res.assignments}
+        taken = {d for _, d, _ in res.assignments}
+        idle = [d for d in base.devices if d.device_id not in taken]
+        res.preemptions = self.preemptor.decide(base.shells, idle, placed, f) if base.shells else []
+        res.preempted = len(res.preemptions)
         res.more = res.more or bool(res.expired.get("more"))
         res.duration_ms = (time.perf_counter() - started) * 1000
         self.passes += 1

@@ -252,8 +252,16 @@ class EventMetrics:
             ["pool", "event"],
             registry=registry,
         )
+        self.preemptions = Counter(
+            "deviceq_preemptions",
+            "running tasks told to stop so that an urgent task of a class that preempts gets "
+            "their device (the preempted event)",
+            lp,
+            registry=registry,
+        )
         # every series exists (at 0) from the start, so rates and alerts work at once
         for metric in (
+            self.preemptions,
             self.assignments,
             self.dispatches,
             self.submissions,
@@ -290,6 +298,10 @@ class EventMetrics:
                 self.assign_to_dispatch.labels(p).observe(max(0, int(e.fields["claim_ms"])) / 1000)
         elif t == "expired":
             self.expiries.labels(p).inc()
+        elif t == "preempted":
+            self.preemptions.labels(p).inc()
+        elif t == "requeued" and "preempted_by" in e.fields:  # (counted at its preempted)
+            pass
         elif t == "requeued" and "reason" in e.fields:  # a multi-device task's part ended
             self.retries.labels(p, "part_ended").inc()
         elif t in ("requeued", "released"):

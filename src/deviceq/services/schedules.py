@@ -49,6 +49,7 @@ MAX_CRON = 200
 SPEC_FIELDS = (
     "goal", "workflow", "driver_type", "tags", "priority", "max_attempts", "queue_timeout",
     "timeout", "reject_unmatched", "retry_on", "retry_backoff", "tenant", "roles",
+    "priority_class",
 )  # fmt: skip
 """The `deviceq.producer.Client.submit` arguments a schedule's spec may hold."""
 

@@ -52,6 +52,7 @@ STREAM_EVENTS: dict[str, str] = {
     "retrying": "retrying",
     "requeued": "requeued",
     "expired": "expired",
+    "preempted": "preempted",
     "device_quarantined": "quarantined",
     "device_unquarantined": "unquarantined",
     "device_unhealthy": "unhealthy",

@@ -89,6 +89,9 @@ class Task:
     serial: str = ""  # the device's real serial (a discovered device), else ""
     log_sink: LogWriter | None = None  # the attempt's live log (set by the host daemon)
     progress_sink: Callable[[float, str], None] | None = None  # (set by the host daemon)
+    # seconds a runner gives the run between its stop signal and a kill, when the queue says
+    # (a preempted run: its class's grace); None: the runner's own
+    stop_grace: float | None = None
 
     def log(self, text: str) -> None:
         """Write a line (or lines) to the attempt's live log (``deviceq task logs``), shown

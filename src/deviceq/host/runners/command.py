@@ -445,7 +445,8 @@ class CommandRunner(_Command):
 
     def _stop(self, proc: subprocess.Popen[bytes], task: Task) -> None:
         kill_group(proc.pid, signal.SIGTERM)
-        if not exited(proc.pid, self.term_grace):
+        grace = task.stop_grace if task.stop_grace is not None else self.term_grace
+        if not exited(proc.pid, grace):
             task.logger.warning("command ignored SIGTERM; killing its process group")
         kill_group(proc.pid, signal.SIGKILL)
         exited(proc.pid, 10.0)
@@ -510,7 +511,8 @@ class AsyncCommandRunner(_Command):
 
     async def _stop(self, pid: int, pfd: int | None, task: Task) -> None:
         kill_group(pid, signal.SIGTERM)
-        if not await process_exited(pid, pfd, self.term_grace):
+        grace = task.stop_grace if task.stop_grace is not None else self.term_grace
+        if not await process_exited(pid, pfd, grace):
             task.logger.warning("command ignored SIGTERM; killing its process group")
         kill_group(pid, signal.SIGKILL)
         await process_exited(pid, pfd, 10.0)

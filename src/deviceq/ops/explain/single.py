@@ -15,6 +15,7 @@ from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, first_reason, m
 from .estimate import position
 from .limits import limit_reasons
 from .model import Explanation, Reason, at, secs
+from .preemption import preemption_reason
 
 
 def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, str]) -> Explanation:
@@ -164,6 +165,10 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
         reasons.append(
             Reason("retry", f"attempt {task.attempt} of {task.max_attempts} ended; queued again")
         )
+    pre = preemption_reason(admin, task, raw, cls["idle"]) if matching else None
+    if pre is not None:
+        reasons.insert(0, pre[0])
+        summary = pre[1] or summary
     return Explanation(task.id, task.status.value, summary, reasons, counts)
 
 
