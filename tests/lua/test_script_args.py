@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin
-from deviceq.core import script_args
+from deviceq.core import script_args, scripts
 from deviceq.core.script_args import HEARTBEAT, SCHEMAS, SUBMIT, Items, packb, text
 from deviceq.core.scripts import assemble, lua_dir, read
 
@@ -154,3 +154,24 @@ def test_whole_numbers_arrive_typed_and_are_checked_as_numbers(r: redis.Redis, p
             r.eval(body, 1, client.keys.prefix, 1, raw)
     assert client.list() == []
     assert r.eval(body, 1, client.keys.prefix, 1, SUBMIT.pack([good])) == ["t1", 1]
+
+
+def test_an_optional_device_field_added_in_one_line_needs_no_other_change(
+    r: redis.Redis, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device entry with one more optional field, declared in one line: the host's rows
+    (which stop short of it) still go through, and the script has the field's position."""
+    longer = replace(HEARTBEAT, fields=(*HEARTBEAT.fields, text("attrs", optional=True)))
+    monkeypatch.setitem(script_args.SCHEMAS, "heartbeat", longer)
+    monkeypatch.setattr("deviceq.host.redis_link.HEARTBEAT", longer)
+    scripts.source.cache_clear()
+    scripts.sha.cache_clear()
+    try:
+        assert "local DEV_ATTRS = 6" in scripts.source("heartbeat")
+        admin = PoolAdmin(r, pool)
+        h = HostClient(r, pool, "h1", admin.add_host("h1"))
+        h.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "web")])
+        assert {d.device_id: d.tags for d in admin.devices()} == {"d1": ("wifi",), "d2": ()}
+    finally:
+        scripts.source.cache_clear()
+        scripts.sha.cache_clear()

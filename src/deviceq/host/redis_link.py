@@ -125,7 +125,8 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
     ) -> Reply:
         """One ``lua/heartbeat.lua`` call (mode delta, full or commit) with checked rows (the
         devices packed: `deviceq.core.script_args.HEARTBEAT`)."""
-        devices = HEARTBEAT.pack(dict(zip(HEARTBEAT.names, r, strict=True)) for r in rows)
+        # (a row may stop short of the schema's optional fields: not given)
+        devices = HEARTBEAT.pack(dict(zip(HEARTBEAT.names, r, strict=False)) for r in rows)
         args: list[Any] = [*self._auth(), mode, ver, arg, str(int(total)), str(len(rows)), devices]
         return Reply.parse(self._run("heartbeat", args))
 
