@@ -111,6 +111,8 @@ class Pool:
             "host_remove": ["h2", "0"],
             "device_remove": ["d1", "1"],
             "device_quarantine": ["d2", "1"],
+            "device_attrs": ["host", "h1", tok, "", "d1", "2", "1", "sdk", "n:34", "model",
+                             "s:Pixel 8", "gps"],
             "device_reserve": ["reserve", "d3", "60000", "alice"],
             "device_health": ["h1", tok, "", "begin", "d3"],
             "heads": ["3", self.r.hget(self.keys.task(self.queued), "sig") or "", "0", "9"],

@@ -209,3 +209,14 @@ def decode_hash(raw: Mapping[Any, Any]) -> dict[str, Value]:
         if value is not None:
             out[key] = value
     return out
+
+
+def entry_args(device_id: str, values: Mapping[str, Value], unset: tuple[str, ...]) -> list[str]:
+    """One device's entry of a ``device_attrs.lua`` call: ``ID NSET NUNSET KEY ENCODED...
+    KEY...`` (values and names already checked)."""
+    if len(values) > MAX_ATTRS or len(unset) > MAX_ATTRS:
+        raise InvalidInput(f"at most {MAX_ATTRS} attributes a device")
+    args = [device_id, str(len(values)), str(len(unset))]
+    for k, v in values.items():
+        args += [k, encode(v)]
+    return [*args, *unset]

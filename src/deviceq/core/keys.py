@@ -57,6 +57,10 @@ key                                type       holds
 ``device:ID:log``                   list       the device's last 20 quarantine, health check and
                                               booking changes, newest first: JSON ``{event,
                                               at, ...}`` (device_log in lua/lib/history.lua)
+``device:ID:attrs``                 hash       the device's attributes: name -> ``KIND:TEXT``
+                                              (``n:34``, ``v:14.1.2``, ``b:1``, ``s:Pixel 8``;
+                                              `deviceq.core.attributes`; device_attrs.lua)
+``device:ID:attrs_at``              hash       name -> when the attribute was last reported (ms)
 ``devices``                        set        every registered device id
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
@@ -362,6 +366,12 @@ class Keys:
 
     def device_log(self, device_id: str) -> str:
         return self._k("device", device_id, "log")
+
+    def device_attrs(self, device_id: str) -> str:
+        return self._k("device", device_id, "attrs")
+
+    def device_attrs_at(self, device_id: str) -> str:
+        return self._k("device", device_id, "attrs_at")
 
     def host(self, host_id: str) -> str:
         return self._k("host", host_id)
