@@ -87,7 +87,7 @@ def check_key(key: object) -> str:
     return key
 
 
-def _check_text(key: str, text: str) -> str:
+def check_text(key: str, text: str) -> str:
     if len(text.encode("utf-8", "replace")) > MAX_TEXT_BYTES:
         raise InvalidInput(f"attribute {key}: a value is at most {MAX_TEXT_BYTES} bytes")
     if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in text):
@@ -110,7 +110,7 @@ def _check_number(key: str, n: int | float) -> int | float:
 
 def infer(key: str, text: str) -> Value:
     """The typed value of ``text`` (see the module's doc), checked."""
-    text = _check_text(key, text.strip())
+    text = check_text(key, text.strip())
     if text in ("true", "false"):
         return text == "true"
     if NUMBER_RE.fullmatch(text):
@@ -154,7 +154,7 @@ def parse_assignments(pairs: list[str] | tuple[str, ...]) -> dict[str, Value]:
             raise InvalidInput(f"expected KEY=VALUE, got {pair!r}")
         key = check_key(key.strip())
         if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-            out[key] = _check_text(key, text[1:-1])  # quoted: always a string
+            out[key] = check_text(key, text[1:-1])  # quoted: always a string
         else:
             out[key] = infer(key, text)
     if len(out) > MAX_ATTRS:

@@ -28,8 +28,8 @@ from .attributes import (
     VERSION_RE,
     Value,
     Version,
-    _check_text,
     check_key,
+    check_text,
     infer,
     shown,
 )
@@ -126,7 +126,7 @@ def _value(text: str, what: str) -> Value:
     if text[0] in "\"'":
         if len(text) < 2 or text[-1] != text[0] or text[0] in text[1:-1] or '"' in text[1:-1]:
             raise InvalidInput(f"{what}: unbalanced quote in {text!r}")
-        return _check_text("value", text[1:-1])
+        return check_text("value", text[1:-1])
     if any(c in text for c in "\"'()"):
         raise InvalidInput(f"{what}: quote a value holding quotes or parentheses ({text!r})")
     try:

@@ -9,14 +9,13 @@ while a session is active, calls from any other session are refused (`SessionSup
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
 
-from ..core.attributes import check_attributes, check_key, entry_args
 from ..core.connection import PoolConnection
 from ..core.durability import run_durably, warn_if_unsafe
 from ..core.errors import Busy, InvalidInput, NotConfirmed
@@ -35,7 +34,6 @@ from .progress import ProgressCalls
 
 REPORT_CHUNK = 1000  # reports per report.lua call at most; the pacer sizes them by time
 REPORT_FIRST = 16  # the first chunk's size, before any call was timed
-ATTR_CHUNK = 100  # devices per device_attrs.lua call
 CTL_DRAIN = 10_000  # control messages dropped with each wake-up (they are only hints)
 
 
@@ -129,26 +127,12 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
             args += r
         return Reply.parse(self._run("heartbeat", args))
 
-    def send_attributes(
-        self, changes: Mapping[str, tuple[Mapping[str, object], Iterable[str]]]
-    ) -> int:
-        """Attribute changes of this host's devices: device id -> (values set, names unset),
-        only what changed since the last call (``lua/device_attrs.lua``, at most
-        `ATTR_CHUNK` devices a call). Returns how many devices' attributes changed. Raises
-        InvalidInput (nothing sent), DeviceOwned (a device of another host: nothing of that
-        call written)."""
-        entries = [
-            entry_args(validate_id(d, "device id"), check_attributes(values),
-                       tuple(dict.fromkeys(check_key(n) for n in unset)))
-            for d, (values, unset) in changes.items()
-        ]  # fmt: skip
-        changed = 0
-        for i in range(0, len(entries), ATTR_CHUNK):
-            args = ["host", *self._auth()]
-            for e in entries[i : i + ATTR_CHUNK]:
-                args += e
-            changed += int(self._run("device_attrs", args))
-        return changed
+    def attributes_call(self, entries: Sequence[Sequence[str]]) -> int:
+        """One ``lua/device_attrs.lua`` call (mode host) with encoded device entries."""
+        args = ["host", *self._auth()]
+        for e in entries:
+            args += e
+        return int(self._run("device_attrs", args))
 
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``: in
