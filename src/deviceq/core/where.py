@@ -30,6 +30,7 @@ from .attributes import (
     Version,
     check_key,
     check_text,
+    encode,
     infer,
     shown,
 )
@@ -61,6 +62,11 @@ class Clause:
             return f"{self.key} in ({', '.join(_literal(v) for v in self.values)})"
         return f"{self.key}{self.op}{_literal(self.values[0])}"
 
+    def compiled(self) -> str:
+        """The form Lua evaluates (``lua/lib/where.lua``): ``KEY<TAB>OP<TAB>ENCODED...``, each
+        value as stored (`deviceq.core.attributes.encode`: no tab or newline in it)."""
+        return "\t".join((self.key, self.op, *(encode(v) for v in self.values)))
+
     def matches(self, attrs: Mapping[str, Value]) -> bool:
         """Whether a device with ``attrs`` satisfies this clause."""
         if self.key not in attrs:
@@ -85,6 +91,8 @@ def _literal(v: Value) -> str:
         if bare and isinstance(infer("x", v), str):
             return v
         return f'"{v}"'
+    if isinstance(v, Version) and len(v.parts) < 3:  # (14.1 would read back as a number)
+        return str(Version(v.parts + (0,) * (3 - len(v.parts))))
     return shown(v)
 
 
@@ -201,6 +209,11 @@ def parse_all(texts: Iterable[object] | None) -> tuple[Clause, ...]:
     if len(clauses) > MAX_CLAUSES:
         raise InvalidInput(f"at most {MAX_CLAUSES} --where expressions, got {len(clauses)}")
     return tuple(clauses[k] for k in sorted(clauses))
+
+
+def compile_all(clauses: Iterable[Clause]) -> str:
+    """Clauses in the form Lua evaluates: their `Clause.compiled` forms, one a line."""
+    return "\n".join(c.compiled() for c in clauses)
 
 
 def matches_all(clauses: Iterable[Clause], attrs: Mapping[str, Value]) -> bool:
