@@ -83,6 +83,9 @@ def test_malformed_expressions_are_one_line_errors(bad: str) -> None:
 def test_clauses_are_canonical_and_deduplicated() -> None:
     clauses = parse_all(["sdk >= 33", "sdk>=33", "has( gps )", "model in (Pixel 7,'34')"])
     assert [str(c) for c in clauses] == ["has(gps)", 'model in (Pixel 7, "34")', "sdk>=33"]
+    for value in ("=x", "<y", "!z", ">=1"):  # (bare, these would read as an operator)
+        clause = parse(f"k<'{value}'")
+        assert clause.values == (value,) and parse(str(clause)) == clause
     with pytest.raises(InvalidInput):
         parse_all([f"sdk>={i}" for i in range(9)])
 

@@ -87,7 +87,7 @@ class Clause:
 def _literal(v: Value) -> str:
     """A value as an expression writes it, read back to the same value."""
     if isinstance(v, str):
-        bare = v.strip() == v and re.fullmatch(r"[^\"',()]+", v) is not None
+        bare = v.strip() == v and re.fullmatch(r"[^\"',()=<>!][^\"',()]*", v) is not None
         if bare and isinstance(infer("x", v), str):
             return v
         return f'"{v}"'
