@@ -81,6 +81,8 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
         )
     if state == "unhealthy":
         return d.health_reason or "health check failed"
+    if state == "gated":
+        return f"gated ({d.gated}: {d.gated_reason})" if d.gated_reason else f"gated ({d.gated})"
     if d.attention:
         return d.attention
     if state in ("busy", "offline"):

@@ -369,6 +369,8 @@ class PooledDevice(BaseModel):
     health_output: str | None = None  # the last check's output tail
     health_reason: str | None = None  # why it is unhealthy
     booked_until: int | None = None  # ms: reserved for a person until then (deviceq reserve)
+    gated: str | None = None  # the gate holding it (deviceq gate)
+    gated_reason: str | None = None  # its values that made the gate hold it ("battery 15")
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -392,6 +394,8 @@ class PooledDevice(BaseModel):
             health_output=h.get("health_output") or None,
             health_reason=h.get("health_reason") or None,
             booked_until=_opt_int(h.get("booked_until")),
+            gated=h.get("gated") or None,
+            gated_reason=h.get("gated_reason") or None,
         )
 
 
