@@ -3,19 +3,21 @@
 --- @include "lib/text"
 --- @include "lib/events"
 --- @include "lib/auth"
+--- @include "lib/gates"
 -- device_attrs.lua: set and unset attributes of devices, by an operator (mode op: one device,
 -- event device_attributes) or by the owning host (mode host: its changes since it last sent
 -- them, several devices a call; only its own devices, its current session only). Each value
 -- is stored as KIND:TEXT (deviceq.core.attributes: n number, v version, b boolean 1|0, s
--- string), with the time it was reported in device:ID:attrs_at. Everything is checked before
--- the first write.
+-- string), with the time it was reported in device:ID:attrs_at. A device whose attributes
+-- changed is checked against the pool's gates (lib/gates.lua: held or released, events
+-- device_gated / device_ungated). Everything is checked before the first write.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     op BY (an id, '' = operator) | host HOST_ID TOKEN SESSION;
 --          then per device: DEVICE_ID NSET NUNSET, NSET pairs KEY ENCODED, NUNSET KEYs
 --          (at most 400 devices a call, 32 sets and 32 unsets a device; a device ends with at
 --          most 32 attributes)
--- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, events; reads device:ID,
---          host:ID (mode host), config
+-- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, events, device:ID (gated...),
+--          idle, idle:c:*, sched:wake; reads device:ID, host:ID (mode host), gates, config
 -- Returns  the number of devices whose attributes changed
 -- Errors   INVALID, NOT_FOUND (no device), AUTH, SUPERSEDED, DEVICE_OWNED (another host's device)
 local mode = ARGV[1]
@@ -103,7 +105,7 @@ while i <= #ARGV do
 end
 if mode == 'op' and #entries ~= 1 then return fail('INVALID', 'an operator changes one device a call') end
 
-local now, changed = now_str(), 0
+local now, changed, gates = now_str(), 0, nil
 for _, e in ipairs(entries) do
   local ak, tk = k('device', e.did, 'attrs'), k('device', e.did, 'attrs_at')
   local n = 0
@@ -123,6 +125,8 @@ for _, e in ipairs(entries) do
   end
   if n > 0 then
     changed = changed + 1
+    gates = gates or gates_load()
+    gate_check(e.did, gates)
     if by then
       local names = {}
       for j = 1, #e.set, 2 do names[#names + 1] = e.set[j] end

@@ -111,6 +111,9 @@ class Pool:
             "host_remove": ["h2", "0"],
             "device_remove": ["d1", "1"],
             "device_quarantine": ["d2", "1"],
+            "gate_set": ["add", "low", '{"when_c":"battery\t<\tn:20","until_c":"",'
+                         '"driver_type":""}', "16"],
+            "gate_eval": ["d1", "d2", "d3"],
             "device_attrs": ["host", "h1", tok, "", "d1", "2", "1", "sdk", "n:34", "model",
                              "s:Pixel 8", "gps"],
             "device_reserve": ["reserve", "d3", "60000", "alice"],
@@ -206,6 +209,9 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
             pool.r.zadd(pool.keys.leases, {pool.run: 1})
         if name == "schedule_fire":  # a schedule, and a leader to fire it
             pool.with_schedule()
+        if name == "gate_eval":  # a gate, and a device it holds
+            pool.admin._run("gate_set", pool.valid("gate_set"))
+            pool.r.hset(pool.keys.device_attrs("d3"), "battery", "n:5")
         before = dump(pool.r, pool.keys)
         pool.scripts[name](keys=[pool.keys.prefix], args=pool.valid(name))
         check_pool(pool.r, pool.keys)

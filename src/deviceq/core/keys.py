@@ -62,6 +62,10 @@ key                                type       holds
                                               `deviceq.core.attributes`; device_attrs.lua)
 ``device:ID:attrs_at``              hash       name -> when the attribute was last reported (ms)
 ``devices``                        set        every registered device id
+``gates``                          hash       gate name -> JSON ``{name, when, until, driver_type,
+                                              when_c, until_c, created_at}`` (``deviceq gate``;
+                                              `deviceq.core.gates`; a held device's hash has
+                                              ``gated``, ``gated_reason``, ``gated_at``)
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
 ``idle:c:CLASS``                   zset       the members of ``idle`` of one device class
@@ -243,6 +247,10 @@ class Keys:
     @property
     def devices(self) -> str:
         return self._k("devices")
+
+    @property
+    def gates(self) -> str:
+        return self._k("gates")
 
     @property
     def idle(self) -> str:
