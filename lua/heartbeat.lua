@@ -6,13 +6,20 @@
 --- @include "lib/auth"
 --- @include "lib/liveness"
 --- @include "lib/eligibility"
+--- @include "gen/args/heartbeat"
 -- heartbeat.lua: a host reports itself alive and what changed among its devices (a delta), or,
 -- when Redis and the host disagree, the full snapshot of its devices in chunks.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV     host_id token session('' = no daemon session) mode ver arg total n, then 5 fields
---          per device: device_id driver_type tags(csv, sorted) state(idle | busy | offline)
---          reason(why busy/offline, '' for idle; at most 200 bytes, no control characters);
---          n <= 400 (the host sends 100 a call). mode:
+-- ARGV     host_id token session('' = no daemon session) mode ver arg total n devices:
+--          devices packed (deviceq.core.script_args HEARTBEAT, gen/args/heartbeat): one
+--          cmsgpack array of n * DEV_N values, device after device, each device's fields in
+--          this order; n <= 400 (the host sends 100 a call):
+--   device_id    the device's id
+--   driver_type  its driver type
+--   tags         csv, sorted
+--   state        idle | busy | offline
+--   reason       why busy/offline, '' for idle; at most 200 bytes, no control characters
+--          mode:
 --          delta   ver = the version of the host's last heartbeat that got through, arg = the
 --                  version this one sets, total = the devices the host has; the devices are
 --                  the ones that changed since, a device the host no longer has given with
@@ -55,25 +62,26 @@ end
 if not valid_id(ver) or (mode ~= 'full' and not valid_id(arg)) or (mode == 'full' and arg ~= 'first' and arg ~= '') then
   return fail('INVALID', 'malformed heartbeat version')
 end
-if not total or not n or #ARGV ~= 8 + n * 5 or (mode == 'commit' and n ~= 0) then
+local A = #ARGV == 9 and packed_items(ARGV[9], n, DEV_N)
+if not total or not A or (mode == 'commit' and n ~= 0) then
   return fail('INVALID', 'bad argument count')
 end
 local STATES = {idle = true, busy = true, offline = true}
 local listed, owners = {}, {}
 for i = 0, n - 1 do
-  local b = 9 + i * 5
-  local did, state, reason = ARGV[b], ARGV[b + 3], ARGV[b + 4]
+  local b = i * DEV_N
+  local did, state, reason = A[b + DEV_DEVICE_ID], A[b + DEV_STATE], A[b + DEV_REASON]
   if not valid_id(did) then return fail('INVALID', 'malformed device id') end
   if listed[did] then return fail('INVALID', 'device ' .. did .. ' is listed twice') end
   if state == 'gone' and mode == 'delta' then
-    if ARGV[b + 1] ~= '' or ARGV[b + 2] ~= '' or reason ~= '' then
+    if A[b + DEV_DRIVER_TYPE] ~= '' or A[b + DEV_TAGS] ~= '' or reason ~= '' then
       return fail('INVALID', 'a gone device has no driver_type, tags or reason')
     end
   else
-    if not valid_id(ARGV[b + 1]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
-    if not valid_tags(ARGV[b + 2]) then return fail('INVALID', 'malformed tags for ' .. did) end
+    if not valid_id(A[b + DEV_DRIVER_TYPE]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
+    if not valid_tags(A[b + DEV_TAGS]) then return fail('INVALID', 'malformed tags for ' .. did) end
     if not STATES[state] then return fail('INVALID', 'device state must be idle, busy or offline') end
-    if #reason > 200 or reason:find('%c') then
+    if type(reason) ~= 'string' or #reason > 200 or reason:find('%c') then
       return fail('INVALID', 'reason must be at most 200 bytes without control characters')
     end
   end
@@ -222,12 +230,12 @@ end
 if mode == 'delta' then
   local idle = tonumber(h[6] or '0') or 0
   for i = 0, n - 1 do
-    local b = 9 + i * 5
-    local did = ARGV[b]
-    if ARGV[b + 3] == 'gone' then
+    local b = i * DEV_N
+    local did, state = A[b + DEV_DEVICE_ID], A[b + DEV_STATE]
+    if state == 'gone' then
       if owners[did] == host_id then idle = idle + leave(did) end
     else
-      local _, delta = apply(did, ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4])
+      local _, delta = apply(did, A[b + DEV_DRIVER_TYPE], A[b + DEV_TAGS], state, A[b + DEV_REASON])
       idle = idle + delta
     end
   end
@@ -243,15 +251,14 @@ if mode == 'full' then
     redis.call('DEL', synck, leftk)
   end
   local idle = 0
+  local ids = {}
   for i = 0, n - 1 do
-    local b = 9 + i * 5
-    idle = idle + apply(ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4])
+    local b = i * DEV_N
+    local did = A[b + DEV_DEVICE_ID]
+    idle = idle + apply(did, A[b + DEV_DRIVER_TYPE], A[b + DEV_TAGS], A[b + DEV_STATE], A[b + DEV_REASON])
+    ids[i + 1] = did
   end
-  if n > 0 then
-    local ids = {}
-    for i = 0, n - 1 do ids[#ids + 1] = ARGV[9 + i * 5] end
-    redis.call('SADD', synck, unpack(ids))
-  end
+  if n > 0 then redis.call('SADD', synck, unpack(ids)) end
   redis.call('HINCRBY', hk, 'hb_sync_idle', I(idle))
   finish()
   return {'part', 0, 0, 0, 0, ''}

@@ -9,30 +9,41 @@
 --- @include "lib/status"
 --- @include "lib/queue"
 --- @include "lib/roles"
+--- @include "gen/args/submit"
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
--- ARGV[1]  n, the number of tasks (1..10000); then 14 (or, without the last three, 11) fields
---          per task: id kind(goal|workflow) goal workflow driver_type('' = any) tags(csv,
---          sorted, distinct, at most 32) priority(0..9) max_attempts('' = pool default, else
---          1..1000) idempotency_key('' = none) queue_timeout_s('' = pool default, else a
---          decimal 0 < s <= 1 year) reject_unmatched('' = pool setting reject_unmatchable, '1'
---          yes, '0' no) retry_on('' = pool setting; none or a csv of failure kinds)
---          retry_backoff('' = pool setting; none | fixed:S | exponential:BASE:MAX)
---          tenant('' = none; an id: the bucket is per tenant, see signature in lib/constraints.lua)
---          and, as a 15th field, roles ('' = none; NAME=DRIVER:TAGS;... see parse_roles in
---          lib/roles.lua: a multi-device task, which waits in `gangs` instead of a bucket and has
---          no driver_type, tags or tenant of its own) and, as a 16th, timeout ('' = none, else
---          a decimal 0.001 <= s <= 7 days: the longest a run may take, capped by the host's
---          --task-timeout; not with roles) and, as a 17th, not_before ('' = none, else ms since
---          the epoch, at most a year ahead: the task waits in `retries`, field eligible_at,
---          until then; expire.lua enqueues it; its queue timeout counts from then) and, as an
---          18th, retry_of ('' = none, else the id of an existing task this one runs again, see
---          Client.retry: the new task's field retry_of, the old task's rerun_by the new id) and,
---          as a 19th, by ('' = not recorded, else an id: who submitted it, e.g. the dashboard
---          user who retried a task; the task's submitted_by and the submitted event's `by`) and,
---          as a 20th, traceparent ('' = none, else a W3C trace context 00-TRACE(32 hex)-SPAN(16
---          hex)-FLAGS(2 hex): the trace of its submission, deviceq.core.tracing). A
---          goal holds no NUL byte (no runner can pass one).
+-- ARGV[1]  n, the number of tasks (1..10000)
+-- ARGV[2]  the tasks, packed (deviceq.core.script_args SUBMIT, gen/args/submit): one cmsgpack
+--          array of n * TASK_N values, task after task, each task's fields in this order (an
+--          optional field not given is false):
+--   id               the task id
+--   kind             goal | workflow
+--   goal             the goal ('' for a workflow task; no NUL byte: no runner can pass one)
+--   workflow         the workflow's name ('' for a goal task)
+--   driver_type      '' = any
+--   tags             csv, sorted, distinct, at most 32
+--   priority         a number 0..9
+--   max_attempts     optional, a number 1..1000 (else the pool default)
+--   idempotency_key  optional, an id
+--   queue_timeout    optional, a decimal 0 < s <= 1 year (else the pool default)
+--   reject_unmatched optional, 1 yes or 0 no (else the pool setting reject_unmatchable)
+--   retry_on         optional, none or a csv of failure kinds (else the pool setting)
+--   retry_backoff    optional, none | fixed:S | exponential:BASE:MAX (else the pool setting)
+--   tenant           optional, an id: the bucket is per tenant (signature in lib/constraints.lua)
+--   roles            optional, NAME=DRIVER:TAGS;... (parse_roles in lib/roles.lua): a
+--                    multi-device task, which waits in `gangs` instead of a bucket and has no
+--                    driver_type, tags or tenant of its own
+--   timeout          optional, a decimal 0.001 <= s <= 7 days: the longest a run may take,
+--                    capped by the host's --task-timeout; not with roles
+--   not_before       optional, ms since the epoch, at most a year ahead: the task waits in
+--                    `retries`, field eligible_at, until then (expire.lua enqueues it); its
+--                    queue timeout counts from then
+--   retry_of         optional, the id of an existing task this one runs again (Client.retry:
+--                    the new task's field retry_of, the old task's rerun_by the new id)
+--   by               optional, an id: who submitted it (e.g. the dashboard user who retried a
+--                    task; the task's submitted_by and the submitted event's `by`)
+--   traceparent      optional, a W3C trace context 00-TRACE(32 hex)-SPAN(16 hex)-FLAGS(2 hex):
+--                    the trace of its submission (deviceq.core.tracing)
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -43,10 +54,8 @@
 --          already used), UNMATCHABLE (rejecting unmatched tasks and no registered device could
 --          run it; the check reads the `caps` hash of distinct device profiles, not the devices).
 local n = int_in(ARGV[1], 1, 10000)
-local F = n and (#ARGV == 1 + n * 20 and 20 or #ARGV == 1 + n * 19 and 19 or #ARGV == 1 + n * 18 and 18
-  or #ARGV == 1 + n * 17 and 17 or #ARGV == 1 + n * 16 and 16
-  or #ARGV == 1 + n * 15 and 15 or #ARGV == 1 + n * 14 and 14 or 11)
-if not n or #ARGV ~= 1 + n * F then return fail('INVALID', 'bad argument count') end
+local A = #ARGV == 2 and packed_items(ARGV[2], n, TASK_N)
+if not A then return fail('INVALID', 'bad argument count') end
 
 -- can any registered device profile (driver_type|tags, counted in `caps`) satisfy it?
 local profiles
@@ -64,13 +73,13 @@ local function matchable(driver, tags)
   return false, 'no matching device has tag ' .. best:sub(13)
 end
 
--- check one task's fields; returns nil or an error reply
+-- check one task's fields (from A[b + 1]); returns nil or an error reply
 local function check(b)
-  local id, kind, goal, wf, driver, tags = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4],
-    ARGV[b + 5], ARGV[b + 6]
+  local id, kind, goal, wf, driver, tags = A[b + TASK_ID], A[b + TASK_KIND], A[b + TASK_GOAL],
+    A[b + TASK_WORKFLOW], A[b + TASK_DRIVER_TYPE], A[b + TASK_TAGS]
   if not valid_id(id) then return fail('INVALID', 'malformed task id') end
   if kind == 'goal' then
-    if #goal < 1 or #goal > 16384 or not goal:match('%S') or not valid_utf8(goal) then
+    if type(goal) ~= 'string' or #goal < 1 or #goal > 16384 or not goal:match('%S') or not valid_utf8(goal) then
       return fail('INVALID', 'goal must be 1-16384 bytes of UTF-8 text and not blank')
     end
     if goal:find('\0', 1, true) then
@@ -87,57 +96,60 @@ local function check(b)
   if not valid_tags(tags) then
     return fail('INVALID', 'tags must be at most 32 valid tags, sorted and distinct, comma-separated')
   end
-  if not int_in(ARGV[b + 7], 0, 9) then return fail('INVALID', 'priority must be 0-9') end
-  if ARGV[b + 8] ~= '' and not int_in(ARGV[b + 8], 1, 1000) then
+  if not whole_in(A[b + TASK_PRIORITY], 0, 9) then return fail('INVALID', 'priority must be 0-9') end
+  local maxa = A[b + TASK_MAX_ATTEMPTS]
+  if maxa and not whole_in(maxa, 1, 1000) then
     return fail('INVALID', 'max_attempts must be 1-1000')
   end
-  if ARGV[b + 9] ~= '' and not valid_id(ARGV[b + 9]) then
+  local idem = A[b + TASK_IDEMPOTENCY_KEY]
+  if idem and not valid_id(idem) then
     return fail('INVALID', 'malformed idempotency key')
   end
-  if ARGV[b + 10] ~= '' and not num_in(ARGV[b + 10], 0.001, 31536000) then
+  local qto = A[b + TASK_QUEUE_TIMEOUT]
+  if qto and not num_in(qto, 0.001, 31536000) then
     return fail('INVALID', 'queue_timeout must be a number of seconds, 0 < s <= 1 year')
   end
-  local rej = ARGV[b + 11]
-  if rej ~= '' and rej ~= '0' and rej ~= '1' then return fail('INVALID', 'reject_unmatched must be 0 or 1') end
-  if F >= 14 then
-    if ARGV[b + 12] ~= '' and not retry_kinds(ARGV[b + 12]) then
-      return fail('INVALID', 'retry_on must be none or a csv of infrastructure, runner_error, timeout, runner_failed, lease_expired')
-    end
-    if ARGV[b + 13] ~= '' and not parse_backoff(ARGV[b + 13]) then
-      return fail('INVALID', 'retry_backoff must be none, fixed:SECONDS or exponential:BASE:MAX')
-    end
-    if ARGV[b + 14] ~= '' and not valid_id(ARGV[b + 14]) then return fail('INVALID', 'malformed tenant') end
+  local rej = A[b + TASK_REJECT_UNMATCHED]
+  if rej and rej ~= 0 and rej ~= 1 then return fail('INVALID', 'reject_unmatched must be 0 or 1') end
+  local ro, rb, tenant = A[b + TASK_RETRY_ON], A[b + TASK_RETRY_BACKOFF], A[b + TASK_TENANT]
+  if ro and (type(ro) ~= 'string' or not retry_kinds(ro)) then
+    return fail('INVALID', 'retry_on must be none or a csv of infrastructure, runner_error, timeout, runner_failed, lease_expired')
   end
-  if F >= 17 and ARGV[b + 17] ~= '' then
-    local nb = int_in(ARGV[b + 17], 0, 9007199254740991)
-    if not nb or nb > now_ms() + 31536000000 then
-      return fail('INVALID', 'not_before must be a time (ms since the epoch) at most a year ahead')
-    end
+  if rb and (type(rb) ~= 'string' or not parse_backoff(rb)) then
+    return fail('INVALID', 'retry_backoff must be none, fixed:SECONDS or exponential:BASE:MAX')
   end
-  if F >= 19 and ARGV[b + 19] ~= '' and not valid_id(ARGV[b + 19]) then
+  if tenant and not valid_id(tenant) then return fail('INVALID', 'malformed tenant') end
+  local nb = A[b + TASK_NOT_BEFORE]
+  if nb and (not whole_in(nb, 0, 9007199254740991) or nb > now_ms() + 31536000000) then
+    return fail('INVALID', 'not_before must be a time (ms since the epoch) at most a year ahead')
+  end
+  local by, tp = A[b + TASK_BY], A[b + TASK_TRACEPARENT]
+  if by and not valid_id(by) then
     return fail('INVALID', 'malformed submitter (by)')
   end
-  if F == 20 and ARGV[b + 20] ~= '' and not ARGV[b + 20]:match('^00%-' .. ('[0-9a-f]'):rep(32) ..
-      '%-' .. ('[0-9a-f]'):rep(16) .. '%-[0-9a-f][0-9a-f]$') then
+  if tp and (type(tp) ~= 'string' or not tp:match('^00%-' .. ('[0-9a-f]'):rep(32) ..
+      '%-' .. ('[0-9a-f]'):rep(16) .. '%-[0-9a-f][0-9a-f]$')) then
     return fail('INVALID', 'malformed traceparent')
   end
-  if F >= 18 and ARGV[b + 18] ~= '' and not valid_id(ARGV[b + 18]) then
+  local retry_of = A[b + TASK_RETRY_OF]
+  if retry_of and not valid_id(retry_of) then
     return fail('INVALID', 'malformed retry_of task id')
   end
-  if F >= 16 and ARGV[b + 16] ~= '' then
-    if not num_in(ARGV[b + 16], 0.001, 604800) then
+  local roles, timeout = A[b + TASK_ROLES], A[b + TASK_TIMEOUT]
+  if timeout then
+    if not num_in(timeout, 0.001, 604800) then
       return fail('INVALID', 'timeout must be a number of seconds, 0.001 <= s <= 7 days')
     end
-    if ARGV[b + 15] ~= '' then return fail('INVALID', 'a task with roles cannot have a timeout of its own') end
+    if roles then return fail('INVALID', 'a task with roles cannot have a timeout of its own') end
   end
-  if F >= 15 and ARGV[b + 15] ~= '' then
-    local roles, why = parse_roles(ARGV[b + 15])
-    if not roles then return fail('INVALID', why) end
+  if roles then
+    local parsed, why = type(roles) == 'string' and parse_roles(roles)
+    if not parsed then return fail('INVALID', why or 'malformed roles') end
     if driver ~= '' or tags ~= '' then
       return fail('INVALID', 'a task with roles has no driver_type or tags of its own: give them per role')
     end
-    if ARGV[b + 14] ~= '' then return fail('INVALID', 'a task with roles cannot have a tenant') end
-    for _, r in ipairs(roles) do
+    if tenant then return fail('INVALID', 'a task with roles cannot have a tenant') end
+    for _, r in ipairs(parsed) do
       if #id + 1 + #r.name > 128 then return fail('INVALID', 'task id too long for its role names') end
     end
   end
@@ -145,25 +157,26 @@ end
 
 -- validate everything before writing anything
 for i = 0, n - 1 do
-  local err = check(1 + i * F)
+  local err = check(i * TASK_N)
   if err then return err end
 end
 local fresh, out, seen, ids = 0, {}, {}, {}
 for i = 0, n - 1 do
-  local b = 1 + i * F
-  local id, kind, wf, idem = ARGV[b + 1], ARGV[b + 2], ARGV[b + 4], ARGV[b + 9]
+  local b = i * TASK_N
+  local id, kind, wf, idem = A[b + TASK_ID], A[b + TASK_KIND], A[b + TASK_WORKFLOW], A[b + TASK_IDEMPOTENCY_KEY]
   if kind == 'workflow' and redis.call('EXISTS', k('workflow', wf)) == 0 then
     return fail('NOT_FOUND', 'unknown workflow ' .. wf)
   end
-  if F >= 18 and ARGV[b + 18] ~= '' and redis.call('EXISTS', k('task', ARGV[b + 18])) == 0 then
-    return fail('NOT_FOUND', 'no task ' .. ARGV[b + 18] .. ' to retry')
+  local retry_of = A[b + TASK_RETRY_OF]
+  if retry_of and redis.call('EXISTS', k('task', retry_of)) == 0 then
+    return fail('NOT_FOUND', 'no task ' .. retry_of .. ' to retry')
   end
-  local rej = ARGV[b + 11]
-  if rej == '' then rej = cfg('reject_unmatchable') == 1 and '1' or '0' end
-  local roles = F >= 15 and ARGV[b + 15] ~= '' and parse_roles(ARGV[b + 15])
-  if rej == '1' then
+  local rej = A[b + TASK_REJECT_UNMATCHED]
+  if not rej then rej = cfg('reject_unmatchable') == 1 and 1 or 0 end
+  local roles = A[b + TASK_ROLES] and parse_roles(A[b + TASK_ROLES])
+  if rej == 1 then
     local ok, why = true, nil
-    for _, r in ipairs(roles or {{driver = ARGV[b + 5], tags = ARGV[b + 6]}}) do
+    for _, r in ipairs(roles or {{driver = A[b + TASK_DRIVER_TYPE], tags = A[b + TASK_TAGS]}}) do
       if ok then
         ok, why = matchable(r.driver, r.tags)
         if not ok and roles then why = why .. ' (role ' .. r.name .. ')' end
@@ -174,7 +187,7 @@ for i = 0, n - 1 do
     end
   end
   local existing = false
-  if idem ~= '' then existing = redis.call('GET', k('idem', idem)) or seen[idem] end
+  if idem then existing = redis.call('GET', k('idem', idem)) or seen[idem] end
   if existing then
     out[#out + 1] = existing; out[#out + 1] = 0
   else
@@ -182,7 +195,7 @@ for i = 0, n - 1 do
       return fail('EXISTS', 'task id already used ' .. id)
     end
     ids[id] = true
-    if idem ~= '' then seen[idem] = id end
+    if idem then seen[idem] = id end
     fresh = fresh + 1
     out[#out + 1] = id; out[#out + 1] = 1
   end
@@ -200,14 +213,15 @@ local now_s = now_str()
 local seq = fresh > 0 and redis.call('INCRBY', k('seq'), fresh) - fresh or 0
 for i = 0, n - 1 do
   if out[i * 2 + 2] == 1 then
-    local b = 1 + i * F
-    local id, kind, goal, wf, driver, tags, prio, maxa, idem, qto =
-      ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6],
-      ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
-    prio = I(tonumber(prio))
-    if maxa == '' then maxa = I(cfg('max_attempts')) end
-    local tenant = F >= 14 and ARGV[b + 14] or ''
-    local roles = F >= 15 and ARGV[b + 15] or ''
+    local b = i * TASK_N
+    local id, kind, goal, wf, driver, tags, maxa, idem, qto =
+      A[b + TASK_ID], A[b + TASK_KIND], A[b + TASK_GOAL], A[b + TASK_WORKFLOW],
+      A[b + TASK_DRIVER_TYPE], A[b + TASK_TAGS], A[b + TASK_MAX_ATTEMPTS],
+      A[b + TASK_IDEMPOTENCY_KEY], A[b + TASK_QUEUE_TIMEOUT]
+    local prio = I(A[b + TASK_PRIORITY])
+    maxa = I(maxa or cfg('max_attempts'))
+    local tenant = A[b + TASK_TENANT] or ''
+    local roles = A[b + TASK_ROLES] or ''
     local sig = roles == '' and signature(driver, tags, prio, tenant) or ''
     seq = seq + 1
     local seq_s = I(seq)
@@ -219,24 +233,26 @@ for i = 0, n - 1 do
     redis.call('HSET', tk, 'id', id, 'status', 'queued', 'kind', kind, 'goal', goal,
       'workflow', wf, 'driver_type', driver, 'tags', tags, 'priority', prio, 'attempt', '0',
       'max_attempts', maxa, 'seq', seq_s, 'sig', sig, 'submitted_at', now_s, 'updated_at', now_s)
-    if F >= 14 and ARGV[b + 12] ~= '' then redis.call('HSET', tk, 'retry_on', ARGV[b + 12]) end
-    if F >= 14 and ARGV[b + 13] ~= '' then redis.call('HSET', tk, 'retry_backoff', ARGV[b + 13]) end
+    local ro, rb, timeout = A[b + TASK_RETRY_ON], A[b + TASK_RETRY_BACKOFF], A[b + TASK_TIMEOUT]
+    if ro then redis.call('HSET', tk, 'retry_on', ro) end
+    if rb then redis.call('HSET', tk, 'retry_backoff', rb) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
-    if F >= 16 and ARGV[b + 16] ~= '' then redis.call('HSET', tk, 'timeout', ARGV[b + 16]) end
-    local later = F >= 17 and ARGV[b + 17] ~= '' and tonumber(ARGV[b + 17]) or 0
+    if timeout then redis.call('HSET', tk, 'timeout', timeout) end
+    local later = A[b + TASK_NOT_BEFORE] or 0
     if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
-    if F >= 18 and ARGV[b + 18] ~= '' then
-      redis.call('HSET', tk, 'retry_of', ARGV[b + 18])
-      redis.call('HSET', k('task', ARGV[b + 18]), 'rerun_by', id)
+    local retry_of = A[b + TASK_RETRY_OF]
+    if retry_of then
+      redis.call('HSET', tk, 'retry_of', retry_of)
+      redis.call('HSET', k('task', retry_of), 'rerun_by', id)
     end
-    if idem ~= '' then
+    if idem then
       redis.call('HSET', tk, 'idempotency_key', idem)
       redis.call('SET', k('idem', idem), id, 'PX', cfg_ms('idempotency_ttl'))
     end
-    local timeout = tonumber(qto ~= '' and qto or cfg('queue_timeout'))
-    if timeout and timeout > 0 then
-      local deadline = I((later or now) + math.floor(timeout * 1000))
+    local timeout_s = tonumber(qto or cfg('queue_timeout'))
+    if timeout_s and timeout_s > 0 then
+      local deadline = I((later or now) + math.floor(timeout_s * 1000))
       redis.call('HSET', tk, 'queue_deadline', deadline)
       redis.call('ZADD', k('deadlines'), deadline, id)
     end
@@ -249,9 +265,10 @@ for i = 0, n - 1 do
       enqueue(id, sig, seq_s, driver, tags, prio, tenant)
     end
     index_status(id, nil, 'queued', seq_s)
-    if F == 20 and ARGV[b + 20] ~= '' then redis.call('HSET', tk, 'traceparent', ARGV[b + 20]) end
-    local by = F >= 19 and ARGV[b + 19] or ''
-    if by ~= '' then
+    local tp = A[b + TASK_TRACEPARENT]
+    if tp then redis.call('HSET', tk, 'traceparent', tp) end
+    local by = A[b + TASK_BY]
+    if by then
       redis.call('HSET', tk, 'submitted_by', by)
       emit('submitted', 'task', id, 'sig', sig, 'by', by)
     else

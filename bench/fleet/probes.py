@@ -192,12 +192,13 @@ def calls_alone(
     if hasattr(hc, "heartbeat_call"):  # the delta protocol
         hk = hc.keys.host(hc.host_id)
         versions = [f"bench{i}" for i in range(beats)]
+        no_devices = packed_none()
 
         def deltas() -> None:
             ver = str(r.hget(hk, "hb_ver"))
             for nxt in versions:
-                hc.scripts.run("heartbeat", hc.keys.prefix,
-                               [*auth, "delta", ver, nxt, str(len(devs)), "0"])  # fmt: skip
+                args = [*auth, "delta", ver, nxt, str(len(devs)), "0", *no_devices]
+                hc.scripts.run("heartbeat", hc.keys.prefix, args)
                 ver = nxt
 
         return deltas
@@ -210,6 +211,16 @@ def calls_alone(
             hc.scripts.run("heartbeat", hc.keys.prefix, args)
 
     return snapshots
+
+
+def packed_none() -> list[bytes]:
+    """A delta's devices argument when it carries none: the packed empty list on a tree whose
+    heartbeat takes its devices packed (`deviceq.core.script_args`), nothing on an older one."""
+    try:
+        from deviceq.core.script_args import packb
+    except ImportError:
+        return []
+    return [packb([])]
 
 
 FLOORS = {

@@ -7,8 +7,10 @@ time: run it on two trees (``python -m bench.ab --baseline REV bench/lifecycle/i
 The lifecycle is ``batch.py``'s, through the public API on one host of ``--batch``
 devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
 (``TaskScheduler.assign``, its expiry step on the daemon's tick), ``HostClient.claim(batch)``
-and ``HostClient.report_many`` until every task is done. Beside it, the same lifecycle of
-``batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
+and ``HostClient.report_many`` until every task is done; after each round's reports, the
+host sends its full device snapshot (``HostClient.heartbeat(full=True)``: every device's entry
+parsed and applied), counted as a phase of its own beside the lifecycle. Beside it, the same
+lifecycle of ``batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
 module), on a server of its own: its submit is one pipelined ``HSET`` + ``ZADD`` per task, its
 pass the ``ZRANGE`` snapshot and its assign script. Each phase's instructions are counted apart
 (``callgrind_control`` zeroes the counters before a phase and dumps them after) and divided by
@@ -52,12 +54,15 @@ from bench.lifecycle.batch import (  # noqa: E402
 from bench.support.common import raw_client, table  # noqa: E402
 from deviceq.core import pacing  # noqa: E402
 from deviceq.core.redis_server import RedisServer  # noqa: E402
-from deviceq.host.link import Report  # noqa: E402
+from deviceq.host.link import DeviceReport, Report  # noqa: E402
 from deviceq.host.redis_link import HostClient  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 from deviceq.scheduler.daemon import DEFAULT_TICK  # noqa: E402
 
 PHASES = ("submit", "pass", "claim", "report")
+EXTRA = ("heartbeat",)
+"""Counted beside the lifecycle, not in it: the host's full device snapshot once a round (a
+``heartbeat.lua`` chunk of every device and its commit; the floor has none)."""
 
 
 SLOWDOWN = 100
@@ -178,6 +183,7 @@ def count_phase(
 def per_task(spent: dict[str, int], tasks: int) -> dict[str, float]:
     out = {p: spent[p] / tasks for p in PHASES}
     out["lifecycle"] = sum(out.values())
+    out.update({p: spent[p] / tasks for p in EXTRA})
     return out
 
 
@@ -198,8 +204,9 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
         sched = TaskScheduler(r, pool)
         sched.assign()  # (first pass: the scheduler's own set-up reads)
         expiry = ExpiryTick(False, DEFAULT_TICK * SLOWDOWN)  # (the daemon's tick, stretched)
-        spent, cmds, calls = (dict.fromkeys(PHASES, 0) for _ in range(3))
+        spent, cmds, calls = (dict.fromkeys((*PHASES, *EXTRA), 0) for _ in range(3))
         timed = partial(count_phase, counter, spent, r, cmds, calls)
+        devices = [DeviceReport(f"{host.host_id}-d{d:03d}", DRIVER) for d in range(batch)]
 
         for i in range(0, tasks, batch):
             n = min(batch, tasks - i)
@@ -214,6 +221,7 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
                 raise RuntimeError(f"nothing to claim after {done} of {tasks} tasks")
             reports = [Report(a.task.id, a.lease_id, "done", payload="ok") for a in got]
             timed("report", lambda reports=reports: host.report_many(reports))
+            timed("heartbeat", lambda: host.heartbeat(devices, full=True))
             done += len(got)
         if client.counts().get("done") != tasks:
             raise RuntimeError("not every task ended done")
@@ -236,7 +244,7 @@ def measure_floor(tasks: int, batch: int, work: Path) -> Counts:
         for fn in (assign, claim, report):
             r.script_load(fn.script)
         devices = [f"d{i}" for i in range(batch)]
-        spent, cmds, calls = (dict.fromkeys(PHASES, 0) for _ in range(3))
+        spent, cmds, calls = (dict.fromkeys((*PHASES, *EXTRA), 0) for _ in range(3))
         timed = partial(count_phase, counter, spent, r, cmds, calls)
 
         for i in range(0, tasks, batch):
@@ -273,9 +281,10 @@ def main() -> None:
         took = time.monotonic() - t0
     (dq, dq_cmds, dq_calls), (floor, floor_cmds, _) = dq_counts, floor_counts
     rows = [
-        [p, args.tasks, args.batch, round(dq[p]), round(floor[p]), f"{dq[p] / floor[p]:.2f}",
+        [p, args.tasks, args.batch, round(dq[p]), round(floor[p]),
+         f"{dq[p] / floor[p]:.2f}" if floor[p] else "-",
          f"{dq_cmds[p]:.1f}", f"{floor_cmds[p]:.1f}", f"{dq_calls[p]:.2f}"]
-        for p in (*PHASES, "lifecycle")
+        for p in (*PHASES, "lifecycle", *EXTRA)
     ]  # fmt: skip
     text = table(
         ["phase", "tasks", "items per call", "deviceq instructions per task",

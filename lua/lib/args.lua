@@ -1,4 +1,5 @@
--- lib/args.lua: argument checks: ids, tags, whole and decimal numbers given as text.
+-- lib/args.lua: argument checks: ids, tags, whole and decimal numbers given as text or as
+-- numbers; the packed items of a call (deviceq.core.script_args).
 
 -- ids (task, device, host, lease, session, driver type, workflow): 1-128 of A-Z a-z 0-9 . _ -
 -- starting with a letter or digit (Lua's $ anchors at the true end: no trailing newline)
@@ -46,4 +47,18 @@ local function num_in(s, lo, hi)
   local n = tonumber(s)
   if not n or n ~= n or n < lo or n > hi then return nil end
   return n
+end
+
+-- a whole number given as a number (a packed item's field), within [lo, hi]
+local function whole_in(v, lo, hi)
+  return type(v) == 'number' and v % 1 == 0 and v >= lo and v <= hi
+end
+
+-- the items of a call, packed (deviceq.core.script_args): one cmsgpack array of n * width
+-- values, item after item; nil when it is not that (the caller fails INVALID)
+local function packed_items(s, n, width)
+  if type(s) ~= 'string' or not n then return nil end
+  local ok, A = pcall(cmsgpack.unpack, s)
+  if not ok or type(A) ~= 'table' or #A ~= n * width then return nil end
+  return A
 end

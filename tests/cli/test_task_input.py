@@ -22,6 +22,7 @@ from deviceq.host.dispatcher import TaskDispatcher
 from deviceq.host.runners import CommandRunner, Task
 from harness import Deployment, deviceq, wait_for
 from invariants import dump
+from packed import raw_submit
 
 
 def missing_file_runner(task: Task) -> str:
@@ -115,9 +116,9 @@ def test_bad_timeouts_are_refused_by_producer_cli_and_script(
     raw = redis.Redis.from_url(redis_server.url)
     script = raw.register_script(source("submit"))
 
-    def args(timeout: str, roles: str = "") -> list[str]:
-        return ["1", uuid.uuid4().hex[:16], "goal", "hello", "", "", "", "0", "", "", "", "",
-                "", "", "", roles, timeout]  # fmt: skip
+    def args(timeout: str, roles: str = "", task_id: str = "") -> list[Any]:
+        return raw_submit(id=task_id or uuid.uuid4().hex[:16], roles=roles or False,
+                          timeout=timeout or False)  # fmt: skip
 
     before = dump(real_fleet.r, keys)
     for bad in ("0", "0.0001", "-1", "abc", "1e3", "604800.5", " 5", "inf"):
@@ -126,12 +127,10 @@ def test_bad_timeouts_are_refused_by_producer_cli_and_script(
     with pytest.raises(redis.ResponseError, match="^INVALID a task with roles cannot"):
         script(keys=[keys.prefix], args=args("5", "a=android:"))
     assert dump(real_fleet.r, keys) == before
-    ok = args("2.5")
-    script(keys=[keys.prefix], args=ok)
-    assert c.get(ok[1]).timeout == 2.5
-    ok = args("")
-    script(keys=[keys.prefix], args=ok)
-    assert c.get(ok[1]).timeout is None
+    script(keys=[keys.prefix], args=args("2.5", task_id="t-timed"))
+    assert c.get("t-timed").timeout == 2.5
+    script(keys=[keys.prefix], args=args("", task_id="t-untimed"))
+    assert c.get("t-untimed").timeout is None
     # the Python API's many-submit path and retry keep it
     tid = c.submit_many([{"goal": "a"}, {"goal": "b", "timeout": 600}])[1]
     assert c.get(tid).timeout == 600.0
@@ -170,12 +169,11 @@ def test_nul_bytes_are_refused_by_cli_producer_and_script(
     script = raw.register_script(source("submit"))
     before = dump(real_fleet.r, keys)
     for goal, tags in ((b"echo a\x00b", b""), (b"\x00", b""), (b"x", b"wifi\x00")):
-        call = ["1", uuid.uuid4().hex[:16], "goal", goal, "", "", tags, "0", "", "", "", ""]
+        call = raw_submit(id=uuid.uuid4().hex[:16], goal=goal, tags=tags)
         with pytest.raises(redis.ResponseError, match="^INVALID"):
             script(keys=[keys.prefix], args=call)
     with pytest.raises(redis.ResponseError, match="^INVALID goal must not contain a NUL"):
-        script(keys=[keys.prefix], args=["1", "t1", "goal", b"a\x00", "", "", "", "0", "", "",
-                                         "", ""])  # fmt: skip
+        script(keys=[keys.prefix], args=raw_submit(goal=b"a\x00"))
     assert dump(real_fleet.r, keys) == before
     raw.close()
 

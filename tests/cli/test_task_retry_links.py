@@ -76,13 +76,13 @@ def test_retry_of_must_be_an_existing_task_id(real_fleet: Any) -> None:
 
 def test_submit_lua_checks_retry_of_itself(real_fleet: Any) -> None:
     """The script refuses a malformed id (a caller that skips the Python checks)."""
-    from deviceq.producer.submission import chunk_args, spec_from
+    from deviceq.producer.submission import items_args, spec_from, task_items
 
     f = real_fleet
-    args = chunk_args([spec_from({"goal": "g", "retry_of": "x"})])
-    args[-1] = "bad:id"
+    items = task_items([spec_from({"goal": "g", "retry_of": "x"})])
+    items[0]["retry_of"] = "bad:id"
     with pytest.raises(InvalidInput, match="retry_of"):
-        f.client._run("submit", args)
+        f.client._run("submit", items_args(items))
     assert f.client.list() == []
 
 
@@ -102,12 +102,12 @@ def test_who_retried_is_recorded_on_the_new_task_and_its_event(real_fleet: Any) 
 
 
 def test_submit_lua_checks_the_submitter_itself(real_fleet: Any) -> None:
-    from deviceq.producer.submission import chunk_args, spec_from
+    from deviceq.producer.submission import items_args, spec_from, task_items
 
     f = real_fleet
-    args = chunk_args([spec_from({"goal": "g", "by": "bob"})])
-    assert args[-1] == "bob"
-    args[-1] = "bad:id"
+    items = task_items([spec_from({"goal": "g", "by": "bob"})])
+    assert items[0]["by"] == "bob"
+    items[0]["by"] = "bad:id"
     with pytest.raises(InvalidInput, match="submitter"):
-        f.client._run("submit", args)
+        f.client._run("submit", items_args(items))
     assert f.client.list() == []

@@ -22,6 +22,7 @@ from deviceq.core.scripts import source
 from deviceq.ops.explain import explain
 from harness import Deployment, wait_for
 from invariants import check_pool, dump
+from packed import raw_submit
 
 
 def _run(fleet: Any, host: HostClient, task_id: str, kind: str, error: str = "boom") -> str:
@@ -183,8 +184,7 @@ def test_bad_retry_policies_are_refused_and_nothing_is_written(
     if value:  # the API (an empty retry_on is the pool's default there)
         with pytest.raises(InvalidInput, match=field):
             f.client.submit("x", **{field: value})
-    on, backoff = (value, "") if field == "retry_on" else ("", value)
-    args = ["1", "t1", "goal", "x", "", "", "", "0", "", "", "", "", on, backoff]
+    args = raw_submit(goal="x", **{field: value or False})
     script = f.r.register_script(source("submit"))
     if value:
         with pytest.raises(redis.ResponseError, match="^INVALID"):

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from deviceq import ConfigError, InvalidInput, PoolAdmin, TaskStatus
+from deviceq.core.script_args import SUBMIT, packb
 from deviceq.core.scripts import source
 from deviceq.scheduler import TaskScheduler
 from invariants import dump
@@ -25,16 +26,21 @@ def raw_call(fleet: Any, name: str, args: list[Any]) -> Any:
 def test_submit_checks_every_field_before_writing(fleet: Any) -> None:
     """A raw submit with max_attempts='abc' used to be stored and later broke expire.lua half
     way (the task stuck `assigned` with no lease); now it is refused with nothing written."""
-    good = ["t1", "goal", "hello", "", "", "", "0", "3", "", "", ""]
-    bad_fields = {7: "abc", 6: "10", 10: "1e-9", 5: "b,a", 4: "android\n", 2: " ", 9: "x y"}
+    good = {"id": "t1", "kind": "goal", "goal": "hello", "workflow": "", "driver_type": "",
+            "tags": "", "priority": 0, "max_attempts": 3}  # fmt: skip
+    bad_fields = {"max_attempts": "abc", "priority": 10, "reject_unmatched": "1e-9",
+                  "tags": "b,a", "driver_type": "android\n", "goal": " ",
+                  "queue_timeout": "x y"}  # fmt: skip
+
+    def packed(task: dict[str, Any]) -> bytes:  # (as sent, without the Python side's checks)
+        return packb([task.get(n, False) for n in SUBMIT.names])
+
     before = dump(fleet.r, fleet.admin.keys)
-    for pos, value in bad_fields.items():
-        args = ["1", *good]
-        args[pos + 1] = value
+    for name, value in bad_fields.items():
         with pytest.raises(redis.ResponseError, match="^INVALID"):
-            raw_call(fleet, "submit", args)
+            raw_call(fleet, "submit", ["1", packed({**good, name: value})])
     assert dump(fleet.r, fleet.admin.keys) == before
-    assert raw_call(fleet, "submit", ["1", *good])[1] == 1
+    assert raw_call(fleet, "submit", ["1", packed(good)])[1] == 1
 
 
 def test_hosts_may_not_report_server_only_failure_kinds(fleet: Any) -> None:

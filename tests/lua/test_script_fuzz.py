@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from deviceq import Client, DeviceReport, HostClient, PoolAdmin, SchedulerClient
 from deviceq.core.errors import error_codes
+from deviceq.core.script_args import packb
 from deviceq.core.scripts import names, source
 from invariants import check_pool, dump
 
@@ -52,6 +53,16 @@ garbage = st.one_of(
 )
 
 
+packed_garbage = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.lists(st.integers(0, 9), max_size=3),
+)
+"""Values of other types inside packed items (a number for text, nil, a nested array...)."""
+
+
 class Pool:
     """A pool with hosts, devices and tasks in every state, and a valid call per script."""
 
@@ -86,13 +97,17 @@ class Pool:
         ScheduleStore(self.r, self.keys).add("nightly", "0 2 * * *", {"goal": "nightly run"})
         self.r.set(self.keys.leader, "owner-1:7")
 
-    def valid(self, name: str) -> list[str]:
+    def valid(self, name: str) -> list[Any]:
+        """A valid call of script ``name``: its arguments, packed items as a list of their
+        values (`wire` packs them; the fuzzing mutates each value)."""
         tok, run, lease = self.token, self.run, self.lease
+        no = False  # (an optional item field not given)
         return {
-            "submit": ["1", uuid.uuid4().hex[:16], "goal", "hello", "", "android", "wifi", "3",
-                       "2", "", "10", ""],
-            "heartbeat": ["h1", tok, "", "full", "sync1", "first", "0", "2", "d1", "android",
-                          "wifi", "idle", "", "d3", "web", "", "busy", "in use"],
+            "submit": ["1", [uuid.uuid4().hex[:16], "goal", "hello", "", "android", "wifi", 3,
+                             2, no, "10", no, no, no, no, no, no, no, no, no, no]],
+            "heartbeat": ["h1", tok, "", "full", "sync1", "first", "0", "2",
+                          ["d1", "android", "wifi", "idle", "", "d3", "web", "", "busy",
+                           "in use"]],
             "session": ["h1", tok, "start", "s1", "m:b:1:2", ""],
             "claim": ["h1", tok, "", "2"],
             "renew": ["h1", tok, "", "1", run, lease],
@@ -127,6 +142,12 @@ class Pool:
         }[name]  # fmt: skip
 
 
+def wire(args: list[Any]) -> list[Any]:
+    """A call's arguments as sent: a list (a script's items) packed as they are
+    (`deviceq.core.script_args`), without the Python side's checks."""
+    return [packb(a) if isinstance(a, list) else a for a in args]
+
+
 READ_ONLY = {"heads"}  # scripts that read for the scheduler and never write
 
 
@@ -141,10 +162,17 @@ def mutated_call(draw: Any, pool: Pool) -> tuple[str, list[Any]]:
     name = draw(st.sampled_from(sorted(pool.scripts)))
     args: list[Any] = list(pool.valid(name))
     if draw(st.integers(0, 3)) == 0:
-        return name, args  # a valid call now and then: the pool's state moves on
+        return name, wire(args)  # a valid call now and then: the pool's state moves on
     for i in range(len(args)):
+        if isinstance(args[i], list):  # packed items: each value mutated, or the whole
+            items = list(args[i])
+            for j in range(len(items)):
+                if draw(st.integers(0, 4)) == 0:
+                    items[j] = draw(st.one_of(garbage, packed_garbage))
+            args[i] = items
         if draw(st.integers(0, 4)) == 0:
             args[i] = draw(garbage)
+    args = wire(args)
     cut = draw(st.integers(0, 3))
     if cut and draw(st.booleans()):
         args = args[: max(0, len(args) - cut)]
@@ -213,7 +241,7 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
             pool.admin._run("gate_set", pool.valid("gate_set"))
             pool.r.hset(pool.keys.device_attrs("d3"), "battery", "n:5")
         before = dump(pool.r, pool.keys)
-        pool.scripts[name](keys=[pool.keys.prefix], args=pool.valid(name))
+        pool.scripts[name](keys=[pool.keys.prefix], args=wire(pool.valid(name)))
         check_pool(pool.r, pool.keys)
         if name in READ_ONLY:
             assert dump(pool.r, pool.keys) == before, f"{name} is a read, but it wrote"
@@ -225,7 +253,7 @@ def test_submit_refuses_a_goal_that_is_not_utf8_and_keeps_one_that_is(redis_serv
     """Every client decodes a goal as UTF-8 (a host daemon would fail on the task): the
     script refuses other bytes, writing nothing, and keeps multi-byte text intact."""
     pool = Pool(redis_server.url)
-    args = pool.valid("submit")
+    n, task = pool.valid("submit")
     bad_goals = (
         b"h\xbe8",
         b"\xc0\xaf",
@@ -239,10 +267,10 @@ def test_submit_refuses_a_goal_that_is_not_utf8_and_keeps_one_that_is(redis_serv
     )
     for bad in bad_goals:
         before = dump(pool.r, pool.keys)
-        call = [*args[:3], bad, *args[4:]]
+        call = wire([n, [*task[:2], bad, *task[3:]]])
         with pytest.raises(redis.ResponseError, match="^INVALID goal must be"):
             pool.scripts["submit"](keys=[pool.keys.prefix], args=call)
         assert dump(pool.r, pool.keys) == before
     text = "résumé ✓ 𝄞 日本 \ue000 \U0010fffd \u0800"
-    pool.scripts["submit"](keys=[pool.keys.prefix], args=[*args[:3], text, *args[4:]])
-    assert pool.r.hget(pool.keys.task(args[1]), "goal") == text
+    pool.scripts["submit"](keys=[pool.keys.prefix], args=wire([n, [*task[:2], text, *task[3:]]]))
+    assert pool.r.hget(pool.keys.task(task[0]), "goal") == text

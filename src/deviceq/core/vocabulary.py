@@ -16,6 +16,8 @@ from enum import StrEnum
 
 from .limits import REASONS as LIMIT_REASONS
 from .limits import lua_include as limits_include
+from .script_args import SCHEMAS
+from .script_args import lua_include as args_include
 
 
 class TaskStatus(StrEnum):
@@ -191,7 +193,11 @@ LUA_INCLUDES: Mapping[str, Mapping[str, LuaValue]] = {
 """Each generated include: the Lua locals it defines, each with its value (a tuple: a set,
 ``{name = true, ...}``; a mapping: ``{name = 'text', ...}``). Each script names the ones it
 uses, so it carries only those."""
-GENERATED_INCLUDES: tuple[str, ...] = (*LUA_INCLUDES, "gen/limits")
+GENERATED_INCLUDES: tuple[str, ...] = (
+    *LUA_INCLUDES,
+    "gen/limits",
+    *(f"gen/args/{name}" for name in SCHEMAS),
+)
 """The name of every generated include (`lua_include` gives each one's text)."""
 
 
@@ -220,9 +226,12 @@ def lua_table(name: str, value: LuaValue) -> str:
 
 def lua_include(name: str) -> str | None:
     """The text of generated include ``name`` (``gen/NAME``), or None when there is none
-    (``gen/limits``: the declared limits, `deviceq.core.limits.lua_include`)."""
+    (``gen/limits``: the declared limits, `deviceq.core.limits.lua_include`; ``gen/args/SCRIPT``:
+    the positions of a script's item fields, `deviceq.core.script_args`)."""
     if name == "gen/limits":
         return limits_include()
+    if name.startswith("gen/args/"):
+        return args_include(name)
     tables = LUA_INCLUDES.get(name)
     if tables is None:
         return None

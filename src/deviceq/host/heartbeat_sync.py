@@ -35,7 +35,7 @@ LEAST = 25  # devices per call at least (a call's round trip alone, through the 
 GONE = "gone"  # the state of a delta row: the host no longer has this device
 MAX_COMMITS = 10_000  # commit calls of one full snapshot at most (250 left-out devices each)
 
-Row = tuple[str, str, str, str, str]  # device_id driver_type tags state reason
+Row = tuple[str, str, str, str, str]  # the fields of script_args.HEARTBEAT, in order
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ..core.errors import Busy, InvalidInput, NotConfirmed
 from ..core.lane import lane_of
 from ..core.models import Assignment, ScheduledTask
 from ..core.pacing import pacer_for
+from ..core.script_args import HEARTBEAT
 from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import MAX_PAYLOAD_BYTES, validate_id
@@ -121,10 +122,10 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
     def heartbeat_call(
         self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
     ) -> Reply:
-        """One ``lua/heartbeat.lua`` call (mode delta, full or commit) with checked rows."""
-        args: list[str] = [*self._auth(), mode, ver, arg, str(int(total)), str(len(rows))]
-        for r in rows:
-            args += r
+        """One ``lua/heartbeat.lua`` call (mode delta, full or commit) with checked rows (the
+        devices packed: `deviceq.core.script_args.HEARTBEAT`)."""
+        devices = HEARTBEAT.pack(dict(zip(HEARTBEAT.names, r, strict=True)) for r in rows)
+        args: list[Any] = [*self._auth(), mode, ver, arg, str(int(total)), str(len(rows)), devices]
         return Reply.parse(self._run("heartbeat", args))
 
     def attributes_call(self, entries: Sequence[Sequence[str]]) -> int:

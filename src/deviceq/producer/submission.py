@@ -1,6 +1,7 @@
 """A submission checked and encoded: `spec_from` validates a task spec (one clear
-InvalidInput), `chunk_args` makes submit.lua's arguments for a chunk of them, with fresh task
-ids; the argument checks the producer shares."""
+InvalidInput), `chunk_args` makes submit.lua's arguments for a chunk of them (the tasks packed
+by `deviceq.core.script_args.SUBMIT`), with fresh task ids; the argument checks the producer
+shares."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from ..core.errors import InvalidInput
 from ..core.models import TaskSpec, encode_roles
+from ..core.script_args import SUBMIT
 
 
 def new_task_id() -> str:
@@ -68,52 +70,50 @@ def check_int(name: str, value: object, minimum: int) -> None:
         raise InvalidInput(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def submit_args(spec: TaskSpec, task_id: str) -> list[Any]:
-    """submit.lua's 14 fields of one task."""
+def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> dict[str, Any]:
+    """submit.lua's fields of one task (`deviceq.core.script_args.SUBMIT`; None: not given)."""
+    return {
+        "id": task_id,
+        "kind": "workflow" if spec.workflow else "goal",
+        "goal": spec.goal or "",
+        "workflow": spec.workflow or "",
+        "driver_type": spec.driver_type or "",
+        "tags": ",".join(spec.tags),
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "idempotency_key": spec.idempotency_key or None,
+        "queue_timeout": None if spec.queue_timeout is None else f"{spec.queue_timeout:.3f}",
+        "reject_unmatched": None if spec.reject_unmatched is None else int(spec.reject_unmatched),
+        "retry_on": spec.retry_on or None,
+        "retry_backoff": spec.retry_backoff or None,
+        "tenant": spec.tenant or None,
+        "roles": encode_roles(spec.roles) if spec.roles else None,
+        "timeout": None if spec.timeout is None else f"{spec.timeout:.3f}",
+        # (rounded up: never a millisecond before the time asked)
+        "not_before": None if spec.not_before is None else math.ceil(spec.not_before * 1000),
+        "retry_of": spec.retry_of or None,
+        "by": spec.by or None,
+        "traceparent": traceparent or None,
+    }
+
+
+def task_items(
+    specs: list[TaskSpec], traceparents: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """submit.lua's items for one chunk, each with a fresh task id (``traceparents``: one per
+    task, `deviceq.core.tracing`)."""
     return [
-        task_id,
-        "workflow" if spec.workflow else "goal",
-        spec.goal or "",
-        spec.workflow or "",
-        spec.driver_type or "",
-        ",".join(spec.tags),
-        spec.priority,
-        "" if spec.max_attempts is None else spec.max_attempts,
-        spec.idempotency_key or "",
-        "" if spec.queue_timeout is None else f"{spec.queue_timeout:.3f}",
-        "" if spec.reject_unmatched is None else int(spec.reject_unmatched),
-        spec.retry_on or "",
-        spec.retry_backoff or "",
-        spec.tenant or "",
+        task_item(spec, new_task_id(), traceparents[i] if traceparents is not None else None)
+        for i, spec in enumerate(specs)
     ]
 
 
 def chunk_args(specs: list[TaskSpec], traceparents: list[str] | None = None) -> list[Any]:
-    """submit.lua's arguments for one chunk: 14 fields per task, 15 (the roles) when any
-    task of the chunk is a multi-device one, 16 (roles and timeout) when any has a timeout,
-    17 (and not_before, ms) when any has a not_before, 18 (and retry_of) when any has a
-    retry_of, 19 (and by) when any names who submitted it, 20 (and traceparent, one per
-    task) with ``traceparents`` (deviceq.core.tracing)."""
-    traced = traceparents is not None
-    signed = traced or any(s.by is not None for s in specs)
-    linked = signed or any(s.retry_of is not None for s in specs)
-    later = linked or any(s.not_before is not None for s in specs)
-    timed = later or any(s.timeout is not None for s in specs)
-    gang = timed or any(s.roles for s in specs)
-    args: list[Any] = [len(specs)]
-    for i, spec in enumerate(specs):
-        args += submit_args(spec, new_task_id())
-        if gang:
-            args.append(encode_roles(spec.roles) if spec.roles else "")
-        if timed:
-            args.append("" if spec.timeout is None else f"{spec.timeout:.3f}")
-        if later:
-            # (rounded up: never a millisecond before the time asked)
-            args.append("" if spec.not_before is None else str(math.ceil(spec.not_before * 1000)))
-        if linked:
-            args.append(spec.retry_of or "")
-        if signed:
-            args.append(spec.by or "")
-        if traceparents is not None:
-            args.append(traceparents[i])
-    return args
+    """submit.lua's arguments for one chunk: the count and the tasks packed
+    (`deviceq.core.script_args.SUBMIT`), each with a fresh task id."""
+    return items_args(task_items(specs, traceparents))
+
+
+def items_args(items: list[dict[str, Any]]) -> list[Any]:
+    """submit.lua's arguments for tasks given as `task_item` fields."""
+    return [len(items), SUBMIT.pack(items)]
