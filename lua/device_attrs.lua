@@ -3,6 +3,7 @@
 --- @include "lib/text"
 --- @include "lib/events"
 --- @include "lib/auth"
+--- @include "lib/where"
 --- @include "lib/gates"
 -- device_attrs.lua: set and unset attributes of devices, by an operator (mode op: one device,
 -- event device_attributes) or by the owning host (mode host: its changes since it last sent
@@ -16,7 +17,7 @@
 --          then per device: DEVICE_ID NSET NUNSET, NSET pairs KEY ENCODED, NUNSET KEYs
 --          (at most 400 devices a call, 32 sets and 32 unsets a device; a device ends with at
 --          most 32 attributes)
--- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, events, device:ID (gated...),
+-- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, attr_names, events, device:ID,
 --          idle, idle:c:*, sched:wake; reads device:ID, host:ID (mode host), gates, config
 -- Returns  the number of devices whose attributes changed
 -- Errors   INVALID, NOT_FOUND (no device), AUTH, SUPERSEDED, DEVICE_OWNED (another host's device)
@@ -35,28 +36,6 @@ else
   return fail('INVALID', 'mode must be op or host')
 end
 
-local function valid_key(s)
-  return type(s) == 'string' and #s <= 32 and s:match('^[a-z][a-z0-9_]*$') ~= nil
-end
-
--- a value as deviceq.core.attributes.encode writes it
-local function valid_value(s)
-  if type(s) ~= 'string' or #s < 2 or s:sub(2, 2) ~= ':' then return false end
-  local kind, text = s:sub(1, 1), s:sub(3)
-  if kind == 'b' then return text == '1' or text == '0' end
-  if kind == 'n' then
-    if #text > 32 or not text:match('^%-?[%d%.eE%+%-]+$') then return false end
-    local n = tonumber(text)
-    return n ~= nil and n == n and n >= -1e15 and n <= 1e15
-  end
-  if kind == 'v' then
-    return #text <= 80 and text:match('^%d[%d%.]*%d$') ~= nil and text:find('.', 1, true) ~= nil
-      and not text:find('..', 1, true)
-  end
-  if kind == 's' then return #text <= 64 and valid_utf8(text) and not text:find('[%c"]') end
-  return false
-end
-
 -- check every device's entry first (nothing is written before all are known good)
 local entries, i = {}, first
 while i <= #ARGV do
@@ -68,14 +47,14 @@ while i <= #ARGV do
   local p = i + 3
   for _ = 1, nset do
     local key, value = ARGV[p], ARGV[p + 1]
-    if not valid_key(key) then return fail('INVALID', 'malformed attribute name') end
-    if not valid_value(value) then return fail('INVALID', 'malformed value of attribute ' .. key) end
+    if not valid_attr_key(key) then return fail('INVALID', 'malformed attribute name') end
+    if not (valid_attr_value(value) and valid_utf8(value)) then return fail('INVALID', 'malformed value of attribute ' .. key) end
     e.set[#e.set + 1] = key
     e.set[#e.set + 1] = value
     p = p + 2
   end
   for _ = 1, nunset do
-    if not valid_key(ARGV[p]) then return fail('INVALID', 'malformed attribute name') end
+    if not valid_attr_key(ARGV[p]) then return fail('INVALID', 'malformed attribute name') end
     e.unset[#e.unset + 1] = ARGV[p]
     p = p + 1
   end
@@ -106,22 +85,29 @@ end
 if mode == 'op' and #entries ~= 1 then return fail('INVALID', 'an operator changes one device a call') end
 
 local now, changed, gates = now_str(), 0, nil
+-- attr_names counts the devices having each name (a --where naming none warns as a typo)
+local function count_name(key, by)
+  if redis.call('HINCRBY', k('attr_names'), key, by) <= 0 then redis.call('HDEL', k('attr_names'), key) end
+end
 for _, e in ipairs(entries) do
   local ak, tk = k('device', e.did, 'attrs'), k('device', e.did, 'attrs_at')
   local n = 0
-  if #e.unset > 0 then
-    n = n + redis.call('HDEL', ak, unpack(e.unset))
-    redis.call('HDEL', tk, unpack(e.unset))
-  end
-  if #e.set > 0 then
-    local at = {}
-    for j = 1, #e.set, 2 do
-      at[#at + 1] = e.set[j]
-      at[#at + 1] = now
-      if redis.call('HGET', ak, e.set[j]) ~= e.set[j + 1] then n = n + 1 end
+  for _, key in ipairs(e.unset) do
+    if redis.call('HDEL', ak, key) == 1 then
+      redis.call('HDEL', tk, key)
+      count_name(key, -1)
+      n = n + 1
     end
-    redis.call('HSET', ak, unpack(e.set))
-    redis.call('HSET', tk, unpack(at))
+  end
+  for j = 1, #e.set, 2 do
+    local key, value = e.set[j], e.set[j + 1]
+    local old = redis.call('HGET', ak, key)
+    if old ~= value then
+      redis.call('HSET', ak, key, value)
+      if not old then count_name(key, 1) end
+      n = n + 1
+    end
+    redis.call('HSET', tk, key, now)
   end
   if n > 0 then
     changed = changed + 1

@@ -5,8 +5,8 @@
 -- `deviceq gate` calls it over every device in batches; lib/gates.lua gate_check).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     device ids (1 to 500; unknown ones are skipped)
--- Keys     reads gates, device:ID:attrs, config; writes device:ID (gated, gated_reason,
---          gated_at), idle, idle:c:*, events, sched:wake
+-- Keys     reads gates, device:ID:attrs, config; writes device:ID (its fields gated,
+--          gated_reason, gated_at), idle, idle:c:*, events, sched:wake
 -- Returns  {devices gated, devices released}
 -- Errors   INVALID
 if #ARGV < 1 or #ARGV > 500 then return fail('INVALID', '1 to 500 device ids a call') end

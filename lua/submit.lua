@@ -9,6 +9,7 @@
 --- @include "lib/status"
 --- @include "lib/queue"
 --- @include "lib/roles"
+--- @include "lib/where"
 --- @include "gen/args/submit"
 -- submit.lua: enqueue one or more tasks as `queued` (all or nothing).
 -- KEYS[1]  pool prefix "dq:{POOL}:"
@@ -44,6 +45,9 @@
 --                    task; the task's submitted_by and the submitted event's `by`)
 --   traceparent      optional, a W3C trace context 00-TRACE(32 hex)-SPAN(16 hex)-FLAGS(2 hex):
 --                    the trace of its submission (deviceq.core.tracing)
+--   where            optional, compiled --where clauses (deviceq.core.where.compile_all;
+--                    valid_where in lib/where.lua): the device's attributes must satisfy
+--                    them (assign.lua re-checks); part of the bucket's signature; not with roles
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -136,6 +140,11 @@ local function check(b)
     return fail('INVALID', 'malformed retry_of task id')
   end
   local roles, timeout = A[b + TASK_ROLES], A[b + TASK_TIMEOUT]
+  local where = A[b + TASK_WHERE]
+  if where then
+    if not valid_where(where) or not valid_utf8(where) then return fail('INVALID', 'malformed where') end
+    if roles then return fail('INVALID', 'a task with roles cannot have where clauses of its own') end
+  end
   if timeout then
     if not num_in(timeout, 0.001, 604800) then
       return fail('INVALID', 'timeout must be a number of seconds, 0.001 <= s <= 7 days')
@@ -222,7 +231,8 @@ for i = 0, n - 1 do
     maxa = I(maxa or cfg('max_attempts'))
     local tenant = A[b + TASK_TENANT] or ''
     local roles = A[b + TASK_ROLES] or ''
-    local sig = roles == '' and signature(driver, tags, prio, tenant) or ''
+    local where = A[b + TASK_WHERE] or ''
+    local sig = roles == '' and signature(driver, tags, prio, tenant, where) or ''
     seq = seq + 1
     local seq_s = I(seq)
     local tk = k('task', id)
@@ -238,6 +248,7 @@ for i = 0, n - 1 do
     if rb then redis.call('HSET', tk, 'retry_backoff', rb) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
     if timeout then redis.call('HSET', tk, 'timeout', timeout) end
+    if where ~= '' then redis.call('HSET', tk, 'where', where) end
     local later = A[b + TASK_NOT_BEFORE] or 0
     if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
@@ -262,7 +273,7 @@ for i = 0, n - 1 do
     elseif roles ~= '' then  -- a gang task waits in `gangs` (the scheduler places all its roles at once)
       redis.call('ZADD', k('gangs'), seq_s, id)
     else
-      enqueue(id, sig, seq_s, driver, tags, prio, tenant)
+      enqueue(id, sig, seq_s, driver, tags, prio, tenant, where)
     end
     index_status(id, nil, 'queued', seq_s)
     local tp = A[b + TASK_TRACEPARENT]

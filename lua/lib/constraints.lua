@@ -24,9 +24,11 @@ local function satisfies(t_driver, t_tags, d_driver, d_tags)
 end
 
 -- the bucket id of a constraint signature and tenant (deviceq.models.Constraints.signature
--- mirrors it): a tenant's tasks have buckets of their own, so fair share sees every tenant
-local function signature(driver, tags, prio, tenant)
+-- mirrors it): a tenant's tasks have buckets of their own, so fair share sees every tenant;
+-- `where` (compiled --where clauses, lib/where.lua) too
+local function signature(driver, tags, prio, tenant, where)
   local raw = driver .. '|' .. tags .. '|' .. prio
   if tenant and tenant ~= '' then raw = raw .. '|' .. tenant end
+  if where and where ~= '' then raw = raw .. '|w:' .. where end
   return string.sub(redis.sha1hex(raw), 1, 16)
 end

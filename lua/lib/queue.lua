@@ -10,12 +10,12 @@ local enqueued = {}
 
 -- put a task into its constraint bucket (keeps its original submission order); the bucket's
 -- constraints (sig:SIG) exist exactly while the bucket is non-empty
-local function enqueue(id, sig, seq, driver, tags, prio, tenant)
+local function enqueue(id, sig, seq, driver, tags, prio, tenant, where)
   local low = enqueued[sig]
   if redis.call('ZADD', k('queue', sig), seq, id) == 1 and not low
       and redis.call('ZCARD', k('queue', sig)) == 1 then
     redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0',
-      'tenant', tenant or '')
+      'tenant', tenant or '', 'where', where or '')
   end
   local n = tonumber(seq)
   if not low or n < low then
@@ -47,7 +47,7 @@ local function to_queue(id, t)
   if (t.roles or '') ~= '' then
     redis.call('ZADD', k('gangs'), t.seq, id)
   else
-    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant)
+    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant, t.where)
   end
 end
 local function from_queue(id, t)

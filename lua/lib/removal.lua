@@ -16,6 +16,9 @@ local function delete_device(did)
     count('drivers', d[2], -1)
     if d[4] == '1' then count('qdrivers', d[2], -1) end
   end
+  for _, name in ipairs(redis.call('HKEYS', k('device', did, 'attrs'))) do  -- (at most 32)
+    if redis.call('HINCRBY', k('attr_names'), name, -1) <= 0 then redis.call('HDEL', k('attr_names'), name) end
+  end
   redis.call('DEL', dk, k('device', did, 'history'), k('device', did, 'log'), k('device', did, 'attrs'),
     k('device', did, 'attrs_at'))
   redis.call('SREM', k('devices'), did)

@@ -10,6 +10,51 @@ local function where_split(text, sep)
   return out
 end
 
+-- an attribute name; a value as deviceq.core.attributes.encode writes it (KIND:TEXT)
+local function valid_attr_key(s)
+  return type(s) == 'string' and #s <= 32 and s:match('^[a-z][a-z0-9_]*$') ~= nil
+end
+local function valid_attr_value(s)
+  if type(s) ~= 'string' or #s < 2 or s:sub(2, 2) ~= ':' then return false end
+  local kind, text = s:sub(1, 1), s:sub(3)
+  if kind == 'b' then return text == '1' or text == '0' end
+  if kind == 'n' then
+    if #text > 32 or not text:match('^%-?[%d%.eE%+%-]+$') then return false end
+    local n = tonumber(text)
+    return n ~= nil and n == n and n >= -1e15 and n <= 1e15
+  end
+  if kind == 'v' then
+    return #text <= 80 and text:match('^%d[%d%.]*%d$') ~= nil and text:find('.', 1, true) ~= nil
+      and not text:find('..', 1, true)
+  end
+  -- (a string: at most 64 bytes, no control character or double quote; its UTF-8 is checked
+  -- by the caller that has lib/text)
+  if kind == 's' then return #text <= 64 and not text:find('[%c"]') end
+  return false
+end
+
+local WHERE_OPS = {['='] = 1, ['!='] = 1, ['<'] = 1, ['<='] = 1, ['>'] = 1, ['>='] = 1, ['in'] = 16,
+  has = 0}
+-- compiled clauses as deviceq.core.where.compile_all writes them: at most 8 lines, each
+-- KEY<TAB>OP<TAB>VALUE... with the values OP takes ('' is no clause)
+local function valid_where(text)
+  if type(text) ~= 'string' or #text > 4096 then return false end
+  if text == '' then return true end
+  local lines = where_split(text, '\n')
+  if #lines > 8 then return false end
+  for _, line in ipairs(lines) do
+    local f = where_split(line, '\t')
+    local most = WHERE_OPS[f[2] or '']
+    if not most or not valid_attr_key(f[1]) then return false end
+    local nv = #f - 2
+    if (most == 0 and nv ~= 0) or (most > 0 and (nv < 1 or nv > most)) then return false end
+    for j = 3, #f do
+      if not valid_attr_value(f[j]) then return false end
+    end
+  end
+  return true
+end
+
 -- a stored value as a version's parts (a version, or a number that reads as one), else nil
 local function where_version(kind, text)
   if kind == 'v' then

@@ -114,7 +114,7 @@ def test_submit_with_a_field_added_still_reads_every_field_by_name(
     monkeypatch.setitem(script_args.SCHEMAS, "submit", with_suite())
     schema = script_args.SCHEMAS["submit"]
     text_ = assemble((lua_dir() / "submit.lua").read_text(), "submit")
-    assert "TASK_SUITE = 21" in text_
+    assert f"TASK_SUITE = {script_args.SUBMIT.width + 1}" in text_
     task = {"id": "t-suite", "kind": "goal", "goal": "hello", "workflow": "",
             "driver_type": "android", "tags": "wifi", "priority": 4, "max_attempts": 2,
             "tenant": "team-a", "by": "alice", "suite": "nightly"}  # fmt: skip

@@ -198,6 +198,15 @@ def exercise(url: str, pool: str) -> None:
     assert store.commit_gang(g2, ["d4"]) == "ok:1"
     h3.claim(5)
     assert client.cancel(g2) == "cancelled"
+    # attributes (an operator's, a host's) and a gate that holds a device, then goes
+    from deviceq.ops.gates import add_gate, remove_gate
+
+    admin.set_attributes("d3", {"battery": 50, "sdk": 34})
+    h3.send_attributes({"d4": ({"battery": 90}, ())})
+    add_gate(admin, "low", ["battery<20"])
+    admin.set_attributes("d3", {"battery": 15})
+    remove_gate(admin, "low")
+    admin.unset_attributes("d3", ["sdk"])
     # a device removed while it runs (its task handed back), then its host with the rest
     t9 = client.submit("on a device that is removed", driver_type="web")
     store.commit([(t9, "d3")])

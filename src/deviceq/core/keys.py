@@ -61,6 +61,8 @@ key                                type       holds
                                               (``n:34``, ``v:14.1.2``, ``b:1``, ``s:Pixel 8``;
                                               `deviceq.core.attributes`; device_attrs.lua)
 ``device:ID:attrs_at``              hash       name -> when the attribute was last reported (ms)
+``attr_names``                     hash       attribute name -> devices that have it (a
+                                              --where naming none is likely a typo)
 ``devices``                        set        every registered device id
 ``gates``                          hash       gate name -> JSON ``{name, when, until, driver_type,
                                               when_c, until_c, created_at}`` (``deviceq gate``;
@@ -247,6 +249,10 @@ class Keys:
     @property
     def devices(self) -> str:
         return self._k("devices")
+
+    @property
+    def attr_names(self) -> str:
+        return self._k("attr_names")
 
     @property
     def gates(self) -> str:

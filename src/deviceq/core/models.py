@@ -24,6 +24,7 @@ from .validation import (
     validate_tags,
 )
 from .vocabulary import FailureKind, TaskStatus
+from .where import compiled_of, where_texts
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,6 +68,7 @@ class Constraints(BaseModel):
 
     driver_type: OptDriverType = None
     tags: Tags = ()
+    where: tuple[str, ...] = ()  # canonical --where texts (deviceq.core.where), and-ed
 
     def signature(self, priority: int = 0, tenant: str | None = None) -> str:
         """Bucket id of the queued index: tasks with equal constraints, priority and tenant
@@ -74,6 +76,8 @@ class Constraints(BaseModel):
         raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
         if tenant:
             raw += f"|{tenant}"
+        if self.where:
+            raw += f"|w:{compiled_of(self.where)}"
         return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
     def matches(self, driver_type: str, tags: Iterable[str]) -> bool:
@@ -199,6 +203,8 @@ class TaskSpec(BaseModel):
     not_before: Annotated[float | None, _NOT_BOOL] = Field(None, ge=0, le=1e13, allow_inf_nan=False)
     retry_of: Annotated[str, _named("task id")] | None = None  # the task this one runs again
     by: Annotated[str, _named("submitter")] | None = None  # who submitted it (recorded)
+    # --where expressions over the device's attributes (and-ed; canonical, sorted)
+    where: Annotated[tuple[str, ...], BeforeValidator(where_texts)] = ()
 
     @field_validator("retry_on", mode="before")
     @classmethod
@@ -216,6 +222,8 @@ class TaskSpec(BaseModel):
     def _one_of(self) -> TaskSpec:
         if (self.goal is None) == (self.workflow is None):
             raise InvalidInput("give exactly one of a goal or a workflow name")
+        if self.roles is not None and self.where:
+            raise InvalidInput("a task with roles cannot have --where expressions of its own")
         if self.roles is not None and self.timeout is not None:
             raise InvalidInput("a task with roles cannot have a timeout of its own")
         if self.roles is not None and (self.driver_type or self.tags or self.tenant):
@@ -227,7 +235,7 @@ class TaskSpec(BaseModel):
 
     @property
     def constraints(self) -> Constraints:
-        return Constraints(driver_type=self.driver_type, tags=self.tags)
+        return Constraints(driver_type=self.driver_type, tags=self.tags, where=self.where)
 
 
 class Attempt(BaseModel):
@@ -307,6 +315,7 @@ class ScheduledTask(BaseModel):
     progress: dict[str, Any] | None = None
     # the W3C trace context of its submission (deviceq.core.tracing), when it was traced
     traceparent: str | None = None
+    where: tuple[str, ...] = ()  # its --where expressions (canonical)
     # a multi-device task: its roles (constraints, and where each runs once placed); for a
     # part (task ``GANG.ROLE``): its ``gang`` and ``role``; the ``leader`` part also gets every
     # role's placement in ``roles``
@@ -337,6 +346,7 @@ class ScheduledTask(BaseModel):
         values["failure_kind"] = FailureKind(kind) if kind else None
         values["avoid_devices"] = tuple(values["avoid_devices"])
         values["avoid_hosts"] = tuple(values["avoid_hosts"])
+        values["where"] = tuple(values["where"])
         if is_multi_device(h):
             values["roles"] = decode_roles(h.get("roles"), h.get("peers"))
         values["attempts"] = _attempts(attempts, values["dispatched_at"])
@@ -344,7 +354,7 @@ class ScheduledTask(BaseModel):
 
     @property
     def constraints(self) -> Constraints:
-        return Constraints(driver_type=self.driver_type, tags=self.tags)
+        return Constraints(driver_type=self.driver_type, tags=self.tags, where=self.where)
 
 
 class PooledDevice(BaseModel):

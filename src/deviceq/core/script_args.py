@@ -145,6 +145,7 @@ SUBMIT = Items(
         text("retry_of", optional=True),
         text("by", optional=True),
         text("traceparent", optional=True),
+        text("where", optional=True),
     ),
 )
 """submit.lua's tasks."""

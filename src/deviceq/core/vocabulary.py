@@ -151,7 +151,8 @@ ASSIGN_REFUSALS: tuple[str, ...] = (
     "invalid_id", "task_not_found", "task_not_queued", "task_multi_device", "device_not_found",
     "device_reserved", "device_not_idle", "device_quarantined", "device_held", "device_booked",
     "device_checking", "device_unhealthy", "device_gated", "host_dead", "host_draining",
-    "host_suspect", "driver_type_mismatch", "missing_tag", "pool_paused", *LIMIT_REASONS,
+    "host_suspect", "driver_type_mismatch", "missing_tag", "where_mismatch", "pool_paused",
+    *LIMIT_REASONS,
 )  # fmt: skip
 """The reasons of assign.lua's ``err:REASON`` (``missing_tag`` comes as ``missing_tag:TAG``)."""
 GANG_REFUSALS: tuple[str, ...] = (
@@ -161,7 +162,9 @@ GANG_REFUSALS: tuple[str, ...] = (
 )  # fmt: skip
 """The reasons of gang_assign.lua's ``err:REASON`` (a device's reason with ``@ROLE``;
 ``host_cap@ROLE``: the role's device's host would hold more than ``max_tasks_per_host``)."""
-DEVICE_REFUSAL_PREFIXES: tuple[str, ...] = ("device_", "driver_type_mismatch", "missing_tag")
+DEVICE_REFUSAL_PREFIXES: tuple[str, ...] = (
+    "device_", "driver_type_mismatch", "missing_tag", "where_mismatch",
+)  # fmt: skip
 """An assignment refused for these reasons says something about the device (its state, its
 driver type or tags): a scheduler re-reads the device."""
 PRIORITY_REFUSALS: tuple[str, ...] = (

@@ -30,6 +30,7 @@ from .attributes import (
     Version,
     check_key,
     check_text,
+    decode,
     encode,
     infer,
     shown,
@@ -214,6 +215,29 @@ def parse_all(texts: Iterable[object] | None) -> tuple[Clause, ...]:
 def compile_all(clauses: Iterable[Clause]) -> str:
     """Clauses in the form Lua evaluates: their `Clause.compiled` forms, one a line."""
     return "\n".join(c.compiled() for c in clauses)
+
+
+def decompile(text: str) -> tuple[Clause, ...]:
+    """Compiled clauses (`compile_all`, as a task hash keeps them) back to clauses (a line
+    that is not one is left out)."""
+    out = []
+    for line in text.splitlines():
+        key, op, *encoded = line.split("\t")
+        values = tuple(v for v in (decode(e) for e in encoded) if v is not None)
+        if op in OPERATORS and KEY_RE.fullmatch(key):
+            out.append(Clause(key, op, values))
+    return tuple(out)
+
+
+def where_texts(values: object) -> tuple[str, ...]:
+    """``--where`` expressions (a str is one) as their canonical texts, sorted: what a task
+    spec keeps (InvalidInput for a malformed one)."""
+    return tuple(str(c) for c in parse_all(values))  # type: ignore[arg-type]
+
+
+def compiled_of(texts: Iterable[str]) -> str:
+    """The compiled form of canonical ``--where`` texts (what submit.lua gets)."""
+    return compile_all(parse_all(list(texts)))
 
 
 def matches_all(clauses: Iterable[Clause], attrs: Mapping[str, Value]) -> bool:

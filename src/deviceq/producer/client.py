@@ -112,6 +112,7 @@ class Client(PoolConnection, Producer):
         roles: Mapping[str, Role | Mapping[str, Any] | str] | None = None,
         not_before: float | None = None,
         delay: float | None = None,
+        where: str | Iterable[str] = (),
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
 
@@ -146,7 +147,11 @@ class Client(PoolConnection, Producer):
         leader's runner runs the goal once every part is claimed and gets the other roles'
         devices (``task.roles``); the others hold their device meanwhile. Losing any part
         ends the attempt for all. Such a task has no ``driver_type``, ``tags`` or ``tenant``
-        of its own."""
+        of its own.
+
+        ``where``: expressions over the device's attributes, all of which must hold
+        (``["sdk>=33", "model in (Pixel 7, Pixel 8)", "has(gps)"]``; one str is one
+        expression; the language: `deviceq.core.where`). Not for a task with ``roles``."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -164,6 +169,7 @@ class Client(PoolConnection, Producer):
                 "tenant": tenant,
                 "roles": dict(roles) if roles is not None else None,
                 "not_before": not_before_of(not_before, delay, self._server_time_s),
+                "where": where,
             }
         )
         return self.submit_many([spec])[0]

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ..core.errors import InvalidInput
 from ..core.models import TaskSpec, encode_roles
 from ..core.script_args import SUBMIT
+from ..core.where import compiled_of
 
 
 def new_task_id() -> str:
@@ -94,6 +95,7 @@ def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> d
         "retry_of": spec.retry_of or None,
         "by": spec.by or None,
         "traceparent": traceparent or None,
+        "where": compiled_of(spec.where) if spec.where else None,
     }
 
 

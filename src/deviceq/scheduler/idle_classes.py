@@ -28,12 +28,13 @@ import redis
 from ..core import liveness
 from ..core.keys import Keys, class_id
 from ..core.lane import batch
+from ..core.where import Clause, decompile
 from .device_cache import DeviceCache, tagset, with_faults
 from .limit_load import device_room, read_limits
 from .placement.rows import Bucket, IdleDevice, Snapshot
 
-SigRow = tuple[str | None, frozenset[str], int, str | None]
-"""A bucket's attributes: driver type, tags, priority, tenant."""
+SigRow = tuple[str | None, frozenset[str], int, str | None, tuple[Clause, ...]]
+"""A bucket's attributes: driver type, tags, priority, tenant, --where clauses."""
 
 FACTOR = 2  # devices read per class per placement the pass can make
 SLACK = 16  # and this many more (stale entries, faulty devices offered last, small gangs)
@@ -191,15 +192,15 @@ def read_new(r: IdleReading, new_sigs: list[str], devgen: Any) -> dict[str, SigR
         return {}
     pipe = batch(r.redis)
     for s in new_sigs:
-        pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant")
+        pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant", "where")
     if stale:
         pipe.hgetall(r.keys.caps)
     res = pipe.execute()
     if stale:
         r.idle.load(devgen, res[-1])
     return {
-        s: (drv or None, tagset(tags), int(prio or 0), tenant or None)
-        for s, (drv, tags, prio, tenant) in zip(new_sigs, res, strict=False)
+        s: (drv or None, tagset(tags), int(prio or 0), tenant or None, decompile(str(where or "")))
+        for s, (drv, tags, prio, tenant, where) in zip(new_sigs, res, strict=False)
     }
 
 

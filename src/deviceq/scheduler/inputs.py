@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
+from ..core.attributes import decode_hash
 from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.limits import SETTINGS as LIMIT_SETTINGS
@@ -81,6 +82,24 @@ def read_tenants(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str
         weight, cap = parse_tenant(spec)
         out[name] = TenantShare(weight, cap, int(h or 0))
     return {"tenants": out}
+
+
+ALWAYS_READ = frozenset({"attributes"})
+"""The inputs every reader reads whatever its strategy's plugins need (a task's --where is
+judged in every strategy); each costs nothing when no bucket uses it."""
+
+
+@register_input("attributes", per_pass=True)
+def read_attributes(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The attributes of the devices read, only when a servable bucket has --where clauses
+    (one pipelined round trip over the devices this pass read: bounded by what it reads)."""
+    if not any(b.where for b in base.shells if base.matching.get(b.sig)):
+        return {"attributes": {}}
+    pipe = batch(r.redis)
+    ids = [d.device_id for d in base.devices]
+    for d in ids:
+        pipe.hgetall(r.keys.device_attrs(d))
+    return {"attributes": {d: decode_hash(h) for d, h in zip(ids, pipe.execute(), strict=True)}}
 
 
 @register_input("submit_times")

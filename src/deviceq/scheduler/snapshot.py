@@ -55,7 +55,7 @@ from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
 from .idle_classes import ALL, Base, IdleClasses, SigRow, deepen, pairs, read_devices, read_new
-from .inputs import INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
+from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
 from .strategies import AssignmentStrategy, strategy_needs
@@ -224,8 +224,8 @@ class SnapshotReader:
         for s, seq in head_seq.items():
             b = old_shells.get(s)
             if b is None or b.head_seq != seq:  # (a bucket's constraints never change)
-                drv, tags, prio, tenant = self._sig_cache[s]
-                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant)
+                drv, tags, prio, tenant, where = self._sig_cache[s]
+                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant, where=where)
             self._shells[s] = b
             shells.append(b)
         base = read_devices(self, now, shells, len(queues))
@@ -321,7 +321,7 @@ class SnapshotReader:
     def _head_tasks(self, sig: str, flat: list[Any]) -> tuple[QueuedTask, ...]:
         """Heads from lua/heads.lua's flat reply (task_id, seq, submitted_at, avoid, ...); the
         submit times go to the aging cache."""
-        _, _, prio, tenant = self._sig_cache[sig]
+        _, _, prio, tenant, _ = self._sig_cache[sig]
         out = []
         for i in range(0, len(flat), 4):
             tid, seq, sub, avoid = flat[i : i + 4]
@@ -421,7 +421,7 @@ class SnapshotReader:
         return base, want, with_wait(self, heads, base.now)  # (retries waiting: avoid_until)
 
     def _queued(self, sig: str, got: list[Any]) -> tuple[QueuedTask, ...]:
-        _, _, prio, tenant = self._sig_cache[sig]
+        _, _, prio, tenant, _ = self._sig_cache[sig]
         fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in got)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
@@ -441,7 +441,7 @@ class SnapshotReader:
         """The view fields of the optional inputs the strategy needs (or of ``names``), by
         their readers (`inputs.INPUTS`)."""
         fields: dict[str, Any] = {}
-        for name in self.needs if names is None else names:
+        for name in (self.needs | ALWAYS_READ) if names is None else names:
             inp = INPUTS[name]
             if inp.per_pass:
                 got = self._per_pass.get(name)

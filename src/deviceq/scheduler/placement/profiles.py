@@ -31,6 +31,7 @@ from .builtin import (
     Match,
     RetryElsewhere,
 )
+from .builtin.where_match import WhereMatch
 from .plugins import Filter, Permit, Plugin, QueueSort, Score
 
 
@@ -73,9 +74,9 @@ LIMITS: tuple[Permit, ...] = tuple(c for c in LIMIT_CAPS if not c.limit.per_tena
 """The declared limits (`deviceq.core.limits`) bounded by a pool setting (each allows every
 pair while its bound is unset). A tenant's own cap (``max_devices``) is judged in the pass by
 ``fair_share`` only; the commit enforces every limit whatever the strategy."""
-PERMITS: tuple[Permit, ...] = (RetryElsewhere(), *LIMITS)
-"""A retry's wait for a device it did not fail on (`RetryElsewhere`) and the limits: the
-permits of every built-in profile."""
+PERMITS: tuple[Permit, ...] = (WhereMatch(), RetryElsewhere(), *LIMITS)
+"""A task's --where clauses (`WhereMatch`), a retry's wait for a device it did not fail on
+(`RetryElsewhere`) and the limits: the permits of every built-in profile."""
 FAIR_SHARE_PERMITS: tuple[Permit, ...] = (
     *(c for c in LIMIT_CAPS if c.limit.per_tenant),
     *PERMITS,
