@@ -220,3 +220,27 @@ def entry_args(device_id: str, values: Mapping[str, Value], unset: tuple[str, ..
     for k, v in values.items():
         args += [k, encode(v)]
     return [*args, *unset]
+
+
+def parse_prefer(text: str | None) -> tuple[str, str]:
+    """The pool setting ``prefer`` as (``none`` | ``max`` | ``min`` | ``least_used``,
+    attribute name or ''); anything malformed reads as none (the setting is checked when it
+    is set: `check_prefer`)."""
+    text = (text or "none").strip()
+    kind, _, key = text.partition(":")
+    if kind in ("max", "min") and KEY_RE.fullmatch(key):
+        return kind, key
+    if text == "least_used":
+        return "least_used", ""
+    return "none", ""
+
+
+def check_prefer(text: str) -> str:
+    """A ``prefer`` setting (none, max:ATTRIBUTE, min:ATTRIBUTE, least_used), or ConfigError."""
+    from .errors import ConfigError
+
+    if parse_prefer(text) == ("none", "") and text.strip() != "none":
+        raise ConfigError(
+            f"prefer must be none, max:ATTRIBUTE, min:ATTRIBUTE or least_used, not {text!r}"
+        )
+    return text.strip()

@@ -220,7 +220,9 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "hlen": "whether any queued task has an anti-affinity record",
         "hmget": "device rows, bucket constraints, host health, anti-affinity of heads",
         "hgetall": "the pool config (leader_ttl); metrics: bucket constraints, devices; the "
-        "schedules and their last runs (schedules, schedules:last)",
+        "schedules and their last runs (schedules, schedules:last); device attributes (--where, "
+        "prefer)",
+        "lrange": "devices' recent attempts, with the pool setting prefer least_used",
         "blpop": "the leader blocks on sched:wake between passes",
         "pttl": "a standby sleeps until the leader lease could lapse",
         "lpush": "TaskScheduler.stop(wake=True) wakes a blocked leader",

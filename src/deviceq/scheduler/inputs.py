@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
-from ..core.attributes import decode_hash
+from ..core.attributes import decode_hash, parse_prefer
 from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.limits import SETTINGS as LIMIT_SETTINGS
@@ -89,17 +89,49 @@ ALWAYS_READ = frozenset({"attributes"})
 judged in every strategy); each costs nothing when no bucket uses it."""
 
 
-@register_input("attributes", per_pass=True)
+DAY_MS = 86_400_000
+
+
+@register_input("attributes", settings=("prefer",), per_pass=True)
 def read_attributes(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
-    """The attributes of the devices read, only when a servable bucket has --where clauses
-    (one pipelined round trip over the devices this pass read: bounded by what it reads)."""
-    if not any(b.where for b in base.shells if base.matching.get(b.sig)):
-        return {"attributes": {}}
-    pipe = batch(r.redis)
+    """The attributes of the devices read, only when a servable bucket has --where clauses or
+    the pool prefers by an attribute (``prefer``); with ``prefer`` least_used, each device's
+    runs in the last 24 h (its recent attempts, at most 20). One pipelined round trip over the
+    devices this pass read (bounded by what it reads), none when nothing needs it."""
+    prefer = parse_prefer(r.settings.get("prefer"))
+    where = any(b.where for b in base.shells if base.matching.get(b.sig))
     ids = [d.device_id for d in base.devices]
+    out: dict[str, Any] = {"attributes": {}, "prefer": prefer}
+    if not ids or (not where and prefer[0] not in ("max", "min", "least_used")):
+        return out
+    pipe = batch(r.redis)
     for d in ids:
-        pipe.hgetall(r.keys.device_attrs(d))
-    return {"attributes": {d: decode_hash(h) for d, h in zip(ids, pipe.execute(), strict=True)}}
+        if prefer[0] == "least_used":
+            pipe.execute_command("LRANGE", r.keys.device_history(d), 0, -1)
+        else:
+            pipe.hgetall(r.keys.device_attrs(d))
+    res = pipe.execute()
+    if prefer[0] == "least_used":
+        since = base.now - DAY_MS
+        out["runs"] = {d: sum(1 for e in rows if _at(e) >= since)
+                       for d, rows in zip(ids, res, strict=True)}  # fmt: skip
+        if where:
+            pipe = batch(r.redis)
+            for d in ids:
+                pipe.hgetall(r.keys.device_attrs(d))
+            res = pipe.execute()
+        else:
+            return out
+    out["attributes"] = {d: decode_hash(h) for d, h in zip(ids, res, strict=True)}
+    return out
+
+
+def _at(entry: Any) -> int:
+    """The ``at`` (ms) of a device history record (0 when it has none)."""
+    try:
+        return int(json.loads(entry).get("at") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0
 
 
 @register_input("submit_times")

@@ -161,7 +161,7 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = batch(self.redis)
         pipe.time()
-        extra = settings_needed(self.needs | self.also_needs)
+        extra = settings_needed(self.needs | self.also_needs | ALWAYS_READ)
         pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *extra)
         pipe.get(k.devgen)
         pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read

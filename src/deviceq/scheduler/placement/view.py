@@ -76,7 +76,12 @@ class View:
     """Limit name -> its bound and counts when the snapshot was read
     (`deviceq.scheduler.limit_load.read_limits`); a limit with no bound set may be missing."""
     attributes: Mapping[str, Mapping[str, Value]] | None = None
-    """Device id -> its attributes (read only when a bucket has --where clauses)."""
+    """Device id -> its attributes (read only when a bucket has --where clauses or the pool
+    prefers by an attribute)."""
+    prefer: tuple[str, str] = ("none", "")
+    """The pool's ``prefer`` setting (`deviceq.core.attributes.parse_prefer`)."""
+    runs: Mapping[str, int] | None = None
+    """Device id -> its runs in the last 24 h (read only with ``prefer`` least_used)."""
     # ``devices`` grouped by class, each group in device_id order, when the reader has it
     # already (then ``devices`` must be in device_id order: they are not checked)
     classes: Mapping[DeviceClass, Sequence[IdleDevice]] | None = field(
