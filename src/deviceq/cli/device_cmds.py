@@ -221,7 +221,8 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
         click.echo("health output (tail):")
         for line in d.health_output.rstrip("\n").splitlines():
             click.echo(f"  {line}")
-    click.echo("attributes:" if values else "attributes: none")
+    if values:  # (its attributes, when it has any: its host's or an operator's)
+        click.echo("attributes:")
     for k, v in values.items():
         click.echo(f"  {k:15} {shown(v):20} reported {fmt_ms(times.get(k))}")
     _show_past(data["recent_attempts"], data["history"])
