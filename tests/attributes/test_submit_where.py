@@ -103,3 +103,18 @@ def test_cli_submit_where(lab: Fleet, cli: Any, tmp_path: Path) -> None:
     res = cli("submit", "--file", str(tasks))
     assert res.exit_code == 0, res.output
     assert lab.client.get(res.stdout.split()[0]).where == ("sdk>=34",)
+
+
+def test_explain_says_where_matching_stops(lab: Fleet, cli: Any) -> None:
+    f = lab
+    tid = f.client.submit("a", driver_type="android", where=["sdk>=33", "sdk>=35"])
+    out = cli("explain", tid)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert "2 device(s) have driver type android and sdk>=33; none has sdk>=35 (highest: 34)" \
+        in text, text  # fmt: skip
+    other = f.client.submit("b", where=["has(gps)"])
+    assert "none has attribute gps" in cli("explain", other).stdout
+    # a task whose clauses some idle device meets explains as any other (its turn)
+    ok = f.client.submit("c", where=["model=Pixel 8"])
+    assert "none has" not in cli("explain", ok).stdout
