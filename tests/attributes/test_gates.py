@@ -117,3 +117,29 @@ def test_cli_gate_add_list_remove_and_where_it_shows(phones: Fleet, cli: Any) ->
     assert cli("gate", "add", "x").exit_code == 2
     assert cli("gate", "remove", "low-battery").stdout.startswith("gate low-battery removed")
     assert json.loads(cli("gate", "list", "--json").stdout) == []
+
+
+def test_metrics_show_numeric_attributes_and_gated_devices(phones: Fleet) -> None:
+    import urllib.request
+
+    from deviceq.services.metrics import parse_metrics, serve_metrics
+    from harness import free_port
+
+    f = phones
+    f.admin.set_attributes("p1", {"model": "Pixel 8", "charging": True, "temperature": 31.5})
+    add_gate(f.admin, "low", ["battery<20"])
+    server = serve_metrics(f.admin, free_port(), lambda: True, addr="127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
+            samples = parse_metrics(r.read().decode())
+    finally:
+        server.stop()
+
+    def value(name: str, **labels: str) -> float | None:
+        return samples.get((name, tuple(sorted({"pool": f.pool, **labels}.items()))))
+
+    assert value("deviceq_device_attribute", device="p1", attribute="battery") == 90
+    assert value("deviceq_device_attribute", device="p1", attribute="temperature") == 31.5
+    assert value("deviceq_device_attribute", device="p1", attribute="charging") == 1
+    assert value("deviceq_device_attribute", device="p1", attribute="model") is None  # text
+    assert value("deviceq_gated_devices", gate="low") == 2  # p2 (15) and w1 (5)
