@@ -143,3 +143,14 @@ def test_metrics_show_numeric_attributes_and_gated_devices(phones: Fleet) -> Non
     assert value("deviceq_device_attribute", device="p1", attribute="charging") == 1
     assert value("deviceq_device_attribute", device="p1", attribute="model") is None  # text
     assert value("deviceq_gated_devices", gate="low") == 2  # p2 (15) and w1 (5)
+
+
+def test_the_dashboard_device_view_has_attributes_and_gate(phones: Fleet) -> None:
+    from deviceq.dashboard.device_page import device_view
+
+    f = phones
+    add_gate(f.admin, "low", ["battery<20"])
+    v = device_view(f.admin, "p2")
+    assert v["state"] == "gated" and v["d"].gated == "low" and "low: battery 15" in v["why"]
+    ((name, value, at),) = v["attributes"]
+    assert (name, value) == ("battery", "15") and at and at > 1.6e12
