@@ -63,6 +63,7 @@ def test_bad_attributes_are_refused(bad: dict[str, object]) -> None:
         ("charging!=true", True),
         ('sdk="34"', False),  # a quoted value is a string
         ("model<Q", True),
+        ("charging in (0, false)", True),  # (0 and false are two values, not one)
     ],
 )
 def test_clauses_match_as_documented(expr: str, expected: bool) -> None:

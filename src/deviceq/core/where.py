@@ -187,7 +187,8 @@ def parse(text: object) -> Clause:
         parts = _split_values(m.group(2), what)
         if len(parts) > MAX_IN_VALUES:
             raise InvalidInput(f"{what}: at most {MAX_IN_VALUES} values in a list")
-        values = tuple(dict.fromkeys(_value(p, what) for p in parts))
+        # (distinct by stored form: 0 and false, 1 and 1.0 are equal in Python, not here)
+        values = tuple({encode(v): v for v in (_value(p, what) for p in parts)}.values())
         return Clause(_key(m.group(1), what), "in", values)
     if m := _CMP.fullmatch(s):
         op = "=" if m.group(2) == "==" else m.group(2)
