@@ -118,3 +118,12 @@ def test_explain_says_where_matching_stops(lab: Fleet, cli: Any) -> None:
     # a task whose clauses some idle device meets explains as any other (its turn)
     ok = f.client.submit("c", where=["model=Pixel 8"])
     assert "none has" not in cli("explain", ok).stdout
+
+
+def test_a_schedule_carries_where(lab: Fleet, cli: Any) -> None:
+    out = cli("schedule", "add", "nightly", "soak", "--cron", "0 2 * * *", "--where", "sdk>=34",
+              "--json")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["spec"]["where"] == ["sdk>=34"]
+    bad = cli("schedule", "add", "other", "soak", "--cron", "0 2 * * *", "--where", "sdk >")
+    assert bad.exit_code == 2
