@@ -27,7 +27,8 @@ def lab(real_fleet: Fleet) -> Fleet:
 
 
 def place(f: Fleet) -> dict[str, str]:
-    TaskScheduler(f.admin).assign()
+    res = TaskScheduler(f.admin).assign()
+    assert not res.rejected, res.rejected  # (the scheduler proposed no pair the commit refuses)
     return {t.id: t.device_id or "" for t in f.client.list("assigned")}
 
 
@@ -127,3 +128,17 @@ def test_a_schedule_carries_where(lab: Fleet, cli: Any) -> None:
     assert json.loads(out.stdout)["spec"]["where"] == ["sdk>=34"]
     bad = cli("schedule", "add", "other", "soak", "--cron", "0 2 * * *", "--where", "sdk >")
     assert bad.exit_code == 2
+
+
+def test_a_match_far_down_the_idle_order_is_found(real_fleet: Fleet) -> None:
+    """100 idle devices fail the clause and idled first; the one that satisfies it idled
+    last: the pass reads deeper for the bucket (not just the first devices of the class)."""
+    f = real_fleet
+    f.add_host("h1", *((f"x{i:03}", "android", ()) for i in range(100)))
+    f.admin.set_attributes("x099", {"sdk": 35})
+    f.r.zadd(f.admin.keys.idle, {"x099": 9_999_999_999_999})  # (idle last: read last)
+    for key in f.r.scan_iter(f.admin.keys.idle + ":c:*"):
+        f.r.zadd(key, {"x099": 9_999_999_999_999})
+    tid = f.client.submit("rare", where=["sdk>=35"])
+    res = TaskScheduler(f.admin).assign()
+    assert f.client.get(tid).device_id == "x099" and not res.rejected

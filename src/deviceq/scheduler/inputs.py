@@ -92,38 +92,44 @@ judged in every strategy); each costs nothing when no bucket uses it."""
 DAY_MS = 86_400_000
 
 
-@register_input("attributes", settings=("prefer",), per_pass=True)
+@register_input("attributes", settings=("prefer",))
 def read_attributes(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
     """The attributes of the devices read, only when a servable bucket has --where clauses or
     the pool prefers by an attribute (``prefer``); with ``prefer`` least_used, each device's
     runs in the last 24 h (its recent attempts, at most 20). One pipelined round trip over the
-    devices this pass read (bounded by what it reads), none when nothing needs it."""
+    devices this pass read (bounded by what it reads; those `idle_classes.where_short` read
+    this pass are not read again), none when nothing needs it. Read for each view: a pass that
+    reads deeper sees more devices."""
     prefer = parse_prefer(r.settings.get("prefer"))
     where = any(b.where for b in base.shells if base.matching.get(b.sig))
     ids = [d.device_id for d in base.devices]
     out: dict[str, Any] = {"attributes": {}, "prefer": prefer}
     if not ids or (not where and prefer[0] not in ("max", "min", "least_used")):
         return out
-    pipe = batch(r.redis)
-    for d in ids:
-        if prefer[0] == "least_used":
-            pipe.execute_command("LRANGE", r.keys.device_history(d), 0, -1)
-        else:
-            pipe.hgetall(r.keys.device_attrs(d))
-    res = pipe.execute()
     if prefer[0] == "least_used":
+        pipe = batch(r.redis)
+        for d in ids:
+            pipe.execute_command("LRANGE", r.keys.device_history(d), 0, -1)
         since = base.now - DAY_MS
         out["runs"] = {d: sum(1 for e in rows if _at(e) >= since)
-                       for d, rows in zip(ids, res, strict=True)}  # fmt: skip
-        if where:
-            pipe = batch(r.redis)
-            for d in ids:
-                pipe.hgetall(r.keys.device_attrs(d))
-            res = pipe.execute()
-        else:
+                       for d, rows in zip(ids, pipe.execute(), strict=True)}  # fmt: skip
+        if not where:
             return out
-    out["attributes"] = {d: decode_hash(h) for d, h in zip(ids, res, strict=True)}
+    out["attributes"] = _attributes_of(r, ids)
     return out
+
+
+def _attributes_of(r: InputReading, ids: list[str]) -> dict[str, Any]:
+    """The attributes of ``ids``: those read this pass already (`where_short`'s) and the rest
+    in one pipelined round trip (kept for the pass's next view)."""
+    seen: dict[str, Any] = r.__dict__.setdefault("_where_attrs", {})
+    new = [d for d in ids if d not in seen]
+    if new:
+        pipe = batch(r.redis)
+        for d in new:
+            pipe.hgetall(r.keys.device_attrs(d))
+        seen.update(zip(new, (decode_hash(h) for h in pipe.execute()), strict=True))
+    return {d: seen[d] for d in ids}
 
 
 def _at(entry: Any) -> int:

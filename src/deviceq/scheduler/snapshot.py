@@ -54,7 +54,17 @@ from . import head_counts
 from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
-from .idle_classes import ALL, Base, IdleClasses, SigRow, deepen, pairs, read_devices, read_new
+from .idle_classes import (
+    ALL,
+    Base,
+    IdleClasses,
+    SigRow,
+    deepen,
+    forget_where,
+    pairs,
+    read_devices,
+    read_new,
+)
 from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
@@ -405,6 +415,7 @@ class SnapshotReader:
         heads, rows = self.read_heads(want, have, missing)
         rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
         read = len(self.idle.pairs())
+        forget_where(self)  # (attributes change between passes)
         base, hosts = deepen(self, base, hosts, rowmap)
         more = {}
         if len(self.idle.pairs()) > read:  # read deeper: more devices than the heads were for
@@ -429,7 +440,14 @@ class SnapshotReader:
         """The servable buckets with their heads (oldest first)."""
         return [
             Bucket(
-                b.sig, b.driver_type, b.tags, b.priority, heads[b.sig], b.head_seq, tenant=b.tenant
+                b.sig,
+                b.driver_type,
+                b.tags,
+                b.priority,
+                heads[b.sig],
+                b.head_seq,
+                tenant=b.tenant,
+                where=b.where,
             )  # fmt: skip
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)
