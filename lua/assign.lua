@@ -5,6 +5,7 @@
 --- @include "lib/events"
 --- @include "lib/notify"
 --- @include "lib/constraints"
+--- @include "lib/where"
 --- @include "lib/status"
 --- @include "lib/queue"
 --- @include "lib/fence"
@@ -39,8 +40,9 @@
 --          device_not_idle device_quarantined device_held device_booked (reserved for a
 --          person, device_reserve.lua) device_checking device_unhealthy (a health check
 --          runs on it / failed: device_health.lua) host_dead host_draining
---          host_suspect driver_type_mismatch missing_tag:TAG device_preempted (the device is
---          held for the queued task that preempted its last run: preempt.lua) pool_paused (every pair of a
+--          host_suspect driver_type_mismatch missing_tag:TAG where_mismatch device_preempted
+--          (the device is held for the queued task that preempted its last run: preempt.lua)
+--          pool_paused (every pair of a
 --          fenced batch while the pool is paused: pool_pause.lua), or a declared limit's
 --          NAME_cap (one more lease would break it, e.g. host_cap, tenant_cap: see
 --          lib/limits.lua and deviceq.core.limits)
@@ -94,7 +96,7 @@ local function check(id, did)
   local tk = k('task', id)
   local t = redis.call('HMGET', tk, 'status', 'driver_type', 'tags', 'sig', 'attempt', 'seq', 'submitted_at',
     'avoid_devices', 'avoid_hosts', 'queue_deadline', 'tenant', 'roles', 'gang', 'pin', 'class',
-    'preempting')
+    'preempting', 'where')
   if not t[1] then return nil, 'task_not_found' end
   if (t[12] or '') ~= '' or (t[13] or '') ~= '' then return nil, 'task_multi_device' end
   if t[1] ~= 'queued' then
@@ -107,6 +109,7 @@ local function check(id, did)
   if not d then return nil, bad end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
+  if (t[17] or '') ~= '' and where_fails(did, t[17]) then return nil, 'where_mismatch' end
   local capped = limits_refusal(d[1], t[11], 1)
   if capped then return nil, capped end
   return {t = t, d = d}

@@ -9,6 +9,7 @@
 --- @include "lib/status"
 --- @include "lib/queue"
 --- @include "lib/roles"
+--- @include "lib/where"
 --- @include "gen/args/submit"
 --- @include "gen/bounds"
 --- @include "gen/retry_kinds"
@@ -51,6 +52,9 @@
 --                    any other device); not with roles
 --   class            optional, an id: its priority class (deviceq.core.priority_classes; the
 --                    caller gives the class's priority as its priority)
+--   where            optional, compiled --where clauses (deviceq.core.where.compile_all;
+--                    valid_where in lib/where.lua): the device's attributes must satisfy
+--                    them (assign.lua re-checks); part of the bucket's signature; not with roles
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -151,6 +155,11 @@ local function check(b)
     return fail('INVALID', 'malformed retry_of task id')
   end
   local roles, timeout = A[b + TASK_ROLES], A[b + TASK_TIMEOUT]
+  local where = A[b + TASK_WHERE]
+  if where then
+    if not valid_where(where) or not valid_utf8(where) then return fail('INVALID', 'malformed where') end
+    if roles then return fail('INVALID', 'a task with roles cannot have where clauses of its own') end
+  end
   if timeout then
     if not num_in(timeout, MIN_TASK_TIMEOUT, MAX_TASK_TIMEOUT) then
       return fail('INVALID', 'timeout must be a number of seconds, ' .. MIN_TASK_TIMEOUT .. ' <= s <= ' ..
@@ -239,7 +248,8 @@ for i = 0, n - 1 do
     local tenant = A[b + TASK_TENANT] or ''
     local roles = A[b + TASK_ROLES] or ''
     local pin = A[b + TASK_PIN] or ''
-    local sig = roles == '' and signature(driver, tags, prio, tenant, pin) or ''
+    local where = A[b + TASK_WHERE] or ''
+    local sig = roles == '' and signature(driver, tags, prio, tenant, pin, where) or ''
     seq = seq + 1
     local seq_s = I(seq)
     local tk = k('task', id)
@@ -255,6 +265,7 @@ for i = 0, n - 1 do
     if rb then redis.call('HSET', tk, 'retry_backoff', rb) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
     if timeout then redis.call('HSET', tk, 'timeout', timeout) end
+    if where ~= '' then redis.call('HSET', tk, 'where', where) end
     local later = A[b + TASK_NOT_BEFORE] or 0
     if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
@@ -280,7 +291,7 @@ for i = 0, n - 1 do
     elseif roles ~= '' then  -- a gang task waits in `gangs` (the scheduler places all its roles at once)
       redis.call('ZADD', k('gangs'), seq_s, id)
     else
-      enqueue(id, sig, seq_s, driver, tags, prio, tenant, pin)
+      enqueue(id, sig, seq_s, driver, tags, prio, tenant, pin, where)
     end
     index_status(id, nil, 'queued', seq_s)
     local tp = A[b + TASK_TRACEPARENT]

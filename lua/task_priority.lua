@@ -45,11 +45,11 @@ for i = 1, n do
       if (t.roles or '') ~= '' then
         redis.call('HSET', k('task', id), 'priority', p)
       else
-        local sig = signature(t.driver_type or '', t.tags or '', p, t.tenant, t.pin)
+        local sig = signature(t.driver_type or '', t.tags or '', p, t.tenant, t.pin, t.where)
         local waiting = (t.eligible_at or '') ~= ''  -- in `retries`: enqueued later, with t.sig
         if not waiting then dequeue(id, t.sig) end
         redis.call('HSET', k('task', id), 'priority', p, 'sig', sig)
-        if not waiting then enqueue(id, sig, t.seq, t.driver_type, t.tags, p, t.tenant, t.pin) end
+        if not waiting then enqueue(id, sig, t.seq, t.driver_type, t.tags, p, t.tenant, t.pin, t.where) end
       end
       emit('priority_changed', 'task', id, 'from', old, 'to', p, unpack(who))
       out[i] = 'ok'

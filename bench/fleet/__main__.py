@@ -1,5 +1,7 @@
 """Fleet-scale cost of deviceq's scheduler: ``python -m bench.fleet [--quick] [--json]
-[--sizes 1000,10000,100000] [--passes N] [--out PATH]``.
+[--sizes 1000,10000,100000] [--passes N] [--out PATH] [--where]``. With ``--where`` every
+device gets attributes and the measured 10-task passes carry 10 distinct ``--where``
+expressions (`WHERE`).
 
 Per fleet size (devices; hosts of 100 devices; one signature; batch 200), on a private
 redis-server of its own (``deviceq.core.redis_server.RedisServer``), with in-process hosts
@@ -76,6 +78,9 @@ from deviceq.core.redis_server import RedisServer
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
 LOAD_CHUNK = 50_000  # tasks per submit_many call while loading (each sent in chunks of 1000)
+WHERE = [*(f"sdk>={v}" for v in range(28, 36)), "battery>=50", "battery<30"]
+"""``--where``: the 10 distinct expressions the measured tasks carry, in turn (every device
+has ``sdk`` 28-35 and ``battery`` 0-100, spread by its number)."""
 
 
 def log(msg: str) -> None:
@@ -85,7 +90,8 @@ def log(msg: str) -> None:
 class FleetServer:
     """One private redis-server with one pool of ``devices`` idle devices."""
 
-    def __init__(self, devices: int) -> None:
+    def __init__(self, devices: int, where: bool = False) -> None:
+        self.where = where
         self.srv = realtime(RedisServer().start())
         self.r = redis.Redis.from_url(self.srv.url, decode_responses=True)
         self.client = Client(self.srv.url, POOL)
@@ -99,14 +105,24 @@ class FleetServer:
         self.hosts = add_fleet(self.srv.url, self.admin, devices, 1, f"f{devices}")
         self.size.register_s = time.perf_counter() - t
         self.size.hosts = len(self.hosts)
+        if where:  # (attributes as hosts send them: changes, 100 devices a call)
+            t = time.perf_counter()
+            for hc in self.hosts:
+                ids = sorted(self.r.smembers(self.admin.keys.host_devices(hc.host_id)))
+                hc.send_attributes({d: ({"sdk": 28 + int(d.rsplit("dev", 1)[1]) % 8,
+                                         "battery": int(d.rsplit("dev", 1)[1]) % 101}, ())
+                                    for d in ids})  # fmt: skip
+            log(f"  attributes of {devices:,} devices sent in {time.perf_counter() - t:.1f}s")
         self.sched = TaskScheduler(self.admin)
         self.idle_key = self.sched.keys.idle
         self.cpu_oh, self.us_oh = stats_overhead(self.r)
 
-    def submit(self, n: int) -> None:
+    def submit(self, n: int, where: bool = False) -> None:
         for start in range(0, n, LOAD_CHUNK):
             m = min(LOAD_CHUNK, n - start)
-            self.client.submit_many([{"goal": GOAL} for _ in range(m)], chunk=1000)
+            specs = [{"goal": GOAL, **({"where": [WHERE[i % len(WHERE)]]} if where else {})}
+                     for i in range(m)]  # fmt: skip
+            self.client.submit_many(specs, chunk=1000)
 
     def one_pass(self) -> Pass:
         pool_idle = int(self.r.zcard(self.idle_key))
@@ -150,11 +166,11 @@ class FleetServer:
 
     def run_ten(self, passes: int) -> None:
         finish_all(self.hosts)
-        self.submit(10)
+        self.submit(10, self.where)
         self.sched.assign()  # warm-up after the fill: the device cache sees them idle again
         for _ in range(passes):
             finish_all(self.hosts)
-            self.submit(10)
+            self.submit(10, self.where)
             self.size.ten.append(self.one_pass())
         s = self.size
         log(
@@ -213,9 +229,9 @@ class FleetServer:
         self.srv.stop()
 
 
-def measure_size(devices: int, passes: int, names: dict[str, str]) -> Size:
-    log(f"size {devices:,} devices")
-    fs = FleetServer(devices)
+def measure_size(devices: int, passes: int, names: dict[str, str], where: bool = False) -> Size:
+    log(f"size {devices:,} devices" + (" (10 tasks with 10 distinct --where)" if where else ""))
+    fs = FleetServer(devices, where)
     try:
         fs.run_fill()
         fs.run_ten(passes)
@@ -250,6 +266,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-daemons", action="store_true", help="skip the real-daemon utilization")
     p.add_argument("--out", type=Path, help="also write the markdown tables to this file")
     p.add_argument(
+        "--where",
+        action="store_true",
+        help="every device gets attributes (sdk, battery) and the measured 10-task passes' "
+        "tasks carry 10 distinct --where expressions",
+    )
+    p.add_argument(
         "--realtime-redis",
         action="store_true",
         help="run each redis-server under SCHED_FIFO (root): SLOWLOG then times the calls' own "
@@ -269,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     log(f"sizes={args.sizes} passes={args.passes} batch={DEFAULT_BATCH} load={load0[0]:.2f}")
     names = script_names()
-    sizes = [measure_size(n, args.passes, names) for n in args.sizes]
+    sizes = [measure_size(n, args.passes, names, args.where) for n in args.sizes]
     probes = None
     if not args.no_probes:
         log("probes: SLOWLOG scenarios and heartbeat cost")
@@ -283,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     rt = ", redis-server under SCHED_FIFO" if args.realtime_redis else ""
     meta = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit_id()}, "
-        f"{'--quick' if args.quick else 'full'} run, {args.passes} passes per median, "
+        f"{'--quick' if args.quick else 'full'} run{' --where' if args.where else ''}, "
+        f"{args.passes} passes per median, "
         f"batch {DEFAULT_BATCH}{rt}, took {time.time() - started:.0f}s; python "
         f"{platform.python_version()}, {os.cpu_count()} cpus, load average (1/5/15 min) "
         f"at start {' '.join(f'{x:.2f}' for x in load0)}, "

@@ -126,7 +126,8 @@ def read_slowlog(r: redis.Redis, names: dict[str, str]) -> list[SlowEntry]:
     out = []
     for e in r.slowlog_get(4096):
         cmd = e["command"]
-        parts = (cmd.decode() if isinstance(cmd, bytes) else str(cmd)).split(" ")
+        # (errors replaced: packed script arguments are binary)
+        parts = (cmd.decode(errors="replace") if isinstance(cmd, bytes) else str(cmd)).split(" ")
         head = parts[0].upper()
         if head in ("EVALSHA", "EVALSHA_RO") and len(parts) > 1:
             out.append(SlowEntry(names.get(parts[1], f"sha:{parts[1][:10]}"), e["duration"] / 1e3))

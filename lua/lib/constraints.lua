@@ -23,13 +23,15 @@ local function satisfies(t_driver, t_tags, d_driver, d_tags)
   return true
 end
 
--- the bucket id of a constraint signature, tenant and pin (deviceq.models.Constraints.signature
--- mirrors it): a tenant's tasks have buckets of their own, so fair share sees every tenant; a
--- task pinned to one device has a bucket of its own pin (it waits for that device only, and
+-- the bucket id of a constraint signature, tenant, where and pin
+-- (deviceq.models.Constraints.signature mirrors it): a tenant's tasks have buckets of their
+-- own, so fair share sees every tenant; `where` (compiled --where clauses, lib/where.lua) too;
+-- a task pinned to one device has a bucket of its own pin (it waits for that device only, and
 -- never holds up the tasks behind it)
-local function signature(driver, tags, prio, tenant, pin)
+local function signature(driver, tags, prio, tenant, pin, where)
   local raw = driver .. '|' .. tags .. '|' .. prio
   if tenant and tenant ~= '' then raw = raw .. '|' .. tenant end
+  if where and where ~= '' then raw = raw .. '|w:' .. where end
   if pin and pin ~= '' then raw = raw .. '|@' .. pin end
   return string.sub(redis.sha1hex(raw), 1, 16)
 end

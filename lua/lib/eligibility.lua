@@ -8,12 +8,13 @@
 -- (GATE_FIELDS, read by gate()) is not an idle candidate, or nil when it is one. In precedence
 -- order: quarantined, reserved (a lease holds it), booked (reserved for a person), suspect (a
 -- lease on it expired) / held (its host handed an assignment back) until its host's next
--- heartbeat, checking / unhealthy (its host's health check), then its state busy | offline.
+-- heartbeat, checking / unhealthy (its host's health check), gated (a gate holds it: `deviceq
+-- gate`, lib/gates.lua), then its state busy | offline.
 -- Host-level reasons (dead, draining, suspect) are host_placeable's.
-local GATE_FIELDS = {'state', 'reserved_by', 'quarantined', 'held', 'booked_until', 'health'}
+local GATE_FIELDS = {'state', 'reserved_by', 'quarantined', 'held', 'booked_until', 'health', 'gated'}
 -- the gate fields and the device's class (driver_type, tags: its idle set, lib/idle.lua)
 local GATE_READ = {'state', 'reserved_by', 'quarantined', 'held', 'booked_until', 'health',
-  'driver_type', 'tags'}
+  'gated', 'driver_type', 'tags'}
 local function gate(did)
   return hfields(k('device', did), GATE_READ)
 end
@@ -23,6 +24,7 @@ local function device_blocker(d)
   if (d.booked_until or '') ~= '' then return 'booked' end
   if (d.held or '') ~= '' then return d.held == 'suspect' and 'suspect' or 'held' end
   if d.health == 'checking' or d.health == 'unhealthy' then return d.health end
+  if (d.gated or '') ~= '' then return 'gated' end
   if d.state ~= 'idle' then return d.state or 'offline' end
   return nil
 end

@@ -11,12 +11,12 @@ local enqueued = {}
 -- put a task into its constraint bucket (keeps its original submission order); the bucket's
 -- constraints (sig:SIG, with the device its tasks are pinned to, if any) exist exactly while
 -- the bucket is non-empty
-local function enqueue(id, sig, seq, driver, tags, prio, tenant, pin)
+local function enqueue(id, sig, seq, driver, tags, prio, tenant, pin, where)
   local low = enqueued[sig]
   if redis.call('ZADD', k('queue', sig), seq, id) == 1 and not low
       and redis.call('ZCARD', k('queue', sig)) == 1 then
     redis.call('HSET', k('sig', sig), 'driver_type', driver or '', 'tags', tags or '', 'priority', prio or '0',
-      'tenant', tenant or '')
+      'tenant', tenant or '', 'where', where or '')
     if pin and pin ~= '' then redis.call('HSET', k('sig', sig), 'pin', pin) end
   end
   local n = tonumber(seq)
@@ -49,7 +49,7 @@ local function to_queue(id, t)
   if (t.roles or '') ~= '' then
     redis.call('ZADD', k('gangs'), t.seq, id)
   else
-    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant, t.pin)
+    enqueue(id, t.sig, t.seq, t.driver_type, t.tags, t.priority, t.tenant, t.pin, t.where)
   end
 end
 local function from_queue(id, t)

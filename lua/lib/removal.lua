@@ -2,7 +2,7 @@
 --- @include "lib/idle"
 -- lib/removal.lua: forgetting a device (host_remove.lua, device_remove.lua).
 
--- forget device `did` (its hash, history, indexes and profile counts): host_remove.lua and
+-- forget device `did` (its hash, history, attributes, indexes and profile counts): host_remove.lua and
 -- device_remove.lua, once no lease holds it. Returns its host id, or nil when it is unknown.
 local function delete_device(did)
   local dk = k('device', did)
@@ -16,7 +16,11 @@ local function delete_device(did)
     count('drivers', d[2], -1)
     if d[4] == '1' then count('qdrivers', d[2], -1) end
   end
-  redis.call('DEL', dk, k('device', did, 'history'), k('device', did, 'log'))
+  for _, name in ipairs(redis.call('HKEYS', k('device', did, 'attrs'))) do  -- (at most 32)
+    if redis.call('HINCRBY', k('attr_names'), name, -1) <= 0 then redis.call('HDEL', k('attr_names'), name) end
+  end
+  redis.call('DEL', dk, k('device', did, 'history'), k('device', did, 'log'), k('device', did, 'attrs'),
+    k('device', did, 'attrs_at'))
   redis.call('SREM', k('devices'), did)
   redis.call('SREM', k('host', d[1], 'devices'), did)
   redis.call('SREM', k('host', d[1], 'quarantined'), did)

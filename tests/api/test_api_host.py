@@ -202,6 +202,7 @@ def test_a_hosts_token_cannot_act_for_another_host(deploy: Deployment, api: ApiS
         ("DELETE", "/hosts/hB/session", None),
         ("POST", "/hosts/hB/devices/b1/health/begin", {}),
         ("POST", "/hosts/hB/devices/health", {"device_ids": ["b1"]}),
+        ("POST", "/hosts/hB/devices/attributes", {"entries": [["b1", "1", "0", "x", "n:1"]]}),
         ("GET", f"/hosts/hB/tasks/{tid}/parts", None),
         ("GET", "/hosts/hB/config", None),
     ]  # fmt: skip
@@ -217,6 +218,11 @@ def test_a_hosts_token_cannot_act_for_another_host(deploy: Deployment, api: ApiS
     status, answer = http(api.url, "POST", "/hosts/hA/devices/health", token_a,
                           {"device_ids": ["b1"]})  # fmt: skip
     assert status == 200 and answer == {"health": {"b1": ""}}
+    # nor set the attributes of B's device (A's session is refused first; without one,
+    # DEVICE_OWNED: tests/attributes/test_device_attrs.py)
+    status, answer = http(api.url, "POST", "/hosts/hA/devices/attributes", token_a,
+                          {"entries": [["b1", "1", "0", "x", "n:1"]]})  # fmt: skip
+    assert status >= 400 and answer["error"]["code"] in ("DEVICE_OWNED", "SUPERSEDED"), answer
     assert pool_state(deploy.r, deploy.pool) == before
     # B itself may: its control message and its renewal (cancel requested) are there
     assert b.wait_for_control(1.0) is not None
@@ -312,6 +318,11 @@ def test_api_host_client_raises_what_host_client_raises(deploy: Deployment, api:
     assert second.host_record() == direct.host_record()
     assert second.config() == direct.config()
     assert second.device_health(["d1", "zz"]) == direct.device_health(["d1", "zz"])
+    assert second.send_attributes({"d1": ({"sdk": 34, "release": "14.1"}, ())}) == 1
+    assert direct.send_attributes({"d1": ({"sdk": 34}, ("release",))}) == 1
+    assert deploy.admin.attributes(["d1"])["d1"][0] == {"sdk": 34}
+    with pytest.raises(NotFound):
+        second.send_attributes({"zz": ({"sdk": 1}, ())})
     hb = second.heartbeat([DeviceReport("d1", "android", ("wifi",))])
     assert (hb.devices, hb.idle, hb.draining, hb.stopping) == (1, 1, False, False)
     tid = deploy.client.submit("x")

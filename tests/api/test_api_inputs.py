@@ -49,7 +49,7 @@ def test_deeply_nested_bodies_are_one_line_400_on_every_post_route(served: Any) 
                       f"/api/v1/tasks/{tid}/retry"]  # fmt: skip
     host_paths = [f"/api/v1/hosts/h1/{p}" for p in ("session", "heartbeat", "claim", "wait",
                   "control", "renew", "report", "release", "logs", "artifacts", "draining",
-                  "devices/health", "nudge")]  # fmt: skip
+                  "devices/health", "devices/attributes", "nudge")]  # fmt: skip
     for path in producer_paths + host_paths:
         for body in (NESTED, b'{"tasks": ' + b"[" * 40 + b"]" * 40 + b"}"):
             status, answer = post_raw(url, path, body, host_token if "/hosts/" in path else token)

@@ -118,7 +118,7 @@ class Pool:
         no = False  # (an optional item field not given)
         return {
             "submit": ["1", [uuid.uuid4().hex[:16], "goal", "hello", "", "android", "wifi", 3,
-                             2, no, "10", no, no, no, no, no, no, no, no, no, no, no]],
+                             2, no, "10", no, no, no, no, no, no, no, no, no, no, no, no, no]],
             "heartbeat": ["h1", tok, "", "full", "sync1", "first", "0", "2",
                           ["d1", "android", "wifi", "idle", "", "d3", "web", "", "busy",
                            "in use"]],
@@ -140,6 +140,11 @@ class Pool:
             "host_remove": ["h2", "0"],
             "device_remove": ["d1", "1"],
             "device_quarantine": ["d2", "1"],
+            "gate_set": ["add", "low", '{"when_c":"battery\t<\tn:20","until_c":"",'
+                         '"driver_type":""}', "16"],
+            "gate_eval": ["d1", "d2", "d3"],
+            "device_attrs": ["host", "h1", tok, "", "d1", "2", "1", "sdk", "n:34", "model",
+                             "s:Pixel 8", "gps"],
             "device_reserve": ["reserve", "d3", "60000", "alice"],
             "device_health": ["h1", tok, "", "begin", "d3"],
             "heads": ["3", "1", [self.r.hget(self.keys.task(self.queued), "sig") or "", 0, 9]],
@@ -255,6 +260,9 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
             pool.with_schedule()
         if name == "preempt":  # classes, and a leader to decide
             pool.with_classes()
+        if name == "gate_eval":  # a gate, and a device it holds
+            pool.admin._run("gate_set", pool.valid("gate_set"))
+            pool.r.hset(pool.keys.device_attrs("d3"), "battery", "n:5")
         before = dump(pool.r, pool.keys)
         pool.scripts[name](keys=[pool.keys.prefix], args=wire(pool.valid(name)))
         check_pool(pool.r, pool.keys)

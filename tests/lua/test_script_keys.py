@@ -213,6 +213,15 @@ def exercise(url: str, pool: str) -> None:
     assert h3.report(low, lease, "preempted") == "ok:queued"
     assert store.commit([(high, "d4")], epoch)[0].startswith("ok:")
     store.step_down("sched-2")
+    # attributes (an operator's, a host's) and a gate that holds a device, then goes
+    from deviceq.ops.gates import add_gate, remove_gate
+
+    admin.set_attributes("d3", {"battery": 50, "sdk": 34})
+    h3.send_attributes({"d4": ({"battery": 90}, ())})
+    add_gate(admin, "low", ["battery<20"])
+    admin.set_attributes("d3", {"battery": 15})
+    remove_gate(admin, "low")
+    admin.unset_attributes("d3", ["sdk"])
     # a device removed while it runs (its task handed back), then its host with the rest
     t9 = client.submit("on a device that is removed", driver_type="web")
     store.commit([(t9, "d3")])

@@ -125,7 +125,7 @@ def test_faulty_devices_last_and_least_recently_used_where_the_profile_says() ->
     # lru_device: faults before the longest idle (p2 idled longest, but it is faulty)
     assert placed(run("lru_device", [g], devs)) == {"g": {"a": "p3"}}
     assert [s.name for s in gang_scores(PROFILES["lru_device"])] == [
-        "anti_affinity", "faults", "lru"]  # fmt: skip
+        "anti_affinity", "faults", "prefer", "lru"]  # fmt: skip
 
 
 def test_the_profile_filters_decide_feasibility() -> None:

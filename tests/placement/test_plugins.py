@@ -46,6 +46,7 @@ def view(buckets: list[Bucket], devices: list[IdleDevice], limit: int = 100, **k
         "avoid": {},
         "faults": {},
         "limits": {},
+        "attributes": {},
     }
     inputs.update(kw)
     return View(tuple(buckets), tuple(devices), limit, 1_000_000, **inputs)  # type: ignore[arg-type]
@@ -61,7 +62,7 @@ def test_view_is_read_only_and_sorts_devices_by_id() -> None:
     assert [d.device_id for d in v.devices] == ["d1", "d10", "d2"]
     with pytest.raises(TypeError):
         v.faults["d1"] = 3  # type: ignore[index]
-    assert v.inputs == {"tenants", "submit_times", "avoid", "faults", "limits"}
+    assert v.inputs == {"tenants", "submit_times", "avoid", "faults", "limits", "attributes"}
     assert View((), (), 1).inputs == frozenset()
 
 

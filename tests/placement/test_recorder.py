@@ -109,7 +109,7 @@ def test_the_record_of_a_placed_task_has_the_chosen_devices_score_keys() -> None
     assert place(PROFILES["lru_device"], v, rec) == [("a1", "d2")]
     got = rec.tasks["a1"]
     assert (got.outcome, got.device_id) == ("placed", "d2")
-    assert got.scores == {"anti_affinity": 0, "lru": 9}
+    assert got.scores == {"anti_affinity": 0, "prefer": 0, "lru": 9}  # (prefer: none set)
     assert got.filters.feasible_devices == ("d1", "d2", "d3")
 
 

@@ -22,6 +22,7 @@ QUARANTINED = [None, "0", "1"]
 HELD = [None, "", "suspect", "refused"]
 BOOKED = [None, "", "1796000000000"]
 HEALTH = [None, "", "healthy", "checking", "unhealthy"]
+GATED = [None, "", "low-battery"]
 
 PROBE = """--- @include "lib/base"
 --- @include "lib/eligibility"
@@ -38,7 +39,8 @@ return {why or '', cand and 1 or 0, member, err or ''}
 
 def _combos() -> list[dict[str, str | None]]:
     out = []
-    for s, r, q, h, b, he in itertools.product(STATES, RESERVED, QUARANTINED, HELD, BOOKED, HEALTH):
+    combos = itertools.product(STATES, RESERVED, QUARANTINED, HELD, BOOKED, HEALTH, GATED)
+    for s, r, q, h, b, he, g in combos:
         out.append(
             {
                 "state": s,
@@ -47,6 +49,7 @@ def _combos() -> list[dict[str, str | None]]:
                 "held": h,
                 "booked_until": b,
                 "health": he,
+                "gated": g,
             }  # fmt: skip
         )
     return out
@@ -60,7 +63,7 @@ def test_every_flag_combination_gets_the_same_answer_in_lua_and_python(
     sha = real_r.script_load(assemble(PROBE))
     dk = prefix + "device:d1"
     combos = _combos()
-    assert len(combos) == 1440
+    assert len(combos) == 4320
     seen: set[str | None] = set()
     try:
         for fields in combos:

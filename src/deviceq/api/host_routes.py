@@ -324,6 +324,18 @@ def device_health_action(call: Call) -> dict[str, Any]:
     raise NotFound(f"no health action {action[:20]!r}: use begin, next, end or clear")
 
 
+def device_attributes(call: Call) -> dict[str, Any]:
+    """Attribute changes of this host's devices: body ``{"entries": [[ID, NSET, NUNSET, KEY,
+    ENCODED..., KEY...], ...]}`` (at most 100 entries, as ``device_attrs.lua`` takes them:
+    it checks every value); answers ``{"changed": N}`` (devices whose attributes changed)."""
+    entries = _items(call.body, "entries")
+    if len(entries) > 100 or not all(
+        isinstance(e, list) and len(e) <= 70 and all(isinstance(x, str) for x in e) for e in entries
+    ):
+        raise InvalidInput("entries: at most 100 lists of at most 70 strings")
+    return {"changed": call.client().attributes_call(entries)}
+
+
 def device_health(call: Call) -> dict[str, Any]:
     """The stored health of this host's devices: body ``{"device_ids": [...]}``; answers
     ``{"health": {ID: "healthy"|"unhealthy"|""}}`` ('' when never checked, not registered or
@@ -415,6 +427,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("/hosts/{host_id}/artifacts", "POST", artifacts),
     ("/hosts/{host_id}/draining", "POST", draining),
     ("/hosts/{host_id}/devices/health", "POST", device_health),
+    ("/hosts/{host_id}/devices/attributes", "POST", device_attributes),
     ("/hosts/{host_id}/devices/{device_id}/health/{action}", "POST", device_health_action),
     ("/hosts/{host_id}/config", "GET", config),
     ("/hosts/{host_id}/workflows/{name}", "GET", workflow),

@@ -26,6 +26,7 @@ for _module in (
     "scheduler_cmds",
     "reserve_cmds",
     "tenant_cmds",
+    "gate_cmds",
     "limit_cmds",
     "demo_cmds",
     "logs_cmds",

@@ -1,8 +1,10 @@
-"""The ``deviceq device`` group: list, show, remove, quarantine, unquarantine."""
+"""The ``deviceq device`` group: list, show, remove, quarantine, unquarantine, set-attr,
+unset-attr."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -20,9 +22,31 @@ from .render import console_for_tables, echo_json, fmt_ms
     type=LazyChoice(lambda: resolve("deviceq.ops.status:DEVICE_STATES")),
     help="Only devices in this state.",
 )
+@click.option(
+    "--attr",
+    "attr_names",
+    metavar="NAMES",
+    help="Add a column per attribute (comma separated, e.g. battery,sdk); '-' where a device "
+    "has none.",
+)
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="EXPR",
+    help="Only devices whose attributes satisfy EXPR (repeatable, and-ed; e.g. 'sdk>=33', "
+    "'model in (Pixel 7, Pixel 8)', 'has(gps)').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @pass_ctx
-def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool) -> None:
+def device_list(
+    ctx: Ctx,
+    host_id: str | None,
+    state: str | None,
+    attr_names: str | None,
+    where: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """List devices with their effective state and why: idle, reserved (a lease holds it: the
     table shows "running" once its host runs the task, "assigned" before), busy,
     offline, draining (its host is drained: shown as "idle (draining)"), suspect (a lease on
@@ -33,17 +57,27 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
     draining host that still runs work shows e.g. "running (draining)"; JSON has
     "host_draining": true|false, "reservation": null or {"reserved_by": NOTE,
     "reserved_until": MS, "reserved_at": MS} (the top-level "reserved_by" is the task whose
-    lease holds the device) and the health fields (see `device show`).
+    lease holds the device) and the health fields (see `device show`), and "attributes" (name
+    -> value: numbers, booleans, versions and strings as text).
 
     \b
     Example:
       deviceq device list --state quarantined
       deviceq device list --host lab-1 --json
+      deviceq device list --attr battery,sdk --where 'sdk>=33'
     """
     from rich.table import Table
 
+    from ..core.attributes import as_json as attr_json
+    from ..core.attributes import check_key
+    from ..core.attributes import shown as shown_value
+    from ..core.where import matches_all, parse_all
     from ..ops import status as st
 
+    usage_ids(host_id=host_id)
+    names = [n.strip() for n in (attr_names or "").split(",") if n.strip()]
+    columns = _checked(lambda: [check_key(n) for n in dict.fromkeys(names)])
+    clauses = _checked(lambda: parse_all(where))
     ctx.warn_if_unknown_pool()
     hosts, devices = st.hosts_and_devices(ctx.admin)
     booked = ctx.admin.reservations()
@@ -53,14 +87,22 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
         for d, s in devices
         if (host_id is None or d.host_id == host_id) and (state is None or s == state)
     ]
+    attrs = {d: a for d, (a, _) in ctx.admin.attributes([d.device_id for d, _ in rows]).items()}
+    if clauses:
+        rows = [(d, s) for d, s in rows if matches_all(clauses, attrs[d.device_id])]
+        _warn_unknown_attributes(clauses, attrs.values())
     if as_json:
         echo_json(
-            [st.device_json(d, s, d.host_id in draining, booked.get(d.device_id)) for d, s in rows]
-        )
+            [
+                {**st.device_json(d, s, d.host_id in draining, booked.get(d.device_id)),
+                 "attributes": {k: attr_json(v) for k, v in attrs[d.device_id].items()}}
+                for d, s in rows
+            ]
+        )  # fmt: skip
         return
     table = Table()
     statuses = lease_statuses(ctx, [d for d, _ in rows])
-    for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why"):
+    for col in ("device", "host", "driver", "tags", "state", "task", "failures", "why", *columns):
         table.add_column(col)
     for d, s in rows:
         color = {"idle": "green", "reserved": "cyan", "busy": "cyan", "booked": "magenta",
@@ -73,8 +115,29 @@ def device_list(ctx: Ctx, host_id: str | None, state: str | None, as_json: bool)
             shown = shown_state(d, s, statuses)
         table.add_row(d.device_id, d.host_id, d.driver_type, ",".join(d.tags) or "-",
                       f"[{color}]{shown}[/]", d.reserved_by or "-", str(d.consecutive_failures),
-                      st.device_reason(d, s, booked.get(d.device_id)) or "-")  # fmt: skip
+                      st.device_reason(d, s, booked.get(d.device_id)) or "-",
+                      *(shown_value(attrs[d.device_id][c]) if c in attrs[d.device_id] else "-"
+                        for c in columns))  # fmt: skip
     console_for_tables().print(table)
+
+
+def _warn_unknown_attributes(clauses: Any, seen: Any) -> None:
+    """Warn (stderr) about an attribute no listed device has: likely a typo."""
+    have: set[str] = set()
+    for a in seen:
+        have.update(a)
+    for key in sorted({c.key for c in clauses} - have):
+        click.echo(f"warning: no device has attribute {key!r} (a typo?)", err=True)
+
+
+T = TypeVar("T")
+
+
+def _checked(fn: Callable[[], T]) -> T:
+    """``fn()``'s value; its InvalidInput is a usage error (one line, exit 2)."""
+    out: list[T] = []
+    usage_checked(lambda: out.append(fn()))
+    return out[0]
 
 
 def lease_statuses(ctx: Ctx, devices: list[Any]) -> dict[str, str]:
@@ -109,7 +172,8 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     device; "health" is healthy, unhealthy, checking or null (never checked), with
     "health_checked_at" (ms), "health_output" (the last check's output tail) and
     "health_reason" (why it is unhealthy); "recent_attempts" are the last 20 attempts that
-    ended on it (task, attempt, outcome, failure_kind, when) and "history" its last 20
+    ended on it (task, attempt, outcome, failure_kind, when); "attributes" (name -> value)
+    with "attributes_at" (name -> when it was last reported, ms); "history" its last 20
     quarantine, health check and booking changes (event, when, and e.g. reason, by, result),
     both newest first, "when" in ms since the epoch.
 
@@ -117,6 +181,8 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     Example:
       deviceq device show pixel-7 --json | jq '{reserved_by, reserved_until}'
     """
+    from ..core.attributes import as_json as attr_json
+    from ..core.attributes import shown
     from ..core.fleet import effective_state
     from ..ops import status as st
 
@@ -128,6 +194,9 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     state = effective_state(d, host)
     draining = bool(host and (host.draining or host.stopping))
     data = st.device_show_json(d, state, draining, resv, admin.device_past(device_id))
+    values, times = admin.attributes([device_id], with_times=True)[device_id]
+    data["attributes"] = {k: attr_json(v) for k, v in values.items()}
+    data["attributes_at"] = {k: times.get(k) for k in values}
     if as_json:
         echo_json(data)
         return
@@ -152,6 +221,10 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
         click.echo("health output (tail):")
         for line in d.health_output.rstrip("\n").splitlines():
             click.echo(f"  {line}")
+    if values:  # (its attributes, when it has any: its host's or an operator's)
+        click.echo("attributes:")
+    for k, v in values.items():
+        click.echo(f"  {k:15} {shown(v):20} reported {fmt_ms(times.get(k))}")
     _show_past(data["recent_attempts"], data["history"])
 
 
@@ -259,3 +332,45 @@ def device_unquarantine(ctx: Ctx, device_id: str, as_json: bool) -> None:
       deviceq device unquarantine pixel-7
     """
     _quarantine(ctx, device_id, False, as_json)
+
+
+@device.command("set-attr")
+@click.argument("device_id")
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY=VALUE...")
+@pass_ctx
+def device_set_attr(ctx: Ctx, device_id: str, pairs: tuple[str, ...]) -> None:
+    """Set attributes of a device: what an operator knows (its hosts report the rest: see
+    `host run --discover`). A value is typed by its text: true/false a boolean, 34 or -1.5 a
+    number, 14.1.2 a version, anything else a string (quote it, 'model="34"', to keep digits a
+    string). Names: 1-32 of a-z 0-9 _ starting with a letter; values at most 64 bytes; a device
+    has at most 32 attributes. A host reporting the same name later overwrites it.
+
+    \b
+    Example:
+      deviceq device set-attr pixel-7 model="Pixel 7" storage_gb=128 gps=true
+    """
+    from ..core.attributes import parse_assignments
+
+    usage_ids(device_id=device_id)
+    values = _checked(lambda: parse_assignments(pairs))
+    changed = ctx.admin.set_attributes(device_id, values, actor())
+    click.echo(f"{device_id}: " + ("attributes set" if changed else "nothing changed"))
+
+
+@device.command("unset-attr")
+@click.argument("device_id")
+@click.argument("names", nargs=-1, required=True, metavar="KEY...")
+@pass_ctx
+def device_unset_attr(ctx: Ctx, device_id: str, names: tuple[str, ...]) -> None:
+    """Remove attributes of a device (a name it does not have is no change).
+
+    \b
+    Example:
+      deviceq device unset-attr pixel-7 storage_gb
+    """
+    from ..core.attributes import check_key
+
+    usage_ids(device_id=device_id)
+    _checked(lambda: [check_key(n) for n in names])
+    changed = ctx.admin.unset_attributes(device_id, names, actor())
+    click.echo(f"{device_id}: " + ("attributes removed" if changed else "nothing changed"))

@@ -17,7 +17,7 @@ from .submit_cmds import warn_unknown_constraints
 
 SUBMIT_OPTIONS = (
     "workflow_name", "driver_type", "tags", "priority", "max_attempts", "queue_timeout",
-    "timeout", "reject_unmatched", "tenant", "retry_on", "retry_backoff", "roles",
+    "timeout", "reject_unmatched", "tenant", "retry_on", "retry_backoff", "roles", "where",
     "priority_class",
 )  # fmt: skip
 """The options of ``deviceq submit`` that ``schedule add`` takes too (the same objects)."""
@@ -78,6 +78,7 @@ def schedule_add(
         "workflow": opts.pop("workflow_name"),
         "tags": [t for value in opts.pop("tags") for t in value.split(",") if t],
         "roles": parse_role_options(opts.pop("roles")) or None,
+        "where": list(opts.pop("where")),
         **opts,
     }
     try:

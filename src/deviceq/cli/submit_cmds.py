@@ -4,6 +4,7 @@ warning when no registered device could run it."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 import redis
@@ -91,6 +92,15 @@ from .via_api import submit_via_api, via_api
     "is claimed). Replaces --driver-type and --tag.",
 )
 @click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="EXPR",
+    help="Only on a device whose attributes satisfy EXPR (repeatable, and-ed): KEY OP VALUE "
+    "with OP = != < <= > >= (versions compare as versions: 'release>=14.1'), 'KEY in (A, B)', "
+    "'has(KEY)'; e.g. --where 'sdk>=33' --where 'battery>=50'. See device list --attr.",
+)
+@click.option(
     "--not-before",
     metavar="TIME",
     help="Queued, but not assigned before TIME: an ISO 8601 time (UTC unless it names a "
@@ -129,6 +139,7 @@ def submit(
     roles: tuple[str, ...],
     not_before: str | None,
     delay: float | None,
+    where: tuple[str, ...],
     tasks_file: str | None,
     as_json: bool,
 ) -> None:
@@ -145,12 +156,14 @@ def submit(
       deviceq submit "log in on both" --role phone=android:sim --role web=browser
       deviceq submit "nightly soak" --delay 10m      # or --not-before 2026-12-02T02:00:00Z
       deviceq submit "release smoke test" --class release-blocker
+      deviceq submit "camera test" --where 'sdk>=33' --where 'model in (Pixel 7, Pixel 8)'
     """
     from .context import said_on_stderr
     from .task_files import submit_file
 
     if not_before is not None and delay is not None:
         fail("give --not-before or --delay, not both", 2)
+    clauses = _where_checked(where)
     after: float | None = None
     delay_s: float | None = None
     if not_before is not None:
@@ -166,6 +179,9 @@ def submit(
             submit_file(ctx, tasks_file, as_json, reject_unmatched)
         return
     tag_list = [t for value in tags for t in value.split(",")]
+    extra: dict[str, Any] = {"delay": delay_s} if delay_s is not None else {}  # (Redis time)
+    if where:
+        extra["where"] = list(where)
     with said_on_stderr():  # (a priority the strategy in force ignores: one line)
         task_id = ctx.client.submit(
             goal,
@@ -185,13 +201,40 @@ def submit(
             roles=parse_role_options(roles) if roles else None,
             priority_class=priority_class,
             not_before=after,
-            **({"delay": delay_s} if delay_s is not None else {}),  # (counted by Redis time)
+            **extra,
         )
     warn_unknown_constraints(ctx, driver_type, tag_list)
+    warn_unknown_attributes(ctx, {c.key for c in clauses})
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
     else:
         click.echo(task_id)
+
+
+def _where_checked(where: tuple[str, ...]) -> tuple[Any, ...]:
+    """The --where expressions parsed; a malformed one ends the command (one line, exit 2)."""
+    from ..core.errors import InvalidInput
+    from ..core.where import parse_all
+
+    try:
+        return parse_all(list(where))
+    except InvalidInput as exc:
+        fail(str(exc), 2)
+        raise  # (fail exits)
+
+
+def warn_unknown_attributes(ctx: Ctx, names: set[str]) -> None:
+    """One ``warning:`` line (stderr) per attribute name no registered device has (likely a
+    typo), read from the ``attr_names`` hash (one HKEYS); none when it cannot be read."""
+    if not names:
+        return
+    try:
+        known = {str(k) for k in ctx.admin.redis.hkeys(ctx.admin.keys.attr_names)}
+    except redis.ResponseError:
+        return
+    for name in sorted(names - known):
+        shown = ", ".join(sorted(known)[:20]) or "none"
+        click.echo(f"warning: no device has attribute {name!r} (known: {shown})", err=True)
 
 
 def warn_unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> None:

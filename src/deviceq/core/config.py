@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .attributes import check_prefer
 from .errors import ConfigError
 from .validation import check_retry_backoff as check_retry_backoff
 from .validation import check_retry_on as check_retry_on
@@ -138,6 +139,12 @@ class PoolConfig(BaseModel):
         "| fixed:SECONDS | exponential:BASE:MAX (BASE doubled per failed attempt up to MAX, "
         "with jitter: between half and all of it); a task may set its own",
     )
+    prefer: str = Field(
+        "none",
+        description="which matching device a task gets first, after its constraints: none | "
+        "max:ATTRIBUTE (e.g. max:battery, the fullest) | min:ATTRIBUTE (e.g. min:temperature, "
+        "the coolest) | least_used (the fewest runs in the last 24 h); in every strategy",
+    )
     retry_elsewhere_wait: float = Field(
         60.0,
         ge=0,
@@ -212,6 +219,11 @@ class PoolConfig(BaseModel):
     @classmethod
     def _retry_backoff(cls, v: str) -> str:
         return check_retry_backoff(v)
+
+    @field_validator("prefer")
+    @classmethod
+    def _prefer(cls, v: str) -> str:
+        return check_prefer(v)
 
     @field_validator("artifact_store")
     @classmethod

@@ -19,7 +19,7 @@ from .vocabulary import BLOCKERS, DEVICE_BLOCKERS
 if TYPE_CHECKING:
     from .models import Host, PooledDevice
 
-GATE_FIELDS = ("state", "reserved_by", "quarantined", "held", "booked_until", "health")
+GATE_FIELDS = ("state", "reserved_by", "quarantined", "held", "booked_until", "health", "gated")
 """The device hash fields the rule reads (HMGET them in this order)."""
 
 DEVICE_REASONS = DEVICE_BLOCKERS
@@ -36,15 +36,16 @@ STATE_OF_REASON = {"host_draining": "draining", "host_suspect": "suspect"}
 
 STATES = (
     "idle", "reserved", "busy", "offline", "draining", "suspect", "held", "checking",
-    "unhealthy", "quarantined", "host_dead", "booked",
+    "unhealthy", "gated", "quarantined", "host_dead", "booked",
 )  # fmt: skip
 """Effective device states, in the order ``status`` shows them. ``reserved``: a lease holds it
 (assigned or running); ``booked``: reserved for a person (``deviceq reserve``); ``draining``:
 its host is drained or shutting down; ``suspect``: a lease on it (or on its host) expired,
 ``held``: its host handed an assignment back (both until the host's next heartbeat);
 ``checking``: its host's health check runs on it or is due; ``unhealthy``: the last health
-check failed (out of service until one passes); ``host_dead``: its host's heartbeat is older
-than ``host_timeout``."""
+check failed (out of service until one passes); ``gated``: a gate holds it (``deviceq
+gate``: e.g. its battery is low) until the gate lets it go; ``host_dead``: its host's
+heartbeat is older than ``host_timeout``."""
 
 
 def device_blocker(fields: Mapping[str, str | None]) -> str | None:
@@ -62,6 +63,8 @@ def device_blocker(fields: Mapping[str, str | None]) -> str | None:
     health = fields.get("health")
     if health in ("checking", "unhealthy"):
         return health
+    if fields.get("gated"):
+        return "gated"
     state = fields.get("state")
     if state != "idle":
         return state if state == "busy" else "offline"
@@ -83,6 +86,8 @@ def device_blockers(fields: Mapping[str, str | None]) -> list[str]:
         out.append("suspect" if held == "suspect" else "held")
     if fields.get("health") in ("checking", "unhealthy"):
         out.append(str(fields["health"]))
+    if fields.get("gated"):
+        out.append("gated")
     state = fields.get("state")
     if state != "idle":
         out.append(state if state == "busy" else "offline")
@@ -98,6 +103,7 @@ def gate_fields(device: PooledDevice) -> dict[str, str | None]:
         "held": device.held or "",
         "booked_until": str(device.booked_until) if device.booked_until else "",
         "health": device.health or "",
+        "gated": device.gated or "",
     }
 
 

@@ -1,11 +1,12 @@
 """The fleet as operators and the scheduler's explanations see it, read from Redis: every host
 with its liveness (the one rule, `liveness`), every device, and one word for what a device can
 do now (`effective_state`) with the reason in words (`device_reason`); and where a
-multi-device task's parts are (`read_parts`)."""
+multi-device task's parts are (`read_parts`); devices' attributes (`read_attributes`)."""
 
 from __future__ import annotations
 
 from . import eligibility
+from .attributes import Value, decode_hash
 from .connection import PoolConnection
 from .liveness import host_alive
 from .models import Host, PooledDevice, ScheduledTask
@@ -80,6 +81,8 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
         )
     if state == "unhealthy":
         return d.health_reason or "health check failed"
+    if state == "gated":
+        return f"gated ({d.gated}: {d.gated_reason})" if d.gated_reason else f"gated ({d.gated})"
     if d.attention:
         return d.attention
     if state in ("busy", "offline"):
@@ -100,3 +103,24 @@ def read_parts(conn: PoolConnection, task: ScheduledTask) -> None:
         role.__dict__.update(status=status or None)
         if status in LEASED_STATUSES:
             role.__dict__.update(device_id=device or None, host_id=host or None)
+
+
+def read_attributes(
+    conn: PoolConnection, device_ids: list[str], with_times: bool = False
+) -> dict[str, tuple[dict[str, Value], dict[str, int]]]:
+    """The attributes of ``device_ids`` (one pipelined round trip): device id -> (values,
+    when each was last reported in ms; the times only ``with_times``)."""
+    r, k = conn.redis, conn.keys
+    pipe = r.pipeline(transaction=False)
+    for d in device_ids:
+        pipe.hgetall(k.device_attrs(d))
+        if with_times:
+            pipe.hgetall(k.device_attrs_at(d))
+    res = pipe.execute()
+    step = 2 if with_times else 1
+    out: dict[str, tuple[dict[str, Value], dict[str, int]]] = {}
+    for i, d in enumerate(device_ids):
+        at = res[i * step + 1] if with_times else {}
+        times = {str(a): int(b) for a, b in at.items() if str(b).isdigit()}
+        out[d] = (decode_hash(res[i * step]), times)
+    return out

@@ -70,7 +70,17 @@ key                                type       holds
 ``device:ID:log``                   list       the device's last 20 quarantine, health check and
                                               booking changes, newest first: JSON ``{event,
                                               at, ...}`` (device_log in lua/lib/history.lua)
+``device:ID:attrs``                 hash       the device's attributes: name -> ``KIND:TEXT``
+                                              (``n:34``, ``v:14.1.2``, ``b:1``, ``s:Pixel 8``;
+                                              `deviceq.core.attributes`; device_attrs.lua)
+``device:ID:attrs_at``              hash       name -> when the attribute was last reported (ms)
+``attr_names``                     hash       attribute name -> devices that have it (a
+                                              --where naming none is likely a typo)
 ``devices``                        set        every registered device id
+``gates``                          hash       gate name -> JSON ``{name, when, until, driver_type,
+                                              when_c, until_c, created_at}`` (``deviceq gate``;
+                                              `deviceq.core.gates`; a held device's hash has
+                                              ``gated``, ``gated_reason``, ``gated_at``)
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
 ``idle:c:CLASS``                   zset       the members of ``idle`` of one device class
@@ -283,6 +293,14 @@ class Keys:
         return self._k("devices")
 
     @property
+    def attr_names(self) -> str:
+        return self._k("attr_names")
+
+    @property
+    def gates(self) -> str:
+        return self._k("gates")
+
+    @property
     def idle(self) -> str:
         return self._k("idle")
 
@@ -424,6 +442,12 @@ class Keys:
 
     def device_log(self, device_id: str) -> str:
         return self._k("device", device_id, "log")
+
+    def device_attrs(self, device_id: str) -> str:
+        return self._k("device", device_id, "attrs")
+
+    def device_attrs_at(self, device_id: str) -> str:
+        return self._k("device", device_id, "attrs_at")
 
     def host(self, host_id: str) -> str:
         return self._k("host", host_id)

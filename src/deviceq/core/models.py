@@ -24,6 +24,7 @@ from .validation import (
     validate_tags,
 )
 from .vocabulary import FailureKind, TaskStatus
+from .where import compiled_of, where_texts
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,15 +68,19 @@ class Constraints(BaseModel):
 
     driver_type: OptDriverType = None
     tags: Tags = ()
+    where: tuple[str, ...] = ()  # canonical --where texts (deviceq.core.where), and-ed
 
     def signature(
         self, priority: int = 0, tenant: str | None = None, pin: str | None = None
     ) -> str:
-        """Bucket id of the queued index: tasks with equal constraints, priority, tenant and
-        pin (the one device they run on) share it (``signature`` in lua/lib/constraints.lua)."""
+        """Bucket id of the queued index: tasks with equal constraints (--where included),
+        priority, tenant and pin (the one device they run on) share it (``signature`` in
+        lua/lib/constraints.lua)."""
         raw = f"{self.driver_type or ''}|{','.join(self.tags)}|{priority}"
         if tenant:
             raw += f"|{tenant}"
+        if self.where:
+            raw += f"|w:{compiled_of(self.where)}"
         if pin:
             raw += f"|@{pin}"
         return hashlib.sha1(raw.encode()).hexdigest()[:16]
@@ -208,6 +213,8 @@ class TaskSpec(BaseModel):
     by: Annotated[str, _named("submitter")] | None = None  # who submitted it (recorded)
     # the one device it may run on: it waits for it (a bucket of its own), never runs elsewhere
     pin: Annotated[str, _named("device id")] | None = None
+    # --where expressions over the device's attributes (and-ed; canonical, sorted)
+    where: Annotated[tuple[str, ...], BeforeValidator(where_texts)] = ()
 
     @field_validator("retry_on", mode="before")
     @classmethod
@@ -227,6 +234,8 @@ class TaskSpec(BaseModel):
             raise InvalidInput("give exactly one of a goal or a workflow name")
         if self.roles is not None and self.pin is not None:
             raise InvalidInput("a task with roles cannot be pinned to one device")
+        if self.roles is not None and self.where:
+            raise InvalidInput("a task with roles cannot have --where expressions of its own")
         if self.roles is not None and self.timeout is not None:
             raise InvalidInput("a task with roles cannot have a timeout of its own")
         if self.roles is not None and (self.driver_type or self.tags or self.tenant):
@@ -238,7 +247,7 @@ class TaskSpec(BaseModel):
 
     @property
     def constraints(self) -> Constraints:
-        return Constraints(driver_type=self.driver_type, tags=self.tags)
+        return Constraints(driver_type=self.driver_type, tags=self.tags, where=self.where)
 
 
 class Attempt(BaseModel):
@@ -324,6 +333,7 @@ class ScheduledTask(BaseModel):
     progress: dict[str, Any] | None = None
     # the W3C trace context of its submission (deviceq.core.tracing), when it was traced
     traceparent: str | None = None
+    where: tuple[str, ...] = ()  # its --where expressions (canonical)
     # a multi-device task: its roles (constraints, and where each runs once placed); for a
     # part (task ``GANG.ROLE``): its ``gang`` and ``role``; the ``leader`` part also gets every
     # role's placement in ``roles``
@@ -354,6 +364,7 @@ class ScheduledTask(BaseModel):
         values["failure_kind"] = FailureKind(kind) if kind else None
         values["avoid_devices"] = tuple(values["avoid_devices"])
         values["avoid_hosts"] = tuple(values["avoid_hosts"])
+        values["where"] = tuple(values["where"])
         if is_multi_device(h):
             values["roles"] = decode_roles(h.get("roles"), h.get("peers"))
         values["attempts"] = _attempts(attempts, values["dispatched_at"])
@@ -361,7 +372,7 @@ class ScheduledTask(BaseModel):
 
     @property
     def constraints(self) -> Constraints:
-        return Constraints(driver_type=self.driver_type, tags=self.tags)
+        return Constraints(driver_type=self.driver_type, tags=self.tags, where=self.where)
 
 
 class PooledDevice(BaseModel):
@@ -386,6 +397,8 @@ class PooledDevice(BaseModel):
     health_output: str | None = None  # the last check's output tail
     health_reason: str | None = None  # why it is unhealthy
     booked_until: int | None = None  # ms: reserved for a person until then (deviceq reserve)
+    gated: str | None = None  # the gate holding it (deviceq gate)
+    gated_reason: str | None = None  # its values that made the gate hold it ("battery 15")
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -409,6 +422,8 @@ class PooledDevice(BaseModel):
             health_output=h.get("health_output") or None,
             health_reason=h.get("health_reason") or None,
             booked_until=_opt_int(h.get("booked_until")),
+            gated=h.get("gated") or None,
+            gated_reason=h.get("gated_reason") or None,
         )
 
 

@@ -153,6 +153,7 @@ SUBMIT = Items(
         text("traceparent", optional=True),
         text("pin", optional=True),
         text("class", optional=True),
+        text("where", optional=True),
     ),
 )
 """submit.lua's tasks."""

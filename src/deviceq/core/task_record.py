@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from .keys import Keys
+from .where import decompile
 
 ATTEMPT_DEFAULTS: dict[str, Any] = {
     "attempt": 0,
@@ -132,6 +133,7 @@ def task_values(h: dict[str, str]) -> dict[str, Any]:
         "submitted_by": g("submitted_by") or None,
         "progress": progress_value(h),
         "traceparent": g("traceparent") or None,
+        "where": [str(c) for c in decompile(g("where") or "")],
         "roles": None,
         "gang": g("gang") or None,
         "role": g("role") or None,

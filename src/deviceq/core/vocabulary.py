@@ -108,8 +108,8 @@ the task is queued again) or ``preempted`` (stopped for an urgent task: queued a
 attempt not used up)."""
 
 DEVICE_BLOCKERS: tuple[str, ...] = (
-    "quarantined", "reserved", "booked", "suspect", "held", "checking", "unhealthy", "busy",
-    "offline",
+    "quarantined", "reserved", "booked", "suspect", "held", "checking", "unhealthy", "gated",
+    "busy", "offline",
 )  # fmt: skip
 """A device's own reasons not to take work, in precedence order (``device_blocker`` in
 lua/lib/eligibility.lua; ``busy``/``offline``: its reported state)."""
@@ -117,7 +117,7 @@ HOST_BLOCKERS: tuple[str, ...] = ("host_dead", "host_draining", "host_suspect")
 """Its host's reasons (``host_placeable`` in lua/lib/liveness.lua)."""
 BLOCKERS: tuple[str, ...] = (
     "quarantined", "host_dead", "reserved", "booked", "suspect", "held", "checking",
-    "unhealthy", "busy", "offline", "host_draining", "host_suspect",
+    "unhealthy", "gated", "busy", "offline", "host_draining", "host_suspect",
 )  # fmt: skip
 """Every reason a device cannot take work, in precedence order: the device's own with its
 host's interleaved (a dead host outranks all but a quarantine; a drain or a host's lost lease
@@ -125,7 +125,7 @@ only shows on a device that would otherwise be idle)."""
 ASSIGN_REFUSAL_OF_BLOCKER: Mapping[str, str] = {
     "quarantined": "device_quarantined", "reserved": "device_reserved",
     "booked": "device_booked", "suspect": "device_held", "held": "device_held",
-    "checking": "device_checking", "unhealthy": "device_unhealthy",
+    "checking": "device_checking", "unhealthy": "device_unhealthy", "gated": "device_gated",
 }  # fmt: skip
 """The ``err:REASON`` an assignment to a device gets for its blocker (``ASSIGN_ERR`` in the
 scripts; any other blocker: ``device_not_idle``)."""
@@ -153,8 +153,9 @@ ASSIGN_REFUSALS: tuple[str, ...] = (
     "invalid_id", "task_not_found", "task_not_queued", "task_multi_device", "task_pinned",
     "device_not_found",
     "device_reserved", "device_not_idle", "device_quarantined", "device_held", "device_booked",
-    "device_checking", "device_unhealthy", "host_dead", "host_draining", "host_suspect",
-    "driver_type_mismatch", "missing_tag", "device_preempted", "pool_paused", *LIMIT_REASONS,
+    "device_checking", "device_unhealthy", "device_gated", "host_dead", "host_draining",
+    "host_suspect", "driver_type_mismatch", "missing_tag", "where_mismatch", "device_preempted",
+    "pool_paused", *LIMIT_REASONS,
 )  # fmt: skip
 """The reasons of assign.lua's ``err:REASON`` (``missing_tag`` comes as ``missing_tag:TAG``)."""
 GANG_REFUSALS: tuple[str, ...] = (
@@ -164,7 +165,9 @@ GANG_REFUSALS: tuple[str, ...] = (
 )  # fmt: skip
 """The reasons of gang_assign.lua's ``err:REASON`` (a device's reason with ``@ROLE``;
 ``host_cap@ROLE``: the role's device's host would hold more than ``max_tasks_per_host``)."""
-DEVICE_REFUSAL_PREFIXES: tuple[str, ...] = ("device_", "driver_type_mismatch", "missing_tag")
+DEVICE_REFUSAL_PREFIXES: tuple[str, ...] = (
+    "device_", "driver_type_mismatch", "missing_tag", "where_mismatch",
+)  # fmt: skip
 """An assignment refused for these reasons says something about the device (its state, its
 driver type or tags): a scheduler re-reads the device."""
 PRIORITY_REFUSALS: tuple[str, ...] = (

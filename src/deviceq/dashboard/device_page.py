@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..core.attributes import shown
 from ..core.errors import InvalidInput, NotFound
 from ..core.fleet import effective_state
 from ..core.models import Host
@@ -57,8 +58,10 @@ def device_view(admin: PoolAdmin, device_id: str) -> dict[str, Any]:
          "rest": {k: v for k, v in e.items() if k not in ("event", "at") and v not in ("", None)}}
         for e in log
     ]  # fmt: skip
+    values, times = admin.attributes([device_id], with_times=True)[device_id]
     return {
         "d": d,
+        "attributes": [(k, shown(v), times.get(k)) for k, v in values.items()],
         "host": host,
         "state": state,
         "why": st.device_reason(d, state, resv),

@@ -3,9 +3,10 @@ command line, or a mapping from a devices file)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.attributes import Value, check_attributes
 from ..core.errors import InvalidInput
 from ..core.models import DeviceState
 from ..core.validation import validate_id, validate_tags
@@ -22,6 +23,9 @@ class DeviceConfig:
     state: DeviceState = DeviceState.idle
     serial: str = ""  # the real serial of a discovered device ({serial}, $ANDROID_SERIAL)
     reason: str = ""  # why it is offline as its source sees it (e.g. adb state unauthorized)
+    # what its source says about it (sorted name, value pairs): sent to Redis as attribute
+    # changes, not part of the device's identity (a new battery level is no changed device)
+    attributes: tuple[tuple[str, Value], ...] = field(default=(), compare=False)
 
     @classmethod
     def parse(cls, text: str) -> DeviceConfig:
@@ -34,7 +38,7 @@ class DeviceConfig:
     @classmethod
     def coerce(cls, value: Any) -> DeviceConfig:
         """From ``ID:DRIVER[:TAGS]`` text or a mapping (``id``/``device_id``, ``driver_type``,
-        ``tags``, optional ``state``)."""
+        ``tags``, optional ``state`` and ``attributes``)."""
         if isinstance(value, DeviceConfig):
             return value
         if isinstance(value, str):
@@ -46,8 +50,20 @@ class DeviceConfig:
                 validate_id(value.get("driver_type"), "driver_type"),
                 validate_tags(value.get("tags") or ()),
                 DeviceState(value.get("state", "idle")),
+                attributes=attribute_pairs(value.get("attributes")),
             )
         raise InvalidInput(f"bad device {value!r}")
 
+    def with_attributes(self, values: dict[str, Value]) -> DeviceConfig:
+        """This device with ``values`` added to its attributes (they win)."""
+        merged = {**dict(self.attributes), **values}
+        return DeviceConfig(self.device_id, self.driver_type, self.tags, self.state,
+                            self.serial, self.reason, tuple(sorted(merged.items())))  # fmt: skip
+
     def report(self) -> DeviceReport:
         return DeviceReport(self.device_id, self.driver_type, self.tags, self.state)
+
+
+def attribute_pairs(values: object) -> tuple[tuple[str, Value], ...]:
+    """A source's ``attributes`` mapping, checked, as sorted pairs."""
+    return tuple(sorted(check_attributes(values).items()))

@@ -4,6 +4,7 @@ command's JSON lines; a device serial and the device id made of it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -12,6 +13,7 @@ from typing import Any
 import yaml
 
 from ..core import json_bounded
+from ..core.attributes import Value, check_text, infer
 from ..core.errors import ConfigError, DeviceqError
 from ..core.input_files import nesting_guard, read_input
 from ..core.validation import ID_RE, TAG_RE
@@ -157,16 +159,19 @@ def parse_json_lines(text: str, what: str = "discovery") -> tuple[list[DeviceCon
 
 def coerce_device(value: Any) -> DeviceConfig:
     """A device of a devices file or a discovery line: ``ID:DRIVER[:TAGS]`` text or a mapping
-    (``id``, ``driver_type``, ``tags``, optional ``serial``; nothing else)."""
+    (``id``, ``driver_type``, ``tags``, optional ``serial`` and ``attributes``: a mapping of
+    names to values, `deviceq.core.attributes`; nothing else)."""
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"id", "device_id", "driver_type", "tags", "serial"})
+        fields = {"id", "device_id", "driver_type", "tags", "serial", "attributes"}
+        unknown = sorted(set(value) - fields)
         if unknown:
             raise DeviceSourceError(f"unknown field(s) {', '.join(map(str, unknown))}")
         serial = value.get("serial")
         dev = DeviceConfig.coerce({k: v for k, v in value.items() if k != "serial"})
         if serial is not None:
             dev = DeviceConfig(dev.device_id, dev.driver_type, dev.tags,
-                               serial=validate_serial(serial))  # fmt: skip
+                               serial=validate_serial(serial),
+                               attributes=dev.attributes)  # fmt: skip
         return dev
     if isinstance(value, str):
         return DeviceConfig.parse(value)
@@ -209,3 +214,34 @@ def read_devices_file(path: str) -> tuple[list[DeviceConfig], bytes]:
         raise DeviceSourceError(str(exc).replace(where, f"devices file {path}", 1)) from None
     with nesting_guard(f"devices file {path}", DeviceSourceError):
         return parse_devices_text(text, path), text.encode()
+
+
+ADB_PROBE = (
+    "getprop ro.build.version.sdk; getprop ro.product.model; getprop ro.build.version.release;"
+    " dumpsys battery"
+)
+"""What ``--discover adb`` runs on each usable device (``adb -s SERIAL shell ...``) for its
+attributes, one call a device and discovery round."""
+
+
+def parse_adb_probe(text: str) -> dict[str, Value]:
+    """The attributes of an `ADB_PROBE` output: ``sdk``, ``model``, ``release`` (the first
+    three lines, getprop's answers) and from ``dumpsys battery`` ``battery`` (its level, %)
+    and ``temperature`` (°C: dumpsys prints tenths). A value that is missing or not valid is
+    left out."""
+    lines = text.splitlines()
+    out: dict[str, Value] = {}
+    for key, raw in zip(("sdk", "model", "release"), lines[:3], strict=False):
+        raw = raw.strip()
+        if raw:
+            with contextlib.suppress(DeviceqError):
+                out[key] = infer(key, raw) if key != "model" else check_text(key, raw[:64])
+    for line in lines[3:]:
+        name, sep, raw = line.strip().partition(":")
+        if not sep or not raw.strip().lstrip("-").isdigit():
+            continue
+        if name == "level":
+            out["battery"] = int(raw)
+        elif name == "temperature":
+            out["temperature"] = int(raw) / 10
+    return out

@@ -8,8 +8,10 @@ Sources (any combination; their union is the list, an id in two of them is an er
   optional ``serial``); re-read on SIGHUP and when it changes (`DeviceSources.poll` looks at
   its size, mtime and content about every second);
 - discovery: ``--discover adb`` (``adb devices -l``: one ``android`` device per serial in
-  state ``device``) or ``--discover command:CMD`` (any command, run without a shell, printing
-  one JSON device per line), run every ``--discover-every`` seconds.
+  state ``device``, with the attributes ``sdk``, ``model``, ``release``, ``battery`` and
+  ``temperature`` read from each of them at every round: `ADB_PROBE`) or ``--discover
+  command:CMD`` (any command, run without a shell, printing one JSON device per line, which
+  may carry ``attributes``), run every ``--discover-every`` seconds.
 
 While the daemon runs, a bad devices file, a failing discovery command or a device id given
 by two sources is logged (one warning line naming the problem) and the last good list of
@@ -29,11 +31,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..core.errors import ConfigError
+from ..core.models import DeviceState
 from .device_config import DeviceConfig
 from .device_lists import (
+    ADB_PROBE,
     DeviceSourceError,
     adb_unusable,
     parse_adb_devices,
+    parse_adb_probe,
     parse_json_lines,
     read_devices_file,
 )
@@ -41,6 +46,7 @@ from .device_lists import (
 DEFAULT_DISCOVER_EVERY = 5.0
 DISCOVER_TIMEOUT = 20.0  # a discovery command running longer is killed (the last list stays)
 FILE_POLL = 1.0  # seconds between looks at the devices file
+PROBE_TIMEOUT = 5.0  # seconds one device's attribute probe (adb shell) may take
 MAX_OUTPUT = 1024 * 1024  # bytes of a discovery command's output read at most
 
 Log = Callable[[int, str], None]
@@ -76,6 +82,12 @@ class DiscoverySpec:
             devices, warnings = parse_adb_devices(text)
             return devices + adb_unusable(text, devices), warnings
         return parse_json_lines(text, f"--discover {self}")
+
+
+def probe_adb(serial: str, timeout: float = PROBE_TIMEOUT) -> str:
+    """``adb -s SERIAL shell`` `ADB_PROBE`'s output (DeviceSourceError when it fails)."""
+    spec = DiscoverySpec("adb", ("adb", "-s", serial, "shell", ADB_PROBE))
+    return run_discovery(spec, timeout)
 
 
 def run_discovery(spec: DiscoverySpec, timeout: float = DISCOVER_TIMEOUT) -> str:
@@ -256,8 +268,21 @@ class DeviceSources:
             self._warn(d, f"{exc}; keeping the last good device list")
             return
         devices, warnings = d.spec.parse_output(text)
+        if d.spec.kind == "adb":
+            devices = [self._probe(dev, warnings) for dev in devices]
         self._warn(d, "; ".join(warnings))
         d.devices = devices
+
+    def _probe(self, dev: DeviceConfig, warnings: list[str]) -> DeviceConfig:
+        """``dev`` with the attributes its adb probe reads (as it is, with a warning, when
+        the probe fails)."""
+        if not dev.serial or dev.state is not DeviceState.idle:
+            return dev
+        try:
+            return dev.with_attributes(parse_adb_probe(probe_adb(dev.serial)))
+        except ConfigError as exc:
+            warnings.append(f"attributes of {dev.device_id} not read: {exc}")
+            return dev
 
     def _warn(self, d: _Discovery, text: str) -> None:
         """Log a discovery's warning once (not again at every poll while it stays the same)."""

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from ..core.errors import AuthError, DeviceqError, NotFound, SessionSuperseded
 from ..core.models import DeviceState
 from ..core.vocabulary import DEVICE_FAULT_KINDS
+from .attribute_sync import attributes_in_output
 from .device_config import DeviceConfig
 from .health_checks import CheckResult, HealthCheck, build_check
 from .link import DeviceReport, HostLink
@@ -341,6 +342,7 @@ class HealthChecker:
         h.begun, h.pending = False, None
         dev = self.state.devices[did]
         healthy, output, reason = self.run_check(dev)
+        self._attributes(did, output)
         if self.closing and not healthy:
             # stopped by the daemon's shutdown: the result means nothing; the device stays
             # `checking` (out of service) until the next daemon checks it as it joins
@@ -362,6 +364,16 @@ class HealthChecker:
             self.state.log(logging.WARNING, f"device unhealthy: {shown}; out of service",
                            device=did, why=why)  # fmt: skip
         return healthy
+
+    def _attributes(self, did: str, output: str) -> None:
+        """Take the attributes the check printed (a JSON line ``{"attributes": {...}}``)."""
+        try:
+            values = attributes_in_output(output)
+            if values:
+                self.state.attributes.from_check(did, values)
+        except DeviceqError as exc:
+            self.state.log(logging.WARNING, f"health check attributes ignored: {exc}",
+                           device=did)  # fmt: skip
 
     def _end(self, did: str, healthy: bool, output: str, reason: str) -> None:
         """Record the result, retrying while Redis is unreachable (the device stays out of

@@ -364,6 +364,14 @@ class ApiHostClient(HttpTransport, HostLink):
         """Mark a device for a check after the task that holds it (see `HostClient`)."""
         return bool(self._health(device_id, "next")["taken"])
 
+    def attributes_call(self, entries: Sequence[Sequence[str]]) -> int:
+        """Send encoded attribute entries of this host's devices (see `HostClient`)."""
+        return int(
+            self._call("POST", "/devices/attributes", {"entries": [list(e) for e in entries]})[
+                "changed"
+            ]
+        )
+
     def health_end(self, device_id: str, healthy: bool, output: str = "", reason: str = "") -> str:
         """Record the result of a check (the token scrubbed from what it printed)."""
         output, reason = self._health_result(healthy, output, reason)

@@ -11,9 +11,10 @@ renewal, a report."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..core.attributes import check_attributes, check_key, entry_args
 from ..core.bounds import MAX_REASON_BYTES
 from ..core.config import PoolConfig
 from ..core.errors import InvalidInput
@@ -32,6 +33,10 @@ def clean_reason(text: str | None) -> str:
     s = "".join(c if c.isprintable() else " " for c in (text or ""))
     data = s.encode()[:MAX_REASON_BYTES]
     return data.decode(errors="ignore")
+
+
+ATTR_CHUNK = 100
+"""Devices per attribute call (``device_attrs.lua`` takes at most 400)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,24 @@ class HostLink(ABC):
         it) the full snapshot in chunks (see `deviceq.host.heartbeat_sync`)."""
         return self._hb.beat(self.heartbeat_call, self.session, rows_of(devices), full)
 
+    def send_attributes(
+        self, changes: Mapping[str, tuple[Mapping[str, object], Iterable[str]]]
+    ) -> int:
+        """Attribute changes of this host's devices: device id -> (values set, names unset),
+        only what changed since the last call (``lua/device_attrs.lua``, at most
+        `ATTR_CHUNK` devices a call). Returns how many devices' attributes changed. Raises
+        InvalidInput (nothing sent), DeviceOwned (a device of another host: nothing of that
+        call written)."""
+        entries = [
+            entry_args(validate_id(d, "device id"), check_attributes(values),
+                       tuple(dict.fromkeys(check_key(n) for n in unset)))
+            for d, (values, unset) in changes.items()
+        ]  # fmt: skip
+        return sum(
+            self.attributes_call(entries[i : i + ATTR_CHUNK])
+            for i in range(0, len(entries), ATTR_CHUNK)
+        )
+
     def report(
         self,
         task_id: str,
@@ -160,6 +183,11 @@ class HostLink(ABC):
 
     @abstractmethod
     def claim(self, max_count: int = 1) -> list[Assignment]: ...
+
+    @abstractmethod
+    def attributes_call(self, entries: Sequence[Sequence[str]]) -> int:
+        """Send encoded attribute entries (`deviceq.core.attributes.entry_args`) of this
+        host's devices; the number of devices whose attributes changed."""
 
     @abstractmethod
     def wait_for_work(self, timeout: float) -> bool: ...

@@ -130,6 +130,13 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         args: list[Any] = [*self._auth(), mode, ver, arg, str(int(total)), str(len(rows)), devices]
         return Reply.parse(self._run("heartbeat", args))
 
+    def attributes_call(self, entries: Sequence[Sequence[str]]) -> int:
+        """One ``lua/device_attrs.lua`` call (mode host) with encoded device entries."""
+        args = ["host", *self._auth()]
+        for e in entries:
+            args += e
+        return int(self._run("device_attrs", args))
+
     def claim(self, max_count: int = 1) -> list[Assignment]:
         """Take up to ``max_count`` assignments from this host's inbox to ``dispatched``: in
         several script calls when one call's time budget (2.5 ms) cannot take them all."""

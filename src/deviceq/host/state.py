@@ -18,6 +18,7 @@ from ..core.logs import log
 from ..core.models import DeviceState
 from ..core.redirects import UNAVAILABLE
 from ..core.tls import TLSError
+from .attribute_sync import AttributeSync
 from .device_config import DeviceConfig
 from .heartbeat_sync import Heartbeat
 from .link import DeviceReport
@@ -71,6 +72,7 @@ class HostState:
     # given work; forgotten once nothing runs on them (`forget_retired`)
     retiring: set[str] = field(default_factory=set)
     quarantined: set[str] = field(default_factory=set)
+    attributes: AttributeSync = field(default_factory=AttributeSync)  # sent as changes
     remote_draining: bool = False
     lease_ttl: float = 60.0
     host_timeout: float = 30.0

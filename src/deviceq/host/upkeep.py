@@ -72,6 +72,7 @@ class Upkeep:
                 backoff.reset()
                 self.state.apply_heartbeat(hb)
                 self.state.after_heartbeat()
+                self.send_attributes()
                 if time.monotonic() >= next_cfg:
                     self.refresh_config()
                     self.summary()
@@ -102,6 +103,16 @@ class Upkeep:
                 wait = 1.0
             self.state.beat_now.wait(wait)
             self.state.beat_now.clear()
+
+    def send_attributes(self) -> None:
+        """The devices' attribute changes since the last call (none: no call). A refused
+        call is logged and sent in full at the next heartbeat."""
+        try:
+            self.state.attributes.send(self.host, self.state.served())
+        except (AuthError, SessionSuperseded) + TRANSIENT:
+            raise
+        except DeviceqError as exc:
+            self.state.log(logging.ERROR, f"attributes refused: {type(exc).__name__}: {exc}")
 
     def renew_loop(self) -> None:
         """Renew each lease a third into it; between renewals block on the host's control

@@ -95,6 +95,10 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_quarantine": "hdel hget hincrby hmget hset lpush ltrim pexpire sadd srem time "
         "xadd zadd zrem",
         "device_health": "hdel hget hmget hset lpush ltrim time xadd zadd zrem",
+        "device_attrs": "hdel hexists hget hgetall hincrby hlen hmget hset lpush ltrim time xadd "
+        "zadd zrem",
+        "gate_eval": "hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
+        "gate_set": "hdel hexists hlen hset time",
         "device_reserve": "hdel hget hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
         "pexpire sadd time xadd xtrim zadd zcard zrange zrangebyscore zrem",
@@ -105,10 +109,10 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "pexpire sadd sdiffstore smembers spop srem time xadd zadd zcard zrem",
         "host_add": "exists hget hset lpush ltrim pexpire sadd time xadd",
         "host_drain": "exists hget hmget hset lpush ltrim xadd",
-        "host_remove": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lrem "
-        "lset ltrim pexpire sadd smembers srem time xadd zadd zcard zrange zrem",
-        "device_remove": "del hdel hget hgetall hincrby hmget hset incr lindex lpush lrem lset "
-        "ltrim pexpire sadd srem time xadd zadd zcard zrange zrem",
+        "host_remove": "del exists hdel hget hgetall hincrby hkeys hmget hset incr lindex lpush "
+        "lrem lset ltrim pexpire sadd smembers srem time xadd zadd zcard zrange zrem",
+        "device_remove": "del hdel hget hgetall hincrby hkeys hmget hset incr lindex lpush lrem "
+        "lset ltrim pexpire sadd srem time xadd zadd zcard zrange zrem",
         "leader": "del get hget incr pexpire set xadd",
         "login_attempt": "decr get incr pexpire pttl",
         "pool_pause": "del exists hget lpush ltrim set time xadd",
@@ -140,12 +144,12 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
                   "submit", "suite_shard", "preempt"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
-             "log_append", "attempt_artifacts", "progress"),
+             "log_append", "attempt_artifacts", "progress", "device_attrs"),
     # task retry submits, task cancel cancels, dispatch commits through assign
     # reserve/release run device_reserve; the dashboard's login limit runs login_attempt
     "operator": ("host_add", "host_remove", "device_remove", "host_drain", "device_quarantine",
                  "device_reserve", "assign", "cancel", "submit", "pool_pause", "task_priority",
-                 "login_attempt"),
+                 "login_attempt", "device_attrs", "gate_set", "gate_eval"),
 }  # fmt: skip
 """The scripts each role runs."""
 
@@ -223,7 +227,9 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "hlen": "whether any queued task has an anti-affinity record",
         "hmget": "device rows, bucket constraints, host health, anti-affinity of heads",
         "hgetall": "the pool config (leader_ttl); metrics: bucket constraints, devices; the "
-        "schedules and their last runs (schedules, schedules:last)",
+        "schedules and their last runs (schedules, schedules:last); device attributes (--where, "
+        "prefer)",
+        "lrange": "devices' recent attempts, with the pool setting prefer least_used",
         "blpop": "the leader blocks on sched:wake between passes",
         "pttl": "a standby sleeps until the leader lease could lapse",
         "lpush": "TaskScheduler.stop(wake=True) wakes a blocked leader",
@@ -336,13 +342,15 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
              "faults", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
-             "host:*:ctl", "log:*", "preemptible"),
+             "host:*:ctl", "log:*", "preemptible", "attr_names"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write. ``device:*`` covers a
 device's ``device:ID:history`` (every script that ends an attempt writes it: cancel, claim,
 expire, report, session) and ``device:ID:log`` (device_quarantine, device_reserve,
-device_health, report's automatic quarantine, expire's end of a reservation)."""
+device_health, report's automatic quarantine, expire's end of a reservation) and its
+attributes ``device:ID:attrs``/``device:ID:attrs_at`` (device_attrs: a host's own devices;
+``attr_names`` counts the names)."""
 
 PRIVATE_READERS: frozenset[str] = frozenset({"scheduler", "operator"})
 """The roles that read the pool's private keys (``dq:{POOL}:_*``: the webhooks' signing

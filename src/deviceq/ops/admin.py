@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..core import fleet
+from ..core.attributes import Value, check_attributes, check_key, entry_args
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
@@ -236,6 +237,31 @@ class PoolAdmin(PoolConnection):
         if not h:
             raise NotFound(f"no device {device_id} in pool {self.pool}")
         return PooledDevice.from_hash(h)
+
+    def set_attributes(self, device_id: str, values: Mapping[str, object], by: str = "") -> bool:
+        """Set attributes of a device (what an operator knows: ``{"sdk": 34}``; values typed
+        and checked by `deviceq.core.attributes.check_attributes`). Returns whether anything
+        changed. Raises NotFound, InvalidInput (a device ends with at most 32 attributes)."""
+        return self._attrs(device_id, check_attributes(values), (), by)
+
+    def unset_attributes(self, device_id: str, names: Iterable[str], by: str = "") -> bool:
+        """Remove attributes of a device (absent names are no change)."""
+        return self._attrs(device_id, {}, tuple(dict.fromkeys(check_key(n) for n in names)), by)
+
+    def _attrs(
+        self, device_id: str, values: Mapping[str, Value], unset: tuple[str, ...], by: str
+    ) -> bool:
+        validate_id(device_id, "device id")
+        entry = entry_args(device_id, values, unset)
+        res = self._run("device_attrs", ["op", *(actor_args(by) or [""]), *entry])
+        return int(res) > 0
+
+    def attributes(
+        self, device_ids: list[str], with_times: bool = False
+    ) -> dict[str, tuple[dict[str, Value], dict[str, int]]]:
+        """Device id -> (attributes, when each was last reported in ms: only ``with_times``)."""
+        return fleet.read_attributes(self, [validate_id(d, "device id") for d in device_ids],
+                                     with_times)  # fmt: skip
 
     def quarantine(
         self, device_id: str, quarantined: bool = True, reason: str = "", by: str = ""

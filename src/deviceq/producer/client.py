@@ -115,6 +115,7 @@ class Client(SuiteMethods, Producer):
         not_before: float | None = None,
         delay: float | None = None,
         priority_class: str | None = None,
+        where: str | Iterable[str] = (),
     ) -> str:
         """Enqueue one task (a goal or a workflow name) and return its id at once.
 
@@ -153,7 +154,10 @@ class Client(SuiteMethods, Producer):
 
         ``priority_class`` names a priority class (`PoolAdmin.add_priority_class`): the task
         gets its priority and, as the class says, may preempt a running task of a lower
-        priority or be preempted by a higher one. NotFound for an unknown class."""
+        priority or be preempted by a higher one. NotFound for an unknown class.
+        ``where``: expressions over the device's attributes, all of which must hold
+        (``["sdk>=33", "model in (Pixel 7, Pixel 8)", "has(gps)"]``; one str is one
+        expression; the language: `deviceq.core.where`). Not for a task with ``roles``."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -172,6 +176,7 @@ class Client(SuiteMethods, Producer):
                 "priority_class": priority_class,
                 "roles": dict(roles) if roles is not None else None,
                 "not_before": not_before_of(not_before, delay, self._server_time_s),
+                "where": where,
             }
         )
         return self.submit_many([spec])[0]

@@ -26,15 +26,17 @@ from typing import Any, Protocol
 import redis
 
 from ..core import liveness
+from ..core.attributes import decode_hash
 from ..core.keys import Keys, class_id
 from ..core.lane import batch
+from ..core.where import Clause, decompile, matches_all
 from .device_cache import DeviceCache, tagset, with_faults
 from .limit_load import device_room, read_limits
 from .placement.rows import Bucket, IdleDevice, Snapshot
 
-SigRow = tuple[str | None, frozenset[str], int, str | None, str | None]
+SigRow = tuple[str | None, frozenset[str], int, str | None, str | None, tuple[Clause, ...]]
 """A bucket's attributes: driver type, tags, priority, tenant, the device its tasks are pinned
-to."""
+to, --where clauses."""
 
 FACTOR = 2  # devices read per class per placement the pass can make
 SLACK = 16  # and this many more (stale entries, faulty devices offered last, small gangs)
@@ -192,15 +194,22 @@ def read_new(r: IdleReading, new_sigs: list[str], devgen: Any) -> dict[str, SigR
         return {}
     pipe = batch(r.redis)
     for s in new_sigs:
-        pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant", "pin")
+        pipe.hmget(r.keys.sig(s), "driver_type", "tags", "priority", "tenant", "pin", "where")
     if stale:
         pipe.hgetall(r.keys.caps)
     res = pipe.execute()
     if stale:
         r.idle.load(devgen, res[-1])
     return {
-        s: (drv or None, tagset(tags), int(prio or 0), tenant or None, pin or None)
-        for s, (drv, tags, prio, tenant, pin) in zip(new_sigs, res, strict=False)
+        s: (
+            drv or None,
+            tagset(tags),
+            int(prio or 0),
+            tenant or None,
+            pin or None,
+            decompile(str(where or "")),
+        )
+        for s, (drv, tags, prio, tenant, pin, where) in zip(new_sigs, res, strict=False)
     }
 
 
@@ -237,6 +246,8 @@ def deepen(
                             room[d.host_id] = left - 1
                         usable.append(d)
         short = r.idle.short(d.device_class for d in usable)
+        for key, rng in where_short(r, base, usable).items():
+            short.setdefault(key, rng)
         if not short:
             return kept, hosts
         r.idle.read(r.redis, short)
@@ -248,6 +259,50 @@ def deepen(
             for h in new:
                 pipe.hmget(r.keys.host(h), *liveness.HOST_FIELDS)
             rowmap.update(zip(new, pipe.execute(), strict=True))
+
+
+WHERE_DEPTH = 4096
+"""How deep a pass reads a class at most for a bucket with --where clauses none of the
+devices read so far satisfies (`where_short`): a bound on the pass's reads, so an
+unsatisfiable clause costs at most this many devices a class."""
+
+
+def where_short(r: IdleReading, base: Base, usable: list[IdleDevice]) -> dict[str, tuple[int, int]]:
+    """The classes to read deeper for buckets with --where clauses that no device read so far
+    satisfies: their usable devices may all fail the clauses while matching ones wait further
+    down the idle order. Each such class (not exhausted) is read ``GROW`` times as deep, up to
+    `WHERE_DEPTH`; the devices' attributes are read once a pass (one pipelined round trip for
+    the devices not seen yet). Nothing is read while no servable bucket has clauses."""
+    wheres = [b for b in base.shells if b.where and base.matching.get(b.sig) is not None]
+    if not wheres:
+        return {}
+    seen: dict[str, dict[str, Any]] = r.__dict__.setdefault("_where_attrs", {})
+    new = [d.device_id for d in usable if d.device_id not in seen]
+    if new:
+        pipe = batch(r.redis)
+        for d in new:
+            pipe.hgetall(r.keys.device_attrs(d))
+        seen.update(zip(new, (decode_hash(h) for h in pipe.execute()), strict=True))
+    out: dict[str, tuple[int, int]] = {}
+    for b in wheres:
+        if any(b.accepts(d) and matches_all(b.where, seen.get(d.device_id, {})) for d in usable):
+            continue
+        for c in r.idle.classes:
+            n = r.idle.depth.get(c.key)
+            got = len(r.idle.got.get(c.key, ()))
+            if n is None or n == ALL or got < n or n >= WHERE_DEPTH or c.key in out:
+                continue  # not read, read whole, exhausted, or as deep as a pass goes
+            if not c.accepts(b.driver_type, b.tags):
+                continue
+            deeper = min(WHERE_DEPTH, n * GROW)
+            r.idle.depth[c.key] = deeper
+            out[c.key] = (got, deeper - 1)
+    return out
+
+
+def forget_where(r: Any) -> None:
+    """A new pass: the attributes `where_short` read are read again (they change)."""
+    r.__dict__.pop("_where_attrs", None)
 
 
 def pairs(raw: list[Any]) -> list[Any]:

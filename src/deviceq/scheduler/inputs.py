@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
+from ..core.attributes import decode_hash, parse_prefer
 from ..core.keys import Keys
 from ..core.lane import batch
 from ..core.limits import SETTINGS as LIMIT_SETTINGS
@@ -81,6 +82,62 @@ def read_tenants(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str
         weight, cap = parse_tenant(spec)
         out[name] = TenantShare(weight, cap, int(h or 0))
     return {"tenants": out}
+
+
+ALWAYS_READ = frozenset({"attributes"})
+"""The inputs every reader reads whatever its strategy's plugins need (a task's --where is
+judged in every strategy); each costs nothing when no bucket uses it."""
+
+
+DAY_MS = 86_400_000
+
+
+@register_input("attributes", settings=("prefer",))
+def read_attributes(r: InputReading, base: Base, buckets: list[Bucket]) -> dict[str, Any]:
+    """The attributes of the devices read, only when a servable bucket has --where clauses or
+    the pool prefers by an attribute (``prefer``); with ``prefer`` least_used, each device's
+    runs in the last 24 h (its recent attempts, at most 20). One pipelined round trip over the
+    devices this pass read (bounded by what it reads; those `idle_classes.where_short` read
+    this pass are not read again), none when nothing needs it. Read for each view: a pass that
+    reads deeper sees more devices."""
+    prefer = parse_prefer(r.settings.get("prefer"))
+    where = any(b.where for b in base.shells if base.matching.get(b.sig))
+    ids = [d.device_id for d in base.devices]
+    out: dict[str, Any] = {"attributes": {}, "prefer": prefer}
+    if not ids or (not where and prefer[0] not in ("max", "min", "least_used")):
+        return out
+    if prefer[0] == "least_used":
+        pipe = batch(r.redis)
+        for d in ids:
+            pipe.execute_command("LRANGE", r.keys.device_history(d), 0, -1)
+        since = base.now - DAY_MS
+        out["runs"] = {d: sum(1 for e in rows if _at(e) >= since)
+                       for d, rows in zip(ids, pipe.execute(), strict=True)}  # fmt: skip
+        if not where:
+            return out
+    out["attributes"] = _attributes_of(r, ids)
+    return out
+
+
+def _attributes_of(r: InputReading, ids: list[str]) -> dict[str, Any]:
+    """The attributes of ``ids``: those read this pass already (`where_short`'s) and the rest
+    in one pipelined round trip (kept for the pass's next view)."""
+    seen: dict[str, Any] = r.__dict__.setdefault("_where_attrs", {})
+    new = [d for d in ids if d not in seen]
+    if new:
+        pipe = batch(r.redis)
+        for d in new:
+            pipe.hgetall(r.keys.device_attrs(d))
+        seen.update(zip(new, (decode_hash(h) for h in pipe.execute()), strict=True))
+    return {d: seen[d] for d in ids}
+
+
+def _at(entry: Any) -> int:
+    """The ``at`` (ms) of a device history record (0 when it has none)."""
+    try:
+        return int(json.loads(entry).get("at") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0
 
 
 @register_input("submit_times")

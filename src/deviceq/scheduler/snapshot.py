@@ -55,8 +55,18 @@ from . import head_counts
 from .device_cache import DeviceCache, tagset
 from .gangs import GANG_SCAN
 from .head_cache import HeadCache
-from .idle_classes import ALL, Base, IdleClasses, SigRow, deepen, pairs, read_devices, read_new
-from .inputs import INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
+from .idle_classes import (
+    ALL,
+    Base,
+    IdleClasses,
+    SigRow,
+    deepen,
+    forget_where,
+    pairs,
+    read_devices,
+    read_new,
+)
+from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
 from .strategies import AssignmentStrategy, strategy_needs
@@ -162,7 +172,7 @@ class SnapshotReader:
         spec_hosts = spec_hosts or []
         pipe = batch(self.redis)
         pipe.time()
-        extra = settings_needed(self.needs | self.also_needs)
+        extra = settings_needed(self.needs | self.also_needs | ALWAYS_READ)
         pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *extra)
         pipe.get(k.devgen)
         pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
@@ -229,8 +239,8 @@ class SnapshotReader:
         for s, seq in head_seq.items():
             b = old_shells.get(s)
             if b is None or b.head_seq != seq:  # (a bucket's constraints never change)
-                drv, tags, prio, tenant, pin = self._sig_cache[s]
-                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant, pin=pin)
+                drv, tags, prio, tenant, pin, where = self._sig_cache[s]
+                b = Bucket(s, drv, tags, prio, head_seq=seq, tenant=tenant, pin=pin, where=where)
             self._shells[s] = b
             shells.append(b)
         base = read_devices(self, now, shells, len(queues))
@@ -328,7 +338,7 @@ class SnapshotReader:
     def _head_tasks(self, sig: str, flat: list[Any]) -> tuple[QueuedTask, ...]:
         """Heads from lua/heads.lua's flat reply (task_id, seq, submitted_at, avoid, ...); the
         submit times go to the aging cache."""
-        _, _, prio, tenant, _ = self._sig_cache[sig]
+        _, _, prio, tenant, _, _ = self._sig_cache[sig]
         out = []
         for i in range(0, len(flat), 4):
             tid, seq, sub, avoid = flat[i : i + 4]
@@ -412,6 +422,7 @@ class SnapshotReader:
         heads, rows = self.read_heads(want, have, missing)
         rowmap = {**spec_rows, **dict(zip(missing, rows, strict=True))}
         read = len(self.idle.pairs())
+        forget_where(self)  # (attributes change between passes)
         base, hosts = deepen(self, base, hosts, rowmap)
         more = {}
         if len(self.idle.pairs()) > read:  # read deeper: more devices than the heads were for
@@ -428,7 +439,7 @@ class SnapshotReader:
         return base, want, with_wait(self, heads, base.now)  # (retries waiting: avoid_until)
 
     def _queued(self, sig: str, got: list[Any]) -> tuple[QueuedTask, ...]:
-        _, _, prio, tenant, _ = self._sig_cache[sig]
+        _, _, prio, tenant, _, _ = self._sig_cache[sig]
         fresh = tuple(QueuedTask(t, int(float(seq)), sig, prio, tenant=tenant) for t, seq in got)
         return self.with_avoid(fresh) if self.avoiding else fresh
 
@@ -444,6 +455,7 @@ class SnapshotReader:
                 b.head_seq,
                 tenant=b.tenant,
                 pin=b.pin,
+                where=b.where,
             )  # fmt: skip
             for b in base.shells
             if heads.get(b.sig) and base.matching.get(b.sig)
@@ -455,7 +467,7 @@ class SnapshotReader:
         """The view fields of the optional inputs the strategy needs (or of ``names``), by
         their readers (`inputs.INPUTS`)."""
         fields: dict[str, Any] = {}
-        for name in self.needs if names is None else names:
+        for name in (self.needs | ALWAYS_READ) if names is None else names:
             inp = INPUTS[name]
             if inp.per_pass:
                 got = self._per_pass.get(name)

@@ -13,7 +13,9 @@ Two kinds of series:
   latency (``claim_ms`` of ``dispatched``), lease expiries (``expired``), retries
   (``requeued``, ``released``), failures by kind (``failed`` by ``failure_kind``, plus
   ``cancelled``), completions by status, reservations of devices for people (reserved,
-  extended, released, expired; and a gauge of the reserved devices).
+  extended, released, expired; and a gauge of the reserved devices); each device's numeric
+  attributes (``deviceq_device_attribute``, at most `MAX_ATTRIBUTE_SERIES` series) and the
+  devices each gate holds.
 
 >>> handle = serve_metrics(admin, 9108, is_leader=lambda: scheduler.is_leader)  # 127.0.0.1
 >>> handle.stop()
@@ -24,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -31,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.events import Event, last_event_id, read_events
+from ..core.fleet import read_attributes
 from ..core.limits import LIMITS, setting_bound
 from ..core.vocabulary import TERMINAL_STATUSES, FailureKind
 from ..ops import status as st
@@ -60,6 +64,10 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 """Where the endpoint listens unless told otherwise (loopback only)."""
 MAX_SIGNATURES = 1000
 """At most this many queue buckets are exported (oldest heads first), bounding the series."""
+
+
+MAX_ATTRIBUTE_SERIES = 10_000
+"""Series of ``deviceq_device_attribute`` a scrape holds at most (label sets stay bounded)."""
 
 
 class PoolCollector(Collector):
@@ -140,6 +148,7 @@ class PoolCollector(Collector):
         for name, n in st.device_counts(devices).items():
             dev.add_metric([pool, name], float(n))
         yield dev
+        yield from self._attributes(pool, [d for d, _ in devices])
         hs = GaugeMetricFamily(
             "deviceq_hosts", "hosts: alive, dead, draining", labels=["pool", "state"]
         )
@@ -192,6 +201,35 @@ class PoolCollector(Collector):
             [pool], float(sum(len(v.partition("|")[2].split(",")) for v in holds.values()))
         )
         yield kept
+
+    def _attributes(self, pool: str, devices: list[Any]) -> Iterator[GaugeMetricFamily]:
+        """A gauge per device and numeric (or boolean) attribute, at most
+        `MAX_ATTRIBUTE_SERIES` series a scrape (devices by id, names sorted), and the devices
+        each gate holds."""
+        attr = GaugeMetricFamily(
+            "deviceq_device_attribute",
+            "a device's numeric attribute (booleans as 0/1; at most "
+            f"{MAX_ATTRIBUTE_SERIES} series)",
+            labels=["pool", "device", "attribute"],
+        )
+        gated = GaugeMetricFamily(
+            "deviceq_gated_devices", "devices a gate holds (deviceq gate)", labels=["pool", "gate"]
+        )
+        ids = sorted(d.device_id for d in devices)
+        held: dict[str, int] = {}
+        for d in devices:
+            if d.gated:
+                held[d.gated] = held.get(d.gated, 0) + 1
+        for name, n in sorted(held.items()):
+            gated.add_metric([pool, name], float(n))
+        series = 0
+        for did, (values, _) in read_attributes(self.admin, ids).items():
+            for name, v in values.items():
+                if isinstance(v, bool | int | float) and series < MAX_ATTRIBUTE_SERIES:
+                    attr.add_metric([pool, did, name], float(v))
+                    series += 1
+        yield attr
+        yield gated
 
 
 class EventMetrics:

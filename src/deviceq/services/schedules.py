@@ -48,7 +48,7 @@ MAX_NAME = 64  # so that schedule.NAME.RUN_TIME stays an id (at most 128 charact
 MAX_CRON = 200
 SPEC_FIELDS = (
     "goal", "workflow", "driver_type", "tags", "priority", "max_attempts", "queue_timeout",
-    "timeout", "reject_unmatched", "retry_on", "retry_backoff", "tenant", "roles",
+    "timeout", "reject_unmatched", "retry_on", "retry_backoff", "tenant", "roles", "where",
     "priority_class",
 )  # fmt: skip
 """The `deviceq.producer.Client.submit` arguments a schedule's spec may hold."""

@@ -56,6 +56,8 @@ STREAM_EVENTS: dict[str, str] = {
     "device_quarantined": "quarantined",
     "device_unquarantined": "unquarantined",
     "device_unhealthy": "unhealthy",
+    "device_gated": "gated",
+    "device_ungated": "ungated",
     "device_removed": "device_removed",
     "host_alive": "host_alive",
     "host_removed": "host_removed",

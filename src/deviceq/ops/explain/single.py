@@ -5,10 +5,13 @@ its tenant and deadlines."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...core.connection import PoolConnection
-from ...core.fleet import read_devices, read_hosts
+from ...core.fleet import read_attributes, read_devices, read_hosts
 from ...core.models import ScheduledTask
 from ...core.tenants import parse_tenant
+from ...core.where import parse_all, why_none
 from ...scheduler.placement.recorder import Need
 from ...scheduler.placement.rows import MAX_PRIORITY, aged
 from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, first_reason, match
@@ -27,6 +30,9 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
     hosts = {h.host_id: h for h in read_hosts(admin)}
     found = match(Need(task.driver_type, frozenset(task.tags)), devices)
     of_type, matching, missing = found.of_type, found.matching, found.missing
+    where_stop: str | None = None
+    if task.where and matching:
+        matching, where_stop = narrow_where(admin, task, matching)
     counts: dict[str, int] = {"devices": len(devices)}
     counts["of_driver_type"] = len(of_type)
     counts["matching"] = len(matching)
@@ -61,6 +67,9 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
     elif not devices:
         reasons.append(Reason("no_devices", "the pool has no devices; start a host worker"))
         summary = "the pool has no devices"
+    elif where_stop is not None:
+        reasons.append(Reason("where", where_stop, 0, {"where": list(task.where)}))
+        summary = where_stop
     elif not matching:
         lack = ", ".join(f"{t} ({n} lack it)" for t, n in sorted(missing.items()))
         reasons.append(
@@ -214,6 +223,26 @@ def _tenant(admin: PoolConnection, tenant: str) -> tuple[Reason, int]:
     text += f" of at most {cap}" if cap else ""
     detail = {"tenant": tenant, "held": held, "max_devices": cap, "weight": weight}
     return Reason("tenant", text, held, detail), 0
+
+
+def narrow_where(
+    admin: PoolConnection, task: ScheduledTask, matching: list[Any]
+) -> tuple[list[Any], str | None]:
+    """The devices of ``matching`` whose attributes satisfy the task's --where clauses (one
+    pipelined read of their attributes), or none and where matching stops: ``3 device(s)
+    have driver type android and tags wifi; none has sdk>=35 (highest: 34)``."""
+    clauses = parse_all(list(task.where))
+    attrs = {d: a for d, (a, _) in read_attributes(admin, [d.device_id for d in matching]).items()}
+    kept, passed = list(matching), [describe(task)] if describe(task) != "any device" else []
+    for c in clauses:
+        ok = [d for d in kept if c.matches(attrs[d.device_id])]
+        if not ok:
+            have = " and ".join(passed) or "any driver type"
+            why = why_none(c, [attrs[d.device_id] for d in kept])
+            return [], f"{len(kept)} device(s) have {have}; {why}"
+        kept = ok
+        passed.append(str(c))
+    return kept, None
 
 
 def describe(task: ScheduledTask) -> str:

@@ -157,6 +157,7 @@ class GangView:
             avoid=avoid or {},
             faults={d.device_id: d.faults for d in devs if d.faults},
             limits=limits or {},
+            attributes={},  # (a gang's roles have no --where clauses)
         )
         return cls(by_id, view)
 

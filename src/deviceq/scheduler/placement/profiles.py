@@ -31,6 +31,8 @@ from .builtin import (
     Match,
     RetryElsewhere,
 )
+from .builtin.prefer import Prefer
+from .builtin.where_match import WhereMatch
 from .plugins import Filter, Permit, Plugin, QueueSort, Score
 
 
@@ -73,9 +75,11 @@ LIMITS: tuple[Permit, ...] = tuple(c for c in LIMIT_CAPS if not c.limit.per_tena
 """The declared limits (`deviceq.core.limits`) bounded by a pool setting (each allows every
 pair while its bound is unset). A tenant's own cap (``max_devices``) is judged in the pass by
 ``fair_share`` only; the commit enforces every limit whatever the strategy."""
-PERMITS: tuple[Permit, ...] = (RetryElsewhere(), *LIMITS)
-"""A retry's wait for a device it did not fail on (`RetryElsewhere`) and the limits: the
-permits of every built-in profile."""
+PREFER = Prefer()
+"""The pool's ``prefer`` setting, a score of every built-in profile (after anti-affinity)."""
+PERMITS: tuple[Permit, ...] = (WhereMatch(), RetryElsewhere(), *LIMITS)
+"""A task's --where clauses (`WhereMatch`), a retry's wait for a device it did not fail on
+(`RetryElsewhere`) and the limits: the permits of every built-in profile."""
 FAIR_SHARE_PERMITS: tuple[Permit, ...] = (
     *(c for c in LIMIT_CAPS if c.limit.per_tenant),
     *PERMITS,
@@ -87,7 +91,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "fifo_match",
             FifoSort(),
-            scores=(AntiAffinity(),),
+            scores=(AntiAffinity(), PREFER),
             permits=PERMITS,
             refine=REFINE,
             window=True,
@@ -95,7 +99,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "priority_match",
             AgingSort(),
-            scores=(AntiAffinity(),),
+            scores=(AntiAffinity(), PREFER),
             permits=PERMITS,
             refine=REFINE,
             window=True,
@@ -103,7 +107,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "lru_device",
             FifoSort(),
-            scores=(AntiAffinity(), LeastRecentlyUsed()),
+            scores=(AntiAffinity(), PREFER, LeastRecentlyUsed()),
             permits=PERMITS,
             refine=REFINE,
             window=True,
@@ -111,7 +115,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "fair_share",
             FairShareSort(),
-            scores=(AntiAffinity(),),
+            scores=(AntiAffinity(), PREFER),
             permits=FAIR_SHARE_PERMITS,
             refine=REFINE,
         ),

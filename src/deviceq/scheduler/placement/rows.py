@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Any
 
 from ...core.models import Constraints, satisfies
+from ...core.where import Clause
 
 Pair = tuple[str, str]
 """A proposed ``(task_id, device_id)`` pair."""
@@ -96,6 +97,7 @@ class Bucket:
     head_submitted_at: int | None = None
     tenant: str | None = None
     pin: str | None = None  # its tasks run on this device only (and wait for it)
+    where: tuple[Clause, ...] = ()  # --where clauses (per device: the where permit)
 
     def accepts(self, device: IdleDevice) -> bool:
         """True if a device satisfies this bucket's constraints (the one rule, `satisfies`)
@@ -106,7 +108,8 @@ class Bucket:
 
     @property
     def constraints(self) -> Constraints:
-        return Constraints(driver_type=self.driver_type, tags=tuple(sorted(self.tags)))
+        return Constraints(driver_type=self.driver_type, tags=tuple(sorted(self.tags)),
+                           where=tuple(str(c) for c in self.where))  # fmt: skip
 
 
 @dataclass

@@ -4,7 +4,8 @@ A `View` holds the servable buckets (with their head tasks, oldest first), the a
 devices (by ``device_id``), the pass's pair limit and time, and the optional inputs a plugin may
 declare it needs (`INPUTS`): ``tenants`` (weights, caps and held devices), ``submit_times``
 (for aging, with ``aging_ms``), ``avoid`` (the devices and hosts a task lost an attempt on),
-``faults`` (a device's consecutive device faults) and ``limits`` (each declared limit's bound and
+``faults`` (a device's consecutive device faults), ``attributes`` (each device's, for
+``--where``) and ``limits`` (each declared limit's bound and
 the leases it counts now: `LimitLoad`, `deviceq.core.limits`). An input that was not read is
 ``None``; a profile's plugins name what they need, so a snapshot can read just the union of those.
 
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 
+from ...core.attributes import Value
 from .rows import Bucket, IdleDevice, QueuedTask, Snapshot, TenantShare
 
-INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults", "limits"})
+INPUTS = frozenset({"tenants", "submit_times", "avoid", "faults", "limits", "attributes"})
 """The optional inputs of a view, by the names plugins declare in their ``needs``."""
 
 DeviceClass = tuple[str, frozenset[str]]
@@ -73,6 +75,13 @@ class View:
     limits: Mapping[str, LimitLoad] | None = None
     """Limit name -> its bound and counts when the snapshot was read
     (`deviceq.scheduler.limit_load.read_limits`); a limit with no bound set may be missing."""
+    attributes: Mapping[str, Mapping[str, Value]] | None = None
+    """Device id -> its attributes (read only when a bucket has --where clauses or the pool
+    prefers by an attribute)."""
+    prefer: tuple[str, str] = ("none", "")
+    """The pool's ``prefer`` setting (`deviceq.core.attributes.parse_prefer`)."""
+    runs: Mapping[str, int] | None = None
+    """Device id -> its runs in the last 24 h (read only with ``prefer`` least_used)."""
     # ``devices`` grouped by class, each group in device_id order, when the reader has it
     # already (then ``devices`` must be in device_id order: they are not checked)
     classes: Mapping[DeviceClass, Sequence[IdleDevice]] | None = field(
@@ -133,6 +142,7 @@ class View:
             avoid=avoid,
             faults=faults,
             limits=limits if limits is not None else {},
+            attributes={},  # (a whole-pass strategy's pairs meet --where at the commit)
         )
 
 

@@ -1,0 +1,91 @@
+--- @include "lib/base"
+--- @include "lib/events"
+--- @include "lib/notify"
+--- @include "lib/idle"
+--- @include "lib/eligibility"
+--- @include "lib/where"
+-- lib/gates.lua: gates (deviceq.core.gates): named rules holding devices out of new work while
+-- their attributes say so (device fields gated, gated_reason, gated_at).
+
+-- the pool's gates (the `gates` hash: JSON {name, driver_type, when_c, until_c}), by name
+local function gates_load()
+  local list = {}
+  local raw = redis.call('HGETALL', k('gates'))
+  for i = 2, #raw, 2 do
+    local ok, g = pcall(cjson.decode, raw[i])
+    if ok and type(g) == 'table' and type(g.when_c) == 'string' and g.when_c ~= '' then
+      g.name = raw[i - 1]
+      if type(g.driver_type) ~= 'string' then g.driver_type = '' end
+      if type(g.until_c) ~= 'string' then g.until_c = '' end
+      list[#list + 1] = g
+    end
+  end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  local by = {}
+  for _, g in ipairs(list) do by[g.name] = g end
+  return {list = list, by_name = by}
+end
+
+-- what a gate shows of device `did`: its values of the attributes `compiled` names
+-- ("battery 15"; booleans as true/false)
+local function gate_reason(did, compiled)
+  local keys, parts = {}, {}
+  for _, line in ipairs(where_split(compiled, '\n')) do keys[#keys + 1] = where_split(line, '\t')[1] end
+  local vals = redis.call('HMGET', k('device', did, 'attrs'), unpack(keys))
+  for i, key in ipairs(keys) do
+    local v = vals[i]
+    if v then
+      local text = v:sub(3)
+      if v:sub(1, 1) == 'b' then text = text == '1' and 'true' or 'false' end
+      parts[#parts + 1] = key .. ' ' .. text
+    end
+  end
+  return table.concat(parts, ', ')
+end
+
+local function gate_applies(g, driver)
+  return g.driver_type == '' or g.driver_type == driver
+end
+
+-- hold or release device `did` by `gates` (gates_load()): the gate holding it keeps it until its
+-- until clauses hold (without any: until its when clauses no longer hold) or it is removed;
+-- else the first gate (by name) whose when clauses hold takes it. Returns 'gated', 'ungated'
+-- or nil (no change; the holding gate's reason is refreshed).
+local function gate_check(did, gates)
+  local dk = k('device', did)
+  local d = redis.call('HMGET', dk, 'host_id', 'driver_type', 'gated')
+  if not d[1] then return nil end
+  local cur, target = d[3] or '', nil
+  local g = cur ~= '' and gates.by_name[cur] or nil
+  if g and gate_applies(g, d[2]) then
+    local release
+    if g.until_c ~= '' then release = where_fails(did, g.until_c) == nil
+    else release = where_fails(did, g.when_c) ~= nil end
+    if not release then target = g end
+  end
+  if not target then
+    for _, c in ipairs(gates.list) do
+      if c.name ~= cur and gate_applies(c, d[2]) and where_fails(did, c.when_c) == nil then
+        target = c
+        break
+      end
+    end
+  end
+  if target and target.name == cur then
+    redis.call('HSET', dk, 'gated_reason', gate_reason(did, target.when_c))
+    return nil
+  end
+  if cur ~= '' then emit('device_ungated', 'device', did, 'host', d[1], 'gate', cur) end
+  if target then
+    local reason = gate_reason(did, target.when_c)
+    redis.call('HSET', dk, 'gated', target.name, 'gated_reason', reason, 'gated_at', now_str())
+    idle_remove(did)
+    emit('device_gated', 'device', did, 'host', d[1], 'gate', target.name, 'reason', reason)
+    return 'gated'
+  end
+  if cur == '' then return nil end
+  redis.call('HSET', dk, 'gated', '', 'gated_reason', '', 'gated_at', '')
+  local _, added = refresh_idle(did, gate(did))
+  if added then wake(k('sched', 'wake')) end
+  return 'ungated'
+end
