@@ -542,3 +542,40 @@ def test_the_http_producer_client_does_not_import_the_web_stack() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)  # fmt: skip
     assert out.stdout.strip() == "[]"
+
+
+def test_a_priority_class_submitted_through_the_api_is_stored_with_its_priority(
+    deploy: Deployment, api: Api
+) -> None:
+    deploy.admin.add_priority_class("release-blocker", 9, preempts=True)
+    keys = deploy.client.keys
+
+    def stored(tid: str) -> tuple[str, str]:
+        cls, prio = deploy.r.hmget(keys.task(tid), "class", "priority")
+        return str(cls), str(prio)
+
+    opts = ("--api-url", api.url, "--api-token-file", str(token_file(deploy, api)))
+    out = deviceq(
+        "redis://127.0.0.1:1/0",
+        deploy.pool,
+        "submit",
+        "via the cli",
+        "--class",
+        "release-blocker",
+        *opts,
+    )  # fmt: skip  (no Redis: the API is used)
+    assert out.returncode == 0, out.stderr
+    by_cli = out.stdout.strip()
+    status, body, _ = call(f"{api.url}/api/v1/tasks", "POST",
+                           {"goal": "over http", "priority_class": "release-blocker"},
+                           token=api.token)  # fmt: skip
+    assert status == 201, body
+    assert [stored(by_cli), stored(body["id"])] == [("release-blocker", "9")] * 2
+    for tid in (by_cli, body["id"]):
+        shown = show_json(deploy, tid)
+        assert (shown["priority_class"], shown["priority"]) == ("release-blocker", 9)
+    n = task_count(deploy)
+    status, body, _ = call(f"{api.url}/api/v1/tasks", "POST",
+                           {"goal": "x", "priority_class": "no-such-class"},
+                           token=api.token)  # fmt: skip
+    assert status >= 400 and task_count(deploy) == n, body

@@ -4,13 +4,16 @@ killed), its attempt ends ``preempted`` and the urgent task starts on the device
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness import Deployment, wait_for
 
-# on SIGTERM the shell's trap takes 1 s more before it exits by itself
-TRAPPING = "trap 'sleep 1; exit 0' TERM; sleep 600 & wait"
+# on SIGTERM the shell's trap takes 1 s more before it exits by itself; MARK is made once the
+# trap is set (a stop that came before it would kill the shell outright)
+TRAPPING = "trap 'sleep 1; exit 0' TERM; touch MARK; sleep 600 & wait"
 
 
-def test_the_class_grace_is_the_runs_time_to_stop(deploy: Deployment) -> None:
+def test_the_class_grace_is_the_runs_time_to_stop(deploy: Deployment, tmp_path: Path) -> None:
     deploy.configure(lease_ttl=10)  # (a run stopping keeps its lease: longer than the grace)
     deploy.admin.add_priority_class("patient", 1, grace=5)
     deploy.admin.add_priority_class("hasty", 1, grace=0.3)
@@ -19,8 +22,10 @@ def test_the_class_grace_is_the_runs_time_to_stop(deploy: Deployment) -> None:
     deploy.command_host("h1", "p1:android")
     c = deploy.client
     for cls, signal_seen in (("patient", "signal 0"), ("hasty", "signal 9")):
-        victim = c.submit(TRAPPING, driver_type="android", priority_class=cls)
-        wait_for(lambda v=victim: deploy.status(v).value == "dispatched", 60, "the run to start")
+        mark = tmp_path / f"trap-set-{cls}"
+        victim = c.submit(TRAPPING.replace("MARK", str(mark)), driver_type="android",
+                          priority_class=cls)  # fmt: skip
+        wait_for(mark.exists, 60, "the run to set its trap")
         urgent = c.submit("echo urgent", driver_type="android", priority_class="release-blocker")
         done = c.wait(urgent, timeout=60)
         assert done.status.value == "done" and done.device_id == "p1"

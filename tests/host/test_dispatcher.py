@@ -15,6 +15,7 @@ from deviceq.host.dispatcher import TaskDispatcher
 from deviceq.host.runners import (
     AsyncCommandRunner,
     CommandRunner,
+    LoopEvent,
     Outcome,
     Task,
     run_steps,
@@ -108,6 +109,57 @@ def test_an_async_runner_waiting_on_its_stop_signal_wakes_at_once(real_fleet) ->
     out = dispatch(TaskDispatcher(waits_for_its_stop), a, cancel)
     assert time.monotonic() - started < 1.0  # (the watchdog looks every 0.1 s)
     assert out.status == "done" and out.payload.startswith("told=True")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_loop_event_cancel_wakes_the_watchdog_without_polling(
+    real_fleet, monkeypatch, kind: str
+) -> None:
+    """A run's cancel event that is a LoopEvent (the host's runs) calls the watchdog back when
+    set: with the plain-event poll pushed out to an hour, the runner is still told to stop."""
+    import deviceq.host.dispatcher as dispatcher_module
+
+    monkeypatch.setattr(dispatcher_module, "POLL_EVERY", 3600.0)
+    a = claim_one(real_fleet, goal="x")
+    cancel = LoopEvent()
+    threading.Timer(0.2, cancel.set).start()
+
+    async def waits_async(task: Task) -> str:
+        return "told" if await task.wait_cancel(30) else "never told"
+
+    def waits(task: Task) -> str:
+        return "told" if task.cancel.wait(30) else "never told"
+
+    out = dispatch(TaskDispatcher(waits_async if kind == "async" else waits), a, cancel)
+    assert (out.status, out.payload) == ("done", "told")
+
+
+def test_a_deadline_is_kept_without_polling(real_fleet, monkeypatch) -> None:
+    """The watchdog sleeps until the nearest deadline, not until a poll: with the poll pushed
+    out to an hour, a run past its deadline still fails with timeout."""
+    import deviceq.host.dispatcher as dispatcher_module
+
+    monkeypatch.setattr(dispatcher_module, "POLL_EVERY", 3600.0)
+    a = claim_one(real_fleet, goal="x")
+
+    def waits(task: Task) -> Outcome:
+        return Outcome.failure("stopped" if task.cancel.wait(30) else "never told")
+
+    out = dispatch(TaskDispatcher(waits), a, LoopEvent(), time.monotonic() + 0.3)
+    assert (out.status, out.failure_kind) == ("failed", FailureKind.timeout)
+    assert "stopped" in out.payload
+
+
+def test_loop_event_on_set_calls_once_at_once_if_set_and_not_once_taken_back() -> None:
+    e = LoopEvent()
+    calls: list[str] = []
+    e.on_set(lambda: calls.append("a"))
+    undo = e.on_set(lambda: calls.append("b"))
+    undo()
+    e.set()
+    e.set()
+    e.on_set(lambda: calls.append("c"))  # already set: called here and now
+    assert calls == ["a", "c"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

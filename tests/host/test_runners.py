@@ -559,6 +559,23 @@ def test_isolated_runner_ignoring_cancel_is_killed() -> None:
     assert time.monotonic() - started < 6
 
 
+def test_isolated_runner_is_killed_after_the_tasks_stop_grace_when_it_has_one() -> None:
+    """A preempted run's class grace (Task.stop_grace, set before its stop signal) replaces
+    the runner's own kill grace."""
+    runner = IsolatedRunner(RunnerSpec("test_runners:stubborn"), kill_grace=60)
+    task = make_task()
+
+    def preempt() -> None:
+        task.stop_grace = 0.3
+        task.cancel.set()
+
+    threading.Timer(0.5, preempt).start()
+    out = runner(task)
+    assert not out.ok and out.text == (
+        "runner did not stop 0.3 s after cancel; process group killed"
+    )
+
+
 def test_isolated_workflow_runner_runs_steps_in_the_child() -> None:
     wf = WorkflowDefinition(name="w", steps=[{"goal": "a"}, {"goal": "b"}])
     runner = build_workflow_runner(RunnerSpec("test_runners:steps_in_child"),

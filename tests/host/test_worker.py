@@ -570,3 +570,45 @@ def test_an_async_python_runner_runs_many_tasks_on_one_loop_without_a_thread_eac
 def threads_of(pid: int) -> int:
     """The number of threads of process ``pid``."""
     return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def waits_for_its_stop(task: Task) -> Outcome:
+    """A runner that runs until it is told to stop."""
+    task.cancel.wait(600)
+    return Outcome.failure("stopped")
+
+
+def test_control_messages_in_quick_succession_are_each_acted_on_at_once(
+    deploy: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two cancels of running tasks one right after the other: the second is acted on at once
+    too, not held back with the heartbeats for control messages (pushed out to an hour here;
+    the leases, of 10 minutes, would bring the cancel only at their renewal)."""
+    import threading
+
+    import deviceq.host.upkeep as upkeep
+    from deviceq.host.daemon import HostWorker
+    from deviceq.host.settings import WorkerSettings
+
+    monkeypatch.setattr(upkeep, "CTL_MIN_INTERVAL", 3600.0)
+    deploy.configure(lease_ttl=600, claim_ttl=600)
+    token = deploy.admin.add_host("h1")
+    runner = RunnerSpec("test_worker:waits_for_its_stop")
+    settings = WorkerSettings("h1", ["d1:sim", "d2:sim"], runner, grace=5, poll_interval=0.5,
+                              isolation="thread")  # fmt: skip
+    worker = HostWorker(deploy.url, deploy.pool, settings, token)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        wait_for(lambda: deploy.alive("h1"), 10, "h1 alive")
+        ids = deploy.client.submit_many([{"goal": "a"}, {"goal": "b"}])
+        for tid, did in zip(ids, ("d1", "d2"), strict=True):
+            assert deploy.store.commit([(tid, did)])[0].startswith("ok:")
+        for tid in ids:
+            wait_for(lambda tid=tid: deploy.status(tid) is TaskStatus.dispatched, 30, "its run")
+        for tid in ids:
+            assert deploy.client.cancel(tid) == "requested"
+            wait_for(lambda tid=tid: deploy.status(tid) is TaskStatus.cancelled, 60, "the cancel")
+    finally:
+        worker.stop()
+        t.join(20)

@@ -957,3 +957,25 @@ def test_verify_says_what_it_checks_and_what_it_cannot(lab: Lab) -> None:
     # every run says where its verdict stops (stderr: stdout keeps its one summary line)
     out = lab.cli()
     assert out.exit_code == 0 and "deviceq verify --scope" in out.stderr
+
+
+def test_preemptible_holding_a_task_that_is_not_running(lab: Lab) -> None:
+    lab.r.zadd(lab.keys.preemptible, {lab.ids["running"]: 1})  # running: as it should be
+    assert verify(lab.r, lab.pool).ok
+    lab.r.zadd(lab.keys.preemptible, {lab.ids["done"]: 2})
+    lab.expect("preemptible_not_running", task=lab.ids["done"], key="preemptible")
+
+
+def test_a_device_held_for_an_urgent_task_reserved_by_a_third_task(lab: Lab) -> None:
+    run, uid = lab.task("running"), lab.ids["waiting"]
+    did = run["device_id"]
+    # the running task was preempted for the waiting one: the device is held, still reserved
+    # by the preempted run until it stops (consistent)
+    lab.r.hset(
+        lab.keys.task(uid), mapping={"preempting": did, "preempting_task": lab.ids["running"]}
+    )
+    lab.r.hset(lab.keys.device(did), "preempt_for", uid)
+    assert verify(lab.r, lab.pool).ok
+    # the hold names another preempted run: the device's holder is a third task
+    lab.r.hset(lab.keys.task(uid), "preempting_task", lab.ids["done"])
+    lab.expect("preempt_hold_given_away", task=uid, device=did)

@@ -113,6 +113,7 @@ def submit_via_api(client: ApiClient, **p: Any) -> None:
         timeout=p["timeout"], reject_unmatched=p["reject_unmatched"], retry_on=p["retry_on"],
         retry_backoff=p["retry_backoff"], tenant=p["tenant"],
         roles=parse_role_options(p["roles"]) if p["roles"] else None,
+        priority_class=p.get("priority_class"),
     )  # fmt: skip
     if p["as_json"]:
         echo_json(_task_json(client.get(task_id)))

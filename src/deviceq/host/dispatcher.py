@@ -61,7 +61,8 @@ class DispatchOutcome:
         return self.status == "done"
 
 
-WATCH_EVERY = 0.1  # how often runs are checked for a cancel request, a deadline, a stop grace
+POLL_EVERY = 0.1  # how often a run whose cancel event cannot call back (a plain
+# threading.Event, not a LoopEvent) is looked at for a cancel request
 
 
 @dataclass(eq=False, slots=True)
@@ -80,12 +81,17 @@ class _Watched:
     gave_up: bool = False  # abandoned: the runner did not stop within the grace
     over: threading.Event | None = None  # (a run not inline) finished or gave_up
     runner_done: threading.Event | None = None  # (once given up on) set when the runner returns
+    polled: bool = False  # its cancel event cannot call back: looked at every POLL_EVERY
+    unhook: Callable[[], None] | None = None  # takes back the cancel event's call-back
 
 
 class _Watchdog:
     """One thread watching every run of a dispatcher (instead of a supervising thread per
     run): it tells a runner to stop when its cancel event is set or its deadline passes, and
-    gives up on it ``grace`` seconds later. It sleeps while nothing runs."""
+    gives up on it ``grace`` seconds later. It waits on a condition, woken when a run is
+    added or told to stop (a `LoopEvent` cancel event calls back when set), and otherwise
+    sleeps until the next deadline or give-up; a plain ``threading.Event`` is looked at
+    every `POLL_EVERY`."""
 
     def __init__(self, grace: float) -> None:
         self.grace = grace
@@ -94,16 +100,26 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
 
     def watch(self, w: _Watched) -> None:
+        if isinstance(w.cancel_event, LoopEvent):
+            w.unhook = w.cancel_event.on_set(self._wake)  # (outside the lock: may call at once)
+        else:
+            w.polled = True
         with self._cv:
             self._items.add(w)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
                 self._thread.start()
-            elif len(self._items) == 1:
-                self._cv.notify()
+            self._cv.notify()
+
+    def _wake(self) -> None:
+        """A watched run's cancel event was set: look at the runs now."""
+        with self._cv:
+            self._cv.notify()
 
     def finish(self, w: _Watched) -> bool:
         """The runner of ``w`` returned. True if it had been given up on already."""
+        if w.unhook is not None:
+            w.unhook()
         with self._cv:
             w.finished = True
             self._items.discard(w)
@@ -113,20 +129,41 @@ class _Watchdog:
                 w.over.set()
             return w.gave_up
 
+    def _due(self, now: float) -> tuple[list[_Watched], list[_Watched], float | None]:
+        """(Lock held.) The runs to tell to stop now, those to give up on now, and how long
+        until something else may be due (None: nothing until a wake-up)."""
+        tell, give_up = [], []
+        wait: float | None = None
+        for w in self._items:
+            if w.cause is None:
+                if w.cancel_event.is_set() or (w.deadline is not None and now >= w.deadline):
+                    tell.append(w)
+                    continue
+                at = w.deadline - now if w.deadline is not None else None
+                if w.polled:
+                    at = POLL_EVERY if at is None else min(at, POLL_EVERY)
+            else:
+                at = w.told_at + self.grace + (w.task.stop_grace or 0.0) - now
+                if at < 0:
+                    give_up.append(w)
+                    continue
+            if at is not None:
+                wait = at if wait is None else min(wait, at)
+        return tell, give_up, wait
+
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._items:
-                    self._cv.wait()
-                items = list(self._items)
-            now = time.monotonic()
-            for w in items:  # (a hundred runs ten times a second: kept to attribute reads)
-                if w.cause is None:
-                    if w.cancel_event.is_set() or (w.deadline is not None and now >= w.deadline):
-                        self._tell(w, now)
-                elif now - w.told_at > self.grace + (w.task.stop_grace or 0.0):
-                    self._give_up(w)
-            time.sleep(WATCH_EVERY)
+                while True:
+                    now = time.monotonic()
+                    tell, give_up, wait = self._due(now)
+                    if tell or give_up:
+                        break
+                    self._cv.wait(None if wait is None else max(0.001, wait))
+            for w in tell:
+                self._tell(w, now)
+            for w in give_up:
+                self._give_up(w)
 
     def _tell(self, w: _Watched, now: float) -> None:
         """Tell the runner of ``w`` to stop (its cancel event, or its deadline, came)."""
@@ -265,7 +302,7 @@ class TaskDispatcher:
         when the run is told to stop, how long the runner gives it after its stop signal
         (None: the runner's own; a preempted run gets its class's grace). An async runner's
         assignment (`is_async`) goes to `dispatch_async` instead."""
-        cancel_event = cancel_event or threading.Event()
+        cancel_event = cancel_event or LoopEvent()
         task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
                           artifacts_dir, progress_sink)  # fmt: skip
         definition = None
@@ -298,7 +335,7 @@ class TaskDispatcher:
         it ``stop_grace`` seconds later; the outcomes are mapped alike. Without
         ``on_abandon`` it returns once given up on, leaving the runner to its end on the
         loop; with it, when the runner returns (``handed_off`` if it was given up on)."""
-        cancel_event = cancel_event or threading.Event()
+        cancel_event = cancel_event or LoopEvent()
         task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
                           artifacts_dir, progress_sink)  # fmt: skip
         definition = None

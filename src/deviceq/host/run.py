@@ -6,7 +6,6 @@ by device."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ class Run:
     assignment: Assignment
     lease: LeaseClock
     renew_at: float  # time.monotonic() of the next renewal (a third into the lease)
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: LoopEvent = field(default_factory=LoopEvent)  # (its setting wakes the watchdog)
     reason: str | None = None  # why it stopped: cancel | preempt | lost | expired | drain | removed
     stop_grace: float | None = None  # (preempt) seconds its runner gives it after the stop signal
     after: Run | None = None  # a previous run on the same device still stopping

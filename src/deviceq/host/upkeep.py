@@ -1,8 +1,10 @@
 """The host daemon's upkeep threads: heartbeats (`Upkeep.heartbeat_loop`: the device snapshot;
 its answer brings the quarantine set and the operator's drain), lease renewals and the control
 list (`Upkeep.renew_loop`: each lease renewed a third into it; between renewals a blocking wait
-on ``host:ID:ctl``, so a cancel, a quarantine change, a takeover or a removal is acted on at
-once, at most a few times a second however many messages arrive), and the optional device
+on ``host:ID:ctl``, so a cancel, a preemption, a quarantine change, a takeover or a removal is
+acted on at once: a renewal at most every `CTL_RENEW_GAP` and within `CTL_RENEW_SHARE` of the
+time, a heartbeat at most every `CTL_MIN_INTERVAL`, however many messages arrive), and the
+optional device
 checks (`Upkeep.check_loop`). While Redis is unreachable each loop backs off on its own
 (`deviceq.core.backoff.Backoff`) and says nothing itself: the daemon's `Outage` writes one
 line when Redis goes away and one when it is back, and ends every loop's pause at once then."""
@@ -29,7 +31,9 @@ from .state import TRANSIENT, HostState
 RENEW_CHUNK = 200
 CHECK_BUSY_EXIT = 3  # a device check exiting 3 means "in use outside deviceq"
 CTL_BLOCK = 1.0  # longest wait on the control list (bounds how late a stop is noticed)
-CTL_MIN_INTERVAL = 0.25  # at most one reaction to control messages per this many seconds
+CTL_MIN_INTERVAL = 0.25  # at most one heartbeat for control messages per this many seconds
+CTL_RENEW_GAP = 0.02  # at least this long between two renewals for control messages
+CTL_RENEW_SHARE = 0.1  # and at most this share of the time spent in them (their gap grows)
 OWNED_RE = re.compile(r"device (\S+) belongs to another host")  # heartbeat.lua's DEVICE_OWNED
 
 
@@ -50,6 +54,9 @@ class Upkeep:
         self.ctl = ctl
         self.summary = summary  # logs what the host did lately (every ~10 s)
         self.last_ctl = float("-inf")  # when the renew loop last reacted to a control message
+        self.ctl_gap = CTL_RENEW_GAP  # the least time from that reaction to the next
+        self.last_ctl_beat = float("-inf")  # when a control message last brought a heartbeat
+        self.beat_owed = False  # a control message came within CTL_MIN_INTERVAL of that
         # (one per daemon, shared with its other loops: see deviceq.core.backoff)
         self.outage = outage or Outage("its address", lambda level, msg: state.log(level, msg))
 
@@ -133,13 +140,17 @@ class Upkeep:
                     )
                     r.stop("expired")
             due = [r for r in runs if r.renew_at <= now + 0.05 and r.reason != "lost"]
-            if self.state.renew_now.is_set():
+            now_asked = self.state.renew_now.is_set()
+            if now_asked:
                 self.state.renew_now.clear()
                 due = [r for r in runs if r.reason != "lost"]
             wait = CTL_BLOCK
             try:
                 if due:
                     self.renew_once(due)
+                if now_asked:  # (the gap to the next reaction: see wait_for_control)
+                    took = time.monotonic() - now
+                    self.ctl_gap = min(CTL_MIN_INTERVAL, max(CTL_RENEW_GAP, took / CTL_RENEW_SHARE))
                 pending = [r.renew_at for r in self.state.active_runs() if r.reason != "lost"]
                 if pending:
                     wait = min(wait, max(0.01, min(pending) - time.monotonic()))
@@ -165,10 +176,21 @@ class Upkeep:
                 self.state.closed.wait(0.5)
 
     def wait_for_control(self, wait: float) -> None:
-        """Wait up to ``wait`` seconds for a control message, then renew and heartbeat at
-        once. At most one reaction per `CTL_MIN_INTERVAL` whoever fills the list (each wake-up
-        drains it): a flood of messages cannot make the daemon call a script per message."""
-        quiet = self.last_ctl + CTL_MIN_INTERVAL - time.monotonic()
+        """Wait up to ``wait`` seconds for a control message, then renew at once and
+        heartbeat. A flood of messages cannot make the daemon call a script per message
+        (each wake-up drains the list): the renewals for them are at least `CTL_RENEW_GAP`
+        apart, and ten times as far apart as the last one took (``ctl_gap``: within
+        `CTL_RENEW_SHARE` of the time), so a preemption or a cancel of a run on a host that
+        just reacted to one is acted on within a few tens of milliseconds; the heartbeats for
+        them at most one per `CTL_MIN_INTERVAL` (one owed meanwhile is sent when it is up)."""
+        now = time.monotonic()
+        if self.beat_owed:
+            beat_in = self.last_ctl_beat + CTL_MIN_INTERVAL - now
+            if beat_in <= 0:
+                self._ctl_beat(now)
+            else:
+                wait = min(wait, beat_in)
+        quiet = self.last_ctl + self.ctl_gap - now
         if quiet > 0:
             self.state.closed.wait(min(wait, quiet))
             return
@@ -176,9 +198,18 @@ class Upkeep:
         msg = self.ctl.wait_for_control(wait)
         self.outage.ok(sent)  # (a long poll sent before an outage began ends none)
         if msg is not None:
-            self.last_ctl = time.monotonic()
+            self.last_ctl = now = time.monotonic()
             self.state.renew_now.set()
-            self.state.beat_now.set()
+            if now - self.last_ctl_beat >= CTL_MIN_INTERVAL:
+                self._ctl_beat(now)
+            else:
+                self.beat_owed = True
+
+    def _ctl_beat(self, now: float) -> None:
+        """A heartbeat for control messages (its answer brings a quarantine change, a drain)."""
+        self.last_ctl_beat = now
+        self.beat_owed = False
+        self.state.beat_now.set()
 
     def renew_once(self, runs: list[Run] | None = None) -> None:
         """Renew the given leases (every active one by default), batched; act on ``cancel``

@@ -11,26 +11,46 @@ import inspect
 import os
 import select
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
 class LoopEvent(threading.Event):
     """A ``threading.Event`` whose `wait_async` a coroutine awaits: `set` (from any thread)
     wakes the waiting coroutines on their loops at once. A run's stop signal is one, so the
-    watchdog thread that tells a runner to stop reaches thread and async runners alike."""
+    watchdog thread that tells a runner to stop reaches thread and async runners alike; and
+    `on_set` calls a function when it is set (a run's cancel request wakes the watchdog)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._wlock = threading.Lock()
+        self._on_set: list[Callable[[], None]] = []
 
     def set(self) -> None:
         super().set()
         with self._wlock:
             waiters, self._waiters = self._waiters, []
+            calls, self._on_set = self._on_set, []
         for loop, fut in waiters:
             with contextlib.suppress(RuntimeError):  # (a loop already closed: nobody waits)
                 loop.call_soon_threadsafe(_resolve, fut)
+        for fn in calls:  # (in the setter's thread: they must be short and not block)
+            fn()
+
+    def on_set(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn`` once when this is set, in the setting thread (at once, here, if it is
+        set already). Returns what takes it back (a call of it after ``fn`` ran does nothing)."""
+        with self._wlock:
+            if not self.is_set():
+                self._on_set.append(fn)
+                return lambda: self._forget(fn)
+        fn()
+        return lambda: None
+
+    def _forget(self, fn: Callable[[], None]) -> None:
+        with self._wlock, contextlib.suppress(ValueError):
+            self._on_set.remove(fn)
 
     async def wait_async(self, timeout: float | None = None) -> bool:
         """Wait until set, at most ``timeout`` seconds (None: no limit); True when set."""

@@ -182,7 +182,8 @@ class RunnerCrashed(RuntimeError):
 class IsolatedRunner:
     """Runs a Python runner in a child process per call (forkserver): the worker's threads keep
     running whatever the runner does with the GIL. On cancel the child's cancel signal is set;
-    if it has not finished ``kill_grace`` seconds later its process group is killed."""
+    if it has not finished ``kill_grace`` seconds later (the task's ``stop_grace`` when set: a
+    preempted run's class's grace) its process group is killed."""
 
     def __init__(
         self,
@@ -226,6 +227,7 @@ class IsolatedRunner:
         task.logger.debug("isolated runner started", fields={"pid": proc.pid})
         answer: Any = None
         killed = False
+        grace = self.kill_grace
         sent = lease.version if lease is not None else 0
         try:
             cancel_sent_at: float | None = None
@@ -247,10 +249,13 @@ class IsolatedRunner:
                     break
                 if task.cancel.is_set() and cancel_sent_at is None:
                     cancel_sent_at = time.monotonic()
+                    # (a preempted run gets its class's grace, set before its stop signal)
+                    if task.stop_grace is not None:
+                        grace = task.stop_grace
                     with contextlib.suppress(OSError):
                         cancel_w.send("cancel")
                 waited = 0.0 if cancel_sent_at is None else time.monotonic() - cancel_sent_at
-                if waited > self.kill_grace:
+                if waited > grace:
                     task.logger.warning("runner ignored cancel; killing its process group")
                     killed = True
                     break
@@ -268,7 +273,9 @@ class IsolatedRunner:
             for conn in (result_r, cancel_w):
                 conn.close()
         if killed:
-            return Outcome.failure("runner did not stop after cancel; process group killed")
+            return Outcome.failure(
+                f"runner did not stop {grace:g} s after cancel; process group killed"
+            )
         if answer is None:
             raise RunnerCrashed(f"runner process exited with code {proc.exitcode} and no answer")
         # (a child that answered ends itself and its group with SIGKILL: exit code -9 is fine)

@@ -21,11 +21,11 @@ TERMINAL = vocabulary.TERMINAL_STATUSES
 STATUSES = vocabulary.STATUSES
 TASK_FIELDS = (
     "status", "attempt", "lease_id", "lease_expires_at", "device_id", "host_id", "seq", "sig",
-    "finished_at", "tenant", "gang", "parts", "roles",
+    "finished_at", "tenant", "gang", "parts", "roles", "preempting", "preempting_task",
 )  # fmt: skip
 DEVICE_FIELDS = (
     "host_id", "driver_type", "tags", "state", "reserved_by", "lease_id", "quarantined", "held",
-    "booked_until", "health", "registered_at",
+    "booked_until", "health", "registered_at", "preempt_for",
 )  # fmt: skip
 DEVICE_RECENT = 20
 """Attempt ends a device's history (``device:ID:history``) keeps, newest first: the mirror of
@@ -119,6 +119,8 @@ class TaskRow:
     gang: str = ""  # a part of multi-device task ``gang`` (in no status index)
     parts: tuple[str, ...] = ()  # a multi-device task's parts (after its first placement)
     roles: bool = False  # a multi-device task (waits in ``gangs``, not a bucket)
+    preempting: str = ""  # (queued) the device it preempted a run of, waiting for it
+    preempting_task: str = ""  # the task whose run it preempted there
     ends: list[AttemptEnd] = field(default_factory=list)
     """Each attempt record's host, device and times (in the order of ``records``)."""
 
@@ -147,6 +149,8 @@ class TaskRow:
             gang=f["gang"] or "",
             parts=tuple(filter(None, (f["parts"] or "").split(","))),
             roles=bool(f["roles"]),
+            preempting=f["preempting"] or "",
+            preempting_task=f["preempting_task"] or "",
         )
         row.add_records(raw)
         return row
@@ -217,6 +221,8 @@ class PoolState:
     )
     """Registered device -> its history (``device:ID:history``: task, attempt, outcome,
     at), newest first."""
+    preemptible: list[tuple[str, float]] = field(default_factory=list)
+    """``preemptible``: the running tasks of a priority class, by assignment time."""
 
     def index_entries(self) -> int:
         """How many index entries were read."""

@@ -266,7 +266,8 @@ def read_state(rd: Reader) -> PoolState:
     tasks, vanished = rd.tasks(sorted(space.tasks))
     sigs = sorted(space.queues)
     status_keys = [k.status(s) for s in STATUSES]
-    pool_zsets = [k.leases, k.deadlines, k.retries, k.idle, k.bookings, k.queues, k.gangs]
+    pool_zsets = [k.leases, k.deadlines, k.retries, k.idle, k.bookings, k.queues, k.gangs,
+                  k.preemptible]  # fmt: skip
     z = rd.zsets(status_keys + pool_zsets, "reading indexes")
     queues = z[k.queues]
     sigs = sorted(set(sigs) | {sig for sig, _ in queues})
@@ -291,6 +292,7 @@ def read_state(rd: Reader) -> PoolState:
         bookings=z[k.bookings],
         queues=queues,
         gangs=z[k.gangs],
+        preemptible=z[k.preemptible],
         buckets={sig: buckets[k.queue(sig)] for sig in sigs},
         avoid=rd.hash(k.avoid),
         inboxes={h: inboxes[k.inbox(h)] for h in sorted(space.inboxes)},

@@ -70,6 +70,11 @@ KINDS: dict[str, str] = {
     "report_host_mismatch": "an event of a task's lease (claimed, done, failed, released...) "
     "naming a host other than the one its lease was assigned to (the task's host was "
     "rewritten before it was reported)",
+    "preemptible_not_running": "preemptible (the running tasks a preemption may stop) holds "
+    "a task that is not running",
+    "preempt_hold_given_away": "a device held for the queued task that preempted its run is "
+    "reserved by another task than the preempted one (the device moved on before the "
+    "hand-over: invariant 7)",
     "wrong_type": "a key of the pool holds another Redis type than the layout says (it could "
     "not be read)",
 }
@@ -89,6 +94,8 @@ CHECKS: tuple[str, ...] = (
     "host)",
     "each ended attempt is in its device's history, as a transition script leaves it (an "
     "attempt closed by a hand-written script), while that history reaches back to it",
+    "preemption: preemptible holds only running tasks, and a device held for the task that "
+    "preempted its run is reserved by no other task meanwhile",
 )
 """What `verify` checks, from the records Redis holds (``deviceq verify --scope``)."""
 

@@ -14,6 +14,7 @@ from .devices import check_bookings, check_devices, check_idle, check_idle_class
 from .history import History
 from .leases import check_leases, check_limits, check_reservations
 from .model import DEFAULT_BATCH, MAX_BATCH, MIN_BATCH, STATUSES, PoolState
+from .preemption import check_preemption
 from .provenance import check_attempt_ends, check_attempt_hosts
 from .queues import check_buckets
 from .reader import Reader, read_state
@@ -123,6 +124,7 @@ def _check_state(st: PoolState, f: Findings) -> None:
     check_limits(st, f)
     check_attempt_hosts(st, f)
     check_attempt_ends(st, f)
+    check_preemption(st, f)
 
 
 def _recheck_orphans(st: PoolState, rd: Reader, f: Findings) -> None:
