@@ -18,6 +18,10 @@ key                                type       holds
                                               ``retention`` after the attempt ends)
 ``task:ID:goal``                   string     the goal when longer than 64 bytes (the hash
                                               then holds ``goal`` empty: it stays a listpack)
+``task:ID:tests``                  string     the task's list of test ids, one a line (a suite's
+                                              shard; the hash's ``tests``: how many): returned
+                                              with its claim, written by the host into
+                                              ``$DEVICEQ_TESTS_FILE``
 ``queue:SIG``                      zset       queued task ids of one constraint bucket, by seq
 ``queues``                         zset       non-empty bucket ids, scored by their head's seq
 ``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
@@ -397,6 +401,9 @@ class Keys:
 
     def goal(self, task_id: str) -> str:
         return self._k("task", task_id, "goal")
+
+    def task_tests(self, task_id: str) -> str:
+        return self._k("task", task_id, "tests")
 
     def attempts(self, task_id: str) -> str:
         return self._k("task", task_id, "attempts")

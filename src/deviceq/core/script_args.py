@@ -153,6 +153,7 @@ SUBMIT = Items(
         text("traceparent", optional=True),
         text("pin", optional=True),
         text("class", optional=True),
+        text("tests", optional=True),
     ),
 )
 """submit.lua's tasks."""

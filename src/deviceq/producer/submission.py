@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ..core.errors import InvalidInput
 from ..core.models import TaskSpec, encode_roles
 from ..core.script_args import SUBMIT
+from ..core.validation import tests_text
 
 
 def new_task_id() -> str:
@@ -96,6 +97,7 @@ def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> d
         "traceparent": traceparent or None,
         "pin": spec.pin or None,
         "class": spec.priority_class or None,
+        "tests": None if spec.tests is None else tests_text(spec.tests),
     }
 
 

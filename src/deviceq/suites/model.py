@@ -8,14 +8,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.bounds import MAX_TEST_ID_BYTES, MAX_TESTS_LIST_BYTES
 from ..core.errors import InvalidInput
 from ..core.validation import validate_id
 from ..core.vocabulary import SUITE_TRY_STATUSES
 
 MAX_TESTS = 10_000
 """Tests in one suite at most."""
-MAX_TEST_ID = 300
+MAX_TEST_ID = MAX_TEST_ID_BYTES
 """Bytes of one test id at most."""
+MAX_SHARD_LIST = MAX_TESTS_LIST_BYTES
+"""Bytes of one shard's list of tests (its ids, one a line: ``$DEVICEQ_TESTS_FILE``) at most."""
+MAX_SUITE_LISTS = 64 * 1024 * 1024
+"""Bytes of all of a suite's shard lists together at most (stored once per shard task)."""
 MAX_SHARDS = 200
 """Shards of one suite at most (`--shards`, `--max-devices`, the devices of `--each-device`)."""
 MAX_RETRY_FAILED = 5

@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core.bounds import MAX_GOAL_BYTES
 from ..core.connection import PoolConnection
 from ..core.errors import InvalidInput, NotConfirmed, QueueFull
 from ..core.validation import validate_id, validate_tags
 from . import eta as eta_mod
 from . import sharding, store
 from .junit import DEFAULT_GLOB
-from .model import MAX_RETRY_FAILED, MAX_SHARDS, check_name
+from .model import MAX_RETRY_FAILED, MAX_SHARD_LIST, MAX_SHARDS, MAX_SUITE_LISTS, check_name
 
 TESTS_MARK = "{tests}"
 """Where a goal or command template takes its shard's tests."""
@@ -63,12 +64,27 @@ def shard_goal(spec: Mapping[str, Any], tests: Sequence[str]) -> str:
 
 
 def check_template(goal: str | None, command: str | None) -> None:
+    """One template, ``--goal`` or ``--command``; ``{tests}`` in it is optional (a shard's
+    tests are in ``$DEVICEQ_TESTS_FILE`` whatever the template)."""
     if (goal is None) == (command is None):
-        raise InvalidInput("give exactly one of --goal or --command (a template with {tests})")
+        raise InvalidInput("give exactly one of --goal or --command (a template, with {tests} "
+                           "where a shard's tests go)")  # fmt: skip
     text = goal if goal is not None else command
-    assert text is not None
-    if TESTS_MARK not in text:
-        raise InvalidInput(f"the template must contain {TESTS_MARK} (where a shard's tests go)")
+    if not (text or "").strip():
+        raise InvalidInput("the template must not be blank")
+
+
+def check_goals(spec: Mapping[str, Any], shards: Sequence[Sequence[str]]) -> None:
+    """Each shard's goal (the template with its tests in place of ``{tests}``) at most
+    `MAX_GOAL_BYTES`: InvalidInput saying how to fit otherwise."""
+    for i, tests in enumerate(shards):
+        size = len(shard_goal(spec, tests).encode())
+        if size > MAX_GOAL_BYTES:
+            raise InvalidInput(
+                f"shard {i}'s goal with its tests in place of {TESTS_MARK} is {size} bytes, more "
+                f"than {MAX_GOAL_BYTES}: give more --shards, or leave {TESTS_MARK} out of the "
+                "template and read the tests from $DEVICEQ_TESTS_FILE"
+            )
 
 
 def plan(
@@ -142,6 +158,8 @@ def plan(
         else:
             raise InvalidInput(f"split must be balanced or round_robin, not {split!r}")
         pins = [None] * len(split_tests)
+    check_lists(split_tests, each_device)
+    check_goals({"goal": goal, "command": command}, split_tests)
     loads = [sharding.load(s, est) + SHARD_OVERHEAD_S for s in split_tests]
     spec = {
         "goal": goal,
@@ -161,6 +179,28 @@ def plan(
                 submit_eta(loads, pins, devices), len(devices), spec)  # fmt: skip
 
 
+def list_bytes(tests: Sequence[str]) -> int:
+    """Bytes of a shard's list of tests as stored and written (one id a line)."""
+    return sum(len(t.encode()) for t in tests) + max(0, len(tests) - 1)
+
+
+def check_lists(shards: Sequence[Sequence[str]], each_device: bool = False) -> None:
+    """Each shard's list of tests (stored with its task, written to ``$DEVICEQ_TESTS_FILE``)
+    at most `MAX_SHARD_LIST` bytes, all of them at most `MAX_SUITE_LISTS`: InvalidInput
+    saying so otherwise (nothing submitted)."""
+    sizes = [list_bytes(s) for s in shards]
+    for i, size in enumerate(sizes):
+        if size > MAX_SHARD_LIST:
+            fix = ("with --each-device every device's task lists every test: give fewer tests"
+                   if each_device else "give more --shards")  # fmt: skip
+            raise InvalidInput(f"shard {i}'s list of tests is {size} bytes, more than "
+                               f"{MAX_SHARD_LIST} (one shard's list at most): {fix}")  # fmt: skip
+    if sum(sizes) > MAX_SUITE_LISTS:
+        raise InvalidInput(f"the shards' lists of tests take {sum(sizes)} bytes together, more "
+                           f"than {MAX_SUITE_LISTS} (a suite's at most): give fewer tests or "
+                           "devices")  # fmt: skip
+
+
 def submit_eta(loads: Sequence[float], pins: Sequence[str | None],
                devices: Sequence[store.MatchingDevice]) -> float | None:  # fmt: skip
     """The ETA at submit (seconds): the shards placed longest first on the matching devices,
@@ -177,7 +217,8 @@ def submit_eta(loads: Sequence[float], pins: Sequence[str | None],
 
 
 def task_spec(spec: Mapping[str, Any], tests: Sequence[str], key: str) -> dict[str, Any]:
-    """A shard's task spec (``key``: its idempotency key, so a resubmission is one task)."""
+    """A shard's task spec (``key``: its idempotency key, so a resubmission is one task); its
+    ``tests`` reach the host, which writes them into ``$DEVICEQ_TESTS_FILE``."""
     return {
         "goal": shard_goal(spec, tests),
         "driver_type": spec.get("driver_type"),
@@ -187,6 +228,7 @@ def task_spec(spec: Mapping[str, Any], tests: Sequence[str], key: str) -> dict[s
         "timeout": spec.get("timeout"),
         "max_attempts": spec.get("max_attempts"),
         "idempotency_key": key,
+        "tests": list(tests),
     }
 
 
