@@ -147,9 +147,13 @@ key                                type       holds
 ``suites:running``                 set        running suite ids (the leading scheduler watches
                                               their shards: deviceq.services.suite_watch)
 ``suite:ID``                       hash       one suite: name, status, spec (JSON), counts,
-                                              eta_at, submitted_at, finished_at
+                                              eta_at, submitted_at, finished_at; join_until
+                                              (ms) and join_closed of a joining window
 ``suite:ID:shards``                hash       shard index -> JSON ``{task, tests, round, pin,
-                                              done, device, status, counts}``
+                                              joined, done, device, status, counts}``
+``suite:ID:devices``               set        the devices of a suite on every device that have
+                                              their shard (suite_submit.lua, then each device
+                                              joining in its window: suite_join.lua)
 ``suite:ID:results``               hash       test id -> JSON ``{s, d, dev, tries}``: its
                                               final status and every try (suite_shard.lua)
 ``suite_durations:NAME``           hash       test id -> ms it took last (weighted), per suite
@@ -380,6 +384,9 @@ class Keys:
 
     def suite_shards(self, suite_id: str) -> str:
         return self._k("suite", suite_id, "shards")
+
+    def suite_devices(self, suite_id: str) -> str:
+        return self._k("suite", suite_id, "devices")
 
     def suite_results(self, suite_id: str) -> str:
         return self._k("suite", suite_id, "results")

@@ -92,6 +92,7 @@ class Shard:
     status: str | None = None  # its task's status (as recorded, or read now)
     counts: dict[str, int] = field(default_factory=dict)
     estimate_s: float = 0.0
+    joined: bool = False  # its device registered within the suite's joining window
 
     @classmethod
     def from_json(cls, index: int, raw: str) -> Shard:
@@ -107,6 +108,7 @@ class Shard:
             status=d.get("status") or None,
             counts={str(k): int(v) for k, v in (d.get("counts") or {}).items()},
             estimate_s=float(d.get("est") or 0.0),
+            joined=bool(d.get("joined")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +122,7 @@ class Shard:
             "tests": self.tests,
             "counts": self.counts,
             "estimate_s": round(self.estimate_s, 3),
+            "joined": self.joined,
         }
 
 
@@ -173,6 +176,9 @@ class Suite:
     flaky: list[TestResult]
     eta_s: float | None
     eta_at_submit_s: float | None
+    # a suite on every device with a joining window: its end (ms), and whether it has closed
+    join_until: int | None = None
+    join_closed: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -193,6 +199,7 @@ class Suite:
             "flaky": [r.to_dict() for r in self.flaky],
             "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
             "eta_at_submit_s": self.eta_at_submit_s,
+            "include_joining_until": self.join_until,
         }
 
 

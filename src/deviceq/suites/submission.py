@@ -4,6 +4,7 @@ with its ETA; and the retry shard of a shard's failed tests."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import shlex
 import statistics
@@ -22,6 +23,8 @@ from .model import MAX_RETRY_FAILED, MAX_SHARD_LIST, MAX_SHARDS, MAX_SUITE_LISTS
 
 TESTS_MARK = "{tests}"
 """Where a goal or command template takes its shard's tests."""
+MAX_JOINING_S = 7 * 86400
+"""The longest joining window (``--include-joining``; suite_submit.lua holds the same)."""
 SHARD_OVERHEAD_S = 1.0
 """What a shard costs beyond its tests' durations (assignment, claim, start, upload), in the
 deadline's arithmetic and the ETA."""
@@ -100,6 +103,7 @@ def plan(
     max_devices: int | None = None,
     deadline: float | None = None,
     each_device: bool = False,
+    include_joining: float | None = None,
     retry_failed: int = 0,
     priority: int = 0,
     tenant: str | None = None,
@@ -111,7 +115,9 @@ def plan(
     """The suite's plan, nothing written. InvalidInput for bad input; `Unsatisfiable` when
     the deadline cannot be met (``needs N devices, M match``). ``split``: ``balanced`` (on
     the duration history, longest first) or ``round_robin`` (the tests dealt in turn, no
-    history: what the makespan benchmark compares against)."""
+    history: what the makespan benchmark compares against). ``include_joining`` (seconds,
+    with ``each_device``): devices matching that register within that long after the submit
+    get their pinned shard too (the leading scheduler adds it: `deviceq.services.suite_watch`)."""
     check_name(name)
     check_template(goal, command)
     tag_list = list(validate_tags(list(tags)))
@@ -133,6 +139,11 @@ def plan(
         raise InvalidInput(f"--max-devices must be 1-{MAX_SHARDS}")
     if deadline is not None and not 0 < deadline <= 7 * 86400:
         raise InvalidInput("--deadline must be more than 0 and at most 7 days")
+    if include_joining is not None:
+        if not each_device:
+            raise InvalidInput("--include-joining goes with --each-device")
+        if isinstance(include_joining, bool) or not 0 < include_joining <= MAX_JOINING_S:
+            raise InvalidInput("--include-joining must be more than 0 and at most 7 days")
     tests = list(tests)
     est = sharding.estimates(tests, store.read_history(conn, name, tests))
     devices = store.matching_devices(conn, driver_type, tag_list)
@@ -175,6 +186,8 @@ def plan(
         "each_device": each_device,
         "deadline_s": deadline,
     }
+    if include_joining is not None:
+        spec["include_joining_s"] = float(include_joining)
     return Plan(new_suite_id(), name, tests, split_tests, loads, pins,
                 submit_eta(loads, pins, devices), len(devices), spec)  # fmt: skip
 
@@ -230,6 +243,20 @@ def task_spec(spec: Mapping[str, Any], tests: Sequence[str], key: str) -> dict[s
         "idempotency_key": key,
         "tests": list(tests),
     }
+
+
+def joined_key(suite_id: str, device_id: str) -> str:
+    """The idempotency key of the shard of a device joining suite ``suite_id``: one task per
+    (suite, device), however often a watcher killed half-way submits it."""
+    digest = hashlib.sha256(device_id.encode()).hexdigest()[:24]
+    return f"suite.{suite_id}.join.{digest}"
+
+
+def joined_shard(spec: Mapping[str, Any], tests: Sequence[str], suite_id: str,
+                 device_id: str) -> dict[str, Any]:  # fmt: skip
+    """The task spec of the shard of a device joining a suite on every device: every test,
+    pinned to the device."""
+    return {**task_spec(spec, tests, joined_key(suite_id, device_id)), "pin": device_id}
 
 
 def submit(producer: Submitter, conn: PoolConnection, p: Plan) -> list[str]:
