@@ -131,6 +131,7 @@ def test_bad_joining_input_is_refused(real_fleet: Any, cli: Any, tmp_path: Path)
     for kwargs, msg in [
         ({"shards": 1, "include_joining": 60}, "goes with --each-device"),
         ({"each_device": True, "include_joining": 0}, "more than 0"),
+        ({"each_device": True, "include_joining": "10m"}, "more than 0"),
         ({"each_device": True, "include_joining": 8 * 86400}, "at most 7 days"),
     ]:
         with pytest.raises(InvalidInput, match=msg):

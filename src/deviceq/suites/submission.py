@@ -142,7 +142,8 @@ def plan(
     if include_joining is not None:
         if not each_device:
             raise InvalidInput("--include-joining goes with --each-device")
-        if isinstance(include_joining, bool) or not 0 < include_joining <= MAX_JOINING_S:
+        number = isinstance(include_joining, int | float) and not isinstance(include_joining, bool)
+        if not number or not 0 < include_joining <= MAX_JOINING_S:
             raise InvalidInput("--include-joining must be more than 0 and at most 7 days")
     tests = list(tests)
     est = sharding.estimates(tests, store.read_history(conn, name, tests))
