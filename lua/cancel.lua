@@ -17,7 +17,7 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     task_id reason(at most 500 bytes) [by: who cancels it, an id ('' or absent = not
 --          recorded); carried as `by` by the cancel_requested / cancelled event]
--- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, deadlines,
+-- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, queue:SIG, sig:SIG, queues, deadlines,
 --          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, idle:c:*, status:*, retries,
 --          LIMIT_COUNTERS, preemptible, gangs, task:ID.ROLE, device:ID:history, events, sched:wake; reads
 --          config

@@ -20,12 +20,15 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session max(1..1000) [budget_us(1..10000000)]
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
+--          task:ID:tests,
 --          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
 --          deadlines, avoid, idle, idle:c:*, LIMIT_COUNTERS, preemptible, host:ID:held_devices,
 --          device:ID:history, sched:wake; reads config
 -- Returns  {lease_ms, task1, task2, ...[, 'more']}: the lease length granted and the claimed
 --          tasks, each a flat field/value array of the task hash as read, then the fields the
---          claim set (a field may come twice: its last value is the current one); last the
+--          claim set (a field may come twice: its last value is the current one), and for a
+--          task with a list of tests (hash field `tests`) the field `tests_list` (task:ID:tests:
+--          its test ids, one a line); last the
 --          string 'more' when the budget stopped the claim with entries left in the inbox.
 --          Stale inbox entries (expired, cancelled, reassigned) are dropped silently.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
@@ -92,6 +95,9 @@ while #out <= max do
       local gang = t.gang or ''
       if t.goal == '' then  -- a long goal lives in its own key (a part's: its gang task's)
         flat_update(flat, 'goal', redis.call('GET', k('task', gang ~= '' and gang or id, 'goal')) or '')
+      end
+      if t.tests and t.tests ~= '' then
+        flat_update(flat, 'tests_list', redis.call('GET', k('task', id, 'tests')) or '')
       end
       if gang ~= '' then gang_claimed(gang) end
       out[#out + 1] = flat

@@ -18,7 +18,7 @@
 -- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, attr_names, device:ID, device:ID:history, device:ID:log, devices, host:ID:devices,
 --          host:ID:quarantined, host:ID:held_devices,
 --          idle, idle:c:*, bookings, faults, caps, drivers, qdrivers, devgen, events, host:ID:ctl; with
---          force also task:ID, task:ID:attempts, task:ID:goal, leases, preemptible, host:ID:inbox,
+--          force also task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, leases, preemptible, host:ID:inbox,
 --          status:*, queue:SIG, sig:SIG, queues, deadlines, avoid, retries, gangs,
 --          LIMIT_COUNTERS, sched:wake; reads host:ID, config
 -- Returns  {host_id, task id handed back ('' when none), reported(1: its live host still

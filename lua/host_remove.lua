@@ -16,7 +16,7 @@
 --          host:ID:quarantined, host:ID:held_devices, host:ID:sync, host:ID:leftout,
 --          device:ID, device:ID:history, device:ID:log, devices, idle, idle:c:*, bookings, faults, caps,
 --          drivers, qdrivers, hosts, devgen, events; with force also task:ID, preemptible,
---          task:ID:attempts, task:ID:goal, leases, status:*, queue:SIG, sig:SIG, queues,
+--          task:ID:attempts, task:ID:goal, task:ID:tests, leases, status:*, queue:SIG, sig:SIG, queues,
 --          deadlines, avoid, retries, gangs, LIMIT_COUNTERS, sched:wake, host:ID:ctl; reads config
 -- Returns  {devices removed, tasks handed back}
 -- Errors   NOT_FOUND (no host), BUSY (a device holds a lease and force is not given), INVALID

@@ -50,7 +50,7 @@
 --   failure_kind  failed: runner_failed | runner_error | timeout | rejected | infrastructure;
 --                 '' otherwise
 --   payload       result or error, at most 65536 bytes
--- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal,
+-- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
 --          status:*, qdrivers, LIMIT_COUNTERS, preemptible, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,

@@ -24,7 +24,7 @@
 --          expected  the session the caller saw ('' = none): start/dead are refused with
 --          SESSION_ACTIVE if it changed meanwhile (two daemons starting at once).
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:ctl, device:ID, task:ID,
---          task:ID:attempts, task:ID:goal, queue:SIG, sig:SIG, queues, status:*, deadlines, avoid, leases,
+--          task:ID:attempts, task:ID:goal, task:ID:tests, queue:SIG, sig:SIG, queues, status:*, deadlines, avoid, leases,
 --          host:ID:inbox, idle, idle:c:*, LIMIT_COUNTERS, preemptible, gangs, retries, device:ID:history, events,
 --          sched:wake; reads config
 -- Returns  start/dead/takeover: {epoch, replaced session ('' = none), attempts handed back};

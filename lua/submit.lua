@@ -55,8 +55,12 @@
 --   where            optional, compiled --where clauses (deviceq.core.where.compile_all;
 --                    valid_where in lib/where.lua): the device's attributes must satisfy
 --                    them (assign.lua re-checks); part of the bucket's signature; not with roles
+--   tests            optional, its list of tests (a suite's shard): test ids, one a line
+--                    (1..MAX_TEST_ID_BYTES bytes each, no control character, no blank around),
+--                    at most MAX_TESTS_LIST_BYTES in all; kept in task:ID:tests (the hash's
+--                    `tests`: how many) and returned with the claim; not with roles
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
---          writes seq, task:ID, task:ID:goal, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
+--          writes seq, task:ID, task:ID:goal, task:ID:tests, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
 -- Returns  a flat array: per task, its id and 1 (created) or 0 (an earlier task with the same
 --          idempotency key, whose id is returned instead).
@@ -150,6 +154,21 @@ local function check(b)
   local pin = A[b + TASK_PIN]
   if pin and not valid_id(pin) then return fail('INVALID', 'malformed pin (a device id)') end
   if pin and A[b + TASK_ROLES] then return fail('INVALID', 'a task with roles cannot be pinned') end
+  local tests = A[b + TASK_TESTS]
+  if tests then
+    if type(tests) ~= 'string' or #tests < 1 or #tests > MAX_TESTS_LIST_BYTES or not valid_utf8(tests)
+        or tests:find('[%z\1-\9\11-\31\127]') or tests:find('\n\n', 1, true)
+        or tests:sub(1, 1) == '\n' or tests:sub(-1) == '\n' then
+      return fail('INVALID', 'tests must be test ids, one a line, at most ' .. MAX_TESTS_LIST_BYTES ..
+        ' bytes, no control character')
+    end
+    for line in tests:gmatch('[^\n]+') do
+      if #line > MAX_TEST_ID_BYTES or line:find('^%s') or line:find('%s$') then
+        return fail('INVALID', 'a test id must be 1-' .. MAX_TEST_ID_BYTES .. ' bytes, no blank around')
+      end
+    end
+    if A[b + TASK_ROLES] then return fail('INVALID', 'a task with roles cannot have a list of tests') end
+  end
   local retry_of = A[b + TASK_RETRY_OF]
   if retry_of and not valid_id(retry_of) then
     return fail('INVALID', 'malformed retry_of task id')
@@ -270,6 +289,12 @@ for i = 0, n - 1 do
     if later <= now then later = nil end
     if tenant ~= '' then redis.call('HSET', tk, 'tenant', tenant) end
     if pin ~= '' then redis.call('HSET', tk, 'pin', pin) end
+    local tests = A[b + TASK_TESTS]
+    if tests then  -- (its own key: the hash stays a listpack)
+      local _, lines = tests:gsub('\n', '')
+      redis.call('SET', k('task', id, 'tests'), tests)
+      redis.call('HSET', tk, 'tests', I(lines + 1))
+    end
     local retry_of = A[b + TASK_RETRY_OF]
     if retry_of then
       redis.call('HSET', tk, 'retry_of', retry_of)

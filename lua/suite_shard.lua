@@ -1,7 +1,7 @@
 --- @include "lib/base"
 --- @include "lib/args"
 --- @include "lib/fence"
---- @include "lib/events"
+--- @include "lib/suites"
 --- @include "gen/suite_tries"
 -- suite_shard.lua: record the outcome of one shard of a running suite (deviceq.suites), once:
 -- each test's try (status, the device, the shard) is added to its results and its final
@@ -11,7 +11,8 @@
 -- device as failed); each test's duration is kept per suite name
 -- (weighted: half the last, half before) for the next split; a retry shard of failed tests,
 -- already submitted, is added. When no shard is left open, the suite ends `done` (every test
--- passed, flaky or skipped) or `failed`; event suite_done.
+-- passed, flaky or skipped) or `failed`; event suite_done; a suite on every device with a
+-- joining window (`join_until`) not closed yet by suite_join.lua stays running until it is.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     fence('' = none, else the leader's epoch) id index(the shard) status(its task's
 --          status) device('' = none) retry(JSON shard object or '' = none) m(0..10000), then m
@@ -132,9 +133,6 @@ if rs then
 end
 redis.call('HSET', sk, 'open', I(open))
 if open > 0 then return 'running' end
-local c = hfields(sk, {'n_failed', 'n_pending'})
-local st = (tonumber(c.n_failed or '0') > 0 or tonumber(c.n_pending or '0') > 0) and 'failed' or 'done'
-redis.call('HSET', sk, 'status', st, 'finished_at', I(now_ms()))
-redis.call('SREM', k('suites', 'running'), id)
-emit('suite_done', 'suite', id, 'status', st)
-return st
+local j = hfields(sk, {'join_until', 'join_closed'})
+if j.join_until and j.join_closed ~= '1' then return 'running' end  -- devices may still join
+return suite_end(id, sk)

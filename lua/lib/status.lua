@@ -17,12 +17,14 @@ local function index_status(id, old, new, seq, t)
     local keep = _keep
     if not part then redis.call('ZADD', k('status', new), now_str(), id) end
     redis.call('PEXPIRE', k('task', id), keep)
-    -- the attempt history and a long goal (only these keys exist besides the hash)
-    local h = t and {t.attempt, t.goal, t.avoid_devices, t.queue_deadline, t.eligible_at}
+    -- the attempt history, a long goal and a list of tests (only these keys exist besides the
+    -- hash)
+    local h = t and {t.attempt, t.goal, t.avoid_devices, t.queue_deadline, t.eligible_at, t.tests}
       or redis.call('HMGET', k('task', id), 'attempt', 'goal', 'avoid_devices', 'queue_deadline',
-        'eligible_at')
+        'eligible_at', 'tests')
     if h[1] and h[1] ~= '0' then redis.call('PEXPIRE', k('task', id, 'attempts'), keep) end
     if h[2] == '' and not part then redis.call('PEXPIRE', k('task', id, 'goal'), keep) end
+    if h[6] and h[6] ~= '' then redis.call('PEXPIRE', k('task', id, 'tests'), keep) end
     if old == 'queued' and h[3] and h[3] ~= '' then redis.call('HDEL', k('avoid'), id) end
     if h[4] and h[4] ~= '' then redis.call('ZREM', k('deadlines'), id) end
     if old == 'queued' and h[5] and h[5] ~= '' then  -- ended while waiting for its retry

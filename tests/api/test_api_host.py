@@ -443,3 +443,22 @@ def test_a_drain_with_the_api_down_and_nothing_running_ends_at_once(
     log = deploy.log("h1")
     assert "reachable again" not in log, log[-3000:]
     assert "draining" in log
+
+
+def test_a_claim_through_the_api_carries_the_tasks_list_of_tests(
+    deploy: Deployment, api: ApiServer
+) -> None:
+    token = deploy.admin.add_host("hT")
+    h = ApiHostClient(api.url, None, "hT", token)
+    h.start_session("sT000000000000001")
+    h.heartbeat([DeviceReport("t1", "ios")])
+    (tid,) = deploy.client.submit_many([{"goal": "x", "driver_type": "ios",
+                                         "tests": ["k#a", "k#b"]}])  # fmt: skip
+    plain = deploy.client.submit("y", driver_type="ios")
+    TaskScheduler(deploy.admin).assign()
+    (got,) = h.claim(1)
+    assert (got.task.id, got.tests) == (tid, ["k#a", "k#b"])
+    h.report(tid, got.lease_id, "done", payload="ok")
+    TaskScheduler(deploy.admin).assign()
+    (other,) = h.claim(1)
+    assert (other.task.id, other.tests) == (plain, None)

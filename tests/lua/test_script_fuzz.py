@@ -95,6 +95,12 @@ class Pool:
         suite_args = ["su1", "nightly", "0", "{}", "2", "", "1", shard]
         self.scripts["suite_submit"](keys=[self.keys.prefix], args=suite_args)
 
+    def with_joining(self) -> None:
+        """A suite ``sj1`` on every device with a joining window (for suite_join)."""
+        shard = json.dumps({"task": self.queued, "tests": ["t1"], "round": 0, "pin": "d1"})
+        args = ["sj1", "every", "1", '{"include_joining_s": 600}', "1", "", "1", shard]
+        self.scripts["suite_submit"](keys=[self.keys.prefix], args=args)
+
     def with_schedule(self) -> None:
         """A schedule ``nightly`` and a scheduler leading with epoch 7 (for schedule_fire)."""
         from deviceq.services.schedules import ScheduleStore
@@ -118,7 +124,8 @@ class Pool:
         no = False  # (an optional item field not given)
         return {
             "submit": ["1", [uuid.uuid4().hex[:16], "goal", "hello", "", "android", "wifi", 3,
-                             2, no, "10", no, no, no, no, no, no, no, no, no, no, no, no, no]],
+                             2, no, "10", no, no, no, no, no, no, no, no, no, no, no, no, no,
+                             "c#a\nc#b"]],
             "heartbeat": ["h1", tok, "", "full", "sync1", "first", "0", "2",
                           ["d1", "android", "wifi", "idle", "", "d3", "web", "", "busy",
                            "in use"]],
@@ -158,6 +165,8 @@ class Pool:
             "suite_shard": ["", "su1", "0", "done", "d1", "", "2", "t1", "passed", "1200", "",
                             "t2", "failed", "", "boom"],
             "suite_cancel": ["su1"],
+            # (a suite on every device with a joining window: see with_joining)
+            "suite_join": ["", "sj1", "close"],
             # (the leader of epoch 7: see with_classes)
             "preempt": ["7", getattr(self, "urgent", self.queued), run, "d1"],
         }[name]  # fmt: skip
@@ -263,6 +272,8 @@ def test_the_fuzzers_valid_calls_are_valid(redis_server: Any) -> None:
         if name == "gate_eval":  # a gate, and a device it holds
             pool.admin._run("gate_set", pool.valid("gate_set"))
             pool.r.hset(pool.keys.device_attrs("d3"), "battery", "n:5")
+        if name == "suite_join":
+            pool.with_joining()
         before = dump(pool.r, pool.keys)
         pool.scripts[name](keys=[pool.keys.prefix], args=wire(pool.valid(name)))
         check_pool(pool.r, pool.keys)

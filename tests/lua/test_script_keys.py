@@ -6,6 +6,7 @@ prefix: one hash tag, so one Redis Cluster slot)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -243,6 +244,15 @@ def exercise(url: str, pool: str) -> None:
     client.cancel(suite.shards[0].task_id)
     assert SuiteWatcher(client, lambda: None).look(suite.id, None) == 1
     client.cancel_suite(suite.id)
+    # a suite on every device with a joining window (suite_join.lua: a device registered
+    # before it was submitted is refused; the window closed)
+    each = client.submit_suite("every", ["c#a"], goal="run {tests}", each_device=True,
+                               include_joining=600)  # fmt: skip
+    sh = each.shards[0]
+    shard = json.dumps({"task": sh.task_id, "tests": sh.tests, "round": 0, "pin": sh.pin})
+    assert client._run("suite_join", ["", each.id, "add", sh.pin, shard]) == "closed"
+    assert client._run("suite_join", ["", each.id, "close"]) == "running"
+    client.cancel_suite(each.id)
     r.close()
 
 

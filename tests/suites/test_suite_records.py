@@ -177,7 +177,11 @@ def test_hostile_or_oversized_junit_is_refused_and_its_tests_count_missing(lab: 
 def test_bad_input_is_refused_before_anything_is_written(lab: Lab) -> None:
     c = lab.client
     for kwargs, msg in [
-        ({"goal": "no mark", "shards": 2}, "must contain {tests}"),
+        ({"goal": "  ", "shards": 2}, "must not be blank"),
+        (
+            {"goal": "g" * 16300 + " {tests}", "shards": 1},
+            r"shard 0's goal .* more than 16384: give more",
+        ),
         ({"goal": "g {tests}", "command": "c {tests}", "shards": 2}, "exactly one"),
         ({"goal": "g {tests}"}, "give one of"),
         ({"goal": "g {tests}", "shards": 2, "deadline": 10}, "give one of"),
@@ -215,10 +219,8 @@ def test_the_suite_commands(lab: Lab, cli: Any, tmp_path: Path) -> None:
     made = json.loads(res.stdout)
     sid = made["id"]
     assert [len(s["tests"]) for s in made["shards"]] == [2, 2] and made["eta_s"] > 0
-    bad = cli(
-        "suite", "submit", "cmd", "--tests", str(tests_file), "--goal", "run", "--shards", "2"
-    )
-    assert bad.exit_code == 2 and "must contain {tests}" in bad.output
+    bad = cli("suite", "submit", "cmd", "--tests", str(tests_file), "--goal", " ", "--shards", "2")
+    assert bad.exit_code == 2 and "must not be blank" in bad.output
     assert cli("suite", "wait", sid, "--timeout", "0.2").exit_code == 124
     for i, sh in enumerate(made["shards"]):
         results = {t: ("passed", 1.0) for t in sh["tests"]}

@@ -22,8 +22,8 @@ from .tokens import ROLES, TokenInfo
 
 FIELDS = frozenset({
     "name", "tests", "goal", "command", "driver_type", "tags", "shards", "max_devices",
-    "deadline", "each_device", "retry_failed", "priority", "tenant", "timeout", "max_attempts",
-    "junit",
+    "deadline", "each_device", "include_joining", "retry_failed", "priority", "tenant", "timeout",
+    "max_attempts", "junit",
 })  # fmt: skip
 """What a ``POST /suites`` body may hold."""
 LIST_MAX = 1000
@@ -65,8 +65,10 @@ class SuiteApi:
         """Submit a suite: its tests sharded over the matching devices.
 
         The body is a JSON object: ``name``, ``tests`` (a list of test ids), ``goal`` or
-        ``command`` (a template with ``{tests}``), ``driver_type``, ``tags``, one of
-        ``shards``, ``deadline`` (seconds, with ``max_devices``) or ``each_device``, and
+        ``command`` (a template, ``{tests}`` where a shard's tests go; the run also finds them
+        in ``$DEVICEQ_TESTS_FILE``), ``driver_type``, ``tags``, one of ``shards``,
+        ``deadline`` (seconds, with ``max_devices``) or ``each_device`` (with
+        ``include_joining``: seconds during which registering devices join), and
         ``retry_failed``, ``priority``, ``tenant``, ``timeout``, ``max_attempts``, ``junit``.
         Answers 201 ``{"id", "shards": [{"task_id", "tests"}], "eta_s"}``; a deadline that
         cannot be met is 400 ``unsatisfiable: needs N devices, M match``, nothing submitted."""

@@ -55,10 +55,13 @@ def suite() -> None:
               "skipped).")  # fmt: skip
 @click.option("--goal", metavar="TEMPLATE",
               help="Each shard's goal: TEMPLATE with {tests} replaced by its test ids (space "
-              "separated).")  # fmt: skip
+              "separated). Whatever the runner, the run also finds them, one a line, in the "
+              "file named by $DEVICEQ_TESTS_FILE (a Python runner: task.tests_file).")  # fmt: skip
 @click.option("--command", metavar="TEMPLATE",
               help="Each shard's command (for a host running goals as commands): TEMPLATE "
-              "with {tests} replaced by its test ids, each shell-quoted.")  # fmt: skip
+              "with {tests} replaced by its test ids, each shell-quoted; the command also "
+              "finds them, one a line, in the file $DEVICEQ_TESTS_FILE (then {tests} may be "
+              "left out: a shard's goal is at most 16 KiB, its list of tests 1 MiB).")  # fmt: skip
 @click.option("--driver-type", help="Only devices of this driver type.")
 @click.option("--tag", "tags", multiple=True, help="A capability tag the devices need (repeat).")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True)
@@ -74,6 +77,10 @@ def suite() -> None:
 @click.option("--max-devices", type=int, metavar="N", help="With --deadline: at most N shards.")
 @click.option("--each-device", is_flag=True,
               help="Every test on every device matching now: one task pinned to each.")  # fmt: skip
+@click.option("--include-joining", metavar="DURATION",
+              help="With --each-device: each matching device that registers within DURATION "
+              "after the submit (10m; at most 7d) gets its pinned task too; the suite ends "
+              "once the window has passed and every shard has ended.")  # fmt: skip
 @click.option("--retry-failed", type=click.IntRange(0, 5), default=0, show_default=True,
               help="Rounds re-running only a shard's failed tests, as a new shard on another "
               "device.")  # fmt: skip
@@ -88,8 +95,8 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
                  driver_type: str | None, tags: tuple[str, ...], priority: int,
                  tenant: str | None, timeout: str | None, max_attempts: int | None,
                  shards: int | None, deadline: str | None, max_devices: int | None,
-                 each_device: bool, retry_failed: int, junit: str, dry_run: bool,
-                 as_json: bool) -> None:  # fmt: skip
+                 each_device: bool, include_joining: str | None, retry_failed: int, junit: str,
+                 dry_run: bool, as_json: bool) -> None:  # fmt: skip
     """Submit the tests of FILE as suite NAME: shards (ordinary tasks) over the matching
     devices; prints the suite's id, and on stderr its shards and ETA.
 
@@ -99,7 +106,9 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
       deviceq suite submit smoke --tests tests.txt --command './run.sh {tests}' \\
           --deadline 15m --max-devices 10
       deviceq suite submit flash --tests checks.txt --command './check.sh {tests}' \\
-          --driver-type board --each-device
+          --driver-type board --each-device --include-joining 10m
+      deviceq suite submit smoke --tests tests.txt --driver-type android --shards 3 \\
+          --command './run-instrumentation.sh --tests-file "$DEVICEQ_TESTS_FILE"'
     """
     from ..core.input_files import read_input
     from ..suites.model import MAX_TESTS_FILE, parse_tests
@@ -109,10 +118,14 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
         tests = parse_tests(read_input(tests_file, MAX_TESTS_FILE), tests_file)
         timeout_s = None if timeout is None else parse_duration_ms(timeout, "--timeout") / 1000
         deadline_s = None if deadline is None else parse_duration_ms(deadline, "--deadline") / 1000
+        joining_s = None
+        if include_joining is not None:
+            joining_s = parse_duration_ms(include_joining, "--include-joining") / 1000
         p = ctx.client.plan_suite(
             name, tests, goal=goal, command=command, driver_type=driver_type, tags=list(tags),
             shards=shards, max_devices=max_devices, deadline=deadline_s,
-            each_device=each_device, retry_failed=retry_failed, priority=priority,
+            each_device=each_device, include_joining=joining_s, retry_failed=retry_failed,
+            priority=priority,
             tenant=tenant, timeout=timeout_s, max_attempts=max_attempts, junit=junit,
         )  # fmt: skip
     except InvalidInput as exc:
@@ -135,6 +148,7 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
                 for i, s in enumerate(p.shards)
             ],
             "eta_s": None if p.eta_s is None else round(p.eta_s, 1),
+            "include_joining_s": joining_s,
         })  # fmt: skip
         return
     what = "would be" if dry_run else "submitted as"
@@ -143,6 +157,9 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
         f"{p.matching} matching device(s) now, ETA {fmt_eta(p.eta_s)}",
         err=True,
     )
+    if joining_s is not None:
+        click.echo(f"devices that register within {fmt_eta(joining_s)} get their shard too",
+                   err=True)  # fmt: skip
     if not dry_run:
         click.echo(p.suite_id)
 
@@ -176,6 +193,11 @@ def suite_lines(s: Suite) -> list[str]:
     out = [f"suite {s.id} ({s.name}): {s.status}"]
     if s.status == "running":
         out.append(f"ETA {fmt_eta(s.eta_s)}")
+    if s.join_until is not None:
+        joined = sum(sh.joined for sh in s.shards)
+        state = "closed" if s.join_closed or s.terminal else "open"
+        out.append(f"joining window {state} until {fmt_ms(s.join_until)}: {joined} device(s) "
+                   "joined")  # fmt: skip
     out.append(
         f"tests {s.tests}: passed {c['passed']}, flaky {c['flaky']}, failed {c['failed']}, "
         f"skipped {c['skipped']}, pending {c['pending']}"
@@ -193,7 +215,8 @@ def suite_lines(s: Suite) -> list[str]:
         retry = f" retry {sh.round}" if sh.round else ""
         pin = ""
         if sh.pin:
-            pin = " (pinned)" if sh.device_id == sh.pin else f" (pinned to {sh.pin})"
+            pin = " (pinned" if sh.device_id == sh.pin else f" (pinned to {sh.pin}"
+            pin += ", joined)" if sh.joined else ")"
         n = len(sh.tests)
         out.append(
             f"shard {sh.index}{retry}: task {sh.task_id} {sh.status or '?'} on "
@@ -209,8 +232,9 @@ def suite_lines(s: Suite) -> list[str]:
               help="Print {id, status, shards, counts, failed, flaky, eta_s...}.")  # fmt: skip
 @pass_ctx
 def suite_show(ctx: Ctx, suite_id: str, as_json: bool) -> None:
-    """A suite: status, ETA while it runs, counts, failed tests (with the devices they failed
-    on) first, flaky ones, and every shard's task and device."""
+    """A suite: status, ETA while it runs, its joining window (--include-joining), counts,
+    failed tests (with the devices they failed on) first, flaky ones, and every shard's task
+    and device (a suite on every device: each device's outcome, joined ones marked)."""
     try:
         s = ctx.client.suite(suite_id)
     except InvalidInput as exc:

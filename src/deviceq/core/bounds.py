@@ -25,6 +25,11 @@ MAX_SUBMIT_TASKS = 10_000
 """Tasks in one ``submit.lua`` call at most (`Client.submit_many` sends fewer)."""
 MAX_REASON_BYTES = 200
 """A device state's reason in a heartbeat, at most."""
+MAX_TEST_ID_BYTES = 300
+"""Bytes of one test id of a task's list of tests (a suite's shard) at most."""
+MAX_TESTS_LIST_BYTES = 1024 * 1024
+"""Bytes of a task's list of tests (its ids joined by newlines: a suite's shard, written by the
+host into the file ``$DEVICEQ_TESTS_FILE``) at most."""
 
 LUA_BOUNDS: dict[str, int | float] = {
     "MAX_GOAL_BYTES": MAX_GOAL_BYTES,
@@ -39,6 +44,8 @@ LUA_BOUNDS: dict[str, int | float] = {
     "MAX_NOT_BEFORE_AHEAD_MS": MAX_NOT_BEFORE_AHEAD_S * 1000,
     "MAX_SUBMIT_TASKS": MAX_SUBMIT_TASKS,
     "MAX_REASON_BYTES": MAX_REASON_BYTES,
+    "MAX_TEST_ID_BYTES": MAX_TEST_ID_BYTES,
+    "MAX_TESTS_LIST_BYTES": MAX_TESTS_LIST_BYTES,
 }
 """The Lua locals of ``gen/bounds``, each with its value."""
 

@@ -18,6 +18,10 @@ key                                type       holds
                                               ``retention`` after the attempt ends)
 ``task:ID:goal``                   string     the goal when longer than 64 bytes (the hash
                                               then holds ``goal`` empty: it stays a listpack)
+``task:ID:tests``                  string     the task's list of test ids, one a line (a suite's
+                                              shard; the hash's ``tests``: how many): returned
+                                              with its claim, written by the host into
+                                              ``$DEVICEQ_TESTS_FILE``
 ``queue:SIG``                      zset       queued task ids of one constraint bucket, by seq
 ``queues``                         zset       non-empty bucket ids, scored by their head's seq
 ``sig:SIG``                        hash       a bucket's constraints (driver_type, tags, prio)
@@ -153,9 +157,13 @@ key                                type       holds
 ``suites:running``                 set        running suite ids (the leading scheduler watches
                                               their shards: deviceq.services.suite_watch)
 ``suite:ID``                       hash       one suite: name, status, spec (JSON), counts,
-                                              eta_at, submitted_at, finished_at
+                                              eta_at, submitted_at, finished_at; join_until
+                                              (ms) and join_closed of a joining window
 ``suite:ID:shards``                hash       shard index -> JSON ``{task, tests, round, pin,
-                                              done, device, status, counts}``
+                                              joined, done, device, status, counts}``
+``suite:ID:devices``               set        the devices of a suite on every device that have
+                                              their shard (suite_submit.lua, then each device
+                                              joining in its window: suite_join.lua)
 ``suite:ID:results``               hash       test id -> JSON ``{s, d, dev, tries}``: its
                                               final status and every try (suite_shard.lua)
 ``suite_durations:NAME``           hash       test id -> ms it took last (weighted), per suite
@@ -395,6 +403,9 @@ class Keys:
     def suite_shards(self, suite_id: str) -> str:
         return self._k("suite", suite_id, "shards")
 
+    def suite_devices(self, suite_id: str) -> str:
+        return self._k("suite", suite_id, "devices")
+
     def suite_results(self, suite_id: str) -> str:
         return self._k("suite", suite_id, "results")
 
@@ -415,6 +426,9 @@ class Keys:
 
     def goal(self, task_id: str) -> str:
         return self._k("task", task_id, "goal")
+
+    def task_tests(self, task_id: str) -> str:
+        return self._k("task", task_id, "tests")
 
     def attempts(self, task_id: str) -> str:
         return self._k("task", task_id, "attempts")

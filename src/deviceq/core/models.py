@@ -215,6 +215,9 @@ class TaskSpec(BaseModel):
     pin: Annotated[str, _named("device id")] | None = None
     # --where expressions over the device's attributes (and-ed; canonical, sorted)
     where: Annotated[tuple[str, ...], BeforeValidator(where_texts)] = ()
+    # its list of test ids (a suite's shard): stored with it (task:ID:tests), returned with its
+    # claim and written by the host into the file named by $DEVICEQ_TESTS_FILE (Task.tests_file)
+    tests: Annotated[tuple[str, ...] | None, BeforeValidator(validation.check_test_list)] = None
 
     @field_validator("retry_on", mode="before")
     @classmethod
@@ -238,6 +241,8 @@ class TaskSpec(BaseModel):
             raise InvalidInput("a task with roles cannot have --where expressions of its own")
         if self.roles is not None and self.timeout is not None:
             raise InvalidInput("a task with roles cannot have a timeout of its own")
+        if self.roles is not None and self.tests is not None:
+            raise InvalidInput("a task with roles cannot have a list of tests")
         if self.roles is not None and (self.driver_type or self.tags or self.tenant):
             raise InvalidInput(
                 "a task with roles has no driver_type, tags or tenant of its own: "
@@ -470,3 +475,6 @@ class Assignment(BaseModel):
     host_id: str
     lease_expires_at: int
     lease_ms: int = 0
+    # the task's list of test ids (a suite's shard; None: it has none): the host writes it into
+    # the run's file $DEVICEQ_TESTS_FILE before the run starts
+    tests: list[str] | None = None

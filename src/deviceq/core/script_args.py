@@ -154,6 +154,7 @@ SUBMIT = Items(
         text("pin", optional=True),
         text("class", optional=True),
         text("where", optional=True),
+        text("tests", optional=True),
     ),
 )
 """submit.lua's tasks."""

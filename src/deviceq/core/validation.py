@@ -8,7 +8,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .bounds import MAX_GOAL_BYTES, MAX_TAGS, MAX_TASK_TIMEOUT, MIN_TASK_TIMEOUT
+from .bounds import (
+    MAX_GOAL_BYTES,
+    MAX_TAGS,
+    MAX_TASK_TIMEOUT,
+    MAX_TEST_ID_BYTES,
+    MAX_TESTS_LIST_BYTES,
+    MIN_TASK_TIMEOUT,
+)
 from .errors import InvalidInput
 from .vocabulary import RETRY_KINDS
 
@@ -115,6 +122,47 @@ def validate_goal(goal: object) -> str:
     if size > MAX_GOAL_BYTES:
         raise InvalidInput(f"goal is {size} bytes; the limit is {MAX_GOAL_BYTES}")
     return goal
+
+
+def check_test_id(value: object, where: str = "") -> str:
+    """A test id: 1-`MAX_TEST_ID_BYTES` bytes of text without control characters or
+    surrounding blanks (one line of a tests file)."""
+    at = f" ({where})" if where else ""
+    if not isinstance(value, str):
+        raise InvalidInput(f"test id{at} must be a str, not {type(value).__name__}")
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    check_text(value, f"test id {shown!r}{at}")
+    if not value or len(value.encode()) > MAX_TEST_ID_BYTES:
+        raise InvalidInput(f"test id {shown!r}{at}: must be 1-{MAX_TEST_ID_BYTES} bytes")
+    if value != value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidInput(f"test id {shown!r}{at}: no control characters or surrounding blanks")
+    return value
+
+
+def check_test_list(value: Any) -> tuple[str, ...] | None:
+    """A task's list of tests (a suite's shard: the host writes it, one a line, into the file
+    ``$DEVICEQ_TESTS_FILE``): None, or 1 or more `check_test_id` ids whose lines take at most
+    `MAX_TESTS_LIST_BYTES` bytes."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise InvalidInput("tests must be a list of test ids")
+    out = tuple(check_test_id(t) for t in value)
+    if not out:
+        raise InvalidInput("tests must list at least one test id (or be left out)")
+    size = len(tests_text(out).encode())
+    if size > MAX_TESTS_LIST_BYTES:
+        raise InvalidInput(
+            f"the list of tests is {size} bytes (one id a line); a task's list is at most "
+            f"{MAX_TESTS_LIST_BYTES} bytes: split the tests over more shards"
+        )
+    return out
+
+
+def tests_text(tests: Any) -> str:
+    """A list of test ids as stored and written to ``$DEVICEQ_TESTS_FILE``: one a line (no
+    newline after the last: submit.lua's form; the host adds it to the file)."""
+    return "\n".join(tests)
 
 
 def check_task_timeout(value: object) -> float | None:

@@ -48,6 +48,27 @@ def whole_log(folder: Path | None) -> Path | None:
     return None if folder is None else Path(os.fspath(folder) + ".log")
 
 
+def tests_path(folder: Path | None) -> Path | None:
+    """Where the host writes a run's list of tests (``$DEVICEQ_TESTS_FILE``): beside its
+    artifacts folder (never in it: the runner owns that, and the list is no artifact)."""
+    return None if folder is None else Path(os.fspath(folder) + ".tests")
+
+
+def write_tests(folder: Path | None, tests: list[str] | None) -> Path | None:
+    """Write ``tests`` (a claimed task's test ids) one a line beside the attempt's folder
+    (`tests_path`), replacing what a run of this attempt that died left; the file's path, or
+    None without a list or a folder. OSError when it cannot be written (the run then does not
+    start: its runner would miss its tests)."""
+    path = tests_path(folder)
+    if path is None or tests is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(os.fspath(path) + ".tmp")
+    tmp.write_text("".join(f"{t}\n" for t in tests), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
 def cap_log_file(path: Path, limit: int) -> bool:
     """Cut ``path`` (an attempt's ``log.txt``, a regular file: a link is left to `collect`,
     which skips it) to ``limit`` bytes plus one line that says so; True when it was longer.
@@ -132,10 +153,12 @@ class Uploader:
         return Path(f"{self._work}/{validate_id(task_id, 'task id')}/{int(attempt)}")
 
     def discard(self, folder: Path | None) -> None:
-        """Remove an attempt's folder (kept nothing) and its whole log."""
+        """Remove an attempt's folder (kept nothing), its whole log and its list of tests."""
         if folder is not None:
             with contextlib.suppress(OSError):
                 whole_log(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
+            with contextlib.suppress(OSError):
+                tests_path(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
             try:
                 folder.rmdir()  # empty, or never made (most runs write nothing)
             except FileNotFoundError:

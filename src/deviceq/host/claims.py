@@ -1,6 +1,7 @@
 """``claim.lua``'s reply read into `Assignment` s: the lease length, then each claimed task's
 hash as flat field/value pairs (trusted: the script wrote them), the fields the claim changed
-appended: a field named twice has its last value; last ``more`` when the script's time budget
+appended: a field named twice has its last value (``tests_list``: the task's test ids, one a
+line, when it has some); last ``more`` when the script's time budget
 stopped it with assignments left in the inbox (`claimed_all` is False: claim again)."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def assignments(rows: list[Any]) -> list[Assignment]:
     for flat in rows[1:] if claimed_all(rows) else rows[1:-1]:
         h = dict(zip(flat[::2], flat[1::2], strict=True))  # (the last value of a field wins)
         task = ScheduledTask.from_hash(h, trusted=True)
+        listed = h.get("tests_list")
         out.append(
             trusted_model(
                 Assignment,
@@ -34,6 +36,7 @@ def assignments(rows: list[Any]) -> list[Assignment]:
                     "host_id": task.host_id,
                     "lease_expires_at": task.lease_expires_at,
                     "lease_ms": lease_ms,
+                    "tests": listed.split("\n") if listed else None,
                 },
             )
         )

@@ -289,6 +289,7 @@ class TaskDispatcher:
         artifacts_dir: Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
         stop_grace: Callable[[], float | None] | None = None,
+        tests_file: Path | None = None,
     ) -> DispatchOutcome:
         """Run ``assignment`` to its end and return the outcome. ``cancel_event`` asks the
         runner to stop (the outcome is then ``cancelled`` unless the runner still succeeded);
@@ -300,11 +301,13 @@ class TaskDispatcher:
         logger's INFO lines, a command's stdout and stderr: the live log); ``progress_sink``
         gets what it says of its progress (``Task.progress``, checked); ``stop_grace``, asked
         when the run is told to stop, how long the runner gives it after its stop signal
-        (None: the runner's own; a preempted run gets its class's grace). An async runner's
-        assignment (`is_async`) goes to `dispatch_async` instead."""
+        (None: the runner's own; a preempted run gets its class's grace); ``tests_file``, the
+        file holding the task's list of tests (``task.tests_file``, ``$DEVICEQ_TESTS_FILE``).
+        An async runner's assignment (`is_async`) goes to `dispatch_async` instead."""
         cancel_event = cancel_event or LoopEvent()
         task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
                           artifacts_dir, progress_sink)  # fmt: skip
+        task.tests_file = tests_file
         definition = None
         if assignment.task.kind == "workflow":
             loaded = self._workflow(assignment, cancel_event, deadline)
@@ -328,6 +331,7 @@ class TaskDispatcher:
         artifacts_dir: Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
         stop_grace: Callable[[], float | None] | None = None,
+        tests_file: Path | None = None,
     ) -> DispatchOutcome:
         """`dispatch` for an assignment whose runner is ``async def`` (`is_async`), awaited on
         the running event loop: no thread of its own. The same watchdog tells it to stop
@@ -338,6 +342,7 @@ class TaskDispatcher:
         cancel_event = cancel_event or LoopEvent()
         task = self._task(assignment, deadline, lease, driver_type, serial, log_sink,
                           artifacts_dir, progress_sink)  # fmt: skip
+        task.tests_file = tests_file
         definition = None
         if assignment.task.kind == "workflow":  # (a Redis read: kept off the loop)
             loaded = await asyncio.to_thread(self._workflow, assignment, cancel_event, deadline)

@@ -18,10 +18,10 @@ from typing import Any
 
 from ..core import tracing
 from ..core.errors import DeviceqError
-from ..core.models import Assignment, DeviceState
+from ..core.models import Assignment, DeviceState, FailureKind
 from ..core.replies import parse
 from ..core.vocabulary import ReplyCode
-from .artifacts import uploader, whole_log
+from .artifacts import tests_path, uploader, whole_log, write_tests
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .link import HostLink, Report
 from .log_stream import LogStreamer
@@ -217,6 +217,11 @@ class Executor:
         device = self.state.devices[run.device_id]
         a = run.assignment
         run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
+        try:
+            tests_file = write_tests(run.artifacts_dir, a.tests)
+        except OSError as exc:  # (a full disk: the runner would miss its tests)
+            why = f"cannot write the run's list of tests: {exc}"
+            return DispatchOutcome("failed", FailureKind.runner_error, why)
         run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
                                  self.state.log_max_bytes)  # fmt: skip
         run.progress = self.progress.open(run.task_id, a.lease_id)
@@ -231,6 +236,7 @@ class Executor:
             "artifacts_dir": run.artifacts_dir,
             "progress_sink": self.progress.writer(run.progress),
             "stop_grace": lambda: run.stop_grace,
+            "tests_file": tests_file,
         }
 
     def end(self, run: Run, outcome: DispatchOutcome) -> bool:
@@ -417,6 +423,8 @@ class Executor:
             self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
             if run.artifacts_dir is not None:  # uploaded in the background
                 folder, run.artifacts_dir = run.artifacts_dir, None
+                with contextlib.suppress(OSError):  # (the list of tests is no artifact)
+                    tests_path(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
                 wrote = run.log is None or run.log.wrote
                 self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
                                              report.payload, wrote)  # fmt: skip

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ..core.errors import InvalidInput
 from ..core.models import TaskSpec, encode_roles
 from ..core.script_args import SUBMIT
+from ..core.validation import tests_text
 from ..core.where import compiled_of
 
 
@@ -98,6 +99,7 @@ def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> d
         "pin": spec.pin or None,
         "class": spec.priority_class or None,
         "where": compiled_of(spec.where) if spec.where else None,
+        "tests": None if spec.tests is None else tests_text(spec.tests),
     }
 
 

@@ -38,6 +38,7 @@ class SuiteMethods(PoolConnection):
         max_devices: int | None = None,
         deadline: float | None = None,
         each_device: bool = False,
+        include_joining: float | None = None,
         retry_failed: int = 0,
         priority: int = 0,
         tenant: str | None = None,
@@ -51,7 +52,9 @@ class SuiteMethods(PoolConnection):
         history: longest first, unseen tests at the median), ``deadline`` (seconds: the fewest
         shards that finish in time on the devices matching now, at most ``max_devices``;
         `deviceq.suites.sharding.Unsatisfiable` otherwise, nothing submitted) or
-        ``each_device`` (every test on every device matching now, one task pinned to each).
+        ``each_device`` (every test on every device matching now, one task pinned to each;
+        with ``include_joining`` seconds, also on each matching device that registers within
+        that long after the submit).
         ``retry_failed`` rounds re-run only a shard's failed tests as a new shard on another
         device. Results come from the JUnit files (``junit`` glob) each run keeps in its
         artifacts. Returns the suite as recorded (its ``eta_s``: the ETA at submit)."""
@@ -67,6 +70,7 @@ class SuiteMethods(PoolConnection):
             max_devices=max_devices,
             deadline=deadline,
             each_device=each_device,
+            include_joining=include_joining,
             retry_failed=retry_failed,
             priority=priority,
             tenant=tenant,

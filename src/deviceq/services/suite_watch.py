@@ -11,7 +11,17 @@ it all at once, fenced by the leader's epoch, once per shard; the last shard end
 A watcher SIGKILLed at any point leaves the shard open: the next leader records it.
 
 A shard's artifacts are uploaded after its report: the watcher waits for its attempt's record
-to name its files (or an upload error), at most `UPLOAD_GRACE_MS` after the task ended."""
+to name its files (or an upload error), at most `UPLOAD_GRACE_MS` after the task ended.
+
+A suite on every device with a joining window (``--include-joining``): while it is open, each
+time the pool's devices change (``devgen``) the watcher reads the devices (their driver type,
+tags and registration time) and gives each matching device registered within the window that
+has no shard yet its pinned shard: the task is submitted first with an idempotency key of the
+suite and the device (`deviceq.suites.submission.joined_key`), then suite_join.lua records it
+once per device, fenced. A watcher SIGKILLed between the two leaves the device without its
+shard recorded: the next leader submits again (the same task) and records it. Once the window
+has passed (after a last look at the devices), suite_join.lua closes it; the suite ends when
+its last shard is recorded, not before the window has closed."""
 
 from __future__ import annotations
 
@@ -26,11 +36,11 @@ import redis
 
 from ..artifacts.records import store_for
 from ..core.errors import DeviceqError, Fenced
-from ..core.models import TaskSpec
+from ..core.models import TaskSpec, satisfies
 from ..producer.client import Client
 from ..suites import junit, store
-from ..suites.model import Shard
-from ..suites.submission import task_spec
+from ..suites.model import MAX_SHARDS, Shard
+from ..suites.submission import joined_shard, task_spec
 
 _LOG = logging.getLogger("deviceq.suites")
 
@@ -39,6 +49,8 @@ UPLOAD_GRACE_MS = 30_000
 """How long after a shard's task ended its results wait for its artifacts to be recorded."""
 SUITES_PER_TICK = 200
 """Running suites looked at per tick at most (the rest at the next ones)."""
+JOINS_PER_TICK = 50
+"""Devices joining one suite given their shard per tick at most (the rest at the next ones)."""
 TERMINAL = frozenset({"done", "failed", "cancelled"})
 PIN_SUPPORTED = "pin" in TaskSpec.model_fields
 
@@ -53,6 +65,9 @@ class SuiteWatcher:
     every: float = TICK
     store_url: str | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    # the pool's devgen at this watcher's last look at the devices, per suite with an open
+    # joining window (a look when it changes)
+    seen_devgen: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> threading.Thread:
         th = threading.Thread(target=self.run, name=f"suites-{self.client.pool}", daemon=True)
@@ -86,6 +101,7 @@ class SuiteWatcher:
                 if self.stopping.is_set():
                     break
                 done += self.look(sid, epoch)
+                self.join(sid, epoch)
         except Fenced:
             _LOG.info("suites: another scheduler leads pool %s now", self.client.pool)
         return done
@@ -124,6 +140,71 @@ class SuiteWatcher:
             self.client._run("suite_shard", args)
             count += 1
         return count
+
+    def join(self, suite_id: str, epoch: int | None) -> int:
+        """A suite's joining window: give the devices registered within it their shard, and
+        close it once it has passed; returns how many devices got their shard now."""
+        r, k = self.client.redis, self.client.keys
+        status, raw, until, closed, since = r.hmget(
+            k.suite(suite_id), "status", "spec", "join_until", "join_closed", "submitted_at"
+        )
+        if status != "running" or not until or closed == "1":
+            self.seen_devgen.pop(suite_id, None)
+            return 0
+        fence = "" if epoch is None else str(epoch)
+        now = self.client.server_time_ms()
+        gen = str(r.get(k.devgen) or "0")  # (read before the devices: a later change is seen)
+        added = 0
+        if self.seen_devgen.get(suite_id) != gen:
+            spec = json.loads(raw or "{}")
+            added, left = self.add_joined(suite_id, spec, int(since or 0), int(until), fence)
+            if not left:
+                self.seen_devgen[suite_id] = gen
+        if now >= int(until) and suite_id in self.seen_devgen:
+            self.client._run("suite_join", [fence, suite_id, "close"])
+            self.seen_devgen.pop(suite_id, None)
+        return added
+
+    def add_joined(self, suite_id: str, spec: Mapping[str, Any], since: int, until: int,
+                   fence: str) -> tuple[int, bool]:  # fmt: skip
+        """Submit and record the shard of each matching device registered within
+        [``since``, ``until``) that has none yet (at most `JOINS_PER_TICK`); returns how many
+        were added and whether some are left for the next look."""
+        r, k = self.client.redis, self.client.keys
+        have = {str(d) for d in r.smembers(k.suite_devices(suite_id))}
+        ids = sorted(str(d) for d in r.smembers(k.devices) if str(d) not in have)
+        pipe = r.pipeline(transaction=False)
+        for d in ids:
+            pipe.hmget(k.device(d), "driver_type", "tags", "registered_at")
+        driver, tags = spec.get("driver_type"), list(spec.get("tags") or [])
+        joining = []
+        for d, (dtype, dtags, reg) in zip(ids, pipe.execute(), strict=True):
+            if reg is None or not since <= int(reg) < until:
+                continue
+            if satisfies(driver, tags, dtype or "", [t for t in (dtags or "").split(",") if t]):
+                joining.append(d)
+        room = max(0, MAX_SHARDS - len(have))
+        now_joining = joining[: min(room, JOINS_PER_TICK)]
+        if not now_joining:
+            return 0, False
+        first = min((s for s in store.shards_of(self.client, suite_id) if s.round == 0),
+                    key=lambda s: s.index)  # fmt: skip
+        added = 0
+        for device in now_joining:
+            (task_id,) = self.client.submit_many(
+                [joined_shard(spec, first.tests, suite_id, device)]
+            )
+            shard = {"task": task_id, "tests": first.tests, "round": 0, "pin": device,
+                     "est": round(first.estimate_s, 3), "joined": True}  # fmt: skip
+            answer = self.client._run("suite_join", [fence, suite_id, "add", device,
+                                                     json.dumps(shard)])  # fmt: skip
+            if answer == "added":
+                added += 1
+                _LOG.info("suites: device %s joined suite %s (task %s)", device, suite_id,
+                          task_id)  # fmt: skip
+            elif answer == "closed":  # (the window closed meanwhile: the task is not the suite's)
+                self.client._run("cancel", [task_id, "its suite's joining window had closed"])
+        return added, len(joining) > len(now_joining) and room > len(now_joining)
 
     def tries(self, s: Shard, spec: Mapping[str, Any], status: str | None, device: str | None,
               attempt: int, last: Mapping[str, Any]) -> list[list[str]]:  # fmt: skip

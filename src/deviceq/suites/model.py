@@ -8,14 +8,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.bounds import MAX_TEST_ID_BYTES, MAX_TESTS_LIST_BYTES
 from ..core.errors import InvalidInput
 from ..core.validation import validate_id
 from ..core.vocabulary import SUITE_TRY_STATUSES
 
 MAX_TESTS = 10_000
 """Tests in one suite at most."""
-MAX_TEST_ID = 300
+MAX_TEST_ID = MAX_TEST_ID_BYTES
 """Bytes of one test id at most."""
+MAX_SHARD_LIST = MAX_TESTS_LIST_BYTES
+"""Bytes of one shard's list of tests (its ids, one a line: ``$DEVICEQ_TESTS_FILE``) at most."""
+MAX_SUITE_LISTS = 64 * 1024 * 1024
+"""Bytes of all of a suite's shard lists together at most (stored once per shard task)."""
 MAX_SHARDS = 200
 """Shards of one suite at most (`--shards`, `--max-devices`, the devices of `--each-device`)."""
 MAX_RETRY_FAILED = 5
@@ -87,6 +92,7 @@ class Shard:
     status: str | None = None  # its task's status (as recorded, or read now)
     counts: dict[str, int] = field(default_factory=dict)
     estimate_s: float = 0.0
+    joined: bool = False  # its device registered within the suite's joining window
 
     @classmethod
     def from_json(cls, index: int, raw: str) -> Shard:
@@ -102,6 +108,7 @@ class Shard:
             status=d.get("status") or None,
             counts={str(k): int(v) for k, v in (d.get("counts") or {}).items()},
             estimate_s=float(d.get("est") or 0.0),
+            joined=bool(d.get("joined")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,6 +122,7 @@ class Shard:
             "tests": self.tests,
             "counts": self.counts,
             "estimate_s": round(self.estimate_s, 3),
+            "joined": self.joined,
         }
 
 
@@ -168,6 +176,9 @@ class Suite:
     flaky: list[TestResult]
     eta_s: float | None
     eta_at_submit_s: float | None
+    # a suite on every device with a joining window: its end (ms), and whether it has closed
+    join_until: int | None = None
+    join_closed: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -188,6 +199,7 @@ class Suite:
             "flaky": [r.to_dict() for r in self.flaky],
             "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
             "eta_at_submit_s": self.eta_at_submit_s,
+            "include_joining_until": self.join_until,
         }
 
 

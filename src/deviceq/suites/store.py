@@ -106,7 +106,8 @@ def get(conn: PoolConnection, suite_id: str, results: bool = True) -> Suite:
     for s, (status, device, started) in zip(shards, pipe.execute(), strict=True):
         if not s.done:
             s = Shard(s.index, s.task_id, s.tests, s.round, s.pin, s.done,
-                      device or s.device_id, status or "gone", s.counts, s.estimate_s)  # fmt: skip
+                      device or s.device_id, status or "gone", s.counts, s.estimate_s,
+                      s.joined)  # fmt: skip
             if status == "dispatched" and started:
                 running.append(eta_mod.remaining(s.estimate_s, (now - int(started)) / 1000))
             elif status in ("queued", "assigned"):
@@ -143,6 +144,8 @@ def get(conn: PoolConnection, suite_id: str, results: bool = True) -> Suite:
         flaky=flaky,
         eta_s=eta_now,
         eta_at_submit_s=None if not at_submit else int(at_submit) / 1000,
+        join_until=int(h["join_until"]) if h.get("join_until") else None,
+        join_closed=h.get("join_closed") == "1",
     )
 
 

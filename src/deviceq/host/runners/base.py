@@ -67,7 +67,10 @@ class Task:
     role's placement: role name -> ``{"device_id": ..., "host_id": ...}``; it runs once every
     role's part is claimed. ``artifacts_dir`` (``$DEVICEQ_ARTIFACTS_DIR`` for a command): a
     fresh empty folder whose files the host keeps in its artifact store when the attempt
-    ends (symlinks and names escaping the folder are skipped)."""
+    ends (symlinks and names escaping the folder are skipped). ``tests_file``
+    (``$DEVICEQ_TESTS_FILE`` for a command): for a task with a list of tests (a suite's
+    shard), a file holding its test ids, one a line, written before the run starts; None
+    otherwise."""
 
     goal: str
     task_id: str
@@ -92,6 +95,7 @@ class Task:
     # seconds a runner gives the run between its stop signal and a kill, when the queue says
     # (a preempted run: its class's grace); None: the runner's own
     stop_grace: float | None = None
+    tests_file: Path | None = None  # the shard's test ids, one a line ($DEVICEQ_TESTS_FILE)
 
     def log(self, text: str) -> None:
         """Write a line (or lines) to the attempt's live log (``deviceq task logs``), shown
@@ -177,6 +181,8 @@ class Task:
         }
         if self.artifacts_dir is not None:
             env["DEVICEQ_ARTIFACTS_DIR"] = str(self.artifacts_dir)
+        if self.tests_file is not None:
+            env["DEVICEQ_TESTS_FILE"] = str(self.tests_file)
         if self.serial:
             env["DEVICEQ_SERIAL"] = env["ANDROID_SERIAL"] = self.serial
         if self.workflow:
@@ -199,14 +205,16 @@ class Task:
             "workflow": self.workflow, "step": self.step, "gang": self.gang, "role": self.role,
             "roles": self.roles, "serial": self.serial,
             "artifacts_path": None if self.artifacts_path is None else str(self.artifacts_path),
+            "tests_file": None if self.tests_file is None else str(self.tests_file),
         }  # fmt: skip
 
     @classmethod
     def from_portable(cls, data: Mapping[str, Any], cancel: threading.Event) -> Task:
         d = dict(data)
         left = d.pop("deadline_in", None)
-        if d.get("artifacts_path") is not None:
-            d["artifacts_path"] = Path(d["artifacts_path"])
+        for name in ("artifacts_path", "tests_file"):
+            if d.get(name) is not None:
+                d[name] = Path(d[name])
         deadline = None if left is None else time.monotonic() + float(left)
         task = cls(**d, deadline=deadline, cancel=cancel)
         task.logger = task_logger(task)
