@@ -551,8 +551,9 @@ def test_readme_python_api_example_runs(daemons: dict[str, str], redis_url: str,
     first = client.submit("open the camera", idempotency_key="build-4711-camera")  # the same task
     assert client.get(first).status.value == "done" and client.get(first).device_id == "pixel-7"
     counts = client.counts()
-    # the camera task, the browser cases, the workflow run and team-a's "flash"
-    assert sum(counts.values()) == 1 + 1000 + 1 + 1 and counts["cancelled"] == 1
+    # the camera task, the browser cases, the workflow run, team-a's "flash" and the release
+    # smoke test of the release-blocker class
+    assert sum(counts.values()) == 1 + 1000 + 1 + 1 + 1 and counts["cancelled"] == 1
     flash = client.find(TaskFilter(tenant="team-a")).tasks
     assert [(t.goal, t.retry_backoff) for t in flash] == [("flash", "exponential:2:120")]
     assert [(t.tenant, t.weight, t.max_devices) for t in admin.tenants()] == [("team-a", 3, 10)]
