@@ -79,8 +79,8 @@ local function drop_hold(uid, did)
   redis.call('HDEL', k('device', did), 'preempt_for')
   redis.call('ZREM', k('preempt', 'handover'), uid)
 end
-local function held_for(did, id, queued)
-  local pf = redis.call('HGET', k('device', did), 'preempt_for')
+local function held_for(did, id, queued, known)
+  local pf = known or redis.call('HGET', k('device', did), 'preempt_for')
   if not pf or pf == '' then return false end
   if pf == id then
     if not queued then drop_hold(pf, did) end
@@ -104,9 +104,9 @@ local function check(id, did)
     return nil, 'task_not_queued'
   end
   if (t[14] or '') ~= '' and t[14] ~= did then return nil, 'task_pinned' end
-  if held_for(did, id, true) then return nil, 'device_preempted' end
   local d, bad = device_assignable(did, hosts_ok)
   if not d then return nil, bad end
+  if d[11] and held_for(did, id, true, d[11]) then return nil, 'device_preempted' end
   local ok, why = satisfies(t[2], t[3], d[5], d[6])
   if not ok then return nil, why end
   if (t[17] or '') ~= '' and where_fails(did, t[17]) then return nil, 'where_mismatch' end

@@ -183,6 +183,7 @@ def test_status_json_field_by_field(real_fleet: Any, cli: Any) -> None:
             "quarantined": 1,
             "host_dead": 1,
             "booked": 0,
+            "gated": 0,
         },
     }
     hosts = {h["host_id"]: h for h in data["hosts"]}

@@ -100,6 +100,8 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
     """Submit the tests of FILE as suite NAME: shards (ordinary tasks) over the matching
     devices; prints the suite's id, and on stderr its shards and ETA.
 
+    Example:
+
     \b
       deviceq suite submit smoke --tests tests.txt --driver-type android \\
           --command './run-instrumentation.sh {tests}' --shards 3 --retry-failed 1
@@ -169,7 +171,11 @@ def suite_submit(ctx: Ctx, name: str, tests_file: str, goal: str | None, command
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of suites.")
 @pass_ctx
 def suite_list(ctx: Ctx, limit: int, as_json: bool) -> None:
-    """The newest suites: id, name, status, tests passed/failed, shards, submitted."""
+    """The newest suites: id, name, status, tests passed/failed, shards, submitted.
+
+    Example:
+      deviceq suite list --limit 5 --json
+    """
     rows = ctx.client.suites(limit)
     if as_json:
         echo_json(rows)
@@ -234,7 +240,11 @@ def suite_lines(s: Suite) -> list[str]:
 def suite_show(ctx: Ctx, suite_id: str, as_json: bool) -> None:
     """A suite: status, ETA while it runs, its joining window (--include-joining), counts,
     failed tests (with the devices they failed on) first, flaky ones, and every shard's task
-    and device (a suite on every device: each device's outcome, joined ones marked)."""
+    and device (a suite on every device: each device's outcome, joined ones marked).
+
+    Example:
+      deviceq suite show 3f9a1c2b7d4e6a80 --json
+    """
     try:
         s = ctx.client.suite(suite_id)
     except InvalidInput as exc:
@@ -251,7 +261,11 @@ def suite_show(ctx: Ctx, suite_id: str, as_json: bool) -> None:
 @pass_ctx
 def suite_wait(ctx: Ctx, suite_id: str, timeout: str | None) -> None:
     """Wait until the suite ends: exit 0 when done, 1 when failed or cancelled, 124 on
-    --timeout."""
+    --timeout.
+
+    Example:
+      deviceq suite wait 3f9a1c2b7d4e6a80 --timeout 30m && echo passed
+    """
     try:
         limit = None if timeout is None else parse_duration_ms(timeout, "--timeout") / 1000
         ctx.client.suite(suite_id)
@@ -272,7 +286,11 @@ def suite_wait(ctx: Ctx, suite_id: str, timeout: str | None) -> None:
 @click.argument("suite_id")
 @pass_ctx
 def suite_cancel(ctx: Ctx, suite_id: str) -> None:
-    """Cancel a suite and every shard's task (again: the ones still running)."""
+    """Cancel a suite and every shard's task (again: the ones still running).
+
+    Example:
+      deviceq suite cancel 3f9a1c2b7d4e6a80
+    """
     from .context import actor
 
     try:
@@ -292,7 +310,11 @@ def suite_cancel(ctx: Ctx, suite_id: str) -> None:
               help="The store (default: the pool's artifact_store).")  # fmt: skip
 @pass_ctx
 def suite_artifacts(ctx: Ctx, suite_id: str, into: str, artifact_store: str | None) -> None:
-    """Download a suite's artifacts and its merged junit.xml."""
+    """Download a suite's artifacts and its merged junit.xml.
+
+    Example:
+      deviceq suite artifacts 3f9a1c2b7d4e6a80 --download results/
+    """
     from ..artifacts.records import download, recorded, store_for
     from ..core.errors import NotFound
     from ..suites.report import merged_junit

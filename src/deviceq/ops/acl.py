@@ -132,6 +132,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "suite_submit": "del exists hget hset sadd sismember time xadd zadd zcard zrange zrem",
         "suite_shard": "get hget hincrby hlen hmget hset srem time xadd",
         "suite_cancel": "hget hset srem time xadd",
+        "suite_join": "get hget hincrby hlen hmget hset sadd scard sismember srem time xadd",
     }.items()
 }
 """The commands each script may call, the ``lua/lib/`` helpers it uses included
@@ -140,9 +141,9 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel", "suite_submit", "suite_cancel"),
     # schedule_fire claims a schedule's run, submit submits it; suite_shard records a suite's
-    # shard (and submit its retry)
+    # shard (and submit its retry), suite_join a device joining its window
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
-                  "submit", "suite_shard", "preempt"),
+                  "submit", "suite_shard", "suite_join", "preempt"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts", "progress", "device_attrs"),
     # task retry submits, task cancel cancels, dispatch commits through assign

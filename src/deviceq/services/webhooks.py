@@ -62,6 +62,7 @@ STREAM_EVENTS: dict[str, str] = {
     "host_alive": "host_alive",
     "host_removed": "host_removed",
     "suite_submitted": "suite_submitted",
+    "suite_joined": "suite_joined",
     "suite_done": "suite_done",
 }
 """Event stream type -> the webhook event it is delivered as."""
