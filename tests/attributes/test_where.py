@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from deviceq.core.attributes import (
@@ -111,7 +111,11 @@ values = st.one_of(
 
 @given(values)
 def test_a_value_survives_its_stored_form(v: object) -> None:
-    (checked,) = check_attributes({"k": v}).values()
+    try:
+        (checked,) = check_attributes({"k": v}).values()
+    except InvalidInput:  # (text reading as a number out of bounds, "1E100": refused)
+        assume(False)
+        return
     assert decode(encode(checked)) == checked
 
 
