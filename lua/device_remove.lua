@@ -15,7 +15,7 @@
 -- at once (host:ID:ctl), so the run is stopped.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     device_id force(0|1)
--- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, attr_names, device:ID, device:ID:history, device:ID:log, devices, host:ID:devices,
+-- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, device:ID:attrs_host, attr_names, device:ID, device:ID:history, device:ID:log, devices, host:ID:devices,
 --          host:ID:quarantined, host:ID:held_devices,
 --          idle, idle:c:*, bookings, faults, caps, drivers, qdrivers, devgen, events, host:ID:ctl; with
 --          force also task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, leases, preemptible, host:ID:inbox,

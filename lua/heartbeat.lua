@@ -6,6 +6,8 @@
 --- @include "lib/auth"
 --- @include "lib/liveness"
 --- @include "lib/eligibility"
+--- @include "lib/gates"
+--- @include "lib/attrs"
 --- @include "gen/args/heartbeat"
 --- @include "gen/bounds"
 -- heartbeat.lua: a host reports itself alive and what changed among its devices (a delta), or,
@@ -20,6 +22,12 @@
 --   tags         csv, sorted
 --   state        idle | busy | offline
 --   reason       why busy/offline, '' for idle; at most 200 bytes, no control characters
+--   attrs        optional: the device's attributes as its host reports them (lib/attrs.lua),
+--                entries one a line, `KEY=KIND:TEXT` (set) or `-KEY` (unset). In a delta the
+--                ones that changed (a device whose attributes changed is carried even when its
+--                state did not); in a full snapshot every one the host reports (those it
+--                reported before and leaves out are removed; '' = none). Not given: unchanged.
+--                An operator's value (device_attrs.lua) wins until the operator unsets it.
 --          mode:
 --          delta   ver = the version of the host's last heartbeat that got through, arg = the
 --                  version this one sets, total = the devices the host has; the devices are
@@ -34,8 +42,9 @@
 --                  total = the devices of the snapshot, n = 0. Devices the host owned but left
 --                  out become offline, at most 250 a call: `more` asks for another commit.
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:held_devices, host:ID:quarantined,
---          host:ID:sync, host:ID:leftout, device:ID, devices, idle, idle:c:*, caps, drivers,
---          qdrivers, devgen, events, sched:wake; reads config
+--          host:ID:sync, host:ID:leftout, device:ID, device:ID:attrs, device:ID:attrs_at,
+--          device:ID:attrs_host, attr_names, devices, idle, idle:c:*, caps, drivers, qdrivers,
+--          devgen, events, sched:wake; reads config, gates
 -- Returns  {status(ok | full | part | more), alive_devices, idle_assignable, draining(0|1,
 --          operator), stopping(0|1), quarantined device ids (csv)}; the counts and flags are
 --          those of `ok` (0 otherwise). alive_devices is the host's device count; idle_assignable
@@ -43,7 +52,8 @@
 --          hb_idle: 1 when counted; a full snapshot counts them all as they are now, a delta
 --          recounts the devices it carries).
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
---          INVALID (malformed mode, version, device, state or reason), DEVICE_OWNED (a device
+--          INVALID (malformed mode, version, device, state, reason or attrs; a device with
+--          more than 32 attributes), DEVICE_OWNED (a device
 --          id registered by another host; nothing of this call is changed).
 -- A heartbeat proves the host alive after a lost lease: it clears the host's `suspect` flag
 -- and its devices' `held` marks (release_device lists them in host:ID:held_devices; those of
@@ -68,15 +78,16 @@ if not total or not A or (mode == 'commit' and n ~= 0) then
   return fail('INVALID', 'bad argument count')
 end
 local STATES = {idle = true, busy = true, offline = true}
-local listed, owners = {}, {}
+local listed, owners, plans = {}, {}, {}
 for i = 0, n - 1 do
   local b = i * DEV_N
   local did, state, reason = A[b + DEV_DEVICE_ID], A[b + DEV_STATE], A[b + DEV_REASON]
   if not valid_id(did) then return fail('INVALID', 'malformed device id') end
   if listed[did] then return fail('INVALID', 'device ' .. did .. ' is listed twice') end
+  local attrs = A[b + DEV_ATTRS]
   if state == 'gone' and mode == 'delta' then
-    if A[b + DEV_DRIVER_TYPE] ~= '' or A[b + DEV_TAGS] ~= '' or reason ~= '' then
-      return fail('INVALID', 'a gone device has no driver_type, tags or reason')
+    if A[b + DEV_DRIVER_TYPE] ~= '' or A[b + DEV_TAGS] ~= '' or reason ~= '' or attrs then
+      return fail('INVALID', 'a gone device has no driver_type, tags, reason or attrs')
     end
   else
     if not valid_id(A[b + DEV_DRIVER_TYPE]) then return fail('INVALID', 'malformed driver_type for ' .. did) end
@@ -86,10 +97,23 @@ for i = 0, n - 1 do
       return fail('INVALID', 'reason must be at most ' .. MAX_REASON_BYTES .. ' bytes without control characters')
     end
   end
-  local owner = redis.call('HGET', k('device', did), 'host_id')
+  local owner, op_attrs
+  if attrs then
+    local d = redis.call('HMGET', k('device', did), 'host_id', 'attrs_op')
+    owner, op_attrs = d[1], d[2]
+  else
+    owner = redis.call('HGET', k('device', did), 'host_id')
+  end
   owners[did] = owner
   if owner and owner ~= host_id and state ~= 'gone' then
     return fail('DEVICE_OWNED', 'device ' .. did .. ' belongs to another host')
+  end
+  if attrs then
+    local set, unset = attrs_parse(attrs)
+    if not set then return fail('INVALID', unset .. ' (device ' .. did .. ')') end
+    local plan, why = attrs_plan(did, 'host', set, unset, mode == 'full', op_attrs)
+    if not plan then return fail('INVALID', why) end
+    plans[did] = plan
   end
   listed[did] = true
 end
@@ -114,6 +138,7 @@ if h[1] and h[1] ~= '' then
 end
 local woke = not was_alive or (h[1] and h[1] ~= '')
 local attrs_changed = false
+local names, gates = {}, nil  -- (attribute name counts to flush; the pool's gates, once read)
 local function count(hash, key, by)
   if redis.call('HINCRBY', k(hash), key, by) <= 0 then redis.call('HDEL', k(hash), key) end
 end
@@ -133,13 +158,14 @@ for _, did in ipairs(held) do
 end
 if #held > 0 then redis.call('DEL', hsk) end
 
--- one device as reported: registered when new, its attributes, state and reason stored, its
--- held mark cleared, its place among the idle candidates decided. Returns 1 when it is an
+-- one device as reported: registered when new, its driver type, tags, state, reason and
+-- attributes (plan: attrs_plan, or nil) stored, the gates checked when its attributes changed,
+-- its held mark cleared, its place among the idle candidates decided. Returns 1 when it is an
 -- idle candidate now, and -1 / 0 / 1: the change of that against before.
-local function apply(did, driver, tags, state, reason)
+local function apply(did, driver, tags, state, reason, plan)
   local dk = k('device', did)
   local d = redis.call('HMGET', dk, 'state', 'reserved_by', 'quarantined', 'driver_type', 'tags',
-    'held', 'reason', 'booked_until', 'health', 'hb_idle')
+    'held', 'reason', 'booked_until', 'health', 'hb_idle', 'gated')
   local was = d[10] == '1' and 1 or 0
   if not owners[did] then
     redis.call('SADD', k('devices'), did)
@@ -169,8 +195,14 @@ local function apply(did, driver, tags, state, reason)
     end
   end
   if changed then idle_remove(did, d[4], d[5]) end  -- out of its old class's idle set
+  local gated = d[11] or ''
+  if plan and attrs_apply(plan, now_s, names) > 0 then
+    gates = gates or gates_load()
+    if #gates.list > 0 or gated ~= '' then gated = gate_decide(did, gates, host_id, driver, gated) end
+  end
   local cand, added = refresh_idle(did, {state = state, reserved_by = d[2], quarantined = d[3],
-    held = '', booked_until = d[8], health = d[9], driver_type = driver, tags = tags}, changed)
+    held = '', booked_until = d[8], health = d[9], gated = gated, driver_type = driver,
+    tags = tags}, changed)
   -- new among idle candidates, or re-scored so the scheduler re-reads changed attributes
   if added or (cand and changed) then woke = true end
   local c = cand and 1 or 0
@@ -217,6 +249,7 @@ end
 
 local function finish()
   if not was_alive then emit('host_alive', 'host', host_id) end
+  attrs_names_flush(names)
   -- a device registered or its driver_type/tags changed: schedulers drop their attribute caches
   if attrs_changed then redis.call('INCR', k('devgen')) end
   if woke then wake(k('sched', 'wake')) end
@@ -236,7 +269,8 @@ if mode == 'delta' then
     if state == 'gone' then
       if owners[did] == host_id then idle = idle + leave(did) end
     else
-      local _, delta = apply(did, A[b + DEV_DRIVER_TYPE], A[b + DEV_TAGS], state, A[b + DEV_REASON])
+      local _, delta = apply(did, A[b + DEV_DRIVER_TYPE], A[b + DEV_TAGS], state, A[b + DEV_REASON],
+        plans[did])
       idle = idle + delta
     end
   end
@@ -256,7 +290,8 @@ if mode == 'full' then
   for i = 0, n - 1 do
     local b = i * DEV_N
     local did = A[b + DEV_DEVICE_ID]
-    idle = idle + apply(did, A[b + DEV_DRIVER_TYPE], A[b + DEV_TAGS], A[b + DEV_STATE], A[b + DEV_REASON])
+    idle = idle + apply(did, A[b + DEV_DRIVER_TYPE], A[b + DEV_TAGS], A[b + DEV_STATE], A[b + DEV_REASON],
+      plans[did])
     ids[i + 1] = did
   end
   if n > 0 then redis.call('SADD', synck, unpack(ids)) end

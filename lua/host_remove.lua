@@ -12,7 +12,7 @@
 -- at once (host:ID:ctl); its next call is refused and it exits.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id [force(0|1), default 0]
--- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, attr_names, host:ID, host:ID:devices, host:ID:inbox, host:ID:wake, host:ID:ctl,
+-- Keys     reads/writes device:ID:attrs, device:ID:attrs_at, device:ID:attrs_host, attr_names, host:ID, host:ID:devices, host:ID:inbox, host:ID:wake, host:ID:ctl,
 --          host:ID:quarantined, host:ID:held_devices, host:ID:sync, host:ID:leftout,
 --          device:ID, device:ID:history, device:ID:log, devices, idle, idle:c:*, bookings, faults, caps,
 --          drivers, qdrivers, hosts, devgen, events; with force also task:ID, preemptible,

@@ -47,17 +47,16 @@ local function gate_applies(g, driver)
   return g.driver_type == '' or g.driver_type == driver
 end
 
--- hold or release device `did` by `gates` (gates_load()): the gate holding it keeps it until its
--- until clauses hold (without any: until its when clauses no longer hold) or it is removed;
--- else the first gate (by name) whose when clauses hold takes it. Returns 'gated', 'ungated'
--- or nil (no change; the holding gate's reason is refreshed).
-local function gate_check(did, gates)
+-- the gate that holds device `did` (host `host`, driver type `driver`, held by gate `cur` or
+-- '') by `gates` (gates_load()): the gate holding it keeps it until its until clauses hold
+-- (without any: until its when clauses no longer hold) or it is removed; else the first gate
+-- (by name) whose when clauses hold takes it. Writes the device's gated fields and the events;
+-- its place among the idle candidates is the caller's. Returns the gate's name, or ''.
+local function gate_decide(did, gates, host, driver, cur)
   local dk = k('device', did)
-  local d = redis.call('HMGET', dk, 'host_id', 'driver_type', 'gated')
-  if not d[1] then return nil end
-  local cur, target = d[3] or '', nil
+  local target = nil
   local g = cur ~= '' and gates.by_name[cur] or nil
-  if g and gate_applies(g, d[2]) then
+  if g and gate_applies(g, driver) then
     local release
     if g.until_c ~= '' then release = where_fails(did, g.until_c) == nil
     else release = where_fails(did, g.when_c) ~= nil end
@@ -65,7 +64,7 @@ local function gate_check(did, gates)
   end
   if not target then
     for _, c in ipairs(gates.list) do
-      if c.name ~= cur and gate_applies(c, d[2]) and where_fails(did, c.when_c) == nil then
+      if c.name ~= cur and gate_applies(c, driver) and where_fails(did, c.when_c) == nil then
         target = c
         break
       end
@@ -73,18 +72,32 @@ local function gate_check(did, gates)
   end
   if target and target.name == cur then
     redis.call('HSET', dk, 'gated_reason', gate_reason(did, target.when_c))
-    return nil
+    return cur
   end
-  if cur ~= '' then emit('device_ungated', 'device', did, 'host', d[1], 'gate', cur) end
+  if cur ~= '' then emit('device_ungated', 'device', did, 'host', host, 'gate', cur) end
   if target then
     local reason = gate_reason(did, target.when_c)
     redis.call('HSET', dk, 'gated', target.name, 'gated_reason', reason, 'gated_at', now_str())
+    emit('device_gated', 'device', did, 'host', host, 'gate', target.name, 'reason', reason)
+    return target.name
+  end
+  if cur ~= '' then redis.call('HSET', dk, 'gated', '', 'gated_reason', '', 'gated_at', '') end
+  return ''
+end
+
+-- hold or release device `did` by `gates` (gate_decide), and put it among the idle candidates or
+-- take it out accordingly. Returns 'gated', 'ungated' or nil (no change; the holding gate's
+-- reason is refreshed).
+local function gate_check(did, gates)
+  local d = redis.call('HMGET', k('device', did), 'host_id', 'driver_type', 'gated')
+  if not d[1] then return nil end
+  local cur = d[3] or ''
+  local now_gated = gate_decide(did, gates, d[1], d[2], cur)
+  if now_gated == cur then return nil end
+  if now_gated ~= '' then
     idle_remove(did)
-    emit('device_gated', 'device', did, 'host', d[1], 'gate', target.name, 'reason', reason)
     return 'gated'
   end
-  if cur == '' then return nil end
-  redis.call('HSET', dk, 'gated', '', 'gated_reason', '', 'gated_at', '')
   local _, added = refresh_idle(did, gate(did))
   if added then wake(k('sched', 'wake')) end
   return 'ungated'

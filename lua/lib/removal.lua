@@ -20,7 +20,7 @@ local function delete_device(did)
     if redis.call('HINCRBY', k('attr_names'), name, -1) <= 0 then redis.call('HDEL', k('attr_names'), name) end
   end
   redis.call('DEL', dk, k('device', did, 'history'), k('device', did, 'log'), k('device', did, 'attrs'),
-    k('device', did, 'attrs_at'))
+    k('device', did, 'attrs_at'), k('device', did, 'attrs_host'))
   redis.call('SREM', k('devices'), did)
   redis.call('SREM', k('host', d[1], 'devices'), did)
   redis.call('SREM', k('host', d[1], 'quarantined'), did)

@@ -73,6 +73,7 @@ def test_a_running_task_finishes_on_a_device_a_gate_takes(phones: Fleet) -> None
     assert ok.startswith("ok:")
     (a,) = f.host("h1").claim(1)
     h = f.host("h1")
+    f.admin.unset_attributes("p1", ["battery"])  # (an operator's value wins over the host's)
     h.send_attributes({"p1": ({"battery": 3}, ())})
     add_gate(f.admin, "low", ["battery<20"])
     assert f.admin.device("p1").gated == "low"

@@ -1,6 +1,6 @@
 """Attributes a host reports: from its devices file, `--discover adb` (a fake adb on PATH whose
 battery changes), `--discover command:CMD` lines and a health check's JSON line; sent as
-changes only (an unchanged attribute costs no call)."""
+changes only, with the heartbeats (tests/attributes/test_heartbeat_attributes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from conftest import Fleet
 from deviceq.core.attributes import Version
 from deviceq.core.errors import ConfigError, InvalidInput
 from deviceq.host.attribute_sync import AttributeSync, attributes_in_output
@@ -63,33 +62,17 @@ def test_health_check_json_line() -> None:
         attributes_in_output('{"attributes": {"Bad": 1}}')
 
 
-class CountingLink:
-    """A host link over a real Redis that counts the attribute calls it makes."""
-
-    def __init__(self, link: Any) -> None:
-        self.link, self.calls = link, 0
-
-    def send_attributes(self, changes: Any) -> int:
-        self.calls += 1
-        return int(self.link.send_attributes(changes))
-
-
-def test_only_changes_are_sent(real_fleet: Fleet) -> None:
-    h = real_fleet.add_host("h1", *((f"p{i}", "android", ()) for i in range(200)))
-    link = CountingLink(h)
+def test_reported_attributes_merge_the_check_and_are_encoded_once() -> None:
     sync = AttributeSync()
     devices = [DeviceConfig(f"p{i}", "android", attributes=(("battery", 50), ("sdk", 34)))
-               for i in range(200)]  # fmt: skip
-    assert sync.send(link, devices) == 200 and link.calls == 1
-    assert sync.send(link, devices) == 0 and link.calls == 1  # nothing changed: no call
-    devices[7] = devices[7].with_attributes({"battery": 49})
-    assert sync.changes(devices) == {"p7": ({"battery": 49}, ())}
-    assert sync.send(link, devices) == 1 and link.calls == 2
-    devices[8] = DeviceConfig("p8", "android", attributes=(("sdk", 34),))
-    assert sync.changes(devices) == {"p8": ({}, ("battery",))}
-    sync.send(link, devices)
-    got = real_fleet.admin.attributes(["p7", "p8"])
-    assert got["p7"][0] == {"battery": 49, "sdk": 34} and got["p8"][0] == {"sdk": 34}
+               for i in range(3)] + [DeviceConfig("bare", "android")]  # fmt: skip
+    got = sync.reported(devices)
+    assert got == {f"p{i}": {"battery": "n:50", "sdk": "n:34"} for i in range(3)}
+    assert sync.reported(devices)["p0"] is got["p0"]  # (unchanged: not encoded again)
+    sync.from_check("p1", {"battery": 12, "wear": "low"})  # a check's values win
+    assert sync.reported(devices)["p1"] == {"battery": "n:12", "sdk": "n:34", "wear": "s:low"}
+    devices[2] = devices[2].with_attributes({"battery": 49})
+    assert sync.reported(devices)["p2"]["battery"] == "n:49"
 
 
 FAKE_ADB = """#!/bin/sh
@@ -140,3 +123,11 @@ def test_a_host_daemon_reports_adb_attributes_and_follows_the_battery(
     (fake / "S1").write_text(probe(34, "Pixel 8", 88))
     wait_for(lambda: attrs("S1").get("battery") == 88, 20, "S1's new level")
     assert attrs("S1")["rack"] == "r2"
+    # an operator's value of an attribute the host reports wins until it is unset
+    d.admin.set_attributes("S1", {"battery": 5})
+    (fake / "S1").write_text(probe(34, "Pixel 8", 87))
+    wait_for(lambda: d.r.hget(d.admin.keys.device_attrs_host("S1"), "battery") == "n:87", 20,
+             "the host's value kept apart")  # fmt: skip
+    assert attrs("S1")["battery"] == 5
+    d.admin.unset_attributes("S1", ["battery"])
+    assert attrs("S1")["battery"] == 87

@@ -137,7 +137,7 @@ def test_heartbeat_devices_arrive_as_packed_entries(r: redis.Redis, pool: str) -
     with pytest.raises(redis.ResponseError, match="INVALID bad argument count"):
         r.eval(assemble((lua_dir() / "heartbeat.lua").read_text(), "heartbeat"), 1,
                admin.keys.prefix, *args)  # fmt: skip
-    assert HEARTBEAT.width == 5
+    assert HEARTBEAT.width == 6  # (attrs: optional)
 
 
 def test_whole_numbers_arrive_typed_and_are_checked_as_numbers(r: redis.Redis, pool: str) -> None:
@@ -161,13 +161,13 @@ def test_an_optional_device_field_added_in_one_line_needs_no_other_change(
 ) -> None:
     """A device entry with one more optional field, declared in one line: the host's rows
     (which stop short of it) still go through, and the script has the field's position."""
-    longer = replace(HEARTBEAT, fields=(*HEARTBEAT.fields, text("attrs", optional=True)))
+    longer = replace(HEARTBEAT, fields=(*HEARTBEAT.fields, text("extra", optional=True)))
     monkeypatch.setitem(script_args.SCHEMAS, "heartbeat", longer)
     monkeypatch.setattr("deviceq.host.redis_link.HEARTBEAT", longer)
     scripts.source.cache_clear()
     scripts.sha.cache_clear()
     try:
-        assert "local DEV_ATTRS = 6" in scripts.source("heartbeat")
+        assert "local DEV_EXTRA = 7" in scripts.source("heartbeat")
         admin = PoolAdmin(r, pool)
         h = HostClient(r, pool, "h1", admin.add_host("h1"))
         h.heartbeat([DeviceReport("d1", "android", ("wifi",)), DeviceReport("d2", "web")])

@@ -107,13 +107,17 @@ def _row(d: dict[str, Any]) -> Row:
     if d.get("state") == GONE:
         return (validate_id(_str(d, "device_id"), "device id"), "", "", GONE, "")
     did, driver, tags, state, reason = _device(d).args()
+    if d.get("attrs") is not None:  # (heartbeat.lua checks it)
+        return (did, driver, tags, state, reason, _str(d, "attrs"))
     return (did, driver, tags, state, reason)
 
 
 def heartbeat(call: Call) -> dict[str, Any]:
     """One heartbeat call (``lua/heartbeat.lua``): body ``{"mode": "delta"|"full"|"commit",
     "ver", "arg", "total", "devices": [{"device_id", "driver_type", "tags": [...],
-    "state": "idle"|"busy"|"offline", "reason"}]}`` (a delta's device the host no longer has:
+    "state": "idle"|"busy"|"offline", "reason", "attrs"}]}`` (``attrs``, optional: the
+    attributes' change, `deviceq.host.heartbeat_sync.attrs_text`; a delta's device the host
+    no longer has:
     ``{"device_id", "state": "gone"}``); answers ``{"status": "ok"|"full"|"part"|"more",
     "devices", "idle", "draining", "stopping", "quarantined": [...]}``. A body without
     ``mode`` is a full snapshot (``devices`` only), sent to Redis in chunks."""

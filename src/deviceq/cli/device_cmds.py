@@ -173,7 +173,9 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     "health_checked_at" (ms), "health_output" (the last check's output tail) and
     "health_reason" (why it is unhealthy); "recent_attempts" are the last 20 attempts that
     ended on it (task, attempt, outcome, failure_kind, when); "attributes" (name -> value)
-    with "attributes_at" (name -> when it was last reported, ms); "history" its last 20
+    with "attributes_at" (name -> when it was last sent, ms: a host sends a value when it
+    changes, its heartbeats confirm it meanwhile) and "attributes_by" (name -> host or
+    operator: an operator's value wins until it is unset); "history" its last 20
     quarantine, health check and booking changes (event, when, and e.g. reason, by, result),
     both newest first, "when" in ms since the epoch.
 
@@ -183,7 +185,7 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     """
     from ..core.attributes import as_json as attr_json
     from ..core.attributes import shown
-    from ..core.fleet import effective_state
+    from ..core.fleet import effective_state, operator_attributes
     from ..ops import status as st
 
     usage_ids(device_id=device_id)
@@ -197,6 +199,8 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     values, times = admin.attributes([device_id], with_times=True)[device_id]
     data["attributes"] = {k: attr_json(v) for k, v in values.items()}
     data["attributes_at"] = {k: times.get(k) for k in values}
+    by_op = operator_attributes(admin, device_id)
+    data["attributes_by"] = {k: "operator" if k in by_op else "host" for k in values}
     if as_json:
         echo_json(data)
         return
@@ -224,7 +228,8 @@ def device_show(ctx: Ctx, device_id: str, as_json: bool) -> None:
     if values:  # (its attributes, when it has any: its host's or an operator's)
         click.echo("attributes:")
     for k, v in values.items():
-        click.echo(f"  {k:15} {shown(v):20} reported {fmt_ms(times.get(k))}")
+        how = "set by operator" if k in by_op else "reported"
+        click.echo(f"  {k:15} {shown(v):20} {how} {fmt_ms(times.get(k))}")
     _show_past(data["recent_attempts"], data["history"])
 
 

@@ -105,6 +105,14 @@ def read_parts(conn: PoolConnection, task: ScheduledTask) -> None:
             role.__dict__.update(device_id=device or None, host_id=host or None)
 
 
+def operator_attributes(conn: PoolConnection, device_id: str) -> set[str]:
+    """The names of ``device_id``'s attributes an operator set (``device set-attr``): their
+    values win over what its host reports until unset (``lua/lib/attrs.lua``)."""
+    raw = conn.redis.hget(conn.keys.device(device_id), "attrs_op") or ""
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return {n for n in text.split(",") if n}
+
+
 def read_attributes(
     conn: PoolConnection, device_ids: list[str], with_times: bool = False
 ) -> dict[str, tuple[dict[str, Value], dict[str, int]]]:

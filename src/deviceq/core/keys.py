@@ -77,7 +77,11 @@ key                                type       holds
 ``device:ID:attrs``                 hash       the device's attributes: name -> ``KIND:TEXT``
                                               (``n:34``, ``v:14.1.2``, ``b:1``, ``s:Pixel 8``;
                                               `deviceq.core.attributes`; device_attrs.lua)
-``device:ID:attrs_at``              hash       name -> when the attribute was last reported (ms)
+``device:ID:attrs_at``              hash       name -> when the attribute was last sent (ms)
+``device:ID:attrs_host``            hash       what the host reports of attributes an operator
+                                              set (device field ``attrs_op``: their names,
+                                              csv; the operator's value wins until unset,
+                                              then this one comes back; lua/lib/attrs.lua)
 ``attr_names``                     hash       attribute name -> devices that have it (a
                                               --where naming none is likely a typo)
 ``devices``                        set        every registered device id
@@ -462,6 +466,9 @@ class Keys:
 
     def device_attrs_at(self, device_id: str) -> str:
         return self._k("device", device_id, "attrs_at")
+
+    def device_attrs_host(self, device_id: str) -> str:
+        return self._k("device", device_id, "attrs_host")
 
     def host(self, host_id: str) -> str:
         return self._k("host", host_id)

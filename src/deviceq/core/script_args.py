@@ -168,9 +168,10 @@ HEARTBEAT = Items(
         text("tags"),
         text("state"),
         text("reason"),
+        text("attrs", optional=True),
     ),
 )
-"""heartbeat.lua's devices."""
+"""heartbeat.lua's devices (``attrs``: `deviceq.core.attributes.delta_text`)."""
 
 ASSIGN = Items("assign", "PAIR", (text("task_id"), text("device_id")))
 """assign.lua's (task, device) pairs."""

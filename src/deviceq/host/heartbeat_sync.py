@@ -12,6 +12,12 @@ long, whatever the host's device count: a chunk holds at most `CHUNK` devices, f
 calls take longer than `PACE_MS` (`deviceq.core.pacing`: each call's time sizes the next
 chunk).
 
+A device's attributes ride on its row (the optional field ``attrs``, `attrs_text`): given
+`beat` the attributes the host reports (device -> name -> stored form), a delta carries a
+device whose attributes changed since the last heartbeat that got through (only the changed
+ones, removals as ``-NAME``), even when its state did not; a full snapshot carries every
+device's attributes. An unchanged attribute costs nothing.
+
 `HeartbeatSync.beat` runs the protocol over a `HeartbeatCall`: `deviceq.host.redis_link.HostClient`
 calls the script, `deviceq.host.http_link.ApiHostClient` the API's heartbeat route."""
 
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -35,7 +41,22 @@ LEAST = 25  # devices per call at least (a call's round trip alone, through the 
 GONE = "gone"  # the state of a delta row: the host no longer has this device
 MAX_COMMITS = 10_000  # commit calls of one full snapshot at most (250 left-out devices each)
 
-Row = tuple[str, str, str, str, str]  # the fields of script_args.HEARTBEAT, in order
+Row = tuple[str, ...]  # script_args.HEARTBEAT's fields in order (the optional may be left off)
+Attrs = Mapping[str, Mapping[str, str]]  # device -> attribute name -> stored form (KIND:TEXT)
+
+
+def attrs_text(put: Mapping[str, str], unset: Iterable[str] = ()) -> str:
+    """A row's ``attrs`` field: ``NAME=KIND:TEXT`` a line for each value set, ``-NAME`` for
+    each one unset (``lua/lib/attrs.lua``: names and stored forms hold no newline)."""
+    return "\n".join([*(f"{k}={v}" for k, v in put.items()), *(f"-{k}" for k in unset)])
+
+
+def attrs_delta(want: Mapping[str, str], have: Mapping[str, str]) -> str | None:
+    """What turns ``have`` into ``want`` (`attrs_text`), or None when they are the same."""
+    if want == have:
+        return None
+    return attrs_text({k: v for k, v in want.items() if have.get(k) != v},
+                      [k for k in have if k not in want])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -102,6 +123,7 @@ class HeartbeatSync:
         self._sent: dict[str, Row] | None = None
         self._ver = ""
         self._pacer = Pacer(FIRST, target_ms=PACE_MS, least=LEAST)
+        self._attrs: dict[str, dict[str, str]] = {}  # the attributes of _sent, by device
 
     def forget(self) -> None:
         """The next heartbeat sends the full snapshot."""
@@ -109,27 +131,43 @@ class HeartbeatSync:
             self._sent, self._ver = None, ""
 
     def beat(
-        self, call: HeartbeatCall, session: str, rows: dict[str, Row], full: bool = False
+        self,
+        call: HeartbeatCall,
+        session: str,
+        rows: dict[str, Row],
+        full: bool = False,
+        attrs: Attrs | None = None,
     ) -> Heartbeat:
         """Heartbeat ``rows``: the changes since the last one that got through, or (``full``,
-        none got through in this session yet, or Redis asks for it) the full snapshot."""
+        none got through in this session yet, or Redis asks for it) the full snapshot. With
+        ``attrs`` (the attributes the host reports, by device: a device left out has none),
+        the rows carry them too (see the module's doc); None: they are not reported."""
         with self._lock:
             if session != self._session:
                 self._session, self._sent, self._ver = session, None, ""
             if not full and self._sent is not None:
-                hb = self._delta(call, rows)
+                hb = self._delta(call, rows, attrs)
                 if hb is not None:
                     return hb
             for _ in range(2):
-                hb = self._full(call, rows)
+                hb = self._full(call, rows, attrs)
                 if hb is not None:
                     return hb
             raise OutOfSync("the full heartbeat snapshot was refused twice: try again")
 
-    def _delta(self, call: HeartbeatCall, rows: dict[str, Row]) -> Heartbeat | None:
+    def _delta(
+        self, call: HeartbeatCall, rows: dict[str, Row], attrs: Attrs | None
+    ) -> Heartbeat | None:
         sent = self._sent
         assert sent is not None
-        changes: list[Row] = [r for did, r in rows.items() if sent.get(did) != r]
+        changes: list[Row] = []
+        had = self._attrs
+        for did, r in rows.items():
+            delta = None if attrs is None else attrs_delta(attrs.get(did, {}), had.get(did, {}))
+            if delta is not None:
+                changes.append((*r, delta))
+            elif sent.get(did) != r:
+                changes.append(r)
         changes += [(did, "", "", GONE, "") for did in sent if did not in rows]
         hb: Heartbeat | None = None
         for part in self._pacer.chunks(changes, CHUNK) if changes else [changes]:
@@ -142,15 +180,22 @@ class HeartbeatSync:
             for r in part:
                 if r[3] == GONE:
                     sent.pop(r[0], None)
+                    self._attrs.pop(r[0], None)
                 else:
-                    sent[r[0]] = r
+                    sent[r[0]] = r[:5]
+                    if len(r) > 5 and attrs is not None:
+                        self._attrs[r[0]] = dict(attrs.get(r[0], {}))
             hb = reply.heartbeat
         return hb
 
-    def _full(self, call: HeartbeatCall, rows: dict[str, Row]) -> Heartbeat | None:
-        self._sent, self._ver = None, ""
+    def _full(
+        self, call: HeartbeatCall, rows: dict[str, Row], attrs: Attrs | None
+    ) -> Heartbeat | None:
+        self._sent, self._ver, self._attrs = None, "", {}
         sync = new_version()
         listed = list(rows.values())
+        if attrs is not None:  # (every device's, '' for none: those sent before leave)
+            listed = [(*r, attrs_text(attrs.get(did, {}))) for did, r in rows.items()]
         first = "first"
         for part in self._pacer.chunks(listed, CHUNK) if listed else [listed]:
             reply = self._pacer.timed(len(part), partial(call, "full", sync, first, 0, part))
@@ -162,6 +207,8 @@ class HeartbeatSync:
             reply = call("commit", sync, nxt, len(rows), [])
             if reply.status == "ok":
                 self._sent, self._ver = dict(rows), nxt
+                if attrs is not None:
+                    self._attrs = {did: dict(attrs[did]) for did in rows if attrs.get(did)}
                 return reply.heartbeat
             if reply.status != "more":
                 return None

@@ -193,19 +193,20 @@ class ApiHostClient(HttpTransport, HostLink):
         """One heartbeat call through the API (``lua/heartbeat.lua``'s mode delta, full or
         commit): the body carries the mode, versions and device rows."""
         devs: list[dict[str, Any]] = []
-        for did, driver, tags, state, reason in rows:
+        for did, driver, tags, state, reason, *rest in rows:
             if state == GONE:
                 devs.append({"device_id": did, "state": GONE})
                 continue
-            devs.append(
-                {
-                    "device_id": did,
-                    "driver_type": driver,
-                    "tags": [t for t in tags.split(",") if t],
-                    "state": state,
-                    "reason": reason,
-                }
-            )
+            dev = {
+                "device_id": did,
+                "driver_type": driver,
+                "tags": [t for t in tags.split(",") if t],
+                "state": state,
+                "reason": reason,
+            }
+            if rest and rest[0] is not None:  # (the attributes' change: heartbeat_sync)
+                dev["attrs"] = rest[0]
+            devs.append(dev)
         body = {"mode": mode, "ver": ver, "arg": arg, "total": int(total), "devices": devs}
         doc = self._call("POST", "/heartbeat", body)
         hb = Heartbeat(

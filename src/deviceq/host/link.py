@@ -14,14 +14,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.attributes import check_attributes, check_key, entry_args
+from ..core.attributes import check_attributes, check_key, encode, entry_args
 from ..core.bounds import MAX_REASON_BYTES
 from ..core.config import PoolConfig
 from ..core.errors import InvalidInput
 from ..core.models import Assignment, DeviceState, ScheduledTask, WorkflowDefinition
 from ..core.validation import validate_id, validate_tag_list
 from ..core.vocabulary import FailureKind
-from .heartbeat_sync import Heartbeat, HeartbeatSync, Reply, Row, rows_of
+from .heartbeat_sync import Attrs, Heartbeat, HeartbeatSync, Reply, Row, rows_of
 from .log_stream import LogChunk
 from .progress import ProgressUpdate
 
@@ -121,11 +121,28 @@ class HostLink(ABC):
     _hb: HeartbeatSync
 
     # -- written once, over the transport's calls --------------------------------------------
-    def heartbeat(self, devices: Iterable[DeviceReport], full: bool = False) -> Heartbeat:
+    def heartbeat(
+        self,
+        devices: Iterable[DeviceReport],
+        full: bool = False,
+        attributes: Mapping[str, Mapping[str, object]] | None = None,
+        stored: bool = False,
+    ) -> Heartbeat:
         """Report this host alive with its device snapshot ``devices``: only what changed
         since the last heartbeat that got through, or (``full``, or when the pool asks for
-        it) the full snapshot in chunks (see `deviceq.host.heartbeat_sync`)."""
-        return self._hb.beat(self.heartbeat_call, self.session, rows_of(devices), full)
+        it) the full snapshot in chunks (see `deviceq.host.heartbeat_sync`). ``attributes``
+        (device -> name -> value: what the host reports of each device, a device left out has
+        none; ``stored``: already in their stored form ``KIND:TEXT``, as
+        `AttributeSync.reported` gives them) ride on the same rows, only the changed ones in a
+        delta; None: attributes are not reported."""
+        rows = rows_of(devices)
+        attrs: Attrs | None = None
+        if attributes is not None and stored:
+            attrs = attributes  # type: ignore[assignment]  # (checked when they were encoded)
+        elif attributes is not None:
+            attrs = {d: {k: encode(v) for k, v in check_attributes(a).items()}
+                     for d, a in attributes.items()}  # fmt: skip
+        return self._hb.beat(self.heartbeat_call, self.session, rows, full, attrs)
 
     def send_attributes(
         self, changes: Mapping[str, tuple[Mapping[str, object], Iterable[str]]]

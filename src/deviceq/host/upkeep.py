@@ -74,12 +74,12 @@ class Upkeep:
         while not self.state.closed.is_set():
             try:
                 reports = self.state.adjust_snapshot(self.state.snapshot())
-                hb = self.host.heartbeat(reports)
+                attrs = self.state.attributes.reported(self.state.served())
+                hb = self.host.heartbeat(reports, attributes=attrs, stored=True)
                 self.outage.ok()
                 backoff.reset()
                 self.state.apply_heartbeat(hb)
                 self.state.after_heartbeat()
-                self.send_attributes()
                 if time.monotonic() >= next_cfg:
                     self.refresh_config()
                     self.summary()
@@ -110,16 +110,6 @@ class Upkeep:
                 wait = 1.0
             self.state.beat_now.wait(wait)
             self.state.beat_now.clear()
-
-    def send_attributes(self) -> None:
-        """The devices' attribute changes since the last call (none: no call). A refused
-        call is logged and sent in full at the next heartbeat."""
-        try:
-            self.state.attributes.send(self.host, self.state.served())
-        except (AuthError, SessionSuperseded) + TRANSIENT:
-            raise
-        except DeviceqError as exc:
-            self.state.log(logging.ERROR, f"attributes refused: {type(exc).__name__}: {exc}")
 
     def renew_loop(self) -> None:
         """Renew each lease a third into it; between renewals block on the host's control

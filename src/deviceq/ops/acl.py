@@ -105,8 +105,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "gang_assign": "exists get hdel hget hgetall hincrby hmget hset lpush ltrim pexpire rpush "
         "time xadd zadd zrem zscore",
         "heads": "hget zrange",
-        "heartbeat": "del exists hdel hget hgetall hincrby hmget hset incr lindex lpush lset ltrim "
-        "pexpire sadd sdiffstore smembers spop srem time xadd zadd zcard zrem",
+        "heartbeat": "del exists hdel hexists hget hgetall hincrby hlen hmget hset incr lindex "
+        "lpush lset ltrim pexpire sadd sdiffstore smembers spop srem time xadd zadd zcard zrem",
         "host_add": "exists hget hset lpush ltrim pexpire sadd time xadd",
         "host_drain": "exists hget hmget hset lpush ltrim xadd",
         "host_remove": "del exists hdel hget hgetall hincrby hkeys hmget hset incr lindex lpush "
