@@ -190,6 +190,64 @@ def test_fleet_page_shows_hosts_and_devices(env: Env) -> None:
 
 
 @needs_browser
+def test_fleet_tiles_summarize_attributes_per_driver_type(env: Env) -> None:
+    """A tile per driver type: its devices, how many a gate holds, and each numeric
+    attribute's lowest, median and highest value (the devices' attributes as set here)."""
+    from selenium.webdriver.common.by import By
+
+    for did, battery, temp in (("pixel-1", 90, 31), ("pixel-2", 56, 38.5), ("pixel-3", 12, 33)):
+        env.cli("device", "set-attr", did, f"battery={battery}", f"temperature={temp}")
+    env.cli("device", "set-attr", "chrome-1", "version=120")
+    env.cli("gate", "add", "tile-low", "--when", "battery<20", "--driver-type", "android")
+    try:
+        b = env.browser
+        b.get(env.ro + "/fleet")
+        tile = "#attribute-tiles .tile[data-driver='android']"
+        _wait_css(b, tile)
+        assert "3 devices" in _text_of(b, tile + " .tile-head")
+        gated = b.find_element(By.CSS_SELECTOR, tile + " .tile-gated")
+        assert gated.get_attribute("data-gated") == "1" and "tile-low 1" in gated.text
+        bat = b.find_element(By.CSS_SELECTOR, tile + " .tile-attr[data-attr='battery']")
+        got = [bat.get_attribute(f"data-{k}") for k in ("min", "median", "max")]
+        assert got == ["12", "56", "90"]
+        temp = b.find_element(By.CSS_SELECTOR, tile + " .tile-attr[data-attr='temperature']")
+        assert temp.get_attribute("data-max") == "38.5"
+        web = "#attribute-tiles .tile[data-driver='browser']"
+        assert "none gated" in _text_of(b, web + " .tile-gated")
+        assert "version" in _text_of(b, web + " .tile-attr[data-attr='version']")
+        _shot(b, "fleet-tiles")
+    finally:
+        env.cli("gate", "remove", "tile-low")
+        for did in ("pixel-1", "pixel-2", "pixel-3"):
+            env.cli("device", "unset-attr", did, "battery", "temperature")
+        env.cli("device", "unset-attr", "chrome-1", "version")
+
+
+def test_attribute_tiles_read_a_bounded_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `data.SUMMARY_DEVICES` devices the tiles read an even sample (one round trip)."""
+
+    class D:
+        def __init__(self, i: int) -> None:
+            self.device_id, self.driver_type = f"d{i}", "android" if i % 3 else "web"
+            self.gated = "low" if i % 10 == 1 else None
+
+    read: list[list[str]] = []
+
+    def fake(admin: Any, ids: list[str], with_times: bool = False) -> dict[str, Any]:
+        read.append(ids)
+        return {d: ({"battery": int(d[1:]) % 101, "ok": True}, {}) for d in ids}
+
+    monkeypatch.setattr(data, "read_attributes", fake)
+    monkeypatch.setattr(data, "SUMMARY_DEVICES", 100)
+    tiles = data.attribute_tiles(None, [(D(i), "idle") for i in range(1000)])  # type: ignore[arg-type]
+    assert len(read) == 1 and len(read[0]) == 100
+    android = next(t for t in tiles if t["driver"] == "android")
+    gated = sum(1 for i in range(1000) if i % 10 == 1 and i % 3)
+    assert (android["devices"], android["gated"], android["sampled"]) == (666, gated, True)
+    assert [a["name"] for a in android["attributes"]] == ["battery"]  # (booleans: no tile row)
+
+
+@needs_browser
 def test_task_submitted_from_cli_appears_without_reload(env: Env) -> None:
     b = env.browser
     b.get(env.ro + "/tasks")

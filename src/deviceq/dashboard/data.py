@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from dataclasses import dataclass
 from itertools import islice
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..core.errors import InvalidInput
 from ..core.events import Event, last_event_id
+from ..core.fleet import read_attributes
 from ..core.live_logs import LogReader
 from ..core.models import ScheduledTask
 from ..core.validation import validate_id
@@ -36,6 +38,52 @@ HOSTS_PER_PAGE = 50
 
 
 # -- fleet -------------------------------------------------------------------------------------
+SUMMARY_DEVICES = 2000
+"""Devices whose attributes the fleet page's tiles read at most (spread evenly over the fleet:
+one pipelined round trip whatever its size; a tile says when it is a sample)."""
+SUMMARY_ATTRIBUTES = 4
+"""Numeric attributes a driver type's tile shows at most (those most of its devices have)."""
+
+
+def attribute_tiles(admin: PoolAdmin, devices: list[tuple[Any, str]]) -> list[dict[str, Any]]:
+    """Per driver type: its devices, how many a gate holds (and by which gates), and for its
+    numeric attributes (at most `SUMMARY_ATTRIBUTES`, the most common first) the lowest, the
+    median and the highest value over at most `SUMMARY_DEVICES` devices of the fleet."""
+    by_driver: dict[str, dict[str, Any]] = {}
+    for d, _ in devices:
+        t = by_driver.setdefault(d.driver_type, {"driver": d.driver_type, "devices": 0,
+                                                 "gated": 0, "gates": {}, "ids": []})  # fmt: skip
+        t["devices"] += 1
+        t["ids"].append(d.device_id)
+        if d.gated:
+            t["gated"] += 1
+            t["gates"][d.gated] = t["gates"].get(d.gated, 0) + 1
+    step = max(1, math.ceil(len(devices) / SUMMARY_DEVICES))
+    sample = [d.device_id for d, _ in devices][::step]
+    values = read_attributes(admin, sample) if sample else {}
+    driver_of = {d.device_id: d.driver_type for d, _ in devices}
+    seen: dict[str, dict[str, list[float]]] = {}
+    for did, (attrs, _) in values.items():
+        per = seen.setdefault(driver_of[did], {})
+        for name, v in attrs.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                per.setdefault(name, []).append(float(v))
+    tiles = []
+    for drv in sorted(by_driver):
+        t = by_driver.pop(drv)
+        t.pop("ids")
+        per = seen.get(drv, {})
+        names = sorted(per, key=lambda n: (-len(per[n]), n))[:SUMMARY_ATTRIBUTES]
+        t["attributes"] = [
+            {"name": n, "n": len(per[n]), "min": min(per[n]), "median": statistics.median(per[n]),
+             "max": max(per[n])}
+            for n in names
+        ]  # fmt: skip
+        t["sampled"] = step > 1
+        tiles.append(t)
+    return tiles
+
+
 def fleet(admin: PoolAdmin, host_page: int, host_filter: str | None) -> dict[str, Any]:
     """Hosts (a page of ``HOSTS_PER_PAGE``) with their devices, each reserved device's
     current task and each booked one's reservation; counts over the whole fleet."""
@@ -86,6 +134,7 @@ def fleet(admin: PoolAdmin, host_page: int, host_filter: str | None) -> dict[str
         "host_pages": pages,
         "device_total": len(devices),
         "counts": counts,
+        "tiles": attribute_tiles(admin, devices),
     }
 
 
