@@ -111,7 +111,7 @@ for i = 0, n - 1 do
   if attrs then
     local set, unset = attrs_parse(attrs)
     if not set then return fail('INVALID', unset .. ' (device ' .. did .. ')') end
-    local plan, why = attrs_plan(did, 'host', set, unset, mode == 'full', op_attrs)
+    local plan, why = attrs_plan(did, 'host', set, unset, mode == 'full', op_attrs, not owner)
     if not plan then return fail('INVALID', why) end
     plans[did] = plan
   end

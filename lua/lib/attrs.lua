@@ -59,14 +59,19 @@ end
 
 -- a change of device `did`'s attributes, checked (before any write): `source` host | op,
 -- `set`/`unset` (attrs_parse), `full` (host only: `set` is every attribute the host reports,
--- the others it reported before leave), `op_csv` the device's attrs_op field. Returns the plan
--- apply_attrs takes, or nil and why (the device would have more than 32 attributes).
-local function attrs_plan(did, source, set, unset, full, op_csv)
+-- the others it reported before leave), `op_csv` the device's attrs_op field, `new` (the
+-- device is not registered yet: it has no attributes, nothing is read). Returns the plan
+-- attrs_apply takes, or nil and why (the device would have more than 32 attributes).
+local function attrs_plan(did, source, set, unset, full, op_csv, new)
   local ak = k('device', did, 'attrs')
   local op = attrs_names(op_csv)
   local p = {did = did, source = source, set = set, unset = unset, full = full, op = op,
     op_csv = op_csv or ''}
   local old, after = {}, 0
+  if new then
+    p.old = old
+    return p
+  end
   if full then
     local raw = redis.call('HGETALL', ak)
     for i = 1, #raw, 2 do old[raw[i]] = raw[i + 1] end
