@@ -1,7 +1,7 @@
 """Fleet-scale cost of deviceq's scheduler: ``python -m bench.fleet [--quick] [--json]
 [--sizes 1000,10000,100000] [--passes N] [--out PATH] [--where]``. With ``--where`` every
-device gets attributes and the measured 10-task passes carry 10 distinct ``--where``
-expressions (`WHERE`).
+device gets attributes (sent with its host's heartbeat, as a host daemon sends them) and the
+measured 10-task passes carry 10 distinct ``--where`` expressions (`WHERE`).
 
 Per fleet size (devices; hosts of 100 devices; one signature; batch 200), on a private
 redis-server of its own (``deviceq.core.redis_server.RedisServer``), with in-process hosts
@@ -68,12 +68,13 @@ from bench.support.assignment import (
     GOAL,
     POOL,
     add_fleet,
+    device_kind,
     finish_all,
     stats,
     stats_overhead,
 )
 from bench.support.procs import REALTIME_ENV, realtime
-from deviceq import Client, PoolAdmin
+from deviceq import Client, DeviceReport, PoolAdmin
 from deviceq.core.redis_server import RedisServer
 from deviceq.scheduler.task_scheduler import DEFAULT_BATCH, TaskScheduler
 
@@ -105,13 +106,14 @@ class FleetServer:
         self.hosts = add_fleet(self.srv.url, self.admin, devices, 1, f"f{devices}")
         self.size.register_s = time.perf_counter() - t
         self.size.hosts = len(self.hosts)
-        if where:  # (attributes as hosts send them: changes, 100 devices a call)
+        if where:  # (attributes as hosts send them: with their heartbeats, only changes)
             t = time.perf_counter()
             for hc in self.hosts:
                 ids = sorted(self.r.smembers(self.admin.keys.host_devices(hc.host_id)))
-                hc.send_attributes({d: ({"sdk": 28 + int(d.rsplit("dev", 1)[1]) % 8,
-                                         "battery": int(d.rsplit("dev", 1)[1]) % 101}, ())
-                                    for d in ids})  # fmt: skip
+                nums = {d: int(d.rsplit("dev", 1)[1]) for d in ids}
+                reports = [DeviceReport(d, *device_kind(i, 1)) for d, i in nums.items()]
+                hc.heartbeat(reports, attributes={d: {"sdk": 28 + i % 8, "battery": i % 101}
+                                                  for d, i in nums.items()})  # fmt: skip
             log(f"  attributes of {devices:,} devices sent in {time.perf_counter() - t:.1f}s")
         self.sched = TaskScheduler(self.admin)
         self.idle_key = self.sched.keys.idle
