@@ -325,6 +325,13 @@ def test_api_host_client_raises_what_host_client_raises(deploy: Deployment, api:
         second.send_attributes({"zz": ({"sdk": 1}, ())})
     hb = second.heartbeat([DeviceReport("d1", "android", ("wifi",))])
     assert (hb.devices, hb.idle, hb.draining, hb.stopping) == (1, 1, False, False)
+    # attributes ride on the heartbeat's rows through the API too (only the changed ones)
+    second.heartbeat([DeviceReport("d1", "android", ("wifi",))], attributes={"d1": {"sdk": 35}})
+    assert deploy.admin.attributes(["d1"])["d1"][0] == {"sdk": 35}
+    second.heartbeat([DeviceReport("d1", "android", ("wifi",))], attributes={"d1": {}})
+    assert deploy.admin.attributes(["d1"])["d1"][0] == {}
+    with pytest.raises(InvalidInput):
+        second.heartbeat_call("delta", "x", "y", 1, [("d1", "android", "", "idle", "", "B=n:1")])
     tid = deploy.client.submit("x")
     TaskScheduler(deploy.admin).assign()
     (a,) = second.claim(3)
