@@ -155,3 +155,30 @@ def test_a_malformed_or_oversized_entry_changes_nothing(lab: Any) -> None:
     with pytest.raises(InvalidInput, match="more than 32"):  # p2: 32 and the operator's
         h.heartbeat(reports, attributes={"p1": {}, "p2": many})
     assert len(attrs(f, "p1")) == 32 and attrs(f, "p2") == {"rack": "r1"}
+
+
+def test_a_daemon_whose_attributes_are_refused_keeps_heartbeating(real_fleet: Fleet) -> None:
+    """Redis refusing a host's attributes (a device would end with more than 32 with an
+    operator's) refuses no heartbeat: the daemon heartbeats without them, logged, for a
+    while, then tries them again."""
+    from deviceq.host.device_config import DeviceConfig
+    from deviceq.host.runners import RunnerSpec
+    from deviceq.host.settings import WorkerSettings
+    from deviceq.host.state import HostState
+    from deviceq.host.upkeep import Upkeep
+
+    f = real_fleet
+    many = tuple((f"a{i}", i) for i in range(32))
+    devices = [DeviceConfig("p1", "android", attributes=many), DeviceConfig("p2", "android")]
+    settings = WorkerSettings(host_id="h1", devices=devices, goal_runner=RunnerSpec("sim"))
+    h = f.add_host("h1", ("p1", "android", ()), ("p2", "android", ()))
+    f.admin.set_attributes("p1", {"rack": "r1"})
+    state = HostState(settings)
+    upkeep = Upkeep(state, h, h)
+    hb = upkeep.beat_with_attributes(state.snapshot())
+    assert hb.devices == 2 and upkeep.attrs_paused_until > 0
+    assert attrs(f, "p1") == {"rack": "r1"}
+    f.admin.unset_attributes("p1", ["rack"])
+    upkeep.attrs_paused_until = 0.0  # (the pause is over)
+    upkeep.beat_with_attributes(state.snapshot())
+    assert len(attrs(f, "p1")) == 32

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 
 from ..core.backoff import Backoff, Outage
-from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
+from ..core.errors import AuthError, DeviceOwned, DeviceqError, InvalidInput, SessionSuperseded
 from ..core.models import DeviceState
 from .device_config import DeviceConfig
-from .link import HostLink
+from .heartbeat_sync import Heartbeat
+from .link import DeviceReport, HostLink
 from .run import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DEVICE_CHECK_PLACEHOLDERS
@@ -35,6 +36,7 @@ CTL_MIN_INTERVAL = 0.25  # at most one heartbeat for control messages per this m
 CTL_RENEW_GAP = 0.02  # at least this long between two renewals for control messages
 CTL_RENEW_SHARE = 0.1  # and at most this share of the time spent in them (their gap grows)
 OWNED_RE = re.compile(r"device (\S+) belongs to another host")  # heartbeat.lua's DEVICE_OWNED
+ATTRS_PAUSE = 60.0  # seconds heartbeats go without attributes after Redis refused them
 
 
 class Upkeep:
@@ -56,6 +58,7 @@ class Upkeep:
         self.last_ctl = float("-inf")  # when the renew loop last reacted to a control message
         self.ctl_gap = CTL_RENEW_GAP  # the least time from that reaction to the next
         self.last_ctl_beat = float("-inf")  # when a control message last brought a heartbeat
+        self.attrs_paused_until = float("-inf")  # attributes refused: heartbeats without them
         self.beat_owed = False  # a control message came within CTL_MIN_INTERVAL of that
         # (one per daemon, shared with its other loops: see deviceq.core.backoff)
         self.outage = outage or Outage("its address", lambda level, msg: state.log(level, msg))
@@ -74,8 +77,7 @@ class Upkeep:
         while not self.state.closed.is_set():
             try:
                 reports = self.state.adjust_snapshot(self.state.snapshot())
-                attrs = self.state.attributes.reported(self.state.served())
-                hb = self.host.heartbeat(reports, attributes=attrs, stored=True)
+                hb = self.beat_with_attributes(reports)
                 self.outage.ok()
                 backoff.reset()
                 self.state.apply_heartbeat(hb)
@@ -110,6 +112,22 @@ class Upkeep:
                 wait = 1.0
             self.state.beat_now.wait(wait)
             self.state.beat_now.clear()
+
+    def beat_with_attributes(self, reports: list[DeviceReport]) -> Heartbeat:
+        """Heartbeat ``reports`` with the devices' attributes (only what changed rides on
+        it). Should Redis refuse them (a device would end with more than 32 attributes with an
+        operator's), the heartbeat goes without attributes, so the host stays alive, and so do
+        the next ones for `ATTRS_PAUSE` seconds (then they are tried again), logged."""
+        if time.monotonic() < self.attrs_paused_until:
+            return self.host.heartbeat(reports)
+        attrs = self.state.attributes.reported(self.state.served())
+        try:
+            return self.host.heartbeat(reports, attributes=attrs, stored=True)
+        except InvalidInput as exc:
+            self.state.log(logging.ERROR, f"attributes refused, heartbeats go without them "
+                           f"for {ATTRS_PAUSE:.0f} s: {exc}")  # fmt: skip
+            self.attrs_paused_until = time.monotonic() + ATTRS_PAUSE
+            return self.host.heartbeat(reports)
 
     def renew_loop(self) -> None:
         """Renew each lease a third into it; between renewals block on the host's control
