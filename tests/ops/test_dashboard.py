@@ -216,6 +216,9 @@ def test_fleet_tiles_summarize_attributes_per_driver_type(env: Env) -> None:
         assert "none gated" in _text_of(b, web + " .tile-gated")
         assert "version" in _text_of(b, web + " .tile-attr[data-attr='version']")
         _shot(b, "fleet-tiles")
+        b.get(env.ro + "/devices/pixel-2")  # the device page says who set each attribute
+        row = _text_of(b, "#device-attributes tr[data-attr='temperature']")
+        assert "38.5" in row and "operator" in row
     finally:
         env.cli("gate", "remove", "tile-low")
         for did in ("pixel-1", "pixel-2", "pixel-3"):

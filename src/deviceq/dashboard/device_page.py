@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from ..core.attributes import shown
 from ..core.errors import InvalidInput, NotFound
-from ..core.fleet import effective_state
+from ..core.fleet import effective_state, operator_attributes
 from ..core.models import Host
 from ..core.validation import validate_id
 from ..ops import status as st
@@ -59,9 +59,13 @@ def device_view(admin: PoolAdmin, device_id: str) -> dict[str, Any]:
         for e in log
     ]  # fmt: skip
     values, times = admin.attributes([device_id], with_times=True)[device_id]
+    by_op = operator_attributes(admin, device_id) if values else set()
     return {
         "d": d,
-        "attributes": [(k, shown(v), times.get(k)) for k, v in values.items()],
+        "attributes": [
+            (k, shown(v), times.get(k), "operator" if k in by_op else "host")
+            for k, v in values.items()
+        ],  # fmt: skip
         "host": host,
         "state": state,
         "why": st.device_reason(d, state, resv),
