@@ -348,7 +348,8 @@ def device_set_attr(ctx: Ctx, device_id: str, pairs: tuple[str, ...]) -> None:
     `host run --discover`). A value is typed by its text: true/false a boolean, 34 or -1.5 a
     number, 14.1.2 a version, anything else a string (quote it, 'model="34"', to keep digits a
     string). Names: 1-32 of a-z 0-9 _ starting with a letter; values at most 64 bytes; a device
-    has at most 32 attributes. A host reporting the same name later overwrites it.
+    has at most 32 attributes. An operator's value wins over what the device's host reports
+    for that name until `device unset-attr` removes it (then the host's value is back).
 
     \b
     Example:
@@ -367,7 +368,9 @@ def device_set_attr(ctx: Ctx, device_id: str, pairs: tuple[str, ...]) -> None:
 @click.argument("names", nargs=-1, required=True, metavar="KEY...")
 @pass_ctx
 def device_unset_attr(ctx: Ctx, device_id: str, names: tuple[str, ...]) -> None:
-    """Remove attributes of a device (a name it does not have is no change).
+    """Remove attributes of a device (a name it does not have is no change). A value an
+    operator set gives way to what the host reports for that name, if it reports one; a value
+    only the host reports is gone until the host sends it again.
 
     \b
     Example:
