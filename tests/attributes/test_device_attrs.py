@@ -84,9 +84,11 @@ def test_cli_set_list_where_and_show(phones: Fleet, cli: Any) -> None:
     table = cli("device", "list", "--attr", "battery,sdk")
     assert table.exit_code == 0 and "battery" in table.stdout and "80" in table.stdout
     show = cli("device", "show", "p1")
-    assert "model" in show.stdout and "Pixel 8" in show.stdout and "reported" in show.stdout
+    assert "model" in show.stdout and "Pixel 8" in show.stdout
+    assert "set by operator" in show.stdout  # (set-attr: an operator's)
     shown = json.loads(cli("device", "show", "p1", "--json").stdout)
     assert shown["attributes"]["sdk"] == 34 and shown["attributes_at"]["sdk"] > 1.6e12
+    assert shown["attributes_by"]["sdk"] == "operator"
     typo = cli("device", "list", "--where", "sdkk>=3")
     assert "no device has attribute 'sdkk'" in typo.stderr
     assert cli("device", "unset-attr", "p1", "model").exit_code == 0

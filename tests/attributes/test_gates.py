@@ -153,5 +153,5 @@ def test_the_dashboard_device_view_has_attributes_and_gate(phones: Fleet) -> Non
     add_gate(f.admin, "low", ["battery<20"])
     v = device_view(f.admin, "p2")
     assert v["state"] == "gated" and v["d"].gated == "low" and "low: battery 15" in v["why"]
-    ((name, value, at),) = v["attributes"]
-    assert (name, value) == ("battery", "15") and at and at > 1.6e12
+    ((name, value, at, by),) = v["attributes"]
+    assert (name, value, by) == ("battery", "15", "operator") and at and at > 1.6e12
