@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 from croniter import croniter
@@ -39,6 +39,7 @@ from ..core.errors import DeviceqError, Fenced, InvalidInput, NotConfirmed, NotF
 from ..core.keys import Keys
 from ..core.scripts import Scripts
 from ..core.validation import ID_RE
+from .leader_loop import LeaderLoop
 
 _LOG = logging.getLogger("deviceq.schedules")
 
@@ -274,7 +275,7 @@ SubmitFn = Callable[[dict[str, Any], str], str]
 
 
 @dataclass
-class Firer:
+class Firer(LeaderLoop):
     """Submits the pool's scheduled runs while ``epoch()`` (the scheduler's leader epoch, None
     while it does not lead) says this process leads (see the module's doc)."""
 
@@ -284,6 +285,8 @@ class Firer:
     epoch: Callable[[], int | None]
     every: float = TICK
     stopping: threading.Event = field(default_factory=threading.Event)
+    NAME: ClassVar[str] = "schedules"
+    LOG: ClassVar[logging.Logger] = _LOG
 
     def __post_init__(self) -> None:
         from ..producer.client import Client
@@ -293,24 +296,8 @@ class Firer:
         self.client = Client(self.r, self.pool)
         self.client.priority_warnings = False  # (a schedule's priority: said at schedule add)
 
-    def start(self) -> threading.Thread:
-        th = threading.Thread(target=self.run, name=f"schedules-{self.pool}", daemon=True)
-        th.start()
-        return th
-
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                if self.epoch() is not None:
-                    self.tick()
-            except redis.RedisError as exc:
-                _LOG.warning("schedules: redis unreachable: %s", exc)
-            except Exception:  # noqa: BLE001 - the firer never dies of one bad schedule
-                _LOG.exception("schedules: look failed")
-            self.stopping.wait(self.every)
+    def thread_name(self) -> str:
+        return f"schedules-{self.pool}"
 
     def tick(self, now: float | None = None) -> list[Fired]:
         """One look: each due run submitted (``now``: seconds since the epoch; default the

@@ -30,9 +30,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import redis
+from typing import Any, ClassVar
 
 from ..artifacts.records import store_for
 from ..core.errors import DeviceqError, Fenced
@@ -41,6 +39,7 @@ from ..producer.client import Client
 from ..suites import junit, store
 from ..suites.model import MAX_SHARDS, Shard
 from ..suites.submission import joined_shard, task_spec
+from .leader_loop import LeaderLoop
 
 _LOG = logging.getLogger("deviceq.suites")
 
@@ -56,7 +55,7 @@ PIN_SUPPORTED = "pin" in TaskSpec.model_fields
 
 
 @dataclass
-class SuiteWatcher:
+class SuiteWatcher(LeaderLoop):
     """Records the ended shards of running suites while ``epoch()`` says this process leads
     (None: it does not; the watcher then does nothing)."""
 
@@ -68,25 +67,11 @@ class SuiteWatcher:
     # the pool's devgen at this watcher's last look at the devices, per suite with an open
     # joining window (a look when it changes)
     seen_devgen: dict[str, str] = field(default_factory=dict)
+    NAME: ClassVar[str] = "suites"
+    LOG: ClassVar[logging.Logger] = _LOG
 
-    def start(self) -> threading.Thread:
-        th = threading.Thread(target=self.run, name=f"suites-{self.client.pool}", daemon=True)
-        th.start()
-        return th
-
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                if self.epoch() is not None:
-                    self.tick()
-            except redis.RedisError as exc:
-                _LOG.warning("suites: redis unreachable: %s", exc)
-            except Exception:  # noqa: BLE001 - the watcher never dies of one bad suite
-                _LOG.exception("suites: look failed")
-            self.stopping.wait(self.every)
+    def thread_name(self) -> str:
+        return f"suites-{self.client.pool}"
 
     def tick(self) -> int:
         """One look at every running suite; returns how many shards it recorded."""
