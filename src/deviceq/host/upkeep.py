@@ -22,7 +22,7 @@ from ..core.backoff import Backoff, Outage
 from ..core.errors import AuthError, DeviceOwned, DeviceqError, SessionSuperseded
 from ..core.models import DeviceState
 from .device_config import DeviceConfig
-from .link import HostLink
+from .link import HostLink, Renewal
 from .run import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DEVICE_CHECK_PLACEHOLDERS
@@ -74,9 +74,15 @@ class Upkeep:
         while not self.state.closed.is_set():
             try:
                 reports = self.state.adjust_snapshot(self.state.snapshot())
-                hb = self.host.heartbeat(reports)
+                riding = self.riding_renewals()
+                sent = time.monotonic()
+                hb = self.host.heartbeat(
+                    reports, leases=[(r.task_id, r.assignment.lease_id) for r in riding]
+                )
                 self.outage.ok()
                 backoff.reset()
+                if hb.renewals is not None:
+                    self.apply_renewals(riding, list(hb.renewals), sent)
                 self.state.apply_heartbeat(hb)
                 self.state.after_heartbeat()
                 self.send_attributes()
@@ -110,6 +116,19 @@ class Upkeep:
                 wait = 1.0
             self.state.beat_now.wait(wait)
             self.state.beat_now.clear()
+
+    def riding_renewals(self) -> list[Run]:
+        """The runs whose renewal rides on this heartbeat (where the link renews on its
+        heartbeat): those due before the next heartbeat (their lease a third gone by then), at
+        most `RENEW_CHUNK`. The renew loop still renews any run when it is due (a heartbeat
+        late or refused, a lease shorter than three heartbeat intervals): a lease never waits
+        for a heartbeat."""
+        if not self.host.heartbeat_renews:
+            return []
+        by = time.monotonic() + self.hb_interval()
+        runs = [r for r in self.state.active_runs()
+                if r.reason != "lost" and not r.ended.is_set() and r.renew_at <= by]  # fmt: skip
+        return runs[:RENEW_CHUNK]
 
     def send_attributes(self) -> None:
         """The devices' attribute changes since the last call (none: no call). A refused
@@ -221,39 +240,43 @@ class Upkeep:
             sent = time.monotonic()
             answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
             self.outage.ok()
-            lost = False
-            for run, ans in zip(chunk, answers, strict=True):
-                if run.ended.is_set():
-                    continue
-                if not ans.lost:
-                    run.renewed(sent, ans.lease_ms)
-                    if self.settings.renew_interval:
-                        run.renew_at = min(run.renew_at, sent + self.settings.renew_interval)
-                if ans.status == "cancel" and run.reason is None:
-                    self.state.log(
-                        logging.INFO, "cancel requested: stopping runner", **run.fields()
-                    )
-                    run.stop("cancel")
-                elif ans.status.startswith("preempt:") and run.reason is None:
-                    grace_ms = ans.status.partition(":")[2]
-                    run.stop_grace = int(grace_ms) / 1000 if grace_ms.isdigit() else None
-                    self.state.log(
-                        logging.INFO,
-                        "preempted: stopping runner",
-                        grace_s=run.stop_grace,
-                        **run.fields(),
-                    )
-                    run.stop("preempt")
-                elif ans.lost:
-                    self.state.log(
-                        logging.WARNING,
-                        f"lease lost ({ans.reason}): stopping runner, reporting nothing",
-                        **run.fields(),
-                    )
-                    run.stop("lost")
-                    lost = True
-            if lost:
-                self.state.beat_now.set()  # prove this host alive: its devices return to service
+            self.apply_renewals(chunk, answers, sent)
+
+    def apply_renewals(self, chunk: list[Run], answers: list[Renewal], sent: float) -> None:
+        """Act on the renewals of ``chunk`` (by `renew_once` or a heartbeat, sent at
+        ``sent``): extend each run's lease; stop a run on ``cancel``, ``preempt:GRACE_MS``
+        and ``lost``."""
+        lost = False
+        for run, ans in zip(chunk, answers, strict=True):
+            if run.ended.is_set():
+                continue
+            if not ans.lost:
+                run.renewed(sent, ans.lease_ms)
+                if self.settings.renew_interval:
+                    run.renew_at = min(run.renew_at, sent + self.settings.renew_interval)
+            if ans.status == "cancel" and run.reason is None:
+                self.state.log(logging.INFO, "cancel requested: stopping runner", **run.fields())
+                run.stop("cancel")
+            elif ans.status.startswith("preempt:") and run.reason is None:
+                grace_ms = ans.status.partition(":")[2]
+                run.stop_grace = int(grace_ms) / 1000 if grace_ms.isdigit() else None
+                self.state.log(
+                    logging.INFO,
+                    "preempted: stopping runner",
+                    grace_s=run.stop_grace,
+                    **run.fields(),
+                )
+                run.stop("preempt")
+            elif ans.lost:
+                self.state.log(
+                    logging.WARNING,
+                    f"lease lost ({ans.reason}): stopping runner, reporting nothing",
+                    **run.fields(),
+                )
+                run.stop("lost")
+                lost = True
+        if lost:
+            self.state.beat_now.set()  # prove this host alive: its devices return to service
 
     def check_loop(self) -> None:
         while not self.state.closed.wait(self.settings.device_check_interval):
