@@ -9,8 +9,8 @@ while a session is active, calls from any other session are refused (`SessionSup
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import redis
@@ -28,7 +28,7 @@ from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import validate_id
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES, FailureKind
-from .claims import assignments, claim_rest
+from .claims import assignments, claim_rest, claimed_all
 from .heartbeat_sync import HeartbeatSync, Reply, Row
 from .link import HostLink, Renewal, Report, SessionInfo, renewals_of
 from .log_stream import LogChunk
@@ -284,17 +284,21 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
             last = claim_max > 0 and len(answers) + len(part) == len(fields)
             if last:  # (the claim rides on the last call, after every report)
                 args.append(str(claim_max))
+            t0 = time.perf_counter()
             try:
-                out = pacer.timed(len(part), partial(run_durably, self, "report", args))
+                out = run_durably(self, "report", args)
             except NotConfirmed as exc:
                 got = list(exc.result or [])
                 if last and len(got) > len(part):
                     exc.claimed = assignments(got.pop())
                 exc.result = answers + [str(x) for x in got]
                 raise
+            took, work = time.perf_counter() - t0, len(part)
             if last:
                 out = list(out)
                 rows = out.pop()
+                work += len(rows) - (1 if claimed_all(rows) else 2)  # (its claims: work too)
+            pacer.record(work, took)
             answers += [str(x) for x in out]
         return answers, rows
 
