@@ -1,5 +1,7 @@
 """The host daemon's upkeep threads: heartbeats (`Upkeep.heartbeat_loop`: the device snapshot;
-its answer brings the quarantine set and the operator's drain), lease renewals and the control
+its answer brings the quarantine set and the operator's drain; the renewals due before the next
+heartbeat ride on it, one call for both, where the link can: `Upkeep.riding_renewals`), lease
+renewals (those no heartbeat took in time, and those a control message asks for) and the control
 list (`Upkeep.renew_loop`: each lease renewed a third into it; between renewals a blocking wait
 on ``host:ID:ctl``, so a cancel, a preemption, a quarantine change, a takeover or a removal is
 acted on at once: a renewal at most every `CTL_RENEW_GAP` and within `CTL_RENEW_SHARE` of the
