@@ -279,8 +279,10 @@ class HostWorker:
         """One INFO line about what the host did since the last one (if anything)."""
         counts = self.executor.stats.take()
         if any(counts.values()):
+            rep = self.executor.reporter  # (report_claims: claimed by reports, since the start)
             self.state.log(logging.INFO, "tasks", running=len(self.state.active_runs()),
-                           reports_calls=self.executor.reporter.calls, **counts)  # fmt: skip
+                           reports_calls=rep.calls, report_claims=rep.claimed,
+                           **counts)  # fmt: skip
 
     def _nudge(self) -> None:
         """Wake our own blocking inbox and control waits (best effort)."""
