@@ -18,6 +18,7 @@ from deviceq.host.daemon import HostWorker
 from deviceq.host.runners import RunnerSpec, Task
 from deviceq.host.settings import WorkerSettings
 from harness import Deployment, wait_for
+from runner_kinds import KINDS, host_flags
 
 RELEASE: dict[str, threading.Event] = {}
 
@@ -146,11 +147,14 @@ def test_a_lease_shorter_than_the_heartbeats_is_renewed_without_waiting_for_one(
         _stop(worker, t)
 
 
-def test_a_killed_daemons_leases_renewed_by_heartbeats_still_expire(deploy: Deployment) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_killed_daemons_leases_renewed_by_heartbeats_still_expire(
+    deploy: Deployment, kind: str
+) -> None:
     deploy.configure(lease_ttl=2, claim_ttl=2, host_timeout=30)
     deploy.scheduler()
-    a = deploy.command_host("hA", "a1:android", extra=("--heartbeat-interval", "0.2"),
-                            env={"DQ_SLEEP": "30"})  # fmt: skip
+    a = deploy.command_host("hA", "a1:android", env={"DQ_SLEEP": "30"},
+                            extra=("--heartbeat-interval", "0.2", *host_flags(kind)))  # fmt: skip
     tid = deploy.client.submit("sleep $DQ_SLEEP", max_attempts=1)
     wait_for(lambda: deploy.status(tid) is TaskStatus.dispatched, 20, "running on hA")
     key = deploy.admin.keys.task(tid)
