@@ -8,6 +8,7 @@
 --- @include "lib/eligibility"
 --- @include "lib/gates"
 --- @include "lib/attrs"
+--- @include "lib/renewals"
 --- @include "gen/args/heartbeat"
 --- @include "gen/bounds"
 -- heartbeat.lua: a host reports itself alive and what changed among its devices (a delta), or,
@@ -44,13 +45,15 @@
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:held_devices, host:ID:quarantined,
 --          host:ID:sync, host:ID:leftout, device:ID, device:ID:attrs, device:ID:attrs_at,
 --          device:ID:attrs_host, attr_names, devices, idle, idle:c:*, caps, drivers, qdrivers,
---          devgen, events, sched:wake; reads config, gates
+--          devgen, events, sched:wake, task:ID, leases; reads config, gates
 -- Returns  {status(ok | full | part | more), alive_devices, idle_assignable, draining(0|1,
 --          operator), stopping(0|1), quarantined device ids (csv)}; the counts and flags are
 --          those of `ok` (0 otherwise). alive_devices is the host's device count; idle_assignable
 --          counts its devices that were idle candidates when last reported (device field
 --          hb_idle: 1 when counted; a full snapshot counts them all as they are now, a delta
---          recounts the devices it carries).
+--          recounts the devices it carries). With leases given, a 7th element: renew.lua's
+--          reply for them (per lease a flat triple {"ok"|"cancel"|"preempt:GRACE_MS",
+--          expires_at_ms, lease_ms} or {"lost", REASON, 0}); without, the reply is as before.
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
 --          INVALID (malformed mode, version, device, state, reason or attrs; a device with
 --          more than 32 attributes), DEVICE_OWNED (a device
@@ -73,9 +76,14 @@ end
 if not valid_id(ver) or (mode ~= 'full' and not valid_id(arg)) or (mode == 'full' and arg ~= 'first' and arg ~= '') then
   return fail('INVALID', 'malformed heartbeat version')
 end
-local A = #ARGV == 9 and packed_items(ARGV[9], n, DEV_N)
+local A = (#ARGV == 9 or #ARGV == 10) and packed_items(ARGV[9], n, DEV_N)
 if not total or not A or (mode == 'commit' and n ~= 0) then
   return fail('INVALID', 'bad argument count')
+end
+local L, ln
+if #ARGV == 10 then
+  L, ln = leases_in(ARGV[10])
+  if not L then return fail('INVALID', 'malformed leases') end
 end
 local STATES = {idle = true, busy = true, offline = true}
 local listed, owners, plans = {}, {}, {}
@@ -118,7 +126,14 @@ for i = 0, n - 1 do
   listed[did] = true
 end
 
-local function refused() return {'full', 0, 0, 0, 0, ''} end
+-- the leases given, renewed (all arguments are checked): their triples end the reply
+local renewed = L and renew_leases(L, ln, host_id, session or '')
+local function reply(r)
+  if renewed then r[7] = renewed end
+  return r
+end
+
+local function refused() return reply({'full', 0, 0, 0, 0, ''}) end
 if mode == 'delta' and h[4] ~= ver then return refused() end
 if (mode == 'commit' or (mode == 'full' and arg ~= 'first')) and h[5] ~= ver then return refused() end
 
@@ -257,8 +272,8 @@ end
 
 local function answer(idle)
   idle = math.max(0, math.min(idle, total))
-  return {'ok', total, idle, h[2] == '1' and 1 or 0, h[3] == '1' and 1 or 0,
-    table.concat(redis.call('SMEMBERS', qk), ',')}
+  return reply({'ok', total, idle, h[2] == '1' and 1 or 0, h[3] == '1' and 1 or 0,
+    table.concat(redis.call('SMEMBERS', qk), ',')})
 end
 
 if mode == 'delta' then
@@ -297,7 +312,7 @@ if mode == 'full' then
   if n > 0 then redis.call('SADD', synck, unpack(ids)) end
   redis.call('HINCRBY', hk, 'hb_sync_idle', I(idle))
   finish()
-  return {'part', 0, 0, 0, 0, ''}
+  return reply({'part', 0, 0, 0, 0, ''})
 end
 
 -- commit: the devices left out of the snapshot, then the version
@@ -312,7 +327,7 @@ local idle = tonumber(s[2] or '0') or 0
 for _, did in ipairs(redis.call('SPOP', leftk, LEAVE_BUDGET)) do leave(did) end
 if redis.call('EXISTS', leftk) == 1 then
   finish()
-  return {'more', 0, 0, 0, 0, ''}
+  return reply({'more', 0, 0, 0, 0, ''})
 end
 redis.call('HSET', hk, 'hb_ver', arg, 'hb_idle', I(idle))
 redis.call('HDEL', hk, 'hb_sync', 'hb_sync_idle', 'hb_sync_left')

@@ -17,6 +17,7 @@
 --- @include "lib/leases"
 --- @include "lib/outcomes"
 --- @include "lib/handback"
+--- @include "lib/claims"
 --- @include "gen/args/report"
 --- @include "gen/bounds"
 -- report.lua: the owning host ends attempts: done | failed | cancelled (terminal), released
@@ -50,6 +51,10 @@
 --   failure_kind  failed: runner_failed | runner_error | timeout | rejected | infrastructure;
 --                 '' otherwise
 --   payload       result or error, at most 65536 bytes
+--          claim_max (optional, 1..1000) [budget_us (1..10000000)]: after the reports, take up
+--          to claim_max assignments from the host's inbox exactly as claim.lua does
+--          (claim_inbox in lib/claims.lua: its time budget, 2,500 us unless budget_us is given,
+--          bounds the claim; the reports are bounded by their count, sized by the caller)
 -- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
 --          status:*, qdrivers, LIMIT_COUNTERS, preemptible, events,
@@ -58,15 +63,23 @@
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
 --          of not_found superseded not_owner expired already_terminal cancel_not_requested
---          preempt_not_requested.
+--          preempt_not_requested. With claim_max given, one more element after the n
+--          answers: claim.lua's reply {lease_ms, task1, ...[, 'more']} (an answer per report
+--          first, so a reader of the n answers reads them as before).
 -- Errors   AUTH (unknown host / wrong token), SUPERSEDED (not the current session),
 --          INVALID (bad outcome, failure_kind or arguments; nothing is written).
 local host_id, token, session = ARGV[1], ARGV[2], ARGV[3]
 local hk, err = auth_host(host_id, token, session or '')
 if not hk then return err end
 local n = int_in(ARGV[4], 1, 10000)
-local A = #ARGV == 5 and packed_items(ARGV[5], n, REPORT_N)
+local A = #ARGV >= 5 and #ARGV <= 7 and packed_items(ARGV[5], n, REPORT_N)
 if not A then return fail('INVALID', 'bad argument count') end
+local claim_max, budget = #ARGV >= 6 and int_in(ARGV[6], 1, 1000), nil
+if #ARGV >= 6 and not claim_max then return fail('INVALID', 'claim_max must be an integer 1-1000') end
+if #ARGV == 7 then
+  budget = int_in(ARGV[7], 1, 10000000)
+  if not budget then return fail('INVALID', 'budget_us must be an integer 1-10000000') end
+end
 for i = 0, n - 1 do
   local b = i * REPORT_N
   local outcome, kind = A[b + REPORT_OUTCOME], A[b + REPORT_FAILURE_KIND]
@@ -204,5 +217,10 @@ for i = 0, n - 1 do
   end
 end
 limits_flush()
-if freed then wake(k('sched', 'wake')) end
+if claim_max then
+  local claimed, refused = claim_inbox(host_id, session or '', claim_max, budget)
+  freed = freed or refused
+  out[#out + 1] = claimed
+end
+if freed then wake(k('sched', 'wake')) end  -- (a device freed: the scheduler makes a pass)
 return out

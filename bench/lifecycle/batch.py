@@ -152,6 +152,62 @@ def lab(url: str, batch: int, host_cls: type[HostClient] = HostClient) -> Lab:
     return Lab(r, pool, admin, client, host_cls(r, pool, host_id, token))
 
 
+def merged_calls(host: HostClient) -> bool:
+    """Does this tree's host link claim in its reports and renew on its heartbeats
+    (`HostLink.report_and_claim`, ``heartbeat(leases=...)``)? (``bench.ab`` runs one script
+    on two trees: a baseline without them runs the separate calls.)"""
+    return bool(getattr(host, "heartbeat_renews", False)) and hasattr(host, "report_and_claim")
+
+
+def staggered_rounds(
+    host: HostClient,
+    devices: list[Any],
+    batch: int,
+    tasks: int,
+    timed: Callable[[str, Callable[[], Any]], Any],
+    sched_pass: Callable[[], Any],
+) -> None:
+    """``tasks`` lifecycles on one host of ``2 * batch`` devices (``devices``, its snapshot) in
+    two groups of ``batch`` whose runs end in turn (a busy host's runs end at different
+    times): each round the host's upkeep (``upkeep``: its full device snapshot, and one renewal
+    of every running lease), the ``report`` of one group's runs, a scheduler ``pass`` that
+    assigns that group's devices again, and their ``claim``. Where the link can
+    (`merged_calls`), the renewals ride on the heartbeat and the claim on the next report
+    (the claim phase then runs only when no report is left to carry it). ``timed(phase,
+    call)`` runs and counts one phase's call."""
+    merged = merged_calls(host)
+    ids = [d.device_id for d in devices]
+    running: list[list[Any]] = [[], []]
+
+    def take(got: list[Any]) -> None:
+        for a in got:
+            running[ids.index(a.device_id) // batch].append(a)
+
+    timed("pass", sched_pass)
+    take(timed("claim", lambda: host.claim(2 * batch)))
+    done, g = 0, 0
+    while done < tasks:
+        leases = [(a.task.id, a.lease_id) for a in running[0] + running[1]]
+        if merged:
+            timed("upkeep", partial(host.heartbeat, devices, full=True, leases=leases))
+        else:
+            timed("upkeep", lambda ls=leases: (host.heartbeat(devices, full=True), host.renew(ls)))
+        ended, running[g] = running[g], []
+        reports = [Report(a.task.id, a.lease_id, "done", payload="ok") for a in ended]
+        if merged and reports:
+            _, got = timed("report", partial(host.report_and_claim, reports, batch))
+            take(got)
+        elif reports:
+            timed("report", partial(host.report_many, reports))
+        done += len(reports)
+        timed("pass", sched_pass)
+        if not merged or not (running[1 - g] or done >= tasks):
+            take(timed("claim", lambda: host.claim(batch)))
+        if not reports and not running[0] and not running[1] and done < tasks:
+            raise RuntimeError(f"nothing runs after {done} of {tasks} tasks")
+        g = 1 - g
+
+
 def floor_submit(r: redis.Redis, prefix: str, lo: int, hi: int) -> None:
     """The floor's submit of tasks ``t{lo}``..``t{hi - 1}``: a pipelined ``HSET`` and ``ZADD``
     each."""

@@ -10,10 +10,14 @@ reading replies into tables, encoding JSON), which ``instructions.py`` counts; a
 that merges commands without removing that work saves nothing (one ``HMGET`` of a script's
 settings in place of one ``HGET`` each: 0.97x the commands, 1.00x the instructions).
 
-It runs ``batch.py``'s lifecycle (and ``instructions.py``'s): through the public
-API on one host of ``--batch`` devices, ``Client.submit_many`` in chunks of ``--batch``, then
-rounds of a scheduler pass (``TaskScheduler.assign``; its expiry step only on the first pass:
-the daemon runs it on a 2 s tick), ``HostClient.claim(batch)`` and ``HostClient.report_many``;
+It runs ``instructions.py``'s lifecycle: through the public API on one host of
+``2 * --batch`` devices in two groups whose runs end in turn (``batch.staggered_rounds``),
+``Client.submit_many`` in chunks of ``--batch``, then rounds of the host's upkeep (its full
+device snapshot and one renewal of every running lease: column ``upkeep``, beside the
+lifecycle), ``HostClient.report_many`` of one group, a scheduler pass (``TaskScheduler.assign``;
+its expiry step only on the first pass: the daemon runs it on a 2 s tick) and
+``HostClient.claim(batch)`` (where the tree's host link can, the renewals ride on the heartbeat
+and the claim on the next report);
 and the floor's lifecycle (three inline scripts: ``batch.FLOOR_*``), each on a private
 redis-server under ``MONITOR``. Every data command (a script's own included; not the script
 calls themselves) is put in one row by its key and name:
@@ -57,12 +61,14 @@ from bench.lifecycle.batch import (  # noqa: E402
     GOAL,
     floor_submit,
     lab,
+    staggered_rounds,
 )
 from bench.support.common import private_redis, raw_client, table  # noqa: E402
-from deviceq.host.link import Report  # noqa: E402
+from deviceq.host.link import DeviceReport  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 
 PHASES = ("submit", "pass", "claim", "report")
+UPKEEP = "upkeep"  # (counted beside the lifecycle)
 NOT_DATA = frozenset({"EVALSHA", "EVAL", "SCRIPT", "INFO", "CLIENT", "HELLO", "PING", "SELECT",
                       "MONITOR", "ECHO", "CONFIG"})  # fmt: skip
 """Commands that are not a lifecycle's data work (the script calls: their commands count)."""
@@ -136,7 +142,7 @@ class Monitor:
             if time.monotonic() > deadline:
                 raise RuntimeError("MONITOR did not deliver the closing mark")
             time.sleep(0.05)
-        out: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
+        out: dict[str, Counter[str]] = {p: Counter() for p in (*PHASES, UPKEEP)}
         phase = None
         for line in self.lines:
             words = line["command"].split(" ")
@@ -158,26 +164,27 @@ def mark(r: redis.Redis, phase: str) -> None:
 
 def run_deviceq(tasks: int, batch: int) -> dict[str, Counter[str]]:
     with private_redis() as server:
-        lb = lab(server.url, batch)
+        lb = lab(server.url, 2 * batch)
         r, pool, client, host = lb.r, lb.pool, lb.client, lb.host
         sched = TaskScheduler(r, pool)
         sched.assign()  # (its set-up reads, not counted)
+        devices = [DeviceReport(f"{host.host_id}-d{d:03d}", DRIVER) for d in range(2 * batch)]
         mon = Monitor(server.url)
         for i in range(0, tasks, batch):
             mark(r, "submit")
             client.submit_many([{"goal": GOAL, "driver_type": DRIVER}] * min(batch, tasks - i))
-        done, first = 0, True
-        while done < tasks:
-            mark(r, "pass")
-            sched.assign(expire=first)
-            first = False
-            mark(r, "claim")
-            got = host.claim(batch)
-            if not got:
-                raise RuntimeError(f"nothing to claim after {done} of {tasks} tasks")
-            mark(r, "report")
-            host.report_many([Report(a.task.id, a.lease_id, "done", payload="ok") for a in got])
-            done += len(got)
+        first = [True]
+
+        def sched_pass() -> Any:
+            out = sched.assign(expire=first[0])
+            first[0] = False
+            return out
+
+        def timed(phase: str, call: Callable[[], Any]) -> Any:
+            mark(r, phase)
+            return call()
+
+        staggered_rounds(host, devices, batch, tasks, timed, sched_pass)
         out = mon.counts(r, f"dq:{{{pool}}}:")
         if client.counts().get("done") != tasks:
             raise RuntimeError("not every task ended done")
@@ -223,16 +230,17 @@ def rows(dq: Counts, floor: Counts, tasks: int) -> list[list[str]]:
 
     out = []
     for row in ROWS:
-        if not total(dq, row) and not total(floor, row):
+        if not total(dq, row) and not total(floor, row) and not dq[UPKEEP][row]:
             continue
         out.append([row, *(f(dq[p][row] / tasks) for p in PHASES), f(total(dq, row)),
-                    f(total(floor, row))])  # fmt: skip
+                    f(total(floor, row)), f(dq[UPKEEP][row] / tasks)])  # fmt: skip
     everything: Callable[[dict[str, Counter[str]], str], float] = lambda c, p: (  # noqa: E731
         sum(c[p].values()) / tasks
     )
     out.append(["**all**", *(f(everything(dq, p)) for p in PHASES),
                 f(sum(everything(dq, p) for p in PHASES)),
-                f(sum(everything(floor, p) for p in PHASES))])  # fmt: skip
+                f(sum(everything(floor, p) for p in PHASES)),
+                f(everything(dq, UPKEEP))])  # fmt: skip
     return out
 
 
@@ -247,12 +255,19 @@ def main() -> None:
     dq = run_deviceq(args.tasks, args.batch)
     floor = run_floor(args.tasks, args.batch)
     text = table(
-        ["record", *(f"deviceq {p}" for p in PHASES), "deviceq lifecycle", "floor lifecycle"],
+        [
+            "record",
+            *(f"deviceq {p}" for p in PHASES),
+            "deviceq lifecycle",
+            "floor lifecycle",
+            "deviceq upkeep",
+        ],
         rows(dq, floor, args.tasks),
     )
     print(text)
     print(f"\ndata commands per task; {args.tasks} tasks, {args.batch} items per call, one host "
-          f"of {args.batch} devices, the expiry step once")  # fmt: skip
+          f"of {2 * args.batch} devices (two groups ending in turn), the expiry step "
+          "once")  # fmt: skip
     if args.out:
         args.out.write_text(text + "\n")
 

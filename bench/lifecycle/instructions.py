@@ -4,21 +4,24 @@ is doing, so a change of a few percent in the scripts shows where timings (``bat
 ``transitions.py``) drown in the machine's noise. A figure is an A/B tool, not a
 time: run it on two trees (``python -m bench.ab --baseline REV bench/lifecycle/instructions.py``).
 
-The lifecycle is ``batch.py``'s, through the public API on one host of ``--batch``
-devices: ``Client.submit_many`` (chunks of ``--batch``), then rounds of a scheduler pass
-(``TaskScheduler.assign``, its expiry step on the daemon's tick), ``HostClient.claim(batch)``
-and ``HostClient.report_many`` until every task is done; after each round's reports, the
-host sends its full device snapshot (``HostClient.heartbeat(full=True)``: every device's entry
-parsed and applied), counted as a phase of its own beside the lifecycle. Beside it, the same
-lifecycle of ``batch.py``'s floor (a stripped-down atomic lifecycle: three inline scripts, see that
-module), on a server of its own: its submit is one pipelined ``HSET`` + ``ZADD`` per task, its
-pass the ``ZRANGE`` snapshot and its assign script. Each phase's instructions are counted apart
-(``callgrind_control`` zeroes the counters before a phase and dumps them after) and divided by
-the tasks, and so are its data commands (``INFO commandstats``, a script's own included; not the
-script calls). Only the instructions inside ``processCommand`` count (a command's execution,
-scripts' own commands included): not the event loop, the reading of requests and writing of
-replies, nor the server's timed background work, whose share would grow with the wall time of a
-phase.
+The lifecycle is ``batch.py``'s, through the public API on one host of ``2 * --batch`` devices
+in two groups whose runs end in turn (``batch.staggered_rounds``): ``Client.submit_many``
+(chunks of ``--batch``), then rounds of the host's upkeep (its full device snapshot,
+``HostClient.heartbeat(full=True)``: every device's entry parsed and applied, and one renewal
+of every running lease), ``HostClient.report_many`` of one group's runs, a scheduler pass
+(``TaskScheduler.assign``, its expiry step on the daemon's tick) and
+``HostClient.claim(batch)`` until every task is done; the upkeep is counted as a phase of its
+own beside the lifecycle. Where the tree's host link can, the renewals ride on the heartbeat
+and the claim on the next report (``report.lua`` with ``claim_max``), as the daemon sends them.
+Beside it, the same lifecycle of ``batch.py``'s floor (a stripped-down atomic lifecycle: three
+inline scripts, see that module), on a server of its own: its submit is one pipelined ``HSET``
++ ``ZADD`` per task, its pass the ``ZRANGE`` snapshot and its assign script. Each phase's
+instructions are counted apart (``callgrind_control`` zeroes the counters before a phase and
+dumps them after) and divided by the tasks, and so are its data commands (``INFO
+commandstats``, a script's own included; not the script calls). Only the instructions inside
+``processCommand`` count (a command's execution, scripts' own commands included): not the event
+loop, the reading of requests and writing of replies, nor the server's timed background work,
+whose share would grow with the wall time of a phase.
 
 Needs valgrind (``apt-get install valgrind``). Usage:
 ``python bench/lifecycle/instructions.py [--tasks 400] [--batch 5] [--out FILE]``"""
@@ -50,19 +53,21 @@ from bench.lifecycle.batch import (  # noqa: E402
     ExpiryTick,
     floor_submit,
     lab,
+    staggered_rounds,
 )  # noqa: E402
 from bench.support.common import raw_client, table  # noqa: E402
 from deviceq.core import pacing  # noqa: E402
 from deviceq.core.redis_server import RedisServer  # noqa: E402
-from deviceq.host.link import DeviceReport, Report  # noqa: E402
+from deviceq.host.link import DeviceReport  # noqa: E402
 from deviceq.host.redis_link import HostClient  # noqa: E402
 from deviceq.scheduler import TaskScheduler  # noqa: E402
 from deviceq.scheduler.daemon import DEFAULT_TICK  # noqa: E402
 
 PHASES = ("submit", "pass", "claim", "report")
-EXTRA = ("heartbeat",)
+EXTRA = ("upkeep",)
 """Counted beside the lifecycle, not in it: the host's full device snapshot once a round (a
-``heartbeat.lua`` chunk of every device and its commit; the floor has none)."""
+``heartbeat.lua`` chunk of every device and its commit) and a renewal of its running leases
+(``renew.lua``, or on the heartbeat; the floor has none)."""
 
 
 SLOWDOWN = 100
@@ -196,7 +201,7 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
     ``tasks`` lifecycles."""
     server, counter = counted_server(work)
     try:
-        lb = lab(server.url, batch, StretchedHost)
+        lb = lab(server.url, 2 * batch, StretchedHost)
         r, pool, client, host = lb.r, lb.pool, lb.client, lb.host
         for name in ("host_timeout", "claim_ttl", "lease_ttl"):  # (a slowed server: no expiry)
             lb.admin.set_config(name, 3600)
@@ -206,23 +211,14 @@ def measure(tasks: int, batch: int, work: Path) -> Counts:
         expiry = ExpiryTick(False, DEFAULT_TICK * SLOWDOWN)  # (the daemon's tick, stretched)
         spent, cmds, calls = (dict.fromkeys((*PHASES, *EXTRA), 0) for _ in range(3))
         timed = partial(count_phase, counter, spent, r, cmds, calls)
-        devices = [DeviceReport(f"{host.host_id}-d{d:03d}", DRIVER) for d in range(batch)]
+        devices = [DeviceReport(f"{host.host_id}-d{d:03d}", DRIVER) for d in range(2 * batch)]
 
         for i in range(0, tasks, batch):
             n = min(batch, tasks - i)
             batch_of_n = [{"goal": GOAL, "driver_type": DRIVER}] * n
             timed("submit", lambda b=batch_of_n: client.submit_many(b))
-        done = 0
-        while done < tasks:
-            timed("pass", lambda: sched.assign(expire=expiry.due()))
-            got = timed("claim", lambda: host.claim(batch))
-            assert isinstance(got, list)
-            if not got:
-                raise RuntimeError(f"nothing to claim after {done} of {tasks} tasks")
-            reports = [Report(a.task.id, a.lease_id, "done", payload="ok") for a in got]
-            timed("report", lambda reports=reports: host.report_many(reports))
-            timed("heartbeat", lambda: host.heartbeat(devices, full=True))
-            done += len(got)
+        staggered_rounds(host, devices, batch, tasks, timed,
+                         lambda: sched.assign(expire=expiry.due()))  # fmt: skip
         if client.counts().get("done") != tasks:
             raise RuntimeError("not every task ended done")
         r.close()
@@ -294,7 +290,8 @@ def main() -> None:
     )  # fmt: skip
     print(text)
     print(
-        f"\n{args.tasks} tasks, {args.batch} items per call, one host of {args.batch} devices; "
+        f"\n{args.tasks} tasks, {args.batch} items per call, one host of {2 * args.batch} "
+        "devices (two groups ending in turn); "
         f"callgrind, took {took:.0f} s (pid {os.getpid()})"
     )
     if args.out:

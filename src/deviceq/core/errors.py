@@ -89,13 +89,15 @@ class SessionSuperseded(DeviceqError):
 class NotConfirmed(DeviceqError):
     """The write was applied but the pool's durability (``aof`` / ``replica``) could not be
     confirmed in time: it may be lost if Redis crashes now. ``result`` is what the write
-    answered (e.g. the submitted task ids, the report answers)."""
+    answered (e.g. the submitted task ids, the report answers); ``claimed``, the assignments a
+    report that also claimed took (start them: they are this host's now)."""
 
     code = "NOT_CONFIRMED"
 
     def __init__(self, message: str, result: Any = None) -> None:
         super().__init__(message)
         self.result: Any = result
+        self.claimed: list[Any] = []
 
 
 class ConfigError(DeviceqError):

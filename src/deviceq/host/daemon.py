@@ -2,9 +2,10 @@
 daemon per host), heartbeats its device snapshot, waits on its inbox with a blocking call,
 claims only as many assignments as it has free devices, runs each one through the
 `TaskDispatcher` (one per device, concurrently), renews each lease at a third of its length
-from a thread of its own (which also blocks on the host's control list, so a cancel, a
-quarantine change, a takeover or a removal is acted on at once), and reports outcomes,
-retrying while Redis is unreachable.
+(on the heartbeat when one comes first, else from a thread of its own, which also blocks on
+the host's control list, so a cancel, a quarantine change, a takeover or a removal is acted on
+at once), and reports outcomes, retrying while Redis is unreachable; a report also claims what
+already waits in the inbox for the free devices (one call), and those runs start at once.
 
 While Redis (or, with ``--api-url``, the API) is unreachable, every loop backs off on its own
 (0.2 s doubling to 10 s, jittered, reset on success) and running tasks go on; the daemon logs
@@ -278,8 +279,10 @@ class HostWorker:
         """One INFO line about what the host did since the last one (if anything)."""
         counts = self.executor.stats.take()
         if any(counts.values()):
+            rep = self.executor.reporter  # (report_claims: claimed by reports, since the start)
             self.state.log(logging.INFO, "tasks", running=len(self.state.active_runs()),
-                           reports_calls=self.executor.reporter.calls, **counts)  # fmt: skip
+                           reports_calls=rep.calls, report_claims=rep.claimed,
+                           **counts)  # fmt: skip
 
     def _nudge(self) -> None:
         """Wake our own blocking inbox and control waits (best effort)."""

@@ -70,7 +70,8 @@ class Executor:
     def __init__(self, state: HostState, host: HostLink, dispatcher: TaskDispatcher) -> None:
         self.state = state
         self.settings = state.settings
-        self.reporter = Reporter(state, host, state.settings.report_linger)
+        # a report also claims what waits in the inbox for the free devices: started at once
+        self.reporter = Reporter(state, host, state.settings.report_linger, self.start_claimed)
         self.stats = Stats()
         # at most one run per device at a time, plus runs of a device whose earlier runner is
         # still stopping (they wait for it first), each in a reused thread
@@ -135,6 +136,12 @@ class Executor:
             self.loop.spawn(lambda: self.execute_async(run))
         else:
             self.threads.run(lambda: self.execute(run), f"run-{run.task_id}")
+
+    def start_claimed(self, claimed: list[Assignment], sent: float) -> None:
+        """Start what a report claimed (`Reporter`), as the main loop starts what it claims."""
+        for a in claimed:
+            self.start(a, sent)
+        self.state.changed.set()  # (the main loop counts its free devices again)
 
     def execute(self, run: Run) -> None:
         """Run ``run`` through a thread runner, in this (runner) thread, and report it."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -70,6 +70,7 @@ class Heartbeat:
     draining: bool
     stopping: bool = False
     quarantined: frozenset[str] = frozenset()
+    renewals: tuple[Any, ...] | None = None  # the leases it renewed (HostLink.heartbeat)
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,21 @@ class Reply:
 
     @classmethod
     def parse(cls, raw: Sequence[Any]) -> Reply:
-        status, n, idle, draining, stopping, quarantined = raw
+        """heartbeat.lua's reply; a 7th element (the renewals of the leases the call carried:
+        renew.lua's flat triples) goes to the heartbeat's ``renewals`` as it is."""
+        status, n, idle, draining, stopping, quarantined = raw[:6]
         q = frozenset(x for x in str(quarantined or "").split(",") if x)
+        renewed = tuple(raw[6]) if len(raw) > 6 else None
         return cls(str(status), Heartbeat(int(n), int(idle), bool(int(draining)),
-                                          bool(int(stopping)), q))  # fmt: skip
+                                          bool(int(stopping)), q, renewed))  # fmt: skip
 
 
 class HeartbeatCall(Protocol):
-    """One heartbeat call (see ``lua/heartbeat.lua``): ``mode`` delta | full | commit."""
+    """One heartbeat call (see ``lua/heartbeat.lua``): ``mode`` delta | full | commit; the
+    ``leases`` to renew, when given, as (task_id, lease_id) pairs."""
 
-    def __call__(self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]) -> Reply: ...
+    def __call__(self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row],
+                 leases: Sequence[tuple[str, str]] = ...) -> Reply: ...  # fmt: skip
 
 
 def new_version() -> str:
@@ -137,11 +143,44 @@ class HeartbeatSync:
         rows: dict[str, Row],
         full: bool = False,
         attrs: Attrs | None = None,
+        leases: Sequence[tuple[str, str]] = (),
     ) -> Heartbeat:
         """Heartbeat ``rows``: the changes since the last one that got through, or (``full``,
         none got through in this session yet, or Redis asks for it) the full snapshot. With
         ``attrs`` (the attributes the host reports, by device: a device left out has none),
-        the rows carry them too (see the module's doc); None: they are not reported."""
+        the rows carry them too (see the module's doc); None: they are not reported. The
+        ``leases`` ride on the first call (renewed whatever its device part answers): the
+        heartbeat's ``renewals`` are that call's (None without leases)."""
+        if leases:
+            renewed: list[tuple[Any, ...] | None] = []
+            inner = call
+
+            def first(
+                mode: str,
+                ver: str,
+                arg: str,
+                total: int,
+                rows: Sequence[Row],
+                leases: Sequence[tuple[str, str]] = leases,
+            ) -> Reply:
+                if renewed:
+                    return inner(mode, ver, arg, total, rows)
+                reply = inner(mode, ver, arg, total, rows, leases=leases)
+                renewed.append(reply.heartbeat.renewals)
+                return reply
+
+            hb = self._beat(first, session, rows, full, attrs)
+            return replace(hb, renewals=renewed[0] if renewed else None)
+        return self._beat(call, session, rows, full, attrs)
+
+    def _beat(
+        self,
+        call: HeartbeatCall,
+        session: str,
+        rows: dict[str, Row],
+        full: bool,
+        attrs: Attrs | None,
+    ) -> Heartbeat:
         with self._lock:
             if session != self._session:
                 self._session, self._sent, self._ver = session, None, ""

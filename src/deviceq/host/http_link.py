@@ -188,10 +188,18 @@ class ApiHostClient(HttpTransport, HostLink):
 
     # -- protocol ----------------------------------------------------------------------------
     def heartbeat_call(
-        self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
+        self,
+        mode: str,
+        ver: str,
+        arg: str,
+        total: int,
+        rows: Sequence[Row],
+        leases: Sequence[tuple[str, str]] = (),
     ) -> Reply:
         """One heartbeat call through the API (``lua/heartbeat.lua``'s mode delta, full or
-        commit): the body carries the mode, versions and device rows."""
+        commit): the body carries the mode, versions and device rows. The API's heartbeat
+        renews no lease (``heartbeat_renews`` is False: the daemon renews them with `renew`),
+        so ``leases`` are not sent."""
         devs: list[dict[str, Any]] = []
         for did, driver, tags, state, reason, *rest in rows:
             if state == GONE:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..core.attributes import check_attributes, check_key, encode, entry_args
 from ..core.bounds import MAX_REASON_BYTES
@@ -92,6 +93,20 @@ class Renewal:
         return self.status == "lost"
 
 
+def renewals_of(leases: Sequence[tuple[str, str]], flat: Sequence[Any]) -> list[Renewal]:
+    """renew.lua's reply (a flat triple per lease, in order; heartbeat.lua's 7th element) for
+    ``leases``, (task_id, lease_id) pairs, read into `Renewal` s."""
+    out = []
+    for (task_id, _), status, value, ms in zip(
+        leases, flat[::3], flat[1::3], flat[2::3], strict=True
+    ):
+        if status == "lost":
+            out.append(Renewal(task_id, str(status), reason=str(value)))
+        else:
+            out.append(Renewal(task_id, str(status), expires_at=int(value), lease_ms=int(ms)))
+    return out
+
+
 @dataclass(frozen=True)
 class Report:
     """One attempt outcome for ``HostClient.report_many``."""
@@ -119,6 +134,8 @@ class HostLink(ABC):
     session: str
     _token: str
     _hb: HeartbeatSync
+    heartbeat_renews = False
+    """Does `heartbeat` renew the leases it is given (else its ``renewals`` stay None)?"""
 
     # -- written once, over the transport's calls --------------------------------------------
     def heartbeat(
@@ -127,6 +144,7 @@ class HostLink(ABC):
         full: bool = False,
         attributes: Mapping[str, Mapping[str, object]] | None = None,
         stored: bool = False,
+        leases: Sequence[tuple[str, str]] = (),
     ) -> Heartbeat:
         """Report this host alive with its device snapshot ``devices``: only what changed
         since the last heartbeat that got through, or (``full``, or when the pool asks for
@@ -134,7 +152,10 @@ class HostLink(ABC):
         (device -> name -> value: what the host reports of each device, a device left out has
         none; ``stored``: already in their stored form ``KIND:TEXT``, as
         `AttributeSync.reported` gives them) ride on the same rows, only the changed ones in a
-        delta; None: attributes are not reported."""
+        delta; None: attributes are not reported. ``leases``, (task_id, lease_id) pairs, are
+        renewed by its first call where the transport can (`heartbeat_renews`): the answer's
+        ``renewals`` (`Renewal` s, as `renew` answers them), None when they were not renewed
+        (renew them with `renew`)."""
         rows = rows_of(devices)
         attrs: Attrs | None = None
         if attributes is not None and stored:
@@ -142,7 +163,20 @@ class HostLink(ABC):
         elif attributes is not None:
             attrs = {d: {k: encode(v) for k, v in check_attributes(a).items()}
                      for d, a in attributes.items()}  # fmt: skip
-        return self._hb.beat(self.heartbeat_call, self.session, rows, full, attrs)
+        if not leases or not self.heartbeat_renews:
+            return self._hb.beat(self.heartbeat_call, self.session, rows, full, attrs)
+        checked = [(validate_id(t, "task id"), validate_id(lid, "lease id")) for t, lid in leases]
+        hb = self._hb.beat(self.heartbeat_call, self.session, rows, full, attrs, checked)
+        if hb.renewals is None:
+            return hb
+        return replace(hb, renewals=tuple(renewals_of(checked, hb.renewals)))
+
+    def report_and_claim(
+        self, reports: Sequence[Report], claim_max: int
+    ) -> tuple[list[str], list[Assignment]]:
+        """`report_many`, then claim up to ``claim_max`` assignments of this host's inbox in
+        the same call where the transport can (else none: the answers alone)."""
+        return self.report_many(reports), []
 
     def send_attributes(
         self, changes: Mapping[str, tuple[Mapping[str, object], Iterable[str]]]
@@ -269,7 +303,13 @@ class HostLink(ABC):
 
     @abstractmethod
     def heartbeat_call(
-        self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
+        self,
+        mode: str,
+        ver: str,
+        arg: str,
+        total: int,
+        rows: Sequence[Row],
+        leases: Sequence[tuple[str, str]] = (),
     ) -> Reply: ...
 
     @abstractmethod

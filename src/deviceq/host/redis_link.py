@@ -9,8 +9,8 @@ while a session is active, calls from any other session are refused (`SessionSup
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import redis
@@ -28,9 +28,9 @@ from ..core.scripts import sha as script_sha
 from ..core.scripts import typed_error
 from ..core.validation import validate_id
 from ..core.vocabulary import HOST_FAILURE_KINDS, REPORT_OUTCOMES, FailureKind
-from .claims import claim_rest
+from .claims import assignments, claim_rest, claimed_all
 from .heartbeat_sync import HeartbeatSync, Reply, Row
-from .link import HostLink, Renewal, Report, SessionInfo
+from .link import HostLink, Renewal, Report, SessionInfo, renewals_of
 from .log_stream import LogChunk
 from .progress import ProgressCalls
 
@@ -120,14 +120,26 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         return bool(int(res))
 
     # -- protocol ----------------------------------------------------------------------------
+    heartbeat_renews = True
+
     def heartbeat_call(
-        self, mode: str, ver: str, arg: str, total: int, rows: Sequence[Row]
+        self,
+        mode: str,
+        ver: str,
+        arg: str,
+        total: int,
+        rows: Sequence[Row],
+        leases: Sequence[tuple[str, str]] = (),
     ) -> Reply:
         """One ``lua/heartbeat.lua`` call (mode delta, full or commit) with checked rows (the
-        devices packed: `deviceq.core.script_args.HEARTBEAT`)."""
+        devices packed: `deviceq.core.script_args.HEARTBEAT`) and, when given, checked leases
+        to renew in the same call (its trailing argument, packed as renew.lua's:
+        `deviceq.core.script_args.RENEW`; the reply's ``renewals`` are their triples)."""
         # (a row may stop short of the schema's optional fields: not given)
         devices = HEARTBEAT.pack(dict(zip(HEARTBEAT.names, r, strict=False)) for r in rows)
         args: list[Any] = [*self._auth(), mode, ver, arg, str(int(total)), str(len(rows)), devices]
+        if leases:
+            args.append(RENEW.pack({"task_id": t, "lease_id": lid} for t, lid in leases))
         return Reply.parse(self._run("heartbeat", args))
 
     def attributes_call(self, entries: Sequence[Sequence[str]]) -> int:
@@ -205,15 +217,7 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
             for task_id, lease_id in leases
         )
         flat = self._run("renew", [*self._auth(), str(len(leases)), packed])
-        out = []
-        for (task_id, _), status, value, ms in zip(
-            leases, flat[::3], flat[1::3], flat[2::3], strict=True
-        ):
-            if status == "lost":
-                out.append(Renewal(task_id, status, reason=str(value)))
-            else:
-                out.append(Renewal(task_id, status, expires_at=int(value), lease_ms=int(ms)))
-        return out
+        return renewals_of(leases, flat)
 
     def log_append(self, chunks: Sequence[LogChunk]) -> list[str]:
         """Append chunks of runs' output to their attempts' live log streams
@@ -234,8 +238,27 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
         the pool's ``durability`` set, raises NotConfirmed (answers so far in ``result``) when
         the reports could not be confirmed durable: send them again (an applied one answers
         ``dup:``)."""
+        return self._report(reports, 0)[0]
+
+    def report_and_claim(
+        self, reports: Sequence[Report], claim_max: int
+    ) -> tuple[list[str], list[Assignment]]:
+        """`report_many`, and its last call (``report.lua`` with ``claim_max``) then claims up
+        to ``claim_max`` assignments of this host's inbox as `claim` does (its time budget
+        too: claimed again while it says ``more``, up to ``claim_max``). Returns the answers
+        and the claimed assignments. NotConfirmed (durability) carries the answers in
+        ``result`` and the claimed assignments in ``claimed``: start them."""
+        if claim_max <= 0 or not reports:
+            return self.report_many(reports), []
+        answers, rows = self._report(reports, min(int(claim_max), 1000))
+        if rows is None:
+            return answers, []
+        return answers, claim_rest(rows, self._claim_call, claim_max)
+
+    def _report(self, reports: Sequence[Report], claim_max: int) -> tuple[list[str], Any]:
+        """The reports' answers and, with ``claim_max``, the claim reply of the last call."""
         if not reports:
-            return []
+            return [], None
         fields: list[dict[str, str]] = []
         for r in reports:
             kind = (
@@ -255,15 +278,29 @@ class HostClient(ProgressCalls, PoolConnection, HostLink):
             )
         pacer = pacer_for(self, "report", REPORT_FIRST)
         answers: list[str] = []
+        rows: Any = None
         for part in pacer.chunks(fields, REPORT_CHUNK):
             args: list[Any] = [*self._auth(), str(len(part)), REPORT.pack(part)]
+            last = claim_max > 0 and len(answers) + len(part) == len(fields)
+            if last:  # (the claim rides on the last call, after every report)
+                args.append(str(claim_max))
+            t0 = time.perf_counter()
             try:
-                out = pacer.timed(len(part), partial(run_durably, self, "report", args))
+                out = run_durably(self, "report", args)
             except NotConfirmed as exc:
-                exc.result = answers + [str(x) for x in exc.result or []]
+                got = list(exc.result or [])
+                if last and len(got) > len(part):
+                    exc.claimed = assignments(got.pop())
+                exc.result = answers + [str(x) for x in got]
                 raise
+            took, work = time.perf_counter() - t0, len(part)
+            if last:
+                out = list(out)
+                rows = out.pop()
+                work += len(rows) - (1 if claimed_all(rows) else 2)  # (its claims: work too)
+            pacer.record(work, took)
             answers += [str(x) for x in out]
-        return answers
+        return answers, rows
 
     def set_draining(self, draining: bool = True) -> str:
         """Mark this host's daemon as shutting down (``stopping``: no new assignments) or

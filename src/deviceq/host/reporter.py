@@ -12,6 +12,11 @@ a call each cost the host, the scheduler and Redis about twice the CPU per task.
 run is reported at once. `Reporter.send` waits for the answer (the rare paths: hand-backs,
 abandoned runners).
 
+A report also claims (``report.lua`` with ``claim_max``: `HostLink.report_and_claim`) the
+assignments already waiting in the host's inbox, up to its free devices, when the reporter
+has somewhere to start them (``on_claimed``, the executor's start): a host whose runs end
+while others were assigned takes them in the same round trip, and starts them at once.
+
 Redis being unreachable is ridden out (as for every host call); in durable mode a batch that
 was applied but not confirmed is sent again (an applied report answers ``dup:``) for at most
 two lease lengths. The thread ends after ``IDLE_EXIT`` seconds with nothing to send and starts
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ..core.backoff import Outage
 from ..core.errors import AuthError, DeviceqError, NotConfirmed, SessionSuperseded
+from ..core.models import Assignment
 from .link import HostLink, Report
 from .state import HostState
 
@@ -51,10 +57,20 @@ class Pending:
 class Reporter:
     """Sends the host's reports (see the module docstring)."""
 
-    def __init__(self, state: HostState, host: HostLink, linger: float = 0.0) -> None:
+    def __init__(
+        self,
+        state: HostState,
+        host: HostLink,
+        linger: float = 0.0,
+        on_claimed: Callable[[list[Assignment], float], None] | None = None,
+    ) -> None:
         self.state = state
         self.host = host
         self.linger = linger
+        # starts what a report claimed (sent: when the call was sent); None: reports only
+        self.on_claimed = on_claimed
+        self.claimed = 0  # assignments claimed by reports
+        self._took: list[tuple[list[Assignment], float]] = []  # (the delivering call's claims)
         self._queue: deque[Pending] = deque()
         self._cv = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -132,8 +148,16 @@ class Reporter:
         n = len(self._queue)
         return n < MAX_BATCH and len(self.state.runs) > n
 
+    def claim_max(self) -> int:
+        """How many assignments a report may claim now: the host's free devices (none while
+        it stops, or without ``on_claimed``)."""
+        if self.on_claimed is None or self.state.stopping.is_set():
+            return 0
+        return len(self.state.free_devices())
+
     def _deliver(self, batch: list[Pending]) -> None:
         reports = [p.report for p in batch]
+        self._took = []
         try:
             if self.outage is not None:  # retried quietly: the outage says it once
                 answers = self.outage.call(
@@ -160,6 +184,18 @@ class Reporter:
             if answers is not None:
                 p.answer = str(answers[i])
             p.done.set()
+        took, self._took = self._took, []
+        for claimed, sent in took:  # (started at once, whatever became of the reports)
+            self._start(claimed, sent)
+
+    def _start(self, claimed: list[Assignment], sent: float) -> None:
+        if not claimed or self.on_claimed is None:
+            return
+        self.claimed += len(claimed)
+        try:
+            self.on_claimed(claimed, sent)
+        except Exception:  # noqa: BLE001 - the reports' answers still go out
+            self.state.log_exception("starting what a report claimed")
 
     def _send(self, reports: list[Report], batch: list[Pending]) -> list[str]:
         """One ``report_many`` call; in durable mode again until confirmed (bounded)."""
@@ -167,11 +203,14 @@ class Reporter:
         delay = 0.1
         while True:
             self.calls += 1
+            sent = time.monotonic()
             try:
-                answers = self.host.report_many(reports)
+                answers, claimed = self.host.report_and_claim(reports, self.claim_max())
+                self._took.append((claimed, sent))
                 self.sent += len(reports)
                 return answers
             except NotConfirmed as exc:
+                self._took.append((list(exc.claimed), sent))
                 answers = [str(a) for a in exc.result or ["?"] * len(reports)]
                 if time.monotonic() > deadline or self.state.give_up_reports():
                     for p, a in zip(batch, answers, strict=False):

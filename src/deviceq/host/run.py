@@ -39,6 +39,7 @@ class Run:
     progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
     trace: Any = tracing.NO_ATTEMPT  # its spans (deviceq.core.tracing)
     artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
+    renewed_sent: float = float("-inf")  # when the renewal last applied was sent
     _fields: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -72,6 +73,9 @@ class Run:
     def renewed(self, sent_at: float, lease_ms: int) -> None:
         """A claim or renewal sent at ``sent_at`` granted a lease of ``lease_ms``: the lease
         ends locally a margin before it does in Redis; the next renewal is a third into it."""
+        if sent_at < self.renewed_sent:  # (the renew loop's and a heartbeat's renewals may
+            return  # cross: the one sent last gives the local end; Redis' end is no earlier)
+        self.renewed_sent = sent_at
         lease_s = max(0.001, lease_ms / 1000)
         self.lease.extend(sent_at + lease_s - lease_margin(lease_s))
         self.renew_at = sent_at + lease_s / 3

@@ -76,7 +76,8 @@ def parse_health_checks(value: Any) -> dict[str, str | PythonCheckSpec]:
 @dataclass
 class WorkerSettings:
     """How a host worker behaves. Intervals left at None follow the pool's settings:
-    heartbeat every ``host_timeout``/3; leases are renewed at a third of each lease's length.
+    heartbeat every ``host_timeout``/3; leases are renewed at a third of each lease's length
+    (on the heartbeat when one comes before that: `deviceq.host.upkeep`).
     ``takeover``: fence a live daemon of the same host id instead of refusing to start."""
 
     host_id: str

@@ -1,5 +1,7 @@
 """The host daemon's upkeep threads: heartbeats (`Upkeep.heartbeat_loop`: the device snapshot;
-its answer brings the quarantine set and the operator's drain), lease renewals and the control
+its answer brings the quarantine set and the operator's drain; the renewals due before the next
+heartbeat ride on it, one call for both, where the link can: `Upkeep.riding_renewals`), lease
+renewals (those no heartbeat took in time, and those a control message asks for) and the control
 list (`Upkeep.renew_loop`: each lease renewed a third into it; between renewals a blocking wait
 on ``host:ID:ctl``, so a cancel, a preemption, a quarantine change, a takeover or a removal is
 acted on at once: a renewal at most every `CTL_RENEW_GAP` and within `CTL_RENEW_SHARE` of the
@@ -23,7 +25,7 @@ from ..core.errors import AuthError, DeviceOwned, DeviceqError, InvalidInput, Se
 from ..core.models import DeviceState
 from .device_config import DeviceConfig
 from .heartbeat_sync import Heartbeat
-from .link import DeviceReport, HostLink
+from .link import DeviceReport, HostLink, Renewal
 from .run import Run
 from .runners import CommandTemplate, kill_group
 from .settings import DEVICE_CHECK_PLACEHOLDERS
@@ -77,9 +79,15 @@ class Upkeep:
         while not self.state.closed.is_set():
             try:
                 reports = self.state.adjust_snapshot(self.state.snapshot())
-                hb = self.beat_with_attributes(reports)
+                riding = self.riding_renewals()
+                sent = time.monotonic()
+                hb = self.beat_with_attributes(
+                    reports, [(r.task_id, r.assignment.lease_id) for r in riding]
+                )
                 self.outage.ok()
                 backoff.reset()
+                if hb.renewals is not None:
+                    self.apply_renewals(riding, list(hb.renewals), sent)
                 self.state.apply_heartbeat(hb)
                 self.state.after_heartbeat()
                 if time.monotonic() >= next_cfg:
@@ -113,21 +121,37 @@ class Upkeep:
             self.state.beat_now.wait(wait)
             self.state.beat_now.clear()
 
-    def beat_with_attributes(self, reports: list[DeviceReport]) -> Heartbeat:
+    def beat_with_attributes(
+        self, reports: list[DeviceReport], leases: list[tuple[str, str]]
+    ) -> Heartbeat:
         """Heartbeat ``reports`` with the devices' attributes (only what changed rides on
-        it). Should Redis refuse them (a device would end with more than 32 attributes with an
-        operator's), the heartbeat goes without attributes, so the host stays alive, and so do
-        the next ones for `ATTRS_PAUSE` seconds (then they are tried again), logged."""
+        it) and the ``leases`` to renew. Should Redis refuse the attributes (a device would
+        end with more than 32 attributes with an operator's), the heartbeat goes without
+        them, so the host stays alive, and so do the next ones for `ATTRS_PAUSE` seconds (then
+        they are tried again), logged."""
         if time.monotonic() < self.attrs_paused_until:
-            return self.host.heartbeat(reports)
+            return self.host.heartbeat(reports, leases=leases)
         attrs = self.state.attributes.reported(self.state.served())
         try:
-            return self.host.heartbeat(reports, attributes=attrs, stored=True)
+            return self.host.heartbeat(reports, attributes=attrs, stored=True, leases=leases)
         except InvalidInput as exc:
             self.state.log(logging.ERROR, f"attributes refused, heartbeats go without them "
                            f"for {ATTRS_PAUSE:.0f} s: {exc}")  # fmt: skip
             self.attrs_paused_until = time.monotonic() + ATTRS_PAUSE
-            return self.host.heartbeat(reports)
+            return self.host.heartbeat(reports, leases=leases)
+
+    def riding_renewals(self) -> list[Run]:
+        """The runs whose renewal rides on this heartbeat (where the link renews on its
+        heartbeat): those due before the next heartbeat (their lease a third gone by then), at
+        most `RENEW_CHUNK`. The renew loop still renews any run when it is due (a heartbeat
+        late or refused, a lease shorter than three heartbeat intervals): a lease never waits
+        for a heartbeat."""
+        if not self.host.heartbeat_renews:
+            return []
+        by = time.monotonic() + self.hb_interval()
+        runs = [r for r in self.state.active_runs()
+                if r.reason != "lost" and not r.ended.is_set() and r.renew_at <= by]  # fmt: skip
+        return runs[:RENEW_CHUNK]
 
     def renew_loop(self) -> None:
         """Renew each lease a third into it; between renewals block on the host's control
@@ -229,39 +253,43 @@ class Upkeep:
             sent = time.monotonic()
             answers = self.host.renew([(r.task_id, r.assignment.lease_id) for r in chunk])
             self.outage.ok()
-            lost = False
-            for run, ans in zip(chunk, answers, strict=True):
-                if run.ended.is_set():
-                    continue
-                if not ans.lost:
-                    run.renewed(sent, ans.lease_ms)
-                    if self.settings.renew_interval:
-                        run.renew_at = min(run.renew_at, sent + self.settings.renew_interval)
-                if ans.status == "cancel" and run.reason is None:
-                    self.state.log(
-                        logging.INFO, "cancel requested: stopping runner", **run.fields()
-                    )
-                    run.stop("cancel")
-                elif ans.status.startswith("preempt:") and run.reason is None:
-                    grace_ms = ans.status.partition(":")[2]
-                    run.stop_grace = int(grace_ms) / 1000 if grace_ms.isdigit() else None
-                    self.state.log(
-                        logging.INFO,
-                        "preempted: stopping runner",
-                        grace_s=run.stop_grace,
-                        **run.fields(),
-                    )
-                    run.stop("preempt")
-                elif ans.lost:
-                    self.state.log(
-                        logging.WARNING,
-                        f"lease lost ({ans.reason}): stopping runner, reporting nothing",
-                        **run.fields(),
-                    )
-                    run.stop("lost")
-                    lost = True
-            if lost:
-                self.state.beat_now.set()  # prove this host alive: its devices return to service
+            self.apply_renewals(chunk, answers, sent)
+
+    def apply_renewals(self, chunk: list[Run], answers: list[Renewal], sent: float) -> None:
+        """Act on the renewals of ``chunk`` (by `renew_once` or a heartbeat, sent at
+        ``sent``): extend each run's lease; stop a run on ``cancel``, ``preempt:GRACE_MS``
+        and ``lost``."""
+        lost = False
+        for run, ans in zip(chunk, answers, strict=True):
+            if run.ended.is_set():
+                continue
+            if not ans.lost:
+                run.renewed(sent, ans.lease_ms)
+                if self.settings.renew_interval:
+                    run.renew_at = min(run.renew_at, sent + self.settings.renew_interval)
+            if ans.status == "cancel" and run.reason is None:
+                self.state.log(logging.INFO, "cancel requested: stopping runner", **run.fields())
+                run.stop("cancel")
+            elif ans.status.startswith("preempt:") and run.reason is None:
+                grace_ms = ans.status.partition(":")[2]
+                run.stop_grace = int(grace_ms) / 1000 if grace_ms.isdigit() else None
+                self.state.log(
+                    logging.INFO,
+                    "preempted: stopping runner",
+                    grace_s=run.stop_grace,
+                    **run.fields(),
+                )
+                run.stop("preempt")
+            elif ans.lost:
+                self.state.log(
+                    logging.WARNING,
+                    f"lease lost ({ans.reason}): stopping runner, reporting nothing",
+                    **run.fields(),
+                )
+                run.stop("lost")
+                lost = True
+        if lost:
+            self.state.beat_now.set()  # prove this host alive: its devices return to service
 
     def check_loop(self) -> None:
         while not self.state.closed.wait(self.settings.device_check_interval):

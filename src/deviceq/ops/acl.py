@@ -123,8 +123,8 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "renew": "hget hmget hset time zadd",
         "log_append": "exists hget hmget pexpire time xadd",
         "progress": "hget hmget hset time",
-        "report": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
-        "time xadd zadd zcard zrem",
+        "report": "get hdel hget hgetall hincrby hmget hset lindex llen lpop lpush lrem lset ltrim "
+        "pexpire sadd time xadd zadd zcard zrem",
         "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "smembers time xadd zadd zcard zrem",
         "submit": "exists get hdel hget hkeys hmget hset incrby lpush ltrim pexpire set time "
