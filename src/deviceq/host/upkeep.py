@@ -18,7 +18,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..core.backoff import Backoff, Outage
 from ..core.errors import AuthError, DeviceOwned, DeviceqError, InvalidInput, SessionSuperseded
@@ -122,7 +122,7 @@ class Upkeep:
             self.state.beat_now.clear()
 
     def beat_with_attributes(
-        self, reports: list[DeviceReport], leases: list[tuple[str, str]]
+        self, reports: list[DeviceReport], leases: Sequence[tuple[str, str]] = ()
     ) -> Heartbeat:
         """Heartbeat ``reports`` with the devices' attributes (only what changed rides on
         it) and the ``leases`` to renew. Should Redis refuse the attributes (a device would
