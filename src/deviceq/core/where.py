@@ -136,6 +136,8 @@ def _value(text: str, what: str) -> Value:
         if len(text) < 2 or text[-1] != text[0] or text[0] in text[1:-1] or '"' in text[1:-1]:
             raise InvalidInput(f"{what}: unbalanced quote in {text!r}")
         return check_text("value", text[1:-1])
+    if text[0] in "<>=!":  # `sdk>>33`, `sdk=>33`: a doubled or misordered operator
+        raise InvalidInput(f"{what}: a value starting with {text[0]!r} must be quoted ({text!r})")
     if any(c in text for c in "\"'()"):
         raise InvalidInput(f"{what}: quote a value holding quotes or parentheses ({text!r})")
     try:
