@@ -5,9 +5,12 @@ multi-device task's parts are (`read_parts`); devices' attributes (`read_attribu
 
 from __future__ import annotations
 
+import time
+
 from . import eligibility
 from .attributes import Value, decode_hash
 from .connection import PoolConnection
+from .gates import cooling_reason
 from .liveness import host_alive
 from .models import Host, PooledDevice, ScheduledTask
 from .vocabulary import LEASED_STATUSES
@@ -82,7 +85,9 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
     if state == "unhealthy":
         return d.health_reason or "health check failed"
     if state == "gated":
-        return f"gated ({d.gated}: {d.gated_reason})" if d.gated_reason else f"gated ({d.gated})"
+        # (a cooldown's time left, by this clock: display only)
+        why = cooling_reason(d.gated_reason, d.cool_until, int(time.time() * 1000))
+        return f"gated ({d.gated}: {why})" if why else f"gated ({d.gated})"
     if d.attention:
         return d.attention
     if state in ("busy", "offline"):

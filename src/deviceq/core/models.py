@@ -404,6 +404,7 @@ class PooledDevice(BaseModel):
     booked_until: int | None = None  # ms: reserved for a person until then (deviceq reserve)
     gated: str | None = None  # the gate holding it (deviceq gate)
     gated_reason: str | None = None  # its values that made the gate hold it ("battery 15")
+    cool_until: int | None = None  # ms: a cooldown gate holds it until then
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -429,6 +430,7 @@ class PooledDevice(BaseModel):
             booked_until=_opt_int(h.get("booked_until")),
             gated=h.get("gated") or None,
             gated_reason=h.get("gated_reason") or None,
+            cool_until=_opt_int(h.get("cool_until")),
         )
 
 
