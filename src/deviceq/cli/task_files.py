@@ -131,6 +131,10 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
                 error = exc
                 break
             progress.advance(bar, len(part))
+    from ..core.fleet import where_keys
+    from .submit_cmds import warn_unknown_attributes
+
+    warn_unknown_attributes(ctx, where_keys(w for s in specs for w in s.all_where()))
     if as_json:
         echo_json(ids)
     else:

@@ -6,11 +6,16 @@ multi-device task's parts are (`read_parts`); devices' attributes (`read_attribu
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
 
 from . import eligibility
 from .attributes import Value, decode_hash
 from .connection import PoolConnection
 from .gates import cooling_reason
+from .keys import Keys
 from .liveness import host_alive
 from .models import Host, PooledDevice, ScheduledTask
 from .vocabulary import LEASED_STATUSES
@@ -108,6 +113,35 @@ def read_parts(conn: PoolConnection, task: ScheduledTask) -> None:
         role.__dict__.update(status=status or None)
         if status in LEASED_STATUSES:
             role.__dict__.update(device_id=device or None, host_id=host or None)
+
+
+def unknown_attributes(r: Any, keys: Keys, names: Iterable[str]) -> list[str]:
+    """One line per attribute name no registered device has (likely a typo: ``no device has
+    attribute 'sdkk' (known: model, sdk)``), read from the ``attr_names`` hash (one HKEYS);
+    none when it cannot be read (an ACL user without it)."""
+    wanted = set(names)
+    if not wanted:
+        return []
+    try:
+        known = {str(k) for k in r.hkeys(keys.attr_names)}
+    except redis.ResponseError:
+        return []
+    shown = ", ".join(sorted(known)[:20]) or "none"
+    return [f"no device has attribute {n!r} (known: {shown})" for n in sorted(wanted - known)]
+
+
+def where_keys(texts: Iterable[str]) -> set[str]:
+    """The attribute names ``--where`` expressions name (a malformed one names none)."""
+    from .errors import InvalidInput
+    from .where import parse
+
+    out = set()
+    for t in texts:
+        try:
+            out.add(parse(t).key)
+        except InvalidInput:
+            continue
+    return out
 
 
 def read_attributes(

@@ -70,7 +70,8 @@ class Gate:
         try:
             v = json.loads(text)
             return cls(
-                v["name"], parse_all(v["when"]), parse_all(v.get("until") or ()),
+                # (Lua's cjson writes an empty list as {}: a cooldown gate's when)
+                v["name"], parse_all(list(v["when"] or ())), parse_all(list(v.get("until") or ())),
                 v.get("driver_type") or "", v.get("created_at"), int(v.get("cooldown") or 0),
             )  # fmt: skip
         except (ValueError, KeyError, TypeError, InvalidInput):

@@ -209,6 +209,8 @@ def parse_all(texts: Iterable[object] | None) -> tuple[Clause, ...]:
         return ()
     if isinstance(texts, str):
         texts = [texts]
+    if not isinstance(texts, list | tuple | set | frozenset):
+        raise InvalidInput(f"--where is a list of expressions, not {type(texts).__name__}")
     clauses = {str(c): c for c in (parse(t) for t in texts)}
     if len(clauses) > MAX_CLAUSES:
         raise InvalidInput(f"at most {MAX_CLAUSES} --where expressions, got {len(clauses)}")
