@@ -131,10 +131,11 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
                 error = exc
                 break
             progress.advance(bar, len(part))
-    from ..core.fleet import where_keys
-    from .submit_cmds import warn_unknown_attributes
+    from ..core.fleet import unknown_attributes, where_keys
 
-    warn_unknown_attributes(ctx, where_keys(w for s in specs for w in s.all_where()))
+    names = where_keys(w for s in specs for w in s.all_where())
+    for line in unknown_attributes(ctx.admin.redis, ctx.admin.keys, names):
+        click.echo(f"warning: {line}", err=True)
     if as_json:
         echo_json(ids)
     else:
