@@ -19,8 +19,8 @@
 --          recorded); carried as `by` by the cancel_requested / cancelled event]
 -- Keys     reads/writes task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, queue:SIG, sig:SIG, queues, deadlines,
 --          avoid, leases, host:ID:inbox, host:ID:ctl, device:ID, idle, idle:c:*, status:*, retries,
---          LIMIT_COUNTERS, preemptible, gangs, task:ID.ROLE, device:ID:history, events, sched:wake; reads
---          config
+--          LIMIT_COUNTERS, preemptible, gangs, cooling, task:ID.ROLE, device:ID:history, events, sched:wake; reads
+--          config, gates
 -- Returns  "cancelled" | "requested" | "already:STATUS" (terminal already: nothing changed)
 -- Errors   NOT_FOUND (no such task), INVALID (malformed id or reason).
 local id, reason, by = ARGV[1], ARGV[2], ARGV[3] or ''

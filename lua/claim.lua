@@ -18,8 +18,8 @@
 -- Keys     reads/writes host:ID, host:ID:inbox, task:ID, task:ID:attempts, task:ID:goal,
 --          task:ID:tests,
 --          device:ID, status:*, leases, events; on a hand-back also queue:SIG, sig:SIG, queues,
---          deadlines, avoid, idle, idle:c:*, LIMIT_COUNTERS, preemptible, host:ID:held_devices,
---          device:ID:history, sched:wake; reads config
+--          deadlines, avoid, idle, idle:c:*, cooling, LIMIT_COUNTERS, preemptible, host:ID:held_devices,
+--          device:ID:history, sched:wake; reads config, gates
 -- Returns  {lease_ms, task1, task2, ...[, 'more']}: the lease length granted and the claimed
 --          tasks, each a flat field/value array of the task hash as read, then the fields the
 --          claim set (a field may come twice: its last value is the current one), and for a

@@ -20,7 +20,7 @@
 --          idle, idle:c:*, bookings, faults, caps, drivers, qdrivers, devgen, events, host:ID:ctl; with
 --          force also task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, leases, preemptible, host:ID:inbox,
 --          status:*, queue:SIG, sig:SIG, queues, deadlines, avoid, retries, gangs,
---          LIMIT_COUNTERS, sched:wake; reads host:ID, config
+--          LIMIT_COUNTERS, cooling, sched:wake; reads host:ID, config, gates
 -- Returns  {host_id, task id handed back ('' when none), reported(1: its live host still
 --          reports it)}
 -- Errors   NOT_FOUND (no device), BUSY (a lease holds it, or its live host reports it, and

@@ -6,6 +6,7 @@
 --- @include "lib/eligibility"
 --- @include "lib/bookings"
 --- @include "lib/history"
+--- @include "lib/where"
 -- device_reserve.lua: a person's reservation ("booking") of a device, by an operator:
 -- reserve (take an idle device for a duration), extend (push the end of a reservation out)
 -- or release (end it early). A reserved device holds no lease and is out of the idle
@@ -20,7 +21,9 @@
 --          reserve: duration_ms 1000..604800000 (7 days), note 1-200 bytes, no control
 --          characters. extend: the end moves out by duration_ms (the end at most 7 days from
 --          now); note '' keeps the current one. release: duration_ms and note ''.
--- Keys     reads config, host:ID; reads/writes device:ID, device:ID:log, idle, idle:c:*, bookings, events,
+--          reserve may add a fifth argument, compiled --where clauses (deviceq.core.where):
+--          the device's attributes must satisfy them (else BUSY, naming the first that fails).
+-- Keys     reads config, host:ID, device:ID:attrs; reads/writes device:ID, device:ID:log, idle, idle:c:*, bookings, events,
 --          sched:wake
 -- Returns  reserve/extend: {booked_until(ms), booked_by, host_id}; release: the host id
 -- Errors   INVALID (bad arguments, or an extension past 7 days from now), NOT_FOUND (no
@@ -28,8 +31,11 @@
 --          device already reserved: extend it instead), BUSY (the device is not idle: leased,
 --          quarantined, held, running a health check, busy/offline, or its host is dead)
 local MAX_MS = 604800000
-local action, did, dur_s, note = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if #ARGV ~= 4 then return fail('INVALID', 'bad argument count') end
+local action, did, dur_s, note, where = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if #ARGV ~= 4 and not (#ARGV == 5 and action == 'reserve') then
+  return fail('INVALID', 'bad argument count')
+end
+if where and where ~= '' and not valid_where(where) then return fail('INVALID', 'malformed where') end
 if action ~= 'reserve' and action ~= 'extend' and action ~= 'release' then
   return fail('INVALID', 'action must be reserve, extend or release')
 end
@@ -92,6 +98,10 @@ if why == 'checking' then return fail('BUSY', 'device ' .. did .. ' is running a
 if why then return fail('BUSY', 'device ' .. did .. ' is ' .. why .. ', not idle') end
 if not host_alive(k('host', d[1])) then
   return fail('BUSY', 'host ' .. d[1] .. ' of device ' .. did .. ' stopped heartbeating')
+end
+local failed = where and where ~= '' and where_fails(did, where)
+if failed then
+  return fail('BUSY', 'device ' .. did .. ' does not satisfy --where (' .. failed[1] .. ' ' .. failed[2] .. ')')
 end
 local untl = I(now + dur)
 redis.call('HSET', dk, 'booked_by', note, 'booked_until', untl, 'booked_at', now_str())

@@ -38,10 +38,10 @@
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     limit (1..10000) [budget_us ('' or absent = none, else 1..10000000: microseconds
 --          of Redis time, from `TIME`, after which the call stops between items)]
--- Keys     reads config; writes leases, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, device:ID,
+-- Keys     reads config, gates; writes leases, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests, device:ID,
 --          host:ID, host:ID:inbox, host:ID:held_devices, idle, idle:c:*, queue:SIG, sig:SIG,
 --          queues, status:*, deadlines,
---          avoid, bookings, retries, LIMIT_COUNTERS, preemptible, gangs, host:ID:ctl, events, sched:wake,
+--          avoid, bookings, retries, cooling, LIMIT_COUNTERS, preemptible, gangs, host:ID:ctl, events, sched:wake,
 --          device:ID:history, device:ID:log
 -- Returns  {requeued, failed, cancelled, unschedulable, more(0|1), trimmed, retried} (ended
 --          reservations are not counted: each is a reservation_expired event); more is 1 when

@@ -11,6 +11,7 @@
 --- @include "lib/tasks"
 --- @include "lib/placement"
 --- @include "lib/limits"
+--- @include "lib/where"
 --- @include "gen/args/gang_assign"
 -- gang_assign.lua: commit one multi-device (gang) task: each of its roles gets its device, as
 -- part task ID.ROLE (queued -> assigned, a lease of claim_ttl, the device reserved, the part in
@@ -23,12 +24,13 @@
 --          n * ROLE_N values:
 --   device_id  the device of the role
 --          fence is the scheduler's leader epoch ('' for a manual dispatch).
--- Keys     reads leader, paused, config, host:ID, device:ID; writes task:ID, task:ID.ROLE,
+-- Keys     reads leader, paused, config, host:ID, device:ID, device:ID:attrs; writes task:ID, task:ID.ROLE,
 --          task:*:attempts, device:ID, idle, idle:c:*, gangs, deadlines, status:*, leases,
 --          LIMIT_COUNTERS (lib/limits), host:ID:inbox, host:ID:wake, events
 -- Returns  "ok:ATTEMPT" or "err:REASON" with REASON one of task_not_found not_multi_device
 --          task_not_queued invalid_id duplicate_device pool_paused, or a device's reason as in assign.lua
---          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, ...), a declared
+--          followed by "@ROLE" (device_not_idle@phone, missing_tag:sim@phone, where_mismatch@phone: its
+--          device's attributes fail the role's --where, ...), a declared
 --          limit's NAME_cap@ROLE included (host_cap@ROLE: the role's device's host would hold
 --          more than max_tasks_per_host leases; each of the task's devices on one host counts one)
 -- Errors   FENCED (the fence is not the current leader epoch), INVALID (bad arguments).
@@ -46,6 +48,12 @@ if not t.status then return 'err:task_not_found' end
 if (t.roles or '') == '' then return 'err:not_multi_device' end
 if t.status ~= 'queued' or not redis.call('ZSCORE', k('gangs'), id) then return 'err:task_not_queued' end
 local roles = parse_roles(t.roles)
+-- the roles' --where clauses (submit.lua checked them): role name -> compiled clauses
+local rw = {}
+if (t.role_where or '') ~= '' then
+  local ok, m = pcall(cjson.decode, t.role_where)
+  if ok and type(m) == 'table' then rw = m end
+end
 if not roles or #roles ~= n then return fail('INVALID', 'the task has ' .. #(roles or {}) .. ' roles') end
 local hosts_ok, seen, rows, dids = {}, {}, {}, {}
 for i, r in ipairs(roles) do
@@ -57,7 +65,10 @@ for i, r in ipairs(roles) do
   local d, why = device_assignable(did, hosts_ok)
   if d then
     local ok, miss = satisfies(r.driver, r.tags, d[5], d[6])
-    if not ok then d, why = nil, miss end
+    if not ok then d, why = nil, miss
+    elseif type(rw[r.name]) == 'string' and where_fails(did, rw[r.name]) then
+      d, why = nil, 'where_mismatch'
+    end
   end
   if not d then return 'err:' .. why .. '@' .. r.name end
   rows[i] = d

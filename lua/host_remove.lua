@@ -17,7 +17,7 @@
 --          device:ID, device:ID:history, device:ID:log, devices, idle, idle:c:*, bookings, faults, caps,
 --          drivers, qdrivers, hosts, devgen, events; with force also task:ID, preemptible,
 --          task:ID:attempts, task:ID:goal, task:ID:tests, leases, status:*, queue:SIG, sig:SIG, queues,
---          deadlines, avoid, retries, gangs, LIMIT_COUNTERS, sched:wake, host:ID:ctl; reads config
+--          deadlines, avoid, retries, gangs, cooling, LIMIT_COUNTERS, sched:wake, host:ID:ctl; reads config, gates
 -- Returns  {devices removed, tasks handed back}
 -- Errors   NOT_FOUND (no host), BUSY (a device holds a lease and force is not given), INVALID
 local host_id, force = ARGV[1], ARGV[2] or '0'

@@ -55,9 +55,9 @@
 --          to claim_max assignments from the host's inbox exactly as claim.lua does
 --          (claim_inbox in lib/claims.lua: its time budget, 2,500 us unless budget_us is given,
 --          bounds the claim; the reports are bounded by their count, sized by the caller)
--- Keys     reads host:ID, config, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests,
+-- Keys     reads host:ID, config, gates, drivers, qdrivers; writes faults, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
---          status:*, qdrivers, LIMIT_COUNTERS, preemptible, events,
+--          status:*, qdrivers, LIMIT_COUNTERS, preemptible, cooling, events,
 --          sched:wake, device:ID:history, device:ID:log; on a hand-back also queue:SIG, sig:SIG,
 --          queues, deadlines, avoid, retries, gangs, host:ID:ctl
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was

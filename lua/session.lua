@@ -25,8 +25,8 @@
 --          SESSION_ACTIVE if it changed meanwhile (two daemons starting at once).
 -- Keys     reads/writes host:ID, host:ID:devices, host:ID:ctl, device:ID, task:ID,
 --          task:ID:attempts, task:ID:goal, task:ID:tests, queue:SIG, sig:SIG, queues, status:*, deadlines, avoid, leases,
---          host:ID:inbox, idle, idle:c:*, LIMIT_COUNTERS, preemptible, gangs, retries, device:ID:history, events,
---          sched:wake; reads config
+--          host:ID:inbox, idle, idle:c:*, cooling, LIMIT_COUNTERS, preemptible, gangs, retries, device:ID:history, events,
+--          sched:wake; reads config, gates
 -- Returns  start/dead/takeover: {epoch, replaced session ('' = none), attempts handed back};
 --          end: 1 if the session ended, 0 if it was not current
 -- Errors   AUTH, INVALID, SESSION_ACTIVE (a live daemon holds the host: use --takeover)

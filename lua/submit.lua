@@ -59,6 +59,8 @@
 --                    (1..MAX_TEST_ID_BYTES bytes each, no control character, no blank around),
 --                    at most MAX_TESTS_LIST_BYTES in all; kept in task:ID:tests (the hash's
 --                    `tests`: how many) and returned with the claim; not with roles
+--   role_where       optional, a JSON object role name -> compiled --where clauses (as where)
+--                    of a task with roles: gang_assign.lua checks each role's device by them
 -- Keys     reads config, caps, idem:KEY, task:ID, workflow:NAME, status:queued;
 --          writes seq, task:ID, task:ID:goal, task:ID:tests, idem:KEY, deadlines, sig:SIG, queue:SIG, queues, gangs,
 --          retries, status:queued, events, sched:wake
@@ -186,6 +188,22 @@ local function check(b)
     end
     if roles then return fail('INVALID', 'a task with roles cannot have a timeout of its own') end
   end
+  local rw = A[b + TASK_ROLE_WHERE]
+  if rw then
+    local ok, m = pcall(cjson.decode, rw)
+    if not roles then return fail('INVALID', 'role_where is for a task with roles') end
+    if not ok or type(m) ~= 'table' or #rw > 8192 or not valid_utf8(rw) then
+      return fail('INVALID', 'malformed role_where')
+    end
+    local names = {}
+    for _, r in ipairs(type(roles) == 'string' and parse_roles(roles) or {}) do names[r.name] = true end
+    for name, w in pairs(m) do
+      if type(name) ~= 'string' or not names[name] then return fail('INVALID', 'role_where names no role of the task') end
+      if type(w) ~= 'string' or w == '' or not valid_where(w) then
+        return fail('INVALID', 'malformed where of role ' .. name)
+      end
+    end
+  end
   if roles then
     local parsed, why = type(roles) == 'string' and parse_roles(roles)
     if not parsed then return fail('INVALID', why or 'malformed roles') end
@@ -283,6 +301,7 @@ for i = 0, n - 1 do
     if ro then redis.call('HSET', tk, 'retry_on', ro) end
     if rb then redis.call('HSET', tk, 'retry_backoff', rb) end
     if roles ~= '' then redis.call('HSET', tk, 'roles', roles) end
+    if A[b + TASK_ROLE_WHERE] then redis.call('HSET', tk, 'role_where', A[b + TASK_ROLE_WHERE]) end
     if timeout then redis.call('HSET', tk, 'timeout', timeout) end
     if where ~= '' then redis.call('HSET', tk, 'where', where) end
     local later = A[b + TASK_NOT_BEFORE] or 0

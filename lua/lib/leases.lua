@@ -1,8 +1,10 @@
 --- @include "lib/base"
 --- @include "lib/eligibility"
 --- @include "lib/limits"
+--- @include "lib/gates"
 -- lib/leases.lua: the end of a lease: out of the lease index (and an unclaimed one out of its
--- host's inbox), out of the limits' counts (lib/limits), its device released.
+-- host's inbox), out of the limits' counts (lib/limits), its device released (and held by a
+-- cooldown gate: lib/gates).
 
 -- end the active lease of task `id` (fields t): out of the lease index (and the index of
 -- preemptible running tasks), off the host's inbox if it was not claimed yet
@@ -35,6 +37,12 @@ local function release_device(device_id, id, hold)
     if hid then redis.call('SADD', k('host', hid, 'held_devices'), device_id) end
   else
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
+  end
+  -- a cooldown gate holds it from now on (lib/gates.lua; gate_eval.lua's `due` call ends it)
+  local gates = gates_load()
+  if gates.cooldown then
+    gate_check(device_id, gates)
+    d.gated = redis.call('HGET', dk, 'gated')
   end
   refresh_idle(device_id, d)
   return tonumber(d.consecutive_failures or '0') or 0

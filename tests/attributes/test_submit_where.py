@@ -112,7 +112,7 @@ def test_explain_says_where_matching_stops(lab: Fleet, cli: Any) -> None:
     out = cli("explain", tid)
     assert out.exit_code == 0, out.output
     text = " ".join(out.stdout.split())
-    assert "2 device(s) have driver type android and sdk>=33; none has sdk>=35 (highest: 34)" \
+    assert "2 devices have driver type android and sdk>=33; none has sdk>=35 (highest: 34)" \
         in text, text  # fmt: skip
     other = f.client.submit("b", where=["has(gps)"])
     assert "none has attribute gps" in cli("explain", other).stdout

@@ -81,6 +81,13 @@ def test_malformed_expressions_are_one_line_errors(bad: str) -> None:
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("typo", ["sdk>>33", "sdk=>33", "sdk<<5", "model=!x", "sdk >= >3"])
+def test_a_doubled_operator_is_refused_not_read_as_a_string(typo: str) -> None:
+    with pytest.raises(InvalidInput, match="must be quoted"):
+        parse(typo)
+    assert parse('model=">x"').values == (">x",)  # quoted, such a string stays possible
+
+
 def test_clauses_are_canonical_and_deduplicated() -> None:
     clauses = parse_all(["sdk >= 33", "sdk>=33", "has( gps )", "model in (Pixel 7,'34')"])
     assert [str(c) for c in clauses] == ["has(gps)", 'model in (Pixel 7, "34")', "sdk>=33"]

@@ -78,3 +78,23 @@ def test_lua_and_python_agree_on_every_clause(real_r: redis.Redis) -> None:
         run()
     finally:
         real_r.delete(f"{prefix}device:d1:attrs")
+
+
+def test_a_quoted_string_starting_with_an_operator_means_the_same_in_lua(
+    real_r: redis.Redis,
+) -> None:
+    """`sdk>">33"` (quoted: the unquoted `sdk>>33` is refused) compiles to the string `>33`,
+    which Lua compares as Python does."""
+    pool = "where" + uuid.uuid4().hex[:10]
+    prefix = f"dq:{{{pool}}}:"
+    sha = real_r.script_load(assemble(PROBE))
+    clause = parse('model>">33"')
+    assert clause.values == (">33",) and parse(str(clause)) == clause
+    key = f"{prefix}device:d1:attrs"
+    try:
+        for model in ("?", ">4", "=", "abc"):
+            real_r.hset(key, "model", encode(model))
+            failed = real_r.evalsha(sha, 1, prefix, "d1", compile_all([clause]))
+            assert (failed == "") == clause.matches({"model": model}), model
+    finally:
+        real_r.delete(key)

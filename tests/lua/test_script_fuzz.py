@@ -125,7 +125,7 @@ class Pool:
         return {
             "submit": ["1", [uuid.uuid4().hex[:16], "goal", "hello", "", "android", "wifi", 3,
                              2, no, "10", no, no, no, no, no, no, no, no, no, no, no, no, no,
-                             "c#a\nc#b"]],
+                             "c#a\nc#b", no]],
             "heartbeat": ["h1", tok, "", "full", "sync1", "first", "0", "2",
                           ["d1", "android", "wifi", "idle", "", "sdk=n:34\nmodel=s:P 8",
                            "d3", "web", "", "busy", "in use", no]],

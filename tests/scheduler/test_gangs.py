@@ -281,10 +281,10 @@ def test_cli_role_option_and_task_show(real_fleet: Fleet, cli: Any) -> None:
     assert res.exit_code == 0, res.output
     shown = json.loads(res.output)
     assert shown["roles"] == {
-        "phone": {"driver_type": "android", "tags": ["sim"], "device_id": None,
+        "phone": {"driver_type": "android", "tags": ["sim"], "where": [], "device_id": None,
                   "host_id": None, "status": None},
-        "web": {"driver_type": "browser", "tags": [], "device_id": None, "host_id": None,
-                "status": None},
+        "web": {"driver_type": "browser", "tags": [], "where": [], "device_id": None,
+                "host_id": None, "status": None},
     }  # fmt: skip
     res = run("task", "show", shown["id"])
     assert res.exit_code == 0 and "phone (leader)" in res.output, res.output

@@ -201,7 +201,8 @@ class ProducerApi:
         The body is a JSON object of the submit fields: ``goal`` or ``workflow``,
         ``driver_type``, ``tags`` (a list), ``priority``, ``max_attempts``,
         ``idempotency_key``, ``queue_timeout``, ``reject_unmatched``, ``tenant``,
-        ``retry_on``, ``retry_backoff``, ``timeout``, ``roles``, ``not_before``. The task's
+        ``retry_on``, ``retry_backoff``, ``timeout``, ``roles``, ``not_before``, ``where`` (a list
+        of expressions over the device's attributes: ``["sdk>=33"]``). The task's
         ``submitted_by`` is the token's name. Answers 201 ``{"id": ID}``."""
         token = _role(request)
         body = await _json_body(request)
@@ -230,11 +231,20 @@ class ProducerApi:
 
     async def _warnings(self, tasks: list[Any]) -> dict[str, list[str]]:
         """``{"warnings": [LINE]}`` when a task was given a priority the strategy in force
-        ignores (`deviceq.core.connection.priority_ignored`), else nothing."""
-        if not any(t.get("priority") for t in tasks):
-            return {}
-        line = await self.call(priority_ignored, self.client.redis, self.client.keys)
-        return {"warnings": [line]} if line else {}
+        ignores (`deviceq.core.connection.priority_ignored`) or a ``where`` naming an attribute
+        no device has (likely a typo: `deviceq.core.fleet.unknown_attributes`), else
+        nothing."""
+        from ..core.fleet import unknown_attributes, where_keys
+        from ..core.models import spec_where_texts
+
+        lines: list[str] = []
+        if any(t.get("priority") for t in tasks):
+            line = await self.call(priority_ignored, self.client.redis, self.client.keys)
+            lines += [line] if line else []
+        names = where_keys(w for t in tasks for w in spec_where_texts(t))
+        if names:
+            lines += await self.call(unknown_attributes, self.client.redis, self.client.keys, names)
+        return {"warnings": lines} if lines else {}
 
     async def get(self, request: Request) -> Response:
         """One task with its attempt history: the JSON of ``deviceq task show --json``."""

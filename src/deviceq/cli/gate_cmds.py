@@ -22,10 +22,17 @@ def gate() -> None:
     "--when",
     "when",
     multiple=True,
-    required=True,
     metavar="EXPR",
     help="Hold a device while this holds of its attributes (repeatable, and-ed; the --where "
-    "language: 'battery<20', 'temperature>=45').",
+    "language: 'battery<20', 'temperature>=45'). With --cooldown: only devices it holds of.",
+)
+@click.option(
+    "--cooldown",
+    type=int,
+    default=None,
+    metavar="S",
+    help="Hold a device S seconds after each run on it ends, whatever its outcome (1 to 86400; "
+    "no --until). The scheduler lets it go when the time is up.",
 )
 @click.option(
     "--until",
@@ -44,6 +51,7 @@ def gate_add(
     when: tuple[str, ...],
     until: tuple[str, ...],
     driver_type: str | None,
+    cooldown: int | None,
     as_json: bool,
 ) -> None:
     """Add a gate. A device it holds takes no new work (the task it runs finishes), shows
@@ -53,17 +61,21 @@ def gate_add(
     --discover`; `device set-attr`) and over every device when a gate is added or removed. At
     most 16 gates a pool; a device is held by one gate at a time (the first by name).
 
+    A cooldown gate (--cooldown S) holds a device S seconds after each run on it ends
+    ("gated (NAME: cooling 42 s)"); the scheduler lets it go when the time is up.
+
     \b
     Example:
       deviceq gate add low-battery --when 'battery<20' --until 'battery>=80'
       deviceq gate add hot --when 'temperature>=45' --driver-type android
+      deviceq gate add settle --cooldown 60 --driver-type android
     """
     from ..core.gates import make_gate
     from ..ops.gates import add_gate
 
-    usage_checked(lambda: make_gate(name, when, until, driver_type))
+    usage_checked(lambda: make_gate(name, when, until, driver_type, cooldown))
     ctx.warn_if_unknown_pool()
-    g, held = add_gate(ctx.admin, name, when, until, driver_type)
+    g, held = add_gate(ctx.admin, name, when, until, driver_type, cooldown)
     if as_json:
         echo_json({**g.as_json(), "held": held})
         return
@@ -98,8 +110,13 @@ def gate_list(ctx: Ctx, as_json: bool) -> None:
     for g in found:
         devs = held.get(g.name, [])
         shown = ", ".join(devs[:5]) + (f" (+{len(devs) - 5})" if len(devs) > 5 else "")
-        table.add_row(g.name, " and ".join(map(str, g.when)),
-                      " and ".join(map(str, g.until)) or "(when no longer holds)",
+        when_text = " and ".join(map(str, g.when))
+        if g.cooldown:
+            when_text = f"{g.cooldown} s after each run" + (f" if {when_text}" if when_text else "")
+        until_text = " and ".join(map(str, g.until)) or (
+            "(its time is up)" if g.cooldown else "(when no longer holds)"
+        )
+        table.add_row(g.name, when_text, until_text,
                       g.driver_type or "any", shown or "-")  # fmt: skip
     console_for_tables().print(table)
 

@@ -42,6 +42,9 @@ def _print(r: Reservation, verb: str, now_ms: int, as_json: bool) -> None:
 @click.option("--driver-type", help="No DEVICE_ID: reserve an idle device of this driver type.")
 @click.option("--tag", "tags", multiple=True, help="No DEVICE_ID: the device must have this tag "
               "(repeatable).")  # fmt: skip
+@click.option("--where", "where", multiple=True, metavar="EXPR",
+              help="The device's attributes must satisfy this (repeatable, and-ed: 'sdk>=33'; "
+              "see submit --where). With DEVICE_ID: refused unless that device does.")  # fmt: skip
 @click.option("--extend", is_flag=True, help="The device is reserved already: end it DURATION "
               "later (the end at most 7 days from now; --note replaces the note).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the reservation as JSON.")
@@ -53,6 +56,7 @@ def reserve(
     note: str | None,
     driver_type: str | None,
     tags: tuple[str, ...],
+    where: tuple[str, ...],
     extend: bool,
     as_json: bool,
 ) -> None:
@@ -68,12 +72,17 @@ def reserve(
     Example:
       deviceq reserve pixel-7 --for 2h --note "alice: flashing a new build"
       deviceq reserve --driver-type android --tag camera --for 30m --note bob
+      deviceq reserve --driver-type android --where 'sdk>=34' --for 1h --note carol
       deviceq reserve pixel-7 --extend --for 1h
       deviceq release pixel-7
     """
     from ..core.validation import validate_id
+    from ..core.where import parse_all
     from ..ops.admin import MAX_RESERVATION_MS
+    from .options import usage_checked
 
+    usage_checked(lambda: parse_all(list(where)))  # (a malformed one: one line, exit 2)
+    clauses = parse_all(list(where))
     ms = parse_duration_ms(duration, "--for")
     if ms > MAX_RESERVATION_MS:
         raise InvalidInput(
@@ -86,6 +95,8 @@ def reserve(
     ctx.warn_if_unknown_pool()
     admin = ctx.admin
     if extend:
+        if where:
+            raise InvalidInput("--where is for a new reservation, not --extend")
         if device_id is None:
             raise InvalidInput("--extend needs the DEVICE_ID of the reservation")
         r = admin.extend(validate_id(device_id, "device id"), ms, note or "")
@@ -94,12 +105,18 @@ def reserve(
     text = note if note is not None else login_name()
     if not text:
         raise InvalidInput("--note is required (who is the device for?)")
+    if clauses:
+        from .submit_cmds import warn_unknown_attributes
+
+        warn_unknown_attributes(ctx, {c.key for c in clauses})
     if device_id is not None:
-        r = admin.reserve(validate_id(device_id, "device id"), ms, text)
-    elif driver_type or tags:
-        r = admin.reserve_matching(driver_type, tags, ms, text)
+        r = admin.reserve(validate_id(device_id, "device id"), ms, text, where)
+    elif driver_type or tags or where:
+        r = admin.reserve_matching(driver_type, tags, ms, text, where)
     else:
-        raise InvalidInput("name a DEVICE_ID, or --driver-type/--tag to take any matching device")
+        raise InvalidInput(
+            "name a DEVICE_ID, or --driver-type/--tag/--where to take any matching device"
+        )
     _print(r, "reserved", admin.server_time_ms(), as_json)
 
 

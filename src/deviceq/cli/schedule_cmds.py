@@ -86,6 +86,11 @@ def schedule_add(
     except InvalidInput as exc:
         raise _bad_input(exc) from None
     warn_unknown_constraints(ctx, spec.get("driver_type"), spec["tags"])  # (as submit does)
+    from ..core.fleet import where_keys
+    from ..core.models import spec_where_texts
+    from .submit_cmds import warn_unknown_attributes
+
+    warn_unknown_attributes(ctx, where_keys(spec_where_texts(spec)))
     if spec.get("priority"):
         from ..core.connection import priority_ignored
 

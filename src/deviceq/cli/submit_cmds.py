@@ -86,10 +86,11 @@ from .via_api import submit_via_api, via_api
     "--role",
     "roles",
     multiple=True,
-    metavar="NAME=DRIVER[:TAG,TAG]",
+    metavar="NAME=DRIVER[:TAG,TAG][ where EXPR]",
     help="A multi-device task: one device per role, all placed at once (repeatable, up to "
     "8; the first role is the leader, whose runner runs the goal once every role's device "
-    "is claimed). Replaces --driver-type and --tag.",
+    "is claimed). Replaces --driver-type and --tag. A role's device may have to satisfy "
+    "--where expressions of its own: 'phone=android:sim where sdk>=33 where has(gps)'.",
 )
 @click.option(
     "--where",
@@ -164,6 +165,10 @@ def submit(
     if not_before is not None and delay is not None:
         fail("give --not-before or --delay, not both", 2)
     clauses = _where_checked(where)
+    from ..core.models import spec_where_texts
+
+    role_where = spec_where_texts({"roles": parse_role_options(roles)}) if roles else []
+    _where_checked(tuple(role_where))
     after: float | None = None
     delay_s: float | None = None
     if not_before is not None:
@@ -204,7 +209,9 @@ def submit(
             **extra,
         )
     warn_unknown_constraints(ctx, driver_type, tag_list)
-    warn_unknown_attributes(ctx, {c.key for c in clauses})
+    from ..core.fleet import where_keys
+
+    warn_unknown_attributes(ctx, {c.key for c in clauses} | where_keys(role_where))
     if as_json:
         echo_json(task_json(ctx.client.get(task_id)))
     else:
@@ -226,15 +233,10 @@ def _where_checked(where: tuple[str, ...]) -> tuple[Any, ...]:
 def warn_unknown_attributes(ctx: Ctx, names: set[str]) -> None:
     """One ``warning:`` line (stderr) per attribute name no registered device has (likely a
     typo), read from the ``attr_names`` hash (one HKEYS); none when it cannot be read."""
-    if not names:
-        return
-    try:
-        known = {str(k) for k in ctx.admin.redis.hkeys(ctx.admin.keys.attr_names)}
-    except redis.ResponseError:
-        return
-    for name in sorted(names - known):
-        shown = ", ".join(sorted(known)[:20]) or "none"
-        click.echo(f"warning: no device has attribute {name!r} (known: {shown})", err=True)
+    from ..core.fleet import unknown_attributes
+
+    for line in unknown_attributes(ctx.admin.redis, ctx.admin.keys, names):
+        click.echo(f"warning: {line}", err=True)
 
 
 def warn_unknown_constraints(ctx: Ctx, driver_type: str | None, tags: list[str]) -> None:

@@ -131,6 +131,11 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
                 error = exc
                 break
             progress.advance(bar, len(part))
+    from ..core.fleet import unknown_attributes, where_keys
+
+    names = where_keys(w for s in specs for w in s.all_where())
+    for line in unknown_attributes(ctx.admin.redis, ctx.admin.keys, names):
+        click.echo(f"warning: {line}", err=True)
     if as_json:
         echo_json(ids)
     else:

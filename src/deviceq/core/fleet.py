@@ -5,9 +5,17 @@ multi-device task's parts are (`read_parts`); devices' attributes (`read_attribu
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
 from . import eligibility
 from .attributes import Value, decode_hash
 from .connection import PoolConnection
+from .gates import cooling_reason
+from .keys import Keys
 from .liveness import host_alive
 from .models import Host, PooledDevice, ScheduledTask
 from .vocabulary import LEASED_STATUSES
@@ -82,7 +90,9 @@ def device_reason(d: PooledDevice, state: str) -> str | None:
     if state == "unhealthy":
         return d.health_reason or "health check failed"
     if state == "gated":
-        return f"gated ({d.gated}: {d.gated_reason})" if d.gated_reason else f"gated ({d.gated})"
+        # (a cooldown's time left, by this clock: display only)
+        why = cooling_reason(d.gated_reason, d.cool_until, int(time.time() * 1000))
+        return f"gated ({d.gated}: {why})" if why else f"gated ({d.gated})"
     if d.attention:
         return d.attention
     if state in ("busy", "offline"):
@@ -111,6 +121,35 @@ def operator_attributes(conn: PoolConnection, device_id: str) -> set[str]:
     raw = conn.redis.hget(conn.keys.device(device_id), "attrs_op") or ""
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return {n for n in text.split(",") if n}
+
+
+def unknown_attributes(r: Any, keys: Keys, names: Iterable[str]) -> list[str]:
+    """One line per attribute name no registered device has (likely a typo: ``no device has
+    attribute 'sdkk' (known: model, sdk)``), read from the ``attr_names`` hash (one HKEYS);
+    none when it cannot be read (an ACL user without it)."""
+    wanted = set(names)
+    if not wanted:
+        return []
+    try:
+        known = {str(k) for k in r.hkeys(keys.attr_names)}
+    except redis.ResponseError:
+        return []
+    shown = ", ".join(sorted(known)[:20]) or "none"
+    return [f"no device has attribute {n!r} (known: {shown})" for n in sorted(wanted - known)]
+
+
+def where_keys(texts: Iterable[str]) -> set[str]:
+    """The attribute names ``--where`` expressions name (a malformed one names none)."""
+    from .errors import InvalidInput
+    from .where import parse
+
+    out = set()
+    for t in texts:
+        try:
+            out.add(parse(t).key)
+        except InvalidInput:
+            continue
+    return out
 
 
 def read_attributes(

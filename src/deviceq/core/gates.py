@@ -24,6 +24,8 @@ from .where import Clause, compile_all, parse_all
 
 MAX_GATES = 16
 """Gates a pool may have (each is checked on every attribute change)."""
+MAX_COOLDOWN = 86_400
+"""A cooldown gate holds a device at most this many seconds after a run (gate_set.lua)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Gate:
     until: tuple[Clause, ...] = ()
     driver_type: str = ""
     created_at: int | None = None
+    cooldown: int = 0  # seconds a device is held after each run on it (0: not a cooldown gate)
 
     def stored(self) -> str:
         """The JSON the ``gates`` hash holds: the clauses as written and compiled."""
@@ -46,6 +49,7 @@ class Gate:
                 "driver_type": self.driver_type,
                 "when_c": compile_all(self.when),
                 "until_c": compile_all(self.until),
+                "cooldown": self.cooldown,
             },
             separators=(",", ":"),
         )
@@ -57,6 +61,7 @@ class Gate:
             "until": [str(c) for c in self.until],
             "driver_type": self.driver_type or None,
             "created_at": self.created_at,
+            "cooldown": self.cooldown or None,
         }
 
     @classmethod
@@ -65,20 +70,40 @@ class Gate:
         try:
             v = json.loads(text)
             return cls(
-                v["name"], parse_all(v["when"]), parse_all(v.get("until") or ()),
-                v.get("driver_type") or "", v.get("created_at"),
+                # (Lua's cjson writes an empty list as {}: a cooldown gate's when)
+                v["name"], parse_all(list(v["when"] or ())), parse_all(list(v.get("until") or ())),
+                v.get("driver_type") or "", v.get("created_at"), int(v.get("cooldown") or 0),
             )  # fmt: skip
         except (ValueError, KeyError, TypeError, InvalidInput):
             return None
 
 
 def make_gate(
-    name: str, when: Iterable[str], until: Iterable[str] = (), driver_type: str | None = None
+    name: str,
+    when: Iterable[str],
+    until: Iterable[str] = (),
+    driver_type: str | None = None,
+    cooldown: int | None = None,
 ) -> Gate:
     """A gate from its command-line parts, checked (InvalidInput, one line)."""
     validate_id(name, "gate name")
-    clauses = parse_all(list(when))
-    if not clauses:
-        raise InvalidInput("a gate needs at least one --when expression")
-    return Gate(name, clauses, parse_all(list(until)),
-                validate_id(driver_type, "driver type") if driver_type else "")  # fmt: skip
+    clauses, after = parse_all(list(when)), parse_all(list(until))
+    if cooldown is not None:
+        if isinstance(cooldown, bool) or not isinstance(cooldown, int):
+            raise InvalidInput("--cooldown is a whole number of seconds")
+        if not 1 <= cooldown <= MAX_COOLDOWN:
+            raise InvalidInput(f"--cooldown is 1 to {MAX_COOLDOWN} seconds, got {cooldown}")
+        if after:
+            raise InvalidInput("a cooldown gate has no --until (it lets go when its time is up)")
+    elif not clauses:
+        raise InvalidInput("a gate needs at least one --when expression (or --cooldown S)")
+    return Gate(name, clauses, after,
+                validate_id(driver_type, "driver type") if driver_type else "",
+                cooldown=cooldown or 0)  # fmt: skip
+
+
+def cooling_reason(gated_reason: str | None, cool_until: int | None, now_ms: int) -> str | None:
+    """A cooldown gate's reason with the time left now (``cooling 42 s``); others as stored."""
+    if cool_until is None or not (gated_reason or "").startswith("cooling "):
+        return gated_reason
+    return f"cooling {max(0, -(-(cool_until - now_ms) // 1000))} s"

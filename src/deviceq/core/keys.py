@@ -88,7 +88,10 @@ key                                type       holds
 ``gates``                          hash       gate name -> JSON ``{name, when, until, driver_type,
                                               when_c, until_c, created_at}`` (``deviceq gate``;
                                               `deviceq.core.gates`; a held device's hash has
-                                              ``gated``, ``gated_reason``, ``gated_at``)
+                                              ``gated``, ``gated_reason``, ``gated_at``, and
+                                              under a cooldown gate ``cool_until``)
+``cooling``                        zset       devices a cooldown gate holds, scored by the end
+                                              of their cooldown (ms; gate_eval.lua ``:due``)
 ``idle``                           zset       idle, unreserved, assignable device ids, scored
                                               by the time they became idle (ms)
 ``idle:c:CLASS``                   zset       the members of ``idle`` of one device class
@@ -311,6 +314,10 @@ class Keys:
     @property
     def gates(self) -> str:
         return self._k("gates")
+
+    @property
+    def cooling(self) -> str:
+        return self._k("cooling")
 
     @property
     def idle(self) -> str:

@@ -4,7 +4,7 @@ validation of ids, tags and goals they apply is in `validation`."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
@@ -118,6 +118,8 @@ class Role(BaseModel):
 
     driver_type: OptDriverType = None
     tags: Tags = ()
+    # --where expressions its device's attributes must satisfy (canonical, sorted)
+    where: Annotated[tuple[str, ...], BeforeValidator(where_texts)] = ()
     device_id: str | None = None
     host_id: str | None = None
     status: str | None = None
@@ -137,24 +139,77 @@ def encode_roles(roles: dict[str, Role]) -> str:
     return ";".join(f"{n}={r.driver_type or ''}:{','.join(r.tags)}" for n, r in roles.items())
 
 
-def decode_roles(spec: str | None, placement: str | None = None) -> dict[str, Role] | None:
+def encode_role_where(roles: dict[str, Role]) -> str | None:
+    """The roles' --where clauses as submit.lua takes them (``role_where``): a JSON object of
+    role name -> compiled clauses (`deviceq.core.where.compile_all`), None when no role has
+    any."""
+    import json
+
+    out = {n: compiled_of(r.where) for n, r in roles.items() if r.where}
+    return json.dumps(out, separators=(",", ":"), sort_keys=True) if out else None
+
+
+def decode_role_where(text: str | None) -> dict[str, tuple[str, ...]]:
+    """Role name -> its canonical --where texts, from a stored ``role_where``."""
+    import json
+
+    from .where import decompile
+
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(n): tuple(str(c) for c in decompile(str(v))) for n, v in raw.items()}
+
+
+def spec_where_texts(body: Any) -> list[str]:
+    """The --where texts of a raw submission (a mapping: its ``where`` and each role's), for
+    warnings; what is not text is left out (the submission itself was validated)."""
+    if not isinstance(body, Mapping):
+        return []
+    out: list[str] = []
+    for part in (body, *((body.get("roles") or {}).values()
+                         if isinstance(body.get("roles"), Mapping) else ())):  # fmt: skip
+        if isinstance(part, str):  # a role as DRIVER[:TAGS] where EXPR
+            out += _role_string(part)[2]
+            continue
+        w = part.get("where") if isinstance(part, Mapping) else None
+        out += [w] if isinstance(w, str) else [x for x in (w or ()) if isinstance(x, str)]
+    return out
+
+
+def _role_string(spec: str) -> tuple[str, str, list[str]]:
+    """A role as the command line writes it, ``DRIVER[:TAG,TAG][ where EXPR[ where EXPR]]``:
+    its driver type, tags csv and --where expressions."""
+    head, *where = spec.split(" where ")
+    driver, _, tags = head.strip().partition(":")
+    return driver, tags, [w.strip() for w in where]
+
+
+def decode_roles(
+    spec: str | None, placement: str | None = None, role_where: str | None = None
+) -> dict[str, Role] | None:
     """The roles of a stored task (``roles``: its constraints; ``peers``: where each role was
-    placed, ``NAME=DEVICE@HOST`` joined by ``;``), or None for a single-device task."""
+    placed, ``NAME=DEVICE@HOST`` joined by ``;``; ``role_where``: their --where clauses), or
+    None for a single-device task."""
     out: dict[str, Role] = {}
+    wheres = decode_role_where(role_where) if role_where else {}
     for entry in filter(None, (spec or "").split(";")):
         name, _, rest = entry.partition("=")
         driver, _, tags = rest.partition(":")
         out[name] = trusted_model(
             Role,
             {"driver_type": driver or None, "tags": tuple(filter(None, tags.split(","))),
-             "device_id": None, "host_id": None, "status": None},
+             "where": wheres.get(name, ()), "device_id": None, "host_id": None, "status": None},
         )  # fmt: skip
     for entry in filter(None, (placement or "").split(";")):
         name, _, where = entry.partition("=")
         device, _, host = where.partition("@")
         role = out.get(name) or trusted_model(
-            Role, {"driver_type": None, "tags": (), "device_id": None, "host_id": None,
-                   "status": None}
+            Role, {"driver_type": None, "tags": (), "where": (), "device_id": None,
+                   "host_id": None, "status": None}
         )  # fmt: skip
         role.__dict__.update(device_id=device or None, host_id=host or None)
         out[name] = role
@@ -173,11 +228,12 @@ def check_roles(v: Any) -> Any:
     out: dict[str, Role] = {}
     for name, spec in v.items():
         if isinstance(spec, str):
-            driver, _, tags = spec.partition(":")
-            spec = {"driver_type": driver or None, "tags": [t for t in tags.split(",") if t]}
+            driver, tags, where = _role_string(spec)
+            spec = {"driver_type": driver or None, "tags": [t for t in tags.split(",") if t],
+                    "where": where}  # fmt: skip
         role = spec if isinstance(spec, Role) else Role.model_validate(spec)
         if role.device_id or role.host_id or role.status:
-            raise InvalidInput(f"role {name}: give only driver_type and tags")
+            raise InvalidInput(f"role {name}: give only driver_type, tags and where")
         out[_role_name(name)] = role
     return out
 
@@ -253,6 +309,10 @@ class TaskSpec(BaseModel):
     @property
     def constraints(self) -> Constraints:
         return Constraints(driver_type=self.driver_type, tags=self.tags, where=self.where)
+
+    def all_where(self) -> tuple[str, ...]:
+        """Its --where texts and its roles' (for warnings about unknown attributes)."""
+        return self.where + tuple(w for r in (self.roles or {}).values() for w in r.where)
 
 
 class Attempt(BaseModel):
@@ -371,7 +431,7 @@ class ScheduledTask(BaseModel):
         values["avoid_hosts"] = tuple(values["avoid_hosts"])
         values["where"] = tuple(values["where"])
         if is_multi_device(h):
-            values["roles"] = decode_roles(h.get("roles"), h.get("peers"))
+            values["roles"] = decode_roles(h.get("roles"), h.get("peers"), h.get("role_where"))
         values["attempts"] = _attempts(attempts, values["dispatched_at"])
         return trusted_model(cls, values) if trusted else cls(**values)
 
@@ -404,6 +464,7 @@ class PooledDevice(BaseModel):
     booked_until: int | None = None  # ms: reserved for a person until then (deviceq reserve)
     gated: str | None = None  # the gate holding it (deviceq gate)
     gated_reason: str | None = None  # its values that made the gate hold it ("battery 15")
+    cool_until: int | None = None  # ms: a cooldown gate holds it until then
 
     @classmethod
     def from_hash(cls, h: dict[str, str]) -> PooledDevice:
@@ -429,6 +490,7 @@ class PooledDevice(BaseModel):
             booked_until=_opt_int(h.get("booked_until")),
             gated=h.get("gated") or None,
             gated_reason=h.get("gated_reason") or None,
+            cool_until=_opt_int(h.get("cool_until")),
         )
 
 

@@ -155,6 +155,7 @@ SUBMIT = Items(
         text("class", optional=True),
         text("where", optional=True),
         text("tests", optional=True),
+        text("role_where", optional=True),
     ),
 )
 """submit.lua's tasks."""

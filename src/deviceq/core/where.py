@@ -136,6 +136,8 @@ def _value(text: str, what: str) -> Value:
         if len(text) < 2 or text[-1] != text[0] or text[0] in text[1:-1] or '"' in text[1:-1]:
             raise InvalidInput(f"{what}: unbalanced quote in {text!r}")
         return check_text("value", text[1:-1])
+    if text[0] in "<>=!":  # `sdk>>33`, `sdk=>33`: a doubled or misordered operator
+        raise InvalidInput(f"{what}: a value starting with {text[0]!r} must be quoted ({text!r})")
     if any(c in text for c in "\"'()"):
         raise InvalidInput(f"{what}: quote a value holding quotes or parentheses ({text!r})")
     try:
@@ -207,6 +209,8 @@ def parse_all(texts: Iterable[object] | None) -> tuple[Clause, ...]:
         return ()
     if isinstance(texts, str):
         texts = [texts]
+    if not isinstance(texts, list | tuple | set | frozenset):
+        raise InvalidInput(f"--where is a list of expressions, not {type(texts).__name__}")
     clauses = {str(c): c for c in (parse(t) for t in texts)}
     if len(clauses) > MAX_CLAUSES:
         raise InvalidInput(f"at most {MAX_CLAUSES} --where expressions, got {len(clauses)}")

@@ -97,7 +97,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "device_health": "hdel hget hmget hset lpush ltrim time xadd zadd zrem",
         "device_attrs": "hdel hexists hget hgetall hincrby hlen hmget hset lpush ltrim time xadd "
         "zadd zrem",
-        "gate_eval": "hget hgetall hmget hset lpush ltrim time xadd zadd zrem",
+        "gate_eval": "hget hgetall hmget hset lpush ltrim time xadd zadd zrangebyscore zrem",
         "gate_set": "hdel hexists hlen hset time",
         "device_reserve": "hdel hget hmget hset lpush ltrim time xadd zadd zrem",
         "expire": "del exists hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim "
@@ -141,9 +141,10 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
 ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     "producer": ("submit", "cancel", "suite_submit", "suite_cancel"),
     # schedule_fire claims a schedule's run, submit submits it; suite_shard records a suite's
-    # shard (and submit its retry), suite_join a device joining its window
+    # shard (and submit its retry), suite_join a device joining its window; gate_eval lets
+    # go the devices whose cooldown is up
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
-                  "submit", "suite_shard", "suite_join", "preempt"),
+                  "submit", "suite_shard", "suite_join", "preempt", "gate_eval"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts", "progress", "device_attrs"),
     # task retry submits, task cancel cancels, dispatch commits through assign
@@ -323,7 +324,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                  "host:*:inbox",
                  "host:*:ctl", "events", "sched:wake", "workflow:*", "workflows", "retries",
                  *LIMIT_COUNTERS, "gangs", "suite:*", "suites", "suites:running",
-                 "preemptible"),
+                 "preemptible", "cooling"),
     # leader.lua, assign.lua, expire.lua (which also ends reservations: bookings), the wake
     # list; expire marks hosts suspect and assign
     # fills inboxes and wake lists, so every host key (host:*)
@@ -333,7 +334,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                   "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
                   "schedules:last", "suite:*", "suites:running", "suite_durations:*",
-                  "preemptible", "preempt:*"),
+                  "preemptible", "preempt:*", "cooling"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
@@ -343,7 +344,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
              "faults", "devgen",
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
-             "host:*:ctl", "log:*", "preemptible", "attr_names"),
+             "host:*:ctl", "log:*", "preemptible", "attr_names", "cooling"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write. ``device:*`` covers a

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..core import fleet
-from ..core.attributes import Value, check_attributes, check_key, entry_args
+from ..core.attributes import Value, check_attributes, check_key, decode_hash, entry_args
 from ..core.config import PoolConfig
 from ..core.connection import PoolConnection, warn_if_ignored
 from ..core.errors import Busy, InvalidInput, NotFound
@@ -22,6 +22,7 @@ from ..core.replies import parse
 from ..core.script_args import ASSIGN, TASK_PRIORITY
 from ..core.tenants import TenantInfo, remove_tenant, set_tenant, tenant_infos
 from ..core.validation import actor_args, validate_id, validate_tags
+from ..core.where import compile_all, matches_all, parse_all
 from ..host.redis_link import token_digest
 
 MAX_RESERVATION_MS = 7 * 86_400_000
@@ -294,16 +295,20 @@ class PoolAdmin(PoolConnection):
         return _json_objects(recent), _json_objects(log)
 
     # -- reservations (a device for a person) ------------------------------------------------
-    def reserve(self, device_id: str, duration_ms: int, note: str) -> Reservation:
+    def reserve(
+        self, device_id: str, duration_ms: int, note: str, where: Iterable[str] = ()
+    ) -> Reservation:
         """Reserve an idle device for ``duration_ms`` (1 s - 7 days): it leaves the idle
         candidates at once and comes back when the reservation ends (``release``, or the
         scheduler's expiry scan at its end). Raises Busy (with the reason) unless the device
-        is idle now, holds no lease, is not quarantined or held and its host is alive;
+        is idle now, holds no lease, is not quarantined or held, its host is alive and its
+        attributes satisfy the ``where`` expressions (checked in the same script);
         AlreadyExists when it is reserved already (use ``extend``)."""
+        compiled = compile_all(parse_all(list(where)))
         res = self._run(
             "device_reserve",
             ["reserve", validate_id(device_id, "device id"), str(_check_duration(duration_ms)),
-             _check_note(note, True)],
+             _check_note(note, True), *([compiled] if compiled else [])],
         )  # fmt: skip
         return Reservation(device_id, str(res[2]), str(res[1]), int(res[0]), None)
 
@@ -325,14 +330,21 @@ class PoolAdmin(PoolConnection):
         )
 
     def reserve_matching(
-        self, driver_type: str | None, tags: Iterable[str], duration_ms: int, note: str
+        self,
+        driver_type: str | None,
+        tags: Iterable[str],
+        duration_ms: int,
+        note: str,
+        where: Iterable[str] = (),
     ) -> Reservation:
         """Reserve the first idle device (longest idle first, among at most `RESERVE_SCAN`)
-        that offers ``driver_type`` and every tag. Raises Busy when none is idle now (no
-        reservation is left pending)."""
+        that offers ``driver_type`` and every tag and whose attributes satisfy the ``where``
+        expressions (`deviceq.core.where`; checked again as it is reserved). Raises Busy when
+        none is idle now (no reservation is left pending)."""
         if driver_type is not None:
             validate_id(driver_type, "driver type")
         need = validate_tags(list(tags))
+        clauses = parse_all(list(where))
         _check_duration(duration_ms)
         _check_note(note, True)
         r, k = self.redis, self.keys
@@ -340,17 +352,26 @@ class PoolAdmin(PoolConnection):
         pipe = r.pipeline(transaction=False)
         for did in ids:
             pipe.hmget(k.device(did), "driver_type", "tags")
-        for did, (drv, tg) in zip(ids, pipe.execute(), strict=True):
+            if clauses:
+                pipe.hgetall(k.device_attrs(did))
+        res = iter(pipe.execute())
+        texts = [str(c) for c in clauses]
+        for did in ids:
+            drv, tg = next(res)
+            attrs = decode_hash(next(res)) if clauses else {}
             if drv is None or not satisfies(driver_type, need, drv, (tg or "").split(",")):
                 continue
+            if clauses and not matches_all(clauses, attrs):
+                continue
             try:
-                return self.reserve(did, duration_ms, note)
+                return self.reserve(did, duration_ms, note, texts)
             except Busy:
                 continue  # taken meanwhile: the next one
         want = " and ".join(
             x
             for x in (f"driver type {driver_type}" if driver_type else "",
-                      f"tags {','.join(need)}" if need else "")
+                      f"tags {','.join(need)}" if need else "",
+                      " and ".join(texts))
             if x
         ) or "any device"  # fmt: skip
         raise Busy(

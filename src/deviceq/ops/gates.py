@@ -18,10 +18,12 @@ def add_gate(
     when: Iterable[str],
     until: Iterable[str] = (),
     driver_type: str | None = None,
+    cooldown: int | None = None,
 ) -> tuple[Gate, int]:
     """Add a gate (InvalidInput for bad clauses or past `MAX_GATES`, AlreadyExists) and check
-    every device against it. Returns the gate and how many devices it holds now."""
-    gate = make_gate(name, when, until, driver_type)
+    every device against it. Returns the gate and how many devices it holds now (a cooldown
+    gate: those whose last run ended less than ``cooldown`` seconds ago)."""
+    gate = make_gate(name, when, until, driver_type, cooldown)
     conn._run("gate_set", ["add", gate.name, gate.stored(), str(MAX_GATES)])
     held, _ = check_all(conn)
     return gate, held

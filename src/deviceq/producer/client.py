@@ -157,7 +157,9 @@ class Client(SuiteMethods, Producer):
         priority or be preempted by a higher one. NotFound for an unknown class.
         ``where``: expressions over the device's attributes, all of which must hold
         (``["sdk>=33", "model in (Pixel 7, Pixel 8)", "has(gps)"]``; one str is one
-        expression; the language: `deviceq.core.where`). Not for a task with ``roles``."""
+        expression; the language: `deviceq.core.where`). Not for a task with ``roles``: a role
+        carries its own (``{"phone": {"driver_type": "android", "where": ["sdk>=33"]}}``, or
+        ``"android:sim where sdk>=33"``)."""
         spec = spec_from(
             {
                 "goal": goal,
@@ -383,7 +385,7 @@ class Client(SuiteMethods, Producer):
                 "tenant": old.tenant,
                 "retry_on": old.retry_on,
                 "retry_backoff": old.retry_backoff,
-                "roles": {n: Role(driver_type=r.driver_type, tags=r.tags)
+                "roles": {n: Role(driver_type=r.driver_type, tags=r.tags, where=r.where)
                           for n, r in old.roles.items()} if old.roles else None,
                 "retry_of": task_id,
                 "by": by or None,

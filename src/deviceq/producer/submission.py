@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core.errors import InvalidInput
-from ..core.models import TaskSpec, encode_roles
+from ..core.models import TaskSpec, encode_role_where, encode_roles
 from ..core.script_args import SUBMIT
 from ..core.validation import tests_text
 from ..core.where import compiled_of
@@ -100,6 +100,7 @@ def task_item(spec: TaskSpec, task_id: str, traceparent: str | None = None) -> d
         "class": spec.priority_class or None,
         "where": compiled_of(spec.where) if spec.where else None,
         "tests": None if spec.tests is None else tests_text(spec.tests),
+        "role_where": encode_role_where(spec.roles) if spec.roles else None,
     }
 
 

@@ -97,6 +97,12 @@ class SchedulerClient(PoolConnection):
         out = self._run("expire", args)
         return {k: int(v) for k, v in zip(EXPIRE_KINDS, out, strict=True)}
 
+    def release_cooled(self, limit: int = 500) -> int:
+        """Let go the devices whose cooldown gate's time is up (``gate_eval.lua :due``, at
+        most ``limit``). Returns how many were released."""
+        _, freed = self._run("gate_eval", [":due", str(int(limit))])
+        return int(freed)
+
     def lead(self, owner: str, ttl_ms: int) -> Lead:
         """Acquire or renew the leader lease for ``owner`` (a fencing epoch per leadership)."""
         res = self._run("leader", [owner, str(int(ttl_ms)), "acquire"])

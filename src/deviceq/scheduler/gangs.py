@@ -33,9 +33,12 @@ from typing import Any
 
 import redis
 
+from ..core.attributes import decode_hash, parse_prefer
 from ..core.keys import Keys
 from ..core.models import decode_roles
 from ..core.tenants import parse_tenant
+from ..core.where import parse_all
+from .inputs import DAY_MS, _at
 from .limit_load import read_limits
 from .placement.builtin.gang_hold import HoldState, ReserveThenHold
 from .placement.gang import Gang, GangView, Role, place_gangs
@@ -111,9 +114,9 @@ class GangPlanner:
         if missing:
             pipe = self.redis.pipeline(transaction=False)
             for t in missing:
-                pipe.hget(self.keys.task(t), "roles")
-            for t, spec in zip(missing, pipe.execute(), strict=True):
-                self._roles[t] = _roles(spec)
+                pipe.hmget(self.keys.task(t), "roles", "role_where")
+            for t, (spec, where) in zip(missing, pipe.execute(), strict=True):
+                self._roles[t] = _roles(spec, where)
         self._trim_roles(ids)
         return {t: self._roles[t] for t in ids}
 
@@ -144,15 +147,46 @@ class GangPlanner:
             self.redis, self.keys, settings or {}, {d.host_id for d in devices},
             {g.tenant for g in gangs if g.tenant},
         )  # fmt: skip
+        prefer = parse_prefer((settings or {}).get("prefer"))
+        attributes, runs = self.attributes(gangs, devices, prefer, now)
         gv = GangView.build(
-            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid, limits=limits
-        )
+            gangs, devices, now, aging_ms=aging_ms, tenants=tenants, avoid=avoid, limits=limits,
+            attributes=attributes, prefer=prefer, runs=runs,
+        )  # fmt: skip
         for p in place_gangs(self.profile, gv, permit):
             if p.decision is GangDecision.ALLOW:
                 out.place.append((p.gang_id, p.devices))
             elif p.decision is GangDecision.WAIT:
                 out.kept[p.gang_id] = (permit.until(p.gang_id), p.devices)
         return out
+
+    def attributes(
+        self, gangs: Sequence[Gang], devices: Sequence[IdleDevice], prefer: tuple[str, str],
+        now: int,
+    ) -> tuple[dict[str, Any], dict[str, int] | None]:  # fmt: skip
+        """The attributes of ``devices`` when a role has --where clauses or the pool prefers
+        by an attribute, and with ``prefer`` least_used each device's runs in the last 24 h
+        (one pipelined round trip over the idle devices the pass read; none when nothing
+        needs it)."""
+        ids = [d.device_id for d in devices]
+        where = any(r.where for g in gangs for r in g.roles)
+        attrs: dict[str, Any] = {}
+        runs: dict[str, int] | None = None
+        if not ids or not gangs:
+            return attrs, runs
+        if where or prefer[0] in ("max", "min"):
+            pipe = self.redis.pipeline(transaction=False)
+            for d in ids:
+                pipe.hgetall(self.keys.device_attrs(d))
+            attrs = {d: decode_hash(h) for d, h in zip(ids, pipe.execute(), strict=True)}
+        if prefer[0] == "least_used":
+            pipe = self.redis.pipeline(transaction=False)
+            for d in ids:
+                pipe.lrange(self.keys.device_history(d), 0, -1)
+            since = now - DAY_MS
+            runs = {d: sum(1 for e in rows if _at(e) >= since)
+                    for d, rows in zip(ids, pipe.execute(), strict=True)}  # fmt: skip
+        return attrs, runs
 
     def read(
         self, waiting: Sequence[str], now: int
@@ -165,14 +199,14 @@ class GangPlanner:
             if gid in self._roles:
                 pipe.hmget(k.task(gid), *GANG_FIELDS)
             else:
-                pipe.hmget(k.task(gid), *GANG_FIELDS, "roles")
+                pipe.hmget(k.task(gid), *GANG_FIELDS, "roles", "role_where")
         rows = pipe.execute()
         gangs: list[Gang] = []
         stamps: dict[str, tuple[Any, Any]] = {}
         for gid, row in zip(waiting, rows, strict=True):
             prio, seq, sub, tenant, attempt, updated = row[:6]
             if len(row) > 6:
-                self._roles[gid] = _roles(row[6])
+                self._roles[gid] = _roles(row[6], row[7])
             if seq is None:  # gone since the snapshot listed it
                 continue
             since = self._since.setdefault(gid, now)
@@ -242,9 +276,10 @@ class GangPlanner:
         self._written = want
 
 
-def _roles(spec: Any) -> tuple[Role, ...]:
-    roles = decode_roles(spec) or {}
-    return tuple(Role(n, r.driver_type, frozenset(r.tags)) for n, r in roles.items())
+def _roles(spec: Any, where: Any = None) -> tuple[Role, ...]:
+    roles = decode_roles(spec, None, where) or {}
+    return tuple(Role(n, r.driver_type, frozenset(r.tags), parse_all(r.where))
+                 for n, r in roles.items())  # fmt: skip
 
 
 def _int(raw: Any) -> int:

@@ -261,6 +261,8 @@ class TaskScheduler:
                 break
         out = {k: int(total.get(k, 0)) for k in EXPIRE_KINDS}
         out["more"] = int(more)
+        # devices a cooldown gate held whose time is up take work again (deviceq gate)
+        self.store.release_cooled()
         return out
 
     def snapshot(self) -> Snapshot:

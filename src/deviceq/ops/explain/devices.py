@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...core.connection import PoolConnection
 from ...core.eligibility import verdict
@@ -141,3 +142,62 @@ def classify(
         cls[first] += 1
     booked_ends.sort()
     return cls, booked_ends
+
+
+RANKED_SHOWN = 10
+"""How many of the ranked candidates ``explain`` lists (the pool's ``prefer``)."""
+
+
+def prefer_ranking(
+    admin: PoolConnection,
+    devices: list[PooledDevice],
+    hosts: Mapping[str, Host],
+    role: str | None = None,
+) -> tuple[str, str, list[tuple[str, object]]] | None:
+    """The order the pool's ``prefer`` setting (`deviceq.core.attributes.parse_prefer`) gives
+    ``devices`` (those idle now when some are, else all): (message, setting, [(device, value
+    ranked by)...], the first `RANKED_SHOWN`), or None when the pool prefers nothing. The same
+    order as the scheduler's `Prefer` score: the best first, devices without the attribute
+    last, then by device id."""
+    from ...core.attributes import parse_prefer, shown
+    from ...core.fleet import read_attributes
+    from ...scheduler.inputs import DAY_MS, _at
+    from ...scheduler.placement.builtin.prefer import _sort_key
+
+    raw = admin.redis.hget(admin.keys.config, "prefer")
+    kind, key = parse_prefer(str(raw) if raw else None)
+    if kind == "none" or not devices:
+        return None
+    idle = [d for d in devices if first_reason(d, hosts.get(d.host_id or "")) == "idle"]
+    pool = sorted(idle or devices, key=lambda d: d.device_id)
+    ids = [d.device_id for d in pool]
+    values: dict[str, Any] = {}
+    if kind == "least_used":
+        pipe = admin.redis.pipeline(transaction=False)
+        for d in ids:
+            pipe.lrange(admin.keys.device_history(d), 0, -1)
+        since = admin.server_time_ms() - DAY_MS
+        for d, rows in zip(ids, pipe.execute(), strict=True):
+            values[d] = sum(1 for e in rows if _at(e) >= since)
+        order = sorted(ids, key=lambda d: int(values[d]))
+        what, setting = "runs in the last 24 h", "least_used"
+    else:
+        attrs = read_attributes(admin, ids)
+        values = {d: attrs[d][0][key] for d in ids if key in attrs[d][0]}
+        have = sorted((d for d in ids if d in values), key=lambda d: _sort_key(values[d]),
+                      reverse=kind == "max")  # fmt: skip
+        order = have + [d for d in ids if d not in values]
+        what, setting = key, f"{kind}:{key}"
+    first = order[:RANKED_SHOWN]
+
+    def value(d: str) -> str:
+        if d not in values:
+            return "none"
+        return str(values[d]) if kind == "least_used" else shown(values[d])
+
+    listed = ", ".join(f"{d} ({what} {value(d)})" for d in first)
+    more = f", {len(order) - len(first)} more" if len(order) > len(first) else ""
+    whose = "idle" if idle else "matching"
+    head = f"role {role}: " if role else ""
+    text = f"{head}prefer {setting} ranks its {len(order)} {whose} device(s): {listed}{more}"
+    return text, setting, [(d, values.get(d)) for d in first]

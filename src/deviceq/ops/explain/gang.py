@@ -13,9 +13,11 @@ from ...core.config import PoolConfig
 from ...core.connection import PoolConnection
 from ...core.fleet import effective_state, read_devices, read_hosts
 from ...core.models import ScheduledTask
+from ...core.where import parse_all
 from ...scheduler.placement.recorder import Need
-from .devices import match
+from .devices import match, prefer_ranking
 from .model import Explanation, Reason, at, secs
+from .single import _plain, where_narrowed
 
 
 def _setting(raw: Any, name: str) -> float:
@@ -23,6 +25,13 @@ def _setting(raw: Any, name: str) -> float:
         return float(raw)
     except (TypeError, ValueError):
         return float(PoolConfig.model_fields[name].default)
+
+
+def _want(driver_type: str | None, tags: Any) -> str:
+    parts = [f"driver type {driver_type}" if driver_type else ""]
+    if tags:
+        parts.append("tags " + ",".join(tags))
+    return " and ".join(p for p in parts if p) or "any device"
 
 
 def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
@@ -45,6 +54,11 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
     short: list[str] = []
     for name, role in (task.roles or {}).items():
         matching = match(Need(role.driver_type, frozenset(role.tags)), devices).matching
+        stop: str | None = None
+        if role.where and matching:
+            matching, stop = where_narrowed(
+                admin, _want(role.driver_type, role.tags), parse_all(list(role.where)), matching
+            )
         states: Counter[str] = Counter()
         for d in matching:
             states[effective_state(d, hosts.get(d.host_id))] += 1
@@ -61,6 +75,14 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
         )
         counts[f"{name}_matching"] = len(matching)
         counts[f"{name}_idle"] = states["idle"]
+        if stop is not None:
+            unmatched.append(name)
+            reasons.append(
+                Reason(
+                    "where", f"role {name}: {stop}", 0, {"role": name, "where": list(role.where)}
+                )
+            )
+            continue
         if not matching:
             unmatched.append(name)
             reasons.append(
@@ -84,6 +106,12 @@ def explain_gang(admin: PoolConnection, task: ScheduledTask) -> Explanation:
                 {"role": name, "states": dict(states)},
             )
         )
+        ranked = prefer_ranking(admin, matching, hosts, role=name)
+        if ranked is not None:
+            text, setting, order = ranked
+            reasons.append(Reason("prefer", text, len(order), {
+                "role": name, "prefer": setting,
+                "ranking": [{"device_id": d, "value": _plain(v)} for d, v in order]}))  # fmt: skip
     if hold:
         until, _, kept = str(hold).partition("|")
         reasons.append(

@@ -14,7 +14,15 @@ from ...core.tenants import parse_tenant
 from ...core.where import parse_all, why_none
 from ...scheduler.placement.recorder import Need
 from ...scheduler.placement.rows import MAX_PRIORITY, aged
-from .devices import BLOCKER_TEXT, BLOCKERS, bookings, classify, first_reason, match
+from .devices import (
+    BLOCKER_TEXT,
+    BLOCKERS,
+    bookings,
+    classify,
+    first_reason,
+    match,
+    prefer_ranking,
+)
 from .estimate import position
 from .limits import limit_reasons
 from .model import Explanation, Reason, at, secs
@@ -151,6 +159,12 @@ def explain_queued(admin: PoolConnection, task: ScheduledTask, raw: dict[str, st
                 summary = f"every idle matching device is on a host at {setting}"
     if matching:
         reasons.append(position(admin, task, matching, now, counts))
+        ranked = prefer_ranking(admin, matching, hosts)
+        if ranked is not None:
+            text, setting, order = ranked
+            reasons.append(Reason("prefer", text, len(order), {
+                "prefer": setting, "ranking": [{"device_id": d, "value": _plain(v)}
+                                               for d, v in order]}))  # fmt: skip
     aging = _aging(admin, task, now)
     if aging:
         reasons.append(aging)
@@ -232,17 +246,31 @@ def narrow_where(
     pipelined read of their attributes), or none and where matching stops: ``3 device(s)
     have driver type android and tags wifi; none has sdk>=35 (highest: 34)``."""
     clauses = parse_all(list(task.where))
+    return where_narrowed(admin, describe(task), clauses, matching)
+
+
+def where_narrowed(
+    admin: PoolConnection, want: str, clauses: Any, matching: list[Any]
+) -> tuple[list[Any], str | None]:
+    """`narrow_where` for any requirement described as ``want`` (a role's too)."""
     attrs = {d: a for d, (a, _) in read_attributes(admin, [d.device_id for d in matching]).items()}
-    kept, passed = list(matching), [describe(task)] if describe(task) != "any device" else []
+    kept, passed = list(matching), [want] if want != "any device" else []
     for c in clauses:
         ok = [d for d in kept if c.matches(attrs[d.device_id])]
         if not ok:
             have = " and ".join(passed) or "any driver type"
             why = why_none(c, [attrs[d.device_id] for d in kept])
-            return [], f"{len(kept)} device(s) have {have}; {why}"
+            n = len(kept)
+            some = f"{n} devices have" if n != 1 else "1 device has"
+            return [], f"{some} {have}; {why}"
         kept = ok
         passed.append(str(c))
     return kept, None
+
+
+def _plain(v: object) -> object:
+    """A ranked value as JSON holds it (a version as its text)."""
+    return v if v is None or isinstance(v, bool | int | float | str) else str(v)
 
 
 def describe(task: ScheduledTask) -> str:

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from ...core.attributes import Value
+from ...core.where import Clause, matches_all
 from .plugins import (
     DeviceScore,
     GangDecision,
@@ -61,6 +63,7 @@ class Role:
     name: str
     driver_type: str | None
     tags: frozenset[str] = frozenset()
+    where: tuple[Clause, ...] = ()  # its --where clauses: its device's attributes satisfy them
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,14 @@ class GangView:
         tenants: Mapping[str, TenantShare] | None = None,
         avoid: Mapping[str, Avoid] | None = None,
         limits: Mapping[str, LimitLoad] | None = None,
+        attributes: Mapping[str, Mapping[str, Value]] | None = None,
+        prefer: tuple[str, str] = ("none", ""),
+        runs: Mapping[str, int] | None = None,
     ) -> GangView:
         """``limits``: each declared limit's bound and counts (`View.limits`; none: no limit
-        is set)."""
+        is set). ``attributes``, ``prefer``, ``runs``: the devices' attributes (the roles'
+        --where clauses, the pool's ``prefer`` score), the pool's ``prefer`` and, with
+        least_used, each device's runs in the last 24 h (`View`)."""
         by_id: dict[str, Gang] = {}
         groups: dict[tuple[int, str], list[QueuedTask]] = {}
         for g in gangs:
@@ -157,7 +165,9 @@ class GangView:
             avoid=avoid or {},
             faults={d.device_id: d.faults for d in devs if d.faults},
             limits=limits or {},
-            attributes={},  # (a gang's roles have no --where clauses)
+            attributes=attributes or {},
+            prefer=prefer,
+            runs=runs,
         )
         return cls(by_id, view)
 
@@ -302,18 +312,24 @@ class _Picker:
             classes = self.classes_for(role)
             sizes.append(sum(len(self.by_class[c]) for c in classes))
             part = replace(task, task_id=gang.part_id(role))
-            cands.append(self.best(part, classes, used, n))
+            cands.append(self.best(part, classes, used, n, role.where))
         # the most constrained roles first: they keep their best device
         first = sorted(range(n), key=lambda i: (len(cands[i]), sizes[i], i))
         got = _match(cands, first)
         return tuple((r.name, got[i]) for i, r in enumerate(gang.roles))
 
     def best(
-        self, part: QueuedTask, classes: list[DeviceClass], used: set[str], n: int
+        self,
+        part: QueuedTask,
+        classes: list[DeviceClass],
+        used: set[str],
+        n: int,
+        where: tuple[Clause, ...] = (),
     ) -> list[IdleDevice]:
-        """The ``n`` best unused devices of ``classes`` for the role's part task ``part``,
-        best first."""
+        """The ``n`` best unused devices of ``classes`` for the role's part task ``part``
+        whose attributes satisfy the role's ``where`` clauses, best first."""
         view = self.view
+        attrs = view.attributes or {}
         live = [s for s in self.task_scores if s.applies(view, part)]
         entries: list[tuple[Any, str, IdleDevice]] = []
         static, n_task = self.static, len(self.task_scores)
@@ -328,6 +344,8 @@ class _Picker:
                 d = devs[j]
                 did = d.device_id
                 if did in used:
+                    continue
+                if where and not matches_all(where, attrs.get(did, {})):
                     continue
                 if not live:  # the ranked order is the key order: the first n unused
                     entries.append((static[did], did, d))
