@@ -128,10 +128,14 @@ def test_a_value_survives_its_stored_form(v: object) -> None:
 
 @given(values, st.sampled_from(["=", "!=", "<", "<=", ">", ">="]), values)
 def test_a_clause_reads_back_from_its_text(a: object, op: str, b: object) -> None:
-    (checked,) = check_attributes({"k": b}).values()
+    try:
+        (checked,) = check_attributes({"k": b}).values()
+        attrs = check_attributes({"k": a})
+    except InvalidInput:  # (text reading as a number out of bounds, "1E100": refused)
+        assume(False)
+        return
     if isinstance(checked, bool) and op not in ("=", "!="):
         return
     c = Clause("k", op, (checked,))
     again = parse(str(c))
-    attrs = check_attributes({"k": a})
     assert again.matches(attrs) == c.matches(attrs)
