@@ -35,8 +35,8 @@ margin)."""
 SUBMIT_TEXT_NS = 30
 """A task's declared cost per byte of its text (goal, workflow, tags, where, roles ...):
 measured 12 ns for ASCII, 28 ns for non-ASCII UTF-8 (each sequence checked)."""
-SUBMIT_TESTS_NS = 50
-"""A task's declared cost per byte of its list of tests (measured 40-48 ns: every test id is
+SUBMIT_TESTS_NS = 75
+"""A task's declared cost per byte of its list of tests (measured 46-50 ns: every test id is
 checked); a list of more than ~100 KB alone takes over 5 ms (not split: one task, one call)."""
 SUBMIT_MOST_TASKS = SUBMIT_CALL_US // SUBMIT_TASK_US
 """Tasks in one ``submit_many`` call at most (125): plain tasks, at their declared cost."""

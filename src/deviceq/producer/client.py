@@ -188,10 +188,10 @@ class Client(SuiteMethods, Producer):
         anything is written. The tasks go in chunks, each one atomic ``submit.lua`` call (all
         of its tasks submitted, or none): at most ``chunk`` tasks (default and most useful:
         125) and at most 2.5 ms of Redis time a call by each task's declared cost
-        (`deviceq.core.bounds`: 20 µs a task, 30 ns a byte of its text, 50 ns a byte of its
+        (`deviceq.core.bounds`: 20 µs a task, 30 ns a byte of its text, 75 ns a byte of its
         list of tests), so no call holds Redis for long whatever the batch: 125 tasks a
         call at most (~120 short tasks), 4 with 16 KiB goals, a task with a list of tests
-        over ~25 KB alone. So a QueueFull error leaves earlier chunks submitted and the failing
+        over ~16 KB alone. So a QueueFull error leaves earlier chunks submitted and the failing
         chunk unwritten; it carries the ids queued before it in ``queued_ids``. With the pool's
         ``durability`` set, each chunk is confirmed durable; if it cannot be, the call raises
         NotConfirmed whose ``result`` holds the ids submitted so far (resubmit with the same
