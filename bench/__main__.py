@@ -8,7 +8,11 @@ submit -> dispatched latency at a fixed offered rate, and redis-benchmark's EVAL
 Usage: ``python -m bench [--quick] [--json] [--only deviceq,huey,...] [--jobs N] [--runs N]
 [--rate R] [--duration S] [--out PATH]`` from the repository root. Writes
 ``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or ``--only`` unless ``--out``
-is given); ``--json`` prints one JSON object on stdout. Progress goes to stderr.
+is given); ``--json`` prints one JSON object on stdout (``--runs N``: each figure the median of
+the N runs), among its fields ``total_cpu_us_per_job`` (deviceq's daemons, the scheduler and
+the host daemon, plus Redis, CPU per job) and ``peer_total_cpu_us_per_job`` (the same for
+``fastest_peer``, the peer with the highest drain rate in the run: its worker plus Redis).
+Progress goes to stderr.
 Install the peers with ``pip install -e '.[bench]'`` (arq gets a virtualenv of its own)."""
 
 from __future__ import annotations

@@ -18,7 +18,9 @@
 -- the device reserved, the assignment filed in the owning host's inbox.
 -- Given a time budget, the work is split by time: once `budget_us` is spent, checked every
 -- BUDGET_EVERY pairs, the pairs not yet looked at answer `later` (the caller sends them again:
--- SchedulerClient.commit does); the first pair is always committed or refused.
+-- SchedulerClient.commit does); the first pair is always committed or refused. The inboxes
+-- and bucket heads written after the pairs count against the budget as they accumulate
+-- (FLUSH_US a host or bucket touched), so the whole call stays within it.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     fence n(0..10000) pairs [budget_us(1..10000000)].
 --          fence is the scheduler's leader epoch ('' for a manual dispatch): when given it
@@ -49,6 +51,7 @@
 -- Errors   FENCED (the fence is not the current leader epoch; nothing is committed),
 --          INVALID (bad arguments).
 local BUDGET_EVERY, PAIR_US = 4, 40  -- (PAIR_US: a pair's estimate, lib/budget)
+local FLUSH_US = 10  -- a host's inbox (RPUSH, wake) or a bucket's head written after the pairs
 local fence = ARGV[1]
 local n = int_in(ARGV[2], 0, 10000)
 local A = (#ARGV == 3 or #ARGV == 4) and packed_items(ARGV[3], n, PAIR_N)
@@ -116,8 +119,9 @@ local function check(id, did)
 end
 
 budget_start(budget)
+local flushes = 0  -- hosts and buckets the pairs so far touched (written after the loop)
 for i = 0, n - 1 do
-  if i > 0 and i % BUDGET_EVERY == 0 and not budget_left() then
+  if i > 0 and i % BUDGET_EVERY == 0 and not budget_left(flushes * FLUSH_US) then
     for _ = i, n - 1 do out[#out + 1] = 'later' end
     break
   end
@@ -132,6 +136,7 @@ for i = 0, n - 1 do
     local attempt_s = I(attempt)
     local lease = id .. '-a' .. attempt_s
     redis.call('ZREM', k('queue', v.t[4]), id)
+    if not touched[v.t[4]] then flushes = flushes + 1 end
     touched[v.t[4]] = true
     index_status(id, 'queued', 'assigned', v.t[6])
     redis.call('HSET', k('task', id), 'status', 'assigned', 'host_id', host_id, 'device_id', did,
@@ -155,6 +160,7 @@ for i = 0, n - 1 do
     idle_remove(did, v.d[5], v.d[6])
     redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
       host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
+    if not inboxes[host_id] then flushes = flushes + 1 end
     inboxes[host_id] = inboxes[host_id] or {}
     table.insert(inboxes[host_id], id)
     emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt',

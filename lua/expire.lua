@@ -18,8 +18,9 @@
 -- their queue deadline, and trim the terminal status indexes to the `retention` window: each
 -- at most `limit` entries per call and, given a time budget, only as many as fit in it
 -- (bounded work; `more` says whether any is left). Events older than `retention` are
--- trimmed too (whole stream nodes: at most 10,000 entries per call, 1,000 by a call the budget
--- cut). Each index is read 100 entries at a time, so a call reads little more than it does.
+-- trimmed too (whole stream nodes: at most 10,000 entries per call without a budget, 1,000
+-- with one, 100 by a call the budget cut). Each index is read 100 entries at a time (10 once
+-- the budget cut a step), so a call reads little more than it does.
 -- The budget splits the work between items, never inside one: each lease, retry, deadline,
 -- reservation is ended whole (its entry leaves its index with it, so the next call starts at
 -- the next one), the trim goes 100 index entries at a time. Every step (leases, retries,
@@ -175,7 +176,8 @@ for _, st in ipairs({'done', 'failed', 'cancelled'}) do
       cut = true
       break
     end
-    local want = math.min(PAGE, limit - done)
+    -- (once a step was cut, its budget spent, the first page is 10 entries: it still goes)
+    local want = math.min(cut and 10 or PAGE, limit - done)
     local old_ids = redis.call('ZRANGEBYSCORE', sk, '-inf', cutoff, 'LIMIT', 0, want)
     if #old_ids > 0 then redis.call('ZREM', sk, unpack(old_ids)) end
     budget_spend(300)
@@ -185,9 +187,10 @@ for _, st in ipairs({'done', 'failed', 'cancelled'}) do
   if done >= limit then more_trim = true end
   trimmed = trimmed + done
 end
--- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries;
--- 1,000 by a call the budget cut, 10,000 otherwise)
-redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', cut and '1000' or '10000')
+-- events older than the window go too (whole stream nodes only: '~', at most LIMIT entries:
+-- 10,000 without a budget, 1,000 with one, 100 by a call the budget cut)
+local xlimit = not budget and '10000' or cut and '100' or '1000'
+redis.call('XTRIM', k('events'), 'MINID', '~', cutoff, 'LIMIT', xlimit)
 if requeued > 0 or retried > 0 then wake(k('sched', 'wake')) end
 local more = (cut or more_due or more_ripe or more_late or more_ended or more_trim) and 1 or 0
 return {requeued, failed, cancelled, unsched, more, trimmed, retried}

@@ -121,10 +121,10 @@ def enable_slowlog(r: redis.Redis) -> None:
     r.slowlog_reset()
 
 
-def read_slowlog(r: redis.Redis, names: dict[str, str]) -> list[SlowEntry]:
-    """Every entry since the last reset, named by script (or by command)."""
+def read_slowlog(r: redis.Redis, names: dict[str, str], most: int = 4096) -> list[SlowEntry]:
+    """Every entry since the last reset (the ``most`` newest), named by script (or by command)."""
     out = []
-    for e in r.slowlog_get(4096):
+    for e in r.slowlog_get(most):
         cmd = e["command"]
         # (errors replaced: packed script arguments are binary)
         parts = (cmd.decode(errors="replace") if isinstance(cmd, bytes) else str(cmd)).split(" ")

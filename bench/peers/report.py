@@ -102,6 +102,19 @@ def machine() -> dict[str, str]:
     }
 
 
+def total_cpu_us_per_job(d: Drain) -> float:
+    """The CPU one job cost in all: the worker processes' (deviceq: the scheduler and the host
+    daemon; a peer: its worker process) plus redis-server's, per job."""
+    return d.proc_cpu_us_per_job() + d.redis_cpu_us_per_job
+
+
+def fastest_peer(res: Results) -> str | None:
+    """The peer with the highest median drain rate in this run (None: no peer ran)."""
+    rates = {n: med(d.rate for d in drains) for n, drains in res.peers.items() if drains}
+    rates = {n: r for n, r in rates.items() if r == r}  # (a failed run's NaN left out)
+    return max(rates, key=lambda n: rates[n]) if rates else None
+
+
 # -- rows ------------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -111,6 +124,7 @@ class Row:
     commands: list[float]
     redis_cpu: list[float]
     proc_cpu: list[float]
+    total_cpu: list[float]
     exact: str
     top: str
 
@@ -125,6 +139,7 @@ def drain_row(system: str, drains: Sequence[Drain], expected: Callable[[int], in
         commands=[d.commands_per_job for d in drains],
         redis_cpu=[d.redis_cpu_us_per_job for d in drains],
         proc_cpu=[d.proc_cpu_us_per_job() for d in drains],
+        total_cpu=[total_cpu_us_per_job(d) for d in drains],
         exact="yes" if not bad else f"NO (counter {bad})",
         top=last.usage.top(last.cost_jobs, 8),
     )
@@ -389,6 +404,7 @@ def as_json(res: Results, mach: dict[str, str]) -> dict[str, Any]:
     d = [r.drain for r in runs]
     lat = [r.latency for r in runs if r.latency]
     peers = {name: num(med(x.rate for x in drains)) for name, drains in res.peers.items()}
+    fastest = fastest_peer(res)
     detail = {
         r.system: {
             "jobs_per_s": num(med(r.rate)),
@@ -396,6 +412,7 @@ def as_json(res: Results, mach: dict[str, str]) -> dict[str, Any]:
             "redis_commands_per_job": num(med(r.commands)),
             "redis_cpu_us_per_job": num(med(r.redis_cpu)),
             "worker_cpu_us_per_job": num(med(r.proc_cpu)),
+            "total_cpu_us_per_job": num(med(r.total_cpu)),
             "every_job_once": r.exact == "yes",
         }
         for r in rows(res)
@@ -418,6 +435,13 @@ def as_json(res: Results, mach: dict[str, str]) -> dict[str, Any]:
             "host": num(med(x.proc_cpu_us_per_job("host") for x in d)),
         }
         if d
+        else None,
+        # deviceq's daemons (scheduler + host) + Redis, per job; the fastest peer's worker +
+        # Redis, per job (medians of the runs)
+        "total_cpu_us_per_job": num(med(total_cpu_us_per_job(x) for x in d)) if d else None,
+        "fastest_peer": fastest,
+        "peer_total_cpu_us_per_job": num(med(total_cpu_us_per_job(x) for x in res.peers[fastest]))
+        if fastest
         else None,
         "deviceq_every_task_once": all(r.ok for r in runs) if runs else None,
         "systems": detail,

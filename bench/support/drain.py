@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psutil
-
 from bench.support.procs import ChildFailed, Registry, tail
 from bench.support.redisstats import Probe, Usage
 
@@ -58,6 +56,8 @@ class Drain:
 
 def tree_cpu_s(proc: subprocess.Popen[bytes]) -> float:
     """User + system CPU seconds of a process and its descendants (live and reaped)."""
+    import psutil  # (the bench extra's: imported here, so that the reports import without it)
+
     try:
         root = psutil.Process(proc.pid)
         t = root.cpu_times()

@@ -25,10 +25,11 @@ local function budget_spend(us)
   _budget_est = _budget_est + us
 end
 
--- is some of the budget left?
-local function budget_left()
+-- is some of the budget left? `reserve_us` (optional): the estimated work the script still
+-- does after its items whatever happens (e.g. flushing what it batched), counted as spent
+local function budget_left(reserve_us)
   if not _budget_us then return true end
   local spent = clock_us() - _budget_t0
   if spent <= 0 then spent = _budget_est end  -- a frozen clock (Redis 7.2+)
-  return spent < _budget_us
+  return spent + (reserve_us or 0) < _budget_us
 end

@@ -1,9 +1,11 @@
 """Work split by time, not count: ``expire.lua`` stops between items once its time budget
 (``budget_us``, `lib/budget.lua`) is spent and says ``more``, ``claim.lua`` likewise (and
 says ``more``: `HostClient.claim` claims again), ``assign.lua`` likewise (the pairs past it
-answer ``later``: the scheduler's commit sends them again); ``submit_many``, ``report_many``
-and the scheduler's commit size their calls with `deviceq.core.pacing.Pacer`. A tiny budget
-(1 us) or a tiny pacer target forces the split; the end state must be the one of an unsplit
+answer ``later``: the scheduler's commit sends them again); ``report_many`` and the
+scheduler's commit size their calls with `deviceq.core.pacing.Pacer`; ``submit_many`` (all or
+nothing per call) sizes them before sending, by the tasks' declared cost
+(`deviceq.producer.submission.submit_chunks`). A tiny budget (1 us), a tiny pacer target or a
+small ``chunk`` forces the split; the end state must be the one of an unsplit
 run: every item handled once, nothing lost, idempotency kept. No timing is asserted."""
 
 from __future__ import annotations
@@ -134,15 +136,17 @@ def test_budgeted_retention_trim_reaches_the_same_end_state(real_r: redis.Redis)
     assert out["trimmed"] == 3 * 950 and out["more"] == 0
     store = SchedulerClient(real_r, split)
     first = store.expire(1000, TINY_MS)
-    assert first["trimmed"] == 300 and first["more"] == 1  # 100 entries a terminal index
+    # its budget spent at once: a page of 100 entries of the first terminal index, then 10 of
+    # each other (once the budget cut a step)
+    assert first["trimmed"] == 120 and first["more"] == 1
     trimmed, calls = first["trimmed"], 1
     while True:
         got = store.expire(1000, TINY_MS)
         trimmed, calls = trimmed + got["trimmed"], calls + 1
         if not got["more"]:
             break
-        assert calls < 50
-    assert trimmed == 3 * 950 and calls == 10
+        assert calls < 200
+    assert trimmed == 3 * 950 and calls == 25
     a, b = terminal_state(real_r, Keys(whole)), terminal_state(real_r, Keys(split))
     assert a == b
     assert a[0][0] == [f"done-new{i}" for i in range(7)]
@@ -159,12 +163,11 @@ def test_expire_refuses_a_bad_budget(real_r: redis.Redis) -> None:
     assert store._run("expire", ["10", ""])[4] == 0  # '' is no budget
 
 
-def test_submit_many_in_paced_chunks_stores_exactly_n_keeping_idempotency(
+def test_submit_many_in_chunks_stores_exactly_n_keeping_idempotency(
     real_r: redis.Redis, pool: str
 ) -> None:
     client = Client(real_r, pool)
     earlier = client.submit("before", idempotency_key="k-early")
-    starve(client, "submit", 8)  # chunks of 8
     specs: list[dict[str, Any]] = [{"goal": f"g{i}"} for i in range(100)]
     specs[3]["idempotency_key"] = "k-dup"
     specs[90]["idempotency_key"] = "k-dup"  # a later chunk: the key is stored by then
@@ -172,9 +175,9 @@ def test_submit_many_in_paced_chunks_stores_exactly_n_keeping_idempotency(
     specs[5]["idempotency_key"] = "k5"
     specs[6]["idempotency_key"] = "k5"  # the same chunk
     c0 = script_calls(real_r)
-    ids = client.submit_many(specs)
+    ids = client.submit_many(specs, chunk=8)
     calls = script_calls(real_r) - c0
-    assert calls == 13  # 100 tasks in chunks of 8: the pacer split them
+    assert calls == 13  # 100 tasks in chunks of 8
     assert len(ids) == 100
     assert ids[90] == ids[3] and ids[4] == earlier and ids[6] == ids[5]
     assert len(set(ids)) == 1 + 97  # 'before' and 97 new ones
@@ -183,6 +186,38 @@ def test_submit_many_in_paced_chunks_stores_exactly_n_keeping_idempotency(
     assert [client.get(t, attempts=False).goal for t in ids[7:12]] == [
         f"g{i}" for i in range(7, 12)
     ]
+
+
+def test_submit_chunks_hold_the_declared_cost_per_call() -> None:
+    from deviceq.core.bounds import SUBMIT_CALL_US, SUBMIT_MOST_TASKS
+    from deviceq.producer.submission import spec_from, submit_chunks, task_cost_us, task_items
+
+    def sizes(shape: dict[str, Any], n: int, most: int = SUBMIT_MOST_TASKS) -> list[int]:
+        items = task_items([spec_from(shape)] * n)
+        chunks = submit_chunks(items, most)
+        assert [a for a, _ in chunks] == [0] + [b for _, b in chunks[:-1]]  # consecutive
+        assert chunks[-1][1] == n
+        for a, b in chunks:
+            assert b - a == 1 or sum(task_cost_us(t) for t in items[a:b]) <= SUBMIT_CALL_US
+        return [b - a for a, b in chunks]
+
+    plain = sizes({"goal": "g"}, 1000)
+    assert max(plain) <= SUBMIT_MOST_TASKS and len(plain) == 1000 // max(plain) + 1
+    assert max(sizes({"goal": "x" * 16384}, 20)) == 4  # 16 KiB goals: 4 a call
+    assert max(sizes({"goal": "é" * 8192}, 20)) == 4  # (bytes, not characters)
+    assert max(sizes({"goal": "x" * 8192}, 20)) == 9
+    assert set(sizes({"goal": "t", "tests": [f"t{i:05d}" for i in range(8000)]}, 3)) == {1}
+    assert set(sizes({"goal": "g"}, 100, most=7)[:-1]) == {7}  # the caller's most
+    assert sizes({"goal": "g"}, 1) == [1]
+
+
+def test_submit_many_sends_big_tasks_in_smaller_calls(real_r: redis.Redis, pool: str) -> None:
+    client = Client(real_r, pool)
+    c0 = script_calls(real_r)
+    ids = client.submit_many([{"goal": f"{i} " + "x" * 16382} for i in range(10)])
+    assert script_calls(real_r) - c0 == 3  # 16 KiB goals: 4 + 4 + 2
+    assert len(set(ids)) == 10
+    assert client.get(ids[9], attempts=False).goal.startswith("9 ")
 
 
 def test_report_many_and_commit_in_paced_chunks_answer_each_once(real_fleet: Any) -> None:

@@ -17,7 +17,7 @@ from .render import echo_json
 if TYPE_CHECKING:
     from ..core.models import TaskSpec
 
-SUBMIT_FILE_CHUNK = 500
+SUBMIT_FILE_CHUNK = 500  # tasks per progress step (each step: submit_many's atomic chunks)
 
 
 def read_task_file(path: str) -> list[tuple[int, TaskSpec]]:
@@ -125,7 +125,7 @@ def submit_file(ctx: Ctx, path: str, as_json: bool, reject_unmatched: bool | Non
         bar = progress.add_task("submit", total=len(specs))
         for part in _chunks(specs, SUBMIT_FILE_CHUNK):
             try:
-                ids += ctx.client.submit_many(part, chunk=SUBMIT_FILE_CHUNK)
+                ids += ctx.client.submit_many(part)
             except DeviceqError as exc:
                 ids += queued_before(exc)
                 error = exc

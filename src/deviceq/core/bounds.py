@@ -23,6 +23,23 @@ MAX_QUEUE_TIMEOUT = float(YEAR_S)
 MAX_NOT_BEFORE_AHEAD_S = YEAR_S
 MAX_SUBMIT_TASKS = 10_000
 """Tasks in one ``submit.lua`` call at most (`Client.submit_many` sends fewer)."""
+SUBMIT_CALL_US = 2500
+"""The Redis time one ``submit.lua`` call is sized to at most, by the declared costs below
+(`deviceq.producer.submission.submit_chunks`): well under the 5 ms no script call may hold
+Redis for. A chunk is one call, all or nothing, so it cannot stop half-way as assign.lua and
+claim.lua do on their time budgets: it is sized before it is sent."""
+SUBMIT_TASK_US = 20
+"""A task's declared cost in a ``submit.lua`` call, its text apart (measured: 12-14 µs a
+short task at 100,000 queued, redis-server 7.0 on the development machine; the rest is
+margin)."""
+SUBMIT_TEXT_NS = 30
+"""A task's declared cost per byte of its text (goal, workflow, tags, where, roles ...):
+measured 12 ns for ASCII, 28 ns for non-ASCII UTF-8 (each sequence checked)."""
+SUBMIT_TESTS_NS = 75
+"""A task's declared cost per byte of its list of tests (measured 46-50 ns: every test id is
+checked); a list of more than ~100 KB alone takes over 5 ms (not split: one task, one call)."""
+SUBMIT_MOST_TASKS = SUBMIT_CALL_US // SUBMIT_TASK_US
+"""Tasks in one ``submit_many`` call at most (125): plain tasks, at their declared cost."""
 MAX_REASON_BYTES = 200
 """A device state's reason in a heartbeat, at most."""
 MAX_TEST_ID_BYTES = 300

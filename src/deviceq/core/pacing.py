@@ -1,8 +1,9 @@
 """`Pacer`: sizes the chunks of a batched script call by time, not by a fixed count, for the
-scripts that cannot stop half-way (``submit.lua`` is all or nothing per call) or whose callers
-split the work (``report.lua``, ``assign.lua``): each call's duration, measured by the caller,
-sets the next chunk's size toward ``target_ms`` per call, so that no call holds Redis for long
-whatever the batch (a Lua script blocks every other client while it runs).
+scripts whose callers split the work (``report.lua``, ``assign.lua``): each call's duration,
+measured by the caller, sets the next chunk's size toward ``target_ms`` per call, so that no
+call holds Redis for long whatever the batch (a Lua script blocks every other client while it
+runs). (``submit.lua`` is all or nothing per call: `Client.submit_many` sizes its calls before
+sending them, by the tasks' declared cost, `deviceq.core.bounds`.)
 
 The measured time is the caller's wall time of the call (the round trip and the client's own
 encoding included), so it over-states the Redis time: the chunks it settles on are, if

@@ -14,13 +14,13 @@ import redis
 from pydantic import ValidationError
 
 from ..core import tracing
+from ..core.bounds import SUBMIT_MOST_TASKS
 from ..core.connection import warn_if_ignored
 from ..core.durability import run_durably
 from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, last_event_id, read_events
 from ..core.fleet import read_parts
 from ..core.models import Role, ScheduledTask, TaskSpec, WorkflowDefinition
-from ..core.pacing import pacer_for
 from ..core.priority_classes import resolve_classes
 from ..core.task_record import read_task, with_goal
 from ..core.validation import actor_args, check_text, validate_id
@@ -28,19 +28,19 @@ from ..core.vocabulary import TaskStatus
 from .interface import Producer, task_specs
 from .submission import (
     check_int,
-    chunk_args,
     first_error,
+    items_args,
     not_before_of,
     spec_from,
+    submit_chunks,
+    task_items,
 )
 from .suite_client import SuiteMethods
 from .task_filter import FIND_MAX_SCAN, FindResult, TaskFilter, find_tasks
 
 __all__ = ["SUBMIT_CHUNK", "Client", "api_url_of"]
 
-SUBMIT_CHUNK = 500  # tasks per submit.lua call at most; the pacer sizes them by time
-SUBMIT_FIRST = 32  # the first chunk's size, before any call was timed
-SUBMIT_LEAST = 8  # never fewer a call (a durability wait is timed too: it must not starve it)
+SUBMIT_CHUNK = SUBMIT_MOST_TASKS  # tasks per submit.lua call at most (125; fewer by their cost)
 
 
 def api_url_of(redis_or_url: redis.Redis | str | None) -> str | None:
@@ -187,24 +187,31 @@ class Client(SuiteMethods, Producer):
         self, specs: Iterable[TaskSpec | Mapping[str, Any]], chunk: int = SUBMIT_CHUNK
     ) -> list[str]:
         """Enqueue many tasks; returns their ids in order. Every spec is validated before
-        anything is written; each chunk (at most ``chunk`` tasks, sized by `core.pacing.Pacer`
-        from the calls' durations so that one call takes about 2.5 ms) is one atomic script
-        call, so a QueueFull error leaves earlier chunks submitted and the failing chunk
-        unwritten. With the pool's ``durability`` set, each chunk is confirmed durable; if it
-        cannot be, the call raises NotConfirmed whose ``result`` holds the ids submitted so far
-        (resubmit with the same idempotency keys to be safe). A QueueFull raised part-way
-        carries the ids queued before it in ``queued_ids``."""
+        anything is written. The tasks go in chunks, each one atomic ``submit.lua`` call (all
+        of its tasks submitted, or none): at most ``chunk`` tasks (default and most useful:
+        125) and at most 2.5 ms of Redis time a call by each task's declared cost
+        (`deviceq.core.bounds`: 20 µs a task, 30 ns a byte of its text, 75 ns a byte of its
+        list of tests), so no call holds Redis for long whatever the batch: 125 tasks a
+        call at most (~120 short tasks), 4 with 16 KiB goals, a task with a list of tests
+        over ~16 KB alone. So a QueueFull error leaves earlier chunks submitted and the failing
+        chunk unwritten; it carries the ids queued before it in ``queued_ids``. With the pool's
+        ``durability`` set, each chunk is confirmed durable; if it cannot be, the call raises
+        NotConfirmed whose ``result`` holds the ids submitted so far (resubmit with the same
+        idempotency keys to be safe)."""
         specs = task_specs(specs)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise InvalidInput(f"chunk must be a positive int, got {chunk!r}")
         validated = resolve_classes(self.redis, self.keys, [spec_from(s) for s in specs])
-        pacer = pacer_for(self, "submit", SUBMIT_FIRST, least=SUBMIT_LEAST)
+        items = task_items(validated)
         ids: list[str] = []
-        for part in pacer.chunks(validated, chunk):
+        for start, end in submit_chunks(items, chunk):
+            part = items[start:end]
             spans = tracing.current().submits(len(part), self.pool)  # (no-op unless traced)
-            args = chunk_args(list(part), spans.traceparents)
+            for item, tp in zip(part, spans.traceparents or (), strict=False):
+                item["traceparent"] = tp or None
+            args = items_args(part)
             try:
-                flat = spans.run(pacer.timed, len(part), partial(run_durably, self, "submit", args))
+                flat = spans.run(partial(run_durably, self, "submit", args))
             except NotConfirmed as exc:
                 flat = exc.result or []
                 ids += [flat[i] for i in range(0, len(flat), 2)]

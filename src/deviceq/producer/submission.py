@@ -13,6 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..core.bounds import (
+    SUBMIT_CALL_US,
+    SUBMIT_MOST_TASKS,
+    SUBMIT_TASK_US,
+    SUBMIT_TESTS_NS,
+    SUBMIT_TEXT_NS,
+)
 from ..core.errors import InvalidInput
 from ..core.models import TaskSpec, encode_role_where, encode_roles
 from ..core.script_args import SUBMIT
@@ -119,6 +126,43 @@ def chunk_args(specs: list[TaskSpec], traceparents: list[str] | None = None) -> 
     """submit.lua's arguments for one chunk: the count and the tasks packed
     (`deviceq.core.script_args.SUBMIT`), each with a fresh task id."""
     return items_args(task_items(specs, traceparents))
+
+
+def _text_bytes(value: object) -> int:
+    if not isinstance(value, str):
+        return 0
+    return len(value) if value.isascii() else len(value.encode())
+
+
+_FIXED = frozenset({"id", "kind", "tests"})  # (the id and kind: in the per-task cost)
+
+
+def task_cost_us(item: Mapping[str, Any]) -> float:
+    """A task's declared cost in a ``submit.lua`` call (`deviceq.core.bounds`): the per-task
+    cost plus its text's bytes (its list of tests at the tests' rate) at the declared rates."""
+    text = sum(_text_bytes(v) for k, v in item.items() if k not in _FIXED)
+    tests = _text_bytes(item.get("tests"))
+    return SUBMIT_TASK_US + (text * SUBMIT_TEXT_NS + tests * SUBMIT_TESTS_NS) / 1000
+
+
+def submit_chunks(
+    items: list[dict[str, Any]], most: int = SUBMIT_MOST_TASKS
+) -> list[tuple[int, int]]:
+    """``items`` (`task_item` fields) cut into consecutive chunks ``(start, end)``, one
+    ``submit.lua`` call each: at most ``most`` tasks and at most ``SUBMIT_CALL_US`` of declared
+    cost (`task_cost_us`) a chunk, but always at least one task (a task alone over the budget
+    goes alone). Short tasks: ~120 a call (``SUBMIT_MOST_TASKS``: 125 at most); 16 KiB goals: 4."""
+    out: list[tuple[int, int]] = []
+    start, cost = 0, 0.0
+    for i, item in enumerate(items):
+        c = task_cost_us(item)
+        if i > start and (i - start >= most or cost + c > SUBMIT_CALL_US):
+            out.append((start, i))
+            start, cost = i, 0.0
+        cost += c
+    if start < len(items):
+        out.append((start, len(items)))
+    return out
 
 
 def items_args(items: list[dict[str, Any]]) -> list[Any]:
