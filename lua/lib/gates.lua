@@ -30,6 +30,14 @@ local function gates_load()
   return {list = list, by_name = by, cooldown = cooldown}
 end
 
+-- gates_load() read once per script call (for a call that releases many devices: a report of
+-- a batch; no script that changes the gates uses it)
+local gates_memo
+local function gates_cached()
+  if not gates_memo then gates_memo = gates_load() end
+  return gates_memo
+end
+
 -- until when cooldown gate `g` holds a device whose last run ended at `released` (ms text),
 -- or nil when it does not hold it now
 local function cool_until(g, released)

@@ -39,7 +39,7 @@ local function release_device(device_id, id, hold)
     redis.call('HSET', dk, 'reserved_by', '', 'lease_id', '', 'released_at', now_str())
   end
   -- a cooldown gate holds it from now on (lib/gates.lua; gate_eval.lua's `due` call ends it)
-  local gates = gates_load()
+  local gates = gates_cached()
   if gates.cooldown then
     gate_check(device_id, gates)
     d.gated = redis.call('HGET', dk, 'gated')
