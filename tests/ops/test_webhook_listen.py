@@ -165,3 +165,23 @@ def test_the_ids_kept_to_mark_repeats_are_bounded(monkeypatch: pytest.MonkeyPatc
     # 3-0 and 4-0 are repeats; 1-0 was forgotten once 4-0 made four ids
     assert [ln.endswith("(repeat)") for ln in lines] == [False, False, False, True, False,
                                                          False, True]  # fmt: skip
+
+
+def test_count_counts_distinct_deliveries_not_repeats() -> None:
+    lines: list[str] = []
+    lst = Listener("the-secret-of-it", lines.append, port=0, count=2)
+    thread = threading.Thread(target=lst.serve, daemon=True)
+    thread.start()
+    try:
+        port = lst.port
+        body = json.dumps({"event": "failed", "data": {"task": "t1"}}).encode()
+        sig = sign("the-secret-of-it", body)
+        assert post(port, body, sig, "1-0") == 204
+        assert post(port, body, sig, "1-0") == 204  # the sender's retry: a repeat
+        assert not lst.done.is_set()
+        assert post(port, body, sig, "2-0") == 204
+        assert lst.done.wait(5)
+        assert [ln.endswith("(repeat)") for ln in lines] == [False, True, False]
+    finally:
+        lst.close()
+        thread.join(5)

@@ -139,7 +139,8 @@ def _print_line(line: str) -> None:
               help="The port to listen on.")  # fmt: skip
 @click.option("--bind", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option("--count", type=click.IntRange(0), default=0,
-              help="Exit after COUNT deliveries (0: run until interrupted).")  # fmt: skip
+              help="Exit after COUNT distinct deliveries (a repeat is not counted; 0: run until "
+                   "interrupted).")  # fmt: skip
 @click.option(
     "--json",
     "as_json",

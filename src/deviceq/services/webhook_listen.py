@@ -37,8 +37,8 @@ def subject(body: dict[str, Any]) -> str:
 
 
 class Listener:
-    """The server: `serve` handles deliveries until `count` were received (0: until
-    `close`), calling `emit` with each delivery's line."""
+    """The server: `serve` handles deliveries until `count` distinct ones were received (a
+    repeat is not counted; 0: until `close`), calling `emit` with each delivery's line."""
 
     def __init__(
         self,
@@ -99,7 +99,8 @@ class Listener:
             line += " (repeat)" if repeat else ""
         self.emit(line)  # before the answer: a sender that got it finds the line written
         self._answer(req, 204 if ok else 401)
-        self.received += 1
+        if not repeat:  # (a sender's retry of one it already got is not a new delivery)
+            self.received += 1
         if self.count and self.received >= self.count:
             self.done.set()
 
