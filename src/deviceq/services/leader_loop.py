@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import redis
 
 
-class LeaderLoop:
+class LeaderLoop(ABC):
     """The loop of a leader-only service; a subclass sets `NAME` (its thread's and its log
     lines' name) and `LOG`, and defines ``tick()`` and the attributes ``epoch``, ``every``
     and ``stopping`` (dataclass fields in the services that use it)."""
@@ -24,8 +25,9 @@ class LeaderLoop:
     every: float
     stopping: threading.Event
 
+    @abstractmethod
     def tick(self) -> Any:
-        raise NotImplementedError
+        """One look (the service's work while this scheduler leads)."""
 
     def thread_name(self) -> str:
         return self.NAME
