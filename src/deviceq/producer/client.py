@@ -14,9 +14,9 @@ import redis
 from pydantic import ValidationError
 
 from ..core import tracing
-from ..core.bounds import SUBMIT_MOST_TASKS
+from ..core.bounds import SUBMIT_CALL_US, SUBMIT_MOST_TASKS
 from ..core.connection import warn_if_ignored
-from ..core.durability import run_durably
+from ..core.durability import mode_of, run_durably
 from ..core.errors import InvalidInput, NotConfirmed, NotFound, QueueFull
 from ..core.events import Event, last_event_id, read_events
 from ..core.fleet import read_parts
@@ -28,11 +28,13 @@ from ..core.vocabulary import TaskStatus
 from .interface import Producer, task_specs
 from .submission import (
     check_int,
+    chunk_end,
+    declared_cost_us,
     first_error,
     items_args,
     not_before_of,
     spec_from,
-    submit_chunks,
+    submit_pacer,
     task_items,
 )
 from .suite_client import SuiteMethods
@@ -193,9 +195,11 @@ class Client(SuiteMethods, Producer):
         (`deviceq.core.bounds`: 20 µs a task, 30 ns a byte of its text, 75 ns a byte of its
         list of tests), so no call holds Redis for long whatever the batch: 125 tasks a
         call at most (~120 short tasks), 4 with 16 KiB goals, a task with a list of tests
-        over ~16 KB alone. So a QueueFull error leaves earlier chunks submitted and the failing
-        chunk unwritten; it carries the ids queued before it in ``queued_ids``. With the pool's
-        ``durability`` set, each chunk is confirmed durable; if it cannot be, the call raises
+        over ~16 KB alone. The first call carries half that; each call's measured time sizes
+        the next (`submit_pacer`): on a machine slower than the declared costs assume, the
+        calls carry fewer tasks. So a QueueFull error leaves earlier chunks submitted and the
+        failing chunk unwritten; it carries the ids queued before it in ``queued_ids``. With the
+        pool's ``durability`` set, each chunk is confirmed durable; if it cannot be, the call raises
         NotConfirmed whose ``result`` holds the ids submitted so far (resubmit with the same
         idempotency keys to be safe)."""
         specs = task_specs(specs)
@@ -204,12 +208,19 @@ class Client(SuiteMethods, Producer):
         validated = resolve_classes(self.redis, self.keys, [spec_from(s) for s in specs])
         items = task_items(validated)
         ids: list[str] = []
-        for start, end in submit_chunks(items, chunk):
-            part = items[start:end]
+        pacer = submit_pacer(self)
+        start = 0
+        while start < len(items):
+            budget = pacer.next_size(SUBMIT_CALL_US, SUBMIT_CALL_US)
+            end = chunk_end(items, start, chunk, budget)
+            # (full: the next task did not fit the budget; the caller's chunk cap proves less)
+            full = end < len(items) and end - start < chunk
+            part, start = items[start:end], end
             spans = tracing.current().submits(len(part), self.pool)  # (no-op unless traced)
             for item, tp in zip(part, spans.traceparents or (), strict=False):
                 item["traceparent"] = tp or None
             args = items_args(part)
+            sent = time.perf_counter()
             try:
                 flat = spans.run(partial(run_durably, self, "submit", args))
             except NotConfirmed as exc:
@@ -220,6 +231,8 @@ class Client(SuiteMethods, Producer):
             except QueueFull as exc:
                 exc.queued_ids = list(ids)
                 raise
+            if mode_of(self)[0] == "none":  # (a durable call's time is mostly the replica's)
+                pacer.record(declared_cost_us(part), time.perf_counter() - sent, full)
             ids += [flat[i] for i in range(0, len(flat), 2)]
         if self.priority_warnings and any(
             s.priority and not s.retry_of and not s.priority_class for s in validated

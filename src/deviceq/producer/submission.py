@@ -22,6 +22,7 @@ from ..core.bounds import (
 )
 from ..core.errors import InvalidInput
 from ..core.models import TaskSpec, encode_role_where, encode_roles
+from ..core.pacing import Pacer, pacer_for
 from ..core.script_args import SUBMIT
 from ..core.validation import tests_text
 from ..core.where import compiled_of
@@ -145,24 +146,50 @@ def task_cost_us(item: Mapping[str, Any]) -> float:
     return SUBMIT_TASK_US + (text * SUBMIT_TEXT_NS + tests * SUBMIT_TESTS_NS) / 1000
 
 
+def chunk_end(
+    items: list[dict[str, Any]], start: int, most: int, budget_us: float = SUBMIT_CALL_US
+) -> int:
+    """The end of the ``submit.lua`` call that starts at ``items[start]``: at most ``most``
+    tasks and at most ``budget_us`` of declared cost (`task_cost_us`), but at least one task
+    (a task alone over the budget goes alone)."""
+    cost, i = 0.0, start
+    while i < len(items):
+        c = task_cost_us(items[i])
+        if i > start and (i - start >= most or cost + c > budget_us):
+            break
+        cost += c
+        i += 1
+    return i
+
+
 def submit_chunks(
-    items: list[dict[str, Any]], most: int = SUBMIT_MOST_TASKS
+    items: list[dict[str, Any]], most: int = SUBMIT_MOST_TASKS, budget_us: float = SUBMIT_CALL_US
 ) -> list[tuple[int, int]]:
     """``items`` (`task_item` fields) cut into consecutive chunks ``(start, end)``, one
-    ``submit.lua`` call each: at most ``most`` tasks and at most ``SUBMIT_CALL_US`` of declared
-    cost (`task_cost_us`) a chunk, but always at least one task (a task alone over the budget
-    goes alone). Short tasks: ~120 a call (``SUBMIT_MOST_TASKS``: 125 at most); 16 KiB goals: 4."""
+    ``submit.lua`` call each (`chunk_end`): at most ``most`` tasks and ``budget_us`` of
+    declared cost a chunk. At the declared budget (``SUBMIT_CALL_US``): short tasks ~120 a
+    call (``SUBMIT_MOST_TASKS``: 125 at most); 16 KiB goals: 4."""
     out: list[tuple[int, int]] = []
-    start, cost = 0, 0.0
-    for i, item in enumerate(items):
-        c = task_cost_us(item)
-        if i > start and (i - start >= most or cost + c > SUBMIT_CALL_US):
-            out.append((start, i))
-            start, cost = i, 0.0
-        cost += c
-    if start < len(items):
-        out.append((start, len(items)))
+    start = 0
+    while start < len(items):
+        end = chunk_end(items, start, most, budget_us)
+        out.append((start, end))
+        start = end
     return out
+
+
+def submit_pacer(owner: object) -> Pacer:
+    """The pacer of ``owner``'s (a client's) ``submit.lua`` calls, in declared microseconds:
+    the first call carries half of ``SUBMIT_CALL_US``; then each call's measured time sizes
+    the next toward `deviceq.core.pacing.TARGET_MS`, never past ``SUBMIT_CALL_US`` of declared
+    cost. On a machine slower than the declared costs assume, the calls carry less, so a
+    call's Redis time stays near the target whatever the machine."""
+    return pacer_for(owner, "submit", SUBMIT_CALL_US // 2)
+
+
+def declared_cost_us(items: list[dict[str, Any]]) -> int:
+    """The declared cost of one call's tasks (`task_cost_us`), whole microseconds."""
+    return max(1, int(sum(task_cost_us(t) for t in items)))
 
 
 def items_args(items: list[dict[str, Any]]) -> list[Any]:
