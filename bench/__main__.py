@@ -6,7 +6,7 @@ measured: jobs/s, Redis commands and Redis CPU per job, worker CPU per job. Then
 submit -> dispatched latency at a fixed offered rate, and redis-benchmark's EVALSHA ceiling.
 
 Usage: ``python -m bench [--quick] [--json] [--only deviceq,huey,...] [--jobs N] [--runs N]
-[--rate R] [--duration S] [--out PATH]`` from the repository root. Writes
+[--rate R] [--duration S] [--runner thread|async] [--out PATH]`` from the repository root. Writes
 ``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or ``--only`` unless ``--out``
 is given); ``--json`` prints one JSON object on stdout (``--runs N``: each figure the median of
 the N runs), among its fields ``total_cpu_us_per_job`` (deviceq's daemons, the scheduler and
@@ -29,8 +29,8 @@ from bench import peers
 from bench.peers.ceiling import run_ceiling
 from bench.peers.peer_drain import run_peer
 from bench.peers.report import Results, as_json, fmt, machine, main_table, markdown
-from bench.support.deviceq_daemons import SETTINGS as DEVICEQ_SETTINGS
-from bench.support.deviceq_daemons import run_deviceq
+from bench.support.deviceq_daemons import RUNNERS, run_deviceq
+from bench.support.deviceq_daemons import settings as deviceq_settings
 from bench.support.procs import Registry, interrupt_on_signals, log
 
 SYSTEMS = ("deviceq", *peers.PEERS, "ceiling")
@@ -48,6 +48,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="open-loop seconds [5; quick 3]")
     p.add_argument("--ceiling-calls", type=int, help="redis-benchmark -n [200000; quick 100000]")
     p.add_argument("--timeout", type=float, default=600.0, help="longest drain, seconds [600]")
+    p.add_argument(
+        "--runner",
+        choices=sorted(RUNNERS),
+        default="thread",
+        help="deviceq's goal runner: a thread runner or an async runner [thread]",
+    )
     p.add_argument("--out", type=Path, help=f"markdown report [{DEFAULT_OUT.name} on full runs]")
     a = p.parse_args(argv)
     a.jobs = a.jobs or (2000 if a.quick else 10_000)
@@ -65,12 +71,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-def prepare(res: Results, systems: list[str]) -> list[str]:
+def prepare(res: Results, systems: list[str], runner: str = "thread") -> list[str]:
     """Versions and settings of every system; peers that cannot run here are skipped."""
     ready = []
     for name in systems:
         if name == "deviceq":
-            res.settings[name] = DEVICEQ_SETTINGS
+            res.settings[name] = deviceq_settings(runner)
         elif name == "ceiling":
             pass
         else:
@@ -92,7 +98,7 @@ def prepare(res: Results, systems: list[str]) -> list[str]:
 
 def run_one(reg: Registry, res: Results, name: str, args: argparse.Namespace) -> None:
     if name == "deviceq":
-        r = run_deviceq(reg, args.jobs, args.rate, args.duration, args.timeout)
+        r = run_deviceq(reg, args.jobs, args.rate, args.duration, args.timeout, runner=args.runner)
         res.deviceq.append(r)
         d, lat = r.drain, r.latency
         log(
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     reg = Registry()
     try:
-        systems = prepare(res, args.systems)
+        systems = prepare(res, args.systems, args.runner)
         for run in range(args.runs):
             for name in systems:
                 log(f"run {run + 1}/{args.runs}: {name}")

@@ -3,8 +3,9 @@
 1. ``deviceq host add`` (CLI) creates the host; its token goes to a 0600 file;
 2. ``Client.submit_many`` queues N goal tasks (driver type ``bench``);
 3. ``deviceq scheduler run`` and ``deviceq host run`` (16 devices ``d01:bench`` ...,
-   goal runner ``bench.support.runners:incr`` in threads) start; the drain is measured like the
-   peers' (``bench.support.drain``), with the CPU of each daemon process;
+   goal runner ``bench.support.runners:incr`` in threads, or with ``runner="async"``
+   ``bench.support.runners:incr_async`` on the host's event loop) start; the drain is
+   measured like the peers' (``bench.support.drain``), with the CPU of each daemon process;
 4. with both daemons idle, an open-loop producer submits at a fixed offered rate for a few
    seconds; submit -> dispatched latency comes from the ``since_submit_ms`` field of the
    ``dispatched`` events (``Client.events``);
@@ -32,10 +33,20 @@ HOST = "bench-host"
 DEVICES = 16
 DRIVER = "bench"
 GOAL = "open the settings app, enable wifi, check the connection: ok"
-SETTINGS = (
-    f"`deviceq scheduler run` (defaults) + `deviceq host run` with {DEVICES} devices, "
-    "`--goal-runner bench.support.runners:incr --isolation thread`"
-)
+RUNNERS = {"thread": "bench.support.runners:incr", "async": "bench.support.runners:incr_async"}
+"""The goal runner of each runner kind: a thread runner, an async runner (``async def``)."""
+
+
+def settings(runner: str = "thread") -> str:
+    """How deviceq runs in the drain benchmark, for the report."""
+    return (
+        f"`deviceq scheduler run` (defaults) + `deviceq host run` with {DEVICES} devices, "
+        f"`--goal-runner {RUNNERS[runner]} --isolation thread`"
+        + (" (an async runner: on the host's event loop, no thread a run)" * (runner == "async"))
+    )
+
+
+SETTINGS = settings()
 
 
 @dataclass
@@ -126,9 +137,11 @@ def run_deviceq(
     duration: float,
     timeout: float,
     durability: str = "none",
+    runner: str = "thread",
 ) -> DeviceqRun:
     """One deviceq run (see the module docstring). ``durability`` other than ``none`` adds a
-    replica of the private server and sets the pool's durable mode (``replica``/``aof``)."""
+    replica of the private server and sets the pool's durable mode (``replica``/``aof``);
+    ``runner``: ``thread`` or ``async`` (`RUNNERS`)."""
     server = reg.redis_server()
     try:
         env = child_env({URL_ENV: server.url})
@@ -147,7 +160,7 @@ def run_deviceq(
         scheduler = [*base, "scheduler", "run"]
         host = [
             *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *devices,
-            "--goal-runner", "bench.support.runners:incr", "--isolation", "thread",
+            "--goal-runner", RUNNERS[runner], "--isolation", "thread",
         ]  # fmt: skip
         probe = Probe(server.url)
 
