@@ -13,6 +13,8 @@ round trips and never a queue scan:
   fair share of ``batch``, read deeper only where the plan used up every head it was given,
   plus the strategy's optional ``lookahead``); and, only while some queued task has one, the
   heads' anti-affinity (``avoid``: devices and hosts they lost an attempt on);
+- the first waiting preemption hand-overs (``preempt_handover``: a pass gives devices to the
+  tasks that preempted them, `preemption.Preemptor.hand_over`, only while one waits);
 - what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
   profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
   priorities among those read, the submission time of head tasks not seen before (cached
@@ -69,6 +71,7 @@ from .idle_classes import (
 from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
+from .preemption import HANDOVER_SCAN
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -148,6 +151,8 @@ class SnapshotReader:
         self._spec_hosts: list[str] = []
         self.gang_ids: list[str] = []  # queued multi-device tasks, oldest first (last read)
         self.paused = False  # the pool was paused (deviceq pause) at the last read
+        # tasks whose preempted device is to be handed to them, oldest first (last read)
+        self.handovers: list[str] = []
         self.gang_reserve_ms = int(DEFAULT_GANG_RESERVE * 1000)
         self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
         self.retry_wait_ms = int(DEFAULT_RETRY_WAIT * 1000)
@@ -182,6 +187,7 @@ class SnapshotReader:
         pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
         pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
         pipe.exists(k.paused)  # (a paused pool places nothing: see `read`)
+        pipe.execute_command("ZRANGE", k.preempt_handover, 0, HANDOVER_SCAN - 1)
         for sig, n in spec_want.items():
             pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
         for h in spec_hosts:
@@ -201,10 +207,11 @@ class SnapshotReader:
         faults = res[8]
         self.faulty = bool(faults)
         self.paused = bool(res[9])
-        spec = res[10 : 10 + len(spec_want)]
+        self.handovers = [str(u) for u in res[10]]
+        spec = res[11 : 11 + len(spec_want)]
         spec_heads = {sig: pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        at = 10 + len(spec_want) + len(spec_hosts)
-        spec_rows = dict(zip(spec_hosts, res[10 + len(spec_want) : at], strict=True))
+        at = 11 + len(spec_want) + len(spec_hosts)
+        spec_rows = dict(zip(spec_hosts, res[11 + len(spec_want) : at], strict=True))
         spec_idle = {key: pairs(raw) for key, raw in zip(spec_classes, res[at:], strict=True)}
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
             self.head_cache.clear()
@@ -366,8 +373,17 @@ class SnapshotReader:
         """Pairs of these buckets were committed (or refused: a head may have left the queue
         meanwhile): read their heads again at the next pass."""
         self.head_cache.drop(sigs)
-        # the next pass needs their new heads: read them with its base (a steady pool's few)
-        self._spec_want = {s: n for s, n in self._want.items() if s in sigs}
+        # the next pass needs their new heads: read them with its base (a steady pool's few),
+        # as deep as it may want them with as many servable buckets (devices freed meanwhile
+        # want more heads than this pass read: a shallower read costs the next pass a round
+        # trip for the rest)
+        share = min(self.batch, head_counts.share(max(1, len(self._want)), self.batch))
+        look = self.lookahead()
+        self._spec_want = {
+            s: max(n, min(share, self.idle.devices_for(*self.constraints(s))) + look)
+            for s, n in self._want.items()
+            if s in sigs
+        }
         if len(self._spec_want) > SPECULATE:
             self._spec_want = dict(list(self._spec_want.items())[:SPECULATE])
 
@@ -431,10 +447,12 @@ class SnapshotReader:
             want.update(more)
             heads, _ = self.read_heads(want, heads)
         want = {s: n for s, n in want.items() if base.matching.get(s)}
-        # next pass, read these with the base (bounded: a steady pool's few buckets and hosts)
-        self._want = want  # the buckets the next pass reads speculatively: see forget_heads
-        self._spec_want = {}
-        self._spec_hosts = hosts[:SPECULATE]
+        # next pass, read these with the base (bounded: a steady pool's few buckets and hosts);
+        # after a pass with tasks queued but no idle device, what the one before would have read
+        if want or hosts or not base.shells:
+            self._want = want  # the buckets the next pass reads speculatively: see forget_heads
+            self._spec_want = {}
+            self._spec_hosts = hosts[:SPECULATE]
         self._per_pass = {}
         return base, want, with_wait(self, heads, base.now)  # (retries waiting: avoid_until)
 

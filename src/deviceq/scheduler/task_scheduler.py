@@ -178,9 +178,9 @@ class TaskScheduler:
             res.duration_ms = (time.perf_counter() - started) * 1000
             return res
         res.retry_in_ms = self.reader.retry_in_ms
-        if base.shells:  # (a task waiting for a hand-over is queued)
+        if base.shells and self.reader.handovers:  # (a task waiting for a hand-over is queued)
             # devices whose preempted runs have ended go to the tasks that preempted them first
-            handed = self.preemptor.hand_over(f)
+            handed = self.preemptor.hand_over(f, self.reader.handovers)
             res.handed_over = len(handed)
             res.assignments.extend(handed)
             base = self.reader.without(base, {d for _, d, _ in handed})
