@@ -50,7 +50,7 @@ from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.errors import ConfigError
 from ..core.keys import Keys
-from ..core.lane import batch
+from ..core.lane import Batch, batch, lane_of
 from ..core.script_args import HEADS
 from ..core.scripts import Scripts, sha
 from . import head_counts
@@ -153,11 +153,71 @@ class SnapshotReader:
         self.paused = False  # the pool was paused (deviceq pause) at the last read
         # tasks whose preempted device is to be handed to them, oldest first (last read)
         self.handovers: list[str] = []
+        # the settings the inputs use, read with every base
+        self._extra = settings_needed(self.needs | self.also_needs | ALWAYS_READ)
+        # the base read with the last wake-up (`wait_and_read`): its specs and replies
+        self._prefetched: tuple[Any, list[Any]] | None = None
         self.gang_reserve_ms = int(DEFAULT_GANG_RESERVE * 1000)
         self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
         self.retry_wait_ms = int(DEFAULT_RETRY_WAIT * 1000)
         # (task, devices it failed on) -> ms of a device-blamed last failure, else 0 (with_wait)
         self.blamed: dict[tuple[str, frozenset[str]], int] = {}
+
+    def _queue_base(
+        self,
+        pipe: Any,
+        spec_want: dict[str, int],
+        spec_hosts: list[str],
+        spec_classes: dict[str, int],
+    ) -> None:
+        """Queue the base's reads on ``pipe`` (see `read_base`)."""
+        k = self.keys
+        pipe.time()
+        pipe.hmget(
+            k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *self._extra
+        )
+        pipe.get(k.devgen)
+        pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
+        pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
+        pipe.hlen(k.avoid)
+        pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
+        pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
+        pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
+        pipe.exists(k.paused)  # (a paused pool places nothing: see `read`)
+        pipe.execute_command("ZRANGE", k.preempt_handover, 0, HANDOVER_SCAN - 1)
+        for sig, n in spec_want.items():
+            pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
+        for h in spec_hosts:
+            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+        for key, n in spec_classes.items():
+            # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
+            pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
+
+    def wait_and_read(self, key: str, timeout: float) -> bool:
+        """Block on list ``key`` (``BLPOP``) for at most ``timeout`` seconds and, in the same
+        round trip where the connection allows it (`deviceq.core.lane`), read the base the
+        next pass reads (Redis runs the reads the moment the wait ends): the next `read_base`
+        uses it instead of reading, unless `drop_prefetched` is called first (something
+        changed the pool since, e.g. an expiry). Returns True if woken."""
+        lane = lane_of(self.redis)
+        if lane is None:
+            return bool(self.redis.blpop([key], timeout=timeout))
+        specs = (dict(self._spec_want), list(self._spec_hosts), dict(self.idle.spec))
+        pipe = Batch(lane)
+        self._queue_base(pipe, *specs)
+        replies = lane.pipeline([("BLPOP", key, timeout), *pipe.commands], raise_on_error=False)
+        woken = replies[0]
+        if isinstance(woken, Exception):
+            raise woken
+        base = replies[1:]
+        # (an error reply among the reads: the pass reads again, and meets it there)
+        ok = not any(isinstance(r, Exception) for r in base)
+        self._prefetched = (specs, base) if ok else None
+        return bool(woken)
+
+    def drop_prefetched(self) -> None:
+        """Forget the base `wait_and_read` read: the next `read_base` reads its own."""
+        self._prefetched = None
 
     def read_base(
         self,
@@ -172,31 +232,18 @@ class SnapshotReader:
         pass needed: in a steady pool the pass then needs no second read). Returns the base
         (devices not yet filtered by host health, see ``host_filter``), the hosts of its
         devices, and the speculative heads (raw pairs) and host rows."""
-        k = self.keys
         spec_want = spec_want or {}
         spec_hosts = spec_hosts or []
-        pipe = batch(self.redis)
-        pipe.time()
-        extra = settings_needed(self.needs | self.also_needs | ALWAYS_READ)
-        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *extra)
-        pipe.get(k.devgen)
-        pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
-        pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
-        pipe.hlen(k.avoid)
-        pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
-        pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
-        pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
-        pipe.exists(k.paused)  # (a paused pool places nothing: see `read`)
-        pipe.execute_command("ZRANGE", k.preempt_handover, 0, HANDOVER_SCAN - 1)
-        for sig, n in spec_want.items():
-            pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
-        for h in spec_hosts:
-            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
         spec_classes = dict(self.idle.spec)  # the classes the last pass read, as deep
-        for key, n in spec_classes.items():
-            # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
-            pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
-        res = pipe.execute()
+        specs = (spec_want, spec_hosts, spec_classes)
+        pre, self._prefetched = self._prefetched, None
+        if pre is not None and pre[0] == specs:  # read by `wait_and_read` with the same specs
+            res = pre[1]
+        else:
+            pipe = batch(self.redis)
+            self._queue_base(pipe, *specs)
+            res = pipe.execute()
+        extra = self._extra
         (sec, usec), cfg, devgen, queued, queues_raw, avoiding = res[:6]
         host_timeout_raw, aging_raw = cfg[0], cfg[1]
         self.gang_ids = [str(g) for g in res[7]]
@@ -363,6 +410,7 @@ class SnapshotReader:
         assigned, and its tasks come back, meanwhile)."""
         self.head_cache.clear()
         self._spec_want = {}
+        self._prefetched = None
 
     def constraints(self, sig: str) -> tuple[str | None, frozenset[str]]:
         """The driver type and tags of bucket ``sig`` (read with its heads)."""
