@@ -48,21 +48,36 @@ def test_a_pass_hands_over_only_while_a_hand_over_waits(
 def test_a_wake_up_reads_the_next_pass_base_in_its_round_trip(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fleet.add_host("h1", ("d1", "x", ()), ("d2", "x", ()))
+    h = fleet.add_host("h1", ("d1", "x", ()), ("d2", "x", ()))
+    ids = fleet.client.submit_many([{"goal": "g"}] * 4)
     sched = TaskScheduler(fleet.admin)
     assert sched.try_lead()
-    sched.wait_wake(0.01)  # (the heartbeat pushed the wake list)
-    assert not sched.wait_wake(0.01)  # nothing pushed since: the wait times out
+    assert sched.assign().assigned == 2  # two tasks left queued
+    sched.wait_wake(0.01)  # (the heartbeat and the submit pushed the wake list)
     reads = _count_calls(monkeypatch, SnapshotReader, "_queue_base")
-    ids = fleet.client.submit_many([{"goal": "g"}] * 3)  # (a submit pushes the wake list)
+    (a, _) = h.claim(2)
+    h.report_many([Report(a.task.id, a.lease_id, "done")])  # (a report pushes the wake list)
     assert sched.wait_wake(1.0)
     res = sched.assign(expire=False)
-    assert {t for t, _, _ in res.assignments} == set(ids[:2])
+    assert [t for t, _, _ in res.assignments] == [ids[2]]
     # where the connection has a lane, the pass used the base read with the wake-up
     assert reads == [1]
     sched.wait_wake(0.01)  # (woken or not, the base is read with it)
     res = sched.assign()  # an expiry first: the base read with the wake-up may miss it
     assert res.assigned == 0 and reads == [3 if lane_of(fleet.r) is not None else 2]
+
+
+def test_an_idle_pool_reads_nothing_with_its_wake_ups(
+    real_fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = real_fleet
+    fleet.add_host("h1", ("d1", "x", ()))
+    sched = TaskScheduler(fleet.admin)
+    assert sched.try_lead()
+    assert sched.assign().assigned == 0  # nothing queued
+    reads = _count_calls(monkeypatch, SnapshotReader, "_queue_base")
+    sched.wait_wake(0.01)
+    assert reads == [0]
 
 
 def test_a_pass_reads_the_next_heads_with_its_base_as_deep_as_the_next_may_want(

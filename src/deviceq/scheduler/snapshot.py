@@ -194,13 +194,15 @@ class SnapshotReader:
             pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
 
     def wait_and_read(self, key: str, timeout: float) -> bool:
-        """Block on list ``key`` (``BLPOP``) for at most ``timeout`` seconds and, in the same
-        round trip where the connection allows it (`deviceq.core.lane`), read the base the
-        next pass reads (Redis runs the reads the moment the wait ends): the next `read_base`
-        uses it instead of reading, unless `drop_prefetched` is called first (something
-        changed the pool since, e.g. an expiry). Returns True if woken."""
+        """Block on list ``key`` (``BLPOP``) for at most ``timeout`` seconds and, while the
+        last base had tasks queued, in the same round trip where the connection allows it
+        (`deviceq.core.lane`), read the base the next pass reads (Redis runs the reads the
+        moment the wait ends): the next `read_base` uses it instead of reading, unless
+        `drop_prefetched` is called first (something changed the pool since, e.g. an
+        expiry). Returns True if woken. (An idle pool's waits, mostly timing out, read
+        nothing more.)"""
         lane = lane_of(self.redis)
-        if lane is None:
+        if lane is None or not self._shells:
             return bool(self.redis.blpop([key], timeout=timeout))
         specs = (dict(self._spec_want), list(self._spec_hosts), dict(self.idle.spec))
         pipe = Batch(lane)
@@ -452,9 +454,11 @@ class SnapshotReader:
     def read(
         self, every: bool = False, unless_paused: bool = False
     ) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
-        """The base, the initial head counts and the heads: two round trips (three when
-        device or bucket attributes must be read). The heads are chosen before the hosts'
-        health is known (read in the same round trip); devices of dead or draining hosts are
+        """The base, the initial head counts and the heads: at most two round trips (three
+        when device or bucket attributes must be read); none of its own when the base came
+        with the wake-up (`wait_and_read`) and its speculative reads held the heads and hosts
+        the pass needs. The heads are chosen before the hosts' health is known (read in the
+        same round trip); devices of dead or draining hosts are
         dropped afterwards, so a few heads may be read for nothing, never too few. With
         ``unless_paused``, a paused pool (``paused`` is read with the base) ends the read
         there: no heads."""
