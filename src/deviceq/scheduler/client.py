@@ -17,6 +17,10 @@ from ..core.validation import validate_id
 
 COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
 COMMIT_FIRST = 50  # the first chunk's size, before any call was timed
+# the smallest chunk: assign.lua's own budget bounds a call's Redis time (the pairs past it
+# answer "later"), while a call's wall time, which the pacer measures, is mostly its round
+# trip on a busy host: sized by that alone, a pass's few pairs would go one call each
+COMMIT_LEAST = COMMIT_FIRST
 COMMIT_BUDGET_US = 2500  # a call's time budget in assign.lua: the pairs past it come back later
 
 EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed", "retried")
@@ -39,9 +43,9 @@ class SchedulerClient(PoolConnection):
     def commit(self, pairs: list[tuple[str, str]], fence: int | str = "") -> list[str]:
         """Commit proposed (task_id, device_id) pairs, each re-validated and committed on its
         own. Returns per pair ``ok:LEASE_ID`` or ``err:REASON``. The pairs go in chunks
-        (`core.pacing.Pacer`: sized from the calls' durations toward about 2.5 ms a call), and
-        each call stops once its time budget (``COMMIT_BUDGET_US``) is spent: the pairs it did
-        not reach go in the next call. With
+        (`core.pacing.Pacer`: sized from the calls' durations toward about 2.5 ms a call, never
+        below ``COMMIT_LEAST`` pairs), and each call stops once its time budget
+        (``COMMIT_BUDGET_US``) is spent: the pairs it did not reach go in the next call. With
         ``fence`` (the scheduler's leader epoch) a call is refused with Fenced unless that epoch
         still leads: the pairs of earlier chunks stay committed (each was valid when made)."""
         checked = [
@@ -50,7 +54,7 @@ class SchedulerClient(PoolConnection):
         ]
         if not checked:  # still checks the fence
             return [str(x) for x in self._run("assign", [str(fence), "0", ASSIGN.pack([])])]
-        pacer = pacer_for(self, "assign", COMMIT_FIRST)
+        pacer = pacer_for(self, "assign", COMMIT_FIRST, COMMIT_LEAST)
         out: list[str] = []
         while len(out) < len(checked):
             rest = checked[len(out) :]

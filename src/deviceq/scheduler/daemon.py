@@ -3,15 +3,15 @@
 Several schedulers may run on one pool. Each tries to take the leader lease (see
 `leadership`); the leader renews it a few times per ``leader_ttl``, works, and otherwise
 blocks on ``BLPOP dq:{POOL}:sched:wake`` (pushed by submit, report, heartbeat, undrain,
-requeue...) in slices of at most ``MAX_BLOCK`` seconds, running a pass when woken or every
-``tick`` seconds (expiry runs on the tick), and at once again after a pass that filled its
-batch. Standbys do not touch the wake list; they sleep until the leader lease would lapse
-(polling at most every ``tick`` seconds, capped to a third of ``leader_ttl``) and try again,
-so a standby takes over within one ``leader_ttl`` of a dead leader. A deposed leader's commits
-are refused by the fence and it steps down. A refused script or command is logged and the
-loop goes on (backing off); an unreachable Redis is waited for. SIGTERM stops the loop
-between passes and releases the lease. All state is in Redis: a restarted scheduler just
-continues."""
+requeue...; the next pass's base read is pipelined behind it) in slices of at most
+``MAX_BLOCK`` seconds, running a pass when woken or every ``tick`` seconds (expiry runs on the
+tick), and at once again after a pass that filled its batch. Standbys do not touch the wake
+list; they sleep until the leader lease would lapse (polling at most every ``tick`` seconds,
+capped to a third of ``leader_ttl``) and try again, so a standby takes over within one
+``leader_ttl`` of a dead leader. A deposed leader's commits are refused by the fence and it
+steps down. A refused script or command is logged and the loop goes on (backing off); an
+unreachable Redis is waited for. SIGTERM stops the loop between passes and releases the
+lease. All state is in Redis: a restarted scheduler just continues."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ class Passes(Protocol):
     strategy_name: str
 
     def assign(self, fence: int | str | None = None, *, expire: bool = True) -> AssignResult: ...
+    def wait_wake(self, timeout: float) -> bool: ...
     def stop(self, wake: bool = False) -> None: ...
 
 
@@ -217,9 +218,10 @@ class Daemon:
         self.busy_ms = 0.0
 
     def _wait_wake(self, timeout: float) -> bool:
-        """Block on the wake list (leader only; BLPOP takes fractional seconds on Redis >= 6).
+        """Block on the wake list (leader only; BLPOP takes fractional seconds on Redis >= 6),
+        reading the next pass's base in the same round trip (`TaskScheduler.wait_wake`).
         Returns True if woken."""
-        return bool(self.s.redis.blpop([self.s.keys.sched_wake], timeout=max(0.01, timeout)))
+        return self.s.wait_wake(max(0.01, timeout))
 
     def _standby_wait(self) -> None:
         """Sleep until the leader lease could have lapsed (capped), then try again."""

@@ -24,9 +24,13 @@ def initial_want(
     servable = [b for b in shells if matching[b.sig]]
     if not servable:
         return {}
-    n = len(servable)
-    share = max(min(MIN_HEADS, -(-4 * batch // n)), -(-2 * batch // n))
-    return {b.sig: min(len(matching[b.sig]), batch, share) + lookahead for b in servable}
+    most = share(len(servable), batch)
+    return {b.sig: min(len(matching[b.sig]), batch, most) + lookahead for b in servable}
+
+
+def share(servable: int, batch: int) -> int:
+    """The heads first read per bucket when ``servable`` buckets are (see `initial_want`)."""
+    return max(min(MIN_HEADS, -(-4 * batch // servable)), -(-2 * batch // servable))
 
 
 def cap(matching: Matching, sig: str, batch: int, lookahead: int) -> int:

@@ -60,11 +60,13 @@ class Base:
 
 @dataclass(frozen=True)
 class DeviceClass:
-    """One device class: its profile's driver type and tags, and its idle set's key."""
+    """One device class: its profile's driver type and tags, its idle set's key and its
+    number of devices (as counted in ``caps`` when the classes were read)."""
 
     driver: str
     tags: frozenset[str]
     key: str
+    devices: int = 0
 
     def accepts(self, driver: str | None, tags: frozenset[str]) -> bool:
         """Whether a bucket of this driver type (None: any) and these tags can use it."""
@@ -94,14 +96,18 @@ class IdleClasses:
         """The classes from the ``caps`` hash (profile ``DRIVER|TAGS`` -> device count)."""
         self._devgen = devgen
         self.classes = []
-        for raw in caps:
+        for raw, count in caps.items():
             profile = raw.decode() if isinstance(raw, bytes) else str(raw)
             driver, _, tags = profile.partition("|")
             key = self.keys.idle_class(class_id(profile))
-            self.classes.append(
-                DeviceClass(driver, frozenset(t for t in tags.split(",") if t), key)
-            )
+            tagset = frozenset(t for t in tags.split(",") if t)
+            self.classes.append(DeviceClass(driver, tagset, key, _count(count)))
         self.by_class = {(c.driver, c.tags): c.key for c in self.classes}
+
+    def devices_for(self, driver: str | None, tags: frozenset[str]) -> int:
+        """How many devices the classes a bucket of this driver type and these tags can use
+        hold (as counted when the classes were read)."""
+        return sum(c.devices for c in self.classes if c.accepts(driver, tags))
 
     def wanted(
         self, constraints: Iterable[Constraint], queued: int, gangs: bool, every: bool = False
@@ -166,6 +172,14 @@ class IdleClasses:
             self.depth[key] = deeper
             out[key] = (got, deeper - 1)
         return out
+
+
+def _count(raw: Any) -> int:
+    """A device count of the ``caps`` hash (0 when it is not a number)."""
+    try:
+        return max(0, int(raw))
+    except (TypeError, ValueError):
+        return 0
 
 
 class IdleReading(Protocol):

@@ -7,8 +7,8 @@ shortest-running preemptible task (the newest in ``preemptible``, ties: the lowe
 on a device satisfying the urgent task's constraints. ``lua/preempt.lua`` commits each decision,
 checking everything again atomically and fenced by the leader's epoch; the victim's host stops
 the run (its renewal answers ``preempt:GRACE_MS``) and reports ``preempted``. In every pass
-with something queued, before placing, the devices so freed are given to the tasks that
-preempted them
+with something queued and a hand-over waiting (the ``preempt_handover`` zset, read with the
+pass's base), before placing, the devices so freed are given to the tasks that preempted them
 (`Preemptor.hand_over`), and ``assign.lua`` refuses them to anyone else meanwhile: the device is
 never given away before the preempted run has stopped.
 
@@ -232,11 +232,12 @@ class Preemptor:
             self._read_at = now
         return self._classes
 
-    def hand_over(self, fence: int | str) -> list[tuple[str, str, str]]:
+    def hand_over(self, fence: int | str, waiting: Sequence[str]) -> list[tuple[str, str, str]]:
         """Give each device whose preempted run has ended to the task that preempted it (one
-        ``assign.lua`` call). Returns the (task, device, lease) assigned."""
+        ``assign.lua`` call). ``waiting``: the first ``HANDOVER_SCAN`` tasks of the
+        ``preempt_handover`` zset, as read with the pass's base
+        (`snapshot.SnapshotReader.handovers`). Returns the (task, device, lease) assigned."""
         k = self.keys
-        waiting = [_s(u) for u in self.r.zrange(k.preempt_handover, 0, HANDOVER_SCAN - 1)]
         if not waiting or fence == "":
             return []
         pipe = self.r.pipeline(transaction=False)

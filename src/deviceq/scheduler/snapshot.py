@@ -13,6 +13,8 @@ round trips and never a queue scan:
   fair share of ``batch``, read deeper only where the plan used up every head it was given,
   plus the strategy's optional ``lookahead``); and, only while some queued task has one, the
   heads' anti-affinity (``avoid``: devices and hosts they lost an attempt on);
+- the first waiting preemption hand-overs (``preempt_handover``: a pass gives devices to the
+  tasks that preempted them, `preemption.Preemptor.hand_over`, only while one waits);
 - what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
   profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
   priorities among those read, the submission time of head tasks not seen before (cached
@@ -48,7 +50,7 @@ from ..core import liveness
 from ..core.config import PoolConfig
 from ..core.errors import ConfigError
 from ..core.keys import Keys
-from ..core.lane import batch
+from ..core.lane import Batch, batch, lane_of
 from ..core.script_args import HEADS
 from ..core.scripts import Scripts, sha
 from . import head_counts
@@ -69,6 +71,7 @@ from .idle_classes import (
 from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
+from .preemption import HANDOVER_SCAN
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -148,11 +151,75 @@ class SnapshotReader:
         self._spec_hosts: list[str] = []
         self.gang_ids: list[str] = []  # queued multi-device tasks, oldest first (last read)
         self.paused = False  # the pool was paused (deviceq pause) at the last read
+        # tasks whose preempted device is to be handed to them, oldest first (last read)
+        self.handovers: list[str] = []
+        # the settings the inputs use, read with every base
+        self._extra = settings_needed(self.needs | self.also_needs | ALWAYS_READ)
+        # the base read with the last wake-up (`wait_and_read`): its specs and replies
+        self._prefetched: tuple[Any, list[Any]] | None = None
         self.gang_reserve_ms = int(DEFAULT_GANG_RESERVE * 1000)
         self.gang_hold_ms = int(DEFAULT_GANG_HOLD * 1000)
         self.retry_wait_ms = int(DEFAULT_RETRY_WAIT * 1000)
         # (task, devices it failed on) -> ms of a device-blamed last failure, else 0 (with_wait)
         self.blamed: dict[tuple[str, frozenset[str]], int] = {}
+
+    def _queue_base(
+        self,
+        pipe: Any,
+        spec_want: dict[str, int],
+        spec_hosts: list[str],
+        spec_classes: dict[str, int],
+    ) -> None:
+        """Queue the base's reads on ``pipe`` (see `read_base`)."""
+        k = self.keys
+        pipe.time()
+        pipe.hmget(
+            k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *self._extra
+        )
+        pipe.get(k.devgen)
+        pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
+        pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
+        pipe.hlen(k.avoid)
+        pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
+        pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
+        pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
+        pipe.exists(k.paused)  # (a paused pool places nothing: see `read`)
+        pipe.execute_command("ZRANGE", k.preempt_handover, 0, HANDOVER_SCAN - 1)
+        for sig, n in spec_want.items():
+            pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
+        for h in spec_hosts:
+            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
+        for key, n in spec_classes.items():
+            # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
+            pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
+
+    def wait_and_read(self, key: str, timeout: float) -> bool:
+        """Block on list ``key`` (``BLPOP``) for at most ``timeout`` seconds and, while the
+        last base had tasks queued, in the same round trip where the connection allows it
+        (`deviceq.core.lane`), read the base the next pass reads (Redis runs the reads the
+        moment the wait ends): the next `read_base` uses it instead of reading, unless
+        `drop_prefetched` is called first (something changed the pool since, e.g. an
+        expiry). Returns True if woken. (An idle pool's waits, mostly timing out, read
+        nothing more.)"""
+        lane = lane_of(self.redis)
+        if lane is None or not self._shells:
+            return bool(self.redis.blpop([key], timeout=timeout))
+        specs = (dict(self._spec_want), list(self._spec_hosts), dict(self.idle.spec))
+        pipe = Batch(lane)
+        self._queue_base(pipe, *specs)
+        replies = lane.pipeline([("BLPOP", key, timeout), *pipe.commands], raise_on_error=False)
+        woken = replies[0]
+        if isinstance(woken, Exception):
+            raise woken
+        base = replies[1:]
+        # (an error reply among the reads: the pass reads again, and meets it there)
+        ok = not any(isinstance(r, Exception) for r in base)
+        self._prefetched = (specs, base) if ok else None
+        return bool(woken)
+
+    def drop_prefetched(self) -> None:
+        """Forget the base `wait_and_read` read: the next `read_base` reads its own."""
+        self._prefetched = None
 
     def read_base(
         self,
@@ -167,30 +234,18 @@ class SnapshotReader:
         pass needed: in a steady pool the pass then needs no second read). Returns the base
         (devices not yet filtered by host health, see ``host_filter``), the hosts of its
         devices, and the speculative heads (raw pairs) and host rows."""
-        k = self.keys
         spec_want = spec_want or {}
         spec_hosts = spec_hosts or []
-        pipe = batch(self.redis)
-        pipe.time()
-        extra = settings_needed(self.needs | self.also_needs | ALWAYS_READ)
-        pipe.hmget(k.config, "host_timeout", "aging_seconds", *GANG_SETTINGS, RETRY_WAIT, *extra)
-        pipe.get(k.devgen)
-        pipe.zcard(k.status("queued"))  # what the pass may place bounds the devices read
-        pipe.execute_command("ZRANGE", k.queues, 0, self.max_buckets - 1, "WITHSCORES")
-        pipe.hlen(k.avoid)
-        pipe.execute_command("ZRANGE", k.retries, 0, 0, "WITHSCORES")  # the next retry due
-        pipe.execute_command("ZRANGE", k.gangs, 0, GANG_SCAN - 1)  # multi-device tasks waiting
-        pipe.hgetall(k.faults)  # devices with consecutive device faults: offered last
-        pipe.exists(k.paused)  # (a paused pool places nothing: see `read`)
-        for sig, n in spec_want.items():
-            pipe.execute_command("ZRANGE", k.queue(sig), 0, n - 1, "WITHSCORES")
-        for h in spec_hosts:
-            pipe.hmget(k.host(h), *liveness.HOST_FIELDS)
         spec_classes = dict(self.idle.spec)  # the classes the last pass read, as deep
-        for key, n in spec_classes.items():
-            # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
-            pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
-        res = pipe.execute()
+        specs = (spec_want, spec_hosts, spec_classes)
+        pre, self._prefetched = self._prefetched, None
+        if pre is not None and pre[0] == specs:  # read by `wait_and_read` with the same specs
+            res = pre[1]
+        else:
+            pipe = batch(self.redis)
+            self._queue_base(pipe, *specs)
+            res = pipe.execute()
+        extra = self._extra
         (sec, usec), cfg, devgen, queued, queues_raw, avoiding = res[:6]
         host_timeout_raw, aging_raw = cfg[0], cfg[1]
         self.gang_ids = [str(g) for g in res[7]]
@@ -201,10 +256,11 @@ class SnapshotReader:
         faults = res[8]
         self.faulty = bool(faults)
         self.paused = bool(res[9])
-        spec = res[10 : 10 + len(spec_want)]
+        self.handovers = [str(u) for u in res[10]]
+        spec = res[11 : 11 + len(spec_want)]
         spec_heads = {sig: pairs(raw) for sig, raw in zip(spec_want, spec, strict=True)}
-        at = 10 + len(spec_want) + len(spec_hosts)
-        spec_rows = dict(zip(spec_hosts, res[10 + len(spec_want) : at], strict=True))
+        at = 11 + len(spec_want) + len(spec_hosts)
+        spec_rows = dict(zip(spec_hosts, res[11 + len(spec_want) : at], strict=True))
         spec_idle = {key: pairs(raw) for key, raw in zip(spec_classes, res[at:], strict=True)}
         if int(avoiding or 0) != self.avoiding:  # a task failed or left with its record
             self.head_cache.clear()
@@ -356,6 +412,7 @@ class SnapshotReader:
         assigned, and its tasks come back, meanwhile)."""
         self.head_cache.clear()
         self._spec_want = {}
+        self._prefetched = None
 
     def constraints(self, sig: str) -> tuple[str | None, frozenset[str]]:
         """The driver type and tags of bucket ``sig`` (read with its heads)."""
@@ -366,8 +423,17 @@ class SnapshotReader:
         """Pairs of these buckets were committed (or refused: a head may have left the queue
         meanwhile): read their heads again at the next pass."""
         self.head_cache.drop(sigs)
-        # the next pass needs their new heads: read them with its base (a steady pool's few)
-        self._spec_want = {s: n for s, n in self._want.items() if s in sigs}
+        # the next pass needs their new heads: read them with its base (a steady pool's few),
+        # as deep as it may want them with as many servable buckets (devices freed meanwhile
+        # want more heads than this pass read: a shallower read costs the next pass a round
+        # trip for the rest)
+        share = min(self.batch, head_counts.share(max(1, len(self._want)), self.batch))
+        look = self.lookahead()
+        self._spec_want = {
+            s: max(n, min(share, self.idle.devices_for(*self.constraints(s))) + look)
+            for s, n in self._want.items()
+            if s in sigs
+        }
         if len(self._spec_want) > SPECULATE:
             self._spec_want = dict(list(self._spec_want.items())[:SPECULATE])
 
@@ -388,9 +454,11 @@ class SnapshotReader:
     def read(
         self, every: bool = False, unless_paused: bool = False
     ) -> tuple[Base, dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
-        """The base, the initial head counts and the heads: two round trips (three when
-        device or bucket attributes must be read). The heads are chosen before the hosts'
-        health is known (read in the same round trip); devices of dead or draining hosts are
+        """The base, the initial head counts and the heads: at most two round trips (three
+        when device or bucket attributes must be read); none of its own when the base came
+        with the wake-up (`wait_and_read`) and its speculative reads held the heads and hosts
+        the pass needs. The heads are chosen before the hosts' health is known (read in the
+        same round trip); devices of dead or draining hosts are
         dropped afterwards, so a few heads may be read for nothing, never too few. With
         ``unless_paused``, a paused pool (``paused`` is read with the base) ends the read
         there: no heads."""
@@ -431,10 +499,12 @@ class SnapshotReader:
             want.update(more)
             heads, _ = self.read_heads(want, heads)
         want = {s: n for s, n in want.items() if base.matching.get(s)}
-        # next pass, read these with the base (bounded: a steady pool's few buckets and hosts)
-        self._want = want  # the buckets the next pass reads speculatively: see forget_heads
-        self._spec_want = {}
-        self._spec_hosts = hosts[:SPECULATE]
+        # next pass, read these with the base (bounded: a steady pool's few buckets and hosts);
+        # after a pass with tasks queued but no idle device, what the one before would have read
+        if want or hosts or not base.shells:
+            self._want = want  # the buckets the next pass reads speculatively: see forget_heads
+            self._spec_want = {}
+            self._spec_hosts = hosts[:SPECULATE]
         self._per_pass = {}
         return base, want, with_wait(self, heads, base.now)  # (retries waiting: avoid_until)
 

@@ -178,9 +178,9 @@ class TaskScheduler:
             res.duration_ms = (time.perf_counter() - started) * 1000
             return res
         res.retry_in_ms = self.reader.retry_in_ms
-        if base.shells:  # (a task waiting for a hand-over is queued)
+        if base.shells and self.reader.handovers:  # (a task waiting for a hand-over is queued)
             # devices whose preempted runs have ended go to the tasks that preempted them first
-            handed = self.preemptor.hand_over(f)
+            handed = self.preemptor.hand_over(f, self.reader.handovers)
             res.handed_over = len(handed)
             res.assignments.extend(handed)
             base = self.reader.without(base, {d for _, d, _ in handed})
@@ -251,6 +251,7 @@ class TaskScheduler:
     def expire(self) -> dict[str, int]:
         """Run the expiry script in bounded batches (at most ``expire_rounds`` calls, each
         stopped by ``expire_budget_ms`` of Redis time; None: by ``expire_batch`` only)."""
+        self.reader.drop_prefetched()  # (a base read before the expiry may miss its changes)
         total: Counter[str] = Counter()
         more = 0
         for _ in range(self.expire_rounds):
@@ -329,6 +330,12 @@ class TaskScheduler:
         """The daemon loop (see `deviceq.scheduler.daemon`). Returns the number of passes run.
         With ``once``: take the lease, run one pass, release it (no pass if another leads)."""
         return Daemon(self, tick, once).run()
+
+    def wait_wake(self, timeout: float) -> bool:
+        """Block on the wake list for at most ``timeout`` seconds, reading the next pass's
+        base in the same round trip (`SnapshotReader.wait_and_read`). Returns True if
+        woken."""
+        return self.reader.wait_and_read(self.keys.sched_wake, timeout)
 
     def stop(self, wake: bool = False) -> None:
         """Ask ``run`` to stop after the current pass. From a signal handler call it with

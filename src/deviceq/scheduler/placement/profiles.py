@@ -18,6 +18,7 @@ a deliberate change once the scheduler runs profiles:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...core.errors import ConfigError
 from .builtin import (
@@ -54,14 +55,16 @@ class Profile:
     refine: tuple[Score, ...] = ()
     window: bool = False
 
-    @property
+    @cached_property
     def plugins(self) -> tuple[Plugin, ...]:
-        """Every plugin, in stage order (sort, filters, scores, permits, refine)."""
+        """Every plugin, in stage order (sort, filters, scores, permits, refine); computed
+        once per profile (its fields never change)."""
         return (self.sort, *self.filters, *self.scores, *self.permits, *self.refine)
 
-    @property
+    @cached_property
     def needs(self) -> frozenset[str]:
-        """The optional view inputs the plugins read (the union of their ``needs``)."""
+        """The optional view inputs the plugins read (the union of their ``needs``), computed
+        once per profile (every pass asks)."""
         out: frozenset[str] = frozenset()
         for p in self.plugins:
             out |= p.needs
