@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState, FailureKind
 from ..core.replies import parse
 from ..core.vocabulary import ReplyCode
-from .artifacts import tests_path, uploader, whole_log, write_tests
+from .artifacts import TESTS_SUFFIX, WHOLE_LOG_SUFFIX, uploader, write_tests
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .link import HostLink, Report
 from .log_stream import LogStreamer
@@ -223,13 +224,15 @@ class Executor:
             return DispatchOutcome("cancelled", None, "stopped before start")
         device = self.state.devices[run.device_id]
         a = run.assignment
-        run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
-        try:
-            tests_file = write_tests(run.artifacts_dir, a.tests)
-        except OSError as exc:  # (a full disk: the runner would miss its tests)
-            why = f"cannot write the run's list of tests: {exc}"
-            return DispatchOutcome("failed", FailureKind.runner_error, why)
-        run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
+        folder = run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
+        tests_file = None
+        if a.tests is not None:
+            try:
+                tests_file = write_tests(folder, a.tests)
+            except OSError as exc:  # (a full disk: the runner would miss its tests)
+                why = f"cannot write the run's list of tests: {exc}"
+                return DispatchOutcome("failed", FailureKind.runner_error, why)
+        run.log = self.logs.open(run.task_id, a.lease_id, folder + WHOLE_LOG_SUFFIX,
                                  self.state.log_max_bytes)  # fmt: skip
         run.progress = self.progress.open(run.task_id, a.lease_id)
         run.trace.run_started()
@@ -430,8 +433,9 @@ class Executor:
             self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
             if run.artifacts_dir is not None:  # uploaded in the background
                 folder, run.artifacts_dir = run.artifacts_dir, None
-                with contextlib.suppress(OSError):  # (the list of tests is no artifact)
-                    tests_path(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
+                if run.assignment.tests is not None:  # (the list of tests is no artifact)
+                    with contextlib.suppress(OSError):
+                        os.unlink(folder + TESTS_SUFFIX)
                 wrote = run.log is None or run.log.wrote
                 self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
                                              report.payload, wrote)  # fmt: skip

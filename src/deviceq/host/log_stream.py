@@ -16,6 +16,7 @@ where it stops (the whole log on disk, ``log.txt``, keeps going). The final flus
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -162,7 +163,7 @@ class RunLog:
 
     task_id: str
     lease_id: str
-    whole: Path | None = None
+    whole: str | Path | None = None
     max_bytes: int = DEFAULT_MAX_BYTES  # streamed in all, at most (then `cap_marker`)
     budget: LiveLogBudget | None = None  # the host's, shared by its runs (then `cap_marker`)
     whole_max: int = WHOLE_LOG_BYTES  # bytes of the whole log kept on disk, at most
@@ -237,10 +238,10 @@ class RunLog:
         try:
             if self._fh is None:  # the first output: a fresh file (a leftover is replaced)
                 try:
-                    self._fh = self.whole.open("wb")
+                    self._fh = open(self.whole, "wb")  # noqa: SIM115 - closed at the run's end
                 except FileNotFoundError:  # its folder is made on first output
-                    self.whole.parent.mkdir(parents=True, exist_ok=True)
-                    self._fh = self.whole.open("wb")
+                    os.makedirs(os.path.dirname(self.whole), exist_ok=True)
+                    self._fh = open(self.whole, "wb")  # noqa: SIM115
             self._fh.write(piece)
         except OSError:
             self._close_whole()
@@ -318,7 +319,7 @@ class LogStreamer:
         self,
         task_id: str,
         lease_id: str,
-        whole: Path | None = None,
+        whole: str | Path | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> RunLog:
         """The buffer of a run that starts now (``whole``: the file its whole log goes to;

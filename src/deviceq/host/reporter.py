@@ -49,9 +49,31 @@ class Pending:
     report: Report
     fields: dict[str, object]
     then: Callable[[Pending], None] | None = None
-    done: threading.Event = field(default_factory=threading.Event)
     answer: str | None = None
     error: str | None = None
+    over: bool = False  # answered or given up
+    _done: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> threading.Event:
+        """Set once the report is answered or given up. Made when first asked for: a posted
+        report whose ``then`` does the rest (most of them) never needs one."""
+        if self._done is None:
+            with _DONE_MADE:
+                if self._done is None:
+                    self._done = threading.Event()
+            if self.over:  # (ended while it was being made)
+                self._done.set()
+        return self._done
+
+    def ended(self) -> None:
+        """The report is answered, or given up: wake whoever waits for it."""
+        self.over = True
+        if self._done is not None:
+            self._done.set()
+
+
+_DONE_MADE = threading.Lock()  # (makes `Pending.done` once, whichever thread asks first)
 
 
 class Reporter:
@@ -120,9 +142,9 @@ class Reporter:
                 self._deliver(batch)
             except BaseException as exc:  # noqa: BLE001 - never leave a run waiting forever
                 for p in batch:
-                    if not p.done.is_set():
+                    if not p.over:
                         p.error = f"interrupted while reporting: {type(exc).__name__}"
-                        p.done.set()
+                        p.ended()
             for p in batch:
                 if p.then is not None:
                     try:
@@ -183,7 +205,7 @@ class Reporter:
         for i, p in enumerate(batch):
             if answers is not None:
                 p.answer = str(answers[i])
-            p.done.set()
+            p.ended()
         took, self._took = self._took, []
         for claimed, sent in took:  # (started at once, whatever became of the reports)
             self._start(claimed, sent)
