@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,8 +189,8 @@ class Executor:
                 run.trace.run_ended(outcome.status, outcome.failure_kind)
             if self.end_waits(run, outcome):
                 handed_over = await asyncio.to_thread(self.end, run, outcome)
-            else:
-                handed_over = self.end(run, outcome)
+            else:  # (the runs that end in one pass of the loop wake the reporter once)
+                handed_over = self.end(run, outcome, asyncio.get_running_loop().call_soon)
         except Exception:  # noqa: BLE001 - never lose the slot
             self.state.log_exception("run failed", **run.fields())
             with contextlib.suppress(Exception):
@@ -249,13 +250,18 @@ class Executor:
             "tests_file": tests_file,
         }
 
-    def end(self, run: Run, outcome: DispatchOutcome) -> bool:
+    def end(
+        self,
+        run: Run,
+        outcome: DispatchOutcome,
+        defer: Callable[[Callable[[], None]], object] | None = None,
+    ) -> bool:
         """The runner returned: report the outcome (`finish`); True when the reporter's
-        thread now ends the run (the caller must not)."""
+        thread now ends the run (the caller must not). ``defer``: see `Reporter.post`."""
         if outcome.handed_off:  # reported when it was abandoned; now it has ended
             self.runner_ended(run)
             return False
-        return self.finish(run, outcome, wait=False)
+        return self.finish(run, outcome, wait=False, defer=defer)
 
     def end_waits(self, run: Run, out: DispatchOutcome) -> bool:
         """May `end` wait (on a socket, a flush) for ``run``'s outcome: its live log or its
@@ -342,10 +348,17 @@ class Executor:
         )
         self.state.beat_now.set()
 
-    def finish(self, run: Run, out: DispatchOutcome, wait: bool = True) -> bool:
+    def finish(
+        self,
+        run: Run,
+        out: DispatchOutcome,
+        wait: bool = True,
+        defer: Callable[[Callable[[], None]], object] | None = None,
+    ) -> bool:
         """Report the run's outcome (or hand it back, or not report it: its lease is lost).
         ``wait`` False: a report goes to the reporter thread, which ends the run (`close_run`)
-        once it is answered; True when that is so (the caller must not end it)."""
+        once it is answered; True when that is so (the caller must not end it). ``defer``:
+        how the reporter thread is woken for it (see `Reporter.post`)."""
         f = run.fields()
         if run.log is not None:  # the last output, while the lease is still current
             self.logs.close(run.log)
@@ -393,7 +406,7 @@ class Executor:
             finally:
                 self.close_run(run)
 
-        self.reporter.post(report, f, then)
+        self.reporter.post(report, f, then, defer)
         return True
 
     def report(self, run: Run, report: Report) -> str | None:
