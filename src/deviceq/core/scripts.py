@@ -157,14 +157,27 @@ def sha(name: str) -> str:
 
 
 def _is_pipeline(client: Any) -> bool:
-    """True for a redis-py pipeline (commands are queued, replies come with ``execute``)."""
-    if isinstance(client, Pipeline):
+    """True for a redis-py pipeline (commands are queued, replies come with ``execute``).
+    Known per type (redis-py's client classes are typing Protocols: an ``isinstance``
+    against one costs a few µs, and every script call asks)."""
+    kind = type(client)
+    known = _PIPELINE_TYPES.get(kind)
+    if known is None:
+        known = _PIPELINE_TYPES[kind] = _pipeline_type(kind)
+    return known
+
+
+_PIPELINE_TYPES: dict[type, bool] = {}
+
+
+def _pipeline_type(kind: type) -> bool:
+    if issubclass(kind, Pipeline):
         return True
     try:
         from redis.cluster import ClusterPipeline
     except ImportError:  # pragma: no cover - every supported redis-py has it
         return False
-    return isinstance(client, ClusterPipeline)
+    return issubclass(kind, ClusterPipeline)
 
 
 class Scripts:

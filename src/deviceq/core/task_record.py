@@ -7,6 +7,7 @@ reading of those keys. `ScheduledTask.from_hash` types these values (enums, tupl
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -89,63 +90,99 @@ def progress_value(h: dict[str, str]) -> dict[str, Any] | None:
     }
 
 
+def _text(v: str) -> str | None:
+    return v or None
+
+
+def _int(v: str) -> int:
+    return int(v or 0)
+
+
+def _int1(v: str) -> int:
+    return int(v or 1)
+
+
+def _flag(v: str) -> bool:
+    return v == "1"
+
+
+def _seconds(v: str) -> float | None:
+    return float(v) if v else None
+
+
+def _same(v: str) -> str:
+    return v
+
+
+_EMPTY: dict[str, Any] = {
+    "id": None, "status": None, "kind": "goal", "goal": None, "workflow": None,
+    "driver_type": None, "tags": None, "priority": 0, "attempt": 0, "max_attempts": 1,
+    "host_id": None, "device_id": None, "lease_id": None, "lease_expires_at": None,
+    "failure_kind": None, "error": None, "result": None, "cancel_requested": False,
+    "handbacks": 0, "session": None, "avoid_devices": None, "avoid_hosts": None,
+    "idempotency_key": None, "queue_deadline": None, "timeout": None, "retry_on": None,
+    "retry_backoff": None, "eligible_at": None, "tenant": None, "priority_class": None,
+    "preempted_by": None, "preemptions": 0, "preempting": None, "retry_of": None,
+    "rerun_by": None, "submitted_by": None, "progress": None, "traceparent": None,
+    "where": None, "roles": None, "gang": None, "role": None, "leader": False, "seq": 0,
+    "submitted_at": 0, "updated_at": 0, "assigned_at": None, "dispatched_at": None,
+    "finished_at": None, "attempts": None,
+}  # fmt: skip
+"""`task_values` of a hash without any of its fields, in `ScheduledTask`'s order (the lists,
+None here, are made per call)."""
+
+_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "kind": ("kind", _same), "goal": ("goal", _text), "workflow": ("workflow", _text),
+    "driver_type": ("driver_type", _text), "tags": ("tags", _csv),
+    "priority": ("priority", _int), "attempt": ("attempt", _int),
+    "max_attempts": ("max_attempts", _int1), "host_id": ("host_id", _text),
+    "device_id": ("device_id", _text), "lease_id": ("lease_id", _text),
+    "lease_expires_at": ("lease_expires_at", _opt_int),
+    "failure_kind": ("failure_kind", _text), "error": ("error", _text),
+    "result": ("result", _text), "cancel_requested": ("cancel_requested", _flag),
+    "handbacks": ("handbacks", _int), "session": ("session", _text),
+    "avoid_devices": ("avoid_devices", _csv), "avoid_hosts": ("avoid_hosts", _csv),
+    "idempotency_key": ("idempotency_key", _text),
+    "queue_deadline": ("queue_deadline", _opt_int), "timeout": ("timeout", _seconds),
+    "retry_on": ("retry_on", _text), "retry_backoff": ("retry_backoff", _text),
+    "eligible_at": ("eligible_at", _opt_int), "tenant": ("tenant", _text),
+    "class": ("priority_class", _text), "preemptions": ("preemptions", _int),
+    "retry_of": ("retry_of", _text), "rerun_by": ("rerun_by", _text),
+    "submitted_by": ("submitted_by", _text), "traceparent": ("traceparent", _text),
+    "gang": ("gang", _text), "role": ("role", _text), "leader": ("leader", _flag),
+    "seq": ("seq", _int), "submitted_at": ("submitted_at", _int),
+    "updated_at": ("updated_at", _int), "assigned_at": ("assigned_at", _opt_int),
+    "dispatched_at": ("dispatched_at", _opt_int), "finished_at": ("finished_at", _opt_int),
+}  # fmt: skip
+"""The hash's fields read one each: field -> (value's name, its reading of the stored text).
+The values read from several fields (``preempted_by``, ``preempting``, ``progress``,
+``where``) are `task_values`' own."""
+
+
 def task_values(h: dict[str, str]) -> dict[str, Any]:
     """The task's fields as JSON values, in `ScheduledTask`'s order: enums as their strings,
     lists for tuples; ``roles`` None and ``attempts`` empty (see `task_json`). (A text field
-    stored empty reads as None: ``g(name) or None``.)"""
+    stored empty reads as None.) Only the fields the hash holds are read (`_FIELDS`): the
+    others keep their value for a missing field (`_EMPTY`)."""
+    out = dict(_EMPTY)
+    out["id"], out["status"] = h["id"], h["status"]
+    out["tags"], out["avoid_devices"], out["avoid_hosts"] = [], [], []
+    out["where"], out["attempts"] = [], []
+    fields = _FIELDS
+    for name, value in h.items():
+        f = fields.get(name)
+        if f is not None:
+            out[f[0]] = f[1](value)
     g = h.get
-    return {
-        "id": h["id"],
-        "status": h["status"],
-        "kind": g("kind", "goal"),
-        "goal": g("goal") or None,
-        "workflow": g("workflow") or None,
-        "driver_type": g("driver_type") or None,
-        "tags": _csv(g("tags")),
-        "priority": int(g("priority") or 0),
-        "attempt": int(g("attempt") or 0),
-        "max_attempts": int(g("max_attempts") or 1),
-        "host_id": g("host_id") or None,
-        "device_id": g("device_id") or None,
-        "lease_id": g("lease_id") or None,
-        "lease_expires_at": _opt_int(g("lease_expires_at")),
-        "failure_kind": g("failure_kind") or None,
-        "error": g("error") or None,
-        "result": g("result") or None,
-        "cancel_requested": g("cancel_requested") == "1",
-        "handbacks": int(g("handbacks") or 0),
-        "session": g("session") or None,
-        "avoid_devices": _csv(g("avoid_devices")),
-        "avoid_hosts": _csv(g("avoid_hosts")),
-        "idempotency_key": g("idempotency_key") or None,
-        "queue_deadline": _opt_int(g("queue_deadline")),
-        "timeout": float(h["timeout"]) if g("timeout") else None,
-        "retry_on": g("retry_on") or None,
-        "retry_backoff": g("retry_backoff") or None,
-        "eligible_at": _opt_int(g("eligible_at")),
-        "tenant": g("tenant") or None,
-        "priority_class": g("class") or None,
-        "preempted_by": g("preempted_by") or g("preempt_by") or None,
-        "preemptions": int(g("preemptions") or 0),
-        "preempting": (g("preempting_task") or None) if g("preempting") else None,
-        "retry_of": g("retry_of") or None,
-        "rerun_by": g("rerun_by") or None,
-        "submitted_by": g("submitted_by") or None,
-        "progress": progress_value(h),
-        "traceparent": g("traceparent") or None,
-        "where": [str(c) for c in decompile(g("where") or "")],
-        "roles": None,
-        "gang": g("gang") or None,
-        "role": g("role") or None,
-        "leader": g("leader") == "1",
-        "seq": int(g("seq") or 0),
-        "submitted_at": int(g("submitted_at") or 0),
-        "updated_at": int(g("updated_at") or 0),
-        "assigned_at": _opt_int(g("assigned_at")),
-        "dispatched_at": _opt_int(g("dispatched_at")),
-        "finished_at": _opt_int(g("finished_at")),
-        "attempts": [],
-    }
+    out["preempted_by"] = g("preempted_by") or g("preempt_by") or None
+    if g("preempting"):
+        out["preempting"] = g("preempting_task") or None
+    if g("progress"):
+        out["progress"] = progress_value(h)
+    where = g("where")
+    if where:
+        out["where"] = [str(c) for c in decompile(where)]
+    return out
 
 
 def attempt_values(raw: list[str] | None, dispatched_at: int | None) -> list[dict[str, Any]]:

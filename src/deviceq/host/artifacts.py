@@ -42,26 +42,32 @@ LOG_FILE_MAX = 64 << 20
 """Bytes of an attempt's ``log.txt`` kept by default (the host's ``log_file_max``)."""
 
 
+WHOLE_LOG_SUFFIX = ".log"
+"""An attempt's whole log is its folder's path with this added (`whole_log`)."""
+TESTS_SUFFIX = ".tests"
+"""A run's list of tests is its folder's path with this added (`tests_path`)."""
+
+
 def whole_log(folder: Path | None) -> Path | None:
     """Where the host keeps an attempt's whole log while it runs: beside its artifacts
     folder (never in it: the runner owns that), moved in as ``log.txt`` at the end."""
-    return None if folder is None else Path(os.fspath(folder) + ".log")
+    return None if folder is None else Path(os.fspath(folder) + WHOLE_LOG_SUFFIX)
 
 
 def tests_path(folder: Path | None) -> Path | None:
     """Where the host writes a run's list of tests (``$DEVICEQ_TESTS_FILE``): beside its
     artifacts folder (never in it: the runner owns that, and the list is no artifact)."""
-    return None if folder is None else Path(os.fspath(folder) + ".tests")
+    return None if folder is None else Path(os.fspath(folder) + TESTS_SUFFIX)
 
 
-def write_tests(folder: Path | None, tests: list[str] | None) -> Path | None:
+def write_tests(folder: str | Path | None, tests: list[str] | None) -> Path | None:
     """Write ``tests`` (a claimed task's test ids) one a line beside the attempt's folder
     (`tests_path`), replacing what a run of this attempt that died left; the file's path, or
     None without a list or a folder. OSError when it cannot be written (the run then does not
     start: its runner would miss its tests)."""
-    path = tests_path(folder)
-    if path is None or tests is None:
+    if folder is None or tests is None:
         return None
+    path = Path(os.fspath(folder) + TESTS_SUFFIX)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(os.fspath(path) + ".tmp")
     tmp.write_text("".join(f"{t}\n" for t in tests), encoding="utf-8")
@@ -145,28 +151,29 @@ class Uploader:
         self._pool_url, self._pool_url_at = "", 0.0
 
     # -- the attempt's folder ------------------------------------------------------------------
-    def prepare(self, task_id: str, attempt: int) -> Path | None:
-        """Where one attempt's folder goes; the runner's task makes it when first asked for
+    def prepare(self, task_id: str, attempt: int) -> str:
+        """Where one attempt's folder goes, as text (a `Path` is made only where the folder
+        is used); the runner's task makes it when first asked for
         (`deviceq.host.runners.Task.artifacts_dir`, and ``$DEVICEQ_ARTIFACTS_DIR`` for a
         command), so a run that writes nothing costs no folder and no file-system call here. A
         leftover of a run that died is removed when the folder is made."""
-        return Path(f"{self._work}/{validate_id(task_id, 'task id')}/{int(attempt)}")
+        return f"{self._work}/{validate_id(task_id, 'task id')}/{int(attempt)}"
 
-    def discard(self, folder: Path | None) -> None:
+    def discard(self, folder: str | Path | None) -> None:
         """Remove an attempt's folder (kept nothing), its whole log and its list of tests."""
         if folder is not None:
-            with contextlib.suppress(OSError):
-                whole_log(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
-            with contextlib.suppress(OSError):
-                tests_path(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
+            text = os.fspath(folder)
+            for leftover in (text + WHOLE_LOG_SUFFIX, text + TESTS_SUFFIX):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
             try:
-                folder.rmdir()  # empty, or never made (most runs write nothing)
+                os.rmdir(text)  # empty, or never made (most runs write nothing)
             except FileNotFoundError:
                 pass
             except OSError:
-                shutil.rmtree(folder, ignore_errors=True)
+                shutil.rmtree(text, ignore_errors=True)
             with contextlib.suppress(OSError):
-                folder.parent.rmdir()
+                os.rmdir(os.path.dirname(text))
 
     def configured(self) -> bool:
         """Is a store named (``--artifact-store`` or the pool's ``artifact_store``, read at
@@ -182,7 +189,12 @@ class Uploader:
         return bool(self._pool_url)
 
     def attempt_ended(
-        self, task_id: str, attempt: int, folder: Path, log: str | None, wrote_output: bool = True
+        self,
+        task_id: str,
+        attempt: int,
+        folder: str | Path,
+        log: str | None,
+        wrote_output: bool = True,
     ) -> None:
         """Queue the attempt's files for upload, with the run's whole log (`whole_log`, else
         the output's tail ``log``) as ``log.txt`` unless the run wrote one; nothing when
@@ -194,10 +206,11 @@ class Uploader:
                     self.discard(folder)
                 return
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                os.makedirs(folder, exist_ok=True)
             except OSError:
                 self.discard(folder)
                 return
+        folder = Path(folder)
         whole = whole_log(folder)
         if whole is not None and whole.exists():
             with contextlib.suppress(OSError):

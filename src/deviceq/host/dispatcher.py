@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 import traceback
@@ -91,25 +92,32 @@ class _Watchdog:
     gives up on it ``grace`` seconds later. It waits on a condition, woken when a run is
     added or told to stop (a `LoopEvent` cancel event calls back when set), and otherwise
     sleeps until the next deadline or give-up; a plain ``threading.Event`` is looked at
-    every `POLL_EVERY`."""
+    every `POLL_EVERY`. A run added with nothing due before the thread's next look (no
+    deadline, or a later one; most runs) does not wake it: no hand-off between threads."""
 
     def __init__(self, grace: float) -> None:
         self.grace = grace
         self._items: set[_Watched] = set()
         self._cv = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
+        # (lock held) the time.monotonic() of the thread's next look at the runs: inf while
+        # it waits for a wake-up only, -inf while it is not waiting (it looks again anyway)
+        self._next_look = -math.inf
 
     def watch(self, w: _Watched) -> None:
         if isinstance(w.cancel_event, LoopEvent):
             w.unhook = w.cancel_event.on_set(self._wake)  # (outside the lock: may call at once)
+            due = math.inf if w.deadline is None else w.deadline
         else:
             w.polled = True
+            due = time.monotonic() + POLL_EVERY
         with self._cv:
             self._items.add(w)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
                 self._thread.start()
-            self._cv.notify()
+            elif due < self._next_look:
+                self._cv.notify()
 
     def _wake(self) -> None:
         """A watched run's cancel event was set: look at the runs now."""
@@ -159,7 +167,10 @@ class _Watchdog:
                     tell, give_up, wait = self._due(now)
                     if tell or give_up:
                         break
-                    self._cv.wait(None if wait is None else max(0.001, wait))
+                    wait = None if wait is None else max(0.001, wait)
+                    self._next_look = math.inf if wait is None else now + wait
+                    self._cv.wait(wait)
+                    self._next_look = -math.inf
             for w in tell:
                 self._tell(w, now)
             for w in give_up:
@@ -286,7 +297,7 @@ class TaskDispatcher:
         lease: LeaseClock | None = None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
         log_sink: LogWriter | None = None,
-        artifacts_dir: Path | None = None,
+        artifacts_dir: str | Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
         stop_grace: Callable[[], float | None] | None = None,
         tests_file: Path | None = None,
@@ -328,7 +339,7 @@ class TaskDispatcher:
         lease: LeaseClock | None = None,
         on_abandon: Callable[[DispatchOutcome], None] | None = None,
         log_sink: LogWriter | None = None,
-        artifacts_dir: Path | None = None,
+        artifacts_dir: str | Path | None = None,
         progress_sink: Callable[[float, str], None] | None = None,
         stop_grace: Callable[[], float | None] | None = None,
         tests_file: Path | None = None,
@@ -367,7 +378,7 @@ class TaskDispatcher:
         driver_type: str | None,
         serial: str,
         log_sink: LogWriter | None,
-        artifacts_dir: Path | None,
+        artifacts_dir: str | Path | None,
         progress_sink: Callable[[float, str], None] | None,
     ) -> Task:
         """The runner's `Task`, its stop signal fresh (set on cancel or at the deadline)."""

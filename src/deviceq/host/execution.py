@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ from ..core.errors import DeviceqError
 from ..core.models import Assignment, DeviceState, FailureKind
 from ..core.replies import parse
 from ..core.vocabulary import ReplyCode
-from .artifacts import tests_path, uploader, whole_log, write_tests
+from .artifacts import TESTS_SUFFIX, WHOLE_LOG_SUFFIX, uploader, write_tests
 from .dispatcher import DispatchOutcome, TaskDispatcher
 from .link import HostLink, Report
 from .log_stream import LogStreamer
@@ -187,8 +189,8 @@ class Executor:
                 run.trace.run_ended(outcome.status, outcome.failure_kind)
             if self.end_waits(run, outcome):
                 handed_over = await asyncio.to_thread(self.end, run, outcome)
-            else:
-                handed_over = self.end(run, outcome)
+            else:  # (the runs that end in one pass of the loop wake the reporter once)
+                handed_over = self.end(run, outcome, asyncio.get_running_loop().call_soon)
         except Exception:  # noqa: BLE001 - never lose the slot
             self.state.log_exception("run failed", **run.fields())
             with contextlib.suppress(Exception):
@@ -223,13 +225,15 @@ class Executor:
             return DispatchOutcome("cancelled", None, "stopped before start")
         device = self.state.devices[run.device_id]
         a = run.assignment
-        run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
-        try:
-            tests_file = write_tests(run.artifacts_dir, a.tests)
-        except OSError as exc:  # (a full disk: the runner would miss its tests)
-            why = f"cannot write the run's list of tests: {exc}"
-            return DispatchOutcome("failed", FailureKind.runner_error, why)
-        run.log = self.logs.open(run.task_id, a.lease_id, whole_log(run.artifacts_dir),
+        folder = run.artifacts_dir = self.artifacts.prepare(a.task.id, a.attempt)
+        tests_file = None
+        if a.tests is not None:
+            try:
+                tests_file = write_tests(folder, a.tests)
+            except OSError as exc:  # (a full disk: the runner would miss its tests)
+                why = f"cannot write the run's list of tests: {exc}"
+                return DispatchOutcome("failed", FailureKind.runner_error, why)
+        run.log = self.logs.open(run.task_id, a.lease_id, folder + WHOLE_LOG_SUFFIX,
                                  self.state.log_max_bytes)  # fmt: skip
         run.progress = self.progress.open(run.task_id, a.lease_id)
         run.trace.run_started()
@@ -246,13 +250,18 @@ class Executor:
             "tests_file": tests_file,
         }
 
-    def end(self, run: Run, outcome: DispatchOutcome) -> bool:
+    def end(
+        self,
+        run: Run,
+        outcome: DispatchOutcome,
+        defer: Callable[[Callable[[], None]], object] | None = None,
+    ) -> bool:
         """The runner returned: report the outcome (`finish`); True when the reporter's
-        thread now ends the run (the caller must not)."""
+        thread now ends the run (the caller must not). ``defer``: see `Reporter.post`."""
         if outcome.handed_off:  # reported when it was abandoned; now it has ended
             self.runner_ended(run)
             return False
-        return self.finish(run, outcome, wait=False)
+        return self.finish(run, outcome, wait=False, defer=defer)
 
     def end_waits(self, run: Run, out: DispatchOutcome) -> bool:
         """May `end` wait (on a socket, a flush) for ``run``'s outcome: its live log or its
@@ -339,10 +348,17 @@ class Executor:
         )
         self.state.beat_now.set()
 
-    def finish(self, run: Run, out: DispatchOutcome, wait: bool = True) -> bool:
+    def finish(
+        self,
+        run: Run,
+        out: DispatchOutcome,
+        wait: bool = True,
+        defer: Callable[[Callable[[], None]], object] | None = None,
+    ) -> bool:
         """Report the run's outcome (or hand it back, or not report it: its lease is lost).
         ``wait`` False: a report goes to the reporter thread, which ends the run (`close_run`)
-        once it is answered; True when that is so (the caller must not end it)."""
+        once it is answered; True when that is so (the caller must not end it). ``defer``:
+        how the reporter thread is woken for it (see `Reporter.post`)."""
         f = run.fields()
         if run.log is not None:  # the last output, while the lease is still current
             self.logs.close(run.log)
@@ -390,7 +406,7 @@ class Executor:
             finally:
                 self.close_run(run)
 
-        self.reporter.post(report, f, then)
+        self.reporter.post(report, f, then, defer)
         return True
 
     def report(self, run: Run, report: Report) -> str | None:
@@ -430,8 +446,9 @@ class Executor:
             self.state.task_ended(run.device_id, report.outcome, str(kind) if kind else None)
             if run.artifacts_dir is not None:  # uploaded in the background
                 folder, run.artifacts_dir = run.artifacts_dir, None
-                with contextlib.suppress(OSError):  # (the list of tests is no artifact)
-                    tests_path(folder).unlink(missing_ok=True)  # type: ignore[union-attr]
+                if run.assignment.tests is not None:  # (the list of tests is no artifact)
+                    with contextlib.suppress(OSError):
+                        os.unlink(folder + TESTS_SUFFIX)
                 wrote = run.log is None or run.log.wrote
                 self.artifacts.attempt_ended(run.task_id, run.assignment.attempt, folder,
                                              report.payload, wrote)  # fmt: skip

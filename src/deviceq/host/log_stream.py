@@ -16,9 +16,10 @@ where it stops (the whole log on disk, ``log.txt``, keeps going). The final flus
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
@@ -162,7 +163,7 @@ class RunLog:
 
     task_id: str
     lease_id: str
-    whole: Path | None = None
+    whole: str | Path | None = None
     max_bytes: int = DEFAULT_MAX_BYTES  # streamed in all, at most (then `cap_marker`)
     budget: LiveLogBudget | None = None  # the host's, shared by its runs (then `cap_marker`)
     whole_max: int = WHOLE_LOG_BYTES  # bytes of the whole log kept on disk, at most
@@ -182,6 +183,10 @@ class RunLog:
     flushed: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _fh: BinaryIO | None = None  # the whole log, open from the first output to the end
+    # called once, outside the lock, at the run's first output (`LogStreamer` then flushes
+    # it): a run that writes nothing is never on the flusher's list
+    on_output: Callable[[RunLog], None] | None = None
+    listed: bool = False  # on_output was called (or is being called)
 
     @property
     def wrote(self) -> bool:
@@ -195,34 +200,41 @@ class RunLog:
         with self.lock:
             if self.closed or self.final:
                 return
-            data = text.encode(errors="replace")
-            if self.whole is not None:
-                self._keep_whole(data)
-            if self.capped:
-                return
-            left, free = self.max_bytes - self.streamed, BUFFER_BYTES - self.size
-            room = min(free, left)
-            by_host = False
-            if self.budget is not None and room > 0:
-                want = min(room, len(data))
-                got = self.budget.take(want)
-                by_host, room = got < want, got if got < want else room
-            if len(data) > room:
-                if by_host or left <= free:  # a budget, not the buffer, ends here
-                    self.capped = 1
-                    self.capped_by_host = by_host
-                else:
-                    self.dropped += len(data) - max(0, room)
-                if room <= 0:
-                    return
-                data = data[:room]
-                text = data.decode(errors="ignore")
-            self.size += len(data)
-            self.streamed += len(data)
-            if self.pieces and self.pieces[-1][0] == stream:
-                self.pieces[-1] = (stream, self.pieces[-1][1] + text)
+            self._add(stream, text)
+            first, self.listed = not self.listed, True
+        if first and self.on_output is not None:
+            self.on_output(self)
+
+    def _add(self, stream: str, text: str) -> None:
+        """(Under the lock.) `write`'s work: the whole log, then the buffer within the caps."""
+        data = text.encode(errors="replace")
+        if self.whole is not None:
+            self._keep_whole(data)
+        if self.capped:
+            return
+        left, free = self.max_bytes - self.streamed, BUFFER_BYTES - self.size
+        room = min(free, left)
+        by_host = False
+        if self.budget is not None and room > 0:
+            want = min(room, len(data))
+            got = self.budget.take(want)
+            by_host, room = got < want, got if got < want else room
+        if len(data) > room:
+            if by_host or left <= free:  # a budget, not the buffer, ends here
+                self.capped = 1
+                self.capped_by_host = by_host
             else:
-                self.pieces.append((stream, text))
+                self.dropped += len(data) - max(0, room)
+            if room <= 0:
+                return
+            data = data[:room]
+            text = data.decode(errors="ignore")
+        self.size += len(data)
+        self.streamed += len(data)
+        if self.pieces and self.pieces[-1][0] == stream:
+            self.pieces[-1] = (stream, self.pieces[-1][1] + text)
+        else:
+            self.pieces.append((stream, text))
 
     def _keep_whole(self, data: bytes) -> None:
         """Append to the whole log (under the lock); past `WHOLE_LOG_BYTES` one mark, then
@@ -237,10 +249,10 @@ class RunLog:
         try:
             if self._fh is None:  # the first output: a fresh file (a leftover is replaced)
                 try:
-                    self._fh = self.whole.open("wb")
+                    self._fh = open(self.whole, "wb")  # noqa: SIM115 - closed at the run's end
                 except FileNotFoundError:  # its folder is made on first output
-                    self.whole.parent.mkdir(parents=True, exist_ok=True)
-                    self._fh = self.whole.open("wb")
+                    os.makedirs(os.path.dirname(self.whole), exist_ok=True)
+                    self._fh = open(self.whole, "wb")  # noqa: SIM115
             self._fh.write(piece)
         except OSError:
             self._close_whole()
@@ -318,18 +330,23 @@ class LogStreamer:
         self,
         task_id: str,
         lease_id: str,
-        whole: Path | None = None,
+        whole: str | Path | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> RunLog:
         """The buffer of a run that starts now (``whole``: the file its whole log goes to;
         ``max_bytes``: what it may stream in all, the pool's ``log_max_bytes``)."""
         log = RunLog(task_id, lease_id, whole, max_bytes, self.budget, self.whole_max)
+        log.on_output = self._list
+        return log
+
+    def _list(self, log: RunLog) -> None:
+        """``log``'s run wrote its first output: flush it from now on (the thread started if
+        it is not running)."""
         with self.lock:
             self.runs.add(log)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._loop, name="log-stream", daemon=True)
                 self.thread.start()
-        return log
 
     def close(self, log: RunLog, wait: float = FINAL_WAIT) -> None:
         """The run ended: flush what is left now (setting the stream's expiry to
@@ -338,6 +355,7 @@ class LogStreamer:
             log._close_whole()
             if log.closed:
                 return
+            listed = log.listed
             if not log.sent and not log.pieces and not log.dropped:
                 log.closed = True  # wrote nothing: no stream, no call, no wait for the flusher
                 flushed = None
@@ -345,9 +363,10 @@ class LogStreamer:
                 flushed = log.flushed = threading.Event()
                 log.final = True
         if flushed is None:
-            log.give_back()
-            with self.lock:
-                self.runs.discard(log)
+            if listed:  # (a run that never wrote was never listed and took no budget)
+                log.give_back()
+                with self.lock:
+                    self.runs.discard(log)
             return
         self.wake.set()
         flushed.wait(wait)

@@ -176,6 +176,7 @@ class RunProgress:
     closed: bool = False  # refused by Redis (lease gone) or ended: values are ignored
     done: threading.Event | None = None
     warned: bool = False  # a bad value was logged once
+    watched: bool = False  # on the streamer's list (from its first value)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def set(self, fraction: float, text: str) -> None:
@@ -236,6 +237,7 @@ class ProgressStreamer:
         with self.lock:
             if run in self.runs:
                 return
+            run.watched = True
             self.runs.add(run)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._loop, name="progress", daemon=True)
@@ -254,8 +256,9 @@ class ProgressStreamer:
                 done = run.done = threading.Event()
                 run.final = True
         if done is None:
-            with self.lock:
-                self.runs.discard(run)
+            if run.watched:  # (a run that never said anything was never listed)
+                with self.lock:
+                    self.runs.discard(run)
             return
         self._watch(run)
         self.wake.set()

@@ -49,9 +49,31 @@ class Pending:
     report: Report
     fields: dict[str, object]
     then: Callable[[Pending], None] | None = None
-    done: threading.Event = field(default_factory=threading.Event)
     answer: str | None = None
     error: str | None = None
+    over: bool = False  # answered or given up
+    _done: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> threading.Event:
+        """Set once the report is answered or given up. Made when first asked for: a posted
+        report whose ``then`` does the rest (most of them) never needs one."""
+        if self._done is None:
+            with _DONE_MADE:
+                if self._done is None:
+                    self._done = threading.Event()
+            if self.over:  # (ended while it was being made)
+                self._done.set()
+        return self._done
+
+    def ended(self) -> None:
+        """The report is answered, or given up: wake whoever waits for it."""
+        self.over = True
+        if self._done is not None:
+            self._done.set()
+
+
+_DONE_MADE = threading.Lock()  # (makes `Pending.done` once, whichever thread asks first)
 
 
 class Reporter:
@@ -75,24 +97,49 @@ class Reporter:
         self._cv = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._lingering = False  # (new reports do not wake the thread meanwhile)
+        self._wake_due = False  # a deferred wake-up (`post`'s ``defer``) is to come
         self.calls = 0
         self.sent = 0
         self.outage: Outage | None = None  # the daemon's (its outage lines, its backoff)
 
     def post(
-        self, report: Report, fields: dict[str, object], then: Callable[[Pending], None] | None
+        self,
+        report: Report,
+        fields: dict[str, object],
+        then: Callable[[Pending], None] | None,
+        defer: Callable[[Callable[[], None]], object] | None = None,
     ) -> Pending:
         """Hand ``report`` to the reporter thread and return at once; ``then(pending)`` runs
-        in that thread after the answer (an exception in it is logged)."""
+        in that thread after the answer (an exception in it is logged). ``defer``: what calls
+        a function soon in the caller's thread (the host's event loop's ``call_soon``): the
+        reporter thread is then woken once by that call for every report posted until it
+        runs (the async runs that end in one pass of the loop), not once per report."""
         p = Pending(report, fields, then)
+        later = False
         with self._cv:
             self._queue.append(p)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="reporter", daemon=True)
                 self._thread.start()
-            elif not self._lingering or not self._more_to_come():
-                self._cv.notify()  # (a lingering thread only once no other report can come)
+            elif defer is not None:
+                later, self._wake_due = not self._wake_due, True
+            else:
+                self._wake()
+        if later:
+            assert defer is not None
+            defer(self._wake_deferred)
         return p
+
+    def _wake(self) -> None:
+        """(Lock held.) Wake the thread for the reports queued: a lingering one only once no
+        other report can come."""
+        if not self._lingering or not self._more_to_come():
+            self._cv.notify()
+
+    def _wake_deferred(self) -> None:
+        with self._cv:
+            self._wake_due = False
+            self._wake()
 
     def send(self, report: Report, fields: dict[str, object]) -> Pending:
         """Report ``report`` and wait for its answer (or for the host to give up on it)."""
@@ -120,9 +167,9 @@ class Reporter:
                 self._deliver(batch)
             except BaseException as exc:  # noqa: BLE001 - never leave a run waiting forever
                 for p in batch:
-                    if not p.done.is_set():
+                    if not p.over:
                         p.error = f"interrupted while reporting: {type(exc).__name__}"
-                        p.done.set()
+                        p.ended()
             for p in batch:
                 if p.then is not None:
                     try:
@@ -183,7 +230,7 @@ class Reporter:
         for i, p in enumerate(batch):
             if answers is not None:
                 p.answer = str(answers[i])
-            p.done.set()
+            p.ended()
         took, self._took = self._took, []
         for claimed, sent in took:  # (started at once, whatever became of the reports)
             self._start(claimed, sent)

@@ -7,7 +7,6 @@ by device."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..core import tracing
@@ -38,7 +37,7 @@ class Run:
     log: RunLog | None = None  # its live log (deviceq.host.log_stream)
     progress: RunProgress | None = None  # what it said of its progress (deviceq.host.progress)
     trace: Any = tracing.NO_ATTEMPT  # its spans (deviceq.core.tracing)
-    artifacts_dir: Path | None = None  # the attempt's folder until it is queued for upload
+    artifacts_dir: str | None = None  # the attempt's folder until it is queued for upload
     renewed_sent: float = float("-inf")  # when the renewal last applied was sent
     _fields: dict[str, Any] | None = field(default=None, repr=False)
 

@@ -52,26 +52,27 @@ class RunnerThreads:
 
 
 class _Slot:
-    """One runner thread and the job it has been given."""
+    """One runner thread and the job it has been given. The thread waits for its next job on
+    a lock held until `give` releases it (a slot is given a job only while its thread waits
+    for one: idle, or new): one wake-up, no condition and no lock made per job."""
 
     def __init__(self, owner: RunnerThreads) -> None:
         self.owner = owner
         self.job: Callable[[], None] | None = None
-        self.ready = threading.Condition(threading.Lock())
+        self.given = threading.Lock()
+        self.given.acquire()  # (released by give)
         self.thread = threading.Thread(target=self._loop, name="runner", daemon=True)
 
     def give(self, fn: Callable[[], None], name: str) -> None:
         self.thread.name = name
-        with self.ready:
-            self.job = fn
-            self.ready.notify()
+        self.job = fn
+        self.given.release()
 
     def _loop(self) -> None:
         while True:
-            with self.ready:
-                while self.job is None:
-                    self.ready.wait()
-                fn, self.job = self.job, None
+            self.given.acquire()
+            fn, self.job = self.job, None
+            assert fn is not None  # (give sets the job before it releases the lock)
             with contextlib.suppress(Exception):  # the runner's wrapper catches all: belt, braces
                 fn()
             self.thread.name = "runner"

@@ -123,15 +123,22 @@ class HostState:
 
     def free_devices(self) -> list[str]:
         """Devices with no run, no abandoned runner, not quarantined, idle by their check."""
-        with self.lock:
+        with self.lock:  # (names bound once: the main loop asks before each claim)
+            running, abandoned, quarantined, retiring = (
+                self.by_device,
+                self.abandoned,
+                self.quarantined,
+                self.retiring,
+            )
+            states, idle = self.states, DeviceState.idle
             return [
                 d
                 for d in self.devices
-                if d not in self.by_device
-                and d not in self.abandoned
-                and d not in self.quarantined
-                and d not in self.retiring
-                and self.states[d] is DeviceState.idle
+                if d not in running
+                and d not in abandoned
+                and d not in quarantined
+                and d not in retiring
+                and states[d] is idle
             ]
 
     def active_runs(self) -> list[Run]:

@@ -14,63 +14,114 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+_LOCK = threading.Lock()
+"""Guards every `LoopEvent`'s waiters and call-backs, and the making of its condition: their
+sections are a few list operations, and an event made per run then makes no lock of its
+own."""
+
 
 class LoopEvent(threading.Event):
     """A ``threading.Event`` whose `wait_async` a coroutine awaits: `set` (from any thread)
     wakes the waiting coroutines on their loops at once. A run's stop signal is one, so the
     watchdog thread that tells a runner to stop reaches thread and async runners alike; and
-    `on_set` calls a function when it is set (a run's cancel request wakes the watchdog)."""
+    `on_set` calls a function when it is set (a run's cancel request wakes the watchdog).
 
-    def __init__(self) -> None:
-        super().__init__()
+    The condition a thread waits on is made by the first `wait` that has to block: a run
+    makes a few of these events, and most of them are never waited on (a stop signal that
+    never comes), or only set."""
+
+    def __init__(self) -> None:  # (no Event.__init__: its condition is made when needed)
+        self._flag = False
+        self._cv: threading.Condition | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._wlock = threading.Lock()
-        self._on_set: list[Callable[[], None]] = []
+        self._on_set: list[Callable[[], None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def _condition(self) -> threading.Condition:
+        cv = self._cv
+        if cv is None:
+            with _LOCK:
+                if self._cv is None:
+                    self._cv = threading.Condition(threading.Lock())
+                cv = self._cv
+        return cv
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        cv = self._condition()
+        with cv:
+            return self._flag or cv.wait(timeout)
+
+    def clear(self) -> None:
+        with _LOCK:
+            cv = self._cv
+            if cv is None:
+                self._flag = False
+        if cv is not None:
+            with cv:
+                self._flag = False
 
     def set(self) -> None:
-        super().set()
-        with self._wlock:
+        with _LOCK:
+            cv = self._cv
+            if cv is None:  # (nobody waits in a thread: a waiter makes the condition first)
+                self._flag = True
+        if cv is not None:
+            with cv:
+                self._flag = True
+                cv.notify_all()
+        with _LOCK:  # (after the flag: a waiter or call-back added later sees it set)
             waiters, self._waiters = self._waiters, []
-            calls, self._on_set = self._on_set, []
+            calls, self._on_set = self._on_set, None
         for loop, fut in waiters:
             with contextlib.suppress(RuntimeError):  # (a loop already closed: nobody waits)
                 loop.call_soon_threadsafe(_resolve, fut)
-        for fn in calls:  # (in the setter's thread: they must be short and not block)
+        for fn in calls or ():  # (in the setter's thread: they must be short and not block)
             fn()
+
+    def _at_fork_reinit(self) -> None:
+        self._cv = None
 
     def on_set(self, fn: Callable[[], None]) -> Callable[[], None]:
         """Call ``fn`` once when this is set, in the setting thread (at once, here, if it is
         set already). Returns what takes it back (a call of it after ``fn`` ran does nothing)."""
-        with self._wlock:
-            if not self.is_set():
+        with _LOCK:
+            if not self._flag:
+                if self._on_set is None:
+                    self._on_set = []
                 self._on_set.append(fn)
                 return lambda: self._forget(fn)
         fn()
         return lambda: None
 
     def _forget(self, fn: Callable[[], None]) -> None:
-        with self._wlock, contextlib.suppress(ValueError):
-            self._on_set.remove(fn)
+        with _LOCK:
+            if self._on_set is not None:
+                with contextlib.suppress(ValueError):
+                    self._on_set.remove(fn)
 
     async def wait_async(self, timeout: float | None = None) -> bool:
         """Wait until set, at most ``timeout`` seconds (None: no limit); True when set."""
-        if self.is_set():
+        if self._flag:
             return True
         if timeout is not None and timeout <= 0:
             return False
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         entry = (loop, fut)
-        with self._wlock:
+        with _LOCK:
             self._waiters.append(entry)
         try:
-            if not self.is_set():  # (set between the first look and the registration)
+            if not self._flag:  # (set between the first look and the registration)
                 await asyncio.wait((fut,), timeout=timeout)
         finally:
-            with self._wlock, contextlib.suppress(ValueError):
+            with _LOCK, contextlib.suppress(ValueError):
                 self._waiters.remove(entry)
             fut.cancel()
-        return self.is_set()
+        return self._flag
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -120,7 +120,8 @@ class Task:
 
     # the attempt's artifacts folder (see `artifacts_dir`), made on first use: most runs
     # write nothing, and a folder made and removed per task was a third of a silent run's cost
-    artifacts_path: Path | None = None
+    # (given as text by the host: the `Path` too is made on first use)
+    artifacts_path: Path | str | None = None
     _artifacts_made: bool = field(default=False, repr=False)
 
     @property
@@ -128,8 +129,10 @@ class Task:
         """A fresh empty folder for this attempt (made when first asked for): what the runner
         writes there is kept in the host's artifact store when the attempt ends
         (``$DEVICEQ_ARTIFACTS_DIR``); None: not kept."""
-        p = self.artifacts_path
-        if p is not None and not self._artifacts_made:
+        if self.artifacts_path is None:
+            return None
+        p = self.artifacts_path = Path(self.artifacts_path)
+        if not self._artifacts_made:
             try:
                 try:
                     p.mkdir(parents=True)
@@ -140,7 +143,7 @@ class Task:
                 self.artifacts_path = None
                 return None
             self._artifacts_made = True
-        return self.artifacts_path
+        return p
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
