@@ -26,6 +26,7 @@ from deviceq import (
     TaskScheduler,
 )
 from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
+from deviceq.core.script_args import STANDBY
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
 from deviceq.host.progress import ProgressUpdate
@@ -41,6 +42,8 @@ FILLER = {
     "on",
     "a",
     "hand-back",
+    "or",
+    "standby",
     "the",
     "in",
     "dead",
@@ -213,6 +216,13 @@ def exercise(url: str, pool: str) -> None:
     assert [x.status for x in h3.renew([(low, lease)])] == ["preempt:30000"]
     assert h3.report(low, lease, "preempted") == "ok:queued"
     assert store.commit([(high, "d4")], epoch)[0].startswith("ok:")
+    # a standby hint (standby.lua) that the report freeing its device assigns (report.lua)
+    (running,) = h3.claim(1)
+    nxt = client.submit("next on d4", driver_type="web")
+    hint = STANDBY.pack([{"task_id": nxt, "device_id": "d4"}])
+    assert store._run("standby", [str(epoch), "1", hint]) == 1
+    assert h3.report(high, running.lease_id, "done") == "ok:done"
+    assert client.get(nxt).status == "assigned"
     store.step_down("sched-2")
     # attributes (an operator's, a host's) and a gate that holds a device, then goes
     from deviceq.ops.gates import add_gate, remove_gate
