@@ -7,14 +7,17 @@ pass neither reads ``standby:want`` nor writes a hint."""
 
 from __future__ import annotations
 
+import secrets
+import shlex
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from deviceq import DeviceReport, Report
+from deviceq import Client, DeviceReport, PoolAdmin, Report, SchedulerClient
 from deviceq.cli import main
 from deviceq.host.redis_link import HostClient
 from deviceq.scheduler import TaskScheduler
@@ -97,8 +100,9 @@ def test_busy_devices_are_hinted_different_tasks(real_fleet: Any, leader: TaskSc
     h = _host(fleet, "d1", "d2")
     t = _submit(fleet, 5)
     res = leader.assign()
-    assert sorted(a[0] for a in res.assignments) == t[:2]
-    assert sorted(task for task, _ in res.hints) == t[2:4]  # one task a device, oldest first
+    assert {a[0] for a in res.assignments} == set(t[:2])
+    assert len(res.hints) == 2 and {d for _, d in res.hints} == {"d1", "d2"}
+    assert {task for task, _ in res.hints} == set(t[2:4])  # one task a device, oldest first
     first = h.claim(2)
     _, claimed = _done(h, first[0])
     assert [c.task.id for c in claimed] == [_hint_of(res, first[0].device_id)]
@@ -180,7 +184,7 @@ def test_a_stale_hint_is_refused_when_used(real_fleet: Any, leader: TaskSchedule
     h = _host(fleet, "d1", "d2")
     t1, t2, t3 = _submit(fleet, 3)
     res = leader.assign()
-    assert sorted(x[0] for x in res.assignments) == [t1, t2] and res.hints
+    assert {x[0] for x in res.assignments} == {t1, t2} and res.hints
     (task, device) = res.hints[0]
     other = "d2" if device == "d1" else "d1"
     running = {x.device_id: x for x in h.claim(2)}
@@ -273,3 +277,47 @@ def test_the_memory_of_hints_is_bounded_and_skips_what_it_cannot_hint() -> None:
     hints.observe(many)
     hints.wrote([], many, {})
     assert len(hints.unhinted) == UNHINTED_MAX and "e0" not in hints.unhinted
+
+
+def _acl_user(r: Any, pool: str, role: str, tmp: Path, port: int, host: str = "") -> str:
+    """A Redis URL of the ACL user ``deviceq acl`` prints for ``role`` (made on the server)."""
+    password = secrets.token_hex(16)
+    pw = tmp / f"{role}.pw"
+    pw.write_text(password + "\n")
+    args = ["acl", "--pool", pool, "--role", role, "--password-file", str(pw)]
+    res = CliRunner().invoke(main, [*args, *(["--host-id", host] if host else [])])
+    assert res.exit_code == 0, res.output
+    (line,) = res.stdout.splitlines()
+    r.execute_command(*shlex.split(line))
+    return f"redis://{line.split()[2]}:{password}@127.0.0.1:{port}/0"
+
+
+def test_standby_runs_under_the_scheduler_and_host_acl_users(
+    real_r: Any, redis_server: Any, pool: str, tmp_path: Path
+) -> None:
+    port = redis_server.port
+    urls = {
+        role: _acl_user(real_r, pool, role, tmp_path, port, "h1" if role == "host" else "")
+        for role in ("operator", "producer", "scheduler", "host")
+    }
+    users = [u.split("//")[1].split(":")[0] for u in urls.values()]
+    try:
+        real_r.execute_command("ACL", "LOG", "RESET")
+        op, prod = PoolAdmin(urls["operator"], pool), Client(urls["producer"], pool)
+        sched = TaskScheduler(SchedulerClient(urls["scheduler"], pool), standby=True, owner="s")
+        assert sched.try_lead()
+        h = HostClient(urls["host"], pool, "h1", op.add_host("h1"))
+        h.start_session("s1")
+        h.heartbeat([DeviceReport("d1", "x")])
+        t1, t2, t3 = (prod.submit(f"g{i}", driver_type="x") for i in range(3))
+        assert sched.assign().hints == [(t2, "d1")]
+        (a,) = h.claim(1)
+        _, claimed = _done(h, a)
+        assert [c.task.id for c in claimed] == [t2]
+        res = sched.assign()  # pops standby:want, writes the next hint
+        assert (res.hint_wanted, res.hints) == (1, [(t3, "d1")])
+        denied = [e for e in real_r.acl_log(count=100) if dict(e).get("username") in users]
+        assert denied == []
+    finally:
+        for user in users:
+            real_r.execute_command("ACL", "DELUSER", user)
