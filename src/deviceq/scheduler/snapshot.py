@@ -335,9 +335,7 @@ class SnapshotReader:
         """The base without ``device_ids`` (placed or kept for multi-device tasks)."""
         if not device_ids:
             return base
-        devices = [d for d in base.devices if d.device_id not in device_ids]
-        pre = Snapshot.build(base.shells, devices, self.batch, base.now)
-        return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures, pre.classes)
+        return self.only(base, [d for d in base.devices if d.device_id not in device_ids])
 
     def only(self, base: Base, devices: list[IdleDevice]) -> Base:
         """The base with ``devices`` as its devices (e.g. busy devices to choose standby hints
