@@ -13,7 +13,8 @@ run is reported at once. `Reporter.send` waits for the answer (the rare paths: h
 abandoned runners).
 
 A report also claims (``report.lua`` with ``claim_max``: `HostLink.report_and_claim`) the
-assignments already waiting in the host's inbox, up to its free devices, when the reporter
+assignments already waiting in the host's inbox, up to its free devices and those its reports
+free (a device's standby hint: report.lua assigns it there), when the reporter
 has somewhere to start them (``on_claimed``, the executor's start): a host whose runs end
 while others were assigned takes them in the same round trip, and starts them at once.
 
@@ -28,7 +29,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..core.backoff import Outage
@@ -39,6 +40,7 @@ from .state import HostState
 
 MAX_BATCH = 200
 IDLE_EXIT = 5.0  # seconds without a report before the reporter thread ends
+FREEING = frozenset({"done", "failed", "cancelled"})  # outcomes whose report frees the device
 
 
 @dataclass(eq=False)
@@ -195,12 +197,15 @@ class Reporter:
         n = len(self._queue)
         return n < MAX_BATCH and len(self.state.runs) > n
 
-    def claim_max(self) -> int:
-        """How many assignments a report may claim now: the host's free devices (none while
-        it stops, or without ``on_claimed``)."""
+    def claim_max(self, reports: Sequence[Report] = ()) -> int:
+        """How many assignments a report may claim now: the host's free devices and those of
+        the ``reports``' runs that end (done, failed, cancelled: their runners have ended, and
+        the call frees them before it claims, so it may bring their next task, a standby
+        hint's: report.lua); none while it stops, or without ``on_claimed``."""
         if self.on_claimed is None or self.state.stopping.is_set():
             return 0
-        return len(self.state.free_devices())
+        ending = sum(1 for r in reports if r.outcome in FREEING)
+        return len(self.state.free_devices()) + ending
 
     def _deliver(self, batch: list[Pending]) -> None:
         reports = [p.report for p in batch]
@@ -252,7 +257,7 @@ class Reporter:
             self.calls += 1
             sent = time.monotonic()
             try:
-                answers, claimed = self.host.report_and_claim(reports, self.claim_max())
+                answers, claimed = self.host.report_and_claim(reports, self.claim_max(reports))
                 self._took.append((claimed, sent))
                 self.sent += len(reports)
                 return answers
