@@ -6,7 +6,8 @@ measured: jobs/s, Redis commands and Redis CPU per job, worker CPU per job. Then
 submit -> dispatched latency at a fixed offered rate, and redis-benchmark's EVALSHA ceiling.
 
 Usage: ``python -m bench [--quick] [--json] [--only deviceq,huey,...] [--jobs N] [--runs N]
-[--rate R] [--duration S] [--runner thread|async] [--out PATH]`` from the repository root. Writes
+[--rate R] [--duration S] [--runner thread|async] [--standby] [--out PATH]`` from the repository
+root (``--standby``: deviceq's scheduler with standby hints, ``scheduler run --standby``). Writes
 ``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or ``--only`` unless ``--out``
 is given); ``--json`` prints one JSON object on stdout (``--runs N``: each figure the median of
 the N runs), among its fields ``total_cpu_us_per_job`` (deviceq's daemons, the scheduler and
@@ -54,6 +55,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default="thread",
         help="deviceq's goal runner: a thread runner or an async runner [thread]",
     )
+    p.add_argument(
+        "--standby",
+        action="store_true",
+        help="deviceq's scheduler with standby hints (scheduler run --standby): each busy "
+        "device's next task chosen ahead, started by the report that frees it",
+    )
     p.add_argument("--out", type=Path, help=f"markdown report [{DEFAULT_OUT.name} on full runs]")
     a = p.parse_args(argv)
     a.jobs = a.jobs or (2000 if a.quick else 10_000)
@@ -71,12 +78,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-def prepare(res: Results, systems: list[str], runner: str = "thread") -> list[str]:
+def prepare(
+    res: Results, systems: list[str], runner: str = "thread", standby: bool = False
+) -> list[str]:
     """Versions and settings of every system; peers that cannot run here are skipped."""
     ready = []
     for name in systems:
         if name == "deviceq":
-            res.settings[name] = deviceq_settings(runner)
+            res.settings[name] = deviceq_settings(runner, standby)
         elif name == "ceiling":
             pass
         else:
@@ -98,7 +107,15 @@ def prepare(res: Results, systems: list[str], runner: str = "thread") -> list[st
 
 def run_one(reg: Registry, res: Results, name: str, args: argparse.Namespace) -> None:
     if name == "deviceq":
-        r = run_deviceq(reg, args.jobs, args.rate, args.duration, args.timeout, runner=args.runner)
+        r = run_deviceq(
+            reg,
+            args.jobs,
+            args.rate,
+            args.duration,
+            args.timeout,
+            runner=args.runner,
+            standby=args.standby,
+        )
         res.deviceq.append(r)
         d, lat = r.drain, r.latency
         log(
@@ -131,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     reg = Registry()
     try:
-        systems = prepare(res, args.systems, args.runner)
+        systems = prepare(res, args.systems, args.runner, args.standby)
         for run in range(args.runs):
             for name in systems:
                 log(f"run {run + 1}/{args.runs}: {name}")

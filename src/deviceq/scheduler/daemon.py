@@ -40,6 +40,7 @@ MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
 SUMMARY_EVERY = 10.0  # seconds between INFO summaries of the passes (each pass is DEBUG)
 SUMMED = ("assigned", "proposed", "rejected", "requeued", "retried", "expired_failed",
           "expired_cancelled", "unschedulable")  # fmt: skip
+SUMMED_IF_ANY = ("hinted",)  # summed too, and in the summary only when not 0 (standby hints)
 
 
 class Passes(Protocol):
@@ -81,7 +82,7 @@ class Daemon:
         self.last_lead = float("-inf")
         self.ttl_ms = 0
         self.due = True
-        self.busy = {k: 0 for k in ("passes", *SUMMED)}  # since the last summary line
+        self.busy = {k: 0 for k in ("passes", *SUMMED, *SUMMED_IF_ANY)}  # since the last summary
         self.busy_ms = 0.0
         self.last_summary = time.monotonic()
 
@@ -202,6 +203,8 @@ class Daemon:
             self.busy["passes"] += 1
             for k in SUMMED:
                 self.busy[k] += fields[k]
+            for k in SUMMED_IF_ANY:
+                self.busy[k] += fields.get(k, 0)
             self.busy_ms += fields["ms"]
         if time.monotonic() - self.last_summary >= SUMMARY_EVERY:
             self._summary()
@@ -213,7 +216,8 @@ class Daemon:
         if not self.busy["passes"]:
             return
         ms = round(self.busy_ms / self.busy["passes"], 2)
-        self._log(logging.INFO, "passes", epoch=self.lead.epoch, mean_ms=ms, **self.busy)
+        summed = {k: v for k, v in self.busy.items() if v or k not in SUMMED_IF_ANY}
+        self._log(logging.INFO, "passes", epoch=self.lead.epoch, mean_ms=ms, **summed)
         self.busy = dict.fromkeys(self.busy, 0)
         self.busy_ms = 0.0
 

@@ -30,6 +30,9 @@ class AssignResult:
     preempted: int = 0  # running tasks told to stop for urgent ones (`preemption`)
     preemptions: list[tuple[str, str, str]] = field(default_factory=list)  # urgent, victim, dev
     handed_over: int = 0  # devices given to the tasks that preempted their runs
+    hinted: int = 0  # standby hints written: busy devices' next tasks (`standby`)
+    hint_wanted: int = 0  # devices whose hint a report used, taken from ``standby:want``
+    hints: list[tuple[str, str]] = field(default_factory=list)  # (task, device) hints written
 
     @property
     def rejected_total(self) -> int:
@@ -43,6 +46,7 @@ class AssignResult:
             or self.gangs_assigned
             or self.preempted
             or self.handed_over
+            or self.hinted
             or self.rejected
             or any(self.expired.values())
             or self.more
@@ -52,6 +56,7 @@ class AssignResult:
         d = asdict(self)
         d.pop("assignments")
         d.pop("preemptions")
+        d.pop("hints")
         return d
 
     def log_fields(self) -> dict[str, Any]:
@@ -73,6 +78,9 @@ class AssignResult:
         if self.gangs_assigned or self.gangs_waiting:
             fields["gangs_assigned"] = self.gangs_assigned
             fields["gangs_waiting"] = self.gangs_waiting
+        if self.hinted or self.hint_wanted:
+            fields["hinted"] = self.hinted
+            fields["hint_wanted"] = self.hint_wanted
         if self.rejected:
             fields["reasons"] = ",".join(f"{k}:{v}" for k, v in sorted(self.rejected.items()))
         if self.fenced:

@@ -15,6 +15,8 @@ round trips and never a queue scan:
   heads' anti-affinity (``avoid``: devices and hosts they lost an attempt on);
 - the first waiting preemption hand-overs (``preempt_handover``: a pass gives devices to the
   tasks that preempted them, `preemption.Preemptor.hand_over`, only while one waits);
+- with standby hints on (`standby`), the devices whose hint a report used (``standby:want``,
+  at most ``WANT_POP`` popped a read, kept until a pass hints them: `take_standby_wants`);
 - what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
   profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
   priorities among those read, the submission time of head tasks not seen before (cached
@@ -40,7 +42,7 @@ signatures + device classes), never O(queue length) nor O(idle devices)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -69,9 +71,10 @@ from .idle_classes import (
     read_new,
 )
 from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
-from .placement.rows import Bucket, Pair, QueuedTask, Snapshot, aged
+from .placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
 from .preemption import HANDOVER_SCAN
+from .standby import WANT_POP, WANTS_KEPT
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -112,8 +115,12 @@ class SnapshotReader:
         device_refresh: float,
         scripts: Scripts | None = None,
         also_needs: frozenset[str] = frozenset(),
+        standby: bool = False,
     ) -> None:
         self.redis = r
+        self.standby = standby  # pop ``standby:want`` with each base (standby hints)
+        # devices whose standby hint a report used, popped and not yet hinted again
+        self.standby_wants: dict[str, None] = {}
         self.scripts = scripts or Scripts(r)
         self.keys = keys
         self.strategy = strategy
@@ -192,6 +199,29 @@ class SnapshotReader:
         for key, n in spec_classes.items():
             # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
             pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
+        if self.standby:  # last: `_keep_wants` takes its reply off whatever becomes of the rest
+            pipe.execute_command("SPOP", k.standby_want, WANT_POP)
+
+    def _keep_wants(self, replies: list[Any]) -> list[Any]:
+        """The base's replies without the ``standby:want`` pop's (with standby hints on),
+        whose devices join `standby_wants` (read or not, the base's reads never lose them)."""
+        if not self.standby:
+            return replies
+        got = replies[-1]
+        if not isinstance(got, Exception):
+            for dev in got or ():
+                self.standby_wants.pop(str(dev), None)
+                self.standby_wants[str(dev)] = None
+            while len(self.standby_wants) > WANTS_KEPT:
+                del self.standby_wants[next(iter(self.standby_wants))]
+        return replies[:-1]
+
+    def take_standby_wants(self) -> list[str]:
+        """The devices popped from ``standby:want`` (their hint was used) since the last call,
+        oldest first."""
+        out = list(self.standby_wants)
+        self.standby_wants.clear()
+        return out
 
     def wait_and_read(self, key: str, timeout: float) -> bool:
         """Block on list ``key`` (``BLPOP``) for at most ``timeout`` seconds and, while the
@@ -208,10 +238,9 @@ class SnapshotReader:
         pipe = Batch(lane)
         self._queue_base(pipe, *specs)
         replies = lane.pipeline([("BLPOP", key, timeout), *pipe.commands], raise_on_error=False)
-        woken = replies[0]
+        woken, base = replies[0], self._keep_wants(replies[1:])
         if isinstance(woken, Exception):
             raise woken
-        base = replies[1:]
         # (an error reply among the reads: the pass reads again, and meets it there)
         ok = not any(isinstance(r, Exception) for r in base)
         self._prefetched = (specs, base) if ok else None
@@ -244,7 +273,7 @@ class SnapshotReader:
         else:
             pipe = batch(self.redis)
             self._queue_base(pipe, *specs)
-            res = pipe.execute()
+            res = self._keep_wants(pipe.execute())
         extra = self._extra
         (sec, usec), cfg, devgen, queued, queues_raw, avoiding = res[:6]
         host_timeout_raw, aging_raw = cfg[0], cfg[1]
@@ -306,9 +335,37 @@ class SnapshotReader:
         """The base without ``device_ids`` (placed or kept for multi-device tasks)."""
         if not device_ids:
             return base
-        devices = [d for d in base.devices if d.device_id not in device_ids]
+        return self.only(base, [d for d in base.devices if d.device_id not in device_ids])
+
+    def only(self, base: Base, devices: list[IdleDevice]) -> Base:
+        """The base with ``devices`` as its devices (e.g. busy devices to choose standby hints
+        for), matched against the same buckets."""
         pre = Snapshot.build(base.shells, devices, self.batch, base.now)
         return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures, pre.classes)
+
+    def hint_heads(
+        self, base: Base, extra: Mapping[str, int]
+    ) -> tuple[dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
+        """The initial head counts and the heads of a plan over ``base`` made after the
+        pass's own (standby hints: `TaskScheduler.hint`): each servable bucket's count plus
+        ``extra`` (heads the plan leaves out), from the head cache where it holds them (the
+        buckets the pass committed from are not in it any more), the rest in one round trip.
+        The per-pass view inputs are read again for this base."""
+        self._per_pass = {}
+        want = self.initial_want(base)
+        for sig in want:
+            want[sig] += extra.get(sig, 0)
+        have: dict[str, tuple[QueuedTask, ...]] = {}
+        mono = time.monotonic()
+        for sig, n in want.items():
+            c = self.head_cache.get(sig, mono)
+            if c is not None:
+                self._from_cache.add(sig)
+                if c.complete:
+                    want[sig] = min(n, len(c.heads))
+                have[sig] = c.heads[:n]
+        heads, _ = self.read_heads(want, have)
+        return want, with_wait(self, heads, base.now)
 
     def host_filter(self, base: Base, hosts: list[str], rows: list[Any]) -> Base:
         """Drop the devices of hosts that cannot take work (``rows``: HMGET of

@@ -12,6 +12,10 @@
 4. **Commit** the pairs in one call of ``lua/assign.lua`` (`client.SchedulerClient.commit`),
    which re-validates each pair and checks the leader's fencing epoch. A stale snapshot only
    costs rejected pairs (counted by reason), never a double booking.
+5. **Hint** (only with ``standby=True``): choose the next task of the devices just made busy
+   (and of those whose hint a report used) with a second plan of the same strategy, and write
+   it on them with ``lua/standby.lua``: the report that frees such a device starts that task
+   at once (`standby`). Idle devices are always served first, by steps 3 and 4.
 
 ``run`` is the highly available daemon loop (`daemon`); leadership is `leadership`."""
 
@@ -41,6 +45,7 @@ from .placement.pipeline import place
 from .plan import plan
 from .preemption import Preemptor
 from .snapshot import SnapshotReader
+from .standby import StandbyHints
 from .strategies import (
     DEFAULT_STRATEGY,
     AssignmentStrategy,
@@ -67,6 +72,7 @@ class TaskScheduler:
     >>> sched = TaskScheduler("redis://localhost:6379/0", "lab", strategy="fifo_match")
     >>> result = sched.assign()          # one pass
     >>> sched.run()                      # the daemon: leader election, wake-ups, expiry
+    >>> TaskScheduler(url, "lab", standby=True)  # also hints each busy device's next task
 
     ``redis_or_url`` may also be any client of the pool (a ``PoolAdmin``, a
     ``SchedulerClient``): its connection is shared. An unknown strategy name raises
@@ -85,6 +91,7 @@ class TaskScheduler:
         expire_rounds: int = 10,
         expire_budget_ms: float | None = EXPIRE_BUDGET_MS,
         device_refresh: float = 30.0,
+        standby: bool = False,
     ) -> None:
         if isinstance(redis_or_url, PoolConnection):
             self.store = SchedulerClient(redis_or_url.redis, redis_or_url.pool)
@@ -118,7 +125,10 @@ class TaskScheduler:
             device_refresh=device_refresh,
             scripts=self.store.scripts,
             also_needs=self.gangs.profile.needs,
+            standby=standby,
         )
+        # standby hints: each busy device's next task, chosen ahead (`standby`); off: None
+        self.hints: StandbyHints | None = StandbyHints() if standby else None
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
         self.leadership = Leadership(self.store, owner, on_elected=self._elected)
         self.preemptor = Preemptor(self.store)
@@ -128,6 +138,8 @@ class TaskScheduler:
     def _elected(self) -> None:
         self.reader.forget_all()
         self.gangs.forget_all()
+        if self.hints is not None:
+            self.hints.forget_all()
         try:  # (what `status` and a command setting a priority name as in force)
             record_strategy(
                 self.redis, self.keys, self.strategy_name, orders_by_priority(self.strategy)
@@ -163,11 +175,12 @@ class TaskScheduler:
 
     # -- one pass --------------------------------------------------------------------------------
     def assign(self, fence: int | str | None = None, *, expire: bool = True) -> AssignResult:
-        """One pass: expire, snapshot, plan, commit. Returns counts; never raises for "no match"
-        (tasks simply stay queued). ``expire=False`` skips the expiry step (the daemon runs it
-        on its tick, not on every wake-up). ``fence`` defaults to this scheduler's leader
-        epoch when it leads, else none (an unfenced commit, like a manual dispatch: still
-        fully validated). Raises Fenced if the fence is stale (another scheduler leads now)."""
+        """One pass: expire, snapshot, plan, commit (and with standby on, hint). Returns
+        counts; never raises for "no match" (tasks simply stay queued). ``expire=False``
+        skips the expiry step (the daemon runs it on its tick, not on every wake-up).
+        ``fence`` defaults to this scheduler's leader epoch when it leads, else none (an
+        unfenced commit, like a manual dispatch: still fully validated). Raises Fenced if
+        the fence is stale (another scheduler leads now)."""
         started = time.perf_counter()
         res = AssignResult()
         res.expired = self.expire() if expire else dict.fromkeys(EXPIRE_KINDS, 0)
@@ -178,6 +191,7 @@ class TaskScheduler:
             res.duration_ms = (time.perf_counter() - started) * 1000
             return res
         res.retry_in_ms = self.reader.retry_in_ms
+        read_idle = base.devices  # (before hand-overs and multi-device tasks take some)
         if base.shells and self.reader.handovers:  # (a task waiting for a hand-over is queued)
             # devices whose preempted runs have ended go to the tasks that preempted them first
             handed = self.preemptor.hand_over(f, self.reader.handovers)
@@ -188,6 +202,7 @@ class TaskScheduler:
             # multi-device tasks first: what they take or keep is not offered to other tasks
             base = self.reader.without(base, self.assign_gangs(base.devices, base.now, f, res))
         buckets, pairs, dropped = self.plan_deep(base, want, heads)
+        committed: dict[str, str] = {}  # device -> task committed by this plan
         res.signatures = base.signatures
         res.buckets = len(buckets)
         res.heads = sum(len(b.heads) for b in buckets)
@@ -205,6 +220,7 @@ class TaskScheduler:
             for (task_id, device_id), r in zip(pairs, map(parse, outcome), strict=True):
                 if r.ok:
                     res.assignments.append((task_id, device_id, r.value))
+                    committed[device_id] = task_id
                 else:
                     reasons[r.value] += 1
                     if r.device_refusal:
@@ -220,10 +236,51 @@ class TaskScheduler:
         idle = [d for d in base.devices if d.device_id not in taken]
         res.preemptions = self.preemptor.decide(base.shells, idle, placed, f) if base.shells else []
         res.preempted = len(res.preemptions)
+        if self.hints is not None:
+            task_sig = {t.task_id: b.sig for b in buckets for t in b.heads}
+            placed_sig = {t: task_sig.get(t) for t in placed}
+            self.hint(base, read_idle, committed, placed_sig, f, res)
         res.more = res.more or bool(res.expired.get("more"))
         res.duration_ms = (time.perf_counter() - started) * 1000
         self.passes += 1
         return res
+
+    def hint(
+        self,
+        base: Base,
+        read_idle: list[IdleDevice],
+        committed: dict[str, str],
+        placed: dict[str, str | None],
+        fence: int | str,
+        res: AssignResult,
+    ) -> None:
+        """Standby hints (`standby`): choose the next task of the busy devices to hint (the
+        ``committed`` ones: device -> task, of ``base``; those whose hint a report used; those
+        left without one earlier; those hinted a task this pass placed) with a plan of the
+        strategy over a base of them alone, the tasks ``placed`` by this pass (task -> bucket)
+        and those hinted to other devices left out, and write the pairs
+        (``lua/standby.lua``). The other devices of ``read_idle`` (the pass's idle devices:
+        left idle, handed over to a preempting task, taken or kept for a multi-device task)
+        and the devices of the runs this pass preempts are not hinted. Nothing is read or
+        written when no device is to be hinted."""
+        assert self.hints is not None
+        wanted = self.reader.take_standby_wants()
+        res.hint_wanted = len(wanted)
+        self.hints.observe(read_idle)
+        rows = [d for d in base.devices if d.device_id in committed]
+        skip = {d.device_id for d in read_idle} - committed.keys()
+        skip.update(dev for _, _, dev in res.preemptions)
+        candidates = self.hints.candidates(rows, wanted, skip, placed)
+        if not candidates:
+            return
+        exclude, extra = self.hints.excluded(placed)
+        only = self.reader.only(base, candidates)
+        want, heads = self.reader.hint_heads(only, extra)
+        buckets, pairs, _ = self.plan_deep(only, want, heads, exclude)
+        if pairs:
+            res.hinted = self.store.standby(pairs, fence)
+            res.hints = list(pairs)
+        self.hints.wrote(pairs, candidates, {t.task_id: b.sig for b in buckets for t in b.heads})
 
     def assign_gangs(
         self, devices: list[IdleDevice], now: int, fence: int | str, res: AssignResult
@@ -278,16 +335,29 @@ class TaskScheduler:
         return plan(self.strategy, snap, avoiding=bool(self.reader.avoiding))
 
     def plan_deep(
-        self, base: Base, want: dict[str, int], heads: dict[str, tuple[QueuedTask, ...]]
+        self,
+        base: Base,
+        want: dict[str, int],
+        heads: dict[str, tuple[QueuedTask, ...]],
+        exclude: frozenset[str] | set[str] = frozenset(),
     ) -> tuple[Sequence[Bucket], list[Pair], int]:
         """`plan_pass`, reading deeper (at most ``MAX_ROUNDS`` rounds) where the plan used a
-        bucket's heads up (`SnapshotReader.grow`)."""
+        bucket's heads up (`SnapshotReader.grow`). The tasks of ``exclude`` are left out of
+        the heads (a bucket's heads read then count without them)."""
         for _ in range(MAX_ROUNDS):
-            buckets, pairs, dropped = self.plan_pass(base, want, heads)
-            grow = self.reader.grow(base, buckets, pairs, want)
+            seen, used = heads, want
+            if exclude:
+                seen = {
+                    s: tuple(t for t in h if t.task_id not in exclude) for s, h in heads.items()
+                }
+                used = {
+                    s: n - len(heads.get(s, ())) + len(seen.get(s, ())) for s, n in want.items()
+                }
+            buckets, pairs, dropped = self.plan_pass(base, used, seen)
+            grow = self.reader.grow(base, buckets, pairs, used)
             if not grow:
                 break
-            want.update(grow)
+            want.update({s: n + want[s] - used[s] for s, n in grow.items()})
             heads, _ = self.reader.read_heads(want, heads)
             heads = with_wait(self.reader, heads, base.now)
         return buckets, pairs, dropped
