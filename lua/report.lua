@@ -48,7 +48,8 @@
 -- field `standby`, standby.lua): while the hint's fence still leads and the pool is not
 -- paused, the hinted task is assigned to it as assign.lua would (lib/assignment.lua: every
 -- check, or the hint is dropped), filed in the host's inbox (so the claim below returns it)
--- and the device joins standby:want (the scheduler chooses its next hint).
+-- and the device joins standby:want (the scheduler chooses its next hint); its `assigned`
+-- event says `via standby`.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session n(1..10000) reports: packed (deviceq.core.script_args
 --          REPORT, gen/args/report): one cmsgpack array of n * REPORT_N values, report after
@@ -156,7 +157,7 @@ local function take_standby(did)
   local v = assignment_check(id, did, hosts_ok)
   if not v or v.d[1] ~= host_id then return end
   standby_ok = standby_ok or cfg_ms('claim_ttl')
-  assignment_commit(id, did, v, now_ms(), standby_ok)
+  assignment_commit(id, did, v, now_ms(), standby_ok, 'standby')
   standby_sigs[v.t[4]] = true
   standby_ids[#standby_ids + 1] = id
   standby_devices[#standby_devices + 1] = did

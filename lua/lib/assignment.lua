@@ -58,8 +58,9 @@ end
 -- commit a checked pair (`v` from assignment_check): task queued -> assigned, attempt+1, a
 -- lease of `claim_ms`, the device reserved, an `assigned` event. The caller files the task
 -- in its host's inbox, fixes the head of its bucket (v.t[4]) and flushes the limits' counts.
--- Returns the lease id.
-local function assignment_commit(id, did, v, now, claim_ms)
+-- `via`: what made it, when not the scheduler's commit (the event's field `via`). Returns the
+-- lease id.
+local function assignment_commit(id, did, v, now, claim_ms, via)
   local host_id = v.d[1]
   local attempt = tonumber(v.t[5]) + 1
   local attempt_s, now_s, expires_s = I(attempt), I(now), I(now + claim_ms)
@@ -87,7 +88,12 @@ local function assignment_commit(id, did, v, now, claim_ms)
   idle_remove(did, v.d[5], v.d[6])
   redis.call('RPUSH', k('task', id, 'attempts'), cjson.encode({attempt = attempt, lease_id = lease,
     host_id = host_id, device_id = did, assigned_at = now, outcome = 'active'}))
-  emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt',
-    attempt_s, 'sig', v.t[4], 'queued_ms', I(now - tonumber(v.t[7])))
+  if via then
+    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt',
+      attempt_s, 'sig', v.t[4], 'queued_ms', I(now - tonumber(v.t[7])), 'via', via)
+  else
+    emit('assigned', 'task', id, 'lease', lease, 'host', host_id, 'device', did, 'attempt',
+      attempt_s, 'sig', v.t[4], 'queued_ms', I(now - tonumber(v.t[7])))
+  end
   return lease
 end
