@@ -6,10 +6,10 @@ measured: jobs/s, Redis commands and Redis CPU per job, worker CPU per job. Then
 submit -> dispatched latency at a fixed offered rate, and redis-benchmark's EVALSHA ceiling.
 
 Usage: ``python -m bench [--quick] [--json] [--only deviceq,huey,...] [--jobs N] [--runs N]
-[--rate R] [--duration S] [--runner thread|async] [--standby] [--out PATH]`` from the repository
-root (``--standby``: deviceq's scheduler with standby hints, ``scheduler run --standby``). Writes
-``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or ``--only`` unless ``--out``
-is given); ``--json`` prints one JSON object on stdout (``--runs N``: each figure the median of
+[--rate R] [--duration S] [--runner thread|async] [--plan-ahead] [--out PATH]`` from the
+repository root (``--plan-ahead``: deviceq's scheduler with next-task hints, ``scheduler run
+--plan-ahead``). Writes ``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or
+``--only`` unless ``--out`` is given); ``--json`` prints one JSON object on stdout (``--runs N``: each figure the median of
 the N runs), among its fields ``total_cpu_us_per_job`` (deviceq's daemons, the scheduler and
 the host daemon, plus Redis, CPU per job) and ``peer_total_cpu_us_per_job`` (the same for
 ``fastest_peer``, the peer with the highest drain rate in the run: its worker plus Redis).
@@ -56,9 +56,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="deviceq's goal runner: a thread runner or an async runner [thread]",
     )
     p.add_argument(
-        "--standby",
+        "--plan-ahead",
         action="store_true",
-        help="deviceq's scheduler with standby hints (scheduler run --standby): each busy "
+        help="deviceq's scheduler with next-task hints (scheduler run --plan-ahead): each busy "
         "device's next task chosen ahead, started by the report that frees it",
     )
     p.add_argument("--out", type=Path, help=f"markdown report [{DEFAULT_OUT.name} on full runs]")
@@ -79,13 +79,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def prepare(
-    res: Results, systems: list[str], runner: str = "thread", standby: bool = False
+    res: Results, systems: list[str], runner: str = "thread", plan_ahead: bool = False
 ) -> list[str]:
     """Versions and settings of every system; peers that cannot run here are skipped."""
     ready = []
     for name in systems:
         if name == "deviceq":
-            res.settings[name] = deviceq_settings(runner, standby)
+            res.settings[name] = deviceq_settings(runner, plan_ahead)
         elif name == "ceiling":
             pass
         else:
@@ -114,7 +114,7 @@ def run_one(reg: Registry, res: Results, name: str, args: argparse.Namespace) ->
             args.duration,
             args.timeout,
             runner=args.runner,
-            standby=args.standby,
+            plan_ahead=args.plan_ahead,
         )
         res.deviceq.append(r)
         d, lat = r.drain, r.latency
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     reg = Registry()
     try:
-        systems = prepare(res, args.systems, args.runner, args.standby)
+        systems = prepare(res, args.systems, args.runner, args.plan_ahead)
         for run in range(args.runs):
             for name in systems:
                 log(f"run {run + 1}/{args.runs}: {name}")

@@ -25,7 +25,7 @@
 --   device_id  the device it goes to
 -- A task of a priority class joins `preemptible` (by assignment time); a task that preempted
 -- a run is given that device once it is free (or another: its hold is then dropped). The
--- check and commit of a pair are lib/assignment.lua's (report.lua applies them to a standby).
+-- check and commit of a pair are lib/assignment.lua's (report.lua applies them to a next-task hint).
 -- Keys     reads leader, paused, config, host:ID, device:ID, task:ID, tenants; writes task:ID,
 --          preemptible, preempt:handover,
 --          LIMIT_COUNTERS (lib/limits), task:ID:attempts, device:ID, idle, idle:c:*,

@@ -44,12 +44,12 @@
 -- device and host; the reply is then "ok:queued".
 -- A part of a multi-device task (task GANG.ROLE) that ends ends every other part and its task
 -- GANG with it (gang_end in lib/outcomes.lua): the other parts' hosts are told on host:ID:ctl.
--- A device freed by a run that ended (done, failed, cancelled) takes its standby hint (device
--- field `standby`, standby.lua): while the hint's fence still leads and the pool is not
+-- A device freed by a run that ended (done, failed, cancelled) takes its next-task hint (device
+-- field `next_task`, plan_ahead.lua): while the hint's fence still leads and the pool is not
 -- paused, the hinted task is assigned to it as assign.lua would (lib/assignment.lua: every
 -- check, or the hint is dropped), filed in the host's inbox (so the claim below returns it)
--- and the device joins standby:want (the scheduler chooses its next hint); its `assigned`
--- event says `via standby`.
+-- and the device joins ahead:want (the scheduler chooses its next hint); its `assigned`
+-- event says `via hint`.
 -- KEYS[1]  pool prefix "dq:{POOL}:"
 -- ARGV     host_id token session n(1..10000) reports: packed (deviceq.core.script_args
 --          REPORT, gen/args/report): one cmsgpack array of n * REPORT_N values, report after
@@ -68,9 +68,9 @@
 --          device:ID:attrs; writes faults, task:ID, task:ID:attempts, task:ID:goal, task:ID:tests,
 --          device:ID, idle, idle:c:*, leases, host:ID:inbox, host:ID:quarantined, host:ID:held_devices,
 --          status:*, qdrivers, LIMIT_COUNTERS, preemptible, cooling, events,
---          sched:wake, device:ID:history, device:ID:log; on a hand-back or a standby also
+--          sched:wake, device:ID:history, device:ID:log; on a hand-back or a hint also
 --          queue:SIG, sig:SIG, queues, deadlines, avoid, retries, gangs, host:ID:ctl,
---          preempt:handover, host:ID:wake, standby:want
+--          preempt:handover, host:ID:wake, ahead:want
 -- Returns  per report a string: "ok:STATUS" (applied), "dup:STATUS" (the identical report was
 --          already applied: same answer, nothing changed) or "rejected:REASON" with REASON one
 --          of not_found superseded not_owner expired already_terminal cancel_not_requested
@@ -145,22 +145,22 @@ local function maybe_quarantine(did, fails)
   device_log(did, {event = 'quarantined', reason = why, by = 'automatic'})
 end
 
--- the freed device's standby hint, assigned if still valid (see the header)
-local standby_ok, hosts_ok, standby_sigs, standby_ids, standby_devices = nil, {}, {}, {}, {}
-local function take_standby(did)
+-- the freed device's next-task hint, assigned if still valid (see the header)
+local claim_ttl_ms, hosts_ok, hint_sigs, hint_ids, hint_devices = nil, {}, {}, {}, {}
+local function take_hint(did)
   local dk = k('device', did)
-  local hint = redis.call('HGET', dk, 'standby')
+  local hint = redis.call('HGET', dk, 'next_task')
   if not hint then return end
-  redis.call('HDEL', dk, 'standby')
+  redis.call('HDEL', dk, 'next_task')
   local fence, id = hint:match('^(%d*)|(.+)$')
   if not fence or check_fence(fence) or paused_for(fence) then return end
   local v = assignment_check(id, did, hosts_ok)
   if not v or v.d[1] ~= host_id then return end
-  standby_ok = standby_ok or cfg_ms('claim_ttl')
-  assignment_commit(id, did, v, now_ms(), standby_ok, 'standby')
-  standby_sigs[v.t[4]] = true
-  standby_ids[#standby_ids + 1] = id
-  standby_devices[#standby_devices + 1] = did
+  claim_ttl_ms = claim_ttl_ms or cfg_ms('claim_ttl')
+  assignment_commit(id, did, v, now_ms(), claim_ttl_ms, 'hint')
+  hint_sigs[v.t[4]] = true
+  hint_ids[#hint_ids + 1] = id
+  hint_devices[#hint_devices + 1] = did
 end
 
 local out, freed = {}, false
@@ -242,17 +242,17 @@ for i = 0, n - 1 do
         finish(id, t, old, outcome, kind, payload)
         out[#out + 1] = 'ok:' .. outcome
       end
-      take_standby(t.device_id)
+      take_hint(t.device_id)
     end
   end
 end
 limits_flush()
-if #standby_ids > 0 then
-  for sig in pairs(standby_sigs) do fix_head(sig) end
-  for i = 1, #standby_ids, 500 do
-    local j = math.min(i + 499, #standby_ids)
-    redis.call('RPUSH', k('host', host_id, 'inbox'), unpack(standby_ids, i, j))
-    redis.call('SADD', k('standby', 'want'), unpack(standby_devices, i, j))
+if #hint_ids > 0 then
+  for sig in pairs(hint_sigs) do fix_head(sig) end
+  for i = 1, #hint_ids, 500 do
+    local j = math.min(i + 499, #hint_ids)
+    redis.call('RPUSH', k('host', host_id, 'inbox'), unpack(hint_ids, i, j))
+    redis.call('SADD', k('ahead', 'want'), unpack(hint_devices, i, j))
   end
   if not claim_max then wake(k('host', host_id, 'wake')) end
 end

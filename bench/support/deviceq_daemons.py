@@ -2,7 +2,7 @@
 
 1. ``deviceq host add`` (CLI) creates the host; its token goes to a 0600 file;
 2. ``Client.submit_many`` queues N goal tasks (driver type ``bench``);
-3. ``deviceq scheduler run`` (with ``standby=True``: ``--standby``, standby hints) and
+3. ``deviceq scheduler run`` (with ``plan_ahead=True``: ``--plan-ahead``, next-task hints) and
    ``deviceq host run`` (16 devices ``d01:bench`` ...,
    goal runner ``bench.support.runners:incr`` in threads, or with ``runner="async"``
    ``bench.support.runners:incr_async`` on the host's event loop) start; the drain is
@@ -38,9 +38,9 @@ RUNNERS = {"thread": "bench.support.runners:incr", "async": "bench.support.runne
 """The goal runner of each runner kind: a thread runner, an async runner (``async def``)."""
 
 
-def settings(runner: str = "thread", standby: bool = False) -> str:
+def settings(runner: str = "thread", plan_ahead: bool = False) -> str:
     """How deviceq runs in the drain benchmark, for the report."""
-    mode = "run --standby` (standby hints)" if standby else "run` (defaults)"
+    mode = "run --plan-ahead` (next-task hints)" if plan_ahead else "run` (defaults)"
     sched = f"`deviceq scheduler {mode}"
     return (
         f"{sched} + `deviceq host run` with {DEVICES} devices, "
@@ -141,12 +141,12 @@ def run_deviceq(
     timeout: float,
     durability: str = "none",
     runner: str = "thread",
-    standby: bool = False,
+    plan_ahead: bool = False,
 ) -> DeviceqRun:
     """One deviceq run (see the module docstring). ``durability`` other than ``none`` adds a
     replica of the private server and sets the pool's durable mode (``replica``/``aof``);
-    ``runner``: ``thread`` or ``async`` (`RUNNERS`); ``standby``: the scheduler writes
-    standby hints (``scheduler run --standby``)."""
+    ``runner``: ``thread`` or ``async`` (`RUNNERS`); ``plan_ahead``: the scheduler writes
+    next-task hints (``scheduler run --plan-ahead``)."""
     server = reg.redis_server()
     try:
         env = child_env({URL_ENV: server.url})
@@ -162,7 +162,7 @@ def run_deviceq(
         if queued != n:
             raise RuntimeError(f"{queued} tasks queued after submitting {n}")
         devices = [a for i in range(1, DEVICES + 1) for a in ("--device", f"d{i:02d}:{DRIVER}")]
-        scheduler = [*base, "scheduler", "run", *(["--standby"] if standby else [])]
+        scheduler = [*base, "scheduler", "run", *(["--plan-ahead"] if plan_ahead else [])]
         host = [
             *base, "host", "run", "--host-id", HOST, "--token-file", str(token_file), *devices,
             "--goal-runner", RUNNERS[runner], "--isolation", "thread",

@@ -8,7 +8,7 @@
 --- @include "lib/placement"
 --- @include "lib/limits"
 -- lib/assignment.lua: one (task, device) pair checked and committed as an assignment: the rule
--- assign.lua applies to the scheduler's pairs and report.lua to a freed device's standby hint.
+-- assign.lua applies to the scheduler's pairs and report.lua to a freed device's next-task hint.
 
 -- a device held for the task that preempted its run (preempt.lua): true when it is held for
 -- another task, still queued and waiting for it; a hold whose task left the queue (or is not

@@ -246,7 +246,7 @@ def _written_keys(name: str) -> set[str]:
         elif (
             tok
             and mode == "w"
-            and tok not in {"on", "a", "hand-back", "or", "standby", "also", "and", "(lib/limits)"}
+            and tok not in {"on", "a", "hand-back", "or", "hint", "also", "and", "(lib/limits)"}
         ):
             out.add(":".join("h1" if p in {"ID", "SIG", "KEY", "NAME", "STATUS", "*"} else p
                              for p in tok.split(":")))  # fmt: skip

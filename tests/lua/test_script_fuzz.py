@@ -139,7 +139,7 @@ class Pool:
             "expire": ["10", "3000"],
             "cancel": [self.queued, "no longer needed"],
             "assign": ["", "1", [self.queued, "d3"]],
-            "standby": ["", "1", [self.queued, "d1"]],
+            "plan_ahead": ["", "1", [self.queued, "d1"]],
             "gang_assign": ["", self.gang, "1", ["d3"]],
             "host_add": ["h9", "sha1:" + "a" * 40, "add"],
             "host_drain": ["h1", "1", "operator", "", ""],

@@ -26,7 +26,7 @@ from deviceq import (
     TaskScheduler,
 )
 from deviceq.core.limits import COUNTERS as LIMIT_COUNTERS
-from deviceq.core.script_args import STANDBY
+from deviceq.core.script_args import PLAN_AHEAD
 from deviceq.core.scripts import lua_dir, names, source
 from deviceq.host.log_stream import LogChunk
 from deviceq.host.progress import ProgressUpdate
@@ -43,7 +43,7 @@ FILLER = {
     "a",
     "hand-back",
     "or",
-    "standby",
+    "hint",
     "the",
     "in",
     "dead",
@@ -216,11 +216,11 @@ def exercise(url: str, pool: str) -> None:
     assert [x.status for x in h3.renew([(low, lease)])] == ["preempt:30000"]
     assert h3.report(low, lease, "preempted") == "ok:queued"
     assert store.commit([(high, "d4")], epoch)[0].startswith("ok:")
-    # a standby hint (standby.lua) that the report freeing its device assigns (report.lua)
+    # a next-task hint (plan_ahead.lua) that the report freeing its device assigns (report.lua)
     (running,) = h3.claim(1)
     nxt = client.submit("next on d4", driver_type="web")
-    hint = STANDBY.pack([{"task_id": nxt, "device_id": "d4"}])
-    assert store._run("standby", [str(epoch), "1", hint]) == 1
+    hint = PLAN_AHEAD.pack([{"task_id": nxt, "device_id": "d4"}])
+    assert store._run("plan_ahead", [str(epoch), "1", hint]) == 1
     assert h3.report(high, running.lease_id, "done") == "ok:done"
     assert client.get(nxt).status == "assigned"
     store.step_down("sched-2")

@@ -65,9 +65,9 @@ DEFAULT_METRICS_HOST = (
     help="Most assignments committed per pass.",
 )
 @click.option(
-    "--standby",
+    "--plan-ahead",
     is_flag=True,
-    help="Standby hints: choose each busy device's next task ahead, so the report that frees "
+    help="Next-task hints: choose each busy device's next task ahead, so the report that frees "
     "it starts that task at once (no pass, no wake-up in between); a task submitted since "
     "waits for the device's next choice. Idle devices are still served first; a hint "
     "reserves nothing and is checked again when used. Not for multi-device tasks.",
@@ -93,7 +93,7 @@ def scheduler_run(
     tick: float,
     owner: str | None,
     batch: int,
-    standby: bool,
+    plan_ahead: bool,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -107,7 +107,7 @@ def scheduler_run(
     passes and releases the lease. A wrong or missing Redis password fails at start; an
     unreachable Redis fails a --once run and is waited for (with warnings) by the daemon.
     --metrics-port serves Prometheus metrics on --metrics-host (127.0.0.1 unless told
-    otherwise; one pool only). --standby also chooses each busy device's next task ahead of
+    otherwise; one pool only). --plan-ahead also chooses each busy device's next task ahead of
     time, so the report that frees the device starts it at once (lower latency per task
     for a backlog; a task submitted since waits for the device's next choice).
 
@@ -116,7 +116,7 @@ def scheduler_run(
       deviceq --pool lab scheduler run --strategy priority_match
       deviceq --pool lab scheduler run --once     # one pass, e.g. from cron or a test
       deviceq --pool lab scheduler run --metrics-port 9108 --metrics-host 10.0.0.5
-      deviceq --pool lab scheduler run --standby    # busy devices' next tasks ahead
+      deviceq --pool lab scheduler run --plan-ahead    # busy devices' next tasks ahead
       deviceq --pool lab-a --pool lab-b --pool lab-c scheduler run
       deviceq --pool lab scheduler run --force-pass   # what would it assign? (read-only)
     """
@@ -136,9 +136,11 @@ def scheduler_run(
             raise ConfigError(
                 "--metrics-port serves one pool: run a scheduler per pool to get metrics"
             )
-        run_many(ctx, strategy, once, tick, owner, batch, standby)
+        run_many(ctx, strategy, once, tick, owner, batch, plan_ahead)
         return
-    sched = TaskScheduler(ctx.admin, strategy=strategy, owner=owner, batch=batch, standby=standby)
+    sched = TaskScheduler(
+        ctx.admin, strategy=strategy, owner=owner, batch=batch, plan_ahead=plan_ahead
+    )
     # before anything it serves: a SIGTERM from then on stops it cleanly (between passes)
     sched.install_signal_handlers()
     ctx.preflight(need_reachable=once)
@@ -224,7 +226,7 @@ def run_many(
     tick: float,
     owner: str | None,
     batch: int,
-    standby: bool = False,
+    plan_ahead: bool = False,
 ) -> None:
     """One `TaskScheduler` per pool of ``ctx.pools``, each in a thread of its own; SIGTERM
     stops them all. The first error (a --once run with Redis unreachable, say) is raised
@@ -233,7 +235,7 @@ def run_many(
 
     ctxs = [ctx.for_pool(p) for p in ctx.pools]
     scheds = [
-        TaskScheduler(c.admin, strategy=strategy, owner=owner, batch=batch, standby=standby)
+        TaskScheduler(c.admin, strategy=strategy, owner=owner, batch=batch, plan_ahead=plan_ahead)
         for c in ctxs
     ]
     for c in ctxs:

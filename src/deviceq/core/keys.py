@@ -131,11 +131,11 @@ key                                type       holds
                                               ``booked_until``, ``booked_at``
 ``events``                         stream     every transition (capped by ``event_maxlen``)
 ``sched:wake``                     list       one-element signal list the scheduler BLPOPs on
-``standby:want``                   set        devices whose standby hint a report used (they
+``ahead:want``                   set        devices whose next-task hint a report used (they
                                               run it now, with no hint): the scheduler (run with
-                                              ``--standby``) chooses their next. A hint is the
-                                              device field ``standby`` = ``FENCE|TASK_ID``
-                                              (standby.lua writes it, report.lua takes it)
+                                              ``--plan-ahead``) chooses their next. A hint is the
+                                              device field ``next_task`` = ``FENCE|TASK_ID``
+                                              (plan_ahead.lua writes it, report.lua takes it)
 ``leader``                         string     scheduler leader lease ``OWNER:EPOCH`` (PX ttl)
 ``paused``                         string     present while the pool is paused (``deviceq pause``):
                                               JSON ``{at, reason}``; scheduler commits refused
@@ -297,8 +297,8 @@ class Keys:
         return self._k("preempt", "handover")
 
     @property
-    def standby_want(self) -> str:
-        return self._k("standby", "want")
+    def ahead_want(self) -> str:
+        return self._k("ahead", "want")
 
     @property
     def preempt_recent(self) -> str:

@@ -177,8 +177,8 @@ HEARTBEAT = Items(
 ASSIGN = Items("assign", "PAIR", (text("task_id"), text("device_id")))
 """assign.lua's (task, device) pairs."""
 
-STANDBY = Items("standby", "HINT", (text("task_id"), text("device_id")))
-"""standby.lua's hints: the task each busy device runs next."""
+PLAN_AHEAD = Items("plan_ahead", "HINT", (text("task_id"), text("device_id")))
+"""plan_ahead.lua's hints: the task each busy device runs next."""
 
 RENEW = Items("renew", "LEASE", (text("task_id"), text("lease_id")))
 """renew.lua's leases."""
@@ -222,7 +222,7 @@ SCHEMAS: dict[str, Items] = {
         SUBMIT,
         HEARTBEAT,
         ASSIGN,
-        STANDBY,
+        PLAN_AHEAD,
         RENEW,
         REPORT,
         LOG_APPEND,

@@ -14,7 +14,7 @@ abandoned runners).
 
 A report also claims (``report.lua`` with ``claim_max``: `HostLink.report_and_claim`) the
 assignments already waiting in the host's inbox, up to its free devices and those its reports
-free (a device's standby hint: report.lua assigns it there), when the reporter
+free (a device's next-task hint: report.lua assigns it there), when the reporter
 has somewhere to start them (``on_claimed``, the executor's start): a host whose runs end
 while others were assigned takes them in the same round trip, and starts them at once.
 
@@ -200,7 +200,7 @@ class Reporter:
     def claim_max(self, reports: Sequence[Report] = ()) -> int:
         """How many assignments a report may claim now: the host's free devices and those of
         the ``reports``' runs that end (done, failed, cancelled: their runners have ended, and
-        the call frees them before it claims, so it may bring their next task, a standby
+        the call frees them before it claims, so it may bring their next task, a next-task
         hint's: report.lua); none while it stops, or without ``on_claimed``."""
         if self.on_claimed is None or self.state.stopping.is_set():
             return 0

@@ -125,7 +125,7 @@ SCRIPT_COMMANDS: Mapping[str, frozenset[str]] = {
         "progress": "hget hmget hset time",
         "report": "del exists get hdel hget hgetall hincrby hmget hset lindex llen lpop lpush lrem "
         "lset ltrim pexpire rpush sadd time xadd zadd zcard zrange zrem",
-        "standby": "get hexists hset",
+        "plan_ahead": "get hexists hset",
         "session": "hdel hget hgetall hincrby hmget hset lindex lpush lrem lset ltrim pexpire sadd "
         "smembers time xadd zadd zcard zrem",
         "submit": "exists get hdel hget hkeys hmget hset incrby lpush ltrim pexpire set time "
@@ -145,7 +145,7 @@ ROLE_SCRIPTS: Mapping[str, tuple[str, ...]] = {
     # shard (and submit its retry), suite_join a device joining its window; gate_eval lets
     # go the devices whose cooldown is up
     "scheduler": ("leader", "assign", "gang_assign", "expire", "heads", "schedule_fire",
-                  "submit", "suite_shard", "suite_join", "preempt", "gate_eval", "standby"),
+                  "submit", "suite_shard", "suite_join", "preempt", "gate_eval", "plan_ahead"),
     "host": ("session", "heartbeat", "claim", "renew", "report", "host_drain", "device_health",
              "log_append", "attempt_artifacts", "progress", "device_attrs"),
     # task retry submits, task cancel cancels, dispatch commits through assign
@@ -243,8 +243,8 @@ CLIENT_COMMANDS: Mapping[str, Mapping[str, str]] = {
         "delivery outcome",
         "sadd": "webhooks:dead: a host whose death was delivered (host_dead)",
         "srem": "webhooks:dead: that host is alive again",
-        "spop": "standby:want: the devices whose standby hint a report used (scheduler run "
-        "--standby chooses their next)",
+        "spop": "ahead:want: the devices whose next-task hint a report used (scheduler run "
+        "--plan-ahead chooses their next)",
         "set": "webhooks:cursor (the last event handed on); leader:strategy (a new leader's)",
         "hdel": "gang_holds: a multi-device task no longer keeps devices",
         "del": "gang_holds: a new leader rewrites it whole",
@@ -337,7 +337,7 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
                   "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
                   "gang_holds", "webhooks", "webhooks:*", "_webhook_secrets", "seq", "idem:*",
                   "schedules:last", "suite:*", "suites:running", "suite_durations:*",
-                  "preemptible", "preempt:*", "cooling", "standby:want"),
+                  "preemptible", "preempt:*", "cooling", "ahead:want"),
     # session, heartbeat, claim, renew, report, host_drain, device_health; host:* becomes
     # host:ID and host:ID:* for a user bound to one host id
     # (a part of a multi-device task that ends ends every part and tells their hosts: their
@@ -348,8 +348,8 @@ ROLE_WRITES: Mapping[str, tuple[str, ...]] = {
              "task:*", "queue:*", "queues", "sig:*", "status:*", "deadlines", "avoid",
              "leases", "events", "sched:wake", "retries", *LIMIT_COUNTERS, "gangs",
              "host:*:ctl", "log:*", "preemptible", "attr_names", "cooling",
-             # report.lua assigns a freed device its standby hint (lib/assignment.lua)
-             "preempt:handover", "standby:want"),
+             # report.lua assigns a freed device its next-task hint (lib/assignment.lua)
+             "preempt:handover", "ahead:want"),
     "operator": ("*",),
 }  # fmt: skip
 """Per role, the key patterns (after ``dq:{POOL}:``) it may write. ``device:*`` covers a

@@ -1,5 +1,5 @@
 """`SchedulerClient`: what only the scheduler does on Redis — commit proposed pairs
-(``lua/assign.lua``, fenced by the leader epoch), write standby hints (``lua/standby.lua``),
+(``lua/assign.lua``, fenced by the leader epoch), write next-task hints (``lua/plan_ahead.lua``),
 run the expiry scan (``lua/expire.lua``) and hold the leader lease (``lua/leader.lua``). The
 operator's API is `deviceq.ops.admin.PoolAdmin`; the host's is
 `deviceq.host.redis_link.HostClient`; the producer's `deviceq.producer.Client`."""
@@ -13,7 +13,7 @@ from typing import Any
 from ..core.connection import PoolConnection
 from ..core.errors import DeviceqError
 from ..core.pacing import pacer_for
-from ..core.script_args import ASSIGN, GANG_ASSIGN, STANDBY
+from ..core.script_args import ASSIGN, GANG_ASSIGN, PLAN_AHEAD
 from ..core.validation import validate_id
 
 COMMIT_CHUNK = 1000  # pairs per assign.lua call at most; the pacer sizes them by time
@@ -23,7 +23,7 @@ COMMIT_FIRST = 50  # the first chunk's size, before any call was timed
 # trip on a busy host: sized by that alone, a pass's few pairs would go one call each
 COMMIT_LEAST = COMMIT_FIRST
 COMMIT_BUDGET_US = 2500  # a call's time budget in assign.lua: the pairs past it come back later
-STANDBY_CHUNK = 1000  # hints per standby.lua call at most
+HINT_CHUNK = 1000  # hints per plan_ahead.lua call at most
 
 EXPIRE_KINDS = ("requeued", "failed", "cancelled", "unschedulable", "more", "trimmed", "retried")
 """What an expiry batch answers, in the order of ``lua/expire.lua``'s reply."""
@@ -73,12 +73,12 @@ class SchedulerClient(PoolConnection):
             out += answers[:done]
         return out
 
-    def standby(self, pairs: list[tuple[str, str]], fence: int | str = "") -> int:
-        """Write standby hints: for each (task_id, device_id) pair, ``lua/standby.lua`` sets
-        the device's ``standby`` field to the task (replacing an older hint; a device that no
+    def plan_ahead(self, pairs: list[tuple[str, str]], fence: int | str = "") -> int:
+        """Write next-task hints: for each (task_id, device_id) pair, ``lua/plan_ahead.lua`` sets
+        the device's ``next_task`` field to the task (replacing an older hint; a device that no
         longer exists is skipped), so that the report freeing the device assigns that task at
         once if it still passes every check of an assignment. A hint reserves nothing: the
-        task stays queued. Sent in calls of at most ``STANDBY_CHUNK`` pairs; no call for no
+        task stays queued. Sent in calls of at most ``HINT_CHUNK`` pairs; no call for no
         pair. Returns the number of hints written. Raises Fenced as ``commit`` (the hints of
         earlier calls stay written) and InvalidInput for a bad id (nothing sent)."""
         checked = [
@@ -86,10 +86,10 @@ class SchedulerClient(PoolConnection):
             for task_id, device_id in pairs
         ]
         written = 0
-        for i in range(0, len(checked), STANDBY_CHUNK):
-            part = checked[i : i + STANDBY_CHUNK]
-            packed = STANDBY.pack({"task_id": t, "device_id": d} for t, d in part)
-            written += int(self._run("standby", [str(fence), str(len(part)), packed]))
+        for i in range(0, len(checked), HINT_CHUNK):
+            part = checked[i : i + HINT_CHUNK]
+            packed = PLAN_AHEAD.pack({"task_id": t, "device_id": d} for t, d in part)
+            written += int(self._run("plan_ahead", [str(fence), str(len(part)), packed]))
         return written
 
     def commit_gang(self, task_id: str, devices: list[str], fence: int | str = "") -> str:

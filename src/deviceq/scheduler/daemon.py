@@ -40,7 +40,7 @@ MAX_BLOCK = 1.0  # longest single BLPOP: bounds how long a stop request waits
 SUMMARY_EVERY = 10.0  # seconds between INFO summaries of the passes (each pass is DEBUG)
 SUMMED = ("assigned", "proposed", "rejected", "requeued", "retried", "expired_failed",
           "expired_cancelled", "unschedulable")  # fmt: skip
-SUMMED_IF_ANY = ("hinted",)  # summed too, and in the summary only when not 0 (standby hints)
+SUMMED_IF_ANY = ("hinted",)  # summed too, and in the summary only when not 0 (next-task hints)
 
 
 class Passes(Protocol):

@@ -30,8 +30,8 @@ class AssignResult:
     preempted: int = 0  # running tasks told to stop for urgent ones (`preemption`)
     preemptions: list[tuple[str, str, str]] = field(default_factory=list)  # urgent, victim, dev
     handed_over: int = 0  # devices given to the tasks that preempted their runs
-    hinted: int = 0  # standby hints written: busy devices' next tasks (`standby`)
-    hint_wanted: int = 0  # devices whose hint a report used, taken from ``standby:want``
+    hinted: int = 0  # next-task hints written: busy devices' next tasks (`plan_ahead`)
+    hint_wanted: int = 0  # devices whose hint a report used, taken from ``ahead:want``
     hints: list[tuple[str, str]] = field(default_factory=list)  # (task, device) hints written
 
     @property

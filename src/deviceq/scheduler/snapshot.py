@@ -15,8 +15,8 @@ round trips and never a queue scan:
   heads' anti-affinity (``avoid``: devices and hosts they lost an attempt on);
 - the first waiting preemption hand-overs (``preempt_handover``: a pass gives devices to the
   tasks that preempted them, `preemption.Preemptor.hand_over`, only while one waits);
-- with standby hints on (`standby`), the devices whose hint a report used (``standby:want``,
-  at most ``WANT_POP`` popped a read, kept until a pass hints them: `take_standby_wants`);
+- with next-task hints on (`plan_ahead`), the devices whose hint a report used (``ahead:want``,
+  at most ``WANT_POP`` popped a read, kept until a pass hints them: `take_ahead_wants`);
 - what the strategy's plugins need beyond that (`strategies.strategy_needs`: the union of a
   profile's plugins' ``needs``): with aging on (``aging_seconds``) and buckets of different
   priorities among those read, the submission time of head tasks not seen before (cached
@@ -73,8 +73,8 @@ from .idle_classes import (
 from .inputs import ALWAYS_READ, INPUTS, SubmitTimes, aging_applies, settings_needed, with_wait
 from .placement.rows import Bucket, IdleDevice, Pair, QueuedTask, Snapshot, aged
 from .placement.view import View
+from .plan_ahead import WANT_POP, WANTS_KEPT
 from .preemption import HANDOVER_SCAN
-from .standby import WANT_POP, WANTS_KEPT
 from .strategies import AssignmentStrategy, strategy_needs
 
 MAX_LOOKAHEAD = 1000  # cap of a strategy's optional ``lookahead`` (extra heads per bucket)
@@ -115,12 +115,12 @@ class SnapshotReader:
         device_refresh: float,
         scripts: Scripts | None = None,
         also_needs: frozenset[str] = frozenset(),
-        standby: bool = False,
+        plan_ahead: bool = False,
     ) -> None:
         self.redis = r
-        self.standby = standby  # pop ``standby:want`` with each base (standby hints)
-        # devices whose standby hint a report used, popped and not yet hinted again
-        self.standby_wants: dict[str, None] = {}
+        self.plan_ahead = plan_ahead  # pop ``ahead:want`` with each base (next-task hints)
+        # devices whose next-task hint a report used, popped and not yet hinted again
+        self.ahead_wants: dict[str, None] = {}
         self.scripts = scripts or Scripts(r)
         self.keys = keys
         self.strategy = strategy
@@ -199,28 +199,28 @@ class SnapshotReader:
         for key, n in spec_classes.items():
             # raw WITHSCORES (no ``withscores=`` option): skips redis-py's per-score re-encoding
             pipe.execute_command("ZRANGE", key, 0, n - 1 if n != ALL else -1, "WITHSCORES")
-        if self.standby:  # last: `_keep_wants` takes its reply off whatever becomes of the rest
-            pipe.execute_command("SPOP", k.standby_want, WANT_POP)
+        if self.plan_ahead:  # last: `_keep_wants` takes its reply off whatever becomes of the rest
+            pipe.execute_command("SPOP", k.ahead_want, WANT_POP)
 
     def _keep_wants(self, replies: list[Any]) -> list[Any]:
-        """The base's replies without the ``standby:want`` pop's (with standby hints on),
-        whose devices join `standby_wants` (read or not, the base's reads never lose them)."""
-        if not self.standby:
+        """The base's replies without the ``ahead:want`` pop's (with next-task hints on),
+        whose devices join `ahead_wants` (read or not, the base's reads never lose them)."""
+        if not self.plan_ahead:
             return replies
         got = replies[-1]
         if not isinstance(got, Exception):
             for dev in got or ():
-                self.standby_wants.pop(str(dev), None)
-                self.standby_wants[str(dev)] = None
-            while len(self.standby_wants) > WANTS_KEPT:
-                del self.standby_wants[next(iter(self.standby_wants))]
+                self.ahead_wants.pop(str(dev), None)
+                self.ahead_wants[str(dev)] = None
+            while len(self.ahead_wants) > WANTS_KEPT:
+                del self.ahead_wants[next(iter(self.ahead_wants))]
         return replies[:-1]
 
-    def take_standby_wants(self) -> list[str]:
-        """The devices popped from ``standby:want`` (their hint was used) since the last call,
+    def take_ahead_wants(self) -> list[str]:
+        """The devices popped from ``ahead:want`` (their hint was used) since the last call,
         oldest first."""
-        out = list(self.standby_wants)
-        self.standby_wants.clear()
+        out = list(self.ahead_wants)
+        self.ahead_wants.clear()
         return out
 
     def wait_and_read(self, key: str, timeout: float) -> bool:
@@ -338,7 +338,7 @@ class SnapshotReader:
         return self.only(base, [d for d in base.devices if d.device_id not in device_ids])
 
     def only(self, base: Base, devices: list[IdleDevice]) -> Base:
-        """The base with ``devices`` as its devices (e.g. busy devices to choose standby hints
+        """The base with ``devices`` as its devices (e.g. busy devices to choose next-task hints
         for), matched against the same buckets."""
         pre = Snapshot.build(base.shells, devices, self.batch, base.now)
         return Base(base.now, base.shells, pre.devices, pre.matching, base.signatures, pre.classes)
@@ -347,7 +347,7 @@ class SnapshotReader:
         self, base: Base, extra: Mapping[str, int]
     ) -> tuple[dict[str, int], dict[str, tuple[QueuedTask, ...]]]:
         """The initial head counts and the heads of a plan over ``base`` made after the
-        pass's own (standby hints: `TaskScheduler.hint`): each servable bucket's count plus
+        pass's own (next-task hints: `TaskScheduler.hint`): each servable bucket's count plus
         ``extra`` (heads the plan leaves out), from the head cache where it holds them (the
         buckets the pass committed from are not in it any more), the rest in one round trip.
         The per-pass view inputs are read again for this base."""

@@ -12,10 +12,10 @@
 4. **Commit** the pairs in one call of ``lua/assign.lua`` (`client.SchedulerClient.commit`),
    which re-validates each pair and checks the leader's fencing epoch. A stale snapshot only
    costs rejected pairs (counted by reason), never a double booking.
-5. **Hint** (only with ``standby=True``): choose the next task of the devices just made busy
+5. **Hint** (only with ``plan_ahead=True``): choose the next task of the devices just made busy
    (and of those whose hint a report used) with a second plan of the same strategy, and write
-   it on them with ``lua/standby.lua``: the report that frees such a device starts that task
-   at once (`standby`). Idle devices are always served first, by steps 3 and 4.
+   it on them with ``lua/plan_ahead.lua``: the report that frees such a device starts that task
+   at once (`plan_ahead`). Idle devices are always served first, by steps 3 and 4.
 
 ``run`` is the highly available daemon loop (`daemon`); leadership is `leadership`."""
 
@@ -43,9 +43,9 @@ from .leadership import Leadership
 from .pass_result import AssignResult
 from .placement.pipeline import place
 from .plan import plan
+from .plan_ahead import AheadHints
 from .preemption import Preemptor
 from .snapshot import SnapshotReader
-from .standby import StandbyHints
 from .strategies import (
     DEFAULT_STRATEGY,
     AssignmentStrategy,
@@ -72,7 +72,7 @@ class TaskScheduler:
     >>> sched = TaskScheduler("redis://localhost:6379/0", "lab", strategy="fifo_match")
     >>> result = sched.assign()          # one pass
     >>> sched.run()                      # the daemon: leader election, wake-ups, expiry
-    >>> TaskScheduler(url, "lab", standby=True)  # also hints each busy device's next task
+    >>> TaskScheduler(url, "lab", plan_ahead=True)  # also hints each busy device's next task
 
     ``redis_or_url`` may also be any client of the pool (a ``PoolAdmin``, a
     ``SchedulerClient``): its connection is shared. An unknown strategy name raises
@@ -91,7 +91,7 @@ class TaskScheduler:
         expire_rounds: int = 10,
         expire_budget_ms: float | None = EXPIRE_BUDGET_MS,
         device_refresh: float = 30.0,
-        standby: bool = False,
+        plan_ahead: bool = False,
     ) -> None:
         if isinstance(redis_or_url, PoolConnection):
             self.store = SchedulerClient(redis_or_url.redis, redis_or_url.pool)
@@ -125,10 +125,10 @@ class TaskScheduler:
             device_refresh=device_refresh,
             scripts=self.store.scripts,
             also_needs=self.gangs.profile.needs,
-            standby=standby,
+            plan_ahead=plan_ahead,
         )
-        # standby hints: each busy device's next task, chosen ahead (`standby`); off: None
-        self.hints: StandbyHints | None = StandbyHints() if standby else None
+        # next-task hints: each busy device's next task, chosen ahead (`plan_ahead`); off: None
+        self.hints: AheadHints | None = AheadHints() if plan_ahead else None
         # a new leadership reads every bucket's heads afresh (another leader worked meanwhile)
         self.leadership = Leadership(self.store, owner, on_elected=self._elected)
         self.preemptor = Preemptor(self.store)
@@ -175,7 +175,7 @@ class TaskScheduler:
 
     # -- one pass --------------------------------------------------------------------------------
     def assign(self, fence: int | str | None = None, *, expire: bool = True) -> AssignResult:
-        """One pass: expire, snapshot, plan, commit (and with standby on, hint). Returns
+        """One pass: expire, snapshot, plan, commit (and with plan_ahead on, hint). Returns
         counts; never raises for "no match" (tasks simply stay queued). ``expire=False``
         skips the expiry step (the daemon runs it on its tick, not on every wake-up).
         ``fence`` defaults to this scheduler's leader epoch when it leads, else none (an
@@ -254,17 +254,17 @@ class TaskScheduler:
         fence: int | str,
         res: AssignResult,
     ) -> None:
-        """Standby hints (`standby`): choose the next task of the busy devices to hint (the
+        """Next-task hints (`plan_ahead`): choose the next task of the busy devices to hint (the
         ``committed`` ones: device -> task, of ``base``; those whose hint a report used; those
         left without one earlier; those hinted a task this pass placed) with a plan of the
         strategy over a base of them alone, the tasks ``placed`` by this pass (task -> bucket)
         and those hinted to other devices left out, and write the pairs
-        (``lua/standby.lua``). The other devices of ``read_idle`` (the pass's idle devices:
+        (``lua/plan_ahead.lua``). The other devices of ``read_idle`` (the pass's idle devices:
         left idle, handed over to a preempting task, taken or kept for a multi-device task)
         and the devices of the runs this pass preempts are not hinted. Nothing is read or
         written when no device is to be hinted."""
         assert self.hints is not None
-        wanted = self.reader.take_standby_wants()
+        wanted = self.reader.take_ahead_wants()
         res.hint_wanted = len(wanted)
         self.hints.observe(read_idle)
         rows = [d for d in base.devices if d.device_id in committed]
@@ -278,7 +278,7 @@ class TaskScheduler:
         want, heads = self.reader.hint_heads(only, extra)
         buckets, pairs, _ = self.plan_deep(only, want, heads, exclude)
         if pairs:
-            res.hinted = self.store.standby(pairs, fence)
+            res.hinted = self.store.plan_ahead(pairs, fence)
             res.hints = list(pairs)
         self.hints.wrote(pairs, candidates, {t.task_id: b.sig for b in buckets for t in b.heads})
 

@@ -1,7 +1,7 @@
-"""Standby hints, the scheduler's side (`StandbyHints`): with ``TaskScheduler(standby=True)``
+"""Next-task hints, the scheduler's side (`AheadHints`): with ``TaskScheduler(plan_ahead=True)``
 each pass, after its own plan and commit (idle devices are always served first), chooses the
-next task of busy devices ahead of time and writes it on the device (``lua/standby.lua``: the
-device's ``standby`` field). The report that frees such a device assigns that task in the same
+next task of busy devices ahead of time and writes it on the device (``lua/plan_ahead.lua``: the
+device's ``next_task`` field). The report that frees such a device assigns that task in the same
 call, after checking it as an assignment is checked, and its claim part hands it to the host at
 once: no scheduler pass and no host wake-up on the critical path of the next task.
 
@@ -10,7 +10,7 @@ whose task has left the queue (placed, cancelled) or no longer fits is dropped w
 tries it (the device just goes idle). Which devices a pass hints (`candidates`):
 
 - the devices it just committed tasks to (they are busy now, without a hint);
-- the devices whose hint a report used (``standby:want``, popped with the pass's base read:
+- the devices whose hint a report used (``ahead:want``, popped with the pass's base read:
   at most `WANT_POP` a pass), when this scheduler knows their row (a bounded memory of the
   idle devices its bases read);
 - the busy devices that got no hint at an earlier pass (nothing matched then; at most
@@ -33,9 +33,9 @@ from typing import TypeVar
 from .placement.rows import IdleDevice, Pair
 
 WANT_POP = 256
-"""Devices taken from ``standby:want`` per base read at most."""
+"""Devices taken from ``ahead:want`` per base read at most."""
 WANTS_KEPT = 10_000
-"""Devices taken from ``standby:want`` and not hinted yet, kept at most (oldest dropped)."""
+"""Devices taken from ``ahead:want`` and not hinted yet, kept at most (oldest dropped)."""
 KNOWN_MAX = 10_000
 """Device rows remembered at most (the oldest seen dropped first)."""
 UNHINTED_MAX = 256
@@ -53,7 +53,7 @@ def _trim(d: dict[str, V], most: int) -> None:
         del d[next(iter(d))]
 
 
-class StandbyHints:
+class AheadHints:
     """What one scheduler remembers between passes to hint busy devices: device rows, the
     hints it wrote that are not known to be used or dropped yet, the devices left without."""
 

@@ -1,4 +1,4 @@
-"""Standby hints (standby.lua) and the report that takes them (report.lua): a busy device's
+"""Next-task hints (plan_ahead.lua) and the report that takes them (report.lua): a busy device's
 next task, named ahead by the scheduler, is assigned by the report that frees the device, in
 that call and by every check of assign.lua, or dropped. Run on the real private redis-server
 and on fakeredis (``fleet``)."""
@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from deviceq import Fenced, InvalidInput
-from deviceq.core.script_args import STANDBY
+from deviceq.core.script_args import PLAN_AHEAD
 from deviceq.host.link import Report
 
 
 def hint(fleet: Any, pairs: list[tuple[str, str]], fence: int | str = "") -> Any:
-    """standby.lua's call, as the scheduler makes it."""
-    packed = STANDBY.pack({"task_id": t, "device_id": d} for t, d in pairs)
-    return fleet.store._run("standby", [str(fence), str(len(pairs)), packed])
+    """plan_ahead.lua's call, as the scheduler makes it."""
+    packed = PLAN_AHEAD.pack({"task_id": t, "device_id": d} for t, d in pairs)
+    return fleet.store._run("plan_ahead", [str(fence), str(len(pairs)), packed])
 
 
 def running(fleet: Any, device: str = "d1") -> tuple[Any, Any, int]:
@@ -31,22 +31,22 @@ def running(fleet: Any, device: str = "d1") -> tuple[Any, Any, int]:
     return h, a, epoch
 
 
-def standby_of(fleet: Any, device: str) -> str | None:
-    return fleet.r.hget(fleet.admin.keys.device(device), "standby")
+def hint_of(fleet: Any, device: str) -> str | None:
+    return fleet.r.hget(fleet.admin.keys.device(device), "next_task")
 
 
 def test_the_report_that_frees_the_device_assigns_and_claims_its_hint(fleet: Any) -> None:
     h, a, epoch = running(fleet)
     nxt = fleet.client.submit("next", driver_type="android")
     assert hint(fleet, [(nxt, "d1")], epoch) == 1
-    assert standby_of(fleet, "d1") == f"{epoch}|{nxt}"
+    assert hint_of(fleet, "d1") == f"{epoch}|{nxt}"
     answers, claimed = h.report_and_claim([Report(a.task.id, a.lease_id, "done")], 2)
     assert answers == ["ok:done"]
     assert [(c.task.id, c.device_id) for c in claimed] == [(nxt, "d1")]
     t = fleet.client.get(nxt)
     assert (t.status, t.device_id, t.attempt) == ("dispatched", "d1", 1)
-    assert standby_of(fleet, "d1") is None  # taken
-    assert fleet.r.smembers(fleet.admin.keys.standby_want) == {"d1"}
+    assert hint_of(fleet, "d1") is None  # taken
+    assert fleet.r.smembers(fleet.admin.keys.ahead_want) == {"d1"}
     # the event stream tells the assignment as assign.lua's
     (ev,) = [e for e in fleet.client.events() if e.type == "assigned" and e.task == nxt]
     assert ev.fields["device"] == "d1"
@@ -83,10 +83,10 @@ def test_a_hint_no_longer_valid_is_dropped_and_the_device_goes_idle(fleet: Any, 
     answers, claimed = h.report_and_claim([Report(a.task.id, a.lease_id, "done")], 2)
     assert answers == ["ok:done"]
     assert [c.task.id for c in claimed] == ([nxt] if why == "placed_elsewhere" else [])
-    assert standby_of(fleet, "d1") is None
+    assert hint_of(fleet, "d1") is None
     assert fleet.r.hget(fleet.admin.keys.device("d1"), "reserved_by") == ""
     assert fleet.r.zscore(fleet.admin.keys.idle, "d1") is not None
-    assert not fleet.r.smembers(fleet.admin.keys.standby_want)
+    assert not fleet.r.smembers(fleet.admin.keys.ahead_want)
     if why in ("fence", "paused", "wrong_driver"):
         assert fleet.client.get(nxt).status == "queued"
 
@@ -121,14 +121,14 @@ def test_a_hint_respects_the_declared_limits(fleet: Any) -> None:
     assert fleet.client.get(nxt).status == "queued"
 
 
-def test_standby_refuses_a_stale_fence_and_bad_ids_and_writes_nothing(fleet: Any) -> None:
+def test_plan_ahead_refuses_a_stale_fence_and_bad_ids_and_writes_nothing(fleet: Any) -> None:
     _, _, epoch = running(fleet)
     nxt = fleet.client.submit("next", driver_type="android")
     with pytest.raises(Fenced):
         hint(fleet, [(nxt, "d1")], epoch + 1)
     with pytest.raises(InvalidInput):
         hint(fleet, [(nxt, "d1"), ("bad id", "d2")], epoch)
-    assert standby_of(fleet, "d1") is None and standby_of(fleet, "d2") is None
+    assert hint_of(fleet, "d1") is None and hint_of(fleet, "d2") is None
     assert hint(fleet, [(nxt, "nosuch"), (nxt, "d2")], epoch) == 1  # an unknown device: none
     assert not fleet.r.exists(fleet.admin.keys.device("nosuch"))
     assert hint(fleet, [], epoch) == 0

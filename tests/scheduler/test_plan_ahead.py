@@ -1,9 +1,9 @@
-"""Standby hints end to end on a real server: a pass of ``TaskScheduler(standby=True)`` writes
-the next task of each device it made busy (``standby.lua``), the host's report that frees the
+"""Next-task hints end to end on a real server: a pass of ``TaskScheduler(plan_ahead=True)`` writes
+the next task of each device it made busy (``plan_ahead.lua``), the host's report that frees the
 device assigns that task in the same call and its claim part hands it over, and the next pass
-hints the device again (``standby:want``). A hint reserves nothing: idle devices are served
-first, and a hint whose task was cancelled or placed elsewhere is not used. With standby off a
-pass neither reads ``standby:want`` nor writes a hint."""
+hints the device again (``ahead:want``). A hint reserves nothing: idle devices are served
+first, and a hint whose task was cancelled or placed elsewhere is not used. With plan-ahead off a
+pass neither reads ``ahead:want`` nor writes a hint."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from deviceq.cli import main
 from deviceq.host.redis_link import HostClient
 from deviceq.scheduler import TaskScheduler
 from deviceq.scheduler.placement.rows import IdleDevice
-from deviceq.scheduler.standby import UNHINTED_MAX, StandbyHints
+from deviceq.scheduler.plan_ahead import UNHINTED_MAX, AheadHints
 
 
 def _host(fleet: Any, *devices: str) -> HostClient:
@@ -38,8 +38,8 @@ def _submit(fleet: Any, n: int) -> list[str]:
 
 
 def _hint(fleet: Any, device: str) -> str | None:
-    """The task of the device's standby hint, or None."""
-    raw = fleet.r.hget(fleet.admin.keys.device(device), "standby")
+    """The task of the device's next-task hint, or None."""
+    raw = fleet.r.hget(fleet.admin.keys.device(device), "next_task")
     return None if raw is None else str(raw).partition("|")[2]
 
 
@@ -54,8 +54,8 @@ def _calls(r: Any, command: str) -> int:
 
 @pytest.fixture
 def leader(real_fleet: Any) -> TaskScheduler:
-    """A leading scheduler with standby hints on (its hints carry its epoch)."""
-    sched = TaskScheduler(real_fleet.admin, standby=True, owner="s-standby")
+    """A leading scheduler with next-task hints on (its hints carry its epoch)."""
+    sched = TaskScheduler(real_fleet.admin, plan_ahead=True, owner="s-ahead")
     assert sched.try_lead()
     return sched
 
@@ -70,7 +70,7 @@ def test_the_report_starts_the_hinted_task_and_the_next_pass_hints_again(
     assert [a[:2] for a in res.assignments] == [(t1, "d1")]
     # the device just made busy carries the next oldest matching task, fenced by the epoch
     assert (res.hinted, res.hints, res.hint_wanted) == (1, [(t2, "d1")], 0)
-    raw = fleet.r.hget(fleet.admin.keys.device("d1"), "standby")
+    raw = fleet.r.hget(fleet.admin.keys.device("d1"), "next_task")
     assert raw == f"{leader.epoch}|{t2}"
     assert fleet.client.get(t2).status.value == "queued"  # a hint reserves nothing
     assert res.log_fields()["hinted"] == 1
@@ -81,11 +81,11 @@ def test_the_report_starts_the_hinted_task_and_the_next_pass_hints_again(
     assert [(c.task.id, c.device_id) for c in claimed] == [(t2, "d1")]
     assert fleet.client.get(t2).status.value == "dispatched"
     assert _hint(fleet, "d1") is None
-    assert fleet.r.smembers(fleet.admin.keys.standby_want) == {"d1"}
-    # the next pass pops the device from standby:want and hints it again
+    assert fleet.r.smembers(fleet.admin.keys.ahead_want) == {"d1"}
+    # the next pass pops the device from ahead:want and hints it again
     res = leader.assign()
     assert (res.assigned, res.hint_wanted, res.hints) == (0, 1, [(t3, "d1")])
-    assert _hint(fleet, "d1") == t3 and not fleet.r.exists(fleet.admin.keys.standby_want)
+    assert _hint(fleet, "d1") == t3 and not fleet.r.exists(fleet.admin.keys.ahead_want)
     answers, claimed = _done(h, claimed[0])
     assert [c.task.id for c in claimed] == [t3]
     # nothing left to hint: the device is remembered and tried again, nothing is written
@@ -115,12 +115,12 @@ def _hint_of(res: Any, device: str) -> str:
     return next(task for task, d in res.hints if d == device)
 
 
-def test_standby_off_reads_no_want_and_writes_no_hint(real_fleet: Any) -> None:
+def test_plan_ahead_off_reads_no_want_and_writes_no_hint(real_fleet: Any) -> None:
     fleet = real_fleet
     h = _host(fleet, "d1")
     t1, t2 = _submit(fleet, 2)
     sched = TaskScheduler(fleet.admin)
-    assert sched.hints is None and not sched.reader.standby
+    assert sched.hints is None and not sched.reader.plan_ahead
     spops = _calls(fleet.r, "spop")
     res = sched.assign()
     assert [a[:2] for a in res.assignments] == [(t1, "d1")]
@@ -133,7 +133,7 @@ def test_standby_off_reads_no_want_and_writes_no_hint(real_fleet: Any) -> None:
     assert fleet.client.get(t2).status.value == "queued"
     res = sched.assign()
     assert [x[:2] for x in res.assignments] == [(t2, "d1")]
-    assert _calls(fleet.r, "spop") == spops  # standby:want never read
+    assert _calls(fleet.r, "spop") == spops  # ahead:want never read
     assert _hint(fleet, "d1") is None
 
 
@@ -151,7 +151,7 @@ def test_a_hint_whose_task_was_cancelled_is_not_used(
     assert answers == ["ok:done"] and claimed == []  # the device just goes idle
     assert fleet.client.get(t2).status.value == "cancelled"
     assert _hint(fleet, "d1") is None
-    assert not fleet.r.sismember(fleet.admin.keys.standby_want, "d1")
+    assert not fleet.r.sismember(fleet.admin.keys.ahead_want, "d1")
     assert fleet.admin.device("d1").reserved_by is None
     res = leader.assign()  # the idle device gets the next task the usual way
     assert [x[:2] for x in res.assignments] == [(t3, "d1")]
@@ -204,12 +204,12 @@ def test_a_stale_hint_is_refused_when_used(real_fleet: Any, leader: TaskSchedule
     assert fleet.client.get(task).device_id == other
 
 
-def test_cli_run_once_with_standby_writes_the_hint(real_fleet: Any, redis_url: str) -> None:
+def test_cli_run_once_with_plan_ahead_writes_the_hint(real_fleet: Any, redis_url: str) -> None:
     fleet = real_fleet
     _host(fleet, "d1")
     t1, t2 = _submit(fleet, 2)
     args = ["--redis-url", redis_url, "--pool", fleet.pool, "--log-format", "json"]
-    res = CliRunner().invoke(main, [*args, "scheduler", "run", "--once", "--standby"])
+    res = CliRunner().invoke(main, [*args, "scheduler", "run", "--once", "--plan-ahead"])
     assert res.exit_code == 0, res.output
     assert fleet.client.get(t1).status.value == "assigned"
     assert _hint(fleet, "d1") == t2
@@ -228,7 +228,7 @@ def test_the_daemon_hints_again_after_each_report(real_fleet: Any) -> None:
     fleet = real_fleet
     h = _host(fleet, "d1")
     tasks = _submit(fleet, 5)
-    sched = TaskScheduler(fleet.admin, owner="daemon-standby", standby=True)
+    sched = TaskScheduler(fleet.admin, owner="daemon-ahead", plan_ahead=True)
     th = threading.Thread(target=sched.run, kwargs={"tick": 60.0}, daemon=True)
     th.start()
     try:
@@ -258,7 +258,7 @@ def _row(device: str) -> IdleDevice:
 
 
 def test_the_memory_of_hints_is_bounded_and_skips_what_it_cannot_hint() -> None:
-    hints = StandbyHints()
+    hints = AheadHints()
     hints.observe([_row("d1"), _row("d2"), _row("d3")])
     # a wanted device whose row is unknown is skipped; an idle one is not hinted
     got = hints.candidates([_row("d1")], ["d2", "d9", "d3"], {"d3"})
@@ -292,7 +292,7 @@ def _acl_user(r: Any, pool: str, role: str, tmp: Path, port: int, host: str = ""
     return f"redis://{line.split()[2]}:{password}@127.0.0.1:{port}/0"
 
 
-def test_standby_runs_under_the_scheduler_and_host_acl_users(
+def test_plan_ahead_runs_under_the_scheduler_and_host_acl_users(
     real_r: Any, redis_server: Any, pool: str, tmp_path: Path
 ) -> None:
     port = redis_server.port
@@ -304,7 +304,7 @@ def test_standby_runs_under_the_scheduler_and_host_acl_users(
     try:
         real_r.execute_command("ACL", "LOG", "RESET")
         op, prod = PoolAdmin(urls["operator"], pool), Client(urls["producer"], pool)
-        sched = TaskScheduler(SchedulerClient(urls["scheduler"], pool), standby=True, owner="s")
+        sched = TaskScheduler(SchedulerClient(urls["scheduler"], pool), plan_ahead=True, owner="s")
         assert sched.try_lead()
         h = HostClient(urls["host"], pool, "h1", op.add_host("h1"))
         h.start_session("s1")
@@ -314,7 +314,7 @@ def test_standby_runs_under_the_scheduler_and_host_acl_users(
         (a,) = h.claim(1)
         _, claimed = _done(h, a)
         assert [c.task.id for c in claimed] == [t2]
-        res = sched.assign()  # pops standby:want, writes the next hint
+        res = sched.assign()  # pops ahead:want, writes the next hint
         assert (res.hint_wanted, res.hints) == (1, [(t3, "d1")])
         denied = [e for e in real_r.acl_log(count=100) if dict(e).get("username") in users]
         assert denied == []
