@@ -10,11 +10,11 @@ Usage: ``python -m bench [--quick] [--json] [--only deviceq,huey,...] [--jobs N]
 repository root (``--plan-ahead``: deviceq's scheduler with next-task hints, ``scheduler run
 --plan-ahead``). Writes ``bench/peers/RESULTS.md`` on a full run (not with ``--quick`` or
 ``--only`` unless ``--out`` is given); ``--json`` prints one JSON object on stdout (``--runs
-N``: each figure the median of the N runs), among its fields ``total_cpu_us_per_job`` (deviceq's daemons, the scheduler and
-the host daemon, plus Redis, CPU per job) and ``peer_total_cpu_us_per_job`` (the same for
-``fastest_peer``, the peer with the highest drain rate in the run: its worker plus Redis).
-Progress goes to stderr.
-Install the peers with ``pip install -e '.[bench]'`` (arq gets a virtualenv of its own)."""
+N``: each figure the median of the N runs), among its fields ``total_cpu_us_per_job`` (deviceq's
+daemons, the scheduler and the host daemon, plus Redis, CPU per job) and
+``peer_total_cpu_us_per_job`` (the same for ``fastest_peer``, the peer with the highest drain
+rate in the run: its worker plus Redis). Progress goes to stderr. Install the peers with ``pip
+install -e '.[bench]'`` (arq gets a virtualenv of its own)."""
 
 from __future__ import annotations
 
