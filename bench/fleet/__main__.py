@@ -54,6 +54,7 @@ from pathlib import Path
 
 import redis
 
+from bench.fleet import daemons
 from bench.fleet.daemons import ASYNC_RUNNER, run_utilization
 from bench.fleet.probes import (
     Scenario,
@@ -279,6 +280,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="run each redis-server under SCHED_FIFO (root): SLOWLOG then times the calls' own "
         "work, not the time the bench's own processes take the CPU from it",
     )
+    p.add_argument(
+        "--plan-ahead",
+        action="store_true",
+        help="the real daemons' scheduler with next-task hints (scheduler run --plan-ahead)",
+    )
     a = p.parse_args(argv)
     a.sizes = [int(x) for x in (a.sizes or "1000,10000,100000").split(",")]
     a.passes = a.passes or (5 if a.quick else 15)
@@ -287,6 +293,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    if args.plan_ahead:
+        daemons.SCHEDULER_OPTIONS.append("--plan-ahead")
     if args.realtime_redis:
         os.environ[REALTIME_ENV] = "1"  # (the daemons' servers too: bench.support.procs.realtime)
     started = time.time()
@@ -307,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     rt = ", redis-server under SCHED_FIFO" if args.realtime_redis else ""
     meta = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit_id()}, "
-        f"{'--quick' if args.quick else 'full'} run{' --where' if args.where else ''}, "
+        f"{'--quick' if args.quick else 'full'} run{' --where' if args.where else ''}"
+        f"{' --plan-ahead' if args.plan_ahead else ''}, "
         f"{args.passes} passes per median, "
         f"batch {DEFAULT_BATCH}{rt}, took {time.time() - started:.0f}s; python "
         f"{platform.python_version()}, {os.cpu_count()} cpus, load average (1/5/15 min) "

@@ -75,6 +75,11 @@ def wait_done(r: redis.Redis, at_least: int, timeout: float, alive: Callable[[],
         time.sleep(0.02)
 
 
+SCHEDULER_OPTIONS: list[str] = []
+"""Options of every ``deviceq scheduler run`` these benchmarks start (``python -m bench.fleet
+--plan-ahead`` sets ``--plan-ahead``)."""
+
+
 def start_daemons(
     reg: Registry, url: str, devices: int, goal_runner: str, host_command: list[str] | None = None
 ) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[], None]]:
@@ -92,7 +97,7 @@ def start_daemons(
         "--isolation", "thread",
     ]  # fmt: skip
     procs = {
-        "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env),
+        "scheduler": reg.spawn("scheduler", [*base, "scheduler", "run", *SCHEDULER_OPTIONS], env),
         "host": reg.spawn("host", host, env),
     }
 
