@@ -13,7 +13,8 @@ read afterwards from the attempt records Redis kept (every time in them is Redis
   waits for its next task;
 - host and scheduler daemon CPU per task (their process trees, ``psutil``).
 
-Run: ``python -m bench.fleet.lab [--hosts 10] [--devices 100] [--window 30] [--json]``."""
+Run: ``python -m bench.fleet.lab [--hosts 10] [--devices 100] [--window 30] [--plan-ahead]
+[--json]`` (``--plan-ahead``: ``deviceq scheduler run --plan-ahead``, next-task hints)."""
 
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ def measure(attempts: list[dict[str, Any]], t0: int, t1: int, devices: int) -> d
     }
 
 
-def run(hosts: int, per_host: int, window: float, lo: float, hi: float) -> LabRun:
+def run(
+    hosts: int, per_host: int, window: float, lo: float, hi: float, plan_ahead: bool = False
+) -> LabRun:
     reg = Registry()
     try:
         server = reg.redis_server()
@@ -125,7 +128,8 @@ def run(hosts: int, per_host: int, window: float, lo: float, hi: float) -> LabRu
             [{"goal": f"{rnd.uniform(lo, hi):.3f}", "driver_type": DRIVER} for _ in range(n)]
         )
         log(f"lab: {n:,} tasks queued for {devices:,} devices on {hosts} hosts")
-        procs = {"scheduler": reg.spawn("scheduler", [*base, "scheduler", "run"], env)}
+        sched = [*base, "scheduler", "run", *(["--plan-ahead"] if plan_ahead else [])]
+        procs = {"scheduler": reg.spawn("scheduler", sched, env)}
         for host, token in tokens.items():
             devs = [a for d in range(per_host) for a in ("--device", f"{host}-d{d:03d}:{DRIVER}")]
             procs[host] = reg.spawn(host, [
@@ -179,10 +183,11 @@ def main() -> None:
     p.add_argument("--min", type=float, default=0.2, help="shortest task, seconds (0.2)")
     p.add_argument("--max", type=float, default=2.0, help="longest task, seconds (2.0)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--plan-ahead", action="store_true", help="the scheduler with next-task hints")
     a = p.parse_args()
     if a.hosts < 1 or a.devices < 1 or a.window <= 0 or not 0 < a.min <= a.max:
         p.error("--hosts and --devices must be >= 1, --window > 0 and 0 < --min <= --max")
-    res = run(a.hosts, a.devices, a.window, a.min, a.max)
+    res = run(a.hosts, a.devices, a.window, a.min, a.max, a.plan_ahead)
     if a.json:
         print(json.dumps(asdict(res), indent=2))
         return
