@@ -44,7 +44,9 @@ def number(cell: str) -> float | None:
 
 def run_once(tree: Path, script: str, args: list[str], out: Path) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(tree / "src")
+    # the tree's deviceq, this tree's benchmark code (a script of the ``bench`` package, e.g.
+    # bench/__main__.py, imports it)
+    env["PYTHONPATH"] = os.pathsep.join((str(tree / "src"), str(REPO)))
     t0 = time.time()
     subprocess.run(
         [sys.executable, str(REPO / script), *args, "--out", str(out)],
