@@ -141,6 +141,16 @@ def _text_of(browser: Any, css: str, timeout: float = 15) -> str:
     return str(got)
 
 
+def _attrs_of(browser: Any, css: str, *names: str, timeout: float = 15) -> list[str | None]:
+    """Attributes of the first element matching ``css``, read in one script (as `_text_of`)."""
+    script = (
+        "var e = document.querySelector(arguments[0]);"
+        " return e ? arguments[1].map(function (n) { return e.getAttribute(n); }) : null;"
+    )
+    got = wait_for(lambda: browser.execute_script(script, css, list(names)), timeout, css)
+    return list(got)
+
+
 def _click_css(browser: Any, css: str, timeout: float = 15) -> None:
     """Click the first element matching ``css``, found again if a live refresh replaced it."""
     from selenium.common.exceptions import (
@@ -193,7 +203,6 @@ def test_fleet_page_shows_hosts_and_devices(env: Env) -> None:
 def test_fleet_tiles_summarize_attributes_per_driver_type(env: Env) -> None:
     """A tile per driver type: its devices, how many a gate holds, and each numeric
     attribute's lowest, median and highest value (the devices' attributes as set here)."""
-    from selenium.webdriver.common.by import By
 
     for did, battery, temp in (("pixel-1", 90, 31), ("pixel-2", 56, 38.5), ("pixel-3", 12, 33)):
         env.cli("device", "set-attr", did, f"battery={battery}", f"temperature={temp}")
@@ -205,13 +214,13 @@ def test_fleet_tiles_summarize_attributes_per_driver_type(env: Env) -> None:
         tile = "#attribute-tiles .tile[data-driver='android']"
         _wait_css(b, tile)
         assert "3 devices" in _text_of(b, tile + " .tile-head")
-        gated = b.find_element(By.CSS_SELECTOR, tile + " .tile-gated")
-        assert gated.get_attribute("data-gated") == "1" and "tile-low 1" in gated.text
-        bat = b.find_element(By.CSS_SELECTOR, tile + " .tile-attr[data-attr='battery']")
-        got = [bat.get_attribute(f"data-{k}") for k in ("min", "median", "max")]
-        assert got == ["12", "56", "90"]
-        temp = b.find_element(By.CSS_SELECTOR, tile + " .tile-attr[data-attr='temperature']")
-        assert temp.get_attribute("data-max") == "38.5"
+        # (each read in one script: a live refresh may replace the tiles between two calls)
+        assert _attrs_of(b, tile + " .tile-gated", "data-gated") == ["1"]
+        assert "tile-low 1" in _text_of(b, tile + " .tile-gated")
+        bat = tile + " .tile-attr[data-attr='battery']"
+        assert _attrs_of(b, bat, "data-min", "data-median", "data-max") == ["12", "56", "90"]
+        temp = tile + " .tile-attr[data-attr='temperature']"
+        assert _attrs_of(b, temp, "data-max") == ["38.5"]
         web = "#attribute-tiles .tile[data-driver='browser']"
         assert "none gated" in _text_of(b, web + " .tile-gated")
         assert "version" in _text_of(b, web + " .tile-attr[data-attr='version']")
